@@ -1,0 +1,1 @@
+"""Database access: URL resolution, embedded server, engines, migrations."""

@@ -1,0 +1,88 @@
+"""`indexer migrate`: Alembic to head, then the replaceable objects in sql/ (api views, functions), then the
+read-only role. All in one transaction under an advisory lock, so it is idempotent and safe to run twice at once."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Connection
+
+from indexer.db.url import sqlalchemy_url
+
+ROOT = Path(__file__).resolve().parents[2]
+SQL_DIR = Path(os.environ.get("INDEXER_SQL_DIR", ROOT / "sql"))
+READER_ROLE = "indexer_reader"
+_LOCK_KEY = 0x6465767368617264  # 'devshard'
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def heads() -> list[str]:
+    return list(ScriptDirectory.from_config(alembic_config()).get_heads())
+
+
+def sql_object_files() -> list[Path]:
+    """Functions first, then views; each group in file-name order (numeric prefixes set dependencies)."""
+    return sorted(SQL_DIR.glob("functions/*.sql")) + sorted(SQL_DIR.glob("views/*.sql"))
+
+
+def apply_replaceable_objects(conn: Connection) -> None:
+    conn.exec_driver_sql("DROP SCHEMA IF EXISTS api CASCADE")
+    conn.exec_driver_sql("CREATE SCHEMA api")
+    for path in sql_object_files():
+        conn.exec_driver_sql(path.read_text())
+    ensure_reader_role(conn)
+
+
+def ensure_reader_role(conn: Connection) -> None:
+    # Roles are cluster-wide: another database on the same server may have created it already.
+    conn.exec_driver_sql(f"""
+        DO $$ BEGIN CREATE ROLE {READER_ROLE} NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$""")
+    conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA api TO {READER_ROLE}")
+    conn.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA api TO {READER_ROLE}")
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    engine = create_engine(sqlalchemy_url(url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+            command.upgrade(alembic_config(conn), revision)
+            if revision == "head":
+                apply_replaceable_objects(conn)
+    finally:
+        engine.dispose()
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    engine = create_engine(sqlalchemy_url(url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+            conn.exec_driver_sql("DROP SCHEMA IF EXISTS api CASCADE")  # views depend on the tables
+            command.downgrade(alembic_config(conn), revision)
+    finally:
+        engine.dispose()
+
+
+def current_revision(url: str) -> str | None:
+    engine = create_engine(sqlalchemy_url(url))
+    try:
+        with engine.connect() as conn:
+            exists = conn.exec_driver_sql("SELECT to_regclass('public.alembic_version')").scalar()
+            if not exists:
+                return None
+            return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    finally:
+        engine.dispose()

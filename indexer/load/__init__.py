@@ -1,0 +1,1 @@
+"""Load stage: staging via COPY, set-based typed upserts, quarantine, export."""

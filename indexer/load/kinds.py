@@ -1,0 +1,104 @@
+"""The normalized NDJSON record kinds (interface.md §2) as data: table, key, typed fields.
+
+Everything else in the load stage (DDL checks, the typing/validation SQL, upserts, export) is generated from
+this table, so adding a field or a kind is a one-line change here plus a migration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Field types. Each maps a JSON value to a PostgreSQL column, with validation done set-based in SQL.
+ID = "id"            # escrow_id: string or integer -> text
+U64 = "u64"          # non-negative integer (number or decimal string) that fits bigint
+U64N = "u64n"        # any u64 -> numeric(20,0)
+I64 = "i64"          # signed 64-bit (unix times)
+U32 = "u32"          # slot ids, small counters -> integer
+BOOL = "bool"
+STR = "str"
+HEX = "hex"          # lowercase hex string
+STRS = "strs"        # array of strings -> text[]
+VOTES = "votes"      # [{voter_slot, accept}] -> normalized jsonb
+REASON = "reason"    # timeout reason -> 'refused' | 'execution'
+TS = "ts"            # ISO-8601 string or unix seconds -> timestamptz
+
+PG_TYPES = {ID: "text", U64: "bigint", U64N: "numeric(20,0)", I64: "bigint", U32: "integer", BOOL: "boolean",
+            STR: "text", HEX: "text", STRS: "text[]", VOTES: "jsonb", REASON: "text", TS: "timestamptz"}
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    table: str                     # in schema rec
+    key: tuple[str, ...]
+    fields: tuple[Field, ...]      # key fields first
+    slot_fields: tuple[str, ...] = ()   # must be < len(escrow.slots) when the escrow is known
+    scope: str = "escrow"          # 'escrow' (dirties an escrow) or 'epoch' (dirties an epoch)
+
+    @property
+    def columns(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+    @property
+    def value_columns(self) -> list[str]:
+        return [c for c in self.columns if c not in self.key]
+
+    def field(self, name: str) -> Field:
+        return next(f for f in self.fields if f.name == name)
+
+
+def _f(spec: str) -> tuple[Field, ...]:
+    """'escrow_id:id! diff_nonce:u64!' -> Fields; '!' marks required."""
+    out = []
+    for token in spec.split():
+        name, typ = token.split(":")
+        out.append(Field(name, typ.rstrip("!"), typ.endswith("!")))
+    return tuple(out)
+
+
+_TX = "escrow_id:id! inference_id:u64! "
+_TX_TAIL = " tx_index:u32 protocol_version:str"
+
+KINDS: dict[str, Kind] = {k.name: k for k in [
+    Kind("epoch", "epoch", ("epoch_index",),
+         _f("epoch_index:u64! start_height:u64 end_height:u64 observed_at:ts"), scope="epoch"),
+    Kind("model_snapshot", "model_snapshot", ("epoch_index", "model_id"),
+         _f("epoch_index:u64! model_id:str! model_args:strs!"), scope="epoch"),
+    Kind("escrow", "escrow", ("escrow_id",),
+         _f("escrow_id:id! epoch_index:u64! model_id:str! slots:strs! vote_threshold_factor:u32 "
+            "validation_rate:u32 max_model_len:u64 protocol_version:str settled:bool")),
+    Kind("start", "start_tx", ("escrow_id", "inference_id"),
+         _f(_TX + "diff_nonce:u64! prompt_hash:hex model:str input_length:u64 max_tokens:u64 started_at:i64"
+            + _TX_TAIL)),
+    Kind("confirm_start", "confirm_start_tx", ("escrow_id", "inference_id"),
+         _f(_TX + "diff_nonce:u64! confirmed_at:i64" + _TX_TAIL)),
+    Kind("finish", "finish_tx", ("escrow_id", "inference_id"),
+         _f(_TX + "diff_nonce:u64! executor_slot:u32! input_tokens:u64! output_tokens:u64! response_hash:hex "
+            "response_payload:str" + _TX_TAIL), slot_fields=("executor_slot",)),
+    Kind("validation", "validation_tx", ("escrow_id", "inference_id", "validator_slot"),
+         _f(_TX + "validator_slot:u32! diff_nonce:u64! valid:bool!" + _TX_TAIL), slot_fields=("validator_slot",)),
+    Kind("validation_vote", "validation_vote_tx", ("escrow_id", "inference_id", "voter_slot"),
+         _f(_TX + "voter_slot:u32! diff_nonce:u64! vote_valid:bool!" + _TX_TAIL), slot_fields=("voter_slot",)),
+    Kind("timeout", "timeout_tx", ("escrow_id", "inference_id"),
+         _f(_TX + "diff_nonce:u64! reason:reason! votes:votes!" + _TX_TAIL), slot_fields=("votes",)),
+    Kind("error_miss", "error_miss_tx", ("escrow_id", "inference_id"),
+         _f(_TX + "diff_nonce:u64! votes:votes!" + _TX_TAIL), slot_fields=("votes",)),
+    Kind("host_stats", "host_stats", ("escrow_id", "slot_id"),
+         _f("escrow_id:id! slot_id:u32! missed:u64 invalid:u64 cost:u64n required_validations:u64 "
+            "completed_validations:u64"), slot_fields=("slot_id",)),
+    Kind("host_epoch_stats", "host_epoch_stats", ("epoch_index", "participant"),
+         _f("epoch_index:u64! participant:str! missed:u64 invalid:u64 cost:u64n required_validations:u64 "
+            "completed_validations:u64 escrow_count:u64"), scope="epoch"),
+]}
+
+# Load order inside a batch: escrows before the txs that are checked against their slots.
+LOAD_ORDER = ["epoch", "model_snapshot", "escrow", "start", "confirm_start", "finish", "validation",
+              "validation_vote", "timeout", "error_miss", "host_stats", "host_epoch_stats"]
+TX_KINDS = ["start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "error_miss"]
+assert set(LOAD_ORDER) == set(KINDS)

@@ -1,0 +1,1 @@
+"""Replay stage: protocol state derived from each escrow's signed log."""

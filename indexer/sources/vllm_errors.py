@@ -1,0 +1,403 @@
+"""Parse a devshard Finish's stored ``response_payload`` and classify the refusal.
+
+Pure, stdlib only, total: no input (``None``, bytes, HTML, truncated JSON, deep nesting,
+huge numbers, binary junk) raises. Envelopes (protocol reference §6.1): the stored payload
+``{"events": ["data: {...}", ..., "data: [DONE]"]}`` whose data lines hold a nested
+(``{"error": {...}, "id": "devshard-…"}``) or flat (``{"object": "error", ...}``) error; a
+bare JSON body (nested or flat); or bare text.
+
+refusal_kind
+  ``unknown``            payload None / empty / whitespace.
+  ``context_length``     is_client_fault AND (the message matches a context-length family OR
+                         the code is the OpenAI string ``context_length_exceeded``).
+  ``other_client_fault`` is_client_fault, not context length (e.g. tool-choice refusal).
+  ``not_client_fault``   everything else (5xx, output before the error, missing or non-400/422
+                         codes, malformed envelopes, HTML, text, truncated JSON). Numbers and
+                         ``family`` are still filled when the text holds a context-length
+                         wording; the kind stays ``not_client_fault`` by design.
+
+is_client_fault mirrors IsClientFaultErrorResponse (§3.6): ≥ 1 event, every ``data:`` line but
+``[DONE]`` valid JSON, no chunk carries output, ≥ 1 top-level error, every error code ∈
+{400, 422} (number or numeric string; missing fails). Deviation: the string code
+``context_length_exceeded`` (OpenAI, sent with HTTP 400) counts as 400. A bare JSON body gets
+the same test on itself. Output = non-empty ``choices[].text`` or
+``choices[].delta|message.{content,reasoning_content,reasoning,tool_calls}``, or
+``usage.completion_tokens > 0``. A non-string event makes the envelope malformed (neither
+client fault nor terminal, though its error is still read). Lines starting ``{``/``[``
+without ``data:`` are read as data; other SSE fields are ignored.
+is_terminal_error mirrors IsTerminalErrorResponse (§3.5 pt 5): some event has a top-level
+error regardless of content, or some data line is invalid JSON; False for bare bodies.
+
+family (None when nothing matched)
+  '1'   "… However, you requested P tokens[ in the messages| in the input …]"  (total P, M None)
+  '2'   "… you requested T tokens (P in the messages, M in the completion)"
+  '3'   "… However, your request has P input tokens"
+  '4'   "'max_tokens' or 'max_completion_tokens' is too large: M. … is L tokens and your
+        request has P input tokens (M > L - P)"
+  '5'   "You passed P input tokens and requested M output tokens. However, the model's context
+        length is only L tokens …";  '5c' the "input characters" variant
+  '6'   "… you requested M output tokens and your prompt contains [at least] P input tokens,
+        for a total of [at least] T tokens";  '6c' "… contains C characters (more than X
+        characters, which is the upper bound for L−M input tokens)"
+  'openai'      "… your messages resulted in P tokens" / "…, however you requested T tokens
+                (P in your prompt; M for the completion)"
+  'legacy'      "Input prompt (P tokens) is too long and exceeds limit of L", "[The decoder]
+                prompt (length P) | Prompt length of P | prompt (P tokens) is longer than
+                the maximum model length of L"
+  'max_tokens'  "max_tokens=M[ ]cannot be greater than max_model_len=…=L" (M alone > L)
+  'generic'     only "maximum context length is L tokens" matched
+  'code'        no wording, but code ``context_length_exceeded``
+  'tool_choice' "\"auto\" tool choice requires --enable-auto-tool-choice and
+                --tool-call-parser to be set" (a capability refusal, not context length)
+
+Matching runs on a casefolded copy (Kelvin sign U+212A -> k, ſ -> s) with whitespace runs
+collapsed and typographic apostrophes mapped to '. Numbers are ASCII digits without
+separators; one above 2**63-1 gives no signal (None) while the wording still counts. A
+trailing " None" and "(parameter=X, value=Y)" / "(value=Y)" are stripped in any order and
+kept; parameter input_tokens fills a missing P, input_text missing characters, max_tokens /
+max_completion_tokens a missing M. Lower bound: "at least" in the wording, or P == L - M + 1
+for families 5 and 6 (§6.3). Character variants: P None, requested_total None, flag False,
+count in reported_prompt_chars. requested_total: stated total (for 2/6 the "for a total of
+at least T" value when present), else P + M, else P for the prompt-only families.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+__all__ = ["MessageParse", "RefusalParse", "parse_error_message", "parse_response_payload"]
+
+INT63_MAX = 2**63 - 1
+CLIENT_FAULT_CODES = frozenset({400, 422})
+_SCAN_LIMIT = 1 << 20  # text scanning looks at the first 1 MiB
+_MESSAGE_KEEP = 8192  # a raw-text "message" is cut to this many characters
+
+
+@dataclass(frozen=True, slots=True)
+class MessageParse:
+    """What the error text alone says."""
+
+    is_context_length: bool = False
+    family: str | None = None
+    reported_limit: int | None = None
+    reported_prompt_tokens: int | None = None
+    reported_prompt_is_lower_bound: bool = False
+    reported_max_tokens: int | None = None
+    requested_total: int | None = None
+    reported_prompt_chars: int | None = None
+    suffix_parameter: str | None = None
+    suffix_value: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalParse:
+    refusal_kind: str
+    is_client_fault: bool = False
+    is_terminal_error: bool = False
+    error_code: int | None = None
+    error_type: str | None = None
+    message: str | None = None
+    family: str | None = None
+    reported_limit: int | None = None
+    reported_prompt_tokens: int | None = None
+    reported_prompt_is_lower_bound: bool = False
+    reported_max_tokens: int | None = None
+    requested_total: int | None = None
+    reported_prompt_chars: int | None = None
+    suffix_parameter: str | None = None
+    suffix_value: int | None = None
+
+
+_NO_TEXT = MessageParse()
+
+# ------------------------------------------------------------------------- message text
+_N = r"([0-9]+)"
+_CL = r"maximum context length is " + _N + r" tokens"
+_HW = r"[.,]? however,? "
+_YR = r"you requested "
+_PASSED = r" output tokens\.? however,? the model's context length is only " + _N + r" tokens"
+# (family, pattern, group names); first hit wins, so the order matters.
+_FAMILIES = tuple((fam, re.compile(pat, re.ASCII), names) for fam, pat, names in (
+    ("4", r"max_tokens'? or '?max_completion_tokens'? is too large:? " + _N + r"\.? (?:this model's )?"
+     + _CL + r",? and your request has " + _N + r" input tokens", "MLP"),
+    ("6c", _CL + _HW + _YR + _N + r" output tokens and your prompt contains " + _N + r" characters", "LMC"),
+    ("6", _CL + _HW + _YR + _N + r" output tokens and your prompt contains (?:at least )?" + _N
+     + r" input tokens(?:,? for a total of (?:at least )?" + _N + r" tokens)?", "LMPT"),
+    ("5c", r"you passed " + _N + r" input characters and requested " + _N + _PASSED, "CML"),
+    ("5", r"you passed " + _N + r" input tokens and requested " + _N + _PASSED, "PML"),
+    ("2", _CL + _HW + _YR + r"(?:at least )?" + _N + r" tokens \(" + _N + r" in the messages, " + _N
+     + r" in the completion\)", "LTPM"),
+    ("openai", _CL + _HW + _YR + _N + r" tokens \(" + _N + r" in your prompt; " + _N
+     + r" for the completion\)", "LTPM"),
+    ("openai", _CL + _HW + r"your messages resulted in " + _N + r" tokens", "LP"),
+    ("1", _CL + _HW + _YR + r"(?:at least )?" + _N + r" tokens(?![0-9a-z ]{0,40}\()", "LP"),
+    ("3", _CL + _HW + r"your request has (?:at least )?" + _N + r" input tokens", "LP"),
+    ("max_tokens", r"max_(?:completion_|output_)?tokens=" + _N + r" ?cannot be greater than (?:[a-z_]+=)+"
+     + _N, "ML"),
+    ("legacy", r"input prompt \(" + _N + r" tokens\) is too long and exceeds limit of " + _N, "PL"),
+    ("legacy", r"prompt (?:\((?:length )?" + _N + r"(?: tokens)?\)|length of " + _N
+     + r") is longer than the maximum model length of " + _N, "PPL"),
+    ("generic", _CL, "L"),
+))
+_TOTAL_AT_LEAST = re.compile(r"for a total of at least " + _N + r" tokens", re.ASCII)
+_TOOL_CHOICE = re.compile(r"tool choice requires --enable-auto-tool-choice", re.ASCII)
+_SUFFIX = re.compile(r"\((?:parameter=([^,()]*?),\s*)?value=([^()]*)\)\Z")
+_INT_TEXT = re.compile(r"\s*\+?([0-9]{1,40})\s*\Z", re.ASCII)
+_WS = re.compile(r"\s+")
+_APOSTROPHES = str.maketrans({c: "'" for c in "\u2018\u2019\u201b\u02bc\u02b9\u00b4\u0060\u2032"})
+
+
+def _num(digits: str | None) -> int | None:
+    """ASCII digit string -> int; None when absent or above 2**63-1 (no signal)."""
+    if digits is None:
+        return None
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > 19:
+        return None
+    value = int(digits)
+    return value if value <= INT63_MAX else None
+
+
+def _int_text(raw: str) -> int | None:
+    """'400' / ' +400 ' -> 400; negative, non-numeric or oversized -> None."""
+    m = _INT_TEXT.match(raw)
+    return _num(m.group(1)) if m else None
+
+
+def _strip_suffixes(text: str) -> tuple[str, str | None, str | None]:
+    param = value = None
+    for _ in range(4):
+        text = text.rstrip()
+        if text.endswith("None") and len(text) > 4 and text[-5].isspace():
+            text = text[:-4]
+            continue
+        tail = text[-512:]  # a suffix is short; never run the regex over the whole text
+        m = _SUFFIX.search(tail) if tail.endswith(")") else None
+        if m is None or (m.start() == 0 and len(tail) == len(text)):
+            break
+        if value is None:
+            param = m.group(1).strip() if m.group(1) is not None else None
+            value = m.group(2).strip()
+        text = text[: len(text) - len(tail) + m.start()]
+    return text, param, value
+
+
+def parse_error_message(message: str) -> MessageParse:
+    """Classify one error message (no envelope). Never raises."""
+    try:
+        return _parse_message(message)
+    except Exception:  # pragma: no cover - defensive; the parser is total by design
+        return _NO_TEXT
+
+
+def _parse_message(message: str) -> MessageParse:
+    if not isinstance(message, str) or not message.strip():
+        return _NO_TEXT
+    core, sparam, sval = _strip_suffixes(message[:_SCAN_LIMIT])
+    folded = _WS.sub(" ", core.casefold().translate(_APOSTROPHES))
+    svalue = _int_text(sval) if sval is not None else None
+    for family, pattern, names in _FAMILIES:
+        m = pattern.search(folded)
+        if m is not None:
+            break
+    else:
+        family = "tool_choice" if _TOOL_CHOICE.search(folded) else None
+        return MessageParse(family=family, suffix_parameter=sparam, suffix_value=svalue)
+    got: dict[str, int | None] = {}
+    for name, raw in zip(names, m.groups()):
+        if raw is not None:
+            got[name] = _num(raw)
+    limit, prompt, max_tok, chars, total = (got.get(k) for k in "LPMCT")
+    window = folded[m.start(): m.end() + 160]  # the wording plus a devshard-style tail
+    at_least = "at least" in window
+    extra = _TOTAL_AT_LEAST.search(window)
+    if extra is not None and family in ("2", "6"):
+        total = _num(extra.group(1))
+    chars_family = family in ("5c", "6c")
+    pname = (sparam or "").casefold()
+    if pname == "input_tokens" and prompt is None and not chars_family and family != "max_tokens":
+        prompt = svalue
+    if pname == "input_text" and chars is None and (chars_family or family == "generic"):
+        chars = svalue
+    if pname in ("max_tokens", "max_completion_tokens") and max_tok is None:
+        max_tok = svalue
+    if chars_family or family in ("max_tokens", "generic"):
+        total = None
+    elif total is None and prompt is not None:
+        if max_tok is not None and family in ("2", "4", "5", "6", "openai"):
+            total = prompt + max_tok
+        elif family in ("1", "3", "legacy", "openai"):
+            total = prompt
+    lower = prompt is not None and not chars_family and at_least
+    if prompt is not None and family in ("5", "6") and limit is not None and max_tok is not None:
+        lower = lower or prompt == limit - max_tok + 1
+    return MessageParse(True, family, limit, prompt, lower, max_tok, total, chars, sparam, svalue)
+
+
+# ------------------------------------------------------------------------- envelopes
+@dataclass(slots=True)
+class _Err:
+    code: int | None
+    code_ok: bool  # counts as a client-fault code
+    cl_code: bool  # the string code context_length_exceeded
+    type: str | None
+    message: str | None
+
+
+def _loads(text: str):
+    """json.loads with huge or negative ints -> None; ValueError on bad JSON or deep nesting."""
+    try:
+        return json.loads(text, parse_int=lambda s: None if s.startswith("-") else _num(s))
+    except RecursionError as exc:
+        raise ValueError("nesting too deep") from exc
+
+
+def _error_of(obj) -> _Err | None:
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if isinstance(err, dict):
+        src = err
+    elif isinstance(err, str) and err:
+        return _Err(None, False, False, None, err)
+    elif obj.get("object") == "error":
+        src = obj
+    else:
+        return None
+    raw, code, cl = src.get("code"), None, False
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        code = raw if 0 <= raw <= INT63_MAX else None
+    elif isinstance(raw, float) and raw.is_integer() and 0 <= raw <= INT63_MAX:
+        code = int(raw)
+    elif isinstance(raw, str):
+        code = _int_text(raw)
+        cl = raw.strip().casefold() == "context_length_exceeded"
+    etype, msg = src.get("type"), src.get("message")
+    return _Err(code, code in CLIENT_FAULT_CODES or cl, cl, etype if isinstance(etype, str) else None,
+                msg if isinstance(msg, str) else None)
+
+
+def _nonempty(v) -> bool:
+    return isinstance(v, (str, list, dict)) and bool(v)
+
+
+def _has_output(obj) -> bool:
+    if not isinstance(obj, dict):
+        return False
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        ct = usage.get("completion_tokens")
+        if isinstance(ct, (int, float)) and not isinstance(ct, bool) and ct > 0:
+            return True
+    choices = obj.get("choices")
+    for ch in choices if isinstance(choices, list) else ():
+        if not isinstance(ch, dict):
+            continue
+        if _nonempty(ch.get("text")):
+            return True
+        for part in (ch.get("delta"), ch.get("message")):
+            if isinstance(part, dict) and any(
+                _nonempty(part.get(k)) for k in ("content", "reasoning_content", "reasoning", "tool_calls")
+            ):
+                return True
+    return False
+
+
+def _data_lines(event: str):
+    for line in event.split("\n"):
+        line = line.rstrip("\r")
+        if line.startswith("data:"):
+            yield line[5:].strip()
+        elif line.lstrip().startswith(("{", "[")):
+            yield line.strip()
+
+
+def _from_events(events: list) -> RefusalParse:
+    errors: list[_Err] = []
+    bad: list[str] = []
+    output = malformed = False
+    for ev in events:
+        objs = []
+        if isinstance(ev, str):
+            for data in _data_lines(ev):
+                if data != "[DONE]":
+                    try:
+                        objs.append(_loads(data))
+                    except ValueError:
+                        bad.append(data)
+        else:  # the Go side decodes events as strings: anything else spoils the envelope
+            malformed = True
+            objs.append(ev)
+        for obj in objs:
+            err = _error_of(obj)
+            if err is not None:
+                errors.append(err)
+            output = output or _has_output(obj)
+    terminal = not malformed and bool(errors or bad)
+    client = not (malformed or bad or output) and bool(errors) and all(e.code_ok for e in errors)
+    return _finish(errors, client, terminal, "\n".join(bad)[:_SCAN_LIMIT])
+
+
+def _finish(errors: list[_Err], client: bool, terminal: bool, fallback: str = "") -> RefusalParse:
+    # Report the first error whose text is a context-length wording, else the first one with
+    # the context_length_exceeded code, else the first error; unparsable lines come last.
+    chosen: _Err | None = None
+    text = _NO_TEXT
+    for e in errors:
+        parsed = parse_error_message(e.message) if e.message else _NO_TEXT
+        if parsed.is_context_length:
+            chosen, text = e, parsed
+            break
+        if chosen is None or (e.cl_code and not chosen.cl_code):
+            chosen, text = e, parsed
+    if not text.is_context_length and fallback:
+        alt = parse_error_message(fallback)
+        text = alt if alt.is_context_length else text
+    is_cl = text.is_context_length or (chosen is not None and chosen.cl_code)
+    family = text.family if text.family is not None else ("code" if is_cl else None)
+    kind = ("context_length" if is_cl else "other_client_fault") if client else "not_client_fault"
+    return _build(kind, client, terminal, chosen, text, family)
+
+
+def _build(kind, client, terminal, err: _Err | None, text: MessageParse, family, message=None):
+    return RefusalParse(
+        kind, client, terminal,
+        err.code if err else None, err.type if err else None, err.message if err else message,
+        family, text.reported_limit, text.reported_prompt_tokens, text.reported_prompt_is_lower_bound,
+        text.reported_max_tokens, text.requested_total, text.reported_prompt_chars,
+        text.suffix_parameter, text.suffix_value,
+    )
+
+
+def _from_text(text: str) -> RefusalParse:
+    parsed = parse_error_message(text[:_SCAN_LIMIT])
+    keep = text.strip()[:_MESSAGE_KEEP] if parsed.family is not None else None
+    return _build("not_client_fault", False, False, None, parsed, parsed.family, keep)
+
+
+def parse_response_payload(payload: str | bytes | None) -> RefusalParse:
+    """Classify a stored response payload. Never raises."""
+    try:
+        return _parse_payload(payload)
+    except Exception:  # pragma: no cover - defensive; worst case for a non-empty body
+        return RefusalParse("not_client_fault")
+
+
+def _parse_payload(payload) -> RefusalParse:
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        payload = bytes(payload).decode("utf-8", errors="replace")
+    if not isinstance(payload, str) or not payload.lstrip("\ufeff").strip():
+        return RefusalParse("unknown")
+    text = payload.lstrip("\ufeff")
+    try:
+        doc = _loads(text)
+    except ValueError:
+        return _from_text(text)
+    if isinstance(doc, dict) and isinstance(doc.get("events"), list):
+        return _from_events(doc["events"])
+    err = _error_of(doc)
+    if err is None:
+        return _from_text(text)
+    return _finish([err], err.code_ok and not _has_output(doc), False)

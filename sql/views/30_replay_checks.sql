@@ -1,0 +1,21 @@
+-- api.replay_rejections: txs the state machine would not apply, with the reason.
+CREATE VIEW api.replay_rejections AS
+SELECT r.escrow_id, e.epoch_index, r.diff_nonce, r.kind, r.inference_id, r.slot, r.reason, r.ignored
+FROM replay.rejected_tx r LEFT JOIN rec.escrow e USING (escrow_id);
+
+-- api.host_stats_check: per slot, the replay's counters beside the network's reported host_stats.
+CREATE VIEW api.host_stats_check AS
+SELECT COALESCE(r.escrow_id, h.escrow_id) AS escrow_id,
+       COALESCE(r.slot_id, h.slot_id) AS slot_id,
+       r.participant,
+       r.missed AS replay_missed, h.missed AS reported_missed,
+       r.invalid AS replay_invalid, h.invalid AS reported_invalid,
+       (h.slot_id IS NOT NULL AND (r.missed IS DISTINCT FROM h.missed OR r.invalid IS DISTINCT FROM h.invalid))
+           AS mismatch
+FROM replay.slot_stats r
+FULL JOIN rec.host_stats h ON h.escrow_id = r.escrow_id AND h.slot_id = r.slot_id;
+
+-- api.quarantine: rejected input lines with file and line, for operators.
+CREATE VIEW api.quarantine AS
+SELECT s.uri AS source, s.digest AS source_digest, q.line, q.kind, q.reason, q.quarantined_at
+FROM rec.quarantine q JOIN rec.source s USING (source_id);
