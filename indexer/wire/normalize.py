@@ -1,0 +1,320 @@
+"""Map decoded devshard diffs and chain/host JSON onto the normalized records of interface.md §2.
+
+Conventions (interface.md §2): ``kind`` first, ``escrow_id`` a string, hashes lowercase hex, u64 as
+Python ints (never floats), decimals as :class:`decimal.Decimal`. Tx records additionally carry
+``diff_nonce``, ``tx_index`` (position inside the diff; with ``diff_nonce`` it orders replay) and
+``protocol_version`` (the proto the diff was decoded with). Txs that the indexer does not model
+(finalize_round, heartbeat, …, unknown oneof members) become counts, not records.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Iterable, Mapping
+
+from indexer.wire.protobuf import UNKNOWN_KEY
+from indexer.wire.schemas import TIMEOUT_REASON_NAMES
+
+
+class NormalizeError(ValueError):
+    """Input JSON or decoded data that cannot be mapped (wrong types, mixed escrows)."""
+
+
+_REASONS = {1: "refused", 2: "execution"}
+
+
+@dataclass
+class DiffRecords:
+    records: list[dict[str, Any]] = field(default_factory=list)
+    other: Counter = field(default_factory=Counter)  # tx name -> count of skipped txs
+
+
+# --------------------------------------------------------------------------- diffs
+
+
+def _hex(value: bytes | None) -> str:
+    return bytes(value or b"").hex()
+
+
+def _votes(votes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{"voter_slot": v["voter_slot"], "accept": v["accept"]} for v in votes]
+
+
+def _start(m: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "prompt_hash": _hex(m["prompt_hash"]),
+        "model": m["model"],
+        "input_length": m["input_length"],
+        "max_tokens": m["max_tokens"],
+        "started_at": m["started_at"],
+    }
+
+
+def _finish(m: Mapping[str, Any]) -> dict[str, Any]:
+    out = {
+        "executor_slot": m["executor_slot"],
+        "input_tokens": m["input_tokens"],
+        "output_tokens": m["output_tokens"],
+        "response_hash": _hex(m["response_hash"]),
+    }
+    if m.get("served_hash"):  # newer protos only; the error-miss verifier accepts either hash
+        out["served_hash"] = _hex(m["served_hash"])
+    return out
+
+
+# oneof member -> (record kind, key-field builder); the key fields come right after escrow/inference id
+_TX_KINDS = {
+    "start_inference": ("start", _start),
+    "confirm_start": ("confirm_start", lambda m: {"confirmed_at": m["confirmed_at"]}),
+    "finish_inference": ("finish", _finish),
+    "validation": ("validation", lambda m: {"validator_slot": m["validator_slot"], "valid": m["valid"]}),
+    "validation_vote": ("validation_vote", lambda m: {"voter_slot": m["voter_slot"], "vote_valid": m["vote_valid"]}),
+    "error_miss": ("error_miss", lambda m: {"votes": _votes(m["votes"])}),
+}
+_SLOT_KEYS = {"validation": "validator_slot", "validation_vote": "voter_slot"}
+
+
+def _member(tx: Mapping[str, Any]) -> tuple[str, Mapping[str, Any] | None]:
+    names = [k for k in tx if k != UNKNOWN_KEY]
+    if names:
+        return names[0], tx[names[0]]
+    unknown = tx.get(UNKNOWN_KEY) or []
+    return (f"unknown:{unknown[0][0]}" if unknown else "empty"), None
+
+
+def tx_record(
+    escrow_id: str, diff_nonce: int, tx_index: int, tx: Mapping[str, Any], protocol_version: str
+) -> tuple[dict[str, Any] | None, str]:
+    """One decoded DevshardTx → (record or None, tx name). None means "count it as other"."""
+    name, msg = _member(tx)
+    if msg is None:
+        return None, name
+    if name == "timeout_inference":
+        reason = _REASONS.get(msg["reason"])
+        if reason is None:  # UNSPECIFIED, or the old TIMEOUT_REASON_ERROR of v1–v3
+            label = TIMEOUT_REASON_NAMES.get(msg["reason"], f"TIMEOUT_REASON_{msg['reason']}")
+            return None, f"timeout_inference:{label}"
+        kind, body = "timeout", {"reason": reason, "votes": _votes(msg["votes"])}
+    elif name in _TX_KINDS:
+        kind, build = _TX_KINDS[name]
+        body = build(msg)
+    else:
+        return None, name
+    rec: dict[str, Any] = {"kind": kind, "escrow_id": escrow_id, "inference_id": msg["inference_id"]}
+    if kind in _SLOT_KEYS:
+        rec[_SLOT_KEYS[kind]] = body.pop(_SLOT_KEYS[kind])
+    rec.update(diff_nonce=diff_nonce, tx_index=tx_index, protocol_version=protocol_version)
+    rec.update(body)
+    return rec, name
+
+
+def normalize_diffs(
+    escrow_id: str | int,
+    diffs: Iterable[Mapping[str, Any]],
+    protocol_version: str,
+    payloads: Mapping[int, str] | None = None,
+) -> DiffRecords:
+    """Decoded diffs of one escrow (DiffContent dicts, any order) → records in (nonce, tx_index) order.
+
+    ``payloads`` maps inference_id → stored response body; when given, the finish record of that
+    inference gets ``response_payload``.
+    """
+    escrow_id = str(escrow_id)
+    out = DiffRecords()
+    for diff in sorted(diffs, key=lambda d: d["nonce"]):
+        if diff.get("escrow_id") and str(diff["escrow_id"]) != escrow_id:
+            raise NormalizeError(f"diff {diff['nonce']} belongs to escrow {diff['escrow_id']}, not {escrow_id}")
+        for index, tx in enumerate(diff.get("txs") or []):
+            rec, name = tx_record(escrow_id, diff["nonce"], index, tx, protocol_version)
+            if rec is None:
+                out.other[name] += 1
+                continue
+            if rec["kind"] == "finish" and payloads and rec["inference_id"] in payloads:
+                rec["response_payload"] = payloads[rec["inference_id"]]
+            out.records.append(rec)
+    return out
+
+
+# --------------------------------------------------------------------------- scalar parsing
+
+
+def parse_u64(value: Any, what: str = "value") -> int:
+    """Chain REST u64 (decimal string) or Go JSON number → int. Floats and bools are refused."""
+    if isinstance(value, bool) or isinstance(value, float):
+        raise NormalizeError(f"{what}: expected an integer, got {type(value).__name__}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        n = int(value.strip())
+    else:
+        raise NormalizeError(f"{what}: expected an unsigned integer, got {value!r}")
+    if not 0 <= n < 1 << 64:
+        raise NormalizeError(f"{what}: {n} out of u64 range")
+    return n
+
+
+def parse_decimal(value: Any, what: str = "decimal") -> Decimal:
+    """``{"value":"97","exponent":-2}`` → Decimal('0.97'); a plain decimal string is accepted too."""
+    try:
+        if isinstance(value, Mapping):
+            exponent = value.get("exponent", 0)
+            if isinstance(exponent, bool) or not isinstance(exponent, (int, str)):
+                raise NormalizeError(f"{what}: bad exponent {exponent!r}")
+            return Decimal(str(value["value"])).scaleb(int(exponent))
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return Decimal(str(value))
+    except (KeyError, InvalidOperation, ValueError):
+        pass
+    raise NormalizeError(f"{what}: not a decimal: {value!r}")
+
+
+def _opt_u64(obj: Mapping[str, Any], key: str) -> int | None:
+    return parse_u64(obj[key], key) if obj.get(key) not in (None, "") else None
+
+
+def _unwrap(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    """Accept the whole response or its inner object; ``found: false`` means absent (pruned)."""
+    if not isinstance(data, Mapping):
+        raise NormalizeError(f"expected a JSON object, got {type(data).__name__}")
+    if data.get("found") is False:
+        return None
+    inner = data.get(key, data)
+    if not isinstance(inner, Mapping):
+        raise NormalizeError(f"{key}: expected an object")
+    return inner
+
+
+# --------------------------------------------------------------------------- chain REST / host JSON
+
+
+def current_epoch(data: Mapping[str, Any]) -> int:
+    """``get_current_epoch`` (``{"epoch":"408"}``) or ``epoch_info`` (``latest_epoch.index``)."""
+    if "epoch" in data:
+        return parse_u64(data["epoch"], "epoch")
+    return parse_u64(data["latest_epoch"]["index"], "latest_epoch.index")
+
+
+def epoch_record(data: Mapping[str, Any], observed_at: str | None = None) -> dict[str, Any]:
+    """``epoch_info`` → ``epoch`` record (start height = the epoch's PoC start block)."""
+    latest = data.get("latest_epoch") or {}
+    rec: dict[str, Any] = {"kind": "epoch", "epoch_index": parse_u64(latest.get("index"), "latest_epoch.index")}
+    if latest.get("poc_start_block_height") not in (None, ""):
+        rec["start_height"] = parse_u64(latest["poc_start_block_height"], "poc_start_block_height")
+    if observed_at:
+        rec["observed_at"] = observed_at
+    return rec
+
+
+def model_snapshot_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """F1 ``epoch_group_data`` of a model sub-group → ``model_snapshot``; the root group → None."""
+    group = _unwrap(data, "epoch_group_data")
+    if group is None:
+        return None
+    snap = group.get("model_snapshot") or {}
+    model_id = group.get("model_id") or snap.get("id") or ""
+    if not model_id:
+        return None  # root group: lists sub_group_models, carries no snapshot of its own
+    args = snap.get("model_args") or []
+    if not all(isinstance(a, str) for a in args):
+        raise NormalizeError("model_args: expected strings")
+    rec: dict[str, Any] = {
+        "kind": "model_snapshot",
+        "epoch_index": parse_u64(group.get("epoch_index"), "epoch_index"),
+        "model_id": model_id,
+        "model_args": list(args),
+    }
+    if snap.get("validation_threshold") is not None:
+        rec["validation_threshold"] = parse_decimal(snap["validation_threshold"], "validation_threshold")
+    return rec
+
+
+def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) -> dict[str, Any] | None:
+    """F3 ``devshard_escrow`` → ``escrow`` record; ``found:false`` (pruned/unknown) → None.
+
+    Decoded by field name (numbers drift between chain versions). ``max_model_len`` (PR #1763) may be
+    a string or a number; 0 means unknown and is left out.
+    """
+    esc = _unwrap(data, "escrow")
+    if esc is None:
+        return None
+    slots = esc.get("slots") or []
+    if not all(isinstance(s, str) for s in slots):
+        raise NormalizeError("slots: expected address strings")
+    rec: dict[str, Any] = {
+        "kind": "escrow",
+        "escrow_id": str(parse_u64(esc.get("id"), "id")),
+        "epoch_index": parse_u64(esc.get("epoch_index"), "epoch_index"),
+        "model_id": esc.get("model_id") or "",
+        "slots": list(slots),
+        # 0 / absent means "compiled default" (floor(group/2)); the replay applies that rule
+        "vote_threshold_factor": _opt_u64(esc, "vote_threshold_factor") or 0,
+    }
+    for key in ("validation_rate", "max_model_len", "token_price"):
+        value = _opt_u64(esc, key)
+        if value is not None and not (key == "max_model_len" and value == 0):
+            rec[key] = value
+    if protocol_version:
+        rec["protocol_version"] = protocol_version
+    if isinstance(esc.get("settled"), bool):
+        rec["settled"] = esc["settled"]
+    return rec
+
+
+_STAT_FIELDS = ("missed", "invalid", "cost", "required_validations", "completed_validations")
+
+
+def host_epoch_stats_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """F10 ``devshard_host_epoch_stats/{epoch}/{participant}`` → ``host_epoch_stats``; found:false → None."""
+    st = _unwrap(data, "stats")
+    if st is None:
+        return None
+    rec: dict[str, Any] = {
+        "kind": "host_epoch_stats",
+        "epoch_index": parse_u64(st.get("epoch_index"), "epoch_index"),
+        "participant": st.get("participant") or "",
+    }
+    for key in (*_STAT_FIELDS, "escrow_count"):
+        rec[key] = parse_u64(st.get(key, 0), key)  # proto3 JSON may omit zero counters
+    return rec
+
+
+def host_stats_records(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """F11 host shard detail (Go JSON, string slot keys) → one ``host_stats`` record per slot."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("host_stats"), Mapping):
+        raise NormalizeError("shard detail: expected a 'host_stats' object")
+    escrow_id = str(parse_u64(data.get("escrow_id"), "escrow_id"))
+    out = []
+    for slot_key, st in data["host_stats"].items():
+        rec: dict[str, Any] = {"kind": "host_stats", "escrow_id": escrow_id, "slot_id": parse_u64(slot_key, "slot")}
+        for key in _STAT_FIELDS:
+            rec[key] = parse_u64(st.get(key, 0), key)
+        for key in ("validated", "finished"):  # newer settlement stats
+            if key in st:
+                rec[key] = parse_u64(st[key], key)
+        out.append(rec)
+    return sorted(out, key=lambda r: r["slot_id"])
+
+
+def participant_inference_url(data: Mapping[str, Any]) -> str:
+    """``participant/{addr}`` → its ``inference_url`` (where its devshard host answers)."""
+    p = _unwrap(data, "participant") or {}
+    url = p.get("inference_url") or ""
+    if not isinstance(url, str) or not url:
+        raise NormalizeError("participant has no inference_url")
+    return url.rstrip("/")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def dumps_record(record: Mapping[str, Any]) -> str:
+    """One NDJSON line; Decimal → string (exact), bytes → hex."""
+    return json.dumps(record, separators=(",", ":"), default=_json_default, ensure_ascii=False)

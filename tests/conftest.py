@@ -1,0 +1,94 @@
+"""Real PostgreSQL for every DB test: TEST_DATABASE_URL if set, else testcontainers when a Docker daemon answers,
+else an embedded cluster. Each test gets its own database cloned from a template migrated once per session."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from indexer.db import migrate
+from indexer.db.url import libpq_url
+
+
+def _with_db(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def _docker_answers() -> bool:
+    if not shutil.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=5).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url():
+    explicit = os.environ.get("TEST_DATABASE_URL")
+    if explicit:
+        yield libpq_url(explicit)
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16", driver=None) as pg:
+            yield libpq_url(pg.get_connection_url())
+        return
+    from indexer.db.embedded import EmbeddedCluster
+
+    home = Path(tempfile.mkdtemp(prefix="indexer-test-"))
+    cluster = EmbeddedCluster(home, tuned_for_tests=True)
+    url = cluster.url("postgres")
+    try:
+        yield url
+    finally:
+        cluster.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url):
+    name = f"indexer_tmpl_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    migrate.upgrade(_with_db(pg_admin_url, name))
+    yield name
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(pg_admin_url, template_db):
+    """A fresh, migrated database for one test."""
+    name = f"indexer_t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield _with_db(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_db_url(pg_admin_url):
+    """A fresh database with no schema (for migration tests)."""
+    name = f"indexer_e_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _with_db(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def conn(db_url):
+    with psycopg.connect(db_url, autocommit=True) as c:
+        yield c

@@ -1,0 +1,50 @@
+"""Small builders shared by DB tests: write records to NDJSON and ingest them through the real pipeline."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import psycopg
+
+from indexer.load.ingest import ingest_paths
+from indexer.replay.run import replay_dirty
+
+
+def write_lines(path: Path, records) -> Path:
+    with open(path, "wb") as fh:
+        for rec in records:
+            fh.write(rec if isinstance(rec, bytes) else orjson.dumps(rec))
+            fh.write(b"\n")
+    return path
+
+
+def ingest(url: str, path: Path, **kw):
+    summary = ingest_paths(url, [str(path)], **kw)
+    with psycopg.connect(url) as c:
+        replay_dirty(c)
+    return summary
+
+
+def escrow(escrow_id="1971", slots=None, factor=50, epoch=408, model="deepseek-ai/DeepSeek-V4-Flash-0731", **kw):
+    if slots is None:  # the reference scenario: A=0-3, B=4-5, C=6-8, D=9-10, E=11-15
+        slots = ["gonka1hostA"] * 4 + ["gonka1hostB"] * 2 + ["gonka1hostC"] * 3 + ["gonka1hostD"] * 2 + \
+                ["gonka1hostE"] * 5
+    return {"kind": "escrow", "escrow_id": escrow_id, "epoch_index": epoch, "model_id": model, "slots": slots,
+            "vote_threshold_factor": factor, **kw}
+
+
+def tx(kind, inference_id, nonce, escrow_id="1971", **fields):
+    return {"kind": kind, "escrow_id": escrow_id, "inference_id": inference_id, "diff_nonce": nonce, **fields}
+
+
+def table_snapshot(url: str, tables: list[str]) -> dict[str, list]:
+    """Contents of tables without load-time columns, for identical-state comparisons."""
+    out = {}
+    with psycopg.connect(url) as c:
+        for t in tables:
+            cols = [r[0] for r in c.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema||'.'||table_name = %s "
+                "AND column_name NOT IN ('loaded_at','amended_at','source_id','source_line','revision',"
+                "'replayed_at','marked_at') ORDER BY ordinal_position", (t,))]
+            out[t] = c.execute(f"SELECT {', '.join(cols)} FROM {t} ORDER BY 1, 2").fetchall() if cols else []
+    return out
