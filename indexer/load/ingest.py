@@ -6,20 +6,18 @@ kill -9 at any point followed by a rerun ends with exactly the rows of a clean r
 from __future__ import annotations
 
 import time
-from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import psycopg
 
-from indexer.load.kinds import LOAD_ORDER
-from indexer.load.statements import upsert_statement
+from indexer.load.coerce import COERCE, Invalid
+from indexer.load.kinds import KINDS, LOAD_ORDER, PG_TYPES
+from indexer.load.statements import stage_ddl, stage_table, upsert_statement
 from indexer.sources.ndjson import Accepted, InputFile, classify_line, open_input
 
 BATCH_LINES = 50_000
-STAGE_DDL = """
-CREATE TEMP TABLE IF NOT EXISTS stage (line bigint, kind text, doc jsonb) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS stage_text (line bigint, kind text, raw text) ON COMMIT DELETE ROWS;
-"""
 
 
 @dataclass
@@ -40,10 +38,6 @@ class IngestSummary:
         self.by_kind.update(other.by_kind)
 
 
-def _escape_copy(raw: bytes) -> bytes:
-    return raw.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\r", b"\\r")
-
-
 def _printable(raw: bytes) -> str:
     return raw.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
 
@@ -59,27 +53,46 @@ def register_source(conn: psycopg.Connection, inp: InputFile) -> tuple[int, int]
     return source_id, (0 if completed_at is not None else committed)
 
 
+@dataclass
+class Prepared:
+    lines: int
+    last_line: int
+    rows: dict
+    rejects: list
+
+
 class BatchLoader:
     def __init__(self, conn: psycopg.Connection, source_id: int):
         self.conn, self.source_id = conn, source_id
-        conn.execute(STAGE_DDL)
+        for kind in KINDS.values():
+            conn.execute(stage_ddl(kind))
         conn.commit()
 
     def load(self, batch: list[tuple[int, bytes]]) -> IngestSummary:
-        out = IngestSummary(lines=len(batch))
-        rejects, rows, kinds = [], bytearray(), set()
+        return self.commit(self.prepare(batch))
+
+    def prepare(self, batch: list[tuple[int, bytes]]) -> "Prepared":
+        """CPU part (no database): classify and type every line."""
+        rejects, rows = [], defaultdict(list)
         for number, raw in batch:
             verdict = classify_line(raw)
             if isinstance(verdict, Accepted):
-                kinds.add(verdict.kind)
-                rows += b"%d\t%s\t%s\n" % (number, verdict.kind.encode(), _escape_copy(raw))
+                try:
+                    rows[verdict.kind].append((number, *COERCE[verdict.kind](verdict.obj)))
+                except Invalid as exc:
+                    rejects.append((self.source_id, number, verdict.kind, str(exc), _printable(raw)))
             else:
                 rejects.append((self.source_id, number, verdict.kind, verdict.reason, _printable(raw)))
+        return Prepared(len(batch), batch[-1][0], rows, rejects)
+
+    def commit(self, prepared: "Prepared") -> IngestSummary:
+        """Database part: records, quarantine and the resume cursor in one transaction."""
+        out = IngestSummary(lines=prepared.lines)
+        rows, rejects = prepared.rows, prepared.rejects
         with self.conn.transaction():
-            self._stage(rows)
-            for kind in (k for k in LOAD_ORDER if k in kinds):
+            for kind in (k for k in LOAD_ORDER if k in rows):
+                self._copy(kind, rows[kind])
                 self._upsert(kind, out)
-            rejects += self._fallback_rejects
             if rejects:
                 with self.conn.cursor() as cur:
                     cur.executemany(
@@ -87,28 +100,15 @@ class BatchLoader:
                         "ON CONFLICT (source_id, line) DO NOTHING", rejects)
                 out.quarantined += len(rejects)
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
-                              (batch[-1][0], self.source_id))
+                              (prepared.last_line, self.source_id))
         return out
 
-    def _stage(self, rows: bytearray) -> None:
-        """COPY into jsonb staging; if PostgreSQL's JSON parser refuses a line orjson accepted, stage as text and
-        sort the lines out one by one so only the offending ones are quarantined."""
-        self._fallback_rejects = []
-        try:
-            with self.conn.transaction():
-                with self.conn.cursor().copy("COPY pg_temp.stage (line, kind, doc) FROM STDIN") as cp:
-                    cp.write(rows)
-            return
-        except psycopg.DataError:
-            pass
-        with self.conn.cursor().copy("COPY pg_temp.stage_text (line, kind, raw) FROM STDIN") as cp:
-            cp.write(rows)
-        self.conn.execute("INSERT INTO pg_temp.stage SELECT line, kind, rec.try_jsonb(raw) FROM pg_temp.stage_text")
-        bad = self.conn.execute("SELECT t.line, t.kind, t.raw FROM pg_temp.stage s JOIN pg_temp.stage_text t "
-                                "USING (line) WHERE s.doc IS NULL").fetchall()
-        self.conn.execute("DELETE FROM pg_temp.stage WHERE doc IS NULL")
-        self._fallback_rejects = [(self.source_id, line, kind, "PostgreSQL rejects this JSON (invalid escape or "
-                                   "character)", raw) for line, kind, raw in bad]
+    def _copy(self, kind: str, rows: list[tuple]) -> None:
+        spec = KINDS[kind]
+        with self.conn.cursor().copy(f"COPY {stage_table(spec)} FROM STDIN") as cp:
+            cp.set_types(_COPY_TYPES[kind])
+            for row in rows:
+                cp.write_row(row)
 
     def _upsert(self, kind: str, out: IngestSummary) -> None:
         row = self.conn.execute(upsert_statement(kind), {"source_id": self.source_id}).fetchone()
@@ -120,6 +120,12 @@ class BatchLoader:
         out.by_kind[kind] += valid
 
 
+# COPY formats Python values by these types; jsonb columns arrive as ready JSON text.
+_COPY_TYPES = {name: ["bigint", *[("text" if PG_TYPES[f.type] == "jsonb" else PG_TYPES[f.type].split("(")[0])
+                                  for f in kind.fields], "text"]
+               for name, kind in KINDS.items()}
+
+
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,
                 on_progress=None) -> IngestSummary:
     source_id, resume_after = register_source(conn, inp)
@@ -128,8 +134,7 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     lines = inp.open_lines(on_progress)
     if resume_after:  # lines up to the committed cursor are already in the database
         lines = _skip_through(lines, resume_after, total)
-    for batch in _batched(lines, batch_lines):
-        total.add(loader.load(batch))
+    _pipelined(loader, _batched(lines, batch_lines), total)
     conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
     conn.commit()
     return total
@@ -150,6 +155,20 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
                 inp.cleanup()
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def _pipelined(loader: BatchLoader, batches, total: IngestSummary) -> None:
+    """Type batch N+1 in this thread while a worker commits batch N (psycopg releases the GIL while it waits
+    for the server). Commits stay strictly in order, so the resume cursor never passes an uncommitted line."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-db") as db:
+        pending = None
+        for batch in batches:
+            prepared = loader.prepare(batch)
+            if pending is not None:
+                total.add(pending.result())
+            pending = db.submit(loader.commit, prepared)
+        if pending is not None:
+            total.add(pending.result())
 
 
 def _skip_through(lines, last_committed: int, summary: IngestSummary):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 STATUSES = ("Pending", "Started", "Finished", "Challenged", "Validated", "Invalidated", "TimedOut")
 
@@ -57,8 +58,7 @@ class EscrowConfig:
     settled: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Tx:
+class Tx(NamedTuple):  # a NamedTuple: immutable like a frozen dataclass, several times cheaper to build
     diff_nonce: int
     kind: str
     inference_id: int
@@ -323,10 +323,13 @@ class _Machine:
                 self._move(rec, "Finished", None, "settlement_drain")
 
 
-def replay(config: EscrowConfig, txs: Iterable[Tx]) -> ReplayResult:
-    """Replay an escrow's txs in protocol order; a rejected tx changes nothing."""
+def replay(config: EscrowConfig, txs: Iterable[Tx], *, presorted: bool = False) -> ReplayResult:
+    """Replay an escrow's txs in protocol order; a rejected tx changes nothing.
+
+    presorted=True skips the sort when the caller already delivers `sort_key` order (the database does: its
+    keys make (diff_nonce, kind order, inference_id, slot) unique)."""
     machine = _Machine(config)
-    for tx in sorted(txs, key=sort_key):
+    for tx in (txs if presorted else sorted(txs, key=sort_key)):
         machine.apply(tx)
     if config.settled:
         machine.drain()

@@ -7,6 +7,8 @@ mark its epoch dirty for the rules stage. A late record re-marks its escrow and 
 from __future__ import annotations
 
 import itertools
+import queue
+import threading
 import time
 from dataclasses import dataclass
 
@@ -18,25 +20,26 @@ CHUNK_ESCROWS = 200
 
 _TXS = """
 SELECT escrow_id, diff_nonce, kind, inference_id, slot, valid, reason, votes, input_tokens, output_tokens FROM (
-  SELECT escrow_id, diff_nonce, 'start' AS kind, inference_id, NULL::int AS slot, NULL::bool AS valid,
+  SELECT escrow_id, diff_nonce, 0 AS kind_order, 'start' AS kind, inference_id, NULL::int AS slot, NULL::bool AS valid,
          NULL::text AS reason, NULL::jsonb AS votes, NULL::bigint AS input_tokens, NULL::bigint AS output_tokens
     FROM rec.start_tx WHERE escrow_id = ANY(%(ids)s)
-  UNION ALL SELECT escrow_id, diff_nonce, 'confirm_start', inference_id, NULL, NULL, NULL, NULL, NULL, NULL
+  UNION ALL SELECT escrow_id, diff_nonce, 1, 'confirm_start', inference_id, NULL, NULL, NULL, NULL, NULL, NULL
     FROM rec.confirm_start_tx WHERE escrow_id = ANY(%(ids)s)
-  UNION ALL SELECT escrow_id, diff_nonce, 'finish', inference_id, executor_slot, NULL, NULL, NULL, input_tokens,
+  UNION ALL SELECT escrow_id, diff_nonce, 2, 'finish', inference_id, executor_slot, NULL, NULL, NULL, input_tokens,
          output_tokens FROM rec.finish_tx WHERE escrow_id = ANY(%(ids)s)
-  UNION ALL SELECT escrow_id, diff_nonce, 'validation', inference_id, validator_slot, valid, NULL, NULL, NULL, NULL
+  UNION ALL SELECT escrow_id, diff_nonce, 3, 'validation', inference_id, validator_slot, valid, NULL, NULL, NULL, NULL
     FROM rec.validation_tx WHERE escrow_id = ANY(%(ids)s)
-  UNION ALL SELECT escrow_id, diff_nonce, 'validation_vote', inference_id, voter_slot, vote_valid, NULL, NULL,
+  UNION ALL SELECT escrow_id, diff_nonce, 4, 'validation_vote', inference_id, voter_slot, vote_valid, NULL, NULL,
          NULL, NULL FROM rec.validation_vote_tx WHERE escrow_id = ANY(%(ids)s)
-  UNION ALL SELECT escrow_id, diff_nonce, 'timeout', inference_id, NULL, NULL, reason, votes, NULL, NULL
+  UNION ALL SELECT escrow_id, diff_nonce, 5, 'timeout', inference_id, NULL, NULL, reason, votes, NULL, NULL
     FROM rec.timeout_tx WHERE escrow_id = ANY(%(ids)s)
-  UNION ALL SELECT escrow_id, diff_nonce, 'error_miss', inference_id, NULL, NULL, NULL, votes, NULL, NULL
+  UNION ALL SELECT escrow_id, diff_nonce, 6, 'error_miss', inference_id, NULL, NULL, NULL, votes, NULL, NULL
     FROM rec.error_miss_tx WHERE escrow_id = ANY(%(ids)s)
-) t ORDER BY escrow_id
+) t ORDER BY escrow_id, diff_nonce, kind_order, inference_id, slot NULLS FIRST
 """
 
-_DERIVED = ("replay.inference", "replay.rejected_tx", "replay.transition", "replay.slot_stats", "replay.escrow")
+_TX_TYPES = ["text", "int8", "text", "int8", "int4", "bool", "text", "jsonb", "int8", "int8"]
+_DERIVED = ("replay.inference", "replay.rejected_tx", "replay.slot_stats", "replay.escrow")
 
 
 @dataclass
@@ -80,14 +83,8 @@ def _replay_chunk(conn: psycopg.Connection, ids: list[str], summary: ReplaySumma
     configs = _load_configs(conn, ids)
     for table in _DERIVED:
         conn.execute(f"DELETE FROM {table} WHERE escrow_id = ANY(%s)", (ids,))
-    results: list[tuple[EscrowConfig, int | None, ReplayResult, int]] = []
-    with conn.cursor(name="replay_txs") as cur:
-        cur.itersize = 20_000
-        cur.execute(_TXS, {"ids": list(configs)})
-        for escrow_id, rows in itertools.groupby(cur, key=lambda r: r[0]):
-            config, epoch = configs[escrow_id]
-            txs = [_tx(r) for r in rows]
-            results.append((config, epoch, replay(config, txs), len(txs)))
+    results = [(config, epoch, replay(config, txs, presorted=True), len(txs))
+               for config, epoch, txs in _escrow_logs(conn, configs)]
     _write(conn, results)
     conn.execute("INSERT INTO rules.dirty_epoch (epoch_index) SELECT DISTINCT epoch_index FROM rec.escrow "
                  "WHERE escrow_id = ANY(%s) AND epoch_index IS NOT NULL ON CONFLICT DO NOTHING", (ids,))
@@ -98,23 +95,66 @@ def _replay_chunk(conn: psycopg.Connection, ids: list[str], summary: ReplaySumma
         summary.inferences += len(result.inferences)
 
 
+def _escrow_logs(conn: psycopg.Connection, configs: dict):
+    """Yield (config, epoch, txs) per escrow, in protocol order. A reader thread decodes the binary COPY
+    (the GIL is released while it waits on the server) while the caller replays the previous escrow."""
+    logs: queue.Queue = queue.Queue(maxsize=4)
+
+    def read() -> None:
+        try:
+            with conn.cursor() as cur, cur.copy(f"COPY ({_TXS}) TO STDOUT (FORMAT BINARY)",
+                                                {"ids": list(configs)}) as cp:
+                cp.set_types(_TX_TYPES)
+                for escrow_id, rows in itertools.groupby(cp.rows(), key=lambda r: r[0]):
+                    logs.put((escrow_id, [_tx(r) for r in rows]))
+            logs.put(None)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            logs.put(exc)
+
+    reader = threading.Thread(target=read, name="replay-read", daemon=True)
+    reader.start()
+    while (item := logs.get()) is not None:
+        if isinstance(item, BaseException):
+            reader.join()
+            raise item
+        escrow_id, txs = item
+        config, epoch = configs[escrow_id]
+        yield config, epoch, txs
+    reader.join()
+
+
 def _tx(r) -> Tx:
     _, nonce, kind, inference_id, slot, valid, reason, votes, input_tokens, output_tokens = r
     return Tx(nonce, kind, inference_id, slot, valid, reason,
               tuple((v["voter_slot"], v["accept"]) for v in votes) if votes else (), input_tokens, output_tokens)
 
 
+def _entered_at(res: ReplayResult) -> dict[int, dict]:
+    """Per inference: the diff_nonce at which it entered each status (each is entered at most once)."""
+    out: dict[int, dict] = {}
+    for t in res.transitions:
+        e = out.setdefault(t.inference_id, {})
+        e[t.to_status] = t.diff_nonce
+        if t.cause == "settlement_drain":
+            e["drained"] = True
+    return out
+
+
 def _write(conn: psycopg.Connection, results) -> None:
     with conn.cursor() as cur:
         with cur.copy("COPY replay.inference (escrow_id, inference_id, epoch_index, executor_slot, executor_address,"
                       " status, votes_valid, votes_invalid, vote_threshold, penalty, status_nonce, challenged_nonce,"
-                      " challenger_slot, resolved_nonce, timeout_reason) FROM STDIN") as cp:
+                      " challenger_slot, resolved_nonce, timeout_reason, start_nonce, started_nonce, finished_nonce,"
+                      " timed_out_nonce, drained) FROM STDIN") as cp:
             for config, epoch, res, _ in results:
+                entered = _entered_at(res)
                 for s in res.inferences.values():
+                    e = entered.get(s.inference_id, {})
                     cp.write_row((config.escrow_id, s.inference_id, epoch, s.executor_slot, s.executor_address,
                                   s.status, s.votes_valid, s.votes_invalid, res.vote_threshold, s.penalty,
                                   s.status_nonce, s.challenged_nonce, s.challenger_slot, s.resolved_nonce,
-                                  s.timeout_reason))
+                                  s.timeout_reason, e.get("Pending"), e.get("Started"), e.get("Finished"),
+                                  e.get("TimedOut"), e.get("drained", False)))
         with cur.copy("COPY replay.rejected_tx (escrow_id, ordinal, diff_nonce, kind, inference_id, slot, reason,"
                       " ignored) FROM STDIN") as cp:
             for config, _, res, _ in results:
@@ -122,12 +162,6 @@ def _write(conn: psycopg.Connection, results) -> None:
                 for ordinal, (r, ignored) in enumerate(tagged):
                     cp.write_row((config.escrow_id, ordinal, r.diff_nonce, r.kind, r.inference_id, r.slot, r.reason,
                                   ignored))
-        with cur.copy("COPY replay.transition (escrow_id, inference_id, ordinal, diff_nonce, from_status, to_status,"
-                      " cause) FROM STDIN") as cp:
-            for config, _, res, _ in results:
-                for ordinal, t in enumerate(res.transitions):
-                    cp.write_row((config.escrow_id, t.inference_id, ordinal, t.diff_nonce, t.from_status,
-                                  t.to_status, t.cause))
         with cur.copy("COPY replay.slot_stats (escrow_id, slot_id, participant, missed, invalid) FROM STDIN") as cp:
             for config, _, res, _ in results:
                 for slot_id, address in enumerate(config.slots):

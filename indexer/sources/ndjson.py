@@ -8,10 +8,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
@@ -20,7 +21,10 @@ import orjson
 from indexer.load.kinds import KINDS
 
 GZIP_MAGIC = b"\x1f\x8b"
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _CHUNK = 1 << 20
+# a \u0000 escape itself, not the text "\u0000" behind an escaped backslash ("\\u0000" in the JSON)
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class InputError(Exception):
@@ -30,6 +34,7 @@ class InputError(Exception):
 @dataclass(frozen=True, slots=True)
 class Accepted:
     kind: str
+    obj: dict | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,8 @@ def classify_line(raw: bytes) -> Accepted | Rejected:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if _SURROGATE.search(raw):  # orjson and PostgreSQL refuse unpaired surrogate escapes
+            return Rejected(f"malformed JSON: {exc}")
         try:  # orjson refuses integers beyond 64 bits that are still valid JSON
             obj = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -56,9 +63,9 @@ def classify_line(raw: bytes) -> Accepted | Rejected:
         return Rejected("missing or non-string field kind")
     if kind not in KINDS:
         return Rejected(f"unknown kind {kind[:60]!r}", kind=kind[:60])
-    if b"\\u0000" in raw:  # valid JSON, but PostgreSQL jsonb cannot store NUL characters
+    if b"\\u0000" in raw and _NUL_ESCAPE.search(raw):  # valid JSON, but PostgreSQL cannot store NUL characters
         return Rejected("contains \\u0000, which PostgreSQL jsonb cannot store", kind=kind)
-    return Accepted(kind)
+    return Accepted(kind, obj)
 
 
 @dataclass

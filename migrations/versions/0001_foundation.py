@@ -271,7 +271,7 @@ CREATE TABLE replay.escrow (
     replayed_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT pk_escrow PRIMARY KEY (escrow_id)
 );
-CREATE TABLE replay.inference (
+CREATE TABLE replay.inference (  -- each status is entered at most once: its causing tx is a *_nonce column
     escrow_id text NOT NULL,
     inference_id bigint NOT NULL,
     epoch_index bigint,
@@ -283,10 +283,15 @@ CREATE TABLE replay.inference (
     vote_threshold integer NOT NULL,
     penalty text,
     status_nonce bigint,
+    start_nonce bigint,
+    started_nonce bigint,
+    finished_nonce bigint,
     challenged_nonce bigint,
     challenger_slot integer,
     resolved_nonce bigint,
     timeout_reason text,
+    timed_out_nonce bigint,
+    drained boolean NOT NULL DEFAULT false,
     CONSTRAINT pk_inference PRIMARY KEY (escrow_id, inference_id),
     CONSTRAINT ck_inference_status CHECK (status IN ('Pending','Started','Finished','Challenged','Validated','Invalidated','TimedOut')),
     CONSTRAINT ck_inference_penalty CHECK (penalty IN ('missed','invalid'))
@@ -304,16 +309,6 @@ CREATE TABLE replay.rejected_tx (
     CONSTRAINT pk_rejected_tx PRIMARY KEY (escrow_id, ordinal)
 );
 COMMENT ON TABLE replay.rejected_tx IS 'Txs the state machine would not apply (ignored = accepted by the protocol with no effect)';
-CREATE TABLE replay.transition (
-    escrow_id text NOT NULL,
-    inference_id bigint NOT NULL,
-    ordinal integer NOT NULL,
-    diff_nonce bigint,
-    from_status text,
-    to_status text NOT NULL,
-    cause text NOT NULL,
-    CONSTRAINT pk_transition PRIMARY KEY (escrow_id, inference_id, ordinal)
-);
 CREATE TABLE replay.slot_stats (
     escrow_id text NOT NULL,
     slot_id integer NOT NULL,

@@ -1,0 +1,3 @@
+from indexer.devnet.run import main
+
+raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""Devshard host JSON (Go ``encoding/json``): integers as numbers, ``[]byte`` base64, PascalCase
+untagged structs (``group``), string slot keys (§5.2, §5.4, F11)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from indexer.devnet.engine import fake_sig
+from indexer.devnet.models import HostSpec
+from indexer.devnet.scenario import EscrowSim
+from indexer.devnet.world import Devnet
+from indexer.wire.diffs import diff_to_host_json
+
+MAX_DIFFS_PER_PAGE = 64
+BINARY_VERSION = "devshard-v7.3.1-devnet"
+
+
+def host_escrows(net: Devnet, host: HostSpec) -> list[EscrowSim]:
+    """Sessions this host keeps: live escrows where it holds a slot."""
+    return [e for e in net.scenario.escrows.values() if net.live(e) and host.address in e.slots]
+
+
+def session(net: Devnet, host: HostSpec, escrow_id: str, version: str) -> EscrowSim | None:
+    esc = net.escrow(escrow_id)
+    if esc is None or esc not in host_escrows(net, host) or esc.protocol_version != version:
+        return None
+    return esc
+
+
+def healthz_json(net: Devnet) -> list[dict[str, str]]:
+    return [{"name": net.scenario.config.protocol_version, "status": "ok"}]
+
+
+def shards_json(net: Devnet, host: HostSpec, version: str) -> dict[str, Any]:
+    """``stats/shards``: current epoch only."""
+    current = [e for e in host_escrows(net, host) if e.epoch_index == net.current_epoch and e.protocol_version == version]
+    return {"protocol_version": version, "binary_version": BINARY_VERSION, "current_epoch_id": net.current_epoch,
+            "cached_at": net.now(), "cache_ttl_seconds": 60, "active_escrows": [e.escrow_id for e in current],
+            "shards": [{"escrow_id": e.escrow_id, "epoch_id": e.epoch_index} for e in current]}
+
+
+def shard_detail_json(net: Devnet, esc: EscrowSim) -> dict[str, Any]:
+    """F11: final per-slot host stats of the session, plus observability and the slot group."""
+    stats = esc.host_stats()
+    by_slot = {str(i): {"missed": 0, "invalid": 0, "cost": 0, "required_validations": s["required_validations"],
+                        "completed_validations": s["completed_validations"]} for i, s in enumerate(stats)}
+    return {
+        "escrow_id": esc.escrow_id, "epoch_id": esc.epoch_index, "nonce": esc.last_nonce,
+        "version": esc.protocol_version, "state_root_and_protocol_version": esc.protocol_version,
+        "cached_at": net.now(), "cache_ttl_seconds": 60,
+        "host_stats": {str(i): s for i, s in enumerate(stats)},
+        "validation_observability": {
+            "by_slot": by_slot,
+            "totals": {"required_validations": sum(s["required_validations"] for s in stats),
+                       "completed_validations": sum(s["completed_validations"] for s in stats)}},
+        "group": [{"SlotID": i, "ValidatorAddress": addr} for i, addr in enumerate(esc.slots)],
+    }
+
+
+def diffs_json(net: Devnet, esc: EscrowSim, first: int, last: int, lying: bool) -> list[dict[str, Any]]:
+    log = net.scenario.host_diff_log(esc, lying=lying)
+    return [diff_to_host_json(d, esc.protocol_version, sig, root)
+            for d, sig, root in log if first <= d["nonce"] <= last]
+
+
+def signatures_json(esc: EscrowSim, nonce: int) -> dict[str, Any] | None:
+    if not 1 <= nonce <= esc.last_nonce:
+        return None
+    root = esc.roots[nonce - 1]
+    return {"signatures": {str(i): base64.b64encode(fake_sig("state", root, esc.escrow_id, nonce, addr)).decode()
+                           for i, addr in enumerate(esc.slots)}}
+
+
+def payload_json(esc: EscrowSim, inference_id: int) -> dict[str, Any] | None:
+    """Stored prompt and response payloads (field names are not confirmed upstream, §8)."""
+    response = esc.log.payloads.get(inference_id)
+    if response is None:
+        return None
+    return {"inference_id": inference_id, "escrow_id": esc.escrow_id,
+            "prompt_payload": json.dumps(esc.log.prompts[inference_id], separators=(",", ":")),
+            "response_payload": response,
+            "executor_signature": base64.b64encode(fake_sig("receipt", esc.escrow_id, inference_id)).decode()}

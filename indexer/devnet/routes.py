@@ -1,0 +1,213 @@
+"""Request routing of the devnet: path + query → status, headers, body. No sockets here, so the
+routing is testable without a server; :mod:`indexer.devnet.server` adds HTTP and faults.
+
+URL layout (one listener for the whole network):
+  ``/chain-api/productscience/inference/inference/…``  chain REST (grpc-gateway)
+  ``/chain-rpc/…``                                      CometBFT RPC subset
+  ``/hosts/<name>/devshard/…``                          each simulated devshard host; its participant's
+                                                        ``inference_url`` is ``<base>/hosts/<name>``
+  ``/devnet/…``                                         control (advance the clock, describe the network)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from indexer.devnet import chainviews as cv
+from indexer.devnet import hostviews as hv
+from indexer.devnet.world import Devnet
+
+CHAIN_PREFIX = "/chain-api/productscience/inference/inference"
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def json(cls, obj: Any, status: int = 200) -> "Response":
+        return cls(status, json.dumps(obj, separators=(",", ":")).encode(), {"Content-Type": "application/json"})
+
+    @classmethod
+    def text(cls, message: str, status: int) -> "Response":
+        # Go's http.Error: text/plain with a trailing newline
+        return cls(status, (message + "\n").encode(), {"Content-Type": "text/plain; charset=utf-8"})
+
+
+def grpc_error(code: int, message: str) -> Response:
+    http = {3: 400, 5: 404}.get(code, 500)
+    return Response.json({"code": code, "message": message, "details": []}, http)
+
+
+@dataclass
+class AppOptions:
+    b64_events: bool = False  # CometBFT < 0.37 base64-encodes event attributes
+    escrow_max_model_len: str | None = None  # None | "string" | "number" (PR #1763 field)
+    lying_host: str | None = None  # address of the host that serves a diverging diff log
+
+
+Handler = Callable[..., Response]
+
+
+class App:
+    def __init__(self, net: Devnet, options: AppOptions | None = None) -> None:
+        self.net = net
+        self.options = options or AppOptions()
+        self.base_url = ""
+        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        for method, pattern, handler in self._table():
+            self._routes.append((method, re.compile(f"^{pattern}$"), handler))
+
+    def host_url(self, address: str) -> str:
+        return f"{self.base_url}/hosts/{self.net.scenario.hosts_by_address[address].name}"
+
+    def _table(self) -> list[tuple[str, str, Handler]]:
+        c, h = CHAIN_PREFIX, r"/hosts/(?P<host>[^/]+)"
+        return [
+            ("POST", "/devnet/advance", self.advance),
+            ("GET", "/devnet/state", self.describe),
+            ("GET", f"{c}/get_current_epoch", lambda q, hd: Response.json(cv.current_epoch_json(self.net))),
+            ("GET", f"{c}/epoch_info", lambda q, hd: Response.json(cv.epoch_info_json(self.net))),
+            ("GET", f"{c}/params", lambda q, hd: Response.json(cv.params_json(self.net))),
+            ("GET", f"{c}/epoch_group_data/(?P<epoch>[^/]+)", self.epoch_group_data),
+            ("GET", f"{c}/devshard_escrow/(?P<escrow>[^/]+)", self.escrow),
+            ("GET", f"{c}/devshard_host_epoch_stats/(?P<epoch>[^/]+)/(?P<participant>[^/]+)", self.host_epoch_stats),
+            ("GET", f"{c}/participant/(?P<address>[^/]+)", self.participant),
+            ("GET", "/chain-rpc/status", lambda q, hd: Response.json(cv.status_json(self.net))),
+            ("GET", "/chain-rpc/tx_search", self.tx_search),
+            ("GET", f"{h}/devshard/healthz", self.healthz),
+            ("GET", f"{h}/devshard/stats/shards", self.shards_newest),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+)/stats/shards", self.shards),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+)/stats/shards/(?P<escrow>[^/]+)", self.shard_detail),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/diffs", self.diffs),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/signatures", self.signatures),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/payloads", self.payloads),
+            ("GET", f"{h}/v1/devshard/.*", self.gone),
+        ]
+
+    def handle(self, method: str, path: str, query: Mapping[str, list[str]], headers: Mapping[str, str]) -> Response:
+        wrong_method = False
+        for route_method, pattern, handler in self._routes:
+            m = pattern.match(path)
+            if m and route_method == method:
+                with self.net.lock:  # the clock may advance concurrently (POST /devnet/advance)
+                    return handler(query, headers, **m.groupdict())
+            wrong_method = wrong_method or m is not None
+        return Response.text("method not allowed", 405) if wrong_method else Response.text("404 page not found", 404)
+
+    # -- control ----------------------------------------------------------------------------------
+    def advance(self, q: Mapping, hd: Mapping) -> Response:
+        return Response.json({"epoch": str(self.net.advance_epoch())})
+
+    def describe(self, q: Mapping, hd: Mapping) -> Response:
+        return Response.json({"current_epoch": self.net.current_epoch,
+                              "chain_rest_url": f"{self.base_url}/chain-api", "rpc_url": f"{self.base_url}/chain-rpc",
+                              "hosts": {h.address: self.host_url(h.address) for h in self.net.scenario.hosts}})
+
+    # -- chain REST -------------------------------------------------------------------------------
+    def epoch_group_data(self, q: Mapping, hd: Mapping, epoch: str) -> Response:
+        if not epoch.isdigit():
+            return grpc_error(3, f"invalid epoch {epoch!r}")
+        body = cv.epoch_group_data_json(self.net, int(epoch), _param(q, "model_id"))
+        return Response.json(body) if body else grpc_error(5, "epoch group data not found")
+
+    def escrow(self, q: Mapping, hd: Mapping, escrow: str) -> Response:
+        if not escrow.isdigit():
+            return grpc_error(3, f"invalid escrow id {escrow!r}")
+        esc = self.net.escrow(escrow)
+        if esc is None:
+            return Response.json({"found": False})
+        return Response.json(cv.escrow_json(self.net, esc, self.options.escrow_max_model_len))
+
+    def host_epoch_stats(self, q: Mapping, hd: Mapping, epoch: str, participant: str) -> Response:
+        if not epoch.isdigit():
+            return grpc_error(3, f"invalid epoch {epoch!r}")
+        return Response.json(cv.host_epoch_stats_json(self.net, int(epoch), participant))
+
+    def participant(self, q: Mapping, hd: Mapping, address: str) -> Response:
+        if address not in self.net.scenario.hosts_by_address:
+            return grpc_error(5, "participant not found")
+        return Response.json(cv.participant_json(self.net, address, self.host_url(address)))
+
+    def tx_search(self, q: Mapping, hd: Mapping) -> Response:
+        try:
+            page = int((_param(q, "page") or "1").strip('"'))
+            per_page = int((_param(q, "per_page") or "30").strip('"'))
+        except ValueError:
+            return Response.json({"jsonrpc": "2.0", "id": -1, "error": {"code": -32602, "message": "Invalid params"}}, 500)
+        status, body = cv.tx_search_json(self.net, _param(q, "query") or "", page, per_page,
+                                         _param(q, "order_by") or "asc", self.options.b64_events)
+        return Response.json(body, status)
+
+    # -- devshard hosts ---------------------------------------------------------------------------
+    def _host(self, name: str):
+        return next((h for h in self.net.scenario.hosts if h.name == name), None)
+
+    def healthz(self, q: Mapping, hd: Mapping, host: str) -> Response:
+        if self._host(host) is None:
+            return Response.text("404 page not found", 404)
+        return Response.json(hv.healthz_json(self.net))
+
+    def shards_newest(self, q: Mapping, hd: Mapping, host: str) -> Response:
+        return self.shards(q, hd, host, self.net.scenario.config.protocol_version)
+
+    def shards(self, q: Mapping, hd: Mapping, host: str, version: str) -> Response:
+        spec = self._host(host)
+        if spec is None:
+            return Response.text("404 page not found", 404)
+        return Response.json(hv.shards_json(self.net, spec, version))
+
+    def _session(self, host: str, version: str, escrow: str):
+        spec = self._host(host)
+        return spec, (hv.session(self.net, spec, escrow, version) if spec else None)
+
+    def shard_detail(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
+        _, esc = self._session(host, version, escrow)
+        return Response.json(hv.shard_detail_json(self.net, esc)) if esc else Response.text("shard not found", 404)
+
+    def diffs(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
+        spec, esc = self._session(host, version, escrow)
+        if esc is None:
+            return Response.text("session not found", 404)
+        try:
+            first = int(_param(q, "from") or "")
+            last = int(_param(q, "to") or first + hv.MAX_DIFFS_PER_PAGE - 1)
+        except ValueError:
+            return Response.text("invalid from/to", 400)
+        if first < 0 or last < first:
+            return Response.text("invalid diff range", 400)
+        if last - first + 1 > hv.MAX_DIFFS_PER_PAGE:
+            return Response.text(f"diff range exceeds one page (max {hv.MAX_DIFFS_PER_PAGE} nonces or 8 MiB)", 400)
+        lying = spec.address == self.options.lying_host
+        return Response.json(hv.diffs_json(self.net, esc, first, last, lying))
+
+    def signatures(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
+        _, esc = self._session(host, version, escrow)
+        nonce = _param(q, "nonce") or ""
+        body = hv.signatures_json(esc, int(nonce)) if esc and nonce.isdigit() else None
+        return Response.json(body) if body else Response.text("signatures not found", 404)
+
+    def payloads(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
+        # real hosts check group membership and a signed timestamp; the devnet only wants the header
+        if not {k.lower() for k in hd} & {"x-validator-address"}:
+            return Response.text("missing validator authentication", 401)
+        _, esc = self._session(host, version, escrow)
+        iid = _param(q, "inference_id") or ""
+        body = hv.payload_json(esc, int(iid)) if esc and iid.isdigit() else None
+        return Response.json(body) if body else Response.text("payload not found", 404)
+
+    def gone(self, q: Mapping, hd: Mapping, host: str) -> Response:
+        version = self.net.scenario.config.protocol_version
+        resp = Response.text("devshard API moved to /devshard/{version}", 410)
+        resp.headers.update({"Deprecation": "true", "Link": f'</devshard/{version}>; rel="successor-version"'})
+        return resp
+
+
+def _param(q: Mapping[str, list[str]], name: str) -> str | None:
+    values = q.get(name)
+    return values[0] if values else None

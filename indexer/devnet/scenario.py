@@ -1,0 +1,218 @@
+"""Seedable generator of a simulated Gonka devshard network (``Scenario``).
+
+``Scenario(ScenarioConfig(seed=…))`` builds, per epoch, the model snapshots, escrows (16 slots over
+6–8 hosts) and each escrow's complete diff log, stored payloads, labels and ground truth (final
+statuses and per-slot host stats from the reference state machine). Everything derives from one
+``random.Random(seed)``, so equal configs give byte-identical networks.
+
+The devnet clock is explicit: :class:`indexer.devnet.world.Devnet` decides what is visible,
+settled or pruned at its current epoch; the scenario itself is immutable data.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from indexer.devnet.engine import EscrowContext, EscrowLog, fake_sig
+from indexer.devnet.flows import EscrowGenerator
+from indexer.devnet.models import MODELS, HostSpec, ModelSpec, make_hosts, max_model_len
+from indexer.devnet.state import STATUS_NAMES, EscrowState
+from indexer.wire.diffs import encode_diff
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    seed: int = 2078
+    epochs: int = 3
+    escrows_per_epoch: int = 2
+    inferences_per_escrow: int = 40
+    hosts: int = 7
+    first_epoch: int = 408
+    first_escrow_id: int = 1971
+    protocol_version: str = "v7"
+    group_size: int = 16
+    max_slots_per_host: int = 5  # keeps any single address below the 9-slot decision weight
+    token_price: int = 10
+    vote_threshold_factor: int = 50
+    validation_rate: int = 1000
+    blocks_per_epoch: int = 15391
+    seconds_per_block: int = 6
+    genesis_height: int = 2_450_000
+    genesis_time: int = 1_790_812_800
+
+
+@dataclass
+class EscrowSim:
+    escrow_id: str
+    epoch_index: int
+    model: ModelSpec
+    slots: list[str]
+    creator: str
+    amount: int
+    token_price: int
+    vote_threshold_factor: int
+    validation_rate: int
+    protocol_version: str
+    created_height: int
+    log: EscrowLog
+    state: EscrowState
+    roots: list[bytes] = field(default_factory=list)
+    user_sigs: list[bytes] = field(default_factory=list)
+
+    @property
+    def diffs(self) -> list[dict[str, Any]]:
+        return self.log.diffs
+
+    @property
+    def governance_limit(self) -> int:
+        return max_model_len(list(self.model.model_args)) or 0
+
+    @property
+    def last_nonce(self) -> int:
+        return self.log.diffs[-1]["nonce"] if self.log.diffs else 0
+
+    def statuses(self) -> dict[int, str]:
+        return {i: STATUS_NAMES[r.status] for i, r in sorted(self.state.records.items())}
+
+    def host_stats(self) -> list[dict[str, int]]:
+        return [s.as_dict() for s in self.state.stats]
+
+
+@dataclass
+class EpochSim:
+    epoch_index: int
+    start_height: int
+    start_time: int
+    models: list[ModelSpec]
+    escrows: list[EscrowSim]
+
+
+class Scenario:
+    def __init__(self, config: ScenarioConfig | None = None) -> None:
+        self.config = config or ScenarioConfig()
+        self.rng = random.Random(self.config.seed)
+        self.hosts: list[HostSpec] = make_hosts(self.rng, self.config.hosts)
+        self.hosts_by_address = {h.address: h for h in self.hosts}
+        self.epochs: list[EpochSim] = []
+        next_id = self.config.first_escrow_id
+        for i in range(self.config.epochs):
+            epoch = self._epoch(self.config.first_epoch + i, next_id)
+            next_id += len(epoch.escrows)
+            self.epochs.append(epoch)
+        self.escrows = {e.escrow_id: e for ep in self.epochs for e in ep.escrows}
+
+    # -- lookups --------------------------------------------------------------------------------
+    def epoch(self, epoch_index: int) -> EpochSim | None:
+        return next((e for e in self.epochs if e.epoch_index == epoch_index), None)
+
+    def epoch_start(self, epoch_index: int) -> tuple[int, int]:
+        """(start height, start unix time) of any epoch, generated or not."""
+        offset = epoch_index - self.config.first_epoch
+        height = self.config.genesis_height + offset * self.config.blocks_per_epoch
+        return height, self.config.genesis_time + offset * self.config.blocks_per_epoch * self.config.seconds_per_block
+
+    # -- generation -----------------------------------------------------------------------------
+    def _epoch(self, epoch_index: int, first_id: int) -> EpochSim:
+        height, time = self.epoch_start(epoch_index)
+        escrows = []
+        for k in range(self.config.escrows_per_epoch):
+            # rotate models so DeepSeek comes first, as in the reference scenario
+            model = MODELS[((epoch_index - self.config.first_epoch) * self.config.escrows_per_epoch + k) % len(MODELS)]
+            escrows.append(self._escrow(str(first_id + k), epoch_index, model, k, height + 5 + k, time))
+        return EpochSim(epoch_index, height, time, list(MODELS), escrows)
+
+    def _group(self, model: ModelSpec, raised_heavy: bool) -> list[str]:
+        cfg = self.config
+        k = min(len(self.hosts), self.rng.randint(6, 8))
+        members = self.rng.sample(self.hosts, k)
+        counts = [1] * k
+        while sum(counts) < cfg.group_size:
+            i = self.rng.randrange(k)
+            if counts[i] < cfg.max_slots_per_host or all(c >= cfg.max_slots_per_host for c in counts):
+                counts[i] += 1
+        gov = max_model_len(list(model.model_args)) or 0
+        # alternate which side holds the big blocks, so challenges end both Invalidated and Validated
+        members.sort(key=lambda h: (h.limit(model) > gov) != raised_heavy)
+        counts.sort(reverse=True)
+        pairs = list(zip(members, counts))
+        self.rng.shuffle(pairs)  # contiguous slot blocks per host, in random host order (as in F3)
+        return [h.address for h, c in pairs for _ in range(c)]
+
+    def _escrow(self, escrow_id: str, epoch_index: int, model: ModelSpec, k: int, height: int, time: int) -> EscrowSim:
+        cfg = self.config
+        slots = self._group(model, raised_heavy=(epoch_index + k) % 2 == 0)
+        ctx = EscrowContext(escrow_id, epoch_index, model, slots, self.hosts_by_address, cfg.token_price,
+                            cfg.vote_threshold_factor, cfg.protocol_version, time + 60 * (k + 1), height + 10,
+                            cfg.inferences_per_escrow)
+        gen = EscrowGenerator(random.Random(self.rng.getrandbits(64)), ctx)
+        log = gen.generate()
+        esc = EscrowSim(escrow_id, epoch_index, model, slots, "gonka1gatewayuser", 5_000_000_000, cfg.token_price,
+                        cfg.vote_threshold_factor, cfg.validation_rate, cfg.protocol_version, height, log, gen.state)
+        esc.roots, esc.user_sigs = seal_diffs(esc.diffs, escrow_id, cfg.protocol_version)
+        return esc
+
+    # -- views over the data --------------------------------------------------------------------
+    def host_diff_log(self, escrow: EscrowSim, lying: bool = False) -> list[tuple[dict, bytes, bytes]]:
+        """(diff, user_sig, state_hash) per nonce as one host serves it; a lying host diverges."""
+        if not lying:
+            return list(zip(escrow.diffs, escrow.user_sigs, escrow.roots))
+        diffs = lie_about(escrow.diffs)
+        roots, _ = seal_diffs(diffs, escrow.escrow_id, escrow.protocol_version)
+        return list(zip(diffs, escrow.user_sigs, roots))  # it cannot forge the user's signatures
+
+    def host_epoch_stats(self, epoch_index: int) -> dict[str, dict[str, int]]:
+        """Per participant: settlement sums over all its slots in all escrows of the epoch (§1.3)."""
+        out: dict[str, dict[str, int]] = {}
+        epoch = self.epoch(epoch_index)
+        for esc in epoch.escrows if epoch else []:
+            for addr in dict.fromkeys(esc.slots):
+                acc = out.setdefault(addr, {"missed": 0, "invalid": 0, "cost": 0, "required_validations": 0,
+                                            "completed_validations": 0, "escrow_count": 0})
+                acc["escrow_count"] += 1
+                for slot, owner in enumerate(esc.slots):
+                    if owner == addr:
+                        for key, value in esc.state.stats[slot].as_dict().items():
+                            acc[key] += value
+        return out
+
+    def tx_records(self, escrow_id: str) -> list[dict[str, Any]]:
+        """Ground truth: the normalized tx records of an escrow, in (diff_nonce, tx_index) order."""
+        return copy.deepcopy(self.escrows[escrow_id].log.records)
+
+
+def seal_diffs(diffs: list[dict[str, Any]], escrow_id: str, version: str) -> tuple[list[bytes], list[bytes]]:
+    """Fill ``post_state_root`` (a hash chain over the diff bodies) and make the user signatures.
+
+    The real root is a state-tree hash; a chain over the serialized txs is enough for the devnet:
+    any divergence in txs changes every later root, which is what an indexer can check.
+    """
+    root = hashlib.sha256(f"devnet-genesis-{escrow_id}".encode()).digest()
+    roots, sigs = [], []
+    for diff in diffs:
+        body = encode_diff({"nonce": diff["nonce"], "txs": diff["txs"], "escrow_id": escrow_id}, version)
+        root = hashlib.sha256(root + body).digest()
+        diff["post_state_root"] = root
+        roots.append(root)
+        sigs.append(fake_sig("user", escrow_id, hashlib.sha256(encode_diff(diff, version)).digest()))
+    return roots, sigs
+
+
+def lie_about(diffs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A diverging copy: from the middle on, the first vote/validation/finish found is altered."""
+    lied = copy.deepcopy(diffs)
+    for diff in lied[len(lied) // 2 :] + lied[: len(lied) // 2]:
+        for tx in diff["txs"]:
+            if "validation_vote" in tx:
+                tx["validation_vote"]["vote_valid"] = not tx["validation_vote"]["vote_valid"]
+                return lied
+            if "validation" in tx:
+                tx["validation"]["valid"] = not tx["validation"]["valid"]
+                return lied
+            if "finish_inference" in tx:
+                tx["finish_inference"]["output_tokens"] += 1
+                return lied
+    return lied

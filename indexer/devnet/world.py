@@ -1,0 +1,61 @@
+"""The devnet's explicit clock: which epoch is current, and what that makes visible.
+
+Time only moves through :meth:`Devnet.advance_epoch` (or ``POST /devnet/advance``), so tests are
+deterministic. Rules, per escrow of epoch E at current epoch C:
+
+* E > C: not created yet (unknown to chain, hosts and tx_search);
+* E == C: created, unsettled, full diff log on its hosts (the devnet does not drip diffs);
+* E < C: settled (during the following epoch), host epoch stats found;
+* E < C − 2: pruned (``DevshardPruningThreshold = 2``): chain answers ``found:false`` and hosts drop
+  the session; tx_search still finds its events (blocks are not pruned).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from indexer.devnet.scenario import EscrowSim, Scenario
+
+PRUNING_THRESHOLD = 2
+
+
+class Devnet:
+    def __init__(self, scenario: Scenario, current_epoch: int | None = None) -> None:
+        self.scenario = scenario
+        self.current_epoch = scenario.config.first_epoch if current_epoch is None else current_epoch
+        self.lock = threading.RLock()
+
+    def advance_epoch(self) -> int:
+        with self.lock:
+            self.current_epoch += 1
+            return self.current_epoch
+
+    # -- per-escrow visibility --------------------------------------------------------------------
+    def created(self, esc: EscrowSim) -> bool:
+        return esc.epoch_index <= self.current_epoch
+
+    def settled(self, esc: EscrowSim) -> bool:
+        return esc.epoch_index < self.current_epoch
+
+    def pruned_epoch(self, epoch_index: int) -> bool:
+        return epoch_index < self.current_epoch - PRUNING_THRESHOLD
+
+    def live(self, esc: EscrowSim) -> bool:
+        """Known to chain state and to its hosts."""
+        return self.created(esc) and not self.pruned_epoch(esc.epoch_index)
+
+    def escrow(self, escrow_id: str) -> EscrowSim | None:
+        return self.scenario.escrows.get(str(escrow_id))
+
+    # -- chain clock --------------------------------------------------------------------------------
+    def latest_height(self) -> int:
+        # far enough into the epoch that its creations and the previous epoch's settlements are in
+        return self.scenario.epoch_start(self.current_epoch)[0] + 1000
+
+    def now(self) -> int:
+        start_height, start_time = self.scenario.epoch_start(self.current_epoch)
+        return start_time + (self.latest_height() - start_height) * self.scenario.config.seconds_per_block
+
+    def settle_height(self, esc: EscrowSim) -> int:
+        index = next(i for i, e in enumerate(self.scenario.epoch(esc.epoch_index).escrows) if e is esc)
+        return self.scenario.epoch_start(esc.epoch_index + 1)[0] + 3 + index

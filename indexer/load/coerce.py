@@ -1,0 +1,202 @@
+"""Per-kind typing and validation of parsed NDJSON objects (interface.md §2 rules), done once in Python.
+
+The reader already parses every line with orjson, so typing here is cheaper than a second JSON parse on the
+server. A record either becomes a tuple in column order (+ unknown fields as JSON) or raises `Invalid` with a
+reason naming the field. Checks that need other records (slot range against the escrow) stay set-based in SQL.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import orjson
+
+from indexer.load.kinds import (BOOL, HEX, I64, ID, KINDS, REASON, STR, STRS, TS, U32, U64, U64N, VOTES, Kind)
+
+MAX_I63, MAX_U64, MAX_I31 = 2**63 - 1, 2**64 - 1, 2**31 - 1
+_HEX = re.compile(r"[0-9a-fA-F]*\Z")
+_REASONS = {"refused": "refused", "1": "refused", "execution": "execution", "2": "execution"}
+
+
+class Invalid(ValueError):
+    pass
+
+
+def _int(v, name: str, lo: int, hi: int) -> int:
+    if type(v) is int:
+        n = v
+    elif type(v) is str and v.isascii() and (v.isdigit() or (v[:1] == "-" and v[1:].isdigit())):
+        n = int(v)
+    else:
+        raise Invalid(f"field {name}: not an integer: {_show(v)}")
+    if n < lo:
+        raise Invalid(f"field {name}: negative value: {_show(v)}" if lo == 0 else f"field {name}: out of range")
+    if n > hi:
+        raise Invalid(f"field {name}: out of range: {_show(v)}")
+    return n
+
+
+def _show(v) -> str:
+    return orjson.dumps(v).decode()[:60] if not isinstance(v, str) else repr(v)[:60]
+
+
+def c_u64(v, name):
+    return _int(v, name, 0, MAX_I63)
+
+
+def c_u64n(v, name):
+    return _int(v, name, 0, MAX_U64)
+
+
+def c_i64(v, name):
+    return _int(v, name, -MAX_I63, MAX_I63)
+
+
+def c_u32(v, name):
+    return _int(v, name, 0, MAX_I31)
+
+
+def c_id(v, name):
+    if type(v) is str and 0 < len(v) <= 128:
+        return v
+    if type(v) is int and 0 <= v <= MAX_U64:
+        return str(v)
+    raise Invalid(f"field {name}: not a string id: {_show(v)}")
+
+
+def c_bool(v, name):
+    if type(v) is bool:
+        return v
+    raise Invalid(f"field {name}: not a boolean: {_show(v)}")
+
+
+def c_str(v, name):
+    if type(v) is str:
+        return v
+    raise Invalid(f"field {name}: not a string: {_show(v)}")
+
+
+def c_hex(v, name):
+    if type(v) is str and _HEX.match(v):
+        return v.lower()
+    raise Invalid(f"field {name}: not a hex string: {_show(v)}")
+
+
+def c_strs(v, name):
+    if type(v) is list and all(type(x) is str for x in v):
+        return v
+    raise Invalid(f"field {name}: not an array of strings: {_show(v)}")
+
+
+def c_votes(v, name):
+    if type(v) is list:
+        out = []
+        for vote in v:
+            if type(vote) is not dict or type(vote.get("accept")) is not bool:
+                break
+            try:
+                out.append({"voter_slot": c_u32(vote.get("voter_slot"), "voter_slot"), "accept": vote["accept"]})
+            except Invalid:
+                break
+        else:
+            return orjson.dumps(out).decode()
+    raise Invalid(f"field {name}: not an array of {{voter_slot, accept}}: {_show(v)}")
+
+
+def c_reason(v, name):
+    key = str(v).lower().removeprefix("timeout_reason_") if type(v) in (str, int) else None
+    if key in _REASONS:
+        return _REASONS[key]
+    raise Invalid(f"field {name}: not refused or execution: {_show(v)}")
+
+
+def c_ts(v, name):
+    if type(v) is int and abs(v) < 10**11:
+        return datetime.fromtimestamp(v, tz=timezone.utc)
+    if type(v) is str:
+        try:
+            ts = datetime.fromisoformat(v.replace("Z", "+00:00"))
+            return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+        except ValueError:
+            pass
+    raise Invalid(f"field {name}: not a timestamp: {_show(v)}")
+
+
+COERCERS = {ID: c_id, U64: c_u64, U64N: c_u64n, I64: c_i64, U32: c_u32, BOOL: c_bool, STR: c_str, HEX: c_hex,
+            STRS: c_strs, VOTES: c_votes, REASON: c_reason, TS: c_ts}
+
+
+# Fast-path checks inlined into each kind's generated coercer; anything unusual falls back to the generic plan,
+# which produces the precise reason.
+_FAST = {
+    ID: "((type({v}) is str and 0 < len({v}) <= 128) or (type({v}) is int and 0 <= {v} <= MAX_U64))",
+    U64: "(type({v}) is int and 0 <= {v} <= MAX_I63)",
+    U64N: "(type({v}) is int and 0 <= {v} <= MAX_U64)",
+    I64: "(type({v}) is int and -MAX_I63 <= {v} <= MAX_I63)",
+    U32: "(type({v}) is int and 0 <= {v} <= MAX_I31)",
+    BOOL: "(type({v}) is bool)",
+    STR: "(type({v}) is str)",
+}
+
+
+class Coercer:
+    """Compiled field plan for one kind: a generated fast path plus the generic, reason-giving slow path."""
+
+    def __init__(self, kind: Kind):
+        self.kind = kind
+        self.plan = [(f.name, COERCERS[f.type], f.required) for f in kind.fields]
+        self.known = frozenset(["kind", *kind.columns])
+        self.fast = self._compile_fast_path()
+
+    def _compile_fast_path(self):
+        lines, conds, outs = ["def fast(obj, slow):", "    g = obj.get"], [], []
+        for i, f in enumerate(self.kind.fields):
+            v = f"v{i}"
+            lines.append(f"    {v} = g({f.name!r})")
+            if f.type in _FAST:
+                check = _FAST[f.type].format(v=v)
+                conds.append(check if f.required else f"({v} is None or {check})")
+                outs.append(f"str({v})" if f.type == ID else v)
+            elif f.type == HEX:
+                conds.append(f"({v} is None or (type({v}) is str and _HEX.match({v})))")
+                outs.append(f"({v} and {v}.lower())")
+            else:  # arrays, votes, timestamps, reasons: rare enough for the generic path
+                conds.append(f"{v} is None" if not f.required else "False")
+                outs.append("None")
+        lines.append(f"    if {' and '.join(conds)} and obj.keys() <= KNOWN:")
+        lines.append(f"        return ({', '.join(outs)}, None)")
+        lines.append("    return slow(obj)")
+        scope = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "_HEX": _HEX, "KNOWN": self.known}
+        exec("\n".join(lines), scope)  # noqa: S102 - code generated from the static field table above
+        return scope["fast"]
+
+    def __call__(self, obj: dict) -> tuple:
+        return self.fast(obj, self.slow)
+
+    def slow(self, obj: dict) -> tuple:
+        row = []
+        for name, fn, required in self.plan:
+            v = obj.get(name)
+            if v is None:
+                if required:
+                    raise Invalid(f"missing field {name}")
+                row.append(None)
+            else:
+                row.append(fn(v, name))
+        if obj.keys() <= self.known:
+            row.append(None)
+        else:
+            row.append(_dumps({k: v for k, v in obj.items() if k not in self.known}))
+        return tuple(row)
+
+
+def _dumps(value) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # integers beyond 64 bits in unknown fields
+        import json
+
+        return json.dumps(value, ensure_ascii=False)
+
+
+COERCE = {name: Coercer(kind) for name, kind in KINDS.items()}
