@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="exit 0 even when lines were quarantined (default: exit 2)")
     rep = sub.add_parser("replay", help="replay escrows (dirty ones by default)")
     rep.add_argument("--all", action="store_true", help="replay every escrow")
+    ru = sub.add_parser("rules", help="re-evaluate the rules stage (dirty epochs; --epochs forces a range)")
+    ru.add_argument("--epochs", type=parse_epochs)
     ex = sub.add_parser("export", help="write stored records as normalized NDJSON")
     ex.add_argument("--epochs", type=parse_epochs)
     ex.add_argument("file")

@@ -31,10 +31,8 @@ def process_changes(url: str) -> dict:
 
 
 def _run_rules(conn):
-    try:
-        from indexer.rules.run import run_rules
-    except ImportError:
-        return None
+    from indexer.rules.run import run_rules
+
     return run_rules(conn)
 
 
@@ -105,6 +103,19 @@ def cmd_replay(args) -> int:
     downstream = process_changes(url)
     r = downstream["replay"]
     console.print(f"replayed {r.escrows} escrows, {r.txs} txs ({r.rejected} rejected) in {r.seconds:.2f}s")
+    return EXIT_OK
+
+
+def cmd_rules(args) -> int:
+    from indexer.rules.run import run_rules
+
+    url = database_url(args)
+    ensure_schema(url)
+    with psycopg.connect(url) as conn:
+        summary = run_rules(conn, args.epochs)
+    console.print(f"rules: {summary.epochs} epoch(s) evaluated, {summary.parsed} payload(s) parsed, "
+                  f"{summary.disputable} disputable penalt{'y' if summary.disputable == 1 else 'ies'} "
+                  f"in {summary.seconds:.2f}s")
     return EXIT_OK
 
 

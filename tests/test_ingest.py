@@ -1,13 +1,14 @@
 """NDJSON ingest against the real database: idempotency, amendments, last-wins duplicates, number forms, extras."""
 from __future__ import annotations
 
+import json
 import uuid
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
 from indexer.synth import generate
-from tests.conftest import _with_db
 from tests.helpers import escrow, ingest, tx, write_lines
 
 # Columns that legitimately differ between two loads of the same content.
@@ -37,7 +38,7 @@ def second_db_url(pg_admin_url, template_db):
     name = f"indexer_t2_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(pg_admin_url, autocommit=True) as c:
         c.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield _with_db(pg_admin_url, name)
+    yield urlunsplit(urlsplit(pg_admin_url)._replace(path="/" + name))
     with psycopg.connect(pg_admin_url, autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -137,7 +138,7 @@ def test_same_key_twice_in_one_batch_last_wins(db_url, tmp_path, conn):
 
 def test_unknown_fields_are_kept_in_extra(db_url, tmp_path, conn):
     extra = {"note": "kept", "nested": {"a": [1, None, True]}, "big": 2 ** 70, "neg": -(2 ** 65), "nothing": None}
-    ingest(db_url, write_lines(tmp_path / "a.ndjson", [{**escrow(), **extra}]))
+    ingest(db_url, write_lines(tmp_path / "a.ndjson", [json.dumps({**escrow(), **extra}).encode()]))
     assert conn.execute("SELECT extra FROM rec.escrow").fetchone() == (extra,)
     assert conn.execute("SELECT (extra->>'big')::numeric = 1180591620717411303424 FROM rec.escrow").fetchone() == \
         (True,)

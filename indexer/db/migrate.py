@@ -37,8 +37,9 @@ def sql_object_files() -> list[Path]:
 
 
 def apply_replaceable_objects(conn: Connection) -> None:
-    conn.exec_driver_sql("DROP SCHEMA IF EXISTS api CASCADE")
-    conn.exec_driver_sql("CREATE SCHEMA api")
+    for schema in ("api", "fn"):  # fn: SQL functions the rules use; api: the public views
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
     for path in sql_object_files():
         conn.exec_driver_sql(path.read_text())
     ensure_reader_role(conn)
@@ -71,6 +72,7 @@ def downgrade(url: str, revision: str = "base") -> None:
         with engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
             conn.exec_driver_sql("DROP SCHEMA IF EXISTS api CASCADE")  # views depend on the tables
+            conn.exec_driver_sql("DROP SCHEMA IF EXISTS fn CASCADE")
             command.downgrade(alembic_config(conn), revision)
     finally:
         engine.dispose()

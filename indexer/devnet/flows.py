@@ -68,7 +68,7 @@ class EscrowGenerator(Engine):
         self.inputs: dict[int, Prompt] = {}
         log = self.run(self.new_inference)
         self.state.settle()
-        for iid, rec in self.state.records.items():
+        for iid in self.state.records:
             log.labels[iid]["status"] = self.state.status_name(iid)
         return log
 
@@ -142,9 +142,9 @@ class EscrowGenerator(Engine):
     def _confirm(self, n: int, then: Any = None) -> None:
         if self.state.records[n].status != PENDING:
             return
-        started = self.state.records[n]
+        rec = self.state.records[n]
         self.push("confirm_start", {
-            "inference_id": n, "executor_sig": fake_sig("receipt", self.ctx.escrow_id, n, started.prompt_hash),
+            "inference_id": n, "executor_sig": fake_sig("receipt", self.ctx.escrow_id, n, rec.prompt_hash),
             "confirmed_at": self.now() + self.rng.randint(1, 4),
             "observed_height": self.height(), "observed_block_hash": block_hash(self.height()),
         })

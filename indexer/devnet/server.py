@@ -78,6 +78,7 @@ def _fault_response(status: int, retry_after: int) -> Response:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like real nodes behind a proxy
+    disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed-ACK stalls
     server: "_Server"
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib naming)
@@ -172,7 +173,8 @@ class DevnetServer:
         host, port = httpd.server_address[:2]
         self.app.base_url = f"http://{host}:{port}"
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="devnet-http", daemon=True)
+        self._thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="devnet-http",
+                                        daemon=True)  # short poll interval: quick stop() in tests
         self._thread.start()
         return self
 

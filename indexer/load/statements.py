@@ -76,6 +76,7 @@ WITH checked AS (
   SELECT '{kind.name}', jsonb_build_array({", ".join("t." + k for k in key)}), to_jsonb(t), %(source_id)s, s.line
   FROM src s JOIN {table} t ON {key_eq}
   WHERE {_row("t.", content)} IS DISTINCT FROM {_row("s.", content)}
+    AND NOT (t.source_id = %(source_id)s AND t.source_line > s.line)
 ), up AS (
   INSERT INTO {table} AS t ({", ".join(cols)}, extra, source_id, source_line)
   SELECT {", ".join(cols)}, extra, %(source_id)s, line FROM src
@@ -83,6 +84,8 @@ WITH checked AS (
     ({", ".join(content)}, source_id, source_line, revision, amended_at) =
     ({", ".join("excluded." + c for c in content)}, excluded.source_id, excluded.source_line, t.revision + 1, now())
   WHERE {_row("t.", content)} IS DISTINCT FROM {_row("excluded.", content)}
+    -- a later line of this same file already won (reloading a file must not replay its own amendments)
+    AND NOT (t.source_id = excluded.source_id AND t.source_line > excluded.source_line)
   RETURNING (t.xmax = 0) AS inserted, t.{scope_col}
 ), dirty AS (
   INSERT INTO {dirty} SELECT DISTINCT {scope_col} FROM up WHERE {scope_col} IS NOT NULL ON CONFLICT DO NOTHING

@@ -23,6 +23,7 @@ from indexer.load.kinds import KINDS
 GZIP_MAGIC = b"\x1f\x8b"
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _CHUNK = 1 << 20
+_LONG_INT = re.compile(rb"[:\[,]\s*-?[0-9]{19}")  # a number token of 19+ digits
 # a \u0000 escape itself, not the text "\u0000" behind an escaped backslash ("\\u0000" in the JSON)
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -43,17 +44,32 @@ class Rejected:
     kind: str | None = None
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _loads_exact(raw: bytes):
+    """The stdlib parser, held to strict JSON: UTF-8 only, no NaN/Infinity, no unpaired surrogates."""
+    obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    if _SURROGATE.search(raw):
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError on an unpaired surrogate
+    return obj
+
+
 def classify_line(raw: bytes) -> Accepted | Rejected:
     """Decide whether a line can go to staging; the typed checks happen later, set-based, in SQL."""
     try:
-        obj = orjson.loads(raw)
+        # orjson reads integers outside i64..u64 as floats (losing digits): such lines are parsed exactly
+        obj = _loads_exact(raw) if _LONG_INT.search(raw) else orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         if _SURROGATE.search(raw):  # orjson and PostgreSQL refuse unpaired surrogate escapes
             return Rejected(f"malformed JSON: {exc}")
-        try:  # orjson refuses integers beyond 64 bits that are still valid JSON
-            obj = json.loads(raw)
+        try:  # orjson refuses numbers beyond double range that are still valid JSON
+            obj = _loads_exact(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return Rejected(f"malformed JSON: {exc}")
+    except (ValueError, UnicodeDecodeError) as exc:  # from _loads_exact
+        return Rejected(f"malformed JSON: {exc}")
     except RecursionError:
         return Rejected("malformed JSON: nested too deeply")
     if not isinstance(obj, dict):

@@ -16,7 +16,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping
 
 from indexer.wire.protobuf import UNKNOWN_KEY
-from indexer.wire.schemas import TIMEOUT_REASON_NAMES
+from indexer.wire.schemas import schema_for
 
 
 class NormalizeError(ValueError):
@@ -95,7 +95,8 @@ def tx_record(
     if name == "timeout_inference":
         reason = _REASONS.get(msg["reason"])
         if reason is None:  # UNSPECIFIED, or the old TIMEOUT_REASON_ERROR of v1–v3
-            label = TIMEOUT_REASON_NAMES.get(msg["reason"], f"TIMEOUT_REASON_{msg['reason']}")
+            names = schema_for(protocol_version).enums["TimeoutReason"]
+            label = names.get(msg["reason"], f"TIMEOUT_REASON_{msg['reason']}")
             return None, f"timeout_inference:{label}"
         kind, body = "timeout", {"reason": reason, "votes": _votes(msg["votes"])}
     elif name in _TX_KINDS:

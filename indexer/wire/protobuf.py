@@ -349,3 +349,12 @@ def with_defaults(schema: Schema, message: str, value: Mapping[str, Any]) -> dic
         else:
             out[name] = with_defaults(schema, f.message or "", v)
     return out
+
+
+def __getattr__(name: str) -> Any:
+    # the message tables live in schemas.py (which imports this module); allow protobuf.SCHEMAS too
+    if name == "SCHEMAS":
+        from indexer.wire.schemas import SCHEMAS
+
+        return SCHEMAS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,10 +12,10 @@ SELECT i.escrow_id,
        s.max_tokens,
        f.input_tokens,
        f.output_tokens,
-       -- true only when a stored payload confirms it; a 0/0 Finish without payload is unknown (null)
+       -- true when a stored payload confirms a 0/0 client fault; a 0/0 Finish without payload is unknown (null)
        CASE WHEN f.inference_id IS NULL THEN false
             WHEN f.input_tokens <> 0 OR f.output_tokens <> 0 THEN false
-            ELSE NULL END AS is_client_fault,
+            ELSE p.is_client_fault END AS is_client_fault,
        i.penalty,
        i.votes_valid,
        i.votes_invalid,
@@ -29,4 +29,5 @@ SELECT i.escrow_id,
 FROM replay.inference i
 LEFT JOIN rec.escrow e ON e.escrow_id = i.escrow_id
 LEFT JOIN rec.start_tx s ON s.escrow_id = i.escrow_id AND s.inference_id = i.inference_id
-LEFT JOIN rec.finish_tx f ON f.escrow_id = i.escrow_id AND f.inference_id = i.inference_id;
+LEFT JOIN rec.finish_tx f ON f.escrow_id = i.escrow_id AND f.inference_id = i.inference_id
+LEFT JOIN rules.refusal_parse p ON p.escrow_id = i.escrow_id AND p.inference_id = i.inference_id;

@@ -1,0 +1,126 @@
+"""Run the rules stage over dirty epochs.
+
+Per claim of dirty epochs, one transaction: parse the vLLM payloads of new or changed 0/0 Finishes (Python, the
+only non-SQL step), then the set-based statements of sql/rules/ in file order. Results carry RULE_VERSION; when it
+changes, every evaluated epoch is re-marked dirty so an upgrade re-evaluates history.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import psycopg
+
+from indexer.db.migrate import SQL_DIR
+from indexer.sources.vllm_errors import parse_response_payload
+
+RULE_VERSION = 1
+PARSER_VERSION = 1
+EPOCHS_PER_CLAIM = 8
+
+_PARSE_COLUMNS = ("escrow_id", "inference_id", "payload_md5", "parser_version", "refusal_kind", "is_client_fault",
+                  "is_terminal_error", "error_code", "error_type", "family", "reported_limit",
+                  "reported_prompt_tokens", "reported_prompt_is_lower_bound", "reported_max_tokens",
+                  "requested_total", "reported_prompt_chars", "suffix_parameter", "suffix_value", "message")
+
+_UNPARSED = """
+SELECT f.escrow_id, f.inference_id, md5(f.response_payload), f.response_payload
+FROM rec.escrow e
+JOIN rec.finish_tx f ON f.escrow_id = e.escrow_id
+LEFT JOIN rules.refusal_parse p ON p.escrow_id = f.escrow_id AND p.inference_id = f.inference_id
+WHERE e.epoch_index = ANY(%(epochs)s) AND f.input_tokens = 0 AND f.output_tokens = 0
+  AND f.response_payload IS NOT NULL
+  AND (p.escrow_id IS NULL OR p.parser_version <> %(parser)s OR p.payload_md5 <> md5(f.response_payload))
+"""
+
+
+@dataclass
+class RulesSummary:
+    epochs: int = 0
+    parsed: int = 0
+    disputable: int = 0
+    seconds: float = 0.0
+
+
+@cache
+def rule_statements() -> tuple[tuple[str, str], ...]:
+    """(file name, statement) pairs in execution order; files hold ';'-terminated statements."""
+    out = []
+    for path in sorted((SQL_DIR / "rules").glob("*.sql")):
+        text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("--"))
+        out += [(path.name, stmt.strip()) for stmt in re.split(r";\s*(?:\n|$)", text) if stmt.strip()]
+    return tuple(out)
+
+
+def mark_stale_versions(conn: psycopg.Connection) -> None:
+    conn.execute("INSERT INTO rules.dirty_epoch (epoch_index) SELECT DISTINCT epoch_index FROM rules.model_limit "
+                 "WHERE rule_version <> %s ON CONFLICT DO NOTHING", (RULE_VERSION,))
+
+
+def mark_epochs(conn: psycopg.Connection, lo: int, hi: int) -> None:
+    conn.execute("""INSERT INTO rules.dirty_epoch (epoch_index)
+                    SELECT epoch_index FROM rec.escrow WHERE epoch_index BETWEEN %(lo)s AND %(hi)s
+                    UNION SELECT epoch_index FROM rec.model_snapshot WHERE epoch_index BETWEEN %(lo)s AND %(hi)s
+                    ON CONFLICT DO NOTHING""", {"lo": lo, "hi": hi})
+
+
+def run_rules(conn: psycopg.Connection, epochs: tuple[int, int] | None = None) -> RulesSummary:
+    """Evaluate the dirty epochs (after marking the range `epochs`, when given, as dirty)."""
+    summary, start = RulesSummary(), time.perf_counter()
+    with conn.transaction():
+        mark_stale_versions(conn)
+        if epochs is not None:
+            mark_epochs(conn, *epochs)
+    while True:
+        with conn.transaction():
+            claimed = [r[0] for r in conn.execute(
+                """DELETE FROM rules.dirty_epoch WHERE epoch_index IN (
+                     SELECT epoch_index FROM rules.dirty_epoch ORDER BY epoch_index LIMIT %s FOR UPDATE SKIP LOCKED)
+                   RETURNING epoch_index""", (EPOCHS_PER_CLAIM,))]
+            if not claimed:
+                break
+            _evaluate(conn, sorted(claimed), summary)
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def _evaluate(conn: psycopg.Connection, epochs: list[int], summary: RulesSummary) -> None:
+    summary.parsed += parse_payloads(conn, epochs)
+    params = {"epochs": epochs, "version": RULE_VERSION}
+    for name, statement in rule_statements():
+        try:
+            conn.execute(statement, params)
+        except psycopg.Error as exc:
+            raise RuntimeError(f"rules statement in sql/rules/{name} failed: {exc}") from exc
+    found = conn.execute("SELECT count(*) FROM rules.disputable WHERE epoch_index = ANY(%s)", (epochs,)).fetchone()[0]
+    conn.execute("INSERT INTO rules.run (epochs, rule_version, parsed_payloads, disputable, finished_at) "
+                 "VALUES (%s, %s, %s, %s, now())", (epochs, RULE_VERSION, summary.parsed, found))
+    summary.epochs += len(epochs)
+    summary.disputable += found
+
+
+def parse_payloads(conn: psycopg.Connection, epochs: list[int]) -> int:
+    """Parse the payloads of 0/0 Finishes that have no current parse; returns how many were parsed."""
+    rows = []
+    with conn.cursor(name="unparsed") as cur:
+        cur.execute(_UNPARSED, {"epochs": epochs, "parser": PARSER_VERSION})
+        for escrow_id, inference_id, md5, payload in cur:
+            p = parse_response_payload(payload)
+            rows.append((escrow_id, inference_id, md5, PARSER_VERSION, p.refusal_kind, p.is_client_fault,
+                         p.is_terminal_error, p.error_code, p.error_type, p.family, p.reported_limit,
+                         p.reported_prompt_tokens, p.reported_prompt_is_lower_bound, p.reported_max_tokens,
+                         p.requested_total, p.reported_prompt_chars, p.suffix_parameter, p.suffix_value,
+                         (p.message or "")[:2000] or None))
+    if not rows:
+        return 0
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS new_parse (LIKE rules.refusal_parse) ON COMMIT DROP")
+    with conn.cursor().copy(f"COPY new_parse ({', '.join(_PARSE_COLUMNS)}) FROM STDIN") as cp:
+        for row in rows:
+            cp.write_row(row)
+    conn.execute(f"""INSERT INTO rules.refusal_parse SELECT * FROM new_parse
+                     ON CONFLICT (escrow_id, inference_id) DO UPDATE SET
+                     ({", ".join(_PARSE_COLUMNS[2:])}) = ({", ".join("excluded." + c for c in _PARSE_COLUMNS[2:])})""")
+    return len(rows)

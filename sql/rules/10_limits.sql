@@ -1,0 +1,32 @@
+-- Governance limit per (epoch, model) and per escrow. The escrow's own max_model_len (#1763) wins when present
+-- and non-zero (0 = unknown/uncapped); else the epoch snapshot's model_args. Never the error text.
+DELETE FROM rules.escrow_limit WHERE epoch_index = ANY(%(epochs)s);
+
+INSERT INTO rules.escrow_limit (escrow_id, epoch_index, model_id, governance_limit, limit_source)
+SELECT e.escrow_id, e.epoch_index, e.model_id,
+       COALESCE(NULLIF(e.max_model_len, 0), a.args_limit),
+       CASE WHEN NULLIF(e.max_model_len, 0) IS NOT NULL THEN 'escrow'
+            WHEN a.args_limit IS NOT NULL THEN 'model_args' END
+FROM rec.escrow e
+LEFT JOIN rec.model_snapshot m ON m.epoch_index = e.epoch_index AND m.model_id = e.model_id
+LEFT JOIN LATERAL fn.max_model_len(m.model_args) a ON true
+WHERE e.epoch_index = ANY(%(epochs)s);
+
+DELETE FROM rules.model_limit WHERE epoch_index = ANY(%(epochs)s);
+
+INSERT INTO rules.model_limit (epoch_index, model_id, governance_limit, limit_source, model_args, args_limit,
+                               escrow_limit, flag_occurrences, mixed_forms, loophole_risk, rule_version)
+SELECT k.epoch_index, k.model_id,
+       COALESCE(esc.escrow_limit, a.args_limit),
+       CASE WHEN esc.escrow_limit IS NOT NULL THEN 'escrow' WHEN a.args_limit IS NOT NULL THEN 'model_args' END,
+       m.model_args, a.args_limit, esc.escrow_limit, COALESCE(a.occurrences, 0), COALESCE(a.mixed_forms, false),
+       COALESCE(a.occurrences > 1 OR a.mixed_forms, false), %(version)s
+FROM (SELECT epoch_index, model_id FROM rec.model_snapshot WHERE epoch_index = ANY(%(epochs)s)
+      UNION SELECT epoch_index, model_id FROM rec.escrow
+            WHERE epoch_index = ANY(%(epochs)s) AND model_id IS NOT NULL) k
+LEFT JOIN rec.model_snapshot m USING (epoch_index, model_id)
+LEFT JOIN LATERAL fn.max_model_len(m.model_args) a ON true
+LEFT JOIN LATERAL (SELECT mode() WITHIN GROUP (ORDER BY e.max_model_len) AS escrow_limit
+                   FROM rec.escrow e
+                   WHERE e.epoch_index = k.epoch_index AND e.model_id = k.model_id AND e.max_model_len > 0) esc
+       ON true;

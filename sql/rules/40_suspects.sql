@@ -1,0 +1,29 @@
+-- Hosts with behavioural evidence of a local limit above governance (#1911 loophole): they served more tokens
+-- than the governance limit allows, stated a higher limit in their own refusal, or voted invalid on a refusal
+-- shown over the limit.
+DELETE FROM rules.suspect WHERE epoch_index = ANY(%(epochs)s);
+
+INSERT INTO rules.suspect (epoch_index, participant, model_id, evidence_kind, observed_tokens, governance_limit,
+                           escrow_id, inference_id, rule_version)
+SELECT el.epoch_index, e.slots[f.executor_slot + 1], el.model_id, 'served_above_limit',
+       f.input_tokens + f.output_tokens, el.governance_limit, f.escrow_id, f.inference_id, %(version)s
+FROM rules.escrow_limit el
+JOIN rec.escrow e ON e.escrow_id = el.escrow_id
+JOIN rec.finish_tx f ON f.escrow_id = el.escrow_id
+WHERE el.epoch_index = ANY(%(epochs)s) AND f.input_tokens + f.output_tokens > el.governance_limit
+  AND f.executor_slot < cardinality(e.slots)
+UNION ALL
+SELECT cr.epoch_index, cr.executor_address, cr.model_id, 'stated_limit_above', cr.reported_limit,
+       cr.governance_limit, cr.escrow_id, cr.inference_id, %(version)s
+FROM rules.context_refusal cr
+WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.reported_limit > cr.governance_limit AND cr.executor_address IS NOT NULL
+UNION ALL
+SELECT cr.epoch_index, e.slots[v.slot + 1], cr.model_id, 'voted_invalid_on_over_limit', cr.prompt_tokens,
+       cr.governance_limit, cr.escrow_id, cr.inference_id, %(version)s
+FROM rules.context_refusal cr
+JOIN rec.escrow e ON e.escrow_id = cr.escrow_id
+JOIN (SELECT escrow_id, inference_id, validator_slot AS slot FROM rec.validation_tx WHERE NOT valid
+      UNION ALL
+      SELECT escrow_id, inference_id, voter_slot FROM rec.validation_vote_tx WHERE NOT vote_valid) v
+  ON v.escrow_id = cr.escrow_id AND v.inference_id = cr.inference_id
+WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.verdict = 'over_limit' AND v.slot < cardinality(e.slots);

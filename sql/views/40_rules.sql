@@ -1,0 +1,53 @@
+-- The rules stage's findings. Vocabulary in interface.md §3.
+
+CREATE VIEW api.model_limits AS
+SELECT epoch_index, model_id, governance_limit, limit_source, model_args, args_limit, escrow_limit,
+       flag_occurrences, mixed_forms, loophole_risk, rule_version
+FROM rules.model_limit;
+
+CREATE VIEW api.context_refusals AS
+SELECT escrow_id, inference_id, epoch_index, model_id, executor_slot, executor_address, status, penalty,
+       refusal_kind, error_code, reported_limit, reported_prompt_tokens, reported_prompt_is_lower_bound,
+       reported_max_tokens, governance_limit, limit_source, max_tokens, input_length, prompt_tokens,
+       prompt_tokens_source, prompt_is_lower_bound, verdict, evidence, rule_version
+FROM rules.context_refusal;
+
+CREATE VIEW api.sibling_findings AS
+SELECT escrow_id, inference_id, epoch_index, error_miss_nonce, applied, client_fault_basis, billed,
+       sibling_inference_id, sibling_input_tokens, sibling_output_tokens, sibling_status, governance_limit,
+       max_tokens, accepted_current_rule, accepted_hardened_rule, rule_version
+FROM rules.sibling_finding;
+
+CREATE VIEW api.raised_limit_suspects AS
+SELECT epoch_index, participant, model_id, evidence_kind, observed_tokens, governance_limit, escrow_id,
+       inference_id, rule_version
+FROM rules.suspect;
+
+CREATE VIEW api.disputable_penalties AS
+SELECT epoch_index, escrow_id, inference_id, participant, executor_slot, penalty, rule, verdict, evidence,
+       detected_at, rule_version
+FROM rules.disputable;
+
+-- Recorded penalties (the replay's counters summed per host and epoch, beside what the chain reported in
+-- host_epoch_stats when captured) against the disputable ones.
+CREATE VIEW api.host_epoch_penalties AS
+WITH recorded AS (
+  SELECT r.epoch_index, s.participant, sum(s.missed)::bigint AS missed, sum(s.invalid)::bigint AS invalid,
+         count(DISTINCT s.escrow_id)::bigint AS escrows
+  FROM replay.slot_stats s JOIN replay.escrow r ON r.escrow_id = s.escrow_id
+  GROUP BY r.epoch_index, s.participant
+), disputed AS (
+  SELECT epoch_index, participant, count(*) FILTER (WHERE penalty = 'missed')::bigint AS disputable_missed,
+         count(*) FILTER (WHERE penalty = 'invalid')::bigint AS disputable_invalid
+  FROM rules.disputable GROUP BY epoch_index, participant
+)
+SELECT COALESCE(r.epoch_index, h.epoch_index, d.epoch_index) AS epoch_index,
+       COALESCE(r.participant, h.participant, d.participant) AS participant,
+       r.missed, r.invalid,
+       COALESCE(d.disputable_missed, 0) AS disputable_missed,
+       COALESCE(d.disputable_invalid, 0) AS disputable_invalid,
+       h.missed AS reported_missed, h.invalid AS reported_invalid, r.escrows
+FROM recorded r
+FULL JOIN rec.host_epoch_stats h ON h.epoch_index = r.epoch_index AND h.participant = r.participant
+FULL JOIN disputed d ON d.epoch_index = COALESCE(r.epoch_index, h.epoch_index)
+                    AND d.participant = COALESCE(r.participant, h.participant);

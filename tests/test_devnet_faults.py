@@ -1,0 +1,87 @@
+"""Fault knobs of the devnet server: 5xx, 429 + Retry-After, slow answers, truncated JSON, a lying host."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
+from indexer.wire import diff_from_host_json, normalize_diffs
+
+EPOCH_URL = "/chain-api/productscience/inference/inference/get_current_epoch"
+
+
+@pytest.fixture(scope="module")
+def scenario() -> Scenario:
+    return Scenario(ScenarioConfig(seed=3, epochs=1, escrows_per_epoch=1, inferences_per_escrow=20))
+
+
+def _statuses(scenario, faults, n=40):
+    with DevnetServer(scenario, faults=faults) as net, httpx.Client(timeout=5) as c:
+        return [c.get(net.url + EPOCH_URL).status_code for _ in range(n)]
+
+
+def test_5xx(scenario):
+    codes = _statuses(scenario, FaultConfig(p_5xx=1.0), 10)
+    assert all(code in (500, 502, 503) for code in codes)
+
+
+def test_429_with_retry_after(scenario):
+    with DevnetServer(scenario, faults=FaultConfig(p_429=1.0, retry_after=7)) as net, httpx.Client() as c:
+        r = c.get(net.url + EPOCH_URL)
+        assert r.status_code == 429 and r.headers["Retry-After"] == "7"
+
+
+def test_partial_probabilities_are_seeded_and_deterministic(scenario):
+    faults = FaultConfig(seed=42, p_5xx=0.3, p_429=0.2)
+    first, second = _statuses(scenario, faults), _statuses(scenario, faults)
+    assert first == second
+    assert {200, 429} <= set(first) and set(first) & {500, 502, 503}
+    assert _statuses(scenario, FaultConfig(seed=43, p_5xx=0.3, p_429=0.2)) != first
+
+
+def test_slow_answer_is_a_client_read_timeout(scenario):
+    with DevnetServer(scenario, faults=FaultConfig(p_delay=1.0, delay_seconds=0.5)) as net:
+        with httpx.Client(timeout=httpx.Timeout(5, read=0.1)) as c, pytest.raises(httpx.ReadTimeout):
+            c.get(net.url + EPOCH_URL)
+        with httpx.Client(timeout=5) as c:  # a patient client gets the answer
+            assert c.get(net.url + EPOCH_URL).json() == {"epoch": "408"}
+
+
+def test_truncated_json_body(scenario):
+    esc = scenario.epoch(408).escrows[0]
+    with DevnetServer(scenario, faults=FaultConfig(p_truncate=1.0)) as net, httpx.Client() as c:
+        r = c.get(f"{net.host_url(esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/diffs", params={"from": 1})
+        assert r.status_code == 200 and len(r.content) == int(r.headers["Content-Length"])
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(r.content)
+
+
+def test_fault_path_filter_and_control_routes_are_exempt(scenario):
+    faults = FaultConfig(p_5xx=1.0, paths=("/chain-rpc/",))
+    with DevnetServer(scenario, faults=faults) as net, httpx.Client() as c:
+        assert c.get(net.url + EPOCH_URL).status_code == 200
+        assert c.get(net.rpc_url + "/status").status_code >= 500
+    with DevnetServer(scenario, faults=FaultConfig(p_5xx=1.0)) as net, httpx.Client() as c:
+        assert c.post(net.url + "/devnet/advance").json() == {"epoch": "409"}
+        assert net.faults.injected["5xx"] == 0
+
+
+def test_lying_host_serves_a_diverging_log(scenario):
+    esc = scenario.epoch(408).escrows[0]
+    liar, honest = esc.slots[0], next(a for a in esc.slots if a != esc.slots[0])
+    with DevnetServer(scenario, faults=FaultConfig(lying_host=liar)) as net, httpx.Client() as c:
+        def log(address):
+            r = c.get(f"{net.host_url(address)}/devshard/v7/sessions/{esc.escrow_id}/diffs",
+                      params={"from": 1, "to": 64})
+            return [diff_from_host_json(e, "v7") for e in r.json()]
+
+        lie, truth = log(liar), log(honest)
+    assert [d["nonce"] for d in lie] == [d["nonce"] for d in truth]
+    diverged = [a["nonce"] for a, b in zip(lie, truth) if a["post_state_root"] != b["post_state_root"]]
+    assert diverged and diverged == list(range(diverged[0], len(truth) + 1))  # every later root differs
+    assert all(a["user_sig"] == b["user_sig"] for a, b in zip(lie, truth))  # it cannot re-sign as the user
+    assert normalize_diffs(esc.escrow_id, truth, "v7", esc.log.payloads).records == scenario.tx_records(esc.escrow_id)
+    assert normalize_diffs(esc.escrow_id, lie, "v7", esc.log.payloads).records != scenario.tx_records(esc.escrow_id)

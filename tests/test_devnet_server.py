@@ -1,0 +1,217 @@
+"""The devnet over HTTP: every route with httpx, diffs decoded back to the scenario's ground truth."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
+from indexer.wire import (
+    diff_from_host_json,
+    escrow_record,
+    host_epoch_stats_record,
+    host_stats_records,
+    model_snapshot_record,
+    normalize_diffs,
+)
+from indexer.wire.normalize import current_epoch, participant_inference_url
+from indexer.wire.rpc import latest_block_height, tx_search_events, tx_search_total
+
+CHAIN = "/productscience/inference/inference"
+CONFIG = ScenarioConfig(seed=11, epochs=4, escrows_per_epoch=2, inferences_per_escrow=30)
+
+
+@pytest.fixture(scope="module")
+def scenario() -> Scenario:
+    return Scenario(CONFIG)
+
+
+@pytest.fixture
+def net(scenario):
+    with DevnetServer(scenario) as server:
+        yield server
+
+
+@pytest.fixture
+def client():
+    with httpx.Client(timeout=10) as c:
+        yield c
+
+
+def chain(client, net, path, **params):
+    r = client.get(f"{net.chain_rest_url}{CHAIN}/{path}", params=params)
+    r.raise_for_status()
+    return r.json()
+
+
+def escrows_of_epoch(client, net, epoch, per_page=1):
+    """Enumerate escrows through tx_search, page by page (per_page=1 forces paging)."""
+    ids, page = [], 1
+    while True:
+        r = client.get(f"{net.rpc_url}/tx_search", params={
+            "query": f"\"devshard_escrow_created.epoch_index='{epoch}'\"", "page": page, "per_page": per_page,
+            "order_by": '"asc"'})
+        r.raise_for_status()
+        ids += [e.attributes["escrow_id"] for e in tx_search_events(r.json(), "devshard_escrow_created")]
+        if len(ids) >= tx_search_total(r.json()):
+            return ids
+        page += 1
+
+
+def fetch_diffs(client, host_url, escrow_id, page=64):
+    entries, first = [], 1
+    while True:
+        r = client.get(f"{host_url}/devshard/v7/sessions/{escrow_id}/diffs",
+                       params={"from": first, "to": first + page - 1})
+        r.raise_for_status()
+        batch = r.json()
+        entries += batch
+        if len(batch) < page:
+            return entries
+        first += page
+
+
+def test_chain_basics(client, net, scenario):
+    assert current_epoch(chain(client, net, "get_current_epoch")) == 408
+    info = chain(client, net, "epoch_info")
+    assert current_epoch(info) == 408 and info["latest_epoch"]["poc_start_block_height"] == "2450000"
+    params = chain(client, net, "params")["params"]["devshard_escrow_params"]
+    assert params["group_size"] == 16 and params["execution_timeout"] == "1920" and params["token_price"] == "10"
+    status = client.get(f"{net.rpc_url}/status").json()
+    assert latest_block_height(status) > 2450000
+
+
+def test_epoch_group_data_root_and_sub_groups(client, net):
+    root = chain(client, net, "epoch_group_data/408")["epoch_group_data"]
+    assert root["model_id"] == "" and "model_snapshot" not in root and len(root["sub_group_models"]) == 3
+    assert model_snapshot_record({"epoch_group_data": root}) is None
+    args = {}
+    for model in root["sub_group_models"]:
+        rec = model_snapshot_record(chain(client, net, "epoch_group_data/408", model_id=model))
+        args[model] = rec["model_args"]
+    assert args["deepseek-ai/DeepSeek-V4-Flash-0731"][:2] == ["--max-model-len", "400000"]
+    assert args["MiniMaxAI/MiniMax-M2.7"][:2] == ["--max-model-len", "180000"]
+    assert "--max-model-len=400000" in args["zai-org/GLM-5.3-Flash"]
+    assert client.get(f"{net.chain_rest_url}{CHAIN}/epoch_group_data/999").status_code == 404
+
+
+def test_full_crawl_matches_ground_truth(client, net, scenario):
+    """tx_search → escrow → participants → host diffs + payloads → records == truth."""
+    ids = escrows_of_epoch(client, net, 408)
+    assert ids == [e.escrow_id for e in scenario.epoch(408).escrows]
+    for eid in ids:
+        esc_json = chain(client, net, f"devshard_escrow/{eid}")
+        rec = escrow_record(esc_json, protocol_version="v7")
+        assert rec["slots"] == scenario.escrows[eid].slots and rec["settled"] is False
+        executor = rec["slots"][1]
+        host_url = participant_inference_url(chain(client, net, f"participant/{executor}"))
+        entries = fetch_diffs(client, host_url, eid, page=20)
+        diffs = [diff_from_host_json(e, "v7") for e in entries]
+        assert [d["nonce"] for d in diffs] == list(range(1, len(diffs) + 1))
+        assert all(d["state_hash"] == d["post_state_root"] for d in diffs)
+        finishes = {tx["finish_inference"]["inference_id"] for d in diffs for tx in d["txs"] if "finish_inference" in tx}
+        payloads = {}
+        for iid in finishes:
+            r = client.get(f"{host_url}/devshard/v7/sessions/{eid}/payloads", params={"inference_id": iid},
+                           headers={"X-Validator-Address": "gonka1indexer"})
+            r.raise_for_status()
+            payloads[iid] = r.json()["response_payload"]
+        out = normalize_diffs(eid, diffs, rec["protocol_version"], payloads)
+        assert out.records == scenario.tx_records(eid)
+
+
+def test_host_shard_stats(client, net, scenario):
+    esc = scenario.epoch(408).escrows[0]
+    host_url = net.host_url(esc.slots[0])
+    shards = client.get(f"{host_url}/devshard/v7/stats/shards").json()
+    assert shards["current_epoch_id"] == 408 and esc.escrow_id in shards["active_escrows"]
+    assert client.get(f"{host_url}/devshard/stats/shards").json() == shards  # versionless → newest
+    detail = client.get(f"{host_url}/devshard/v7/stats/shards/{esc.escrow_id}").json()
+    assert detail["group"][0] == {"SlotID": 0, "ValidatorAddress": esc.slots[0]}
+    assert set(detail["host_stats"]) == {str(i) for i in range(16)}
+    recs = host_stats_records(detail)
+    assert [{k: r[k] for k in r if k not in ("kind", "escrow_id", "slot_id")} for r in recs] == esc.host_stats()
+    assert client.get(f"{host_url}/devshard/healthz").json() == [{"name": "v7", "status": "ok"}]
+
+
+def test_diff_page_limit_and_errors(client, net, scenario):
+    esc = scenario.epoch(408).escrows[0]
+    url = f"{net.host_url(esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/diffs"
+    assert len(client.get(url, params={"from": 1, "to": 64}).json()) == min(64, esc.last_nonce)
+    r = client.get(url, params={"from": 1, "to": 65})
+    assert r.status_code == 400 and r.text.startswith("diff range exceeds one page")
+    assert client.get(url, params={"from": esc.last_nonce + 1, "to": esc.last_nonce + 5}).json() == []
+    outsider = next(h for h in scenario.hosts if h.address not in esc.slots) if len(set(esc.slots)) < len(scenario.hosts) else None
+    if outsider:
+        assert client.get(f"{net.host_url(outsider.address)}/devshard/v7/sessions/{esc.escrow_id}/diffs",
+                          params={"from": 1}).status_code == 404
+    assert client.get(url.replace("/v7/", "/v6/"), params={"from": 1}).status_code == 404
+
+
+def test_payload_route_wants_validator_header(client, net, scenario):
+    esc = scenario.epoch(408).escrows[0]
+    iid = next(iter(esc.log.payloads))
+    url = f"{net.host_url(esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/payloads"
+    assert client.get(url, params={"inference_id": iid}).status_code == 401
+    r = client.get(url, params={"inference_id": iid}, headers={"X-Validator-Address": "anyone"})
+    assert r.json()["response_payload"] == esc.log.payloads[iid]
+
+
+def test_old_route_is_gone(client, net, scenario):
+    r = client.get(f"{net.host_url(scenario.hosts[0].address)}/v1/devshard/stats/shards")
+    assert r.status_code == 410 and r.headers["Deprecation"] == "true" and "/devshard/v7" in r.headers["Link"]
+
+
+def test_signatures(client, net, scenario):
+    esc = scenario.epoch(408).escrows[0]
+    r = client.get(f"{net.host_url(esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/signatures", params={"nonce": 1})
+    assert set(r.json()["signatures"]) == {str(i) for i in range(16)}
+
+
+def test_settlement_stats_and_pruning_follow_the_clock(client, net, scenario):
+    esc = scenario.epoch(408).escrows[0]
+    host = esc.slots[0]
+    assert chain(client, net, f"devshard_host_epoch_stats/408/{host}") == {"found": False}  # not settled yet
+    assert chain(client, net, "devshard_escrow/1975") == {"found": False}  # epoch 410 not created yet
+
+    assert client.post(f"{net.url}/devnet/advance").json() == {"epoch": "409"}
+    assert escrow_record(chain(client, net, f"devshard_escrow/{esc.escrow_id}"))["settled"] is True
+    stats = host_epoch_stats_record(chain(client, net, f"devshard_host_epoch_stats/408/{host}"))
+    expected = scenario.host_epoch_stats(408)[host]
+    assert {k: stats[k] for k in expected} == expected
+    shards = client.get(f"{net.host_url(host)}/devshard/v7/stats/shards").json()
+    assert esc.escrow_id not in shards["active_escrows"]  # current epoch only
+    settled = client.get(f"{net.rpc_url}/tx_search",
+                         params={"query": f"\"devshard_escrow_settled.escrow_id='{esc.escrow_id}'\""}).json()
+    assert tx_search_total(settled) == 1
+
+    net.advance_epoch()
+    net.advance_epoch()  # 411: epoch 408 < 411 - 2 → pruned
+    assert chain(client, net, f"devshard_escrow/{esc.escrow_id}") == {"found": False}
+    assert chain(client, net, f"devshard_host_epoch_stats/408/{host}") == {"found": False}
+    r = client.get(f"{net.host_url(host)}/devshard/v7/sessions/{esc.escrow_id}/diffs", params={"from": 1})
+    assert r.status_code == 404
+    assert escrows_of_epoch(client, net, 408, per_page=100) == [e.escrow_id for e in scenario.epoch(408).escrows]
+    assert escrow_record(chain(client, net, "devshard_escrow/1973"))["escrow_id"] == "1973"  # 409 still live
+
+
+def test_tx_search_paging_errors(client, net):
+    q = {"query": "\"devshard_escrow_created.epoch_index='408'\"", "per_page": 1}
+    assert tx_search_total(client.get(f"{net.rpc_url}/tx_search", params={**q, "page": 2}).json()) == 2
+    r = client.get(f"{net.rpc_url}/tx_search", params={**q, "page": 3})
+    assert r.status_code == 500 and "page should be within [1, 2] range" in r.json()["error"]["data"]
+    none = client.get(f"{net.rpc_url}/tx_search", params={"query": "\"devshard_escrow_created.epoch_index='1'\""})
+    assert tx_search_total(none.json()) == 0
+
+
+def test_base64_events_and_max_model_len_knobs(client, scenario):
+    with DevnetServer(scenario, b64_events=True, escrow_max_model_len="string") as net:
+        r = client.get(f"{net.rpc_url}/tx_search",
+                       params={"query": "\"devshard_escrow_created.epoch_index='408'\""}).json()
+        raw_key = r["result"]["txs"][0]["tx_result"]["events"][1]["attributes"][0]["key"]
+        assert raw_key != "escrow_id"  # really encoded on the wire
+        assert [e.attributes["escrow_id"] for e in tx_search_events(r, "devshard_escrow_created")] == ["1971", "1972"]
+        esc = chain(client, net, "devshard_escrow/1972")
+        assert esc["escrow"]["max_model_len"] == "180000" and escrow_record(esc)["max_model_len"] == 180000
+    with DevnetServer(scenario, escrow_max_model_len="number") as net:
+        assert chain(client, net, "devshard_escrow/1971")["escrow"]["max_model_len"] == 400000
