@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("file")
     db = sub.add_parser("db", help="embedded database: url | stop")
     db.add_argument("action", choices=["url", "stop"])
+    rp = sub.add_parser("report", help="findings per epoch and per host; --html writes a page with charts")
+    rp.add_argument("--epochs", type=parse_epochs)
+    rp.add_argument("--html", metavar="FILE")
     demo = sub.add_parser("demo", help="run the main job on embedded defaults and print the findings")
     demo.add_argument("--sample", help="NDJSON file to use instead of the bundled sample")
     return p

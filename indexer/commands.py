@@ -133,3 +133,20 @@ def cmd_demo(args) -> int:
     from indexer.demo import run_demo
 
     return run_demo(args)
+
+
+def cmd_report(args) -> int:
+    from indexer.report import collect, print_report, render_html
+
+    url = database_url(args)
+    ensure_schema(url)
+    findings = collect(url, args.epochs)
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as fh:
+            fh.write(render_html(findings))
+        console.print(f"wrote {args.html}")
+    else:
+        from rich.console import Console
+
+        print_report(findings, Console())
+    return EXIT_OK

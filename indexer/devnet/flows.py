@@ -55,7 +55,7 @@ class Want:
 
     origin: int
     prompt: Prompt
-    then: str  # "error_miss" | "challenge"
+    then: str  # "error_miss" | "challenge" | "retry" (served elsewhere, nothing follows)
     open: bool = True
 
 
@@ -261,10 +261,14 @@ class EscrowGenerator(Engine):
     def _refusal(self, n: int, prompt: Prompt) -> None:
         path = self._draw("refusal", REFUSAL_PATHS)
         self.log.labels[n]["refusal_path"] = path
-        if path == "timeout_refused":  # refused before any receipt
-            self.later((4, 8), lambda: self._timeout(n, 1))
-        elif path == "timeout_execution":  # receipt landed, the 0/0 Finish did not in time
-            self._confirm_then(n, (4, 8), lambda: self._timeout(n, 2))
+        if path in ("timeout_refused", "timeout_execution"):
+            if path == "timeout_refused":  # refused before any receipt
+                self.later((4, 8), lambda: self._timeout(n, 1))
+            else:  # receipt landed, the 0/0 Finish did not in time
+                self._confirm_then(n, (4, 8), lambda: self._timeout(n, 2))
+            want = Want(n, prompt, "retry")  # the gateway retries the prompt elsewhere (a speculative sibling)
+            self.wants.append(want)
+            self.later(WANT_PATIENCE, lambda: self._give_up(want))
         else:
             self._confirm_then(n, (1, 3), lambda: self._finish_refused(n, path))
 
@@ -294,7 +298,7 @@ class EscrowGenerator(Engine):
         want.open = False  # no raised-limit executor came along: go on without a sibling
         if want.then == "error_miss":
             self._error_miss(want.origin, None)
-        else:
+        elif want.then == "challenge":
             self._open_challenge(want.origin)
 
     def _start_sibling(self, want: Want, limit: int) -> None:
@@ -307,7 +311,7 @@ class EscrowGenerator(Engine):
             self._sample_validations(n)
             if want.then == "error_miss":
                 self.later((1, 3), lambda: self._error_miss(want.origin, n))
-            else:
+            elif want.then == "challenge":
                 self._open_challenge(want.origin)
 
         self._confirm_then(n, (1, 3), lambda: self._serve(n, after_served))

@@ -1,0 +1,136 @@
+"""One retry policy for every Gonka surface (chain REST, CometBFT RPC, devshard hosts).
+
+Transient (retried with exponential backoff and full jitter): connect/read timeouts and transport errors, 5xx,
+429 (``Retry-After`` honoured, capped), and 200 answers whose JSON does not parse (a body cut short by a proxy).
+Deterministic (raised at once): any other 4xx. A :class:`Fetcher` with several base URLs fails over to the next
+base URL when one exhausts its attempts. Every response, good or bad, is reported to ``on_response`` (the poller
+archives them) and every failed attempt to ``on_failure``.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import httpx
+
+
+class FetchError(Exception):
+    """A request that did not yield usable JSON. ``transient`` tells whether trying later may help."""
+
+    def __init__(self, url: str, message: str, *, status: int | None = None, transient: bool = True) -> None:
+        super().__init__(f"{message} ({url})")
+        self.url, self.status, self.transient = url, status, transient
+
+
+@dataclass
+class RetryPolicy:
+    attempts: int = 6                   # per base URL
+    timeout: float = 10.0               # seconds, connect and read
+    backoff_base: float = 0.2
+    backoff_max: float = 10.0
+    retry_after_max: float = 60.0       # never sleep longer than this for one Retry-After
+    rng: random.Random = field(default_factory=random.Random)
+    sleep: Callable[[float], None] = time.sleep
+
+    def backoff(self, attempt: int) -> float:
+        """Full jitter: uniform in [0, min(max, base·2^attempt)]."""
+        return self.rng.uniform(0, min(self.backoff_max, self.backoff_base * (2 ** attempt)))
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+        try:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+
+
+ResponseHook = Callable[[str, int, bytes, Mapping[str, str]], None]
+FailureHook = Callable[[str, str, bool], None]
+
+
+class Fetcher:
+    """GET JSON from one of ``base_urls`` (failover in order, the last good one is tried first next time)."""
+
+    def __init__(self, base_urls: str | Sequence[str], *, policy: RetryPolicy | None = None,
+                 client: httpx.Client | None = None, on_response: ResponseHook | None = None,
+                 on_failure: FailureHook | None = None, name: str = "http") -> None:
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        if not urls:
+            raise ValueError("no base URL")
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self.policy = policy or RetryPolicy()
+        self._own_client = client is None
+        self.client = client or httpx.Client(timeout=self.policy.timeout)
+        self.on_response, self.on_failure, self.name = on_response, on_failure, name
+        self.requests = 0
+
+    def close(self) -> None:
+        if self._own_client:
+            self.client.close()
+
+    def get_json(self, path: str, params: Mapping[str, Any] | None = None,
+                 headers: Mapping[str, str] | None = None) -> Any:
+        last: FetchError | None = None
+        for base in list(self.base_urls):
+            try:
+                result = self._get_from(base, path, params, headers)
+            except FetchError as exc:
+                if not exc.transient:
+                    raise
+                last = exc
+                continue
+            if base != self.base_urls[0]:  # prefer the base URL that answered
+                self.base_urls.remove(base)
+                self.base_urls.insert(0, base)
+            return result
+        assert last is not None
+        raise last
+
+    def _get_from(self, base: str, path: str, params, headers) -> Any:
+        url = base + path
+        policy = self.policy
+        last: FetchError | None = None
+        for attempt in range(policy.attempts):
+            wait = None
+            try:
+                self.requests += 1
+                resp = self.client.get(url, params=params, headers=headers, timeout=policy.timeout)
+            except httpx.HTTPError as exc:  # timeouts, refused connections, broken keep-alive
+                last = FetchError(url, f"{type(exc).__name__}: {exc}", transient=True)
+            else:
+                shown = str(resp.url)
+                if self.on_response is not None:
+                    self.on_response(shown, resp.status_code, resp.content, resp.headers)
+                if resp.status_code == 200:
+                    try:
+                        return json.loads(resp.content)
+                    except ValueError as exc:
+                        last = FetchError(shown, f"truncated or invalid JSON: {exc}", status=200, transient=True)
+                elif resp.status_code == 429 or resp.status_code >= 500:
+                    last = FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:200].strip()}",
+                                      status=resp.status_code, transient=True)
+                    if resp.status_code == 429:
+                        wait = retry_after_seconds(resp.headers.get("Retry-After"))
+                else:
+                    err = FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:200].strip()}",
+                                     status=resp.status_code, transient=False)
+                    self._failed(err)
+                    raise err
+            self._failed(last)
+            if attempt + 1 < policy.attempts:
+                policy.sleep(min(policy.retry_after_max, wait) if wait is not None else policy.backoff(attempt))
+        assert last is not None
+        raise last
+
+    def _failed(self, err: FetchError) -> None:
+        if self.on_failure is not None:
+            self.on_failure(err.url, str(err), err.transient)
