@@ -50,6 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--html", metavar="FILE")
     demo = sub.add_parser("demo", help="run the main job on embedded defaults and print the findings")
     demo.add_argument("--sample", help="NDJSON file to use instead of the bundled sample")
+    run = sub.add_parser("run", help="the poller: ingest from the Gonka endpoints (--once: one cycle)")
+    run.add_argument("--once", action="store_true", help="run one full cycle and exit")
+    run.add_argument("--interval", type=float, default=30.0, help="seconds between cycles (default 30)")
+    run.add_argument("--gonka-chain-rest-url", help="chain REST URL(s), comma-separated ($GONKA_CHAIN_REST_URL)")
+    run.add_argument("--gonka-rpc-url", help="CometBFT RPC URL(s), comma-separated ($GONKA_RPC_URL)")
+    from indexer.devnet.run import add_arguments as devnet_arguments
+
+    devnet_arguments(sub.add_parser("devnet", help="serve a simulated Gonka network on loopback until Ctrl-C"))
+    for command in sub.choices.values():  # interface.md §1: every command takes --database-url, before or after
+        command.add_argument("--database-url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
 

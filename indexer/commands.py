@@ -150,3 +150,15 @@ def cmd_report(args) -> int:
 
         print_report(findings, Console())
     return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    from indexer.poller.run import cmd_run as run
+
+    return run(args)
+
+
+def cmd_devnet(args) -> int:
+    from indexer.poller.run import cmd_devnet as devnet
+
+    return devnet(args)

@@ -18,10 +18,15 @@ def write_lines(path: Path, records) -> Path:
     return path
 
 
-def ingest(url: str, path: Path, **kw):
+def ingest(url: str, path: Path, rules: bool = False, **kw):
+    """Load, replay, and (rules=True) run the rules stage on the dirty epochs, as `indexer ingest` does."""
     summary = ingest_paths(url, [str(path)], **kw)
     with psycopg.connect(url) as c:
         replay_dirty(c)
+        if rules:
+            from indexer.rules.run import run_rules
+
+            run_rules(c)
     return summary
 
 

@@ -73,7 +73,6 @@ def test_ingest_from_stdin(db_url, tmp_path, conn):
     assert conn.execute("SELECT max(revision) FROM rec.start_tx").fetchone() == (1,)
 
 
-@pytest.mark.xfail(strict=True, reason="cli.py: --database-url is only parsed before the subcommand")
 def test_database_url_option_after_the_subcommand(db_url, tmp_path, conn):
     # interface.md §1: every command takes --database-url
     path = tmp_path / "a.ndjson"

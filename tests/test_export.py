@@ -7,13 +7,17 @@ import os
 import subprocess
 import sys
 import uuid
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from indexer.load.export import export_records
+from indexer.load.export import export_records, export_statement
+from indexer.load.ingest import ingest_paths
 from indexer.load.kinds import KINDS
 from indexer.synth import generate
 from tests.helpers import escrow, ingest, tx, write_lines
@@ -159,3 +163,37 @@ def test_cli_export_epochs_range(db_url, tmp_path):
     assert res.returncode == 0, res.stderr.decode()
     epochs = {json.loads(line).get("epoch_index") for line in (tmp_path / "e400.ndjson").read_bytes().splitlines()}
     assert epochs - {None} == {400}
+
+
+_text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2 ** 80), max_value=2 ** 80) |
+    st.floats(allow_nan=False, allow_infinity=False) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3), max_leaves=8)
+_FINISH_FIELDS = {"kind", *KINDS["finish"].columns}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=_text | st.sampled_from([PAYLOAD, "\\u0000", "\\\\u0000", "line\r\nbreak", "\u2028\u2029\x7f"]),
+       extra=st.dictionaries(_text.filter(lambda k: k not in _FINISH_FIELDS), _json, max_size=4))
+def test_payload_and_unknown_fields_survive_ingest_and_export(db_url, tmp_path, payload, extra):
+    eid = uuid.uuid4().hex
+    rec = {**tx("finish", 1, 3, escrow_id=eid, executor_slot=0, input_tokens=1, output_tokens=2, response_hash="ab",
+                response_payload=payload), **extra}
+    path = tmp_path / f"{eid}.ndjson"
+    path.write_bytes(json.dumps(rec).encode() + b"\n")
+    summary = ingest_paths(db_url, [str(path)])
+    assert (summary.loaded, summary.quarantined) == (1, 0)
+    with psycopg.connect(db_url) as c:
+        stored_payload, stored_extra = c.execute("SELECT response_payload, extra::text FROM rec.finish_tx "
+                                                 "WHERE escrow_id = %s", (eid,)).fetchone()
+        sql, params = export_statement("finish", None)
+        exported = [_decimal(line) for (line,) in c.execute(sql, params)]
+    # JSON numbers are decimals: compare them as such (3.790421480392178e+16 == 37904214803921780)
+    assert stored_payload == payload
+    assert (_decimal(stored_extra) if stored_extra else None) == (_decimal(json.dumps(extra)) if extra else None)
+    assert [r for r in exported if r["escrow_id"] == eid] == [_decimal(json.dumps(rec))]
+
+
+def _decimal(text: str):
+    return json.loads(text, parse_float=Decimal)

@@ -16,6 +16,7 @@ TABLES = ["rules.disputable", "rules.challenge", "rules.suspect", "rules.sibling
           "rules.escrow_limit", "rules.model_limit", "rules.refusal_parse", "rules.run"]
 
 UPGRADE = """
+CREATE INDEX ix_rejected_tx_escrow_id_inference_id ON replay.rejected_tx (escrow_id, inference_id);
 CREATE TABLE rules.refusal_parse (
     escrow_id text NOT NULL,
     inference_id bigint NOT NULL,
@@ -172,3 +173,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in TABLES:
         op.execute(f"DROP TABLE IF EXISTS {table}")
+    op.execute("DROP INDEX IF EXISTS replay.ix_rejected_tx_escrow_id_inference_id")

@@ -22,8 +22,10 @@ SELECT cr.epoch_index, e.slots[v.slot + 1], cr.model_id, 'voted_invalid_on_over_
        cr.governance_limit, cr.escrow_id, cr.inference_id, %(version)s
 FROM rules.context_refusal cr
 JOIN rec.escrow e ON e.escrow_id = cr.escrow_id
-JOIN (SELECT escrow_id, inference_id, validator_slot AS slot FROM rec.validation_tx WHERE NOT valid
-      UNION ALL
-      SELECT escrow_id, inference_id, voter_slot FROM rec.validation_vote_tx WHERE NOT vote_valid) v
-  ON v.escrow_id = cr.escrow_id AND v.inference_id = cr.inference_id
+CROSS JOIN LATERAL (
+  SELECT validator_slot AS slot FROM rec.validation_tx
+  WHERE escrow_id = cr.escrow_id AND inference_id = cr.inference_id AND NOT valid
+  UNION ALL
+  SELECT voter_slot FROM rec.validation_vote_tx
+  WHERE escrow_id = cr.escrow_id AND inference_id = cr.inference_id AND NOT vote_valid) v
 WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.verdict = 'over_limit' AND v.slot < cardinality(e.slots);

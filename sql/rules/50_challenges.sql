@@ -10,27 +10,35 @@ WITH ch AS (
          e.slots, e.model_id
   FROM replay.inference i JOIN rec.escrow e ON e.escrow_id = i.escrow_id
   WHERE i.epoch_index = ANY(%(epochs)s) AND i.challenged_nonce IS NOT NULL
-), cast_weights AS (
-  SELECT ch.escrow_id, ch.inference_id, v.diff_nonce, 3 AS kind_order, v.validator_slot AS slot, v.valid,
-         true AS is_validation
-  FROM ch JOIN rec.validation_tx v ON v.escrow_id = ch.escrow_id AND v.inference_id = ch.inference_id
-  WHERE v.diff_nonce <= ch.challenged_nonce
-  UNION ALL
-  SELECT ch.escrow_id, ch.inference_id, vv.diff_nonce, 4, vv.voter_slot, vv.vote_valid, false
-  FROM ch JOIN rec.validation_vote_tx vv ON vv.escrow_id = ch.escrow_id AND vv.inference_id = ch.inference_id
-), applied AS (
-  SELECT w.* FROM cast_weights w
-  WHERE NOT EXISTS (SELECT 1 FROM replay.rejected_tx r
-                    WHERE r.escrow_id = w.escrow_id AND r.inference_id = w.inference_id
-                      AND r.diff_nonce = w.diff_nonce AND r.slot = w.slot AND NOT r.ignored
-                      AND r.kind = CASE WHEN w.is_validation THEN 'validation' ELSE 'validation_vote' END)
-), weighted AS (
-  SELECT a.*, ch.vote_threshold, ch.challenger_slot, ch.slots[a.slot + 1] AS address,
-         (SELECT count(*) FROM unnest(ch.slots) s WHERE s = ch.slots[a.slot + 1])::int AS weight,
-         EXISTS (SELECT 1 FROM rules.suspect sp WHERE sp.epoch_index = ch.epoch_index
-                   AND sp.model_id IS NOT DISTINCT FROM ch.model_id AND sp.participant = ch.slots[a.slot + 1])
-           AS suspect
-  FROM applied a JOIN ch ON ch.escrow_id = a.escrow_id AND ch.inference_id = a.inference_id
+), cast_weights AS (  -- LATERAL: index lookups per challenge, so one epoch never scans all votes
+  SELECT ch.escrow_id, ch.inference_id, v.diff_nonce, v.kind_order, v.slot, v.valid, v.is_validation
+  FROM ch CROSS JOIN LATERAL (
+    SELECT diff_nonce, 3 AS kind_order, validator_slot AS slot, valid, true AS is_validation
+    FROM rec.validation_tx
+    WHERE escrow_id = ch.escrow_id AND inference_id = ch.inference_id AND diff_nonce <= ch.challenged_nonce
+    UNION ALL
+    SELECT diff_nonce, 4, voter_slot, vote_valid, false
+    FROM rec.validation_vote_tx WHERE escrow_id = ch.escrow_id AND inference_id = ch.inference_id) v
+), applied AS (  -- not rejected by the state machine; 'ignored' = cast after the tally resolved (no weight)
+  SELECT w.*, COALESCE(r.ignored, false) AS ignored
+  FROM cast_weights w
+  LEFT JOIN replay.rejected_tx r
+         ON r.escrow_id = w.escrow_id AND r.inference_id = w.inference_id AND r.diff_nonce = w.diff_nonce
+        AND r.slot = w.slot AND r.kind = CASE WHEN w.is_validation THEN 'validation' ELSE 'validation_vote' END
+  WHERE r.ignored IS DISTINCT FROM false
+), slot_weight AS (  -- weight = slots held by the slot's address, computed once per escrow
+  SELECT g.escrow_id, (s.ord - 1)::int AS slot, s.address,
+         count(*) OVER (PARTITION BY g.escrow_id, s.address)::int AS weight
+  FROM (SELECT DISTINCT escrow_id, slots FROM ch) g CROSS JOIN LATERAL unnest(g.slots) WITH ORDINALITY s(address, ord)
+), suspects AS (
+  SELECT DISTINCT epoch_index, model_id, participant FROM rules.suspect WHERE epoch_index = ANY(%(epochs)s)
+), weighted AS MATERIALIZED (
+  SELECT a.*, ch.vote_threshold, ch.challenger_slot, sw.address, sw.weight, sp.participant IS NOT NULL AS suspect
+  FROM applied a
+  JOIN ch ON ch.escrow_id = a.escrow_id AND ch.inference_id = a.inference_id
+  JOIN slot_weight sw ON sw.escrow_id = a.escrow_id AND sw.slot = a.slot
+  LEFT JOIN suspects sp ON sp.epoch_index = ch.epoch_index AND sp.model_id IS NOT DISTINCT FROM ch.model_id
+                       AND sp.participant = sw.address
 ), running AS (
   SELECT w.*,
          sum(CASE WHEN NOT w.suspect AND NOT w.valid THEN w.weight ELSE 0 END) OVER seq AS inv_wo,
@@ -41,9 +49,9 @@ WITH ch AS (
                  ROWS UNBOUNDED PRECEDING)
 ), tallied AS (
   SELECT escrow_id, inference_id,
-         sum(weight) FILTER (WHERE suspect AND NOT valid)::int
+         sum(weight) FILTER (WHERE suspect AND NOT valid AND NOT ignored)::int
            AS suspect_invalid_weight,
-         array_agg(DISTINCT address) FILTER (WHERE suspect AND NOT valid) AS suspect_voters,
+         array_agg(DISTINCT address) FILTER (WHERE suspect AND NOT valid AND NOT ignored) AS suspect_voters,
          bool_or(is_validation AND slot = challenger_slot AND suspect) AS challenger_suspect,
          min(step) FILTER (WHERE NOT is_validation AND NOT suspect AND inv_wo > vote_threshold) AS inv_step,
          min(step) FILTER (WHERE NOT is_validation AND NOT suspect AND val_wo > vote_threshold) AS val_step

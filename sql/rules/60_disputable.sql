@@ -7,6 +7,8 @@
 CREATE TEMP TABLE IF NOT EXISTS prev_detected (escrow_id text, inference_id bigint, penalty text,
                                                detected_at timestamptz) ON COMMIT DROP;
 
+DELETE FROM prev_detected;
+
 INSERT INTO prev_detected
 SELECT escrow_id, inference_id, penalty, detected_at FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s);
 

@@ -1,0 +1,95 @@
+"""Rules-stage benchmark on a ~1,000,000-inference database over ten epochs.
+
+Baseline, measured in the same run: one `CREATE TABLE … AS SELECT * FROM replay.inference`. Targets: full rules
+stage ≤ 3× the baseline; re-evaluating one dirty epoch of ten ≤ 0.1× the full run; api.disputable_penalties
+filtered to one epoch < 50 ms.
+
+    python bench/rules_bench.py [--inferences 1000000] [--database-url URL] [--keep]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from indexer.db import migrate  # noqa: E402
+from indexer.db.url import resolve_database_url  # noqa: E402
+from indexer.load.ingest import ingest_paths  # noqa: E402
+from indexer.replay.run import replay_dirty  # noqa: E402
+from indexer.rules.run import run_rules  # noqa: E402
+from indexer.synth import generate, write_ndjson  # noqa: E402
+
+EPOCHS, PER_ESCROW = 10, 300
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--inferences", type=int, default=1_000_000)
+    ap.add_argument("--database-url")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    server = resolve_database_url(args.database_url)
+    name = f"rbench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    url = urlunsplit(urlsplit(server)._replace(path="/" + name))
+    try:
+        migrate.upgrade(url)
+        escrows = max(1, args.inferences // (PER_ESCROW * EPOCHS))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "rules.ndjson"
+            n = write_ndjson(str(path), generate(seed=3, escrows=escrows, inferences=PER_ESCROW, epochs=EPOCHS))
+            load = timed(lambda: ingest_paths(url, [str(path)]))
+        with psycopg.connect(url) as conn:
+            replay_s = timed(lambda: replay_dirty(conn))
+            conn.execute("DELETE FROM rules.dirty_epoch")
+            conn.commit()
+            inferences = conn.execute("SELECT count(*) FROM replay.inference").fetchone()[0]
+            print(f"database: {n:,} records, {inferences:,} inferences, {EPOCHS} epochs "
+                  f"(load {load:.1f}s, replay {replay_s:.1f}s)")
+            conn.execute("DROP TABLE IF EXISTS bench_ctas")
+            conn.commit()
+            base = timed(lambda: (conn.execute("CREATE TABLE bench_ctas AS SELECT * FROM replay.inference"),
+                                  conn.commit()))
+            conn.execute("DROP TABLE bench_ctas")
+            conn.commit()
+            full = timed(lambda: run_rules(conn, (0, 2**62)))
+            epochs = [r[0] for r in conn.execute("SELECT DISTINCT epoch_index FROM rec.escrow ORDER BY 1")]
+            one = timed(lambda: run_rules(conn, (epochs[3], epochs[3])))
+            again = timed(lambda: run_rules(conn))
+            samples = []
+            for _ in range(7):
+                samples.append(timed(lambda: conn.execute(
+                    "SELECT * FROM api.disputable_penalties WHERE epoch_index = %s", (epochs[5],)).fetchall()))
+            found = conn.execute("SELECT count(*) FROM api.disputable_penalties").fetchone()[0]
+        print(f"baseline  CREATE TABLE AS SELECT * FROM inferences : {base:7.2f}s")
+        print(f"rules     full stage, {EPOCHS} epochs                     : {full:7.2f}s  = {full / base:.2f}x baseline "
+              f"(target <= 3x); {found:,} disputable penalties")
+        print(f"rules     one dirty epoch of {EPOCHS}                     : {one:7.2f}s  = {one / full:.3f}x full "
+              f"(target <= 0.1x)")
+        print(f"rules     nothing dirty (re-run)                    : {again * 1000:7.1f}ms")
+        print(f"query     api.disputable_penalties, one epoch       : {statistics.median(samples) * 1000:7.1f}ms "
+              f"median of 7 (target < 50 ms)")
+    finally:
+        if not args.keep:
+            with psycopg.connect(server, autocommit=True) as c:
+                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The rules stage is cheap and idempotent: it evaluates only dirty epochs, a second run changes nothing (and keeps
+each finding's detected_at), `indexer rules --epochs A..B` re-evaluates exactly that range, and an amended record
+re-evaluates only its own epoch."""
+from __future__ import annotations
+
+import psycopg
+
+from indexer.cli import main as cli_main
+from indexer.rules.run import run_rules
+from tests.helpers import ingest, table_snapshot as _table_snapshot, write_lines
+from tests.rules_kit import GOV, Log, fam3, fam4, fam6_at_least, gov_snapshot, load, new_hash, rows, stored
+
+EPOCHS = (408, 409, 410)
+RULE_TABLES = ["rules.refusal_parse", "rules.model_limit", "rules.escrow_limit", "rules.context_refusal",
+               "rules.sibling_finding", "rules.suspect", "rules.challenge", "rules.disputable"]
+
+
+def table_snapshot(url: str, tables: list[str]) -> dict[str, list]:
+    """Every row of each table, order-independent (rules.suspect has no key, so ties must not matter)."""
+    return {t: sorted(r, key=repr) for t, r in _table_snapshot(url, tables).items()}
+
+
+def epoch_records(epoch: int) -> tuple[list[dict], dict]:
+    """One escrow per epoch with every kind of finding: a disputable invalidation, a disputable error-miss, a
+    disputable timeout, a suspect and a challenge."""
+    log = Log(f"e{epoch}", epoch=epoch)
+    ids = {}
+    ids["invalidated"] = log.refusal(5, payload=stored(fam6_at_least(GOV, 4096)))
+    log.invalidate(ids["invalidated"])
+    h = new_hash()
+    ids["error_missed"] = log.refusal(4, h, payload=stored(fam4(GOV, GOV - 4000, 4096)))
+    log.served(6, h, input_tokens=GOV - 4000, output_tokens=30)
+    log.error_miss(ids["error_missed"])
+    h2 = new_hash()
+    log.served(7, h2, input_tokens=GOV - 10, output_tokens=20)   # C served 400010 > 400000: a suspect
+    ids["timed_out"] = log.start(5, h2)
+    log.timeout(ids["timed_out"], "refused")
+    return [gov_snapshot(epoch=epoch)] + log.records, ids
+
+
+def load_three_epochs(db_url, tmp_path):
+    records, ids = [], {}
+    for e in EPOCHS:
+        recs, ids[e] = epoch_records(e)
+        records += recs
+    load(db_url, tmp_path, records)
+    return ids
+
+
+def runs(conn) -> list[list[int]]:
+    return [r[0] for r in rows(conn, "SELECT epochs FROM rules.run ORDER BY run_id")]
+
+
+def test_first_run_finds_everything_and_second_run_evaluates_nothing(db_url, tmp_path, conn):
+    load_three_epochs(db_url, tmp_path)
+    counts = dict(rows(conn, "SELECT epoch_index, count(*) FROM api.disputable_penalties GROUP BY 1"))
+    assert counts == {e: 3 for e in EPOCHS}
+    assert conn.execute("SELECT count(*) FROM rules.dirty_epoch").fetchone()[0] == 0
+    before, runs_before = table_snapshot(db_url, RULE_TABLES), runs(conn)
+    assert sorted(sum(runs_before, [])) == list(EPOCHS)
+
+    summary = run_rules(conn)
+    assert (summary.epochs, summary.parsed) == (0, 0)
+    assert table_snapshot(db_url, RULE_TABLES) == before   # detected_at included
+    assert runs(conn) == runs_before
+
+    # reloading the same file is no change at all, so nothing is dirty and nothing is re-evaluated
+    ingest(db_url, tmp_path / "in.ndjson", rules=True)
+    assert runs(conn) == runs_before and table_snapshot(db_url, RULE_TABLES) == before
+
+
+def test_epochs_range_reevaluates_only_that_range(db_url, tmp_path, conn):
+    load_three_epochs(db_url, tmp_path)
+    before = table_snapshot(db_url, RULE_TABLES)
+    detected = dict(rows(conn, "SELECT inference_id, detected_at FROM api.disputable_penalties"))
+
+    assert cli_main(["--database-url", db_url, "rules", "--epochs", "409..410"]) == 0
+    assert runs(conn)[-1] == [409, 410]
+    # re-evaluation reproduces every row, and a finding keeps the time it was first detected
+    assert table_snapshot(db_url, RULE_TABLES) == before
+    assert dict(rows(conn, "SELECT inference_id, detected_at FROM api.disputable_penalties")) == detected
+
+    # only the range is rebuilt: wipe the verdicts of every epoch, then re-evaluate 409 alone
+    conn.execute("DELETE FROM rules.context_refusal")
+    summary = run_rules(conn, (409, 409))
+    assert summary.epochs == 1 and runs(conn)[-1] == [409]
+    assert rows(conn, "SELECT DISTINCT epoch_index FROM api.context_refusals") == [(409,)]
+
+
+def test_amended_record_reevaluates_only_its_epoch(db_url, tmp_path, conn):
+    ids = load_three_epochs(db_url, tmp_path)
+    before = table_snapshot(db_url, RULE_TABLES)
+    detected = dict(rows(conn, "SELECT inference_id, detected_at FROM api.disputable_penalties "
+                               "WHERE epoch_index <> 409"))
+    target = ids[409]["invalidated"]
+    assert rows(conn, "SELECT verdict FROM api.context_refusals WHERE inference_id = %s AND epoch_index = 409",
+                target) == [("over_limit",)]
+
+    # the executor's stored body, re-fetched, shows an exact count that fits: 1000 + 4096 <= 400000
+    amended = {"kind": "finish", "escrow_id": "e409", "inference_id": target,
+               "diff_nonce": next(r for r in epoch_records(409)[0]
+                                  if r.get("kind") == "finish" and r["inference_id"] == target)["diff_nonce"],
+               "executor_slot": target % 16, "input_tokens": 0, "output_tokens": 0, "response_hash": f"{target:064x}",
+               "response_payload": stored(fam3(100_000, 1000))}
+    summary = ingest(db_url, write_lines(tmp_path / "amend.ndjson", [amended]))
+    assert summary.amended == 1
+    with psycopg.connect(db_url) as c:
+        rules = run_rules(c)
+    assert (rules.epochs, rules.parsed) == (1, 1)
+    assert runs(conn)[-1] == [409]
+
+    assert rows(conn, "SELECT verdict FROM api.context_refusals WHERE inference_id = %s AND epoch_index = 409",
+                target) == [("fits",)]
+    assert rows(conn, "SELECT count(*) FROM api.disputable_penalties WHERE epoch_index = 409 AND inference_id = %s",
+                target) == [(0,)]
+    after = table_snapshot(db_url, RULE_TABLES)
+    for t in RULE_TABLES:  # the other epochs' rows are untouched
+        other = lambda rs: [r for r in rs if 409 not in r and "e409" not in r]  # noqa: E731
+        assert other(after[t]) == other(before[t]) and other(before[t]), t
+    assert dict(rows(conn, "SELECT inference_id, detected_at FROM api.disputable_penalties "
+                           "WHERE epoch_index <> 409")) == detected
+
+
+def test_a_new_rule_version_re_evaluates_stale_epochs(db_url, tmp_path, conn):
+    load_three_epochs(db_url, tmp_path)
+    before = table_snapshot(db_url, RULE_TABLES)
+    conn.execute("UPDATE rules.model_limit SET rule_version = 0 WHERE epoch_index = 408")
+    summary = run_rules(conn)
+    assert summary.epochs == 1 and runs(conn)[-1] == [408]
+    assert table_snapshot(db_url, RULE_TABLES) == before
