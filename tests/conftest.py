@@ -78,6 +78,17 @@ def db_url(pg_admin_url, template_db):
 
 
 @pytest.fixture
+def second_db_url(pg_admin_url, template_db):
+    """Another fresh, migrated database (for run-A-vs-run-B comparisons)."""
+    name = f"indexer_t2_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield _with_db(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
 def empty_db_url(pg_admin_url):
     """A fresh database with no schema (for migration tests)."""
     name = f"indexer_e_{uuid.uuid4().hex[:10]}"

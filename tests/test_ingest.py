@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-import uuid
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
 from indexer.synth import generate
-from tests.helpers import escrow, ingest, tx, write_lines
+from tests.helpers import db_state, escrow, ingest, tx, write_lines
 
 # Columns that legitimately differ between two loads of the same content.
 TIMES = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quarantined_at", "first_seen_at", "last_loaded_at",
@@ -17,30 +15,8 @@ TIMES = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quarantined_at"
 IDS = {"source_id", "source_line", "revision", "amendment_id"}
 
 
-def db_state(url: str, exclude: set[str] = TIMES) -> dict[str, list]:
-    """Every rec.* and replay.* table, rows sorted, without the excluded columns."""
-    out = {}
-    with psycopg.connect(url) as c:
-        tables = [r[0] for r in c.execute(
-            "SELECT table_schema || '.' || table_name FROM information_schema.tables "
-            "WHERE table_schema IN ('rec', 'replay') AND table_type = 'BASE TABLE' ORDER BY 1")]
-        for t in tables:
-            cols = [r[0] for r in c.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema || '.' || table_name = %s "
-                "ORDER BY ordinal_position", (t,)) if r[0] not in exclude]
-            order = ", ".join(str(i + 1) for i in range(len(cols)))
-            out[t] = c.execute(f"SELECT {', '.join(cols)} FROM {t} ORDER BY {order}").fetchall()
-    return out
 
 
-@pytest.fixture
-def second_db_url(pg_admin_url, template_db):
-    name = f"indexer_t2_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield urlunsplit(urlsplit(pg_admin_url)._replace(path="/" + name))
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _small_corpus():

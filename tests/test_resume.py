@@ -7,45 +7,21 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
 from indexer.synth import generate, write_ndjson
-from tests.helpers import ingest
+from tests.helpers import db_state, ingest
 
 ROOT = Path(__file__).resolve().parents[1]
-VOLATILE = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quarantined_at", "first_seen_at",
+RESUME_VOLATILE = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quarantined_at", "first_seen_at",
             "last_loaded_at", "completed_at", "source_id", "amendment_id"}
 
 
-def db_state(url: str) -> dict[str, list]:
-    """Every rec.* and replay.* table, rows sorted, without load-time columns."""
-    out = {}
-    with psycopg.connect(url) as c:
-        tables = [r[0] for r in c.execute(
-            "SELECT table_schema || '.' || table_name FROM information_schema.tables "
-            "WHERE table_schema IN ('rec', 'replay') AND table_type = 'BASE TABLE' ORDER BY 1")]
-        for t in tables:
-            cols = [r[0] for r in c.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema || '.' || table_name = %s "
-                "ORDER BY ordinal_position", (t,)) if r[0] not in VOLATILE]
-            order = ", ".join(str(i + 1) for i in range(len(cols)))
-            out[t] = c.execute(f"SELECT {', '.join(cols)} FROM {t} ORDER BY {order}").fetchall()
-    return out
 
 
-@pytest.fixture
-def reference_db_url(pg_admin_url, template_db):
-    name = f"indexer_ref_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield urlunsplit(urlsplit(pg_admin_url)._replace(path="/" + name))
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _ingest_cmd(url: str, path: Path) -> list[str]:
@@ -72,7 +48,7 @@ def _wait_for_first_commit(proc: subprocess.Popen, url: str, timeout: float = 60
     pytest.fail("the ingest committed nothing within the time limit")
 
 
-def test_kill_during_ingest_then_rerun_equals_a_clean_run(tmp_path, db_url, reference_db_url):
+def test_kill_during_ingest_then_rerun_equals_a_clean_run(tmp_path, db_url, second_db_url):
     path = tmp_path / "synth.ndjson"
     total = write_ndjson(str(path), generate(seed=11, escrows=40, inferences=200, epochs=2))
     assert total > 50_000
@@ -99,8 +75,8 @@ def test_kill_during_ingest_then_rerun_equals_a_clean_run(tmp_path, db_url, refe
     loaded_now = int(re.search(r"loaded \(new\)\D*(\d+)", out).group(1))
     assert loaded_now == total - skipped
 
-    ingest(reference_db_url, path, batch_lines=2000)
-    resumed, clean = db_state(db_url), db_state(reference_db_url)
+    ingest(second_db_url, path, batch_lines=2000)
+    resumed, clean = db_state(db_url, RESUME_VOLATILE), db_state(second_db_url, RESUME_VOLATILE)
     assert resumed.keys() == clean.keys()
     for table in clean:
         assert resumed[table] == clean[table], table

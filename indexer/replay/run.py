@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from indexer.db.claims import claim
 from indexer.replay.machine import EscrowConfig, ReplayResult, Tx, replay
 
 CHUNK_ESCROWS = 200
@@ -55,10 +56,7 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     summary, start = ReplaySummary(), time.perf_counter()
     while True:
         with conn.transaction():
-            ids = [r[0] for r in conn.execute(
-                """DELETE FROM replay.dirty_escrow WHERE escrow_id IN (
-                     SELECT escrow_id FROM replay.dirty_escrow ORDER BY escrow_id LIMIT %s FOR UPDATE SKIP LOCKED)
-                   RETURNING escrow_id""", (chunk,))]
+            ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk)
             if not ids:
                 break
             _replay_chunk(conn, ids, summary)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 
+from indexer.db.claims import claim
 from indexer.db.migrate import SQL_DIR
 from indexer.sources.vllm_errors import parse_response_payload
 
@@ -76,10 +77,7 @@ def run_rules(conn: psycopg.Connection, epochs: tuple[int, int] | None = None) -
             mark_epochs(conn, *epochs)
     while True:
         with conn.transaction():
-            claimed = [r[0] for r in conn.execute(
-                """DELETE FROM rules.dirty_epoch WHERE epoch_index IN (
-                     SELECT epoch_index FROM rules.dirty_epoch ORDER BY epoch_index LIMIT %s FOR UPDATE SKIP LOCKED)
-                   RETURNING epoch_index""", (EPOCHS_PER_CLAIM,))]
+            claimed = claim(conn, "rules.dirty_epoch", "epoch_index", EPOCHS_PER_CLAIM)
             if not claimed:
                 break
             _evaluate(conn, sorted(claimed), summary)

@@ -1,0 +1,13 @@
+"""Work queues in the database: a stage claims dirty keys with SKIP LOCKED, so concurrent workers never take the
+same key, and a key re-marked while it is being processed survives for the next pass."""
+from __future__ import annotations
+
+import psycopg
+
+
+def claim(conn: psycopg.Connection, table: str, column: str, limit: int) -> list:
+    """Delete and return up to `limit` dirty keys inside the caller's transaction."""
+    return [r[0] for r in conn.execute(
+        f"""DELETE FROM {table} WHERE {column} IN (
+              SELECT {column} FROM {table} ORDER BY {column} LIMIT %s FOR UPDATE SKIP LOCKED)
+            RETURNING {column}""", (limit,))]
