@@ -53,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the poller: ingest from the Gonka endpoints (--once: one cycle)")
     run.add_argument("--once", action="store_true", help="run one full cycle and exit")
     run.add_argument("--interval", type=float, default=30.0, help="seconds between cycles (default 30)")
-    run.add_argument("--gonka-chain-rest-url", help="chain REST URL(s), comma-separated ($GONKA_CHAIN_REST_URL)")
-    run.add_argument("--gonka-rpc-url", help="CometBFT RPC URL(s), comma-separated ($GONKA_RPC_URL)")
+    run.add_argument("--gonka-chain-rest-url", "--gonka_chain_rest_url",
+                     help="chain REST URL(s), comma-separated, failover in order ($GONKA_CHAIN_REST_URL)")
+    run.add_argument("--gonka-rpc-url", "--gonka_rpc_url", help="CometBFT RPC URL(s), comma-separated ($GONKA_RPC_URL)")
     from indexer.devnet.run import add_arguments as devnet_arguments
 
     devnet_arguments(sub.add_parser("devnet", help="serve a simulated Gonka network on loopback until Ctrl-C"))

@@ -3,7 +3,7 @@ and api.challenges (the tally with the suspects' invalid weight removed, §3.3).
 A = 0-3 (4), B = 4-5 (2), C = 6-8 (3), D = 9-10 (2), E = 11-15 (5); threshold 8."""
 from __future__ import annotations
 
-from tests.rules_kit import (A, B, C, D, E, GOV, Log, by_id, fam3, fam4, fam6_at_least, gov_snapshot, load, rows,
+from tests.rules_kit import (A, C, D, GOV, Log, by_id, fam3, fam4, fam6_at_least, gov_snapshot, load, rows,
                              stored)
 
 CH_COLS = "vote_threshold, votes_valid, votes_invalid, outcome, suspect_invalid_weight, outcome_without_suspects"
@@ -11,10 +11,10 @@ CH_COLS = "vote_threshold, votes_valid, votes_invalid, outcome, suspect_invalid_
 
 def test_suspect_evidence_kinds_and_their_boundaries(db_url, tmp_path, conn):
     log = Log()
-    at_limit = log.served(6, input_tokens=399000, output_tokens=1000)      # C: 400000 == limit, not suspect
+    log.served(6, input_tokens=399000, output_tokens=1000)                 # C: 400000 == limit, not suspect
     above = log.served(9, input_tokens=399000, output_tokens=1001)         # D: 400001 > limit
     stated_above = log.refusal(0, payload=stored(fam4(600000, 597000, 4096)))   # A states 600000
-    stated_equal = log.refusal(11, payload=stored(fam3(400000, 401234)))        # E states the governance limit
+    log.refusal(11, payload=stored(fam3(400000, 401234)))                       # E states the governance limit
     over = log.refusal(4, payload=stored(fam6_at_least(GOV, 4096)))             # over_limit refusal by B
     log.validation(over, 6, False)   # C challenges it
     log.vote(over, 12, True)         # E votes valid
@@ -33,7 +33,6 @@ def test_suspect_evidence_kinds_and_their_boundaries(db_url, tmp_path, conn):
                    (A, "stated_limit_above", 600000, GOV, stated_above, 408, m),
                    (C, "voted_invalid_on_over_limit", 395905, GOV, over, 408, m),
                    (D, "voted_invalid_on_over_limit", 395905, GOV, over, 408, m)}
-    assert at_limit and stated_equal  # (written only to be not suspect)
 
 
 def test_tallies_at_and_over_the_threshold(db_url, tmp_path, conn):
@@ -112,4 +111,3 @@ def test_outcome_without_suspects(db_url, tmp_path, conn):
     assert ev["f8"]["outcome_without_suspects"] == "Challenged" and ev["f8"]["suspect_invalid_weight"] == 7
     assert ev["ref"]["outcome_without_suspects"] == "Finished" and ev["ref"]["suspect_invalid_weight"] == 9
     assert set(ev) == {"f8", "ref"}
-    assert B and E  # (executor and valid voter of the F8 cases)

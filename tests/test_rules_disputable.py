@@ -31,8 +31,9 @@ def test_invalidated_refusals_are_disputable_unless_they_fit(db_url, tmp_path, c
     statuses = by_id(conn, "api.inferences", "status, penalty")
     assert [statuses[c[k]] for k in ("over_limit", "fits", "challenged", "validated")] == \
         [("Invalidated", "invalid"), ("Invalidated", "invalid"), ("Challenged", None), ("Validated", None)]
-    got = by_id(conn, "api.disputable_penalties", "epoch_index, escrow_id, participant, executor_slot, penalty, rule, "
-                                                  "verdict, evidence->>'refusal_kind', evidence->>'prompt_tokens_source'")
+    got = by_id(conn, "api.disputable_penalties",
+                "epoch_index, escrow_id, participant, executor_slot, penalty, rule, verdict, "
+                "evidence->>'refusal_kind', evidence->>'prompt_tokens_source'")
     name = {v: k for k, v in c.items()}
     assert {name[i]: v for i, v in got.items()} == {
         "over_limit": (408, "1971", B, c["over_limit"] % 16, "invalid", "invalidated_context_refusal", "over_limit",

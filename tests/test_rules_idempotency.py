@@ -128,3 +128,19 @@ def test_a_new_rule_version_re_evaluates_stale_epochs(db_url, tmp_path, conn):
     summary = run_rules(conn)
     assert summary.epochs == 1 and runs(conn)[-1] == [408]
     assert table_snapshot(db_url, RULE_TABLES) == before
+
+
+def test_more_epochs_than_one_claim(db_url, tmp_path, conn):
+    # EPOCHS_PER_CLAIM epochs go in one transaction; the rest follow in further claims of the same run
+    records, refusals = [], {}
+    for e in range(500, 511):
+        log = Log(f"c{e}", epoch=e)
+        refusals[e] = log.refusal(5, payload=stored(fam6_at_least(GOV, 4096)))
+        log.invalidate(refusals[e])
+        records += [gov_snapshot(epoch=e)] + log.records
+    load(db_url, tmp_path, records)
+    assert sorted(sum(runs(conn), [])) == list(range(500, 511)) and len(runs(conn)) > 1
+    assert dict(rows(conn, "SELECT epoch_index, inference_id FROM api.disputable_penalties "
+                           "WHERE rule = 'invalidated_context_refusal' AND verdict = 'over_limit'")) == refusals
+    assert conn.execute("SELECT count(*) FROM api.context_refusals WHERE refusal_kind = 'context_length'").fetchone() \
+        == (11,)

@@ -44,7 +44,8 @@ def test_reference_models_deepseek_400000_and_minimax_180000(db_url, tmp_path, c
     load(db_url, tmp_path, [snapshot(f1_args), snapshot(["--max-model-len", "180000", "--trust-remote-code"],
                                                         model=MINIMAX)])
     assert set(rows(conn, "SELECT model_id, governance_limit, limit_source FROM api.model_limits "
-                          "WHERE epoch_index = 408")) == {(MODEL, 400000, "model_args"), (MINIMAX, 180000, "model_args")}
+                          "WHERE epoch_index = 408")) == {(MODEL, 400000, "model_args"),
+                                                          (MINIMAX, 180000, "model_args")}
 
 
 def _probe(log, prompt_tokens, max_tokens=4096):

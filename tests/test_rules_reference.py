@@ -92,7 +92,8 @@ def test_reference_scenario_end_to_end(db_url, tmp_path, conn, with_sibling):
     assert rows(conn, "SELECT epoch_index, escrow_id, inference_id, participant, executor_slot, penalty, rule, verdict "
                       "FROM api.disputable_penalties") == \
         [(408, "1971", 6149, B, 5, "invalid", "invalidated_context_refusal", "over_limit")]
-    hep = {r[0]: r[1:] for r in rows(conn, "SELECT participant, missed, invalid, disputable_missed, disputable_invalid, "
-                                           "reported_missed, reported_invalid FROM api.host_epoch_penalties")}
+    hep = {r[0]: r[1:] for r in rows(conn, "SELECT participant, missed, invalid, disputable_missed, "
+                                           "disputable_invalid, reported_missed, reported_invalid "
+                                           "FROM api.host_epoch_penalties")}
     assert hep[B] == (1, 1, 0, 1, 1, 1)
     assert hep[A] == (1, 0, 0, 0, None, None)

@@ -151,7 +151,8 @@ def test_reference_f5_error_miss_through_sibling_6150(db_url, tmp_path, conn, si
         tx("error_miss", 6149, 6160, votes=[{"voter_slot": s, "accept": True} for s in (0, 6, 9, 11)]),
     ]
     load(db_url, tmp_path, records)
-    assert rows(conn, "SELECT status, penalty FROM api.inferences WHERE inference_id = 6149") == [("TimedOut", "missed")]
+    assert rows(conn, "SELECT status, penalty FROM api.inferences WHERE inference_id = 6149") == \
+        [("TimedOut", "missed")]
     assert rows(conn, "SELECT inference_id, sibling_inference_id, sibling_input_tokens, sibling_output_tokens, "
                       "governance_limit, max_tokens, accepted_current_rule, accepted_hardened_rule "
                       "FROM api.sibling_findings") == [(6149, 6150, sibling_input, 812, 400000, 4096, True, hardened)]

@@ -1,0 +1,59 @@
+"""Gonka network adapter: httpx clients for chain REST, CometBFT RPC and devshard hosts, sharing one retry policy."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import httpx
+
+from indexer.sources.gonka.chain import ChainRest
+from indexer.sources.gonka.host import DevshardHost, HostGroup
+from indexer.sources.gonka.http import FailureHook, Fetcher, FetchError, ResponseHook, RetryPolicy
+from indexer.sources.gonka.rpc import CometRpc
+from indexer.wire.normalize import NormalizeError, participant_inference_url
+
+
+class Gonka:
+    """All clients of one poll: chain REST (with failover over ``chain_urls``), RPC, and hosts by address."""
+
+    def __init__(self, chain_urls: str | Sequence[str], rpc_urls: str | Sequence[str], *,
+                 policy: RetryPolicy | None = None, on_response: ResponseHook | None = None,
+                 on_failure: FailureHook | None = None) -> None:
+        self.policy = policy or RetryPolicy()
+        limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+        self.client = httpx.Client(timeout=self.policy.timeout, limits=limits)
+        kw = dict(policy=self.policy, client=self.client, on_response=on_response, on_failure=on_failure)
+        self._kw = kw
+        self.chain = ChainRest(Fetcher(chain_urls, name="chain", **kw))
+        self.rpc = CometRpc(Fetcher(rpc_urls, name="rpc", **kw))
+        self._hosts: dict[str, DevshardHost | None] = {}
+
+    def host(self, address: str) -> DevshardHost | None:
+        """The devshard host of a participant (``participant/{addr}.inference_url``), cached; None if it has none."""
+        if address not in self._hosts:
+            try:
+                url = participant_inference_url(self.chain.participant(address))
+            except NormalizeError:
+                self._hosts[address] = None
+            except FetchError as exc:
+                if exc.transient:
+                    raise  # try again next time
+                self._hosts[address] = None
+            else:
+                self._hosts[address] = DevshardHost(address, Fetcher(url, name=f"host:{address}", **self._kw))
+        return self._hosts[address]
+
+    def requests(self) -> int:
+        n = self.chain.http.requests + self.rpc.http.requests
+        return n + sum(h.http.requests for h in self._hosts.values() if h is not None)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "Gonka":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["ChainRest", "CometRpc", "DevshardHost", "FetchError", "Fetcher", "Gonka", "HostGroup", "RetryPolicy"]

@@ -1,0 +1,160 @@
+"""Devshard host routes (§5.2) and the group of hosts that serve one escrow's log.
+
+Any member of an escrow's group (the participants of its slots, found at ``participant/{addr}.inference_url``)
+keeps the escrow's diff log. :class:`HostGroup` reads it page by page (≤ 64 nonces) from one member and checks
+the last ``post_state_root`` of every page against a second member; on disagreement a third member decides, and a
+member that failed or diverged is skipped for the rest of the escrow.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Sequence
+
+from indexer.sources.gonka.http import Fetcher, FetchError
+from indexer.wire.diffs import diff_from_host_json
+from indexer.wire.protobuf import WireDecodeError
+
+log = logging.getLogger(__name__)
+PAGE_NONCES = 64
+
+
+class DevshardHost:
+    def __init__(self, address: str, fetcher: Fetcher) -> None:
+        self.address, self.http = address, fetcher
+        self._versions: list[str] | None = None
+
+    def versions(self) -> list[str]:
+        """Protocol versions the host runs, newest first (``/devshard/healthz``)."""
+        if self._versions is None:
+            data = self.http.get_json("/devshard/healthz")
+            names = [str(v.get("name")) for v in data or [] if isinstance(v, dict) and v.get("name")]
+            self._versions = sorted(names, key=lambda n: int(n.lstrip("v") or 0) if n.lstrip("v").isdigit() else 0,
+                                    reverse=True)
+        return self._versions
+
+    def shards(self, version: str | None = None) -> dict:
+        return self.http.get_json(f"/devshard/{version}/stats/shards" if version else "/devshard/stats/shards")
+
+    def shard_detail(self, version: str, escrow_id: str) -> dict:
+        return self.http.get_json(f"/devshard/{version}/stats/shards/{escrow_id}")
+
+    def diffs(self, version: str, escrow_id: str, first: int, last: int) -> list:
+        if last - first + 1 > PAGE_NONCES:
+            raise ValueError(f"a diff page holds at most {PAGE_NONCES} nonces")
+        data = self.http.get_json(f"/devshard/{version}/sessions/{escrow_id}/diffs",
+                                  {"from": str(first), "to": str(last)})
+        if not isinstance(data, list):
+            raise FetchError(self.http.base_urls[0], "diffs: expected a JSON array", transient=False)
+        return data
+
+    def payload(self, version: str, escrow_id: str, inference_id: int, *, validator: str, epoch: int) -> dict:
+        headers = {"X-Validator-Address": validator, "X-Timestamp": str(time.time_ns()), "X-Epoch-Id": str(epoch)}
+        return self.http.get_json(f"/devshard/{version}/sessions/{escrow_id}/payloads",
+                                  {"inference_id": str(inference_id)}, headers)
+
+
+class DivergenceError(Exception):
+    pass
+
+
+class HostGroup:
+    """The members of one escrow's group that can serve its log, primary first."""
+
+    def __init__(self, escrow_id: str, version: str, members: Sequence[str],
+                 host_for: Callable[[str], DevshardHost | None],
+                 on_skip: Callable[[str, str, bool], None] | None = None) -> None:
+        self.escrow_id, self.version = escrow_id, version
+        self.members = list(dict.fromkeys(members))
+        self.host_for, self.on_skip = host_for, on_skip
+        self.bad: set[str] = set()
+        self.primary: str | None = None
+
+    def candidates(self) -> list[str]:
+        alive = [m for m in self.members if m not in self.bad]
+        if self.primary in alive:
+            alive.remove(self.primary)
+            alive.insert(0, self.primary)
+        return alive
+
+    def _skip(self, address: str, reason: str, transient: bool = True) -> None:
+        self.bad.add(address)
+        if self.primary == address:
+            self.primary = None
+        log.info("escrow %s: skipping host %s: %s", self.escrow_id, address, reason)
+        if self.on_skip:
+            self.on_skip(address, reason, transient)
+
+    def _host(self, address: str) -> DevshardHost | None:
+        try:
+            host = self.host_for(address)
+        except FetchError as exc:
+            self._skip(address, f"no inference_url: {exc}", exc.transient)
+            return None
+        if host is None:
+            self._skip(address, "no inference_url", False)
+        return host
+
+    def call(self, fn: Callable[[DevshardHost], Any]) -> tuple[Any, str]:
+        """Run ``fn`` on the first member that answers; members that fail are skipped."""
+        for address in self.candidates():
+            host = self._host(address)
+            if host is None:
+                continue
+            try:
+                result = fn(host)
+            except (FetchError, WireDecodeError, ValueError, KeyError, TypeError) as exc:
+                self._skip(address, str(exc), getattr(exc, "transient", False))
+                continue
+            self.primary = address
+            return result, address
+        raise FetchError(f"escrow:{self.escrow_id}", "no member of the group answered", transient=True)
+
+    def _decoded_page(self, host: DevshardHost, first: int, last: int) -> list[dict]:
+        entries = host.diffs(self.version, self.escrow_id, first, last)
+        out = [diff_from_host_json(e, self.version) for e in entries]
+        for i, d in enumerate(out):
+            if d["nonce"] != first + i:
+                raise WireDecodeError(f"diff page not contiguous: nonce {d['nonce']}, expected {first + i}")
+        return out
+
+    def _root(self, address: str, nonce: int) -> bytes | None:
+        host = self._host(address)
+        if host is None:
+            return None
+        try:
+            page = self._decoded_page(host, nonce, nonce)
+        except (FetchError, WireDecodeError, ValueError, KeyError, TypeError) as exc:
+            self._skip(address, str(exc), getattr(exc, "transient", False))
+            return None
+        return page[0]["post_state_root"] if page else None
+
+    def page(self, first: int, last: int) -> list[dict]:
+        """Decoded diffs ``first..last`` (fewer at the end of the log), agreed by two members when possible."""
+        while True:
+            diffs, source = self.call(lambda h: self._decoded_page(h, first, last))
+            if not diffs:
+                return diffs
+            tip, root = diffs[-1]["nonce"], diffs[-1]["post_state_root"]
+            witnesses = [m for m in self.candidates() if m != source]
+            agreed = verdict = None
+            for w in witnesses:
+                other = self._root(w, tip)
+                if other is None:
+                    continue
+                if agreed is None:
+                    agreed = other == root
+                    if agreed:
+                        return diffs
+                    first_witness = w
+                    continue
+                # a third member decides between the source and the first witness
+                verdict = other == root
+                if verdict:
+                    self._skip(first_witness, f"diverging log at nonce {tip}", False)
+                    return diffs
+                self._skip(source, f"diverging log at nonce {tip}", False)
+                break
+            if agreed is None or (agreed is False and verdict is None):
+                return diffs  # no witness could answer (or no tie-breaker): take the only log there is
+            # source was wrong: loop, the next candidate serves the page

@@ -1,0 +1,160 @@
+"""The poller against the in-process devnet: the database ends up holding exactly the scenario."""
+from __future__ import annotations
+
+from collections import Counter
+
+import psycopg
+import pytest
+
+from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
+from indexer.load.kinds import KINDS, TX_KINDS
+from indexer.poller import poll_once
+from indexer.sources.gonka import RetryPolicy
+
+FAST = dict(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=8)
+
+
+def _small(epochs=3) -> Scenario:
+    return Scenario(ScenarioConfig(seed=7, epochs=epochs, escrows_per_epoch=2, inferences_per_escrow=24))
+
+
+def _tx_counts(url) -> Counter:
+    with psycopg.connect(url) as c:
+        return Counter({k: c.execute(f"SELECT count(*) FROM rec.{KINDS[k].table}").fetchone()[0] for k in TX_KINDS})
+
+
+def _expected_counts(scn: Scenario, escrow_ids) -> Counter:
+    out = Counter({k: 0 for k in TX_KINDS})
+    for eid in escrow_ids:
+        out.update(r["kind"] for r in scn.tx_records(eid))
+    return out
+
+
+def _statuses(url) -> dict:
+    with psycopg.connect(url) as c:
+        rows = c.execute("SELECT escrow_id, inference_id, status FROM api.inferences").fetchall()
+    return {(e, int(i)): s for e, i, s in rows}
+
+
+def _expected_statuses(scn: Scenario, escrow_ids) -> dict:
+    return {(eid, i): s for eid in escrow_ids for i, s in scn.escrows[eid].statuses().items()}
+
+
+def _snapshot(url) -> dict:
+    with psycopg.connect(url) as c:
+        out = {}
+        for kind in KINDS.values():
+            cols = ", ".join(kind.columns)
+            out[kind.name] = c.execute(f"SELECT {cols} FROM rec.{kind.table} ORDER BY {', '.join(kind.key)}").fetchall()
+        return out
+
+
+def _policy():
+    return RetryPolicy(**FAST)
+
+
+def _visible(scn: Scenario, current: int) -> list[str]:
+    return [e.escrow_id for e in scn.escrows.values() if e.epoch_index <= current]
+
+
+def _advance_to_last(net: DevnetServer) -> None:
+    while net.devnet.current_epoch < net.scenario.epochs[-1].epoch_index:
+        net.advance_epoch()
+
+
+def test_poll_once_matches_scenario(db_url):
+    scn = _small()
+    with DevnetServer(scn) as net:
+        _advance_to_last(net)
+        summary = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+    ids = _visible(scn, scn.epochs[-1].epoch_index)
+    assert summary.escrows == len(ids)
+    assert _tx_counts(db_url) == _expected_counts(scn, ids)
+    assert _statuses(db_url) == _expected_statuses(scn, ids)
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT count(*) FROM rec.escrow").fetchone()[0] == len(ids)
+        assert c.execute("SELECT count(*) FROM rec.model_snapshot").fetchone()[0] > 0
+        assert c.execute("SELECT count(*) FROM net.raw_response").fetchone()[0] > 0
+        status = dict(c.execute("SELECT source, cursor FROM api.ingest_status").fetchall())
+        payloads = c.execute("SELECT escrow_id, inference_id, response_payload FROM rec.finish_tx "
+                             "WHERE response_payload IS NOT NULL").fetchall()
+        truth = {(r["escrow_id"], r["inference_id"]): r["response_payload"] for eid in ids for r in scn.tx_records(eid)
+                 if r["kind"] == "finish" and r.get("response_payload") is not None
+                 and r["input_tokens"] == 0 and r["output_tokens"] == 0}  # the poller fetches 0/0 payloads only
+        lags = dict(c.execute("SELECT source, lag_seconds FROM api.ingest_status").fetchall())
+    assert truth and {(e, int(i)): p for e, i, p in payloads} == truth
+    for eid in ids:
+        assert status[f"escrow:{eid}"] == str(scn.escrows[eid].last_nonce)
+        settled = scn.escrows[eid].epoch_index < scn.epochs[-1].epoch_index
+        assert (f"escrow-final:{eid}" in status) == settled  # settled + complete: never fetched again
+        assert (lags[f"escrow:{eid}"] is None) == settled
+    assert lags["chain"] is not None and lags["chain"] < 60
+
+
+def test_second_poll_is_a_noop(db_url):
+    scn = _small()
+    with DevnetServer(scn) as net:
+        _advance_to_last(net)
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        before = _snapshot(db_url)
+        again = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+    assert again.loaded == 0 and again.amended == 0 and again.diffs == 0
+    assert _snapshot(db_url) == before
+
+
+def test_faults_give_identical_tables(db_url, pg_admin_url, template_db):
+    scn = _small()
+    with DevnetServer(scn) as net:
+        _advance_to_last(net)
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+    clean = _snapshot(db_url)
+    # a second, faulty network with the same scenario into a fresh database
+    import uuid
+    from tests.conftest import _with_db
+
+    name = f"indexer_t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    other = _with_db(pg_admin_url, name)
+    try:
+        faults = FaultConfig(seed=3, p_5xx=0.2, p_429=0.1, p_truncate=0.1, retry_after=0)
+        with DevnetServer(_small(), faults=faults) as net:
+            _advance_to_last(net)
+            poll_once(other, net.chain_rest_url, net.rpc_url, policy=_policy())
+            injected = dict(net.faults.injected)
+        assert injected["5xx"] and injected["429"] and injected["truncate"]
+        assert _snapshot(other) == clean
+        with psycopg.connect(other) as c:
+            assert c.execute("SELECT count(*) FROM net.failure WHERE transient").fetchone()[0] > 0
+    finally:
+        with psycopg.connect(pg_admin_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_epochs_advance_with_pruning(db_url):
+    scn = _small(epochs=5)
+    first = scn.epochs[0].epoch_index
+    with DevnetServer(scn) as net:
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        for _ in range(len(scn.epochs) - 1):
+            net.advance_epoch()
+            poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        assert net.devnet.pruned_epoch(first)
+    ids = list(scn.escrows)
+    assert _tx_counts(db_url) == _expected_counts(scn, ids)
+    assert _statuses(db_url) == _expected_statuses(scn, ids)
+    with psycopg.connect(db_url) as c:
+        settled = c.execute("SELECT count(*) FROM rec.escrow WHERE settled").fetchone()[0]
+    assert settled >= len([e for e in scn.escrows.values() if e.epoch_index < scn.epochs[-1].epoch_index - 2])
+
+
+def test_lying_host_is_skipped(db_url):
+    scn = _small(epochs=1)
+    liar = next(iter(scn.escrows.values())).slots[0]
+    with DevnetServer(scn, faults=FaultConfig(lying_host=liar)) as net:
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+    ids = list(scn.escrows)
+    assert _tx_counts(db_url) == _expected_counts(scn, ids)
+    assert _statuses(db_url) == _expected_statuses(scn, ids)
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT count(*) FROM net.failure WHERE error LIKE 'diverging%%'").fetchone()[0] >= 1
