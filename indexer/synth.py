@@ -120,10 +120,10 @@ class EscrowLog:
 
 
 def generate(seed: int = 7, *, escrows: int = 20, inferences: int = 200, epochs: int = 2,
-             hosts: int = 8) -> Iterator[dict]:
+             hosts: int = 8, first_epoch: int = 400) -> Iterator[dict]:
     rng = random.Random(seed)
     host_names = [f"gonka1host{chr(65 + h)}" if h < 26 else f"gonka1host{h}" for h in range(hosts)]
-    for epoch in range(400, 400 + epochs):
+    for epoch in range(first_epoch, first_epoch + epochs):
         yield {"kind": "epoch", "epoch_index": epoch, "start_height": epoch * 15391}
         for model, limit in MODELS.items():
             yield {"kind": "model_snapshot", "epoch_index": epoch, "model_id": model,

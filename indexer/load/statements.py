@@ -59,6 +59,8 @@ def upsert_statement(kind_name: str) -> str:
         dirty, scope_col = "replay.dirty_escrow (escrow_id)", "escrow_id"
     else:
         dirty, scope_col = "rules.dirty_epoch (epoch_index)", "epoch_index"
+    keys = ", ".join(key)
+    not_inserted = " AND ".join(f"i.{k} = s.{k}" for k in key)
     return f"""
 WITH checked AS (
   {checked}
@@ -67,34 +69,42 @@ WITH checked AS (
   SELECT %(source_id)s, line, '{kind.name}', problem, (to_jsonb(c) - 'line' - 'problem')::text
   FROM checked c WHERE problem IS NOT NULL
   ON CONFLICT (source_id, line) DO NOTHING
-), good AS (
-  SELECT * FROM checked WHERE problem IS NULL
 ), src AS (
-  SELECT DISTINCT ON ({", ".join(key)}) * FROM good ORDER BY {", ".join(key)}, line DESC
+  SELECT DISTINCT ON ({keys}) * FROM checked WHERE problem IS NULL ORDER BY {keys}, line DESC
+), ins AS (  -- new keys: a plain insert, no probe for history
+  INSERT INTO {table} ({", ".join(cols)}, extra, source_id, source_line)
+  SELECT {", ".join(cols)}, extra, %(source_id)s, line FROM src
+  ON CONFLICT ({keys}) DO NOTHING
+  RETURNING {", ".join(dict.fromkeys([*key, scope_col]))}
+), changed AS (  -- keys that existed before this statement and whose content differs
+  SELECT s.*, to_jsonb(t) AS previous
+  FROM src s JOIN {table} t ON {key_eq}
+  WHERE NOT EXISTS (SELECT 1 FROM ins i WHERE {not_inserted})
+    AND {_row("t.", content)} IS DISTINCT FROM {_row("s.", content)}
+    -- a later line of this same file already won (reloading a file must not replay its own amendments)
+    AND NOT (t.source_id = %(source_id)s AND t.source_line > s.line)
 ), history AS (
   INSERT INTO rec.amendment (kind, record_key, previous, source_id, line)
-  SELECT '{kind.name}', jsonb_build_array({", ".join("t." + k for k in key)}), to_jsonb(t), %(source_id)s, s.line
-  FROM src s JOIN {table} t ON {key_eq}
-  WHERE {_row("t.", content)} IS DISTINCT FROM {_row("s.", content)}
-    AND NOT (t.source_id = %(source_id)s AND t.source_line > s.line)
-), up AS (
-  INSERT INTO {table} AS t ({", ".join(cols)}, extra, source_id, source_line)
-  SELECT {", ".join(cols)}, extra, %(source_id)s, line FROM src
-  ON CONFLICT ({", ".join(key)}) DO UPDATE SET
+  SELECT '{kind.name}', jsonb_build_array({", ".join("c." + k for k in key)}), c.previous, %(source_id)s, c.line
+  FROM changed c
+), upd AS (
+  UPDATE {table} t SET
     ({", ".join(content)}, source_id, source_line, revision, amended_at) =
-    ({", ".join("excluded." + c for c in content)}, excluded.source_id, excluded.source_line, t.revision + 1, now())
-  WHERE {_row("t.", content)} IS DISTINCT FROM {_row("excluded.", content)}
-    -- a later line of this same file already won (reloading a file must not replay its own amendments)
-    AND NOT (t.source_id = excluded.source_id AND t.source_line > excluded.source_line)
-  RETURNING (t.xmax = 0) AS inserted, t.{scope_col}
+    ({", ".join("c." + col for col in content)}, %(source_id)s, c.line, t.revision + 1, now())
+  FROM changed c WHERE {" AND ".join(f"t.{k} = c.{k}" for k in key)}
+  RETURNING t.{scope_col}
 ), dirty AS (
-  INSERT INTO {dirty} SELECT DISTINCT {scope_col} FROM up WHERE {scope_col} IS NOT NULL ON CONFLICT DO NOTHING
+  INSERT INTO {dirty}
+  SELECT {scope_col} FROM ins WHERE {scope_col} IS NOT NULL
+  UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL
+  ON CONFLICT DO NOTHING
 )
-SELECT (SELECT count(*) FROM up WHERE inserted) AS inserted,
-       (SELECT count(*) FROM up WHERE NOT inserted) AS amended,
+SELECT (SELECT count(*) FROM ins) AS inserted,
+       (SELECT count(*) FROM upd) AS amended,
        (SELECT count(*) FROM checked WHERE problem IS NOT NULL) AS quarantined,
-       CASE WHEN (SELECT count(*) FROM good) > (SELECT count(*) FROM src)  -- duplicates of a key in one batch
-            THEN (SELECT count(*) FROM (SELECT DISTINCT {", ".join(key)}, {", ".join(content)} FROM good) d)
-                 - (SELECT count(*) FROM src) ELSE 0 END AS superseded_in_batch,
-       (SELECT count(*) FROM good) AS valid
+       CASE WHEN (SELECT count(*) FROM checked WHERE problem IS NULL) > (SELECT count(*) FROM src)
+            THEN (SELECT count(*) FROM (SELECT DISTINCT {keys}, {", ".join(content)} FROM checked
+                                        WHERE problem IS NULL) d)
+                 - (SELECT count(*) FROM src) ELSE 0 END AS superseded_in_batch,  -- duplicates of a key in one batch
+       (SELECT count(*) FROM checked WHERE problem IS NULL) AS valid
 """

@@ -90,8 +90,7 @@ class InferenceState:
     output_tokens: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Rejection:
+class Rejection(NamedTuple):  # NamedTuple: one per status change, so construction cost matters
     diff_nonce: int
     kind: str
     inference_id: int
@@ -99,8 +98,7 @@ class Rejection:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
+class Transition(NamedTuple):  # NamedTuple: one per status change, so construction cost matters
     inference_id: int
     diff_nonce: int | None
     from_status: str | None
@@ -150,6 +148,7 @@ class _Machine:
         for address in self.slots:
             self.weight[address] = self.weight.get(address, 0) + 1
         self.threshold = vote_threshold(len(self.slots), config.vote_threshold_factor)
+        self._handlers = {kind: getattr(self, "_" + kind) for kind in KIND_ORDER if kind != "start"}
         self.result = ReplayResult(
             inferences={},
             rejections=[],
@@ -210,8 +209,7 @@ class _Machine:
             return self._reject(tx, "unknown_inference")
         if tx.kind in _SLOT_KINDS and not self._in_range(tx.slot):
             return self._reject(tx, "missing_slot" if tx.slot is None else "slot_out_of_range")
-        handler = getattr(self, "_" + tx.kind)
-        return self._reject(tx, handler(rec, tx))
+        return self._reject(tx, self._handlers[tx.kind](rec, tx))
 
     def _reject(self, tx: Tx, reason: str | None) -> None:
         if reason is None:
