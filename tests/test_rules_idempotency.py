@@ -106,7 +106,11 @@ def test_amended_record_reevaluates_only_its_epoch(db_url, tmp_path, conn):
     assert summary.amended == 1
     with psycopg.connect(db_url) as c:
         rules = run_rules(c)
-    assert (rules.epochs, rules.parsed) == (1, 1)
+    assert rules.epochs == 1
+    # the amended payload was parsed (at load time) and the stored parse matches it
+    assert rows(conn, "SELECT count(*) FROM rules.refusal_parse p JOIN rec.finish_tx f USING (escrow_id, inference_id) "
+                      "WHERE f.escrow_id = 'e409' AND f.inference_id = %s AND p.payload_md5 = md5(f.response_payload)",
+                target) == [(1,)]
     assert runs(conn)[-1] == [409]
 
     assert rows(conn, "SELECT verdict FROM api.context_refusals WHERE inference_id = %s AND epoch_index = 409",

@@ -15,6 +15,7 @@ import psycopg
 from indexer.load.coerce import COERCE, Invalid
 from indexer.load.kinds import KINDS, LOAD_ORDER, PG_TYPES
 from indexer.load.statements import stage_ddl, stage_table, upsert_statement
+from indexer.rules import refusals
 from indexer.sources.ndjson import Accepted, InputFile, classify_line, open_input
 
 BATCH_LINES = 50_000
@@ -59,6 +60,7 @@ class Prepared:
     last_line: int
     rows: dict
     rejects: list
+    parses: list = field(default_factory=list)  # vLLM parses of 0/0 Finish payloads (rules.refusal_parse)
 
 
 class BatchLoader:
@@ -73,17 +75,20 @@ class BatchLoader:
 
     def prepare(self, batch: list[tuple[int, bytes]]) -> "Prepared":
         """CPU part (no database): classify and type every line."""
-        rejects, rows = [], defaultdict(list)
+        rejects, rows, parses = [], defaultdict(list), []
         for number, raw in batch:
             verdict = classify_line(raw)
             if isinstance(verdict, Accepted):
                 try:
-                    rows[verdict.kind].append((number, *COERCE[verdict.kind](verdict.obj)))
+                    row = (number, *COERCE[verdict.kind](verdict.obj))
+                    rows[verdict.kind].append(row)
+                    if verdict.kind == "finish" and row[_F_IN] == 0 and row[_F_OUT] == 0 and row[_F_PAYLOAD]:
+                        parses.append(refusals.parse_row(row[1], row[2], row[_F_PAYLOAD]))
                 except Invalid as exc:
                     rejects.append((self.source_id, number, verdict.kind, str(exc), _printable(raw)))
             else:
                 rejects.append((self.source_id, number, verdict.kind, verdict.reason, _printable(raw)))
-        return Prepared(len(batch), batch[-1][0], rows, rejects)
+        return Prepared(len(batch), batch[-1][0], rows, rejects, parses)
 
     def commit(self, prepared: "Prepared") -> IngestSummary:
         """Database part: records, quarantine and the resume cursor in one transaction."""
@@ -93,6 +98,7 @@ class BatchLoader:
             for kind in (k for k in LOAD_ORDER if k in rows):
                 self._copy(kind, rows[kind])
                 self._upsert(kind, out)
+            refusals.store(self.conn, prepared.parses)
             if rejects:
                 with self.conn.cursor() as cur:
                     cur.executemany(
@@ -119,6 +125,10 @@ class BatchLoader:
         out.unchanged += valid - inserted - amended - superseded
         out.by_kind[kind] += valid
 
+
+# Positions in a staged finish row (line number first) that decide whether its payload is parsed at load time.
+_F_IN, _F_OUT, _F_PAYLOAD = (1 + KINDS["finish"].columns.index(c)
+                             for c in ("input_tokens", "output_tokens", "response_payload"))
 
 # COPY formats Python values by these types; jsonb columns arrive as ready JSON text.
 _COPY_TYPES = {name: ["bigint", *[("text" if PG_TYPES[f.type] == "jsonb" else PG_TYPES[f.type].split("(")[0])

@@ -16,16 +16,10 @@ import psycopg
 
 from indexer.db.claims import claim
 from indexer.db.migrate import SQL_DIR
-from indexer.sources.vllm_errors import parse_response_payload
+from indexer.rules import refusals
 
 RULE_VERSION = 1
-PARSER_VERSION = 1
 EPOCHS_PER_CLAIM = 8
-
-_PARSE_COLUMNS = ("escrow_id", "inference_id", "payload_md5", "parser_version", "refusal_kind", "is_client_fault",
-                  "is_terminal_error", "error_code", "error_type", "family", "reported_limit",
-                  "reported_prompt_tokens", "reported_prompt_is_lower_bound", "reported_max_tokens",
-                  "requested_total", "reported_prompt_chars", "suffix_parameter", "suffix_value", "message")
 
 _UNPARSED = """
 SELECT f.escrow_id, f.inference_id, md5(f.response_payload), f.response_payload
@@ -102,23 +96,9 @@ def _evaluate(conn: psycopg.Connection, epochs: list[int], summary: RulesSummary
 
 def parse_payloads(conn: psycopg.Connection, epochs: list[int]) -> int:
     """Parse the payloads of 0/0 Finishes that have no current parse; returns how many were parsed."""
-    rows = []
     with conn.cursor(name="unparsed") as cur:
-        cur.execute(_UNPARSED, {"epochs": epochs, "parser": PARSER_VERSION})
-        for escrow_id, inference_id, md5, payload in cur:
-            p = parse_response_payload(payload)
-            rows.append((escrow_id, inference_id, md5, PARSER_VERSION, p.refusal_kind, p.is_client_fault,
-                         p.is_terminal_error, p.error_code, p.error_type, p.family, p.reported_limit,
-                         p.reported_prompt_tokens, p.reported_prompt_is_lower_bound, p.reported_max_tokens,
-                         p.requested_total, p.reported_prompt_chars, p.suffix_parameter, p.suffix_value,
-                         (p.message or "")[:2000] or None))
-    if not rows:
-        return 0
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS new_parse (LIKE rules.refusal_parse) ON COMMIT DROP")
-    with conn.cursor().copy(f"COPY new_parse ({', '.join(_PARSE_COLUMNS)}) FROM STDIN") as cp:
-        for row in rows:
-            cp.write_row(row)
-    conn.execute(f"""INSERT INTO rules.refusal_parse SELECT * FROM new_parse
-                     ON CONFLICT (escrow_id, inference_id) DO UPDATE SET
-                     ({", ".join(_PARSE_COLUMNS[2:])}) = ({", ".join("excluded." + c for c in _PARSE_COLUMNS[2:])})""")
+        cur.execute(_UNPARSED, {"epochs": epochs, "parser": refusals.PARSER_VERSION})
+        rows = [refusals.parse_row(escrow_id, inference_id, payload, md5)
+                for escrow_id, inference_id, md5, payload in cur]
+    refusals.store(conn, rows)
     return len(rows)

@@ -17,6 +17,10 @@ TABLES = ["rules.disputable", "rules.challenge", "rules.suspect", "rules.sibling
 
 UPGRADE = """
 CREATE INDEX ix_rejected_tx_escrow_id_inference_id ON replay.rejected_tx (escrow_id, inference_id);
+-- the rules read only the 0/0 Finishes (refusals) and the Finishes served above a limit, never all Finishes
+CREATE INDEX ix_finish_tx_escrow_id_zero_zero ON rec.finish_tx (escrow_id, inference_id)
+    WHERE input_tokens = 0 AND output_tokens = 0;
+CREATE INDEX ix_finish_tx_escrow_id_served ON rec.finish_tx (escrow_id, (input_tokens + output_tokens));
 CREATE TABLE rules.refusal_parse (
     escrow_id text NOT NULL,
     inference_id bigint NOT NULL,
@@ -173,4 +177,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in TABLES:
         op.execute(f"DROP TABLE IF EXISTS {table}")
-    op.execute("DROP INDEX IF EXISTS replay.ix_rejected_tx_escrow_id_inference_id")
+    for index in ("replay.ix_rejected_tx_escrow_id_inference_id", "rec.ix_finish_tx_escrow_id_zero_zero",
+                  "rec.ix_finish_tx_escrow_id_served"):
+        op.execute(f"DROP INDEX IF EXISTS {index}")
