@@ -28,11 +28,12 @@ def _db(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path="/" + name))
 
 
-def make_file(path: Path, records: int) -> int:
+def make_file(path: Path, records: int, mix: str) -> int:
     inferences = 300
-    per_escrow = inferences * 3.4 + 17  # measured average records per synthetic escrow
+    per_escrow = inferences * 3.35 + 17  # measured average records per synthetic escrow
     escrows = max(1, round(records / per_escrow / 2))
-    return write_ndjson(str(path), generate(seed=1, escrows=escrows, inferences=inferences, epochs=2, hosts=10))
+    return write_ndjson(str(path), generate(seed=1, escrows=escrows, inferences=inferences, epochs=2, hosts=10,
+                                            mix=mix))
 
 
 def baseline_copy(url: str, path: Path) -> float:
@@ -63,6 +64,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--database-url")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark database")
+    ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet")
     args = ap.parse_args()
     server = resolve_database_url(args.database_url)
     name = f"bench_{uuid.uuid4().hex[:8]}"
@@ -74,9 +76,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "bench.ndjson"
             t = time.perf_counter()
-            lines = make_file(path, args.records)
+            lines = make_file(path, args.records, args.mix)
             size = path.stat().st_size
-            print(f"generated {lines:,} records ({size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f}s")
+            print(f"generated {lines:,} records ({size / 1e6:.0f} MB, {args.mix} mix) in {time.perf_counter() - t:.1f}s")
             base = baseline_copy(url, path)
             ingest_s, peak_kb = timed_ingest(url, path)
         with psycopg.connect(url) as c:

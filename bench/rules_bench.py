@@ -41,6 +41,8 @@ def main() -> int:
     ap.add_argument("--inferences", type=int, default=1_000_000)
     ap.add_argument("--database-url")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet",
+                    help="inference mix of the synthetic log (indexer.synth.MIXES)")
     args = ap.parse_args()
     server = resolve_database_url(args.database_url)
     name = f"rbench_{uuid.uuid4().hex[:8]}"
@@ -52,14 +54,15 @@ def main() -> int:
         escrows = max(1, args.inferences // (PER_ESCROW * EPOCHS))
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "rules.ndjson"
-            n = write_ndjson(str(path), generate(seed=3, escrows=escrows, inferences=PER_ESCROW, epochs=EPOCHS))
+            n = write_ndjson(str(path), generate(seed=3, escrows=escrows, inferences=PER_ESCROW, epochs=EPOCHS,
+                                                 mix=args.mix))
             load = timed(lambda: ingest_paths(url, [str(path)]))
         with psycopg.connect(url) as conn:
             replay_s = timed(lambda: replay_dirty(conn))
             conn.execute("DELETE FROM rules.dirty_epoch")
             conn.commit()
             inferences = conn.execute("SELECT count(*) FROM replay.inference").fetchone()[0]
-            print(f"database: {n:,} records, {inferences:,} inferences, {EPOCHS} epochs "
+            print(f"database: {n:,} records, {inferences:,} inferences, {EPOCHS} epochs, {args.mix} mix "
                   f"(load {load:.1f}s, replay {replay_s:.1f}s)")
             conn.execute("DROP TABLE IF EXISTS bench_ctas")
             conn.commit()

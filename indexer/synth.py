@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import dataclass
 from typing import Iterator
 
 import orjson
@@ -29,9 +30,34 @@ def _refusal_payload(escrow: str, inference_id: int, limit: int, max_tokens: int
     return orjson.dumps({"events": [f"data: {event}", "data: [DONE]"]}).decode()
 
 
+@dataclass(frozen=True)
+class Mix:
+    """Shares of all inferences (refusal_* are shares of refusals)."""
+    refused_timeout: float
+    execution_timeout: float
+    error_miss: float
+    challenged: float
+    validated: float
+    near_limit: float
+    refusal_validated: float
+    refusal_challenged: float
+
+
+MIXES = {
+    # the reference's mainnet epoch 272: 19,764 inferences, 4,959 validations, 812 execution and 45 refusal
+    # timeouts; challenges and context refusals are rare
+    "mainnet": Mix(refused_timeout=0.0023, execution_timeout=0.041, error_miss=0.005, challenged=0.004,
+                   validated=0.245, near_limit=0.015, refusal_validated=0.25, refusal_challenged=0.5),
+    # a worst case for the rules stage: many refusals, every one of them challenged
+    "adversarial": Mix(refused_timeout=0.01, execution_timeout=0.02, error_miss=0.01, challenged=0.02,
+                       validated=0.14, near_limit=0.06, refusal_validated=1.0, refusal_challenged=1.0),
+}
+
+
 class EscrowLog:
-    def __init__(self, rng: random.Random, escrow_id: str, epoch: int, hosts: list[str], inferences: int):
-        self.rng, self.escrow_id, self.epoch, self.n = rng, escrow_id, epoch, inferences
+    def __init__(self, rng: random.Random, escrow_id: str, epoch: int, hosts: list[str], inferences: int,
+                 mix: Mix = MIXES["mainnet"]):
+        self.rng, self.escrow_id, self.epoch, self.n, self.mix = rng, escrow_id, epoch, inferences, mix
         self.model = rng.choice(list(MODELS))
         self.limit = MODELS[self.model]
         self.slots = sorted(rng.choice(hosts) for _ in range(GROUP))
@@ -66,34 +92,39 @@ class EscrowLog:
         return votes
 
     def _inference(self, i: int) -> Iterator[dict]:
-        rng, ex_slot = self.rng, i % GROUP
+        rng, mix, ex_slot = self.rng, self.mix, i % GROUP
         executor = self.slots[ex_slot]
-        roll = rng.random()
+        roll, near_limit = rng.random(), rng.random() < mix.near_limit
         max_tokens = rng.choice([1024, 3072, 4096])
-        prompt = rng.randrange(200, self.limit // 2) if roll < 0.94 else self.limit - max_tokens + rng.randrange(-2, 3)
+        prompt = (self.limit - max_tokens + rng.randrange(-2, 3)) if near_limit else rng.randrange(200, self.limit // 2)
         yield self._tx("start", i, i, prompt_hash=_hex(rng), model=self.model, input_length=prompt,
                        max_tokens=max_tokens, started_at=1_790_000_000 + i)
-        if roll < 0.01:  # never confirmed: refused timeout
+        if roll < mix.refused_timeout:  # never confirmed: refused timeout
             yield self._tx("timeout", i + 3, i, reason="refused", votes=self._votes(executor))
             self.missed[ex_slot] += 1
             return
         yield self._tx("confirm_start", i + 1, i, confirmed_at=1_790_000_001 + i)
-        if roll < 0.03:  # confirmed, never finished: execution timeout
+        roll -= mix.refused_timeout
+        if roll < mix.execution_timeout:  # confirmed, never finished: execution timeout
             yield self._tx("timeout", i + 5, i, reason="execution", votes=self._votes(executor))
             self.missed[ex_slot] += 1
             return
-        refusal = roll >= 0.94 and prompt + max_tokens > self.limit
+        roll -= mix.execution_timeout
+        refusal = near_limit and prompt + max_tokens > self.limit
         out = 0 if refusal else rng.randrange(1, max_tokens)
         fin = {"executor_slot": ex_slot, "input_tokens": 0 if refusal else prompt, "output_tokens": out,
                "response_hash": _hex(rng)}
         if refusal:
             fin["response_payload"] = _refusal_payload(self.escrow_id, i, self.limit, max_tokens, prompt)
         yield self._tx("finish", i + 2, i, **fin)
-        if 0.03 <= roll < 0.04:  # terminal error stream, error-miss accepted
+        if roll < mix.error_miss:  # terminal error stream, error-miss accepted
             yield self._tx("error_miss", i + 4, i, votes=self._votes(executor))
             self.missed[ex_slot] += 1
-        elif 0.04 <= roll < 0.20 or refusal:
-            yield from self._validate(i, ex_slot, executor, challenge=refusal or roll < 0.06)
+        elif refusal:  # sampled like any Finish; a raised-limit validator challenges it
+            if rng.random() < mix.refusal_validated:
+                yield from self._validate(i, ex_slot, executor, challenge=rng.random() < mix.refusal_challenged)
+        elif roll - mix.error_miss < mix.challenged + mix.validated:
+            yield from self._validate(i, ex_slot, executor, challenge=roll - mix.error_miss < mix.challenged)
 
     def _validate(self, i: int, ex_slot: int, executor: str, challenge: bool) -> Iterator[dict]:
         others = [a for a in sorted(self.weight) if a != executor]
@@ -120,7 +151,7 @@ class EscrowLog:
 
 
 def generate(seed: int = 7, *, escrows: int = 20, inferences: int = 200, epochs: int = 2,
-             hosts: int = 8, first_epoch: int = 400) -> Iterator[dict]:
+             hosts: int = 8, first_epoch: int = 400, mix: str = "mainnet") -> Iterator[dict]:
     rng = random.Random(seed)
     host_names = [f"gonka1host{chr(65 + h)}" if h < 26 else f"gonka1host{h}" for h in range(hosts)]
     for epoch in range(first_epoch, first_epoch + epochs):
@@ -130,7 +161,7 @@ def generate(seed: int = 7, *, escrows: int = 20, inferences: int = 200, epochs:
                    "model_args": ["--max-model-len", str(limit), "--trust-remote-code"]}
         for e in range(escrows):
             escrow_id = str(epoch * 100_000 + e)
-            yield from EscrowLog(rng, escrow_id, epoch, host_names, inferences).records()
+            yield from EscrowLog(rng, escrow_id, epoch, host_names, inferences, MIXES[mix]).records()
 
 
 def write_ndjson(path: str, records: Iterator[dict]) -> int:

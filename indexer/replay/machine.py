@@ -115,6 +115,21 @@ class ReplayResult:
     slot_missed: dict[int, int]
     slot_invalid: dict[int, int]
     vote_threshold: int
+    votes: list["VoteEvent"] = field(default_factory=list)
+
+
+class VoteEvent(NamedTuple):
+    """An accepted MsgValidation / MsgValidationVote and what it did to the tally, for analyses that re-run a
+    tally without some voters. effect: 'weight' (added to a side), 'no_weight' (a validation after the record
+    left Finished: only sets the bit) or 'ignored' (a vote on a resolved record, first from its address)."""
+    inference_id: int
+    diff_nonce: int
+    kind: str
+    slot: int
+    address: str
+    weight: int
+    valid: bool
+    effect: str
 
 
 def _opt(value: object) -> tuple:
@@ -260,7 +275,9 @@ class _Machine:
         if address in rec.voted_addresses:
             return "duplicate_voter"
         rec.voted_addresses.add(address)
-        if rec.status != "Finished":  # later validations only set the bit (§3.2)
+        finished = rec.status == "Finished"
+        self._record_vote(rec, tx, address, "weight" if finished else "no_weight")
+        if not finished:  # later validations only set the bit (§3.2)
             return None
         if tx.valid:
             rec.votes_valid += self.weight[address]
@@ -272,8 +289,14 @@ class _Machine:
         self._move(rec, "Challenged", tx.diff_nonce, tx.kind)
         return None  # no tally is resolved by a MsgValidation itself
 
+    def _record_vote(self, rec: InferenceState, tx: Tx, address: str, effect: str) -> None:
+        self.result.votes.append(VoteEvent(rec.inference_id, tx.diff_nonce, tx.kind, tx.slot, address,
+                                           self.weight[address], bool(tx.valid), effect))
+
     def _validation_vote(self, rec: InferenceState, tx: Tx) -> str | None:
         if rec.status in _RESOLVED:
+            if self.slots[tx.slot] not in rec.voted_addresses:  # cast, but the tally was already decided
+                self._record_vote(rec, tx, self.slots[tx.slot], "ignored")
             return "ignored_resolved"  # protocol ignores these for safe batching (§3.3)
         if rec.status != "Challenged":
             return f"wrong_status:{rec.status}"
@@ -281,6 +304,7 @@ class _Machine:
         if address in rec.voted_addresses:
             return "duplicate_voter"
         rec.voted_addresses.add(address)
+        self._record_vote(rec, tx, address, "weight")
         if tx.valid:
             rec.votes_valid += self.weight[address]
         else:

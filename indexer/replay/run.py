@@ -40,7 +40,7 @@ SELECT escrow_id, diff_nonce, kind, inference_id, slot, valid, reason, votes, in
 """
 
 _TX_TYPES = ["text", "int8", "text", "int8", "int4", "bool", "text", "jsonb", "int8", "int8"]
-_DERIVED = ("replay.inference", "replay.rejected_tx", "replay.slot_stats", "replay.escrow")
+_DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slot_stats", "replay.escrow")
 
 
 @dataclass
@@ -165,6 +165,12 @@ def _write(conn: psycopg.Connection, results) -> None:
                 for ordinal, (r, ignored) in enumerate(tagged):
                     cp.write_row((config.escrow_id, ordinal, r.diff_nonce, r.kind, r.inference_id, r.slot, r.reason,
                                   ignored))
+        with cur.copy("COPY replay.vote (escrow_id, inference_id, ordinal, diff_nonce, kind, slot, address, weight,"
+                      " valid, effect) FROM STDIN") as cp:
+            for config, _, res, _ in results:
+                for ordinal, v in enumerate(res.votes):
+                    cp.write_row((config.escrow_id, v.inference_id, ordinal, v.diff_nonce, v.kind, v.slot, v.address,
+                                  v.weight, v.valid, v.effect))
         with cur.copy("COPY replay.slot_stats (escrow_id, slot_id, participant, missed, invalid) FROM STDIN") as cp:
             for config, _, res, _ in results:
                 for slot_id, address in enumerate(config.slots):

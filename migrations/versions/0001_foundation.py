@@ -309,6 +309,21 @@ CREATE TABLE replay.rejected_tx (
     CONSTRAINT pk_rejected_tx PRIMARY KEY (escrow_id, ordinal)
 );
 COMMENT ON TABLE replay.rejected_tx IS 'Txs the state machine would not apply (ignored = accepted by the protocol with no effect)';
+CREATE TABLE replay.vote (
+    escrow_id text NOT NULL,
+    inference_id bigint NOT NULL,
+    ordinal integer NOT NULL,
+    diff_nonce bigint NOT NULL,
+    kind text NOT NULL,
+    slot integer NOT NULL,
+    address text NOT NULL,
+    weight integer NOT NULL,
+    valid boolean NOT NULL,
+    effect text NOT NULL,
+    CONSTRAINT pk_vote PRIMARY KEY (escrow_id, inference_id, ordinal),
+    CONSTRAINT ck_vote_effect CHECK (effect IN ('weight', 'no_weight', 'ignored'))
+);
+COMMENT ON TABLE replay.vote IS 'Accepted validations and challenge votes in protocol order, with weight and effect';
 CREATE TABLE replay.slot_stats (
     escrow_id text NOT NULL,
     slot_id integer NOT NULL,
