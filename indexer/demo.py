@@ -1,59 +1,48 @@
-"""`indexer demo`: a devnet scenario with the situations of upstream #2078 through the whole pipeline, then the
-findings report. Uses the database in use (embedded unless a URL is given)."""
+"""`indexer demo`: embedded PostgreSQL (unless a URL is given) + the devnet with the situations of upstream #2078
++ the poller for a few epochs + the rules, then the findings report."""
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
-import orjson
 import psycopg
 
 from indexer.cli import EXIT_OK, console
 
 
-def scenario_records(seed: int = 2078, epochs: int = 3, escrows: int = 3, inferences: int = 60):
-    """Normalized records of a devnet scenario: epochs, model snapshots, escrows, their logs, host stats."""
-    from indexer.devnet.scenario import Scenario, ScenarioConfig
-
-    sc = Scenario(ScenarioConfig(seed=seed, epochs=epochs, escrows_per_epoch=escrows,
-                                 inferences_per_escrow=inferences))
-    for ep in sc.epochs:
-        yield {"kind": "epoch", "epoch_index": ep.epoch_index, "start_height": ep.start_height}
-        for model in ep.models:
-            yield {"kind": "model_snapshot", "epoch_index": ep.epoch_index, "model_id": model.model_id,
-                   "model_args": list(model.model_args)}
-        for esc in ep.escrows:
-            yield {"kind": "escrow", "escrow_id": esc.escrow_id, "epoch_index": esc.epoch_index,
-                   "model_id": esc.model.model_id, "slots": esc.slots,
-                   "vote_threshold_factor": esc.vote_threshold_factor, "validation_rate": esc.validation_rate,
-                   "protocol_version": esc.protocol_version, "settled": True}
-            yield from sc.tx_records(esc.escrow_id)
-            for slot, stats in enumerate(esc.host_stats()):
-                yield {"kind": "host_stats", "escrow_id": esc.escrow_id, "slot_id": slot,
-                       **{k: v for k, v in stats.items() if k != "slot_id"}}
-
-
 def run_demo(args) -> int:
+    """Default: the devnet over HTTP, polled epoch by epoch (so the poller captures escrows before the devnet prunes
+    them), then the rules and the report. --sample FILE ingests a normalized NDJSON file instead."""
     from indexer.commands import database_url, ensure_schema, process_changes
-    from indexer.load.ingest import ingest_paths
     from indexer.report import collect, print_report
+    from indexer.rules.run import run_rules
 
     url = database_url(args)
     ensure_schema(url)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(args.sample) if args.sample else Path(tmp) / "devnet-scenario.ndjson"
-        if not args.sample:
-            with open(path, "wb") as fh:
-                for rec in scenario_records():
-                    fh.write(orjson.dumps(rec, default=str) + b"\n")
-        summary = ingest_paths(url, [str(path)])
-    downstream = process_changes(url)
-    with psycopg.connect(url) as conn:  # the demo always shows every epoch, not only what changed
-        from indexer.rules.run import run_rules
+    if args.sample:
+        from indexer.load.ingest import ingest_paths
 
+        summary = ingest_paths(url, [args.sample])
+        process_changes(url)
+        console.print(f"demo: {summary.lines} records from {args.sample} ({summary.loaded} new)")
+    else:
+        _poll_devnet(url, epochs=args.epochs, seed=args.seed)
+    with psycopg.connect(url) as conn:  # the demo always shows every epoch, not only what changed
         run_rules(conn, (0, 2**62))
-    console.print(f"demo: {summary.lines} records loaded ({summary.loaded} new), "
-                  f"{downstream['replay'].escrows} escrows replayed")
     print_report(collect(url), console)
     console.print("query the views yourself: psql \"$(indexer db url)\" -c 'select * from api.disputable_penalties'")
     return EXIT_OK
+
+
+def _poll_devnet(url: str, *, epochs: int, seed: int) -> None:
+    from indexer.devnet.scenario import Scenario, ScenarioConfig
+    from indexer.devnet.server import DevnetServer
+    from indexer.poller.cycle import poll_once
+
+    scenario = Scenario(ScenarioConfig(seed=seed, epochs=epochs, escrows_per_epoch=3, inferences_per_escrow=60))
+    with DevnetServer(scenario) as server:
+        console.print(f"devnet on {server.url}: {epochs} epochs, {len(scenario.escrows)} escrows, "
+                      f"{len(scenario.hosts)} hosts (some with a raised local --max-model-len)")
+        for step in range(epochs + 1):  # one extra step lets the last epoch settle
+            summary = poll_once(url, server.chain_rest_url, server.rpc_url)
+            console.print(f"  epoch {summary.epoch}: {summary.escrows} escrow(s) polled, "
+                          f"{summary.replayed_escrows} replayed, {summary.rules_epochs} epoch(s) evaluated")
+            if step < epochs:
+                server.advance_epoch()

@@ -18,6 +18,7 @@ from indexer.db.claims import claim
 from indexer.replay.machine import EscrowConfig, ReplayResult, Tx, replay
 
 CHUNK_ESCROWS = 200
+ANALYZE_AFTER_ROWS = 50_000
 
 _TXS = """
 SELECT escrow_id, diff_nonce, kind, inference_id, slot, valid, reason, votes, input_tokens, output_tokens FROM (
@@ -62,6 +63,10 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
             _replay_chunk(conn, ids, summary)
         if progress:
             progress(summary)
+    if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
+        for table in _DERIVED:
+            conn.execute(f"ANALYZE {table}")
+        conn.commit()
     summary.seconds = time.perf_counter() - start
     return summary
 

@@ -6,12 +6,13 @@ DELETE FROM rules.suspect WHERE epoch_index = ANY(%(epochs)s);
 INSERT INTO rules.suspect (epoch_index, participant, model_id, evidence_kind, observed_tokens, governance_limit,
                            escrow_id, inference_id, rule_version)
 SELECT el.epoch_index, e.slots[f.executor_slot + 1], el.model_id, 'served_above_limit',
-       f.input_tokens + f.output_tokens, el.governance_limit, f.escrow_id, f.inference_id, %(version)s
+       f.served, el.governance_limit, el.escrow_id, f.inference_id, %(version)s
 FROM rules.escrow_limit el
 JOIN rec.escrow e ON e.escrow_id = el.escrow_id
-JOIN rec.finish_tx f ON f.escrow_id = el.escrow_id
-WHERE el.epoch_index = ANY(%(epochs)s) AND f.input_tokens + f.output_tokens > el.governance_limit
-  AND f.executor_slot < cardinality(e.slots)
+CROSS JOIN LATERAL (  -- a range scan of ix_finish_tx_escrow_id_served per escrow, not every Finish
+  SELECT inference_id, executor_slot, input_tokens + output_tokens AS served FROM rec.finish_tx
+  WHERE escrow_id = el.escrow_id AND input_tokens + output_tokens > el.governance_limit) f
+WHERE el.epoch_index = ANY(%(epochs)s) AND f.executor_slot < cardinality(e.slots)
 UNION ALL
 SELECT cr.epoch_index, cr.executor_address, cr.model_id, 'stated_limit_above', cr.reported_limit,
        cr.governance_limit, cr.escrow_id, cr.inference_id, %(version)s
