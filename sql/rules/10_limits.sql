@@ -3,13 +3,17 @@
 DELETE FROM rules.escrow_limit WHERE epoch_index = ANY(%(epochs)s);
 
 INSERT INTO rules.escrow_limit (escrow_id, epoch_index, model_id, governance_limit, limit_source)
+WITH args AS (  -- parse each (epoch, model)'s args once, not once per escrow
+  SELECT m.epoch_index, m.model_id, a.args_limit
+  FROM rec.model_snapshot m CROSS JOIN LATERAL fn.max_model_len(m.model_args) a
+  WHERE m.epoch_index = ANY(%(epochs)s)
+)
 SELECT e.escrow_id, e.epoch_index, e.model_id,
        COALESCE(NULLIF(e.max_model_len, 0), a.args_limit),
        CASE WHEN NULLIF(e.max_model_len, 0) IS NOT NULL THEN 'escrow'
             WHEN a.args_limit IS NOT NULL THEN 'model_args' END
 FROM rec.escrow e
-LEFT JOIN rec.model_snapshot m ON m.epoch_index = e.epoch_index AND m.model_id = e.model_id
-LEFT JOIN LATERAL fn.max_model_len(m.model_args) a ON true
+LEFT JOIN args a ON a.epoch_index = e.epoch_index AND a.model_id = e.model_id
 WHERE e.epoch_index = ANY(%(epochs)s);
 
 DELETE FROM rules.model_limit WHERE epoch_index = ANY(%(epochs)s);
