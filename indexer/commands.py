@@ -25,7 +25,7 @@ def process_changes(url: str) -> dict:
     from indexer.replay.run import replay_dirty
 
     with psycopg.connect(url) as conn:
-        replayed = replay_dirty(conn)
+        replayed = replay_dirty(conn, url=url)
         rules = _run_rules(conn)
     return {"replay": replayed, "rules": rules}
 
@@ -84,7 +84,8 @@ def print_ingest_summary(summary, downstream) -> None:
             ("amended", summary.amended), ("unchanged", summary.unchanged), ("quarantined", summary.quarantined),
             ("resumed past (already committed)", summary.skipped_resumed), ("escrows touched", replay.escrows),
             ("txs replayed", replay.txs), ("txs rejected by the state machine", replay.rejected),
-            ("seconds (load / replay)", f"{summary.seconds:.2f} / {replay.seconds:.2f}")]
+            ("seconds (load / replay / rules)", f"{summary.seconds:.2f} / {replay.seconds:.2f} / "
+                                                f"{downstream['rules'].seconds:.2f}")]
     if downstream.get("rules") is not None:
         rows.append(("epochs re-evaluated", downstream["rules"].epochs))
     for name, value in rows:

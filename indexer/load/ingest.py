@@ -14,6 +14,7 @@ import psycopg
 
 from indexer.load.coerce import COERCE, Invalid
 from indexer.load.kinds import KINDS, LOAD_ORDER, PG_TYPES
+from indexer.load.slots import SlotCheck
 from indexer.load.statements import stage_ddl, stage_table, upsert_statement
 from indexer.rules import refusals
 from indexer.sources.ndjson import Accepted, InputFile, classify_line, open_input
@@ -67,6 +68,7 @@ class Prepared:
 class BatchLoader:
     def __init__(self, conn: psycopg.Connection, source_id: int):
         self.conn, self.source_id = conn, source_id
+        self.slots = SlotCheck()
         for kind in KINDS.values():
             conn.execute(stage_ddl(kind))
         conn.commit()
@@ -96,9 +98,14 @@ class BatchLoader:
         out = IngestSummary(lines=prepared.lines)
         rows, rejects = prepared.rows, prepared.rejects
         with self.conn.transaction():
-            for kind in (k for k in LOAD_ORDER if k in rows):
-                self._copy(kind, rows[kind])
-                self._upsert(kind, out)
+            self.slots.check(self.conn, rows, rejects, self.source_id)
+            for kind in (k for k in LOAD_ORDER if rows.get(k)):
+                if self._insert_new(kind, rows[kind]):
+                    out.loaded += len(rows[kind])
+                    out.by_kind[kind] += len(rows[kind])
+                else:
+                    self._copy(kind, rows[kind])
+                    self._upsert(kind, out)
             refusals.store(self.conn, prepared.parses)
             if rejects:
                 with self.conn.cursor() as cur:
@@ -110,6 +117,30 @@ class BatchLoader:
                               (prepared.last_line, self.source_id))
         return out
 
+    def _insert_new(self, kind: str, rows: list[tuple]) -> bool:
+        """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs):
+        COPY straight into the table. A key that exists raises a unique violation, the savepoint rolls back, and
+        the caller takes the staging path, which records amendments."""
+        spec, key_at = KINDS[kind], _KEY_AT[kind]
+        keys = {tuple(row[i] for i in key_at) for row in rows}
+        if len(keys) != len(rows):  # the same key twice in one batch: the staging path picks the last line
+            return False
+        try:
+            with self.conn.transaction(), self.conn.cursor().copy(
+                    f"COPY rec.{spec.table} ({', '.join(spec.columns)}, extra, source_id, source_line) FROM STDIN"
+            ) as cp:
+                cp.set_types(_DIRECT_TYPES[kind])
+                sid = self.source_id
+                for row in rows:
+                    cp.write_row((*row[1:], sid, row[0]))
+        except psycopg.errors.UniqueViolation:
+            return False
+        scope_at = _SCOPE_AT[kind]
+        dirty = ("replay.dirty_escrow (escrow_id) SELECT unnest(%s::text[])" if spec.scope == "escrow"
+                 else "rules.dirty_epoch (epoch_index) SELECT unnest(%s::bigint[])")
+        self.conn.execute(f"INSERT INTO {dirty} ON CONFLICT DO NOTHING", (sorted({r[scope_at] for r in rows}),))
+        return True
+
     def _copy(self, kind: str, rows: list[tuple]) -> None:
         spec = KINDS[kind]
         with self.conn.cursor().copy(f"COPY {stage_table(spec)} FROM STDIN") as cp:
@@ -119,10 +150,9 @@ class BatchLoader:
 
     def _upsert(self, kind: str, out: IngestSummary) -> None:
         row = self.conn.execute(upsert_statement(kind), {"source_id": self.source_id}).fetchone()
-        inserted, amended, quarantined, superseded, valid = row
+        inserted, amended, superseded, valid = row
         out.loaded += inserted
         out.amended += amended + superseded
-        out.quarantined += quarantined
         out.unchanged += valid - inserted - amended - superseded
         out.by_kind[kind] += valid
 
@@ -131,10 +161,16 @@ class BatchLoader:
 _F_IN, _F_OUT, _F_PAYLOAD = (1 + KINDS["finish"].columns.index(c)
                              for c in ("input_tokens", "output_tokens", "response_payload"))
 
+# Row positions (line number first) of each kind's key and dirty-scope column.
+_KEY_AT = {name: [1 + kind.columns.index(k) for k in kind.key] for name, kind in KINDS.items()}
+_SCOPE_AT = {name: 1 + kind.columns.index("escrow_id" if kind.scope == "escrow" else "epoch_index")
+             for name, kind in KINDS.items()}
+
 # COPY formats Python values by these types; jsonb columns arrive as ready JSON text.
 _COPY_TYPES = {name: ["bigint", *[("text" if PG_TYPES[f.type] == "jsonb" else PG_TYPES[f.type].split("(")[0])
                                   for f in kind.fields], "text"]
                for name, kind in KINDS.items()}
+_DIRECT_TYPES = {name: [*types[1:], "bigint", "bigint"] for name, types in _COPY_TYPES.items()}
 
 
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,

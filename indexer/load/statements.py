@@ -1,8 +1,7 @@
 """Set-based SQL for one kind, from its typed staging table `pg_temp.stage_<kind>` (filled by COPY).
 
-One statement per kind per batch:
-  checked      + contradictions with the escrow (slot out of range), which need other records
-  quarantined  those rows, with the reason
+The staging path serves batches that touch existing keys (amendments, reloads); batches of new keys are copied
+straight into the tables (indexer.load.ingest.BatchLoader._insert_new). One statement per kind per batch:
   src          one row per key (the last line wins inside a batch)
   history      the previous content of every record a changed record replaces
   up           the upsert; unchanged rows are not touched (no dead tuples, no dirty marks)
@@ -12,7 +11,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from indexer.load.kinds import KINDS, PG_TYPES, VOTES, Kind
+from indexer.load.kinds import KINDS, PG_TYPES, Kind
 
 
 def stage_table(kind: Kind) -> str:
@@ -22,21 +21,6 @@ def stage_table(kind: Kind) -> str:
 def stage_ddl(kind: Kind) -> str:
     cols = ", ".join(f"{f.name} {PG_TYPES[f.type]}" for f in kind.fields)
     return f"CREATE TEMP TABLE IF NOT EXISTS stage_{kind.name} (line bigint, {cols}, extra jsonb) ON COMMIT DELETE ROWS"
-
-
-def _slot_problem(kind: Kind) -> str:
-    whens = []
-    for name in kind.slot_fields:
-        if kind.field(name).type == VOTES:
-            bad = (f"EXISTS (SELECT 1 FROM jsonb_array_elements(t.{name}) v "
-                   f"WHERE (v->>'voter_slot')::int >= cardinality(e_.slots))")
-            msg = f"'field {name}: a voter_slot is out of range for escrow with ' || cardinality(e_.slots) || ' slots'"
-        else:
-            bad = f"t.{name} >= cardinality(e_.slots)"
-            msg = (f"'field {name}: slot ' || t.{name} || ' out of range for escrow with ' "
-                   f"|| cardinality(e_.slots) || ' slots'")
-        whens.append(f"WHEN {bad} THEN {msg}")
-    return "CASE " + " ".join(whens) + " END"
 
 
 def _row(prefix: str, cols: list[str]) -> str:
@@ -49,11 +33,6 @@ def upsert_statement(kind_name: str) -> str:
     cols, key = kind.columns, list(kind.key)
     content = kind.value_columns + ["extra"]
     table, stage = f"rec.{kind.table}", stage_table(kind)
-    if kind.slot_fields:
-        checked = (f"SELECT t.*, {_slot_problem(kind)} AS problem FROM {stage} t "
-                   f"LEFT JOIN rec.escrow e_ ON e_.escrow_id = t.escrow_id")
-    else:
-        checked = f"SELECT t.*, NULL::text AS problem FROM {stage} t"
     key_eq = " AND ".join(f"t.{k} = s.{k}" for k in key)
     if kind.scope == "escrow":
         dirty, scope_col = "replay.dirty_escrow (escrow_id)", "escrow_id"
@@ -62,15 +41,8 @@ def upsert_statement(kind_name: str) -> str:
     keys = ", ".join(key)
     not_inserted = " AND ".join(f"i.{k} = s.{k}" for k in key)
     return f"""
-WITH checked AS (
-  {checked}
-), quarantined AS (
-  INSERT INTO rec.quarantine (source_id, line, kind, reason, raw)
-  SELECT %(source_id)s, line, '{kind.name}', problem, (to_jsonb(c) - 'line' - 'problem')::text
-  FROM checked c WHERE problem IS NOT NULL
-  ON CONFLICT (source_id, line) DO NOTHING
-), src AS (
-  SELECT DISTINCT ON ({keys}) * FROM checked WHERE problem IS NULL ORDER BY {keys}, line DESC
+WITH src AS (
+  SELECT DISTINCT ON ({keys}) * FROM {stage} ORDER BY {keys}, line DESC
 ), ins AS (  -- new keys: a plain insert, no probe for history
   INSERT INTO {table} ({", ".join(cols)}, extra, source_id, source_line)
   SELECT {", ".join(cols)}, extra, %(source_id)s, line FROM src
@@ -101,10 +73,8 @@ WITH checked AS (
 )
 SELECT (SELECT count(*) FROM ins) AS inserted,
        (SELECT count(*) FROM upd) AS amended,
-       (SELECT count(*) FROM checked WHERE problem IS NOT NULL) AS quarantined,
-       CASE WHEN (SELECT count(*) FROM checked WHERE problem IS NULL) > (SELECT count(*) FROM src)
-            THEN (SELECT count(*) FROM (SELECT DISTINCT {keys}, {", ".join(content)} FROM checked
-                                        WHERE problem IS NULL) d)
-                 - (SELECT count(*) FROM src) ELSE 0 END AS superseded_in_batch,  -- duplicates of a key in one batch
-       (SELECT count(*) FROM checked WHERE problem IS NULL) AS valid
+       CASE WHEN (SELECT count(*) FROM {stage}) > (SELECT count(*) FROM src)  -- duplicates of a key in one batch
+            THEN (SELECT count(*) FROM (SELECT DISTINCT {keys}, {", ".join(content)} FROM {stage}) d)
+                 - (SELECT count(*) FROM src) ELSE 0 END AS superseded_in_batch,
+       (SELECT count(*) FROM {stage}) AS valid
 """

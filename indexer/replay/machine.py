@@ -88,6 +88,9 @@ class InferenceState:
     voted_addresses: set[str] = field(default_factory=set)
     input_tokens: int | None = None  # from the accepted Finish
     output_tokens: int | None = None
+    # diff_nonce at which each status was entered (each is entered at most once); None for the settlement drain
+    entered: dict[str, int | None] = field(default_factory=dict)
+    drained: bool = False
 
 
 class Rejection(NamedTuple):  # NamedTuple: one per status change, so construction cost matters
@@ -157,7 +160,8 @@ def sort_key(tx: Tx) -> tuple:
 class _Machine:
     """Mutable replay state of one escrow; each handler returns a rejection code or None."""
 
-    def __init__(self, config: EscrowConfig) -> None:
+    def __init__(self, config: EscrowConfig, keep_transitions: bool = True) -> None:
+        self.keep_transitions = keep_transitions
         self.slots = tuple(config.slots)
         self.weight: dict[str, int] = {}
         for address in self.slots:
@@ -180,7 +184,9 @@ class _Machine:
         return slot is not None and 0 <= slot < len(self.slots)
 
     def _move(self, rec: InferenceState, to: str, nonce: int | None, cause: str) -> None:
-        self.result.transitions.append(Transition(rec.inference_id, nonce, rec.status, to, cause))
+        if self.keep_transitions:
+            self.result.transitions.append(Transition(rec.inference_id, nonce, rec.status, to, cause))
+        rec.entered[to] = nonce
         rec.status = to
         rec.status_nonce = nonce
 
@@ -247,7 +253,9 @@ class _Machine:
         executor = tx.inference_id % len(self.slots)
         rec = InferenceState(tx.inference_id, executor, self.slots[executor], status_nonce=tx.diff_nonce)
         self.result.inferences[tx.inference_id] = rec
-        self.result.transitions.append(Transition(rec.inference_id, tx.diff_nonce, None, "Pending", "start"))
+        rec.entered["Pending"] = tx.diff_nonce
+        if self.keep_transitions:
+            self.result.transitions.append(Transition(rec.inference_id, tx.diff_nonce, None, "Pending", "start"))
         return None
 
     def _confirm_start(self, rec: InferenceState, tx: Tx) -> str | None:
@@ -343,14 +351,17 @@ class _Machine:
             rec = self.result.inferences[inference_id]
             if rec.status in ("Pending", "Started"):
                 self._move(rec, "Finished", None, "settlement_drain")
+                rec.drained = True
 
 
-def replay(config: EscrowConfig, txs: Iterable[Tx], *, presorted: bool = False) -> ReplayResult:
+def replay(config: EscrowConfig, txs: Iterable[Tx], *, presorted: bool = False,
+           transitions: bool = True) -> ReplayResult:
     """Replay an escrow's txs in protocol order; a rejected tx changes nothing.
 
     presorted=True skips the sort when the caller already delivers `sort_key` order (the database does: its
-    keys make (diff_nonce, kind order, inference_id, slot) unique)."""
-    machine = _Machine(config)
+    keys make (diff_nonce, kind order, inference_id, slot) unique). transitions=False skips the history list
+    (each record still keeps the nonce at which it entered every status, in `entered`)."""
+    machine = _Machine(config, keep_transitions=transitions)
     for tx in (txs if presorted else sorted(txs, key=sort_key)):
         machine.apply(tx)
     if config.settled:

@@ -7,9 +7,11 @@ mark its epoch dirty for the rules stage. A late record re-marks its escrow and 
 from __future__ import annotations
 
 import itertools
+import operator
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psycopg
@@ -21,7 +23,8 @@ CHUNK_ESCROWS = 200
 ANALYZE_AFTER_ROWS = 50_000
 
 _TXS = """
-SELECT escrow_id, diff_nonce, kind, inference_id, slot, valid, reason, votes, input_tokens, output_tokens FROM (
+SELECT escrow_id, diff_nonce, kind_order, inference_id, slot, kind, valid, reason, votes, input_tokens, output_tokens
+FROM (
   SELECT escrow_id, diff_nonce, 0 AS kind_order, 'start' AS kind, inference_id, NULL::int AS slot, NULL::bool AS valid,
          NULL::text AS reason, NULL::jsonb AS votes, NULL::bigint AS input_tokens, NULL::bigint AS output_tokens
     FROM rec.start_tx WHERE escrow_id = ANY(%(ids)s)
@@ -37,10 +40,13 @@ SELECT escrow_id, diff_nonce, kind, inference_id, slot, valid, reason, votes, in
     FROM rec.timeout_tx WHERE escrow_id = ANY(%(ids)s)
   UNION ALL SELECT escrow_id, diff_nonce, 6, 'error_miss', inference_id, NULL, NULL, NULL, votes, NULL, NULL
     FROM rec.error_miss_tx WHERE escrow_id = ANY(%(ids)s)
-) t ORDER BY escrow_id, diff_nonce, kind_order, inference_id, slot NULLS FIRST
+) t ORDER BY escrow_id
 """
 
-_TX_TYPES = ["text", "int8", "text", "int8", "int4", "bool", "text", "jsonb", "int8", "int8"]
+_TX_TYPES = ["text", "int8", "int4", "int8", "int4", "text", "bool", "text", "jsonb", "int8", "int8"]
+# Protocol order inside an escrow: (diff_nonce, kind order, inference_id, slot). The tables' keys make it total,
+# and slot is compared only between validations (or votes) of one inference in one diff, never None.
+_PROTOCOL_ORDER = operator.itemgetter(1, 2, 3, 4)
 _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slot_stats", "replay.escrow")
 
 
@@ -53,22 +59,61 @@ class ReplaySummary:
     seconds: float = 0.0
 
 
-def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progress=None) -> ReplaySummary:
+def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progress=None,
+                 url: str | None = None) -> ReplaySummary:
+    """Replay every dirty escrow. With `url`, chunk N's write overlaps chunk N+1's read and replay (see
+    _pipelined); without it, everything runs on `conn`, one chunk after the other."""
     summary, start = ReplaySummary(), time.perf_counter()
-    while True:
-        with conn.transaction():
-            ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk)
-            if not ids:
-                break
-            _replay_chunk(conn, ids, summary)
-        if progress:
-            progress(summary)
+    if url is None:
+        while True:
+            with conn.transaction():
+                ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk)
+                if not ids:
+                    break
+                _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
+            if progress:
+                progress(summary)
+    else:
+        _pipelined(url, chunk, summary, progress)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
         for table in _DERIVED:
             conn.execute(f"ANALYZE {table}")
         conn.commit()
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def _pipelined(url: str, chunk: int, summary: ReplaySummary, progress) -> None:
+    """Two writer connections take turns: each chunk is claimed and written in one transaction on its own
+    connection (a crash loses no dirty mark), the write runs in a worker thread while this thread reads (third
+    connection) and replays the next chunk. At most one write is in flight."""
+    with psycopg.connect(url) as a, psycopg.connect(url) as b, psycopg.connect(url, autocommit=True) as reader, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-write") as writer:
+        pending, turn = None, 0
+        while True:
+            w = (a, b)[turn % 2]
+            ids = claim(w, "replay.dirty_escrow", "escrow_id", chunk)
+            if not ids:
+                w.rollback()
+                break
+            results = _replay_chunk(reader, ids)
+            if pending is not None:
+                pending.result()
+                if progress:
+                    progress(summary)
+            pending = writer.submit(_commit_chunk, w, ids, results, summary)
+            turn += 1
+        if pending is not None:
+            pending.result()
+
+
+def _commit_chunk(w: psycopg.Connection, ids: list[str], results, summary: ReplaySummary) -> None:
+    try:
+        _write_chunk(w, ids, results, summary)
+        w.commit()
+    except BaseException:
+        w.rollback()
+        raise
 
 
 def mark_all_dirty(conn: psycopg.Connection) -> None:
@@ -82,12 +127,16 @@ def _load_configs(conn, ids: list[str]) -> dict[str, tuple[EscrowConfig, int | N
             for eid, slots, factor, settled, epoch in rows}
 
 
-def _replay_chunk(conn: psycopg.Connection, ids: list[str], summary: ReplaySummary) -> None:
+def _replay_chunk(conn: psycopg.Connection, ids: list[str]) -> list:
     configs = _load_configs(conn, ids)
+    return [(config, epoch, replay(config, txs, presorted=True, transitions=False), len(txs))
+            for config, epoch, txs in _escrow_logs(conn, configs)]
+
+
+def _write_chunk(conn: psycopg.Connection, ids: list[str], results, summary: ReplaySummary) -> None:
+    """Replace the chunk's derived rows and mark its epochs for the rules stage (caller's transaction)."""
     for table in _DERIVED:
         conn.execute(f"DELETE FROM {table} WHERE escrow_id = ANY(%s)", (ids,))
-    results = [(config, epoch, replay(config, txs, presorted=True), len(txs))
-               for config, epoch, txs in _escrow_logs(conn, configs)]
     _write(conn, results)
     conn.execute("INSERT INTO rules.dirty_epoch (epoch_index) SELECT DISTINCT epoch_index FROM rec.escrow "
                  "WHERE escrow_id = ANY(%s) AND epoch_index IS NOT NULL ON CONFLICT DO NOTHING", (ids,))
@@ -109,7 +158,7 @@ def _escrow_logs(conn: psycopg.Connection, configs: dict):
                                                 {"ids": list(configs)}) as cp:
                 cp.set_types(_TX_TYPES)
                 for escrow_id, rows in itertools.groupby(cp.rows(), key=lambda r: r[0]):
-                    logs.put((escrow_id, [_tx(r) for r in rows]))
+                    logs.put((escrow_id, [_tx(r) for r in sorted(rows, key=_PROTOCOL_ORDER)]))
             logs.put(None)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             logs.put(exc)
@@ -132,20 +181,9 @@ def _escrow_logs(conn: psycopg.Connection, configs: dict):
 
 
 def _tx(r) -> Tx:
-    _, nonce, kind, inference_id, slot, valid, reason, votes, input_tokens, output_tokens = r
+    _, nonce, _, inference_id, slot, kind, valid, reason, votes, input_tokens, output_tokens = r
     return Tx(nonce, kind, inference_id, slot, valid, reason,
               tuple((v["voter_slot"], v["accept"]) for v in votes) if votes else (), input_tokens, output_tokens)
-
-
-def _entered_at(res: ReplayResult) -> dict[int, dict]:
-    """Per inference: the diff_nonce at which it entered each status (each is entered at most once)."""
-    out: dict[int, dict] = {}
-    for t in res.transitions:
-        e = out.setdefault(t.inference_id, {})
-        e[t.to_status] = t.diff_nonce
-        if t.cause == "settlement_drain":
-            e["drained"] = True
-    return out
 
 
 def _write(conn: psycopg.Connection, results) -> None:
@@ -155,14 +193,13 @@ def _write(conn: psycopg.Connection, results) -> None:
                       " challenger_slot, resolved_nonce, timeout_reason, start_nonce, started_nonce, finished_nonce,"
                       " timed_out_nonce, drained) FROM STDIN") as cp:
             for config, epoch, res, _ in results:
-                entered = _entered_at(res)
                 for s in res.inferences.values():
-                    e = entered.get(s.inference_id, {})
+                    e = s.entered
                     cp.write_row((config.escrow_id, s.inference_id, epoch, s.executor_slot, s.executor_address,
                                   s.status, s.votes_valid, s.votes_invalid, res.vote_threshold, s.penalty,
                                   s.status_nonce, s.challenged_nonce, s.challenger_slot, s.resolved_nonce,
                                   s.timeout_reason, e.get("Pending"), e.get("Started"), e.get("Finished"),
-                                  e.get("TimedOut"), e.get("drained", False)))
+                                  e.get("TimedOut"), s.drained))
         with cur.copy("COPY replay.rejected_tx (escrow_id, ordinal, diff_nonce, kind, inference_id, slot, reason,"
                       " ignored) FROM STDIN") as cp:
             for config, _, res, _ in results:
