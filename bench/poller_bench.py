@@ -1,70 +1,170 @@
-"""Poller throughput: in-process devnet → poller (HTTP on loopback) → PostgreSQL. Prints txs/s.
+"""Poller throughput: devnet (its own process) → poller (HTTP on loopback) → PostgreSQL. Prints txs/s.
 
-    python bench/poller_bench.py [--epochs 3] [--escrows-per-epoch 8] [--inferences-per-escrow 200]
-                                 [--database-url URL] [--no-archive] [--no-process] [--keep]
+    python bench/poller_bench.py [--epochs 3] [--escrows-per-epoch 42] [--inferences-per-escrow 200]
+                                 [--database-url URL] [--no-archive] [--no-process] [--in-process] [--keep]
 
+The devnet runs as ``python -m indexer.devnet`` in a separate process on the same machine (as a real node would:
+the two then share the machine's cores); ``--in-process`` serves it from a thread of the benchmark instead.
 Uses a fresh database on the server of --database-url ($DATABASE_URL, else the embedded PostgreSQL).
 txs = protocol txs decoded from the hosts' diff logs (modelled and unmodelled); the time covers the whole
-cycle (chain, tx_search, hosts, payloads, load) and, unless --no-process, replay and rules.
+cycle (chain, tx_search, hosts, payloads, load) and, unless --no-process, replay and rules. The breakdown:
+fetch (HTTP) and decode (protobuf, normalize, NDJSON: in the decode processes, waited for by the fetch threads)
+are summed over the fetch threads; load (typing on the gathering thread, then COPY, upserts, cursors, archive on
+the database thread) is wall time; the stages overlap, so they add up to more than the ingest wall time. The CPU
+line counts this process (not its decode processes), the devnet process and every PostgreSQL process of the
+cluster (other databases' work included).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.db import migrate  # noqa: E402
 from indexer.db.url import resolve_database_url  # noqa: E402
-from indexer.devnet import DevnetServer, Scenario, ScenarioConfig  # noqa: E402
 from indexer.poller import poll_once  # noqa: E402
+
+
+def _proc_cpu(pid: int) -> float | None:
+    """user + system CPU seconds of a process (Linux /proc), None when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _pg_cpu(url: str) -> float:
+    """CPU seconds of every PostgreSQL process of the cluster (backends, WAL writer, checkpointer, …)."""
+    with psycopg.connect(url) as c:
+        pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    total = _proc_cpu(ppid) or 0.0
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == ppid:
+                    total += _proc_cpu(int(d.name)) or 0.0
+            except (OSError, IndexError, ValueError):
+                pass
+    return total
+
+
+class _Subprocess:
+    def __init__(self, args) -> None:
+        cmd = [sys.executable, "-m", "indexer.devnet", "--seed", "2078", "--epochs", str(args.epochs),
+               "--escrows-per-epoch", str(args.escrows_per_epoch),
+               "--inferences-per-escrow", str(args.inferences_per_escrow)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                     cwd=Path(__file__).resolve().parents[1])
+        info = json.loads(self.proc.stdout.readline())
+        self.chain_rest_url, self.rpc_url = info["chain_rest_url"], info["rpc_url"]
+        self.url = self.chain_rest_url.rsplit("/chain-api", 1)[0]
+
+    def state(self) -> dict:
+        return httpx.get(f"{self.url}/devnet/state", timeout=60).json()
+
+    def advance(self) -> None:
+        httpx.post(f"{self.url}/devnet/advance", timeout=60).raise_for_status()
+
+    def cpu(self) -> float | None:
+        return _proc_cpu(self.proc.pid)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+class _InProcess:
+    def __init__(self, args) -> None:
+        from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
+
+        scn = Scenario(ScenarioConfig(seed=2078, epochs=args.epochs, escrows_per_epoch=args.escrows_per_epoch,
+                                      inferences_per_escrow=args.inferences_per_escrow))
+        self.net = DevnetServer(scn, warm=True).start()
+        self.chain_rest_url, self.rpc_url, self.url = self.net.chain_rest_url, self.net.rpc_url, self.net.url
+
+    state = _Subprocess.state
+    advance = _Subprocess.advance
+
+    def cpu(self) -> float | None:
+        return None  # inside this process
+
+    def close(self) -> None:
+        self.net.stop()
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--escrows-per-epoch", type=int, default=8)
+    p.add_argument("--escrows-per-epoch", type=int, default=42)
     p.add_argument("--inferences-per-escrow", type=int, default=200)
     p.add_argument("--database-url")
     p.add_argument("--no-archive", action="store_true", help="do not archive raw responses")
     p.add_argument("--no-process", action="store_true", help="skip replay and rules")
-    p.add_argument("--payload-workers", type=int, default=1,
-                   help="concurrent payload requests (1 is fastest against the in-process devnet)")
+    p.add_argument("--in-process", action="store_true", help="serve the devnet from a thread of this process")
+    p.add_argument("--payload-workers", type=int, default=4, help="concurrent payload requests")
+    p.add_argument("--escrow-workers", type=int, default=3, help="escrows fetched at once")
+    p.add_argument("--decode-workers", type=int, default=2, help="decoding processes (0: in the fetch threads)")
     p.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = p.parse_args()
 
     t0 = time.perf_counter()
-    scn = Scenario(ScenarioConfig(seed=2078, epochs=args.epochs, escrows_per_epoch=args.escrows_per_epoch,
-                                  inferences_per_escrow=args.inferences_per_escrow))
-    gen = time.perf_counter() - t0
-    server = resolve_database_url(args.database_url)
-    name = f"indexer_pbench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(server)._replace(path="/" + name))
+    net = (_InProcess if args.in_process else _Subprocess)(args)
     try:
-        migrate.upgrade(url)
-        with DevnetServer(scn) as net:
-            while net.devnet.current_epoch < scn.epochs[-1].epoch_index:
-                net.advance_epoch()
+        st = net.state()
+        while st["current_epoch"] < st["last_epoch"]:
+            net.advance()
+            st = net.state()
+        gen = time.perf_counter() - t0
+        server = resolve_database_url(args.database_url)
+        name = f"indexer_pbench_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(server, autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{name}"')
+        url = urlunsplit(urlsplit(server)._replace(path="/" + name))
+        try:
+            migrate.upgrade(url)
+            dev0, pg0 = net.cpu(), _pg_cpu(url)
+            ru0 = resource.getrusage(resource.RUSAGE_SELF)
             s = poll_once(url, net.chain_rest_url, net.rpc_url, archive=not args.no_archive,
-                          process=not args.no_process, payload_workers=args.payload_workers)
-        expected = sum(len(d["txs"]) for e in scn.escrows.values() for d in e.diffs)
-        print(f"scenario: {len(scn.escrows)} escrows, {sum(len(e.diffs) for e in scn.escrows.values())} diffs, "
-              f"{expected} txs (generated in {gen:.1f}s)")
-        print(f"poll: {s.requests} requests, {s.diffs} diffs, {s.txs} txs, {s.loaded} rows, "
-              f"replayed {s.replayed_escrows} escrows, rules on {s.rules_epochs} epochs, {s.seconds:.2f}s")
-        print(f"{s.txs / s.seconds:,.0f} txs/s ({s.diffs / s.seconds:,.0f} diffs/s, "
-              f"{s.requests / s.seconds:,.0f} requests/s)")
+                          process=not args.no_process, payload_workers=args.payload_workers,
+                          escrow_workers=args.escrow_workers, decode_workers=args.decode_workers)
+            ru1 = resource.getrusage(resource.RUSAGE_SELF)
+            dev1, pg1 = net.cpu(), _pg_cpu(url)
+            poller_cpu = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
+            print(f"scenario: {st['escrows']} escrows, {st['diffs']} diffs, {st['txs']} txs "
+                  f"(devnet {'in-process' if args.in_process else 'subprocess'}, ready in {gen:.1f}s)")
+            print(f"poll: {s.requests} requests, {s.diffs} diffs, {s.txs} txs, {s.loaded} rows, "
+                  f"replayed {s.replayed_escrows} escrows, rules on {s.rules_epochs} epochs, {s.seconds:.2f}s")
+            ingest = s.seconds - s.t_replay - s.t_rules
+            print(f"breakdown: fetch {s.t_fetch:.2f}s, decode {s.t_decode:.2f}s (thread sums); load {s.t_load:.2f}s "
+                  f"({s.transactions} transactions, {s.t_prepare:.2f}s typing), "
+                  f"replay {s.t_replay:.2f}s, rules {s.t_rules:.2f}s; ingest wall {ingest:.2f}s")
+            print(f"{s.txs / s.seconds:,.0f} txs/s end to end ({s.diffs / s.seconds:,.0f} diffs/s, "
+                  f"{s.requests / s.seconds:,.0f} requests/s); ingest only (devnet → PostgreSQL): "
+                  f"{s.txs / ingest:,.0f} txs/s")
+            print(f"cpu: poller {poller_cpu:.2f}s, devnet "
+                  f"{'-' if dev0 is None or dev1 is None else f'{dev1 - dev0:.2f}s'}, PostgreSQL {pg1 - pg0:.2f}s "
+                  f"(over {s.seconds:.2f}s wall on {os.cpu_count()} cores; PostgreSQL counts all its processes)")
+            if s.txs != st["txs"]:
+                print(f"WARNING: polled {s.txs} txs, the scenario has {st['txs']}")
+        finally:
+            if not args.keep:
+                with psycopg.connect(server, autocommit=True) as c:
+                    c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
-        if not args.keep:
-            with psycopg.connect(server, autocommit=True) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        net.close()
     return 0
 
 

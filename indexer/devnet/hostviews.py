@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from bisect import bisect_left, bisect_right
 from typing import Any
 
 from indexer.devnet.engine import fake_sig
@@ -24,7 +25,7 @@ def host_escrows(net: Devnet, host: HostSpec) -> list[EscrowSim]:
 
 def session(net: Devnet, host: HostSpec, escrow_id: str, version: str) -> EscrowSim | None:
     esc = net.escrow(escrow_id)
-    if esc is None or esc not in host_escrows(net, host) or esc.protocol_version != version:
+    if esc is None or not net.live(esc) or host.address not in esc.slots or esc.protocol_version != version:
         return None
     return esc
 
@@ -63,6 +64,28 @@ def diffs_json(net: Devnet, esc: EscrowSim, first: int, last: int, lying: bool) 
     log = net.scenario.host_diff_log(esc, lying=lying)
     return [diff_to_host_json(d, esc.protocol_version, sig, root)
             for d, sig, root in log if first <= d["nonce"] <= last]
+
+
+def encoded_log(net: Devnet, esc: EscrowSim, lying: bool) -> tuple[list[int], list[bytes]]:
+    """(nonces, JSON bytes per entry) of one host's view of an escrow's log, encoded once: the devnet's logs
+    never change after generation, so a page is a slice of precomputed bytes instead of a re-encoding."""
+    key = (esc.escrow_id, lying)
+    cached = net.encoded_logs.get(key)
+    if cached is None:
+        nonces, entries = [], []
+        for d, sig, root in net.scenario.host_diff_log(esc, lying=lying):
+            nonces.append(d["nonce"])
+            entries.append(json.dumps(diff_to_host_json(d, esc.protocol_version, sig, root),
+                                      separators=(",", ":")).encode())
+        cached = net.encoded_logs.setdefault(key, (nonces, entries))
+    return cached
+
+
+def diffs_body(net: Devnet, esc: EscrowSim, first: int, last: int, lying: bool) -> bytes:
+    """The JSON body of ``diffs?from=first&to=last`` (the same bytes as ``json.dumps(diffs_json(…))``)."""
+    nonces, entries = encoded_log(net, esc, lying)
+    lo, hi = bisect_left(nonces, first), bisect_right(nonces, last)
+    return b"[" + b",".join(entries[lo:hi]) + b"]"
 
 
 def signatures_json(esc: EscrowSim, nonce: int) -> dict[str, Any] | None:

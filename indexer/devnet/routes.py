@@ -34,6 +34,11 @@ class Response:
         return cls(status, json.dumps(obj, separators=(",", ":")).encode(), {"Content-Type": "application/json"})
 
     @classmethod
+    def raw_json(cls, body: bytes, status: int = 200) -> "Response":
+        """Already-encoded JSON (precomputed bodies)."""
+        return cls(status, body, {"Content-Type": "application/json"})
+
+    @classmethod
     def text(cls, message: str, status: int) -> "Response":
         # Go's http.Error: text/plain with a trailing newline
         return cls(status, (message + "\n").encode(), {"Content-Type": "text/plain; charset=utf-8"})
@@ -49,6 +54,7 @@ class AppOptions:
     b64_events: bool = False  # CometBFT < 0.37 base64-encodes event attributes
     escrow_max_model_len: str | None = None  # None | "string" | "number" (PR #1763 field)
     lying_host: str | None = None  # address of the host that serves a diverging diff log
+    serve_upto: int | None = None  # hosts serve no diff beyond this nonce (stuck logs)
 
 
 Handler = Callable[..., Response]
@@ -107,7 +113,12 @@ class App:
     def describe(self, q: Mapping, hd: Mapping) -> Response:
         return Response.json({"current_epoch": self.net.current_epoch,
                               "chain_rest_url": f"{self.base_url}/chain-api", "rpc_url": f"{self.base_url}/chain-rpc",
-                              "hosts": {h.address: self.host_url(h.address) for h in self.net.scenario.hosts}})
+                              "hosts": {h.address: self.host_url(h.address) for h in self.net.scenario.hosts},
+                              "last_epoch": self.net.scenario.epochs[-1].epoch_index,
+                              "escrows": len(self.net.scenario.escrows),
+                              "diffs": sum(len(e.diffs) for e in self.net.scenario.escrows.values()),
+                              "txs": sum(len(d["txs"]) for e in self.net.scenario.escrows.values()
+                                         for d in e.diffs)})
 
     # -- chain REST -------------------------------------------------------------------------------
     def epoch_group_data(self, q: Mapping, hd: Mapping, epoch: str) -> Response:
@@ -184,7 +195,9 @@ class App:
         if last - first + 1 > hv.MAX_DIFFS_PER_PAGE:
             return Response.text(f"diff range exceeds one page (max {hv.MAX_DIFFS_PER_PAGE} nonces or 8 MiB)", 400)
         lying = spec.address == self.options.lying_host
-        return Response.json(hv.diffs_json(self.net, esc, first, last, lying))
+        if self.options.serve_upto is not None:
+            last = min(last, self.options.serve_upto)
+        return Response.raw_json(hv.diffs_body(self.net, esc, first, last, lying))
 
     def signatures(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
         _, esc = self._session(host, version, escrow)

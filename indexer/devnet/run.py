@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delay-seconds", type=float, default=1.0)
     parser.add_argument("--p-truncate", type=float, default=0.0)
     parser.add_argument("--lying-host", default=None, help="participant address serving a diverging diff log")
+    parser.add_argument("--no-warm", dest="warm", action="store_false",
+                        help="encode each diff log on its first request instead of before serving")
 
 
 def server_from_args(args: argparse.Namespace) -> DevnetServer:
@@ -39,7 +41,8 @@ def server_from_args(args: argparse.Namespace) -> DevnetServer:
     faults = FaultConfig(seed=args.seed, p_5xx=args.p_5xx, p_429=args.p_429, p_delay=args.p_delay,
                          delay_seconds=args.delay_seconds, p_truncate=args.p_truncate, lying_host=args.lying_host)
     return DevnetServer(Scenario(config), faults=faults, b64_events=args.b64_events,
-                        escrow_max_model_len=args.escrow_max_model_len, host=args.bind, port=args.port)
+                        escrow_max_model_len=args.escrow_max_model_len, host=args.bind, port=args.port,
+                        warm=getattr(args, "warm", False))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,8 @@ class FaultConfig:
     p_truncate: float = 0.0
     lying_host: str | None = None  # participant address whose host serves a diverging diff log
     paths: tuple[str, ...] = ()  # only paths with one of these prefixes get faults; () = all but /devnet/
+    serve_upto: int | None = None  # hosts serve no diff beyond this nonce (a stuck log; shard detail still
+                                   # reports the full nonce): what the poller's progress watchdog must notice
 
 
 @dataclass(frozen=True)
@@ -132,13 +134,16 @@ class DevnetServer:
 
     def __init__(self, network: Devnet | Scenario | None = None, *, faults: FaultConfig | None = None,
                  b64_events: bool = False, escrow_max_model_len: str | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, warm: bool = False) -> None:
         if network is None:
             network = Scenario()
         self.devnet = network if isinstance(network, Devnet) else Devnet(network)
         self.faults = Faults(faults or FaultConfig())
-        options = AppOptions(b64_events, escrow_max_model_len, self.faults.config.lying_host)
+        options = AppOptions(b64_events, escrow_max_model_len, self.faults.config.lying_host,
+                             self.faults.config.serve_upto)
         self.app = App(self.devnet, options)
+        if warm:  # pre-encode every diff log (otherwise each log is encoded on its first request)
+            self.devnet.warm(self.faults.config.lying_host)
         self._address = (host, port)
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -1,4 +1,36 @@
-"""The poller: ingest from the Gonka endpoints into PostgreSQL (``indexer run``)."""
+"""The poller: ingest from the Gonka endpoints into PostgreSQL (``indexer run``).
+
+The cycle, epoch finality and the progress watchdog are described in :mod:`indexer.poller.cycle`; throughput
+knobs (fetch threads, decode processes, batch sizes) are its module constants.
+
+When a source is down for longer than the pruning window
+-------------------------------------------------------
+Chain state and host sessions of epoch E are deleted once the current epoch passes E + 2
+(``DevshardPruningThreshold``); the indexer is the archive of record, so whatever was not captured by then is lost
+for good:
+
+* Epochs no cycle saw (the poller, or the chain, down for more than the window): everything about them is gone
+  from the network (their creation events stay in ``tx_search``, but the escrows answer ``found:false``). The
+  next cycle records each such epoch: ``net.epoch_state`` row ``final`` with ``reason = 'missed'`` and a
+  ``net.failure`` row (source ``epoch:<E>``) ``epoch pruned before the poller saw it``; ``api.ingest_status``
+  shows ``epoch:<E>`` = ``final`` with that error. (Epochs before the indexer's first cycle are not gaps.)
+* Escrows never captured although their epoch was seen (hosts and chain unreachable for that escrow until it was
+  pruned): an escrow that answers ``found:false`` without stored rows gets a ``net.failure`` row ``pruned before
+  capture`` (source ``escrow:<id>``).
+* Escrows partly captured (hosts down, chain up, or a log interrupted): the rows up to the ``escrow:<id>`` cursor
+  are kept; the tail after it, the final host stats and the ``escrow-final`` mark are missing. The ``escrow:<id>``
+  row of ``api.ingest_status`` keeps its old cursor, its ``last_error`` and a growing ``lag_seconds``; the watchdog's
+  ``stalled_cycles`` stop growing once the escrow is pruned (no source position any more).
+* Host epoch stats not read before pruning are missing (``host_epoch_stats`` has no row for those participants).
+* An epoch that leaves the window while ``settling`` becomes ``final`` with ``reason = 'pruned'``, and each of its
+  escrows without an ``escrow-final`` cursor gets a ``net.failure`` row ``epoch pruned before escrow was final``.
+  So the gaps are visible: ``epoch:<E>`` is ``final`` in ``api.ingest_status`` while the ``net.epoch_state`` row
+  says ``pruned`` with ``escrows_final < escrows``, and the escrows' rows keep a non-null ``lag_seconds``.
+
+Nothing is retried from an archive node (public nodes do not serve archive heights, §5.5); replay and rules run on
+what was captured, and the replay's tallies beside the network's ``host_stats`` (``api.host_stats_check``) show
+where a log is short.
+"""
 from indexer.poller.cycle import PollSummary, poll_once
 
 __all__ = ["PollSummary", "poll_once"]

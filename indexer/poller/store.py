@@ -7,14 +7,16 @@ that the cursor updates, the archived raw responses and the failures commit toge
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import psycopg
 
 from indexer.load.ingest import BatchLoader, IngestSummary, register_source
-from indexer.wire.normalize import dumps_record
+from indexer.wire.normalize import dumps_record_bytes
 
 _UPSERT_CURSOR = """
 INSERT INTO net.cursor (source, cursor, last_success_at, last_error, last_error_at, next_retry_at, updated_at)
@@ -49,22 +51,35 @@ class LoadResult:
 
 
 class Store:
-    def __init__(self, conn: psycopg.Connection, *, archive: bool = True) -> None:
+    def __init__(self, conn: psycopg.Connection, *, archive: bool = True, side_url: str | None = None) -> None:
         self.conn = conn
+        self.side_url = side_url  # a second connection for registering sources while the main one commits
+        self._side: psycopg.Connection | None = None
+        self._prep_loader: BatchLoader | None = None
         self.archive = archive
         self.responses: list[tuple[str, int, int | None, bytes]] = []
         self.failures: list[tuple[str, str, str, bool]] = []
         self._loader: CursorBatchLoader | None = None
         self.total = LoadResult()
+        self.seconds = 0.0  # wall time spent loading (benchmark breakdown)
+        self.t_prepare = 0.0  # of which registering sources and typing lines (CPU)
+        self.transactions = 0
+        self._lock = threading.Lock()  # the HTTP hooks run on fetch threads; flushing swaps the lists under it
 
     # -- hooks for the HTTP layer ---------------------------------------------------------------
     def on_response(self, url: str, status: int, body: bytes, headers: Mapping[str, str]) -> None:
         if self.archive:
             h = headers.get("X-Cosmos-Block-Height") or headers.get("x-cosmos-block-height")
-            self.responses.append((url, status, int(h) if h and h.isdigit() else None, body))
+            with self._lock:
+                self.responses.append((url, status, int(h) if h and h.isdigit() else None, body))
 
     def on_failure(self, url: str, error: str, transient: bool, source: str = "http") -> None:
-        self.failures.append((source, url, error, transient))
+        self.fail(source, url, error, transient)
+
+    def fail(self, source: str, url: str, error: str, transient: bool) -> None:
+        """Queue a net.failure row (written with the next commit); safe from any thread."""
+        with self._lock:
+            self.failures.append((source, url, error, transient))
 
     # -- cursors --------------------------------------------------------------------------------
     def cursor(self, source: str) -> str | None:
@@ -84,44 +99,97 @@ class Store:
     # -- loading --------------------------------------------------------------------------------
     def load(self, records: Iterable[Mapping[str, Any]], uri: str, cursors: Mapping[str, str] | None = None) -> LoadResult:
         """Load records (one fetch = one source) and set ``cursors`` in one transaction."""
-        lines = [dumps_record(r).encode() for r in records]
-        prepared = None
-        loader = self._loader
-        if lines:
+        return self.load_many([([dumps_record_bytes(r) for r in records], uri)], cursors)
+
+    def load_many(self, items: Sequence[tuple[Sequence[bytes], str]], cursors: Mapping[str, str] | None = None,
+                  after: Callable[[psycopg.Connection], None] | None = None) -> LoadResult:
+        """Several fetches (NDJSON lines, uri), their ``cursors`` and ``after(conn)`` in one transaction.
+
+        Each fetch is its own ``rec.source`` (registered before the transaction, idempotently by digest), so a
+        crash leaves at most registered, uncompleted sources; their rows and cursors commit together or not at
+        all."""
+        return self.commit(self.prepare(items), cursors, after)
+
+    def prepare(self, items: Sequence[tuple[Sequence[bytes], str]]) -> list[tuple[int, Any, int]]:
+        """Register the sources and type their lines (CPU; no transaction). With a side connection
+        (``side_url``) this can run in one thread while another commits the previous batch on the main one."""
+        t0 = time.perf_counter()
+        conn = self._side_conn()
+        loader = self._prep_loader
+        if loader is None:
+            loader = self._prep_loader = BatchLoader(conn, 0)
+        prepared = []
+        for lines, uri in items:
+            if not lines:
+                continue
             digest = hashlib.sha256(b"\n".join(lines)).hexdigest()
-            source_id, _ = register_source(self.conn, SimpleNamespace(digest=digest, uri=uri))
-            if loader is None:
-                loader = self._loader = CursorBatchLoader(self.conn, source_id)
+            source_id, _ = register_source(conn, SimpleNamespace(digest=digest, uri=uri))
             loader.source_id = source_id
-            prepared = loader.prepare(list(enumerate(lines, start=1)))
-        elif loader is None:
+            prepared.append((source_id, loader.prepare(list(enumerate(lines, start=1))), len(lines)))
+        dt = time.perf_counter() - t0
+        self.t_prepare += dt
+        self.seconds += dt
+        return prepared
+
+    def commit(self, prepared: list[tuple[int, Any, int]], cursors: Mapping[str, str] | None = None,
+               after: Callable[[psycopg.Connection], None] | None = None) -> LoadResult:
+        """Prepared sources, ``cursors`` and ``after(conn)`` in one transaction on the main connection."""
+        t0 = time.perf_counter()
+        loader = self._loader
+        if loader is None:
             loader = self._loader = CursorBatchLoader(self.conn, 0)
-
-        def after(conn: psycopg.Connection) -> None:
+        self.transactions += 1
+        out = LoadResult()
+        with self.conn.transaction():
+            for source_id, prep, n in prepared:
+                loader.source_id = source_id
+                s = loader.commit(prep)
+                self.conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
+                out.loaded += s.loaded
+                out.amended += s.amended
+                out.unchanged += s.unchanged
+                out.quarantined += s.quarantined
+                out.records += n
             for source, value in (cursors or {}).items():
-                conn.execute(_UPSERT_CURSOR, (source, value))
-            if prepared is not None:
-                conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (loader.source_id,))
-            self._flush(conn)
-
-        s = loader.commit_with(prepared, after)
-        out = LoadResult(s.loaded, s.amended, s.unchanged, s.quarantined, len(lines))
+                self.conn.execute(_UPSERT_CURSOR, (source, value))
+            if after is not None:
+                after(self.conn)
+            self._flush(self.conn)
         for name in ("loaded", "amended", "unchanged", "quarantined", "records"):
             setattr(self.total, name, getattr(self.total, name) + getattr(out, name))
+        self.seconds += time.perf_counter() - t0
         return out
+
+    def _side_conn(self) -> psycopg.Connection:
+        if self.side_url is None:
+            return self.conn
+        if self._side is None:
+            self._side = psycopg.connect(self.side_url, autocommit=True)
+        return self._side
+
+    @property
+    def pipelined(self) -> bool:
+        """prepare() and commit() may run concurrently (they use different connections)."""
+        return self.side_url is not None
+
+    def close(self) -> None:
+        if self._side is not None:
+            self._side.close()
+            self._side = None
 
     def flush(self) -> None:
         with self.conn.transaction():
             self._flush(self.conn)
 
     def _flush(self, conn: psycopg.Connection) -> None:
-        if self.responses:
+        with self._lock:
+            responses, self.responses = self.responses, []
+            failures, self.failures = self.failures, []
+        if responses:
             with conn.cursor().copy("COPY net.raw_response (url, status, height, body) FROM STDIN") as cp:
-                for row in self.responses:
+                for row in responses:
                     cp.write_row(row)
-            self.responses = []
-        if self.failures:
+        if failures:
             with conn.cursor() as cur:
                 cur.executemany("INSERT INTO net.failure (source, url, error, transient) VALUES (%s,%s,%s,%s)",
-                                [(s, u, e[:2000], t) for s, u, e, t in self.failures])
-            self.failures = []
+                                [(s, u, e[:2000], t) for s, u, e, t in failures])

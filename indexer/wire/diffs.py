@@ -42,7 +42,8 @@ def b64decode(value: Any, what: str) -> bytes:
     if not isinstance(value, str):
         raise WireDecodeError(f"{what}: expected a base64 string, got {type(value).__name__}")
     try:
-        return base64.b64decode(value, validate=True)
+        # strict_mode: the same strictness as b64decode(validate=True) without its per-call regex
+        return binascii.a2b_base64(value, strict_mode=True)
     except (binascii.Error, ValueError):
         raise WireDecodeError(f"{what}: invalid base64") from None
 
@@ -60,6 +61,17 @@ def _as_int(value: Any, what: str) -> int:
     if isinstance(value, str) and value.isdigit():
         return int(value)
     raise WireDecodeError(f"{what}: expected an integer, got {value!r}")
+
+
+def diff_header_from_host_json(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The cheap part of :func:`diff_from_host_json`: ``{nonce, post_state_root, entry}`` without decoding the
+    txs (enough to check a page's contiguity and compare state roots between hosts)."""
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("diff"), Mapping):
+        raise WireDecodeError("diff entry: expected an object with a 'diff' object")
+    diff = entry["diff"]
+    nonce = _as_int(diff.get("nonce"), "diff.nonce")
+    return {"nonce": nonce, "post_state_root": b64decode(diff.get("post_state_root"), f"diff {nonce} post_state_root"),
+            "entry": entry}
 
 
 def diff_from_host_json(entry: Mapping[str, Any], version: str | None) -> dict[str, Any]:

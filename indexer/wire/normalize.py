@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping
 
+import orjson
+
 from indexer.wire.protobuf import UNKNOWN_KEY
 from indexer.wire.schemas import schema_for
 
@@ -319,3 +321,13 @@ def _json_default(value: Any) -> Any:
 def dumps_record(record: Mapping[str, Any]) -> str:
     """One NDJSON line; Decimal → string (exact), bytes → hex."""
     return json.dumps(record, separators=(",", ":"), default=_json_default, ensure_ascii=False)
+
+
+def dumps_record_bytes(record: Mapping[str, Any]) -> bytes:
+    """:func:`dumps_record` as UTF-8 bytes, through orjson (several times faster; the same text for records of
+    str keys, ints, strs, bools, None, lists, dicts, bytes and Decimals). Anything orjson refuses (an int
+    beyond 64 bits, an unpaired surrogate) goes through :func:`dumps_record`."""
+    try:
+        return orjson.dumps(record, default=_json_default)
+    except (TypeError, orjson.JSONEncodeError):
+        return dumps_record(record).encode()

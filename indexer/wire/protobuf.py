@@ -309,28 +309,126 @@ def _store(result: dict[str, Any], mt: MessageType, f: Field, value: Any) -> Non
     result[f.name] = value  # last one wins for singular fields
 
 
-def decode_message(schema: Schema, message: str, data: bytes) -> dict[str, Any]:
+# The decoder's hot loop works from a per-message plan (field number → name, kind, wire type, defaults) built
+# once per (schema, message); it reads one-byte varints and lengths inline. Semantics are those of the field
+# tables: the plan is only a cache of them.
+_K_RAW, _K_SCALAR, _K_BYTES, _K_STRING, _K_MESSAGE = range(5)
+
+
+@dataclass
+class _Plan:
+    schema: Schema
+    mt: MessageType
+    by_number: dict[int, list]  # number → [field, kind, wire type, plan of a message field (filled lazily)]
+    defaults: dict[str, Any]
+    repeated: tuple[str, ...]
+
+
+def _plan(schema: Schema, message: str) -> _Plan:
+    plans = schema.__dict__.get("_plans")
+    if plans is None:
+        plans = {}
+        object.__setattr__(schema, "_plans", plans)  # a cache beside the frozen tables
+    plan = plans.get(message)
+    if plan is not None:
+        return plan
     mt = _message_type(schema, message)
-    data = bytes(data)
-    result = _defaults(mt)
+    by_number = {}
+    for f in mt.fields:
+        if f.type in _VARINT_TYPES:
+            kind = _K_RAW if f.type == "uint64" else _K_SCALAR
+        else:
+            kind = {"bytes": _K_BYTES, "string": _K_STRING}.get(f.type, _K_MESSAGE)
+        by_number[f.number] = [f, kind, f.wire_type, None]
+    defaults = _defaults(mt)
+    repeated = tuple(n for n, v in defaults.items() if isinstance(v, list))
+    plan = _Plan(schema, mt, by_number, defaults, repeated)
+    plans[message] = plan
+    return plan
+
+
+def decode_message(schema: Schema, message: str, data: bytes) -> dict[str, Any]:
+    return _decode(_plan(schema, message), data)
+
+
+def _decode(plan: _Plan, data: bytes) -> dict[str, Any]:
+    mt = plan.mt
+    message = mt.name
+    if type(data) is not bytes:
+        data = bytes(data)
+    result = plan.defaults.copy()
+    for name in plan.repeated:
+        result[name] = []
+    by_number = plan.by_number
     unknown: list[tuple[int, int, int | bytes]] = []
-    pos = 0
-    while pos < len(data):
+    pos, n = 0, len(data)
+    while pos < n:
         start = pos
-        key, pos = decode_varint(data, pos)
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = decode_varint(data, pos)
         number, wire_type = key >> 3, key & 7
         if number == 0:
             raise WireDecodeError(f"field number 0 at offset {start} in {message}")
-        raw, pos = _read_raw(data, pos, wire_type, number)
-        f = mt.by_number.get(number)
-        if f is not None and wire_type == f.wire_type:
-            value = _varint_to_scalar(f, raw) if wire_type == VARINT else _decode_len_value(schema, f, raw)
-            _store(result, mt, f, value)
-        elif f is not None and f.repeated and f.type in _VARINT_TYPES and wire_type == LEN:
-            _store(result, mt, f, _decode_packed(f, raw))
+        if wire_type == VARINT:
+            if pos < n and data[pos] < 0x80:
+                raw: int | bytes = data[pos]
+                pos += 1
+            else:
+                raw, pos = decode_varint(data, pos)
+        elif wire_type == LEN:
+            if pos < n and data[pos] < 0x80:
+                size = data[pos]
+                pos += 1
+            else:
+                size, pos = decode_varint(data, pos)
+            if size > n - pos:
+                raise WireDecodeError(f"truncated length-delimited field {number} at offset {pos}: needs {size} "
+                                      f"bytes, {n - pos} left")
+            raw = data[pos:pos + size]
+            pos += size
         else:
-            # unknown number, or a known number with another wire type (a field that moved): keep it
-            unknown.append((number, wire_type, raw))
+            raw, pos = _read_raw(data, pos, wire_type, number)
+        entry = by_number.get(number)
+        if entry is not None:
+            f, kind, field_wire, sub = entry
+            if wire_type == field_wire:
+                if kind == _K_RAW:
+                    value = raw
+                elif kind == _K_SCALAR:
+                    value = _varint_to_scalar(f, raw)  # type: ignore[arg-type]
+                elif kind == _K_BYTES:
+                    value = raw
+                elif kind == _K_STRING:
+                    try:
+                        value = raw.decode("utf-8")  # type: ignore[union-attr]
+                    except UnicodeDecodeError as exc:
+                        raise WireDecodeError(f"field {f.name}: invalid UTF-8 ({exc.reason})") from None
+                else:
+                    if sub is None:
+                        sub = entry[3] = _plan(plan.schema, f.message or "")
+                    try:
+                        value = _decode(sub, raw)  # type: ignore[arg-type]
+                    except WireDecodeError as exc:
+                        raise WireDecodeError(f"in {f.name}: {exc}") from None
+                if mt.oneof:
+                    if f.repeated:
+                        _store(result, mt, f, value)
+                    else:  # setting one member clears the others, as protobuf does (only members are in result)
+                        result.clear()
+                        result[f.name] = value
+                elif f.repeated:
+                    result[f.name].append(value)
+                else:
+                    result[f.name] = value  # last one wins for singular fields
+                continue
+            if f.repeated and f.type in _VARINT_TYPES and wire_type == LEN:
+                _store(result, mt, f, _decode_packed(f, raw))  # type: ignore[arg-type]
+                continue
+        # unknown number, or a known number with another wire type (a field that moved): keep it
+        unknown.append((number, wire_type, raw))
     if unknown:
         result[UNKNOWN_KEY] = unknown
     return result

@@ -1,8 +1,8 @@
 """Devshard host routes (§5.2) and the group of hosts that serve one escrow's log.
 
 Any member of an escrow's group (the participants of its slots, found at ``participant/{addr}.inference_url``)
-keeps the escrow's diff log. :class:`HostGroup` reads it page by page (≤ 64 nonces) from one member and checks
-the last ``post_state_root`` of every page against a second member; on disagreement a third member decides, and a
+keeps the escrow's diff log. :class:`HostGroup` reads runs of pages (≤ 64 nonces each) from one member and checks
+the last ``post_state_root`` of every run against a second member; on disagreement a third member decides, and a
 member that failed or diverged is skipped for the rest of the escrow.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from indexer.sources.gonka.http import Fetcher, FetchError
-from indexer.wire.diffs import diff_from_host_json
+from indexer.wire.diffs import diff_from_host_json, diff_header_from_host_json
 from indexer.wire.protobuf import WireDecodeError
 
 log = logging.getLogger(__name__)
@@ -63,12 +63,15 @@ class HostGroup:
 
     def __init__(self, escrow_id: str, version: str, members: Sequence[str],
                  host_for: Callable[[str], DevshardHost | None],
-                 on_skip: Callable[[str, str, bool], None] | None = None) -> None:
+                 on_skip: Callable[[str, str, bool], None] | None = None, *, full_decode: bool = True) -> None:
         self.escrow_id, self.version = escrow_id, version
+        # full_decode=False: pages hold only {nonce, post_state_root, entry} (the txs are decoded elsewhere)
+        self.decode = (lambda e: diff_from_host_json(e, self.version)) if full_decode else diff_header_from_host_json
         self.members = list(dict.fromkeys(members))
         self.host_for, self.on_skip = host_for, on_skip
         self.bad: set[str] = set()
         self.primary: str | None = None
+        self.t_fetch = self.t_decode = 0.0  # seconds spent in HTTP / in decoding (for the benchmark breakdown)
 
     def candidates(self) -> list[str]:
         alive = [m for m in self.members if m not in self.bad]
@@ -111,11 +114,27 @@ class HostGroup:
         raise FetchError(f"escrow:{self.escrow_id}", "no member of the group answered", transient=True)
 
     def _decoded_page(self, host: DevshardHost, first: int, last: int) -> list[dict]:
+        t0 = time.perf_counter()
         entries = host.diffs(self.version, self.escrow_id, first, last)
-        out = [diff_from_host_json(e, self.version) for e in entries]
+        t1 = time.perf_counter()
+        out = [self.decode(e) for e in entries]
         for i, d in enumerate(out):
             if d["nonce"] != first + i:
                 raise WireDecodeError(f"diff page not contiguous: nonce {d['nonce']}, expected {first + i}")
+        self.t_fetch += t1 - t0
+        self.t_decode += time.perf_counter() - t1
+        return out
+
+    def _read(self, host: DevshardHost, first: int, last: int) -> list[dict]:
+        """``first..last`` from one member, page by page; stops early at the end of what it has."""
+        out: list[dict] = []
+        while first <= last:
+            end = min(last, first + PAGE_NONCES - 1)
+            page = self._decoded_page(host, first, end)
+            out.extend(page)
+            if len(page) < end - first + 1:
+                break
+            first = end + 1
         return out
 
     def _root(self, address: str, nonce: int) -> bytes | None:
@@ -130,9 +149,14 @@ class HostGroup:
         return page[0]["post_state_root"] if page else None
 
     def page(self, first: int, last: int) -> list[dict]:
-        """Decoded diffs ``first..last`` (fewer at the end of the log), agreed by two members when possible."""
+        """Decoded diffs ``first..last`` (fewer at the end of the log), agreed by two members when possible.
+
+        ``last − first`` may span several pages: they are read from one member and only the last
+        ``post_state_root`` is checked against a witness. The root commits to the whole state reached by the
+        log, so agreement at the end of a run of pages vouches for every page in it; on disagreement the whole
+        run is read again from the member the tie-breaker sides with."""
         while True:
-            diffs, source = self.call(lambda h: self._decoded_page(h, first, last))
+            diffs, source = self.call(lambda h: self._read(h, first, last))
             if not diffs:
                 return diffs
             tip, root = diffs[-1]["nonce"], diffs[-1]["post_state_root"]
@@ -157,4 +181,4 @@ class HostGroup:
                 break
             if agreed is None or (agreed is False and verdict is None):
                 return diffs  # no witness could answer (or no tie-breaker): take the only log there is
-            # source was wrong: loop, the next candidate serves the page
+            # source was wrong: loop, the next candidate serves the pages

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import httpx
+import orjson
 
 
 class FetchError(Exception):
@@ -51,6 +52,14 @@ def retry_after_seconds(value: str | None) -> float | None:
             return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
         except (TypeError, ValueError):
             return None
+
+
+def _loads(body: bytes) -> Any:
+    """orjson (several times faster on diff pages); what it refuses (integers beyond 64 bits) goes to json."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)
 
 
 ResponseHook = Callable[[str, int, bytes, Mapping[str, str]], None]
@@ -112,7 +121,7 @@ class Fetcher:
                     self.on_response(shown, resp.status_code, resp.content, resp.headers)
                 if resp.status_code == 200:
                     try:
-                        return json.loads(resp.content)
+                        return _loads(resp.content)
                     except ValueError as exc:
                         last = FetchError(shown, f"truncated or invalid JSON: {exc}", status=200, transient=True)
                 elif resp.status_code == 429 or resp.status_code >= 500:
