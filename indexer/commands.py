@@ -22,10 +22,10 @@ def ensure_schema(url: str) -> None:
 
 def process_changes(url: str) -> dict:
     """Everything downstream of new records: replay dirty escrows, then the rules stage on dirty epochs."""
-    from indexer.replay.run import replay_dirty
+    from indexer.replay.run import REPLAY_WORKERS, replay_dirty
 
     with psycopg.connect(url) as conn:
-        replayed = replay_dirty(conn, url=url)
+        replayed = replay_dirty(conn, url=url, workers=REPLAY_WORKERS)
         rules = _run_rules(conn)
     return {"replay": replayed, "rules": rules}
 

@@ -22,6 +22,21 @@ class Invalid(ValueError):
     pass
 
 
+class NeedsExactParse(Exception):
+    """Unknown fields hold a float, which may be an integer beyond 64 bits that orjson rounded: parse the line
+    again exactly (indexer.sources.ndjson.loads_exact) and coerce with exact=True."""
+
+
+def _has_float(value) -> bool:
+    if type(value) is float:
+        return True
+    if type(value) is dict:
+        return any(_has_float(v) for v in value.values())
+    if type(value) is list:
+        return any(_has_float(v) for v in value)
+    return False
+
+
 def _int(v, name: str, lo: int, hi: int) -> int:
     if type(v) is int:
         n = v
@@ -170,10 +185,10 @@ class Coercer:
         exec("\n".join(lines), scope)  # noqa: S102 - code generated from the static field table above
         return scope["fast"]
 
-    def __call__(self, obj: dict) -> tuple:
-        return self.fast(obj, self.slow)
+    def __call__(self, obj: dict, exact: bool = False) -> tuple:
+        return self.slow(obj, exact) if exact else self.fast(obj, self.slow)
 
-    def slow(self, obj: dict) -> tuple:
+    def slow(self, obj: dict, exact: bool = False) -> tuple:
         row = []
         for name, fn, required in self.plan:
             v = obj.get(name)
@@ -186,7 +201,10 @@ class Coercer:
         if obj.keys() <= self.known:
             row.append(None)
         else:
-            row.append(_dumps({k: v for k, v in obj.items() if k not in self.known}))
+            extra = {k: v for k, v in obj.items() if k not in self.known}
+            if not exact and _has_float(extra):
+                raise NeedsExactParse
+            row.append(_dumps(extra))
         return tuple(row)
 
 

@@ -1,25 +1,28 @@
-"""NDJSON ingest: lines -> COPY into staging -> one set-based upsert per kind per batch.
+"""NDJSON ingest: lines -> typed COPY text (worker processes) -> the tables, in file order.
 
-Each batch commits its records, its quarantined lines and the file's resume cursor in one transaction, so a
-kill -9 at any point followed by a rerun ends with exactly the rows of a clean run.
+A batch of new keys is copied straight into its tables; a batch that touches existing keys goes through staging
+and one set-based upsert per kind (amendments with history). Each batch commits its records, its quarantined lines
+and the file's resume cursor in one transaction, so a kill -9 at any point followed by a rerun ends with exactly
+the rows of a clean run.
 """
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
-from collections import Counter, defaultdict
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import psycopg
 
-from indexer.load.coerce import COERCE, Invalid
-from indexer.load.kinds import KINDS, LOAD_ORDER, PG_TYPES
+from indexer import workers
+from indexer.load.kinds import KINDS, LOAD_ORDER
+from indexer.load.prepare import Prepared, prepare_batch
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import stage_ddl, stage_table, upsert_statement
 from indexer.rules import refusals
-from indexer.sources.ndjson import Accepted, InputFile, classify_line, open_input
+from indexer.sources.ndjson import InputFile, open_input
 
 BATCH_LINES = 50_000
+PREPARE_WORKERS = 2
 ANALYZE_AFTER_ROWS = 50_000
 
 
@@ -41,10 +44,6 @@ class IngestSummary:
         self.by_kind.update(other.by_kind)
 
 
-def _printable(raw: bytes) -> str:
-    return raw.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
-
-
 def register_source(conn: psycopg.Connection, inp: InputFile) -> tuple[int, int]:
     """Return (source_id, resume_after_line). A completed file is processed again from the start (idempotent)."""
     row = conn.execute(
@@ -56,16 +55,9 @@ def register_source(conn: psycopg.Connection, inp: InputFile) -> tuple[int, int]
     return source_id, (0 if completed_at is not None else committed)
 
 
-@dataclass
-class Prepared:
-    lines: int
-    last_line: int
-    rows: dict
-    rejects: list
-    parses: list = field(default_factory=list)  # vLLM parses of 0/0 Finish payloads (rules.refusal_parse)
-
-
 class BatchLoader:
+    """Commits prepared batches of one source: records, quarantine and the resume cursor in one transaction."""
+
     def __init__(self, conn: psycopg.Connection, source_id: int):
         self.conn, self.source_id = conn, source_id
         self.slots = SlotCheck()
@@ -76,77 +68,53 @@ class BatchLoader:
     def load(self, batch: list[tuple[int, bytes]]) -> IngestSummary:
         return self.commit(self.prepare(batch))
 
-    def prepare(self, batch: list[tuple[int, bytes]]) -> "Prepared":
-        """CPU part (no database): classify and type every line."""
-        rejects, rows, parses = [], defaultdict(list), []
-        for number, raw in batch:
-            verdict = classify_line(raw)
-            if isinstance(verdict, Accepted):
-                try:
-                    row = (number, *COERCE[verdict.kind](verdict.obj))
-                    rows[verdict.kind].append(row)
-                    if verdict.kind == "finish" and row[_F_IN] == 0 and row[_F_OUT] == 0 and row[_F_PAYLOAD]:
-                        parses.append(refusals.parse_row(row[1], row[2], row[_F_PAYLOAD]))
-                except Invalid as exc:
-                    rejects.append((self.source_id, number, verdict.kind, str(exc), _printable(raw)))
-            else:
-                rejects.append((self.source_id, number, verdict.kind, verdict.reason, _printable(raw)))
-        return Prepared(len(batch), batch[-1][0], rows, rejects, parses)
+    def prepare(self, batch: list[tuple[int, bytes]]) -> Prepared:
+        return prepare_batch(self.source_id, batch)
 
-    def commit(self, prepared: "Prepared") -> IngestSummary:
-        """Database part: records, quarantine and the resume cursor in one transaction."""
+    def commit(self, prepared: Prepared) -> IngestSummary:
         out = IngestSummary(lines=prepared.lines)
-        rows, rejects = prepared.rows, prepared.rejects
         with self.conn.transaction():
-            self.slots.check(self.conn, rows, rejects, self.source_id)
-            for kind in (k for k in LOAD_ORDER if rows.get(k)):
-                if self._insert_new(kind, rows[kind]):
-                    out.loaded += len(rows[kind])
-                    out.by_kind[kind] += len(rows[kind])
+            bad = self.slots.check(self.conn, prepared, self.source_id)
+            for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
+                kb = prepared.kinds[kind]
+                copy = _without_lines(kb.copy, bad[kind]) if kind in bad else kb.copy
+                if not copy:
+                    continue
+                if kb.keys_unique and self._insert_new(kind, copy, kb.scope):
+                    n = kb.count - len(bad.get(kind, ()))
+                    out.loaded += n
+                    out.by_kind[kind] += n
                 else:
-                    self._copy(kind, rows[kind])
+                    with self.conn.cursor().copy(f"COPY {stage_table(KINDS[kind])} FROM STDIN") as cp:
+                        cp.write(copy)
                     self._upsert(kind, out)
             refusals.store(self.conn, prepared.parses)
-            if rejects:
+            if prepared.rejects:
                 with self.conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO rec.quarantine (source_id, line, kind, reason, raw) VALUES (%s,%s,%s,%s,%s) "
-                        "ON CONFLICT (source_id, line) DO NOTHING", rejects)
-                out.quarantined += len(rejects)
+                        "ON CONFLICT (source_id, line) DO NOTHING", prepared.rejects)
+                out.quarantined += len(prepared.rejects)
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
                               (prepared.last_line, self.source_id))
         return out
 
-    def _insert_new(self, kind: str, rows: list[tuple]) -> bool:
+    def _insert_new(self, kind: str, copy: bytes, scope: set) -> bool:
         """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs):
         COPY straight into the table. A key that exists raises a unique violation, the savepoint rolls back, and
         the caller takes the staging path, which records amendments."""
-        spec, key_at = KINDS[kind], _KEY_AT[kind]
-        keys = {tuple(row[i] for i in key_at) for row in rows}
-        if len(keys) != len(rows):  # the same key twice in one batch: the staging path picks the last line
-            return False
+        spec = KINDS[kind]
         try:
             with self.conn.transaction(), self.conn.cursor().copy(
-                    f"COPY rec.{spec.table} ({', '.join(spec.columns)}, extra, source_id, source_line) FROM STDIN"
+                    f"COPY rec.{spec.table} (source_line, {', '.join(spec.columns)}, extra, source_id) FROM STDIN"
             ) as cp:
-                cp.set_types(_DIRECT_TYPES[kind])
-                sid = self.source_id
-                for row in rows:
-                    cp.write_row((*row[1:], sid, row[0]))
+                cp.write(copy)
         except psycopg.errors.UniqueViolation:
             return False
-        scope_at = _SCOPE_AT[kind]
         dirty = ("replay.dirty_escrow (escrow_id) SELECT unnest(%s::text[])" if spec.scope == "escrow"
                  else "rules.dirty_epoch (epoch_index) SELECT unnest(%s::bigint[])")
-        self.conn.execute(f"INSERT INTO {dirty} ON CONFLICT DO NOTHING", (sorted({r[scope_at] for r in rows}),))
+        self.conn.execute(f"INSERT INTO {dirty} ON CONFLICT DO NOTHING", (sorted(scope),))
         return True
-
-    def _copy(self, kind: str, rows: list[tuple]) -> None:
-        spec = KINDS[kind]
-        with self.conn.cursor().copy(f"COPY {stage_table(spec)} FROM STDIN") as cp:
-            cp.set_types(_COPY_TYPES[kind])
-            for row in rows:
-                cp.write_row(row)
 
     def _upsert(self, kind: str, out: IngestSummary) -> None:
         row = self.conn.execute(upsert_statement(kind), {"source_id": self.source_id}).fetchone()
@@ -157,20 +125,10 @@ class BatchLoader:
         out.by_kind[kind] += valid
 
 
-# Positions in a staged finish row (line number first) that decide whether its payload is parsed at load time.
-_F_IN, _F_OUT, _F_PAYLOAD = (1 + KINDS["finish"].columns.index(c)
-                             for c in ("input_tokens", "output_tokens", "response_payload"))
-
-# Row positions (line number first) of each kind's key and dirty-scope column.
-_KEY_AT = {name: [1 + kind.columns.index(k) for k in kind.key] for name, kind in KINDS.items()}
-_SCOPE_AT = {name: 1 + kind.columns.index("escrow_id" if kind.scope == "escrow" else "epoch_index")
-             for name, kind in KINDS.items()}
-
-# COPY formats Python values by these types; jsonb columns arrive as ready JSON text.
-_COPY_TYPES = {name: ["bigint", *[("text" if PG_TYPES[f.type] == "jsonb" else PG_TYPES[f.type].split("(")[0])
-                                  for f in kind.fields], "text"]
-               for name, kind in KINDS.items()}
-_DIRECT_TYPES = {name: [*types[1:], "bigint", "bigint"] for name, types in _COPY_TYPES.items()}
+def _without_lines(copy: bytes, lines: set[int]) -> bytes:
+    """Drop the COPY rows of the given source lines (each row starts with its line number)."""
+    keep = [row for row in copy.split(b"\n") if row and int(row.split(b"\t", 1)[0]) not in lines]
+    return b"".join(row + b"\n" for row in keep)
 
 
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,
@@ -215,17 +173,16 @@ def _analyze_if_grown(conn: psycopg.Connection, summary: IngestSummary) -> None:
 
 
 def _pipelined(loader: BatchLoader, batches, total: IngestSummary) -> None:
-    """Type batch N+1 in this thread while a worker commits batch N (psycopg releases the GIL while it waits
-    for the server). Commits stay strictly in order, so the resume cursor never passes an uncommitted line."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-db") as db:
-        pending = None
+    """Worker processes type and render batches (pure CPU, in parallel) while this thread commits them strictly
+    in file order, so the resume cursor never passes an uncommitted line. At most a few batches are in flight."""
+    with workers.pool(PREPARE_WORKERS) as pool:  # forked: they inherit the compiled coercers, never touch `conn`
+        in_flight: deque = deque()
         for batch in batches:
-            prepared = loader.prepare(batch)
-            if pending is not None:
-                total.add(pending.result())
-            pending = db.submit(loader.commit, prepared)
-        if pending is not None:
-            total.add(pending.result())
+            in_flight.append(pool.submit(prepare_batch, loader.source_id, batch))
+            if len(in_flight) > PREPARE_WORKERS:
+                total.add(loader.commit(in_flight.popleft().result()))
+        while in_flight:
+            total.add(loader.commit(in_flight.popleft().result()))
 
 
 def _skip_through(lines, last_committed: int, summary: IngestSummary):

@@ -20,7 +20,8 @@ def stage_table(kind: Kind) -> str:
 
 def stage_ddl(kind: Kind) -> str:
     cols = ", ".join(f"{f.name} {PG_TYPES[f.type]}" for f in kind.fields)
-    return f"CREATE TEMP TABLE IF NOT EXISTS stage_{kind.name} (line bigint, {cols}, extra jsonb) ON COMMIT DELETE ROWS"
+    return (f"CREATE TEMP TABLE IF NOT EXISTS stage_{kind.name} (line bigint, {cols}, extra jsonb, source_id bigint) "
+            "ON COMMIT DELETE ROWS")
 
 
 def _row(prefix: str, cols: list[str]) -> str:

@@ -8,14 +8,11 @@ and goes into the record before it is serialized.
 """
 from __future__ import annotations
 
-import multiprocessing
-import os
-import threading
-import time
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from indexer.workers import pool as workers_pool
 from indexer.wire.diffs import diff_from_host_json
 from indexer.wire.normalize import dumps_record_bytes, normalize_diffs
 
@@ -47,36 +44,8 @@ def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, 
     return Decoded(lines, held, len(out.records) + sum(out.other.values()))
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:  # killed but not yet reaped
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _exit_with(poller_pid: int) -> None:
-    """Worker initializer: leave when the poller dies. A worker blocks on its task queue, whose write end it holds
-    itself, so after a ``kill -9`` of the poller it would wait forever (and keep the forkserver alive)."""
-    def watch() -> None:
-        while not _gone(poller_pid):
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="poller-watch", daemon=True).start()
-
-
 def decode_pool(workers: int) -> Executor | None:
     """A process pool of ``workers`` decoders, or None (decode in the calling thread) when workers ≤ 0."""
     if workers <= 0:
         return None
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with,
-                               initargs=(os.getpid(),))
+    return workers_pool(workers, context="forkserver", preload=PRELOAD)

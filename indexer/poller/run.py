@@ -87,7 +87,6 @@ def cmd_run(args) -> int:
 def cmd_devnet(args) -> int:
     import json
     import sys
-    import time
 
     from indexer.cli import EXIT_INPUT, EXIT_OK, console
     from indexer.devnet.run import server_from_args

@@ -11,15 +11,16 @@ import operator
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psycopg
 
 from indexer.db.claims import claim
-from indexer.replay.machine import EscrowConfig, ReplayResult, Tx, replay
+from indexer.workers import pool as workers_pool
+from indexer.replay.machine import EscrowConfig, Tx, replay
 
-CHUNK_ESCROWS = 200
+CHUNK_ESCROWS = 50  # bounds a worker's memory: one chunk's txs and results are held at once
+REPLAY_WORKERS = 2
 ANALYZE_AFTER_ROWS = 50_000
 
 _TXS = """
@@ -58,23 +59,24 @@ class ReplaySummary:
     inferences: int = 0
     seconds: float = 0.0
 
+    def add(self, other: "ReplaySummary") -> None:
+        self.escrows += other.escrows
+        self.txs += other.txs
+        self.rejected += other.rejected
+        self.inferences += other.inferences
+
 
 def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progress=None,
-                 url: str | None = None) -> ReplaySummary:
-    """Replay every dirty escrow. With `url`, chunk N's write overlaps chunk N+1's read and replay (see
-    _pipelined); without it, everything runs on `conn`, one chunk after the other."""
+                 url: str | None = None, workers: int = 1) -> ReplaySummary:
+    """Replay every dirty escrow. The machine is pure Python, so with `url` and workers > 1 the chunks are
+    spread over worker processes, each claiming its own with SKIP LOCKED on its own connection."""
     summary, start = ReplaySummary(), time.perf_counter()
-    if url is None:
-        while True:
-            with conn.transaction():
-                ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk)
-                if not ids:
-                    break
-                _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
-            if progress:
-                progress(summary)
+    if url is not None and workers > 1:
+        with workers_pool(workers) as pool:
+            for part in pool.map(_replay_worker, [url] * workers, [chunk] * workers):
+                summary.add(part)
     else:
-        _pipelined(url, chunk, summary, progress)
+        _replay_loop(conn, chunk, summary, progress)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
         for table in _DERIVED:
             conn.execute(f"ANALYZE {table}")
@@ -83,37 +85,23 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     return summary
 
 
-def _pipelined(url: str, chunk: int, summary: ReplaySummary, progress) -> None:
-    """Two writer connections take turns: each chunk is claimed and written in one transaction on its own
-    connection (a crash loses no dirty mark), the write runs in a worker thread while this thread reads (third
-    connection) and replays the next chunk. At most one write is in flight."""
-    with psycopg.connect(url) as a, psycopg.connect(url) as b, psycopg.connect(url, autocommit=True) as reader, \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-write") as writer:
-        pending, turn = None, 0
-        while True:
-            w = (a, b)[turn % 2]
-            ids = claim(w, "replay.dirty_escrow", "escrow_id", chunk)
+def _replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, progress=None) -> None:
+    """Claim, replay and write chunks until none is dirty; each chunk is one transaction."""
+    while True:
+        with conn.transaction():
+            ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk)
             if not ids:
-                w.rollback()
-                break
-            results = _replay_chunk(reader, ids)
-            if pending is not None:
-                pending.result()
-                if progress:
-                    progress(summary)
-            pending = writer.submit(_commit_chunk, w, ids, results, summary)
-            turn += 1
-        if pending is not None:
-            pending.result()
+                return
+            _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
+        if progress:
+            progress(summary)
 
 
-def _commit_chunk(w: psycopg.Connection, ids: list[str], results, summary: ReplaySummary) -> None:
-    try:
-        _write_chunk(w, ids, results, summary)
-        w.commit()
-    except BaseException:
-        w.rollback()
-        raise
+def _replay_worker(url: str, chunk: int) -> "ReplaySummary":
+    summary = ReplaySummary()
+    with psycopg.connect(url) as conn:
+        _replay_loop(conn, chunk, summary)
+    return summary
 
 
 def mark_all_dirty(conn: psycopg.Connection) -> None:

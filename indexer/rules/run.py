@@ -10,7 +10,6 @@ import re
 import time
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 import psycopg
 

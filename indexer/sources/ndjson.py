@@ -23,7 +23,6 @@ from indexer.load.kinds import KINDS
 GZIP_MAGIC = b"\x1f\x8b"
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _CHUNK = 1 << 20
-_LONG_INT = re.compile(rb"[:\[,]\s*-?[0-9]{19}")  # a number token of 19+ digits
 # a \u0000 escape itself, not the text "\u0000" behind an escaped backslash ("\\u0000" in the JSON)
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -48,7 +47,7 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _loads_exact(raw: bytes):
+def loads_exact(raw: bytes):
     """The stdlib parser, held to strict JSON: UTF-8 only, no NaN/Infinity, no unpaired surrogates."""
     obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     if _SURROGATE.search(raw):
@@ -59,13 +58,14 @@ def _loads_exact(raw: bytes):
 def classify_line(raw: bytes) -> Accepted | Rejected:
     """Decide whether a line can go to staging; the typed checks happen later, set-based, in SQL."""
     try:
-        # orjson reads integers outside i64..u64 as floats (losing digits): such lines are parsed exactly
-        obj = _loads_exact(raw) if _LONG_INT.search(raw) else orjson.loads(raw)
+        # orjson reads integers beyond 64 bits as floats; known fields reject floats anyway, and records whose
+        # unknown fields hold a float are parsed again exactly (loads_exact) by the load stage
+        obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         if _SURROGATE.search(raw):  # orjson and PostgreSQL refuse unpaired surrogate escapes
             return Rejected(f"malformed JSON: {exc}")
         try:  # orjson refuses numbers beyond double range that are still valid JSON
-            obj = _loads_exact(raw)
+            obj = loads_exact(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return Rejected(f"malformed JSON: {exc}")
     except (ValueError, UnicodeDecodeError) as exc:  # from _loads_exact

@@ -1,0 +1,55 @@
+"""Worker process pools that never outlive their parent.
+
+A pool worker blocks on its task queue, whose write end it holds itself, so after a `kill -9` of the owner it
+would wait forever (and keep its pipes open). Each worker asks the kernel for SIGKILL when its parent dies (Linux
+prctl PR_SET_PDEATHSIG: immediate for forked workers) and also watches the owner's pid from a thread (a
+forkserver's workers have the server as parent, and the server can outlive the owner).
+"""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+_PR_SET_PDEATHSIG = 1
+
+
+def pool(workers: int, context: str = "fork", preload: list[str] | None = None) -> ProcessPoolExecutor:
+    ctx = multiprocessing.get_context(context)
+    if preload and context == "forkserver":
+        ctx.set_forkserver_preload(preload)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=exit_with_parent,
+                               initargs=(os.getpid(),))
+
+
+def exit_with_parent(owner_pid: int) -> None:
+    """Pool initializer: leave when the owner process dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the watcher below still applies
+    threading.Thread(target=_watch, args=(owner_pid,), name="owner-watch", daemon=True).start()
+
+
+def _watch(pid: int) -> None:
+    while not gone(pid):
+        time.sleep(0.5)
+    os._exit(0)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # killed but not yet reaped
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
