@@ -9,7 +9,7 @@ SELECT el.epoch_index, e.slots[f.executor_slot + 1], el.model_id, 'served_above_
        f.served, el.governance_limit, el.escrow_id, f.inference_id, %(version)s
 FROM rules.escrow_limit el
 JOIN rec.escrow e ON e.escrow_id = el.escrow_id
-CROSS JOIN LATERAL (  -- a range scan of ix_finish_tx_escrow_id_served per escrow, not every Finish
+CROSS JOIN LATERAL (  -- per escrow (the served-tokens test needs every Finish of the epoch once)
   SELECT inference_id, executor_slot, input_tokens + output_tokens AS served FROM rec.finish_tx
   WHERE escrow_id = el.escrow_id AND input_tokens + output_tokens > el.governance_limit) f
 WHERE el.epoch_index = ANY(%(epochs)s) AND f.executor_slot < cardinality(e.slots)
