@@ -13,20 +13,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.db import migrate  # noqa: E402
+from indexer.db.scratch import scratch_database  # noqa: E402
 from indexer.db.url import resolve_database_url  # noqa: E402
 from indexer.synth import generate, write_ndjson  # noqa: E402
-
-
-def _db(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
 
 
 def make_file(path: Path, records: int, mix: str) -> int:
@@ -69,11 +64,7 @@ def main() -> int:
     ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet")
     args = ap.parse_args()
     server = resolve_database_url(args.database_url)
-    name = f"bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    url = _db(server, name)
-    try:
+    with scratch_database(server, "bench", keep=args.keep) as url:
         migrate.upgrade(url)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "bench.ndjson"
@@ -95,10 +86,6 @@ def main() -> int:
         print(f"ratio     load + replay / baseline     : {ratio:.2f}x  (target >= 0.25x, aim 0.5x); whole command "
               f"{base / ingest_s:.2f}x")
         print(f"peak RSS  of the ingest process        : {peak_kb / 1024:.0f} MB  (target < 300 MB)")
-    finally:
-        if not args.keep:
-            with psycopg.connect(server, autocommit=True) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return 0
 
 

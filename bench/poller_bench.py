@@ -23,15 +23,14 @@ import resource
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.db import migrate  # noqa: E402
+from indexer.db.scratch import scratch_database  # noqa: E402
 from indexer.db.url import resolve_database_url  # noqa: E402
 from indexer.poller import poll_once  # noqa: E402
 
@@ -129,11 +128,7 @@ def main() -> int:
             st = net.state()
         gen = time.perf_counter() - t0
         server = resolve_database_url(args.database_url)
-        name = f"indexer_pbench_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(server, autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{name}"')
-        url = urlunsplit(urlsplit(server)._replace(path="/" + name))
-        try:
+        with scratch_database(server, "indexer_pbench", keep=args.keep) as url:
             migrate.upgrade(url)
             dev0, pg0 = net.cpu(), _pg_cpu(url)
             ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -159,10 +154,6 @@ def main() -> int:
                   f"(over {s.seconds:.2f}s wall on {os.cpu_count()} cores; PostgreSQL counts all its processes)")
             if s.txs != st["txs"]:
                 print(f"WARNING: polled {s.txs} txs, the scenario has {st['txs']}")
-        finally:
-            if not args.keep:
-                with psycopg.connect(server, autocommit=True) as c:
-                    c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         net.close()
     return 0

@@ -13,14 +13,13 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.db import migrate  # noqa: E402
+from indexer.db.scratch import scratch_database  # noqa: E402
 from indexer.db.url import resolve_database_url  # noqa: E402
 from indexer.load.ingest import ingest_paths  # noqa: E402
 from indexer.replay.run import replay_dirty  # noqa: E402
@@ -45,11 +44,7 @@ def main() -> int:
                     help="inference mix of the synthetic log (indexer.synth.MIXES)")
     args = ap.parse_args()
     server = resolve_database_url(args.database_url)
-    name = f"rbench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(server)._replace(path="/" + name))
-    try:
+    with scratch_database(server, "rbench", keep=args.keep) as url:
         migrate.upgrade(url)
         escrows = max(1, args.inferences // (PER_ESCROW * EPOCHS))
         with tempfile.TemporaryDirectory() as tmp:
@@ -87,10 +82,6 @@ def main() -> int:
         print(f"rules     nothing dirty (re-run)                    : {again * 1000:7.1f}ms")
         print(f"query     api.disputable_penalties, one epoch       : {statistics.median(samples) * 1000:7.1f}ms "
               f"median of 7 (target < 50 ms)")
-    finally:
-        if not args.keep:
-            with psycopg.connect(server, autocommit=True) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return 0
 
 

@@ -6,20 +6,15 @@ import os
 import shutil
 import subprocess
 import tempfile
-import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from indexer.db import migrate
+from indexer.db.scratch import scratch_database
 from indexer.db.url import libpq_url
-
-
-def _with_db(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
 
 
 def _docker_answers() -> bool:
@@ -57,46 +52,30 @@ def pg_admin_url():
 
 @pytest.fixture(scope="session")
 def template_db(pg_admin_url):
-    name = f"indexer_tmpl_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    migrate.upgrade(_with_db(pg_admin_url, name))
-    yield name
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(pg_admin_url, "indexer_tmpl") as url:
+        migrate.upgrade(url)
+        yield urlsplit(url).path.lstrip("/")
 
 
 @pytest.fixture
 def db_url(pg_admin_url, template_db):
     """A fresh, migrated database for one test."""
-    name = f"indexer_t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield _with_db(pg_admin_url, name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(pg_admin_url, "indexer_t", template=template_db) as url:
+        yield url
 
 
 @pytest.fixture
 def second_db_url(pg_admin_url, template_db):
     """Another fresh, migrated database (for run-A-vs-run-B comparisons)."""
-    name = f"indexer_t2_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield _with_db(pg_admin_url, name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(pg_admin_url, "indexer_t2", template=template_db) as url:
+        yield url
 
 
 @pytest.fixture
 def empty_db_url(pg_admin_url):
     """A fresh database with no schema (for migration tests)."""
-    name = f"indexer_e_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield _with_db(pg_admin_url, name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(pg_admin_url, "indexer_e") as url:
+        yield url
 
 
 @pytest.fixture

@@ -9,10 +9,8 @@ import sys
 import uuid
 from decimal import Decimal
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,14 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAYLOAD = 'quote " backslash \\ newline \n tab \t cr \r unicode é ☃ 😀 nul-text \\u0000 {"events":["data: {}"]}'
 
 
-@pytest.fixture
-def second_db_url(pg_admin_url, template_db):
-    name = f"indexer_x_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield urlunsplit(urlsplit(pg_admin_url)._replace(path="/" + name))
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def record_state(url: str) -> dict[str, list]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import psycopg
-import pytest
 
 from indexer.synth import generate
 from tests.helpers import db_state, escrow, ingest, tx, write_lines

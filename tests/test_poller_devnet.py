@@ -4,7 +4,6 @@ from __future__ import annotations
 from collections import Counter
 
 import psycopg
-import pytest
 
 from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
 from indexer.load.kinds import KINDS, TX_KINDS
@@ -102,33 +101,22 @@ def test_second_poll_is_a_noop(db_url):
     assert _snapshot(db_url) == before
 
 
-def test_faults_give_identical_tables(db_url, pg_admin_url, template_db):
+def test_faults_give_identical_tables(db_url, second_db_url):
     scn = _small()
     with DevnetServer(scn) as net:
         _advance_to_last(net)
         poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
     clean = _snapshot(db_url)
     # a second, faulty network with the same scenario into a fresh database
-    import uuid
-    from tests.conftest import _with_db
-
-    name = f"indexer_t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    other = _with_db(pg_admin_url, name)
-    try:
-        faults = FaultConfig(seed=3, p_5xx=0.2, p_429=0.1, p_truncate=0.1, retry_after=0)
-        with DevnetServer(_small(), faults=faults) as net:
-            _advance_to_last(net)
-            poll_once(other, net.chain_rest_url, net.rpc_url, policy=_policy())
-            injected = dict(net.faults.injected)
-        assert injected["5xx"] and injected["429"] and injected["truncate"]
-        assert _snapshot(other) == clean
-        with psycopg.connect(other) as c:
-            assert c.execute("SELECT count(*) FROM net.failure WHERE transient").fetchone()[0] > 0
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    faults = FaultConfig(seed=3, p_5xx=0.2, p_429=0.1, p_truncate=0.1, retry_after=0)
+    with DevnetServer(_small(), faults=faults) as net:
+        _advance_to_last(net)
+        poll_once(second_db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        injected = dict(net.faults.injected)
+    assert injected["5xx"] and injected["429"] and injected["truncate"]
+    assert _snapshot(second_db_url) == clean
+    with psycopg.connect(second_db_url) as c:
+        assert c.execute("SELECT count(*) FROM net.failure WHERE transient").fetchone()[0] > 0
 
 
 def test_epochs_advance_with_pruning(db_url):

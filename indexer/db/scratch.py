@@ -1,0 +1,27 @@
+"""Throwaway databases on a server (tests, benchmarks): created empty or from a template, dropped afterwards."""
+from __future__ import annotations
+
+import uuid
+from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+
+def with_database(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path="/" + name))
+
+
+@contextmanager
+def scratch_database(server_url: str, prefix: str, *, template: str | None = None, keep: bool = False):
+    """Yield the URL of a new database `<prefix>_<random>` on the server of `server_url`."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    clause = f' TEMPLATE "{template}"' if template else ""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"{clause}')
+    try:
+        yield with_database(server_url, name)
+    finally:
+        if not keep:
+            with psycopg.connect(server_url, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
