@@ -23,7 +23,7 @@ from indexer.sources.ndjson import InputFile, open_input
 
 BATCH_LINES = 50_000
 PREPARE_WORKERS = 2
-ANALYZE_AFTER_ROWS = 50_000
+ANALYZE_AFTER_ROWS = 10_000
 
 
 @dataclass
@@ -164,12 +164,16 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
 
 
 def _analyze_if_grown(conn: psycopg.Connection, summary: IngestSummary) -> None:
+    analyze_records(conn, [kind for kind, n in summary.by_kind.items() if n >= ANALYZE_AFTER_ROWS])
+
+
+def analyze_records(conn: psycopg.Connection, kinds=None) -> None:
     """Refresh planner statistics after a bulk load instead of waiting for autovacuum: the replay and the rules
     run right after it, and their index choices depend on row counts."""
-    for kind, n in summary.by_kind.items():
-        if n >= ANALYZE_AFTER_ROWS:
-            conn.execute(f"ANALYZE rec.{KINDS[kind].table}")
-    conn.commit()
+    for kind in (KINDS if kinds is None else kinds):
+        conn.execute(f"ANALYZE rec.{KINDS[kind].table}")
+    if not conn.autocommit:
+        conn.commit()
 
 
 def _pipelined(loader: BatchLoader, batches, total: IngestSummary) -> None:

@@ -616,7 +616,8 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
               fetch_payloads: bool = True, payload_workers: int = PAYLOAD_WORKERS,
               escrow_workers: int = ESCROW_WORKERS, decode_workers: int = DECODE_WORKERS) -> PollSummary:
     """One full cycle into the database at ``url``. A cycle that cannot take the poller lock does nothing."""
-    from indexer.replay.run import replay_dirty
+    from indexer.load.ingest import ANALYZE_AFTER_ROWS, analyze_records
+    from indexer.replay.run import REPLAY_WORKERS, replay_dirty
     from indexer.rules.run import run_rules
 
     start = time.perf_counter()
@@ -643,7 +644,9 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
             summary.t_prepare, summary.transactions = store.t_prepare, store.transactions
             if process:
                 t0 = time.perf_counter()
-                summary.replayed_escrows = replay_dirty(conn).escrows
+                if summary.loaded >= ANALYZE_AFTER_ROWS:  # fresh statistics for the replay's and rules' plans
+                    analyze_records(conn)
+                summary.replayed_escrows = replay_dirty(conn, url=url, workers=REPLAY_WORKERS).escrows
                 t1 = time.perf_counter()
                 summary.rules_epochs = run_rules(conn).epochs
                 summary.t_replay, summary.t_rules = t1 - t0, time.perf_counter() - t1

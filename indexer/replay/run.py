@@ -21,7 +21,7 @@ from indexer.replay.machine import EscrowConfig, Tx, replay
 
 CHUNK_ESCROWS = 50  # bounds a worker's memory: one chunk's txs and results are held at once
 REPLAY_WORKERS = 2
-ANALYZE_AFTER_ROWS = 50_000
+ANALYZE_AFTER_ROWS = 10_000
 
 _TXS = """
 SELECT escrow_id, diff_nonce, kind_order, inference_id, slot, kind, valid, reason, votes, input_tokens, output_tokens
@@ -80,7 +80,8 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
         for table in _DERIVED:
             conn.execute(f"ANALYZE {table}")
-        conn.commit()
+        if not conn.autocommit:
+            conn.commit()
     summary.seconds = time.perf_counter() - start
     return summary
 
