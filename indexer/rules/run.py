@@ -25,7 +25,8 @@ SELECT f.escrow_id, f.inference_id, md5(f.response_payload), f.response_payload
 FROM rec.escrow e
 CROSS JOIN LATERAL (  -- per escrow of the epochs, so one epoch never walks every epoch's refusals
   SELECT escrow_id, inference_id, response_payload FROM rec.finish_tx
-  WHERE escrow_id = e.escrow_id AND input_tokens = 0 AND output_tokens = 0 AND response_payload IS NOT NULL) f
+  WHERE escrow_id = e.escrow_id AND input_tokens = 0 AND output_tokens = 0 AND response_payload IS NOT NULL
+  OFFSET 0) f
 LEFT JOIN rules.refusal_parse p ON p.escrow_id = f.escrow_id AND p.inference_id = f.inference_id
 WHERE e.epoch_index = ANY(%(epochs)s)
   AND (p.escrow_id IS NULL OR p.parser_version <> %(parser)s OR p.payload_md5 <> md5(f.response_payload))

@@ -6,11 +6,14 @@ DELETE FROM rules.context_refusal WHERE epoch_index = ANY(%(epochs)s);
 
 INSERT INTO rules.context_refusal
 WITH zero AS (
-  SELECT f.escrow_id, f.inference_id, f.response_payload IS NOT NULL AS has_payload, el.epoch_index, el.model_id,
-         el.governance_limit, el.limit_source
+  SELECT f.escrow_id, f.inference_id, f.has_payload, el.epoch_index, el.model_id, el.governance_limit,
+         el.limit_source
   FROM rules.escrow_limit el
-  JOIN rec.finish_tx f ON f.escrow_id = el.escrow_id
-  WHERE el.epoch_index = ANY(%(epochs)s) AND f.input_tokens = 0 AND f.output_tokens = 0
+  CROSS JOIN LATERAL (  -- probe each escrow's 0/0 Finishes (OFFSET 0 keeps the planner from flattening this into
+                        -- a walk over every epoch's refusals: it underestimates input = 0 AND output = 0)
+    SELECT escrow_id, inference_id, response_payload IS NOT NULL AS has_payload FROM rec.finish_tx
+    WHERE escrow_id = el.escrow_id AND input_tokens = 0 AND output_tokens = 0 OFFSET 0) f
+  WHERE el.epoch_index = ANY(%(epochs)s)
 ), sib AS (
   SELECT z.escrow_id, z.inference_id, max(sf.input_tokens) AS max_in, min(sf.input_tokens) AS min_in,
          count(*) AS n, (array_agg(sf.inference_id ORDER BY sf.input_tokens DESC, sf.inference_id))[1] AS sib_id
