@@ -2,8 +2,6 @@
 + the poller for a few epochs + the rules, then the findings report."""
 from __future__ import annotations
 
-import psycopg
-
 from indexer.cli import EXIT_OK, console
 
 
@@ -12,7 +10,6 @@ def run_demo(args) -> int:
     them), then the rules and the report. --sample FILE ingests a normalized NDJSON file instead."""
     from indexer.commands import database_url, ensure_schema, process_changes
     from indexer.report import collect, print_report
-    from indexer.rules.run import run_rules
 
     url = database_url(args)
     ensure_schema(url)
@@ -24,8 +21,6 @@ def run_demo(args) -> int:
         console.print(f"demo: {summary.lines} records from {args.sample} ({summary.loaded} new)")
     else:
         _poll_devnet(url, epochs=args.epochs, seed=args.seed)
-    with psycopg.connect(url) as conn:  # the demo always shows every epoch, not only what changed
-        run_rules(conn, (0, 2**62))
     print_report(collect(url), console)
     console.print("query the views yourself: psql \"$(indexer db url)\" -c 'select * from api.disputable_penalties'")
     return EXIT_OK

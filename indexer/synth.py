@@ -6,7 +6,6 @@ finished, some validated, challenged, timed out, error-missed, 0/0 client-fault 
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 from typing import Iterator
@@ -172,6 +171,3 @@ def write_ndjson(path: str, records: Iterator[dict]) -> int:
             n += 1
     return n
 
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()

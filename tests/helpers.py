@@ -46,30 +46,24 @@ LOAD_TIMES = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quarantine
               "last_loaded_at", "completed_at"}
 
 
-def db_state(url: str, exclude: set[str] = LOAD_TIMES) -> dict[str, list]:
-    """Every rec.* and replay.* table, rows sorted, without the excluded (load-time) columns."""
+def db_state(url: str, exclude: set[str] = LOAD_TIMES, tables: list[str] | None = None) -> dict[str, list]:
+    """Every rec.* and replay.* table (or the named ones), rows sorted, without the excluded (load-time) columns."""
     out = {}
     with psycopg.connect(url) as c:
-        tables = [r[0] for r in c.execute(
-            "SELECT table_schema || '.' || table_name FROM information_schema.tables "
-            "WHERE table_schema IN ('rec', 'replay') AND table_type = 'BASE TABLE' ORDER BY 1")]
+        if tables is None:
+            tables = [r[0] for r in c.execute(
+                "SELECT table_schema || '.' || table_name FROM information_schema.tables "
+                "WHERE table_schema IN ('rec', 'replay') AND table_type = 'BASE TABLE' ORDER BY 1")]
         for t in tables:
             cols = [r[0] for r in c.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_schema || '.' || table_name = %s "
                 "ORDER BY ordinal_position", (t,)) if r[0] not in exclude]
             order = ", ".join(str(i + 1) for i in range(len(cols)))
-            out[t] = c.execute(f"SELECT {', '.join(cols)} FROM {t} ORDER BY {order}").fetchall()
+            out[t] = c.execute(f"SELECT {', '.join(cols)} FROM {t} ORDER BY {order}").fetchall() if cols else []
     return out
 
 
 def table_snapshot(url: str, tables: list[str]) -> dict[str, list]:
-    """Contents of the named tables without load-time columns, for identical-state comparisons."""
-    out = {}
-    with psycopg.connect(url) as c:
-        for t in tables:
-            cols = [r[0] for r in c.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema||'.'||table_name = %s "
-                "AND column_name NOT IN ('loaded_at','amended_at','source_id','source_line','revision',"
-                "'replayed_at','marked_at') ORDER BY ordinal_position", (t,))]
-            out[t] = c.execute(f"SELECT {', '.join(cols)} FROM {t} ORDER BY 1, 2").fetchall() if cols else []
-    return out
+    """The named tables without load-time and provenance columns, for identical-state comparisons."""
+    return db_state(url, {"loaded_at", "amended_at", "source_id", "source_line", "revision", "replayed_at",
+                          "marked_at"}, tables)

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
+import pytest
+
 
 from tests.helpers import escrow, tx
 
@@ -79,3 +82,19 @@ def test_database_url_option_after_the_subcommand(db_url, tmp_path, conn):
     res = run("ingest", str(path), "--no-progress", "--database-url", db_url, home=tmp_path)
     assert res.returncode == 0, res.stderr.decode()
     assert conn.execute("SELECT count(*) FROM rec.escrow").fetchone() == (1,)
+
+
+def test_db_url_starts_the_embedded_server_and_db_stop_stops_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | {"INDEXER_HOME": str(tmp_path / "home")}
+    url = subprocess.run([sys.executable, "-m", "indexer", "db", "url"], capture_output=True, text=True, env=env,
+                         timeout=120, check=True).stdout.strip()
+    with psycopg.connect(url) as conn:  # left running after the command exited, for psql and dashboards
+        assert conn.execute("SELECT current_database()").fetchone() == ("indexer",)
+    again = subprocess.run([sys.executable, "-m", "indexer", "db", "url"], capture_output=True, text=True, env=env,
+                           timeout=120, check=True).stdout.strip()
+    assert again == url  # reused, not a second server
+    stop = subprocess.run([sys.executable, "-m", "indexer", "db", "stop"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert stop.returncode == 0 and "stopped" in stop.stderr
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(url, connect_timeout=3)

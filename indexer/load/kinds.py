@@ -100,5 +100,4 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
 # Load order inside a batch: escrows before the txs that are checked against their slots.
 LOAD_ORDER = ["epoch", "model_snapshot", "escrow", "start", "confirm_start", "finish", "validation",
               "validation_vote", "timeout", "error_miss", "host_stats", "host_epoch_stats"]
-TX_KINDS = ["start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "error_miss"]
 assert set(LOAD_ORDER) == set(KINDS)

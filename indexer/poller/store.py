@@ -1,7 +1,7 @@
 """Database side of the poller: records through the NDJSON loader, cursors in the same transaction, archive.
 
 Each fetch becomes a ``rec.source`` (digest = sha256 of its NDJSON lines, uri = the URL); its records are typed by
-:meth:`BatchLoader.prepare` and written by :meth:`CursorBatchLoader.commit`, which wraps the loader's transaction so
+:meth:`BatchLoader.prepare` and written by :meth:`Store.commit`, which wraps the loader's transaction so
 that the cursor updates, the archived raw responses and the failures commit together with the rows.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import psycopg
 
-from indexer.load.ingest import BatchLoader, IngestSummary, register_source
+from indexer.load.ingest import BatchLoader, register_source
 from indexer.wire.normalize import dumps_record_bytes
 
 _UPSERT_CURSOR = """
@@ -29,16 +29,6 @@ INSERT INTO net.cursor (source, last_error, last_error_at, next_retry_at, update
 VALUES (%s, %s, now(), now() + make_interval(secs => %s), now())
 ON CONFLICT (source) DO UPDATE SET last_error = excluded.last_error, last_error_at = now(),
     next_retry_at = excluded.next_retry_at, updated_at = now()"""
-
-
-class CursorBatchLoader(BatchLoader):
-    """BatchLoader whose commit also runs ``after`` (cursor updates, archive) inside the same transaction."""
-
-    def commit_with(self, prepared, after) -> IngestSummary:
-        with self.conn.transaction():
-            out = self.commit(prepared) if prepared is not None else IngestSummary()
-            after(self.conn)
-        return out
 
 
 @dataclass
@@ -59,7 +49,7 @@ class Store:
         self.archive = archive
         self.responses: list[tuple[str, int, int | None, bytes]] = []
         self.failures: list[tuple[str, str, str, bool]] = []
-        self._loader: CursorBatchLoader | None = None
+        self._loader: BatchLoader | None = None
         self.total = LoadResult()
         self.seconds = 0.0  # wall time spent loading (benchmark breakdown)
         self.t_prepare = 0.0  # of which registering sources and typing lines (CPU)
@@ -137,7 +127,7 @@ class Store:
         t0 = time.perf_counter()
         loader = self._loader
         if loader is None:
-            loader = self._loader = CursorBatchLoader(self.conn, 0)
+            loader = self._loader = BatchLoader(self.conn, 0)
         self.transactions += 1
         out = LoadResult()
         with self.conn.transaction():

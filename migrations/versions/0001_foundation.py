@@ -263,7 +263,6 @@ CREATE TABLE replay.dirty_escrow (
 CREATE TABLE replay.escrow (
     escrow_id text NOT NULL,
     epoch_index bigint,
-    model_id text,
     group_size integer NOT NULL,
     vote_threshold integer NOT NULL,
     tx_count bigint NOT NULL,

@@ -54,10 +54,6 @@ class DevshardHost:
                                   {"inference_id": str(inference_id)}, headers)
 
 
-class DivergenceError(Exception):
-    pass
-
-
 class HostGroup:
     """The members of one escrow's group that can serve its log, primary first."""
 

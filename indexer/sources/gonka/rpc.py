@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from indexer.sources.gonka.http import Fetcher
-from indexer.wire.rpc import TxEvent, latest_block_height, tx_search_events, tx_search_total
+from indexer.wire.rpc import TxEvent, tx_search_events, tx_search_total
 
 PER_PAGE = 100
 
@@ -12,9 +12,6 @@ PER_PAGE = 100
 class CometRpc:
     def __init__(self, fetcher: Fetcher) -> None:
         self.http = fetcher
-
-    def status_height(self) -> int:
-        return latest_block_height(self.http.get_json("/status"))
 
     def tx_search(self, query: str, event_type: str | None = None, per_page: int = PER_PAGE) -> Iterator[TxEvent]:
         """All events of the matching txs, page by page (1-based pages; never asks past the last page)."""
@@ -36,6 +33,3 @@ class CometRpc:
         if min_height:
             q += f" AND tx.height>={int(min_height)}"
         return list(self.tx_search(q, "devshard_escrow_settled"))
-
-    def escrow_settled(self, escrow_id: str) -> list[TxEvent]:
-        return list(self.tx_search(f"devshard_escrow_settled.escrow_id='{escrow_id}'", "devshard_escrow_settled"))
