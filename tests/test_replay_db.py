@@ -6,6 +6,8 @@ slot inference_id % 16.
 """
 from __future__ import annotations
 
+import psycopg
+
 from tests.helpers import escrow, ingest, tx, write_lines
 
 H = "ab" * 32
@@ -245,3 +247,25 @@ def test_quiet_escrow_with_matching_host_stats_is_not_a_mismatch(db_url, tmp_pat
     assert conn.execute("SELECT replay_missed, mismatch FROM api.host_stats_check WHERE slot_id = 3").fetchone() == \
         (0, False)
     assert conn.execute("SELECT group_size, tx_count FROM replay.escrow").fetchone() == (16, 0)
+
+
+def test_parallel_replay_workers_give_the_same_tables_as_one_connection(db_url, second_db_url, tmp_path):
+    from indexer.load.ingest import ingest_paths
+    from indexer.replay.run import replay_dirty
+    from indexer.synth import generate, write_ndjson
+    from tests.helpers import db_state
+
+    path = tmp_path / "p.ndjson"
+    write_ndjson(str(path), generate(seed=11, escrows=6, inferences=80, mix="adversarial"))
+    for url in (db_url, second_db_url):
+        ingest_paths(url, [str(path)])
+    with psycopg.connect(db_url) as c:
+        sequential = replay_dirty(c, chunk=2)
+    with psycopg.connect(second_db_url) as c:
+        parallel = replay_dirty(c, chunk=2, url=second_db_url, workers=2)  # 12 escrows: six chunks over two workers
+    assert sequential.escrows == 12
+    assert (parallel.escrows, parallel.txs, parallel.inferences) == (sequential.escrows, sequential.txs,
+                                                                      sequential.inferences)
+    exclude = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quarantined_at", "first_seen_at",
+               "last_loaded_at", "completed_at", "source_id", "uri", "digest"}
+    assert db_state(db_url, exclude) == db_state(second_db_url, exclude)

@@ -71,7 +71,8 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     """Replay every dirty escrow. The machine is pure Python, so with `url` and workers > 1 the chunks are
     spread over worker processes, each claiming its own with SKIP LOCKED on its own connection."""
     summary, start = ReplaySummary(), time.perf_counter()
-    if url is not None and workers > 1:
+    dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
+    if url is not None and workers > 1 and dirty > chunk:  # worker start-up only pays off beyond one chunk
         with workers_pool(workers) as pool:
             for part in pool.map(_replay_worker, [url] * workers, [chunk] * workers):
                 summary.add(part)
