@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from indexer.load.kinds import KINDS
-from indexer.sources.ndjson import Accepted, Rejected, classify_line, open_input
+from indexer.sources.ndjson import Accepted, Rejected, block_lines, classify_line, open_input
 
 # JSON values json.dumps can write and json.loads reads back. Text never holds NUL: PostgreSQL jsonb cannot store
 # it, so a record with one is quarantined by design (tested separately below).
@@ -124,6 +124,25 @@ def test_plain_and_gzip_give_the_same_numbered_lines(tmp_path, lines, newline, f
     got_plain, got_gz = _read(plain), _read(packed)
     assert got_plain == got_gz
     assert got_plain == _expected(lines)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_line, max_size=40), st.sampled_from(["\n", "\r\n"]), st.booleans(), st.integers(1, 7),
+       st.booleans())
+@example(["a", "b", "c", "d"], "\n", True, 2, False)
+@example(["a", "b", "c", "d"], "\n", False, 2, True)
+def test_blocks_hold_the_same_numbered_lines(tmp_path, lines, newline, final_newline, per_block, packed):
+    """open_blocks + block_lines (the ingest's path) == open_lines, whatever the block size, and every block
+    but the last holds exactly per_block physical lines."""
+    data = (newline.join(lines) + (newline if final_newline and lines else "")).encode()
+    path = tmp_path / "in.ndjson"
+    path.write_bytes(gzip.compress(data) if packed else data)
+    inp = open_input(str(path))
+    blocks = list(inp.open_blocks(per_block))
+    assert [first for first, _ in blocks] == [1 + i * per_block for i in range(len(blocks))]
+    assert all(block.count(b"\n") == per_block for _, block in blocks[:-1])
+    assert b"".join(block for _, block in blocks) == data
+    assert [pair for first, block in blocks for pair in block_lines(first, block)] == _read(path)
 
 
 def test_line_numbers_count_blank_lines_and_crlf_is_stripped(tmp_path):

@@ -52,7 +52,7 @@ def _int(v, name: str, lo: int, hi: int) -> int:
 
 
 def _show(v) -> str:
-    return orjson.dumps(v).decode()[:60] if not isinstance(v, str) else repr(v)[:60]
+    return repr(v)[:60] if isinstance(v, str) else _dumps(v)[:60]
 
 
 def c_u64(v, name):
@@ -141,52 +141,17 @@ COERCERS = {ID: c_id, U64: c_u64, U64N: c_u64n, I64: c_i64, U32: c_u32, BOOL: c_
             STRS: c_strs, VOTES: c_votes, REASON: c_reason, TS: c_ts}
 
 
-# Fast-path checks inlined into each kind's generated coercer; anything unusual falls back to the generic plan,
-# which produces the precise reason.
-_FAST = {
-    ID: "((type({v}) is str and 0 < len({v}) <= 128) or (type({v}) is int and 0 <= {v} <= MAX_U64))",
-    U64: "(type({v}) is int and 0 <= {v} <= MAX_I63)",
-    U64N: "(type({v}) is int and 0 <= {v} <= MAX_U64)",
-    I64: "(type({v}) is int and -MAX_I63 <= {v} <= MAX_I63)",
-    U32: "(type({v}) is int and 0 <= {v} <= MAX_I31)",
-    BOOL: "(type({v}) is bool)",
-    STR: "(type({v}) is str)",
-}
-
-
 class Coercer:
-    """Compiled field plan for one kind: a generated fast path plus the generic, reason-giving slow path."""
+    """The field plan of one kind: every field checked by its type's coercer, with a reason naming the field.
+    Ordinary records take the generated fast path (indexer.load.fastpath) and never get here."""
 
     def __init__(self, kind: Kind):
         self.kind = kind
         self.plan = [(f.name, COERCERS[f.type], f.required) for f in kind.fields]
         self.known = frozenset(["kind", *kind.columns])
-        self.fast = self._compile_fast_path()
-
-    def _compile_fast_path(self):
-        lines, conds, outs = ["def fast(obj, slow):", "    g = obj.get"], [], []
-        for i, f in enumerate(self.kind.fields):
-            v = f"v{i}"
-            lines.append(f"    {v} = g({f.name!r})")
-            if f.type in _FAST:
-                check = _FAST[f.type].format(v=v)
-                conds.append(check if f.required else f"({v} is None or {check})")
-                outs.append(f"str({v})" if f.type == ID else v)
-            elif f.type == HEX:
-                conds.append(f"({v} is None or (type({v}) is str and _HEX.match({v})))")
-                outs.append(f"({v} and {v}.lower())")
-            else:  # arrays, votes, timestamps, reasons: rare enough for the generic path
-                conds.append(f"{v} is None" if not f.required else "False")
-                outs.append("None")
-        lines.append(f"    if {' and '.join(conds)} and obj.keys() <= KNOWN:")
-        lines.append(f"        return ({', '.join(outs)}, None)")
-        lines.append("    return slow(obj)")
-        scope = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "_HEX": _HEX, "KNOWN": self.known}
-        exec("\n".join(lines), scope)  # noqa: S102 - code generated from the static field table above
-        return scope["fast"]
 
     def __call__(self, obj: dict, exact: bool = False) -> tuple:
-        return self.slow(obj, exact) if exact else self.fast(obj, self.slow)
+        return self.slow(obj, exact)
 
     def slow(self, obj: dict, exact: bool = False) -> tuple:
         row = []

@@ -15,11 +15,11 @@ import psycopg
 
 from indexer import workers
 from indexer.load.kinds import KINDS, LOAD_ORDER
-from indexer.load.prepare import Prepared, prepare_batch
+from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import stage_ddl, stage_table, upsert_statement
 from indexer.rules import refusals
-from indexer.sources.ndjson import InputFile, open_input
+from indexer.sources.ndjson import InputFile, block_lines, open_input
 
 BATCH_LINES = 50_000
 PREPARE_WORKERS = 2
@@ -69,7 +69,9 @@ class BatchLoader:
         return self.commit(self.prepare(batch))
 
     def prepare(self, batch: list[tuple[int, bytes]]) -> Prepared:
-        return prepare_batch(self.source_id, batch)
+        prepared = prepare_batch(self.source_id, batch)
+        prepared.source_lines = lambda: batch
+        return prepared
 
     def commit(self, prepared: Prepared) -> IngestSummary:
         out = IngestSummary(lines=prepared.lines)
@@ -80,7 +82,7 @@ class BatchLoader:
                 copy = _without_lines(kb.copy, bad[kind]) if kind in bad else kb.copy
                 if not copy:
                     continue
-                if kb.keys_unique and self._insert_new(kind, copy, kb.scope):
+                if self._insert_new(kind, copy, kb.scope):
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
@@ -101,8 +103,8 @@ class BatchLoader:
 
     def _insert_new(self, kind: str, copy: bytes, scope: set) -> bool:
         """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs):
-        COPY straight into the table. A key that exists raises a unique violation, the savepoint rolls back, and
-        the caller takes the staging path, which records amendments."""
+        COPY straight into the table. A key that exists, or one the batch holds twice, raises a unique violation;
+        the savepoint rolls back and the caller takes the staging path, which records amendments."""
         spec = KINDS[kind]
         try:
             with self.conn.transaction(), self.conn.cursor().copy(
@@ -136,10 +138,7 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
     total = IngestSummary(files=1)
-    lines = inp.open_lines(on_progress)
-    if resume_after:  # lines up to the committed cursor are already in the database
-        lines = _skip_through(lines, resume_after, total)
-    _pipelined(loader, _batched(lines, batch_lines), total)
+    _pipelined(loader, inp.open_blocks(batch_lines, on_progress), resume_after, total)
     conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
     conn.commit()
     return total
@@ -176,33 +175,24 @@ def analyze_records(conn: psycopg.Connection, kinds=None) -> None:
         conn.commit()
 
 
-def _pipelined(loader: BatchLoader, batches, total: IngestSummary) -> None:
-    """Worker processes type and render batches (pure CPU, in parallel) while this thread commits them strictly
-    in file order, so the resume cursor never passes an uncommitted line. At most a few batches are in flight."""
+def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary) -> None:
+    """Worker processes type and render blocks (pure CPU, in parallel) while this thread commits them strictly
+    in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight."""
     with workers.pool(PREPARE_WORKERS) as pool:  # forked: they inherit the compiled coercers, never touch `conn`
         in_flight: deque = deque()
-        for batch in batches:
-            in_flight.append(pool.submit(prepare_batch, loader.source_id, batch))
+        for first, block in blocks:
+            in_flight.append((pool.submit(prepare_block, loader.source_id, first, block, resume_after), first, block))
             if len(in_flight) > PREPARE_WORKERS:
-                total.add(loader.commit(in_flight.popleft().result()))
+                _commit_next(loader, in_flight, resume_after, total)
         while in_flight:
-            total.add(loader.commit(in_flight.popleft().result()))
+            _commit_next(loader, in_flight, resume_after, total)
 
 
-def _skip_through(lines, last_committed: int, summary: IngestSummary):
-    for number, raw in lines:
-        if number <= last_committed:
-            summary.skipped_resumed += 1
-            continue
-        yield number, raw
-
-
-def _batched(it, n):
-    batch = []
-    for item in it:
-        batch.append(item)
-        if len(batch) >= n:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def _commit_next(loader: BatchLoader, in_flight: deque, resume_after: int, total: IngestSummary) -> None:
+    future, first, block = in_flight.popleft()
+    prepared = future.result()
+    total.skipped_resumed += prepared.skipped
+    if prepared.last_line <= resume_after:  # wholly committed by an earlier run
+        return
+    prepared.source_lines = lambda: block_lines(first, block)
+    total.add(loader.commit(prepared))

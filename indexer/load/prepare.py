@@ -1,25 +1,32 @@
 """The CPU half of loading a batch: classify and type every line, and render the COPY text the database thread
-will stream. Pure (no database), so it runs in worker processes; its result pickles as a few byte strings."""
+will stream. Pure (no database), so it runs in worker processes; its result pickles as a few byte strings.
+
+A file batch travels to its worker as one block of bytes (whole lines) rather than a list of lines, so the
+committing process never splits, pickles or holds lines one by one.
+"""
 from __future__ import annotations
 
-from collections import defaultdict
+import gc
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import orjson
 
-
 from indexer.load.coerce import COERCE, Invalid, NeedsExactParse
 from indexer.load.copytext import FORMATTERS
+from indexer.load.fastpath import FAST
 from indexer.load.kinds import KINDS, VOTES
 from indexer.rules import refusals
-from indexer.sources.ndjson import Accepted, classify_line, loads_exact
+from indexer.sources.ndjson import Accepted, block_lines, classify_line, loads_exact
 
-# Row positions (line number first) used below.
-_KEY_AT = {name: [1 + kind.columns.index(k) for k in kind.key] for name, kind in KINDS.items()}
+# Row positions (line number first) used by the general path.
 _SCOPE_AT = {name: 1 + kind.columns.index("escrow_id" if kind.scope == "escrow" else "epoch_index")
              for name, kind in KINDS.items()}
-_SLOTS_AT = {name: [(1 + kind.columns.index(f), f, kind.field(f).type == VOTES) for f in kind.slot_fields]
-             for name, kind in KINDS.items() if kind.slot_fields}
+_SLOT_AT = {name: (1 + kind.columns.index(kind.slot_fields[0]), kind.slot_fields[0],
+                   kind.field(kind.slot_fields[0]).type == VOTES)
+            for name, kind in KINDS.items() if kind.slot_fields}
+assert all(len(kind.slot_fields) <= 1 for kind in KINDS.values())  # one slot field per kind (SlotCheck's model)
 _ESCROW_SLOTS_AT = 1 + KINDS["escrow"].columns.index("slots")
 _F_IN, _F_OUT, _F_PAYLOAD = (1 + KINDS["finish"].columns.index(c)
                              for c in ("input_tokens", "output_tokens", "response_payload"))
@@ -30,9 +37,8 @@ class KindBatch:
     """One kind's rows of a batch: COPY text (source_line, columns, extra, source_id) and what the commit needs."""
     copy: bytes
     count: int
-    keys_unique: bool                  # no key twice in the batch (the direct COPY path is allowed)
     scope: set                         # escrow ids or epochs to mark dirty
-    slot_rows: list = field(default_factory=list)  # (line, escrow_id, [(field, slot, is_votes)], raw)
+    slot_max: dict = field(default_factory=dict)  # escrow_id -> highest slot (or voter slot) named in the batch
 
 
 @dataclass
@@ -43,45 +49,138 @@ class Prepared:
     rejects: list                      # quarantine tuples (source_id, line, kind, reason, raw)
     parses: list = field(default_factory=list)   # vLLM parses of 0/0 Finish payloads (rules.refusal_parse)
     escrow_sizes: dict = field(default_factory=dict)  # escrow_id -> number of slots, from this batch's escrows
+    skipped: int = 0                   # lines at or before the resume cursor
+    # The batch's (line, raw) pairs again, set by the committing process (never pickled): a slot found out of
+    # range is rare, and only then are the offending lines looked up.
+    source_lines: Callable[[], Iterable[tuple[int, bytes]]] | None = None
 
 
-def prepare_batch(source_id: int, batch: list[tuple[int, bytes]]) -> Prepared:
-    rejects, parses, sizes = [], [], {}
-    text, keys, scope, slots = defaultdict(list), defaultdict(set), defaultdict(set), defaultdict(list)
-    sid = str(source_id)
-    for number, raw in batch:
-        verdict = classify_line(raw)
-        if not isinstance(verdict, Accepted):
-            rejects.append((source_id, number, verdict.kind, verdict.reason, printable(raw)))
-            continue
-        kind = verdict.kind
+class _KindRows:
+    __slots__ = ("lines", "scope", "slot_max")
+
+    def __init__(self) -> None:
+        self.lines, self.scope, self.slot_max = [], set(), {}
+
+    def add(self, line: str, scope, slot) -> None:
+        self.lines.append(line)
+        self.scope.add(scope)
+        if slot is not None and slot > self.slot_max.get(scope, -1):
+            self.slot_max[scope] = slot
+
+
+def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:
+    """Worker entry for a file: a block of whole lines numbered from `first_line`; lines at or before
+    `resume_after` are already committed and only counted."""
+    lines = block_lines(first_line, block)
+    skipped = 0
+    if resume_after >= first_line:
+        kept = []
+        for number, raw in lines:
+            if number <= resume_after:
+                skipped += 1
+            else:
+                kept.append((number, raw))
+        lines = kept
+    prepared = prepare_batch(source_id, lines)
+    prepared.skipped = skipped
+    prepared.last_line = max(prepared.last_line, first_line + block.count(b"\n", 0, len(block) - 1))
+    return prepared
+
+
+def prepare_batch(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
+    with _gc_paused():  # the batch allocates millions of acyclic objects: collections would only cost time
+        return _prepare(source_id, lines)
+
+
+def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
+    out = Prepared(0, 0, {}, [])
+    rows: dict[str, _KindRows] = {}
+    sid, loads = str(source_id), orjson.loads
+    for number, raw in lines:
+        out.lines += 1
+        out.last_line = number
         try:
-            try:
-                row = (number, *COERCE[kind](verdict.obj))
-            except NeedsExactParse:
-                row = (number, *COERCE[kind](loads_exact(raw), exact=True))
-        except Invalid as exc:
-            rejects.append((source_id, number, kind, str(exc), printable(raw)))
-            continue
-        text[kind].append(FORMATTERS[kind](row, sid))
-        keys[kind].add(tuple(row[i] for i in _KEY_AT[kind]))
-        scope[kind].add(row[_SCOPE_AT[kind]])
-        if kind in _SLOTS_AT:
-            slots[kind].append((number, row[1], [(name, _max_slot(row[at], is_votes), is_votes)
-                                                 for at, name, is_votes in _SLOTS_AT[kind]], raw))
-        elif kind == "escrow":
-            sizes[row[1]] = len(row[_ESCROW_SLOTS_AT])
-        if kind == "finish" and row[_F_IN] == 0 and row[_F_OUT] == 0 and row[_F_PAYLOAD]:
-            parses.append(refusals.parse_row(row[1], row[2], row[_F_PAYLOAD]))
-    kinds = {k: KindBatch("".join(lines).encode(), len(lines), len(keys[k]) == len(lines), scope[k], slots[k])
-             for k, lines in text.items()}
-    return Prepared(len(batch), batch[-1][0], kinds, rejects, parses, sizes)
+            obj = loads(raw)
+            kind = obj["kind"]
+            fast = FAST[kind]
+        except (ValueError, KeyError, TypeError):
+            fast = None
+        if fast is not None and b"\\u0000" not in raw and (got := fast(obj, number, sid)) is not None:
+            target = rows.get(kind) or rows.setdefault(kind, _KindRows())
+            target.add(*got)
+        else:
+            _general(out, rows, source_id, sid, number, raw)
+    out.kinds = {k: KindBatch("".join(r.lines).encode(), len(r.lines), r.scope, r.slot_max) for k, r in rows.items()}
+    return out
 
 
-def _max_slot(value, is_votes: bool):
-    if not is_votes:
+def _general(out: Prepared, rows: dict, source_id: int, sid: str, number: int, raw: bytes) -> None:
+    """Any record the fast path declined: classify, type field by field (precise reasons), render."""
+    verdict = classify_line(raw)
+    if not isinstance(verdict, Accepted):
+        out.rejects.append((source_id, number, verdict.kind, verdict.reason, printable(raw)))
+        return
+    kind = verdict.kind
+    try:
+        row = typed_row(kind, verdict.obj, raw, number)
+    except Invalid as exc:
+        out.rejects.append((source_id, number, kind, str(exc), printable(raw)))
+        return
+    target = rows.get(kind) or rows.setdefault(kind, _KindRows())
+    target.add(FORMATTERS[kind](row, sid), row[_SCOPE_AT[kind]], slot_of(kind, row))
+    if kind == "escrow":
+        out.escrow_sizes[row[1]] = len(row[_ESCROW_SLOTS_AT])
+    elif kind == "finish" and row[_F_IN] == 0 and row[_F_OUT] == 0 and row[_F_PAYLOAD]:
+        out.parses.append(refusals.parse_row(row[1], row[2], row[_F_PAYLOAD]))
+
+
+def typed_row(kind: str, obj: dict, raw: bytes, number: int) -> tuple:
+    """(line, *columns, extra) of an accepted record; raises Invalid naming the field."""
+    try:
+        return (number, *COERCE[kind](obj))
+    except NeedsExactParse:
+        return (number, *COERCE[kind](loads_exact(raw), exact=True))
+
+
+def slot_of(kind: str, row: tuple):
+    """The highest slot a typed row names (its voters' for a vote list), or None."""
+    if kind not in _SLOT_AT:
+        return None
+    at, _, is_votes = _SLOT_AT[kind]
+    value = row[at]
+    if not is_votes or value is None:
         return value
     return max((v["voter_slot"] for v in orjson.loads(value)), default=None)
+
+
+def slot_offenders(lines: Iterable[tuple[int, bytes]], kind: str, sizes: dict[str, int]):
+    """Yield (line, raw, reason) for the `kind` records of a batch naming a slot beyond their escrow's size
+    (`sizes` holds only the escrows known to be exceeded)."""
+    name, is_votes = _SLOT_AT[kind][1:]
+    for number, raw in lines:
+        verdict = classify_line(raw)
+        if not isinstance(verdict, Accepted) or verdict.kind != kind:
+            continue
+        try:
+            row = typed_row(kind, verdict.obj, raw, number)
+        except Invalid:
+            continue
+        size, slot = sizes.get(row[1]), slot_of(kind, row)
+        if size is None or slot is None or slot < size:
+            continue
+        yield number, raw, (f"field {name}: a voter_slot is out of range for escrow with {size} slots" if is_votes
+                            else f"field {name}: slot {slot} out of range for escrow with {size} slots")
+
+
+@contextmanager
+def _gc_paused():
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def printable(raw: bytes) -> str:

@@ -105,9 +105,47 @@ class InputFile:
             if progress is not None:
                 progress(raw.tell())
 
+    def open_blocks(self, lines_per_block: int, progress=None) -> Iterator[tuple[int, bytes]]:
+        """Yield (first_line_number, block): the file cut into blocks of `lines_per_block` whole lines (the last
+        block may be shorter). Lines are only counted here; `block_lines` splits a block where it is typed."""
+        first, pieces, have = 1, [], 0
+        with open(self.path, "rb") as raw:
+            stream: BinaryIO = gzip.GzipFile(fileobj=raw) if _is_gzip(self.path) else raw
+            while chunk := stream.read(_CHUNK):
+                newlines = chunk.count(b"\n")
+                while have + newlines >= lines_per_block:
+                    cut = _after_newlines(chunk, lines_per_block - have)
+                    pieces.append(chunk[:cut])
+                    yield first, b"".join(pieces)
+                    first, pieces, have = first + lines_per_block, [], 0
+                    chunk = chunk[cut:]
+                    newlines = chunk.count(b"\n")
+                pieces.append(chunk)
+                have += newlines
+                if progress is not None:
+                    progress(raw.tell())
+        if any(pieces):
+            yield first, b"".join(pieces)
+
     def cleanup(self) -> None:
         if self._spooled:
             self.path.unlink(missing_ok=True)
+
+
+def block_lines(first_line: int, block: bytes) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of a block from `InputFile.open_blocks`, numbered as `open_lines` numbers them."""
+    for number, line in enumerate(block.split(b"\n"), start=first_line):
+        line = line.rstrip(b"\r")
+        if line.strip():
+            yield number, line
+
+
+def _after_newlines(data: bytes, n: int) -> int:
+    """Offset just past the n-th newline of data (which has at least n)."""
+    at = 0
+    for _ in range(n):
+        at = data.index(b"\n", at) + 1
+    return at
 
 
 def open_input(name: str) -> InputFile:

@@ -1,0 +1,71 @@
+"""The common case of a record, typed and rendered in one generated function per kind.
+
+Most lines are ordinary: every known field has its plain JSON type, there are no unknown fields, and no array,
+timestamp or vote field needs work. For those, one function checks the fields and writes the COPY text line
+directly (no intermediate row, no second pass). Anything else returns None and takes the general path
+(indexer.load.coerce + indexer.load.copytext), which gives the precise reason for a bad field. Both paths render
+the same text; tests/test_fastpath.py holds them to it.
+"""
+from __future__ import annotations
+
+import re
+
+from indexer.load.coerce import MAX_I31, MAX_I63, MAX_U64
+from indexer.load.copytext import text
+from indexer.load.kinds import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N, Kind
+
+_HEX = re.compile(r"[0-9a-fA-F]*\Z")
+
+_CHECK = {
+    ID: "((type({v}) is str and 0 < len({v}) <= 128) or (type({v}) is int and 0 <= {v} <= MAX_U64))",
+    U64: "(type({v}) is int and 0 <= {v} <= MAX_I63)",
+    U64N: "(type({v}) is int and 0 <= {v} <= MAX_U64)",
+    I64: "(type({v}) is int and -MAX_I63 <= {v} <= MAX_I63)",
+    U32: "(type({v}) is int and 0 <= {v} <= MAX_I31)",
+    BOOL: "(type({v}) is bool)",
+    STR: "(type({v}) is str)",
+    HEX: "(type({v}) is str and HEXM({v}))",
+}
+_RENDER = {  # f-string expression of a non-null, checked value
+    ID: "{esc({v})}", STR: "{esc({v})}", HEX: "{{v}.lower()}",
+    U64: "{{v}}", U64N: "{{v}}", I64: "{{v}}", U32: "{{v}}", BOOL: "{('t' if {v} else 'f')}",
+}
+
+
+def _compile(kind: Kind):
+    """fast(obj, line_number, source_id_text) -> (copy_line, scope_value, slot_value) or None."""
+    if any(f.type not in _CHECK for f in kind.fields if f.required):
+        return None  # a required array / vote / timestamp field: every record needs the general path
+    gets, conds, normalise, cells = [], [], [], ["{n}"]
+    for i, f in enumerate(kind.fields):
+        v = f"v{i}"
+        gets.append(f"    {v} = g({f.name!r})")
+        if f.type not in _CHECK:  # an optional field of a general-path type: only its absence is common
+            conds.append(f"{v} is None")
+            cells.append("{NULL}")
+            continue
+        check = _CHECK[f.type].format(v=v)
+        conds.append(check if f.required else f"({v} is None or {check})")
+        if f.type == ID:  # an integer id is stored (and marks its scope) as its decimal text
+            normalise.append(f"    {v} = {v} if type({v}) is str else str({v})")
+        expr = _RENDER[f.type].replace("{v}", v)[1:-1]
+        cells.append("{" + (expr if f.required else f"NULL if {v} is None else {expr}") + "}")
+    at = {f.name: f"v{i}" for i, f in enumerate(kind.fields)}
+    if kind.name == "finish":  # a 0/0 Finish with a payload is a refusal to parse: the general path does that
+        conds.append(f"not ({at['input_tokens']} == 0 and {at['output_tokens']} == 0 and {at['response_payload']})")
+    cells += ["{NULL}", "{sid}"]  # extra (no unknown fields on this path), source_id
+    scope = at["escrow_id" if kind.scope == "escrow" else "epoch_index"]
+    slot = at[kind.slot_fields[0]] if kind.slot_fields else "None"
+    line = "\\t".join(cells) + "\\n"
+    src = "\n".join([
+        "def fast(obj, n, sid):", "    g = obj.get", *gets,
+        f"    if not ({' and '.join(conds)} and obj.keys() <= KNOWN):", "        return None", *normalise,
+        f'    return (f"{line}", {scope}, {slot})'])
+    namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEXM": _HEX.match, "esc": text,
+                 "NULL": "\\N", "KNOWN": frozenset(["kind", *kind.columns])}
+    exec(src, namespace)  # noqa: S102 - generated from the static field table in kinds.py
+    namespace["fast"].source = src
+    return namespace["fast"]
+
+
+FAST = {name: fn for name, kind in KINDS.items() if (fn := _compile(kind)) is not None}
