@@ -173,38 +173,40 @@ def _votes(votes: list | None) -> tuple:
 
 def _write(conn: psycopg.Connection, results) -> None:
     with conn.cursor() as cur:
-        with cur.copy("COPY replay.inference (escrow_id, inference_id, epoch_index, executor_slot, executor_address,"
-                      " status, votes_valid, votes_invalid, vote_threshold, penalty, status_nonce, challenged_nonce,"
-                      " challenger_slot, resolved_nonce, timeout_reason, start_nonce, started_nonce, finished_nonce,"
-                      " timed_out_nonce, drained) FROM STDIN") as cp:
-            for config, epoch, res, _ in results:
-                for s in res.inferences.values():
-                    e = s.entered
-                    cp.write_row((config.escrow_id, s.inference_id, epoch, s.executor_slot, s.executor_address,
-                                  s.status, s.votes_valid, s.votes_invalid, res.vote_threshold, s.penalty,
-                                  s.status_nonce, s.challenged_nonce, s.challenger_slot, s.resolved_nonce,
-                                  s.timeout_reason, e.get("Pending"), e.get("Started"), e.get("Finished"),
-                                  e.get("TimedOut"), s.drained))
-        with cur.copy("COPY replay.rejected_tx (escrow_id, ordinal, diff_nonce, kind, inference_id, slot, reason,"
-                      " ignored) FROM STDIN") as cp:
-            for config, _, res, _ in results:
-                tagged = [(r, False) for r in res.rejections] + [(r, True) for r in res.ignored]
-                for ordinal, (r, ignored) in enumerate(tagged):
-                    cp.write_row((config.escrow_id, ordinal, r.diff_nonce, r.kind, r.inference_id, r.slot, r.reason,
-                                  ignored))
-        with cur.copy("COPY replay.vote (escrow_id, inference_id, ordinal, diff_nonce, kind, slot, address, weight,"
-                      " valid, effect) FROM STDIN") as cp:
-            for config, _, res, _ in results:
-                for ordinal, v in enumerate(res.votes):
-                    cp.write_row((config.escrow_id, v.inference_id, ordinal, v.diff_nonce, v.kind, v.slot, v.address,
-                                  v.weight, v.valid, v.effect))
-        with cur.copy("COPY replay.slot_stats (escrow_id, slot_id, participant, missed, invalid) FROM STDIN") as cp:
-            for config, _, res, _ in results:
-                for slot_id, address in enumerate(config.slots):
-                    cp.write_row((config.escrow_id, slot_id, address, res.slot_missed.get(slot_id, 0),
-                                  res.slot_invalid.get(slot_id, 0)))
-        with cur.copy("COPY replay.escrow (escrow_id, epoch_index, group_size, vote_threshold, tx_count,"
-                      " rejected_count) FROM STDIN") as cp:
-            for config, epoch, res, n in results:
-                cp.write_row((config.escrow_id, epoch, len(config.slots), res.vote_threshold, n,
-                              len(res.rejections)))
+        _copy(cur, "replay.inference", "escrow_id:text inference_id:int8 epoch_index:int8 executor_slot:int4 "
+              "executor_address:text status:text votes_valid:int4 votes_invalid:int4 vote_threshold:int4 penalty:text "
+              "status_nonce:int8 challenged_nonce:int8 challenger_slot:int4 resolved_nonce:int8 timeout_reason:text "
+              "start_nonce:int8 started_nonce:int8 finished_nonce:int8 timed_out_nonce:int8 drained:bool",
+              ((config.escrow_id, s.inference_id, epoch, s.executor_slot, s.executor_address, s.status,
+                s.votes_valid, s.votes_invalid, res.vote_threshold, s.penalty, s.status_nonce, s.challenged_nonce,
+                s.challenger_slot, s.resolved_nonce, s.timeout_reason, s.entered.get("Pending"),
+                s.entered.get("Started"), s.entered.get("Finished"), s.entered.get("TimedOut"), s.drained)
+               for config, epoch, res, _ in results for s in res.inferences.values()))
+        _copy(cur, "replay.rejected_tx", "escrow_id:text ordinal:int4 diff_nonce:int8 kind:text inference_id:int8 "
+              "slot:int4 reason:text ignored:bool",
+              ((config.escrow_id, ordinal, r.diff_nonce, r.kind, r.inference_id, r.slot, r.reason, ignored)
+               for config, _, res, _ in results
+               for ordinal, (r, ignored) in enumerate([(r, False) for r in res.rejections]
+                                                      + [(r, True) for r in res.ignored])))
+        _copy(cur, "replay.vote", "escrow_id:text inference_id:int8 ordinal:int4 diff_nonce:int8 kind:text slot:int4 "
+              "address:text weight:int4 valid:bool effect:text",
+              ((config.escrow_id, v.inference_id, ordinal, v.diff_nonce, v.kind, v.slot, v.address, v.weight,
+                v.valid, v.effect)
+               for config, _, res, _ in results for ordinal, v in enumerate(res.votes)))
+        _copy(cur, "replay.slot_stats", "escrow_id:text slot_id:int4 participant:text missed:int8 invalid:int8",
+              ((config.escrow_id, slot_id, address, res.slot_missed.get(slot_id, 0), res.slot_invalid.get(slot_id, 0))
+               for config, _, res, _ in results for slot_id, address in enumerate(config.slots)))
+        _copy(cur, "replay.escrow", "escrow_id:text epoch_index:int8 group_size:int4 vote_threshold:int4 "
+              "tx_count:int8 rejected_count:int8",
+              ((config.escrow_id, epoch, len(config.slots), res.vote_threshold, n, len(res.rejections))
+               for config, epoch, res, n in results))
+
+
+def _copy(cur: psycopg.Cursor, table: str, columns: str, rows) -> None:
+    """COPY rows in; `columns` is 'name:type ...'. Binary, so psycopg dumps the values in C: about half the
+    Python cost of a text COPY (measured), for the same server cost."""
+    names, types = zip(*(c.split(":") for c in columns.split()))
+    with cur.copy(f"COPY {table} ({', '.join(names)}) FROM STDIN (FORMAT BINARY)") as cp:
+        cp.set_types(list(types))
+        for row in rows:
+            cp.write_row(row)
