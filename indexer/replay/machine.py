@@ -181,7 +181,7 @@ class _Machine:
         n = len(slots)
         transitions = self.transitions if self.keep_transitions else None
         rare = (None, None, None, self._validation, self._validation_vote, self._timeout, self._error_miss)
-        for row in rows:
+        for row in rows:  # codes are KINDS positions: 0 start, 1 confirm_start, 2 finish, 3-6 the rarer kinds
             nonce, code, inference_id, slot = row[0], row[1], row[2], row[3]
             if code == 0:  # start
                 if inference_id != nonce:  # inference_id is the nonce of its start diff
@@ -210,7 +210,7 @@ class _Machine:
                     rec.entered["Started"] = rec.status_nonce = nonce
                     rec.status = "Started"
                     continue
-            elif code != 6 and code != 5 and (slot is None or not 0 <= slot < n):  # finish, validation, vote
+            elif code <= 4 and (slot is None or not 0 <= slot < n):  # finish, validation, vote
                 why = "missing_slot" if slot is None else "slot_out_of_range"
             elif code == 2:  # finish; status first: a Pending record cannot take a Finish even with the right slot
                 if rec.status != "Started":
