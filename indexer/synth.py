@@ -163,6 +163,36 @@ def generate(seed: int = 7, *, escrows: int = 20, inferences: int = 200, epochs:
             yield from EscrowLog(rng, escrow_id, epoch, host_names, inferences, MIXES[mix]).records()
 
 
+def perturb(records: Iterator[dict], share: float, seed: int = 7) -> Iterator[dict]:
+    """Mutate a share of the txs (nonces, slots, votes, verdicts; some starts dropped, some txs doubled) and
+    unsettle half the escrows: still loadable, but the replay now rejects, ignores and drains, paths a faithful
+    log never takes (for tests and the replay benchmark)."""
+    rng = random.Random(seed)
+    for rec in records:
+        kind = rec["kind"]
+        if kind == "escrow":
+            rec["settled"] = rng.random() < 0.5
+        elif kind not in ("epoch", "model_snapshot", "host_stats") and rng.random() < share:
+            if kind == "start" and rng.random() < 0.3:
+                continue
+            field = rng.choice([f for f in ("diff_nonce", "executor_slot", "validator_slot", "voter_slot", "valid",
+                                            "vote_valid", "votes", "reason") if f in rec])
+            if field == "diff_nonce":
+                rec[field] = max(0, rec[field] + rng.randint(-4, 4))
+            elif field.endswith("slot"):
+                rec[field] = rng.randrange(16)
+            elif field == "votes":
+                rec[field] = [{"voter_slot": rng.randrange(16), "accept": rng.random() < 0.8}
+                              for _ in range(rng.randint(0, 12))]
+            elif field == "reason":
+                rec[field] = rng.choice(["refused", "execution"])
+            else:
+                rec[field] = not rec[field]
+            if rng.random() < 0.2 and ("validator_slot" in rec or "voter_slot" in rec):  # and one more, elsewhere
+                yield dict(rec, **{f: rng.randrange(16) for f in ("validator_slot", "voter_slot") if f in rec})
+        yield rec
+
+
 def write_ndjson(path: str, records: Iterator[dict]) -> int:
     n = 0
     with open(path, "wb") as fh:

@@ -269,3 +269,42 @@ def test_parallel_replay_workers_give_the_same_tables_as_one_connection(db_url, 
     exclude = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quarantined_at", "first_seen_at",
                "last_loaded_at", "completed_at", "source_id", "uri", "digest"}
     assert db_state(db_url, exclude) == db_state(second_db_url, exclude)
+
+
+def plain_txs(conn, escrow_id):
+    """An escrow's txs read table by table into Txs, independently of the replay stage's own reading."""
+    from indexer.replay.machine import KINDS, Tx
+
+    txs = []
+    for kind in KINDS:
+        for (d,) in conn.execute(f"SELECT to_jsonb(t) FROM rec.{kind}_tx t WHERE escrow_id = %s", (escrow_id,)):
+            slot = d.get("executor_slot", d.get("validator_slot", d.get("voter_slot")))
+            votes = tuple((v["voter_slot"], v["accept"]) for v in d.get("votes") or ())
+            txs.append(Tx(d["diff_nonce"], kind, d["inference_id"], slot, d.get("valid", d.get("vote_valid")),
+                          d.get("reason"), votes, d.get("input_tokens"), d.get("output_tokens")))
+    return txs
+
+
+def test_database_read_path_replays_like_the_machine_on_txs(db_url, tmp_path, conn):
+    # The stage reads per-table column arrays into rows and sorts them plainly; on a log full of rejections,
+    # ignored votes and drains that must equal `replay` on the same txs read one by one.
+    from indexer.load.ingest import ingest_paths
+    from indexer.replay import run
+    from indexer.replay.machine import replay
+    from indexer.synth import generate, perturb, write_ndjson
+
+    path = tmp_path / "perturbed.ndjson"
+    write_ndjson(str(path), perturb(generate(seed=8, escrows=2, inferences=80, mix="adversarial"), 0.25))
+    ingest_paths(db_url, [str(path)])
+    ids = [r[0] for r in conn.execute("SELECT escrow_id FROM rec.escrow ORDER BY 1")]
+    results = run._replay_chunk(conn, ids)
+    assert [config.escrow_id for config, *_ in results] == ids
+    reasons, drained = set(), 0
+    for config, _, result, n in results:
+        txs = plain_txs(conn, config.escrow_id)
+        assert n == len(txs)
+        assert result == replay(config, txs, transitions=False)
+        reasons |= {r.reason.split(":")[0] for r in result.rejections + result.ignored}
+        drained += sum(rec.drained for rec in result.inferences.values())
+    # the log took the unusual paths
+    assert {"unknown_inference", "wrong_status", "duplicate_voter", "ignored_resolved"} <= reasons and drained

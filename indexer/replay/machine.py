@@ -25,22 +25,15 @@ from typing import NamedTuple
 
 STATUSES = ("Pending", "Started", "Finished", "Challenged", "Validated", "Invalidated", "TimedOut")
 
-KIND_ORDER = {
-    "start": 0,
-    "confirm_start": 1,
-    "finish": 2,
-    "validation": 3,
-    "validation_vote": 4,
-    "timeout": 5,
-    "error_miss": 6,
-}
+KINDS = ("start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "error_miss")
+KIND_ORDER = {kind: code for code, kind in enumerate(KINDS)}  # protocol order inside a diff; a kind's row code
+_UNKNOWN = len(KINDS)
 
 # MsgValidation is accepted on these (§3.2); it only adds weight while Finished.
 _VALIDATION_OK = frozenset({"Finished", "Challenged", "Validated", "Invalidated"})
 _RESOLVED = frozenset({"Validated", "Invalidated"})
 # Timeout reason -> the status it requires (§3.4).
 _TIMEOUT_FROM = {"refused": "Pending", "execution": "Started"}
-_SLOT_KINDS = frozenset({"finish", "validation", "validation_vote"})
 
 
 def vote_threshold(group_size: int, factor: int | None) -> int:
@@ -158,34 +151,92 @@ def sort_key(tx: Tx) -> tuple:
 
 
 class _Machine:
-    """Mutable replay state of one escrow; each handler returns a rejection code or None."""
+    """Mutable replay state of one escrow, fed rows (see `replay_rows`) in protocol order.
 
-    def __init__(self, config: EscrowConfig, keep_transitions: bool = True) -> None:
+    Start, confirm and finish are nearly every tx, so `run` handles them inline with locals; the rarer kinds go to
+    a method that returns a rejection code or None."""
+
+    def __init__(self, config: EscrowConfig, keep_transitions: bool = True, kinds: tuple[str, ...] = KINDS) -> None:
         self.keep_transitions = keep_transitions
+        self.kinds = kinds  # code -> name; codes past the protocol's are unknown kinds (only ever rejected)
         self.slots = tuple(config.slots)
         self.weight: dict[str, int] = {}
         for address in self.slots:
             self.weight[address] = self.weight.get(address, 0) + 1
         self.threshold = vote_threshold(len(self.slots), config.vote_threshold_factor)
-        self._handlers = {kind: getattr(self, "_" + kind) for kind in KIND_ORDER if kind != "start"}
-        self.result = ReplayResult(
-            inferences={},
-            rejections=[],
-            transitions=[],
-            ignored=[],
-            slot_missed={s: 0 for s in range(len(self.slots))},
-            slot_invalid={s: 0 for s in range(len(self.slots))},
-            vote_threshold=self.threshold,
-        )
+        self.inferences: dict[int, InferenceState] = {}
+        self.rejections: list[Rejection] = []
+        self.ignored: list[Rejection] = []
+        self.transitions: list[Transition] = []
+        self.votes: list[VoteEvent] = []
+        self.missed = [0] * len(self.slots)
+        self.invalid = [0] * len(self.slots)
+
+    def result(self) -> ReplayResult:
+        return ReplayResult(self.inferences, self.rejections, self.transitions, self.ignored,
+                            dict(enumerate(self.missed)), dict(enumerate(self.invalid)), self.threshold, self.votes)
+
+    def run(self, rows: Iterable[tuple]) -> None:
+        slots, inferences, kinds = self.slots, self.inferences, self.kinds
+        n = len(slots)
+        transitions = self.transitions if self.keep_transitions else None
+        rare = (None, None, None, self._validation, self._validation_vote, self._timeout, self._error_miss)
+        for row in rows:  # codes are KINDS positions: 0 start, 1 confirm_start, 2 finish, 3-6 the rarer kinds
+            nonce, code, inference_id, slot = row[0], row[1], row[2], row[3]
+            if code == 0:  # start
+                if inference_id != nonce:  # inference_id is the nonce of its start diff
+                    why = "inference_id_mismatch"
+                elif inference_id in inferences:
+                    why = "duplicate_start"
+                elif not n:
+                    why = "empty_group"
+                else:
+                    executor = inference_id % n
+                    inferences[inference_id] = InferenceState(inference_id, executor, slots[executor],
+                                                              status_nonce=nonce, entered={"Pending": nonce})
+                    if transitions is not None:
+                        transitions.append(Transition(inference_id, nonce, None, "Pending", "start"))
+                    continue
+            elif code >= _UNKNOWN:
+                why = "unknown_kind"
+            elif (rec := inferences.get(inference_id)) is None:
+                why = "unknown_inference"
+            elif code == 1:  # confirm_start
+                if rec.status != "Pending":
+                    why = "wrong_status:" + rec.status
+                else:
+                    if transitions is not None:
+                        transitions.append(Transition(inference_id, nonce, "Pending", "Started", "confirm_start"))
+                    rec.entered["Started"] = rec.status_nonce = nonce
+                    rec.status = "Started"
+                    continue
+            elif code <= 4 and (slot is None or not 0 <= slot < n):  # finish, validation, vote
+                why = "missing_slot" if slot is None else "slot_out_of_range"
+            elif code == 2:  # finish; status first: a Pending record cannot take a Finish even with the right slot
+                if rec.status != "Started":
+                    why = "wrong_status:" + rec.status
+                elif slot != rec.executor_slot:
+                    why = "executor_slot_mismatch"
+                else:
+                    rec.input_tokens, rec.output_tokens = row[7], row[8]
+                    if transitions is not None:
+                        transitions.append(Transition(inference_id, nonce, "Started", "Finished", "finish"))
+                    rec.entered["Finished"] = rec.status_nonce = nonce
+                    rec.status = "Finished"
+                    continue
+            elif (why := rare[code](rec, row)) is None:
+                continue
+            entry = Rejection(nonce, kinds[code], inference_id, slot, why)
+            if why == "ignored_resolved":  # accepted by the protocol, no effect
+                self.ignored.append(entry)
+            else:
+                self.rejections.append(entry)
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _in_range(self, slot: int | None) -> bool:
-        return slot is not None and 0 <= slot < len(self.slots)
-
     def _move(self, rec: InferenceState, to: str, nonce: int | None, cause: str) -> None:
         if self.keep_transitions:
-            self.result.transitions.append(Transition(rec.inference_id, nonce, rec.status, to, cause))
+            self.transitions.append(Transition(rec.inference_id, nonce, rec.status, to, cause))
         rec.entered[to] = nonce
         rec.status = to
         rec.status_nonce = nonce
@@ -195,7 +246,7 @@ class _Machine:
         seen: set[str] = set()
         weight = 0
         for voter_slot, accept in votes:
-            if not self._in_range(voter_slot):
+            if voter_slot is None or not 0 <= voter_slot < len(self.slots):
                 return "slot_out_of_range", 0
             address = self.slots[voter_slot]
             if address in seen:
@@ -205,150 +256,98 @@ class _Machine:
                 weight += self.weight[address]
         return None, weight
 
-    def _miss(self, rec: InferenceState, tx: Tx, why: str) -> str | None:
+    def _miss(self, rec: InferenceState, row: tuple, why: str) -> str | None:
         """Shared tail of timeout and error-miss: vote check, then TimedOut + missed."""
-        problem, weight = self._accept_weight(tx.votes)
+        problem, weight = self._accept_weight(row[6])
         if problem:
             return problem
         if not weight > self.threshold:  # strict: equality does not decide
             return f"insufficient_votes:{weight}<={self.threshold}"
-        self._move(rec, "TimedOut", tx.diff_nonce, tx.kind)
+        self._move(rec, "TimedOut", row[0], self.kinds[row[1]])
         rec.penalty = "missed"
         rec.timeout_reason = why
-        self.result.slot_missed[rec.executor_slot] += 1
+        self.missed[rec.executor_slot] += 1
         return None
 
-    # -- dispatch ----------------------------------------------------------------------------
+    def _record_vote(self, rec: InferenceState, row: tuple, address: str, effect: str) -> None:
+        self.votes.append(VoteEvent(rec.inference_id, row[0], self.kinds[row[1]], row[3], address,
+                                    self.weight[address], bool(row[4]), effect))
 
-    def apply(self, tx: Tx) -> None:
-        if tx.kind not in KIND_ORDER:
-            return self._reject(tx, "unknown_kind")
-        if tx.kind == "start":
-            return self._reject(tx, self._start(tx))
-        rec = self.result.inferences.get(tx.inference_id)
-        if rec is None:
-            return self._reject(tx, "unknown_inference")
-        if tx.kind in _SLOT_KINDS and not self._in_range(tx.slot):
-            return self._reject(tx, "missing_slot" if tx.slot is None else "slot_out_of_range")
-        return self._reject(tx, self._handlers[tx.kind](rec, tx))
+    # -- the rarer kinds (slot already checked to be in range) -----------------------------------
 
-    def _reject(self, tx: Tx, reason: str | None) -> None:
-        if reason is None:
-            return
-        entry = Rejection(tx.diff_nonce, tx.kind, tx.inference_id, tx.slot, reason)
-        if reason == "ignored_resolved":  # accepted by the protocol, no effect
-            self.result.ignored.append(entry)
-        else:
-            self.result.rejections.append(entry)
-
-    # -- per-kind rules ------------------------------------------------------------------------
-
-    def _start(self, tx: Tx) -> str | None:
-        if tx.inference_id != tx.diff_nonce:  # inference_id is the nonce of its start diff
-            return "inference_id_mismatch"
-        if tx.inference_id in self.result.inferences:
-            return "duplicate_start"
-        if not self.slots:
-            return "empty_group"
-        executor = tx.inference_id % len(self.slots)
-        rec = InferenceState(tx.inference_id, executor, self.slots[executor], status_nonce=tx.diff_nonce)
-        self.result.inferences[tx.inference_id] = rec
-        rec.entered["Pending"] = tx.diff_nonce
-        if self.keep_transitions:
-            self.result.transitions.append(Transition(rec.inference_id, tx.diff_nonce, None, "Pending", "start"))
-        return None
-
-    def _confirm_start(self, rec: InferenceState, tx: Tx) -> str | None:
-        if rec.status != "Pending":
-            return f"wrong_status:{rec.status}"
-        self._move(rec, "Started", tx.diff_nonce, tx.kind)
-        return None
-
-    def _finish(self, rec: InferenceState, tx: Tx) -> str | None:
-        # Status first: a Pending record cannot take a Finish even with the right slot.
-        if rec.status != "Started":
-            return f"wrong_status:{rec.status}"
-        if tx.slot != rec.executor_slot:
-            return "executor_slot_mismatch"
-        rec.input_tokens, rec.output_tokens = tx.input_tokens, tx.output_tokens
-        self._move(rec, "Finished", tx.diff_nonce, tx.kind)
-        return None
-
-    def _validation(self, rec: InferenceState, tx: Tx) -> str | None:
+    def _validation(self, rec: InferenceState, row: tuple) -> str | None:
         if rec.status not in _VALIDATION_OK:
             return f"wrong_status:{rec.status}"
-        if tx.slot == rec.executor_slot:
+        nonce, slot, valid = row[0], row[3], row[4]
+        if slot == rec.executor_slot:
             return "validator_is_executor"
-        address = self.slots[tx.slot]
+        address = self.slots[slot]
         if address in rec.voted_addresses:
             return "duplicate_voter"
         rec.voted_addresses.add(address)
         finished = rec.status == "Finished"
-        self._record_vote(rec, tx, address, "weight" if finished else "no_weight")
+        self._record_vote(rec, row, address, "weight" if finished else "no_weight")
         if not finished:  # later validations only set the bit (§3.2)
             return None
-        if tx.valid:
+        if valid:
             rec.votes_valid += self.weight[address]
             return None
         # valid False opens a challenge; None counts as False because proto3/Go JSON omit a
         # false bool, so a decoded MsgValidation{valid:false} often has no 'valid' at all.
         rec.votes_invalid += self.weight[address]
-        rec.challenged_nonce, rec.challenger_slot = tx.diff_nonce, tx.slot
-        self._move(rec, "Challenged", tx.diff_nonce, tx.kind)
+        rec.challenged_nonce, rec.challenger_slot = nonce, slot
+        self._move(rec, "Challenged", nonce, "validation")
         return None  # no tally is resolved by a MsgValidation itself
 
-    def _record_vote(self, rec: InferenceState, tx: Tx, address: str, effect: str) -> None:
-        self.result.votes.append(VoteEvent(rec.inference_id, tx.diff_nonce, tx.kind, tx.slot, address,
-                                           self.weight[address], bool(tx.valid), effect))
-
-    def _validation_vote(self, rec: InferenceState, tx: Tx) -> str | None:
+    def _validation_vote(self, rec: InferenceState, row: tuple) -> str | None:
+        address = self.slots[row[3]]
         if rec.status in _RESOLVED:
-            if self.slots[tx.slot] not in rec.voted_addresses:  # cast, but the tally was already decided
-                self._record_vote(rec, tx, self.slots[tx.slot], "ignored")
+            if address not in rec.voted_addresses:  # cast, but the tally was already decided
+                self._record_vote(rec, row, address, "ignored")
             return "ignored_resolved"  # protocol ignores these for safe batching (§3.3)
         if rec.status != "Challenged":
             return f"wrong_status:{rec.status}"
-        address = self.slots[tx.slot]
         if address in rec.voted_addresses:
             return "duplicate_voter"
         rec.voted_addresses.add(address)
-        self._record_vote(rec, tx, address, "weight")
-        if tx.valid:
+        self._record_vote(rec, row, address, "weight")
+        if row[4]:
             rec.votes_valid += self.weight[address]
         else:
             rec.votes_invalid += self.weight[address]
-        self._resolve(rec, tx)
+        self._resolve(rec, row[0])
         return None
 
-    def _resolve(self, rec: InferenceState, tx: Tx) -> None:
+    def _resolve(self, rec: InferenceState, nonce: int) -> None:
         # Invalid is checked FIRST after every vote (§3.3); strict '>'.
         if rec.votes_invalid > self.threshold:
-            self._move(rec, "Invalidated", tx.diff_nonce, tx.kind)
+            self._move(rec, "Invalidated", nonce, "validation_vote")
             rec.penalty = "invalid"
-            self.result.slot_invalid[rec.executor_slot] += 1
+            self.invalid[rec.executor_slot] += 1
         elif rec.votes_valid > self.threshold:
-            self._move(rec, "Validated", tx.diff_nonce, tx.kind)
+            self._move(rec, "Validated", nonce, "validation_vote")
         else:
             return
-        rec.resolved_nonce = tx.diff_nonce
+        rec.resolved_nonce = nonce
 
-    def _timeout(self, rec: InferenceState, tx: Tx) -> str | None:
-        required = _TIMEOUT_FROM.get(tx.reason or "")
+    def _timeout(self, rec: InferenceState, row: tuple) -> str | None:
+        reason = row[5]
+        required = _TIMEOUT_FROM.get(reason or "")
         if required is None:
             return "bad_reason"
         if rec.status != required:
             return f"wrong_status:{rec.status}"
-        return self._miss(rec, tx, tx.reason)
+        return self._miss(rec, row, reason)
 
-    def _error_miss(self, rec: InferenceState, tx: Tx) -> str | None:
+    def _error_miss(self, rec: InferenceState, row: tuple) -> str | None:
         if rec.status != "Finished":
             return f"wrong_status:{rec.status}"
-        return self._miss(rec, tx, "error_miss")
+        return self._miss(rec, row, "error_miss")
 
     def drain(self) -> None:
         """Settlement turns still-live records into Finished with no miss (§1.2)."""
-        for inference_id in sorted(self.result.inferences):
-            rec = self.result.inferences[inference_id]
+        for inference_id in sorted(self.inferences):
+            rec = self.inferences[inference_id]
             if rec.status in ("Pending", "Started"):
                 self._move(rec, "Finished", None, "settlement_drain")
                 rec.drained = True
@@ -358,12 +357,29 @@ def replay(config: EscrowConfig, txs: Iterable[Tx], *, presorted: bool = False,
            transitions: bool = True) -> ReplayResult:
     """Replay an escrow's txs in protocol order; a rejected tx changes nothing.
 
-    presorted=True skips the sort when the caller already delivers `sort_key` order (the database does: its
-    keys make (diff_nonce, kind order, inference_id, slot) unique). transitions=False skips the history list
-    (each record still keeps the nonce at which it entered every status, in `entered`)."""
-    machine = _Machine(config, keep_transitions=transitions)
+    presorted=True skips the sort when the caller already delivers `sort_key` order. transitions=False skips the
+    history list (each record still keeps the nonce at which it entered every status, in `entered`)."""
+    codes, kinds, rows = dict(KIND_ORDER), list(KINDS), []
     for tx in (txs if presorted else sorted(txs, key=sort_key)):
-        machine.apply(tx)
+        code = codes.get(tx.kind)
+        if code is None:  # an unknown kind is only rejected; its code just names it
+            code = codes[tx.kind] = len(kinds)
+            kinds.append(tx.kind)
+        rows.append((tx.diff_nonce, code, *tx[2:]))
+    return _replay(config, rows, transitions, tuple(kinds))
+
+
+def replay_rows(config: EscrowConfig, rows: Iterable[tuple], *, transitions: bool = True) -> ReplayResult:
+    """`replay` for callers that hold rows rather than Txs (the database path): each row is a Tx with the kind's
+    code (KIND_ORDER) in place of its name, fields after the last one its kind reads may be left out (slot always
+    present), and the rows come in protocol order. When (diff_nonce, code, inference_id, slot) is unique, as the
+    database's keys make it, plain tuple order is `sort_key` order, so `rows.sort()` suffices."""
+    return _replay(config, rows, transitions, KINDS)
+
+
+def _replay(config: EscrowConfig, rows: Iterable[tuple], transitions: bool, kinds: tuple[str, ...]) -> ReplayResult:
+    machine = _Machine(config, transitions, kinds)
+    machine.run(rows)
     if config.settled:
         machine.drain()
-    return machine.result
+    return machine.result()
