@@ -3,19 +3,10 @@
 --   error_miss_sibling           an error-miss on an unbilled client fault that only today's sibling rule admits
 --                                (or that not even today's rule admits)
 --   timeout_over_limit           a refused/execution timeout on a request shown over the limit by signed tokens
--- detected_at survives re-evaluation: a finding keeps the time it was first seen.
-CREATE TEMP TABLE IF NOT EXISTS prev_detected (escrow_id text, inference_id bigint, penalty text,
-                                               detected_at timestamptz) ON COMMIT DROP;
-
-DELETE FROM prev_detected;
-
-INSERT INTO prev_detected
-SELECT escrow_id, inference_id, penalty, detected_at FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s);
-
-DELETE FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s);
-
-INSERT INTO rules.disputable (epoch_index, escrow_id, inference_id, participant, executor_slot, penalty, rule,
-                              verdict, evidence, rule_version, detected_at)
+-- detected_at survives re-evaluation: one MERGE keyed like the table updates a finding only when it changed, so it
+-- keeps the time it was first seen, and deletes the epochs' findings no longer found.
+MERGE INTO rules.disputable d
+USING (
 WITH found AS (
   SELECT cr.epoch_index, cr.escrow_id, cr.inference_id, cr.executor_address AS participant, cr.executor_slot,
          'invalid' AS penalty, 'invalidated_context_refusal' AS rule, cr.verdict,
@@ -57,7 +48,7 @@ WITH found AS (
            'sibling_input_tokens', sib.input_tokens,
            'shown_by', CASE WHEN s.max_tokens > el.governance_limit THEN 'max_tokens' ELSE 'sibling' END))
   FROM replay.inference i
-  JOIN rules.escrow_limit el ON el.escrow_id = i.escrow_id
+  JOIN rules.escrow_limit el ON el.escrow_id = i.escrow_id AND el.epoch_index = ANY(%(epochs)s)
   JOIN rec.start_tx s ON s.escrow_id = i.escrow_id AND s.inference_id = i.inference_id
   LEFT JOIN LATERAL (
     SELECT sf.inference_id, sf.input_tokens
@@ -66,12 +57,26 @@ WITH found AS (
                          AND sf.input_tokens > 0
     WHERE s2.escrow_id = s.escrow_id AND s2.prompt_hash = s.prompt_hash AND s.prompt_hash <> ''
       AND s2.inference_id <> s.inference_id
+      -- no probe when even the escrow's largest input (10_limits) could not show it over the limit
+      AND (s.max_tokens > el.governance_limit OR el.max_input_tokens >= el.governance_limit
+           OR el.max_input_tokens + s.max_tokens > el.governance_limit)
     ORDER BY sf.input_tokens DESC, sf.inference_id LIMIT 1) sib ON true
   WHERE i.epoch_index = ANY(%(epochs)s) AND i.status = 'TimedOut' AND i.timeout_reason IN ('refused', 'execution')
     AND (s.max_tokens > el.governance_limit OR sib.input_tokens >= el.governance_limit
          OR sib.input_tokens + s.max_tokens > el.governance_limit)
+), old AS (
+  SELECT escrow_id, inference_id, penalty FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s)
 )
-SELECT f.epoch_index, f.escrow_id, f.inference_id, f.participant, f.executor_slot, f.penalty, f.rule, f.verdict,
-       f.evidence, %(version)s, COALESCE(p.detected_at, now())
-FROM found f
-LEFT JOIN prev_detected p ON p.escrow_id = f.escrow_id AND p.inference_id = f.inference_id AND p.penalty = f.penalty;
+SELECT * FROM found FULL JOIN old USING (escrow_id, inference_id, penalty)  -- rule IS NULL: no longer found
+) f ON d.escrow_id = f.escrow_id AND d.inference_id = f.inference_id AND d.penalty = f.penalty
+WHEN MATCHED AND f.rule IS NULL THEN DELETE
+WHEN MATCHED AND (d.epoch_index, d.participant, d.executor_slot, d.rule, d.verdict, d.evidence, d.rule_version)
+                 IS DISTINCT FROM (f.epoch_index, f.participant, f.executor_slot, f.rule, f.verdict, f.evidence,
+                                   %(version)s) THEN
+  UPDATE SET epoch_index = f.epoch_index, participant = f.participant, executor_slot = f.executor_slot,
+             rule = f.rule, verdict = f.verdict, evidence = f.evidence, rule_version = %(version)s
+WHEN NOT MATCHED THEN
+  INSERT (epoch_index, escrow_id, inference_id, participant, executor_slot, penalty, rule, verdict, evidence,
+          rule_version, detected_at)
+  VALUES (f.epoch_index, f.escrow_id, f.inference_id, f.participant, f.executor_slot, f.penalty, f.rule, f.verdict,
+          f.evidence, %(version)s, now());
