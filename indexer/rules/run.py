@@ -80,12 +80,20 @@ def run_rules(conn: psycopg.Connection, epochs: tuple[int, int] | None = None) -
     return summary
 
 
+# Per claim (SET LOCAL). The rules probe rec/replay rows that stay cached, so an index probe costs little more than a
+# sequential page: with the default cost one epoch would scan whole tables (e.g. every epoch's votes) to save probes.
+# Statements are prepared once per connection (no re-parse per claim) but planned for each claim's epochs: a
+# generic plan for "some epochs" suits neither one epoch nor eight.
+_SETTINGS = "SET LOCAL random_page_cost = 1.1; SET LOCAL plan_cache_mode = force_custom_plan"
+
+
 def _evaluate(conn: psycopg.Connection, epochs: list[int], summary: RulesSummary) -> None:
+    conn.execute(_SETTINGS)
     summary.parsed += parse_payloads(conn, epochs)
     params = {"epochs": epochs, "version": RULE_VERSION}
     for name, statement in rule_statements():
         try:
-            conn.execute(statement, params)
+            conn.execute(statement, params, prepare=True)
         except psycopg.Error as exc:
             raise RuntimeError(f"rules statement in sql/rules/{name} failed: {exc}") from exc
     found = conn.execute("SELECT count(*) FROM rules.disputable WHERE epoch_index = ANY(%s)", (epochs,)).fetchone()[0]
@@ -99,6 +107,6 @@ def parse_payloads(conn: psycopg.Connection, epochs: list[int]) -> int:
     """Parse the payloads of 0/0 Finishes that have no current parse; returns how many were parsed."""
     # a plain query, not a server-side cursor: usually nothing is stale, and a cursor's fast-start plan is slower
     rows = [refusals.parse_row(escrow_id, inference_id, payload, md5) for escrow_id, inference_id, md5, payload
-            in conn.execute(_UNPARSED, {"epochs": epochs, "parser": refusals.PARSER_VERSION})]
+            in conn.execute(_UNPARSED, {"epochs": epochs, "parser": refusals.PARSER_VERSION}, prepare=True)]
     refusals.store(conn, rows)
     return len(rows)

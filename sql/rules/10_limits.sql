@@ -2,7 +2,8 @@
 -- and non-zero (0 = unknown/uncapped); else the epoch snapshot's model_args. Never the error text.
 DELETE FROM rules.escrow_limit WHERE epoch_index = ANY(%(epochs)s);
 
-INSERT INTO rules.escrow_limit (escrow_id, epoch_index, model_id, governance_limit, limit_source)
+INSERT INTO rules.escrow_limit (escrow_id, epoch_index, model_id, governance_limit, limit_source,
+                                max_input_tokens, max_served_tokens)
 WITH args AS (  -- parse each (epoch, model)'s args once, not once per escrow
   SELECT m.epoch_index, m.model_id, a.args_limit
   FROM rec.model_snapshot m CROSS JOIN LATERAL fn.max_model_len(m.model_args) a
@@ -11,9 +12,13 @@ WITH args AS (  -- parse each (epoch, model)'s args once, not once per escrow
 SELECT e.escrow_id, e.epoch_index, e.model_id,
        COALESCE(NULLIF(e.max_model_len, 0), a.args_limit),
        CASE WHEN NULLIF(e.max_model_len, 0) IS NOT NULL THEN 'escrow'
-            WHEN a.args_limit IS NOT NULL THEN 'model_args' END
+            WHEN a.args_limit IS NOT NULL THEN 'model_args' END,
+       t.max_input, t.max_served
 FROM rec.escrow e
 LEFT JOIN args a ON a.epoch_index = e.epoch_index AND a.model_id = e.model_id
+CROSS JOIN LATERAL (  -- the one walk over the epoch's Finishes: bounds for the suspect and timeout rules
+  SELECT max(input_tokens) AS max_input, max(input_tokens + output_tokens) AS max_served
+  FROM rec.finish_tx WHERE escrow_id = e.escrow_id) t
 WHERE e.epoch_index = ANY(%(epochs)s);
 
 DELETE FROM rules.model_limit WHERE epoch_index = ANY(%(epochs)s);

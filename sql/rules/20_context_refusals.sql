@@ -7,31 +7,31 @@ DELETE FROM rules.context_refusal WHERE epoch_index = ANY(%(epochs)s);
 INSERT INTO rules.context_refusal
 WITH zero AS (
   SELECT f.escrow_id, f.inference_id, f.has_payload, el.epoch_index, el.model_id, el.governance_limit,
-         el.limit_source
+         el.limit_source, s.max_tokens, s.input_length, s.prompt_hash
   FROM rules.escrow_limit el
   CROSS JOIN LATERAL (  -- probe each escrow's 0/0 Finishes (OFFSET 0 keeps the planner from flattening this into
                         -- a walk over every epoch's refusals: it underestimates input = 0 AND output = 0)
     SELECT escrow_id, inference_id, response_payload IS NOT NULL AS has_payload FROM rec.finish_tx
     WHERE escrow_id = el.escrow_id AND input_tokens = 0 AND output_tokens = 0 OFFSET 0) f
+  LEFT JOIN rec.start_tx s ON s.escrow_id = f.escrow_id AND s.inference_id = f.inference_id  -- once per refusal
   WHERE el.epoch_index = ANY(%(epochs)s)
 ), sib AS (
   SELECT z.escrow_id, z.inference_id, max(sf.input_tokens) AS max_in, min(sf.input_tokens) AS min_in,
          count(*) AS n, (array_agg(sf.inference_id ORDER BY sf.input_tokens DESC, sf.inference_id))[1] AS sib_id
   FROM zero z
-  JOIN rec.start_tx s ON s.escrow_id = z.escrow_id AND s.inference_id = z.inference_id AND s.prompt_hash <> ''
-  JOIN rec.start_tx s2 ON s2.escrow_id = s.escrow_id AND s2.prompt_hash = s.prompt_hash
-                      AND s2.inference_id <> s.inference_id
+  JOIN rec.start_tx s2 ON s2.escrow_id = z.escrow_id AND s2.prompt_hash = z.prompt_hash
+                      AND s2.inference_id <> z.inference_id
   JOIN rec.finish_tx sf ON sf.escrow_id = s2.escrow_id AND sf.inference_id = s2.inference_id AND sf.input_tokens > 0
+  WHERE z.prompt_hash <> ''
   GROUP BY z.escrow_id, z.inference_id
 ), chosen AS (
-  SELECT z.*, s.max_tokens, s.input_length, p.refusal_kind, p.error_code, p.reported_limit, p.reported_prompt_tokens,
+  SELECT z.*, p.refusal_kind, p.error_code, p.reported_limit, p.reported_prompt_tokens,
          p.reported_prompt_is_lower_bound, p.reported_max_tokens, p.family, p.requested_total,
          sib.max_in, sib.min_in, sib.n AS sib_n, sib.sib_id,
          CASE WHEN sib.max_in IS NOT NULL THEN 'sibling'
               WHEN p.reported_prompt_tokens IS NOT NULL THEN 'error_text'
-              WHEN s.input_length IS NOT NULL THEN 'input_length' END AS source
+              WHEN z.input_length IS NOT NULL THEN 'input_length' END AS source
   FROM zero z
-  LEFT JOIN rec.start_tx s ON s.escrow_id = z.escrow_id AND s.inference_id = z.inference_id
   LEFT JOIN rules.refusal_parse p ON p.escrow_id = z.escrow_id AND p.inference_id = z.inference_id AND z.has_payload
   LEFT JOIN sib ON sib.escrow_id = z.escrow_id AND sib.inference_id = z.inference_id
 ), decided AS (

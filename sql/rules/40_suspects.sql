@@ -9,10 +9,11 @@ SELECT el.epoch_index, e.slots[f.executor_slot + 1], el.model_id, 'served_above_
        f.served, el.governance_limit, el.escrow_id, f.inference_id, %(version)s
 FROM rules.escrow_limit el
 JOIN rec.escrow e ON e.escrow_id = el.escrow_id
-CROSS JOIN LATERAL (  -- per escrow (the served-tokens test needs every Finish of the epoch once)
+CROSS JOIN LATERAL (  -- per escrow, and only escrows whose largest Finish (10_limits) served above the limit
   SELECT inference_id, executor_slot, input_tokens + output_tokens AS served FROM rec.finish_tx
   WHERE escrow_id = el.escrow_id AND input_tokens + output_tokens > el.governance_limit) f
-WHERE el.epoch_index = ANY(%(epochs)s) AND f.executor_slot < cardinality(e.slots)
+WHERE el.epoch_index = ANY(%(epochs)s) AND el.max_served_tokens > el.governance_limit
+  AND f.executor_slot < cardinality(e.slots)
 UNION ALL
 SELECT cr.epoch_index, cr.executor_address, cr.model_id, 'stated_limit_above', cr.reported_limit,
        cr.governance_limit, cr.escrow_id, cr.inference_id, %(version)s

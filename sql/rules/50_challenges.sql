@@ -36,8 +36,11 @@ WITH ch AS (
   FROM running GROUP BY escrow_id, inference_id
 )
 SELECT ch.escrow_id, ch.inference_id, ch.epoch_index,
-       COALESCE(f.input_tokens = 0 AND f.output_tokens = 0 AND COALESCE(p.is_client_fault, f.response_payload IS NULL),
-                false),
+       -- the parse is looked up only for 0/0 Finishes (a join would hash every epoch's parses for one epoch)
+       COALESCE(f.input_tokens = 0 AND f.output_tokens = 0
+                AND COALESCE((SELECT p.is_client_fault FROM rules.refusal_parse p
+                              WHERE p.escrow_id = ch.escrow_id AND p.inference_id = ch.inference_id),
+                             f.response_payload IS NULL), false),
        COALESCE(t.suspect_invalid_weight, 0), t.suspect_voters,
        CASE WHEN t.challenger_suspect THEN 'Finished'
             WHEN t.inv_step IS NOT NULL AND (t.val_step IS NULL OR t.inv_step <= t.val_step) THEN 'Invalidated'
@@ -46,5 +49,4 @@ SELECT ch.escrow_id, ch.inference_id, ch.epoch_index,
        %(version)s
 FROM ch
 LEFT JOIN tallied t ON t.escrow_id = ch.escrow_id AND t.inference_id = ch.inference_id
-LEFT JOIN rec.finish_tx f ON f.escrow_id = ch.escrow_id AND f.inference_id = ch.inference_id
-LEFT JOIN rules.refusal_parse p ON p.escrow_id = ch.escrow_id AND p.inference_id = ch.inference_id;
+LEFT JOIN rec.finish_tx f ON f.escrow_id = ch.escrow_id AND f.inference_id = ch.inference_id;

@@ -3,20 +3,34 @@
 --   error_miss_sibling           an error-miss on an unbilled client fault that only today's sibling rule admits
 --                                (or that not even today's rule admits)
 --   timeout_over_limit           a refused/execution timeout on a request shown over the limit by signed tokens
--- detected_at survives re-evaluation: a finding keeps the time it was first seen.
-CREATE TEMP TABLE IF NOT EXISTS prev_detected (escrow_id text, inference_id bigint, penalty text,
-                                               detected_at timestamptz) ON COMMIT DROP;
-
-DELETE FROM prev_detected;
-
-INSERT INTO prev_detected
-SELECT escrow_id, inference_id, penalty, detected_at FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s);
-
-DELETE FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s);
-
-INSERT INTO rules.disputable (epoch_index, escrow_id, inference_id, participant, executor_slot, penalty, rule,
-                              verdict, evidence, rule_version, detected_at)
-WITH found AS (
+-- detected_at survives re-evaluation: one MERGE keyed like the table updates a finding only when it changed, so it
+-- keeps the time it was first seen, and deletes the epochs' findings no longer found.
+MERGE INTO rules.disputable d
+USING (
+WITH over AS MATERIALIZED (  -- refused/execution timeouts shown over the limit, found from the compact timeout txs
+                            -- so that only these read their replayed record
+  SELECT t.escrow_id, t.inference_id, s.max_tokens, s.input_length, el.governance_limit, el.limit_source,
+         sib.inference_id AS sibling_id, sib.input_tokens AS sibling_input
+  FROM rules.escrow_limit el
+  CROSS JOIN LATERAL (  -- per escrow (OFFSET 0: not a hash join over every epoch's timeouts)
+    SELECT escrow_id, inference_id FROM rec.timeout_tx
+    WHERE escrow_id = el.escrow_id AND reason IN ('refused', 'execution') OFFSET 0) t
+  JOIN rec.start_tx s ON s.escrow_id = t.escrow_id AND s.inference_id = t.inference_id
+  LEFT JOIN LATERAL (
+    SELECT sf.inference_id, sf.input_tokens
+    FROM rec.start_tx s2
+    JOIN rec.finish_tx sf ON sf.escrow_id = s2.escrow_id AND sf.inference_id = s2.inference_id
+                         AND sf.input_tokens > 0
+    WHERE s2.escrow_id = s.escrow_id AND s2.prompt_hash = s.prompt_hash AND s.prompt_hash <> ''
+      AND s2.inference_id <> s.inference_id
+      -- no probe when even the escrow's largest input (10_limits) could not show it over the limit
+      AND (s.max_tokens > el.governance_limit OR el.max_input_tokens >= el.governance_limit
+           OR el.max_input_tokens + s.max_tokens > el.governance_limit)
+    ORDER BY sf.input_tokens DESC, sf.inference_id LIMIT 1) sib ON true
+  WHERE el.epoch_index = ANY(%(epochs)s)
+    AND (s.max_tokens > el.governance_limit OR sib.input_tokens >= el.governance_limit
+         OR sib.input_tokens + s.max_tokens > el.governance_limit)
+), found AS (
   SELECT cr.epoch_index, cr.escrow_id, cr.inference_id, cr.executor_address AS participant, cr.executor_slot,
          'invalid' AS penalty, 'invalidated_context_refusal' AS rule, cr.verdict,
          cr.evidence || jsonb_strip_nulls(jsonb_build_object(
@@ -30,7 +44,7 @@ WITH found AS (
   FROM rules.context_refusal cr
   JOIN replay.inference i ON i.escrow_id = cr.escrow_id AND i.inference_id = cr.inference_id
   LEFT JOIN rules.challenge c ON c.escrow_id = cr.escrow_id AND c.inference_id = cr.inference_id
-  WHERE cr.epoch_index = ANY(%(epochs)s) AND i.penalty = 'invalid'
+  WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.penalty = 'invalid' AND i.penalty = 'invalid'  -- cr: copied by 20
     AND cr.refusal_kind IN ('context_length', 'unknown') AND cr.verdict <> 'fits'
   UNION ALL
   SELECT sf.epoch_index, sf.escrow_id, sf.inference_id, i.executor_address, i.executor_slot, 'missed',
@@ -51,27 +65,27 @@ WITH found AS (
   SELECT i.epoch_index, i.escrow_id, i.inference_id, i.executor_address, i.executor_slot, 'missed',
          'timeout_over_limit', 'over_limit',
          jsonb_strip_nulls(jsonb_build_object(
-           'timeout_reason', i.timeout_reason, 'timeout_nonce', i.timed_out_nonce, 'max_tokens', s.max_tokens,
-           'input_length', s.input_length, 'governance_limit', el.governance_limit,
-           'limit_source', el.limit_source, 'sibling_inference_id', sib.inference_id,
-           'sibling_input_tokens', sib.input_tokens,
-           'shown_by', CASE WHEN s.max_tokens > el.governance_limit THEN 'max_tokens' ELSE 'sibling' END))
-  FROM replay.inference i
-  JOIN rules.escrow_limit el ON el.escrow_id = i.escrow_id
-  JOIN rec.start_tx s ON s.escrow_id = i.escrow_id AND s.inference_id = i.inference_id
-  LEFT JOIN LATERAL (
-    SELECT sf.inference_id, sf.input_tokens
-    FROM rec.start_tx s2
-    JOIN rec.finish_tx sf ON sf.escrow_id = s2.escrow_id AND sf.inference_id = s2.inference_id
-                         AND sf.input_tokens > 0
-    WHERE s2.escrow_id = s.escrow_id AND s2.prompt_hash = s.prompt_hash AND s.prompt_hash <> ''
-      AND s2.inference_id <> s.inference_id
-    ORDER BY sf.input_tokens DESC, sf.inference_id LIMIT 1) sib ON true
+           'timeout_reason', i.timeout_reason, 'timeout_nonce', i.timed_out_nonce, 'max_tokens', o.max_tokens,
+           'input_length', o.input_length, 'governance_limit', o.governance_limit,
+           'limit_source', o.limit_source, 'sibling_inference_id', o.sibling_id,
+           'sibling_input_tokens', o.sibling_input,
+           'shown_by', CASE WHEN o.max_tokens > o.governance_limit THEN 'max_tokens' ELSE 'sibling' END))
+  FROM over o
+  JOIN replay.inference i ON i.escrow_id = o.escrow_id AND i.inference_id = o.inference_id
   WHERE i.epoch_index = ANY(%(epochs)s) AND i.status = 'TimedOut' AND i.timeout_reason IN ('refused', 'execution')
-    AND (s.max_tokens > el.governance_limit OR sib.input_tokens >= el.governance_limit
-         OR sib.input_tokens + s.max_tokens > el.governance_limit)
+), old AS (
+  SELECT escrow_id, inference_id, penalty FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s)
 )
-SELECT f.epoch_index, f.escrow_id, f.inference_id, f.participant, f.executor_slot, f.penalty, f.rule, f.verdict,
-       f.evidence, %(version)s, COALESCE(p.detected_at, now())
-FROM found f
-LEFT JOIN prev_detected p ON p.escrow_id = f.escrow_id AND p.inference_id = f.inference_id AND p.penalty = f.penalty;
+SELECT * FROM found FULL JOIN old USING (escrow_id, inference_id, penalty)  -- rule IS NULL: no longer found
+) f ON d.escrow_id = f.escrow_id AND d.inference_id = f.inference_id AND d.penalty = f.penalty
+WHEN MATCHED AND f.rule IS NULL THEN DELETE
+WHEN MATCHED AND (d.epoch_index, d.participant, d.executor_slot, d.rule, d.verdict, d.evidence, d.rule_version)
+                 IS DISTINCT FROM (f.epoch_index, f.participant, f.executor_slot, f.rule, f.verdict, f.evidence,
+                                   %(version)s) THEN
+  UPDATE SET epoch_index = f.epoch_index, participant = f.participant, executor_slot = f.executor_slot,
+             rule = f.rule, verdict = f.verdict, evidence = f.evidence, rule_version = %(version)s
+WHEN NOT MATCHED THEN
+  INSERT (epoch_index, escrow_id, inference_id, participant, executor_slot, penalty, rule, verdict, evidence,
+          rule_version, detected_at)
+  VALUES (f.epoch_index, f.escrow_id, f.inference_id, f.participant, f.executor_slot, f.penalty, f.rule, f.verdict,
+          f.evidence, %(version)s, now());
