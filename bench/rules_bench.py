@@ -1,8 +1,9 @@
 """Rules-stage benchmark on a ~1,000,000-inference database over ten epochs.
 
 Baseline, measured in the same run: one `CREATE TABLE … AS SELECT * FROM replay.inference`. Targets: full rules
-stage ≤ 3× the baseline; re-evaluating one dirty epoch of ten ≤ 0.1× the full run; api.disputable_penalties
-filtered to one epoch < 50 ms.
+stage ≤ 3× the baseline; re-evaluating one dirty epoch of ten ≤ 0.1× the full run (the epoch dirtied as epochs are
+in service, by late records in some of its escrows; a forced whole-epoch re-evaluation is printed beside it);
+api.disputable_penalties filtered to one epoch < 50 ms.
 
     python bench/rules_bench.py [--inferences 1000000] [--database-url URL] [--keep]
 """
@@ -15,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import orjson
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,6 +35,28 @@ def timed(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def late_records(conn: psycopg.Connection, url: str, epoch: int, share: float = 0.1) -> int:
+    """The way an epoch becomes dirty in service: late records. Amend one Finish (a re-fetched response hash) in
+    `share` of the epoch's escrows, then load and replay them (untimed): the rules run that follows is measured."""
+    escrows = [r[0] for r in conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s ORDER BY 1",
+                                          (epoch,))]
+    picked = escrows[:max(1, round(len(escrows) * share))]
+    records = []
+    for escrow_id in picked:
+        f = conn.execute("SELECT inference_id, diff_nonce, executor_slot, input_tokens, output_tokens FROM rec.finish_tx "
+                         "WHERE escrow_id = %s AND output_tokens > 0 ORDER BY inference_id LIMIT 1",
+                         (escrow_id,)).fetchone()
+        records.append({"kind": "finish", "escrow_id": escrow_id, "inference_id": f[0], "diff_nonce": f[1],
+                        "executor_slot": f[2], "input_tokens": f[3], "output_tokens": f[4],
+                        "response_hash": f"{f[0]:064x}"})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "late.ndjson"
+        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+        ingest_paths(url, [str(path)])
+    replay_dirty(conn)
+    return len(picked)
 
 
 def main() -> int:
@@ -69,6 +93,8 @@ def main() -> int:
             epochs = [r[0] for r in conn.execute("SELECT DISTINCT epoch_index FROM rec.escrow ORDER BY 1")]
             one = timed(lambda: run_rules(conn, (epochs[3], epochs[3])))
             again = timed(lambda: run_rules(conn))
+            amended = late_records(conn, url, epochs[3])
+            late = timed(lambda: run_rules(conn))
             samples = []
             for _ in range(7):
                 samples.append(timed(lambda: conn.execute(
@@ -77,8 +103,10 @@ def main() -> int:
         print(f"baseline  CREATE TABLE AS SELECT * FROM inferences : {base:7.2f}s")
         print(f"rules     full stage, {EPOCHS} epochs                     : {full:7.2f}s  = {full / base:.2f}x baseline "
               f"(target <= 3x); {found:,} disputable penalties")
-        print(f"rules     one dirty epoch of {EPOCHS}                     : {one:7.2f}s  = {one / full:.3f}x full "
-              f"(target <= 0.1x)")
+        print(f"rules     one dirty epoch of {EPOCHS} (late records)      : {late:7.2f}s  = {late / full:.3f}x full "
+              f"(target <= 0.1x); {amended} of its escrows amended")
+        print(f"rules     one epoch of {EPOCHS} re-evaluated whole          : {one:7.2f}s  = {one / full:.3f}x full "
+              f"(`indexer rules --epochs`: every escrow recomputed)")
         print(f"rules     nothing dirty (re-run)                    : {again * 1000:7.1f}ms")
         print(f"query     api.disputable_penalties, one epoch       : {statistics.median(samples) * 1000:7.1f}ms "
               f"median of 7 (target < 50 ms)")

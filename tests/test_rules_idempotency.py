@@ -148,3 +148,58 @@ def test_more_epochs_than_one_claim(db_url, tmp_path, conn):
                            "WHERE rule = 'invalidated_context_refusal' AND verdict = 'over_limit'")) == refusals
     assert conn.execute("SELECT count(*) FROM api.context_refusals WHERE refusal_kind = 'context_length'").fetchone() \
         == (11,)
+
+
+def _xmins(conn, escrow_id: str) -> list:
+    """Row versions of an escrow's per-escrow findings: unchanged while nothing rewrites them."""
+    return rows(conn, "SELECT 'cr', inference_id, xmin::text FROM rules.context_refusal WHERE escrow_id = %s "
+                      "UNION ALL SELECT 'sf', inference_id, xmin::text FROM rules.sibling_finding WHERE escrow_id = %s "
+                      "UNION ALL SELECT 'el', 0, xmin::text FROM rules.escrow_limit WHERE escrow_id = %s ORDER BY 1, 2",
+                escrow_id, escrow_id, escrow_id)
+
+
+def test_late_records_re_evaluate_their_escrows_and_agree_with_a_whole_epoch(db_url, tmp_path, conn):
+    """A late record dirties its escrow, not its whole epoch: the rules recompute that escrow's findings and the
+    epoch-wide ones, leave the other escrows' rows alone, and end exactly where a whole-epoch run ends."""
+    logs = [Log(f"e408{x}", epoch=408) for x in "abc"]
+    finishes = {}
+    for log in logs:
+        iid = log.refusal(5, payload=stored(fam6_at_least(GOV, 4096)))
+        log.invalidate(iid)
+        h = new_hash()
+        log.error_miss(log.refusal(4, h, payload=stored(fam4(GOV, GOV - 4000, 4096))))
+        log.served(6, h, input_tokens=GOV - 4000, output_tokens=30)
+        finishes[log.eid] = next(r for r in log.records if r["kind"] == "finish" and r["inference_id"] == iid)
+    load(db_url, tmp_path, [gov_snapshot()] + [r for log in logs for r in log.records])
+    assert rows(conn, "SELECT count(*) FROM api.disputable_penalties") == [(6,)]
+    untouched = {e: _xmins(conn, e) for e in ("e408a", "e408c")}
+    assert all(untouched.values())
+
+    # e408b's refusal body, re-fetched, shows a count that fits: its invalidation is no longer disputable
+    late = {**finishes["e408b"], "response_payload": stored(fam3(100_000, 1000))}
+    ingest(db_url, write_lines(tmp_path / "late.ndjson", [late]))
+    assert rows(conn, "SELECT epoch_index, whole FROM rules.dirty_epoch") == [(408, False)]
+    assert rows(conn, "SELECT escrow_id, epoch_index FROM rules.dirty_escrow") == [("e408b", 408)]
+    run_rules(conn)
+    assert rows(conn, "SELECT count(*) FROM rules.dirty_escrow") == [(0,)]
+    assert rows(conn, "SELECT escrow_id FROM api.disputable_penalties WHERE rule = 'invalidated_context_refusal' "
+                      "ORDER BY 1") == [("e408a",), ("e408c",)]
+    assert {e: _xmins(conn, e) for e in untouched} == untouched
+    incremental = table_snapshot(db_url, RULE_TABLES)
+
+    run_rules(conn, (408, 408))  # the whole epoch, every escrow recomputed
+    assert {e: _xmins(conn, e) for e in untouched} != untouched
+    assert table_snapshot(db_url, RULE_TABLES) == incremental
+
+
+def test_an_epoch_level_change_widens_an_escrow_mark(db_url, tmp_path, conn):
+    """A new snapshot for an epoch that already has an escrow-level mark re-evaluates every escrow of it."""
+    log = Log("e408a", epoch=408)
+    log.invalidate(log.refusal(5, payload=stored(fam6_at_least(GOV, 4096))))
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+    conn.execute("INSERT INTO rules.dirty_epoch (epoch_index, whole) VALUES (408, false)")
+    conn.commit()
+    ingest(db_url, write_lines(tmp_path / "snap.ndjson", [gov_snapshot(limit=1_000_000)]))
+    assert rows(conn, "SELECT epoch_index, whole FROM rules.dirty_epoch") == [(408, True)]
+    run_rules(conn)
+    assert rows(conn, "SELECT governance_limit FROM rules.escrow_limit WHERE escrow_id = 'e408a'") == [(1_000_000,)]

@@ -7,7 +7,12 @@ import psycopg
 
 def claim(conn: psycopg.Connection, table: str, column: str, limit: int) -> list:
     """Delete and return up to `limit` dirty keys inside the caller's transaction."""
-    return [r[0] for r in conn.execute(
+    return [r[0] for r in claim_rows(conn, table, column, limit, column)]
+
+
+def claim_rows(conn: psycopg.Connection, table: str, column: str, limit: int, returning: str) -> list[tuple]:
+    """claim(), returning the `returning` columns of each claimed mark."""
+    return conn.execute(
         f"""DELETE FROM {table} WHERE {column} IN (
               SELECT {column} FROM {table} ORDER BY {column} LIMIT %s FOR UPDATE SKIP LOCKED)
-            RETURNING {column}""", (limit,))]
+            RETURNING {returning}""", (limit,)).fetchall()

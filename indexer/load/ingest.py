@@ -17,7 +17,7 @@ from indexer import workers
 from indexer.load.kinds import KINDS, LOAD_ORDER
 from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
-from indexer.load.statements import stage_ddl, stage_table, upsert_statement
+from indexer.load.statements import WHOLE_EPOCH, stage_ddl, stage_table, upsert_statement
 from indexer.rules import refusals
 from indexer.sources.ndjson import InputFile, block_lines, open_input
 
@@ -113,9 +113,10 @@ class BatchLoader:
                 cp.write(copy)
         except psycopg.errors.UniqueViolation:
             return False
-        dirty = ("replay.dirty_escrow (escrow_id) SELECT unnest(%s::text[])" if spec.scope == "escrow"
-                 else "rules.dirty_epoch (epoch_index) SELECT unnest(%s::bigint[])")
-        self.conn.execute(f"INSERT INTO {dirty} ON CONFLICT DO NOTHING", (sorted(scope),))
+        dirty = ("replay.dirty_escrow (escrow_id) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING"
+                 if spec.scope == "escrow" else
+                 f"rules.dirty_epoch (epoch_index) SELECT unnest(%s::bigint[]) ON CONFLICT {WHOLE_EPOCH}")
+        self.conn.execute(f"INSERT INTO {dirty}", (sorted(scope),))
         return True
 
     def _upsert(self, kind: str, out: IngestSummary) -> None:

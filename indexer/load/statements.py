@@ -13,6 +13,9 @@ from functools import cache
 
 from indexer.load.kinds import KINDS, PG_TYPES, Kind
 
+# An epoch mark for an epoch-level change: it widens an escrow-level mark of the same epoch (rules.dirty_epoch.whole)
+WHOLE_EPOCH = "(epoch_index) DO UPDATE SET whole = true"
+
 
 def stage_table(kind: Kind) -> str:
     return f"pg_temp.stage_{kind.name}"
@@ -36,9 +39,9 @@ def upsert_statement(kind_name: str) -> str:
     table, stage = f"rec.{kind.table}", stage_table(kind)
     key_eq = " AND ".join(f"t.{k} = s.{k}" for k in key)
     if kind.scope == "escrow":
-        dirty, scope_col = "replay.dirty_escrow (escrow_id)", "escrow_id"
-    else:
-        dirty, scope_col = "rules.dirty_epoch (epoch_index)", "epoch_index"
+        dirty, scope_col, on_conflict = "replay.dirty_escrow (escrow_id)", "escrow_id", "DO NOTHING"
+    else:  # an epoch-level input: every escrow of the epoch is re-evaluated
+        dirty, scope_col, on_conflict = "rules.dirty_epoch (epoch_index)", "epoch_index", WHOLE_EPOCH
     keys = ", ".join(key)
     not_inserted = " AND ".join(f"i.{k} = s.{k}" for k in key)
     return f"""
@@ -70,7 +73,7 @@ WITH src AS (
   INSERT INTO {dirty}
   SELECT {scope_col} FROM ins WHERE {scope_col} IS NOT NULL
   UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL
-  ON CONFLICT DO NOTHING
+  ON CONFLICT {on_conflict}
 )
 SELECT (SELECT count(*) FROM ins) AS inserted,
        (SELECT count(*) FROM upd) AS amended,

@@ -40,6 +40,22 @@ _SOURCES = (
 _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slot_stats", "replay.escrow")
 
 
+# The rules re-evaluate each replayed escrow and the epoch-wide findings of its epoch, and of the epoch it left
+# when an amendment moved it. An epoch marked whole (an epoch-level change) stays whole.
+_MARK_FOR_RULES = """
+WITH escrows AS (
+  SELECT escrow_id, epoch_index FROM rec.escrow WHERE escrow_id = ANY(%(ids)s) AND epoch_index IS NOT NULL
+), marked AS (
+  INSERT INTO rules.dirty_escrow (escrow_id, epoch_index) SELECT escrow_id, epoch_index FROM escrows
+  ON CONFLICT (escrow_id) DO UPDATE SET epoch_index = excluded.epoch_index
+)
+INSERT INTO rules.dirty_epoch (epoch_index, whole)
+SELECT epoch_index, false FROM escrows
+UNION SELECT epoch_index, false FROM replay.escrow WHERE escrow_id = ANY(%(ids)s) AND epoch_index IS NOT NULL
+ON CONFLICT DO NOTHING
+"""
+
+
 @dataclass
 class ReplaySummary:
     escrows: int = 0
@@ -130,12 +146,11 @@ def _replay_chunk(conn: psycopg.Connection, ids: list[str]) -> list:
 
 
 def _write_chunk(conn: psycopg.Connection, ids: list[str], results, summary: ReplaySummary) -> None:
-    """Replace the chunk's derived rows and mark its epochs for the rules stage (caller's transaction)."""
+    """Replace the chunk's derived rows and mark its escrows for the rules stage (caller's transaction)."""
+    conn.execute(_MARK_FOR_RULES, {"ids": ids})  # first: replay.escrow still names the epoch an escrow was in
     for table in _DERIVED:
         conn.execute(f"DELETE FROM {table} WHERE escrow_id = ANY(%s)", (ids,))
     _write(conn, results)
-    conn.execute("INSERT INTO rules.dirty_epoch (epoch_index) SELECT DISTINCT epoch_index FROM rec.escrow "
-                 "WHERE escrow_id = ANY(%s) AND epoch_index IS NOT NULL ON CONFLICT DO NOTHING", (ids,))
     summary.escrows += len(ids)
     for _, _, result, n in results:
         summary.txs += n

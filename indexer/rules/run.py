@@ -13,8 +13,9 @@ from functools import cache
 
 import psycopg
 
-from indexer.db.claims import claim
+from indexer.db.claims import claim_rows
 from indexer.db.migrate import SQL_DIR
+from indexer.load.statements import WHOLE_EPOCH
 from indexer.rules import refusals
 
 RULE_VERSION = 1
@@ -30,6 +31,22 @@ CROSS JOIN LATERAL (  -- per escrow of the epochs, so one epoch never walks ever
 LEFT JOIN rules.refusal_parse p ON p.escrow_id = f.escrow_id AND p.inference_id = f.inference_id
 WHERE e.epoch_index = ANY(%(epochs)s)
   AND (p.escrow_id IS NULL OR p.parser_version <> %(parser)s OR p.payload_md5 <> md5(f.response_payload))
+"""
+
+
+# The escrows whose per-escrow findings (limits and bounds, refusal verdicts, sibling findings) are recomputed:
+# every escrow of a whole epoch, the escrows replayed (or re-parsed) since their last evaluation, and escrows an
+# amendment moved out of a claimed epoch (their old findings go). The escrow marks of the claimed epochs are taken.
+_ESCROWS = """
+WITH marked AS (
+  DELETE FROM rules.dirty_escrow WHERE epoch_index = ANY(%(epochs)s) RETURNING escrow_id
+)
+SELECT escrow_id FROM marked
+UNION SELECT unnest(%(parsed)s::text[])
+UNION SELECT escrow_id FROM rec.escrow WHERE epoch_index = ANY(%(whole)s)
+UNION SELECT el.escrow_id FROM rules.escrow_limit el
+      WHERE el.epoch_index = ANY(%(epochs)s)
+        AND NOT EXISTS (SELECT 1 FROM rec.escrow e WHERE e.escrow_id = el.escrow_id AND e.epoch_index = el.epoch_index)
 """
 
 
@@ -53,14 +70,15 @@ def rule_statements() -> tuple[tuple[str, str], ...]:
 
 def mark_stale_versions(conn: psycopg.Connection) -> None:
     conn.execute("INSERT INTO rules.dirty_epoch (epoch_index) SELECT DISTINCT epoch_index FROM rules.model_limit "
-                 "WHERE rule_version <> %s ON CONFLICT DO NOTHING", (RULE_VERSION,))
+                 f"WHERE rule_version <> %s ON CONFLICT {WHOLE_EPOCH}", (RULE_VERSION,))
 
 
 def mark_epochs(conn: psycopg.Connection, lo: int, hi: int) -> None:
-    conn.execute("""INSERT INTO rules.dirty_epoch (epoch_index)
-                    SELECT epoch_index FROM rec.escrow WHERE epoch_index BETWEEN %(lo)s AND %(hi)s
-                    UNION SELECT epoch_index FROM rec.model_snapshot WHERE epoch_index BETWEEN %(lo)s AND %(hi)s
-                    ON CONFLICT DO NOTHING""", {"lo": lo, "hi": hi})
+    """An explicit request re-evaluates every escrow of the epochs, changed or not."""
+    conn.execute(f"""INSERT INTO rules.dirty_epoch (epoch_index)
+                     SELECT epoch_index FROM rec.escrow WHERE epoch_index BETWEEN %(lo)s AND %(hi)s
+                     UNION SELECT epoch_index FROM rec.model_snapshot WHERE epoch_index BETWEEN %(lo)s AND %(hi)s
+                     ON CONFLICT {WHOLE_EPOCH}""", {"lo": lo, "hi": hi})
 
 
 def run_rules(conn: psycopg.Connection, epochs: tuple[int, int] | None = None) -> RulesSummary:
@@ -72,10 +90,10 @@ def run_rules(conn: psycopg.Connection, epochs: tuple[int, int] | None = None) -
             mark_epochs(conn, *epochs)
     while True:
         with conn.transaction():
-            claimed = claim(conn, "rules.dirty_epoch", "epoch_index", EPOCHS_PER_CLAIM)
+            claimed = claim_rows(conn, "rules.dirty_epoch", "epoch_index", EPOCHS_PER_CLAIM, "epoch_index, whole")
             if not claimed:
                 break
-            _evaluate(conn, sorted(claimed), summary)
+            _evaluate(conn, sorted(e for e, _ in claimed), [e for e, whole in claimed if whole], summary)
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -87,10 +105,14 @@ def run_rules(conn: psycopg.Connection, epochs: tuple[int, int] | None = None) -
 _SETTINGS = "SET LOCAL random_page_cost = 1.1; SET LOCAL plan_cache_mode = force_custom_plan"
 
 
-def _evaluate(conn: psycopg.Connection, epochs: list[int], summary: RulesSummary) -> None:
+def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], summary: RulesSummary) -> None:
+    """Per-escrow findings for the escrows that changed (all of a whole epoch's), then the epoch-wide ones."""
     conn.execute(_SETTINGS)
-    summary.parsed += parse_payloads(conn, epochs)
-    params = {"epochs": epochs, "version": RULE_VERSION}
+    parsed = parse_payloads(conn, epochs)
+    summary.parsed += len(parsed)
+    escrows = [r[0] for r in conn.execute(_ESCROWS, {"epochs": epochs, "whole": whole, "parsed": parsed},
+                                          prepare=True)]
+    params = {"epochs": epochs, "escrows": escrows, "version": RULE_VERSION}
     for name, statement in rule_statements():
         try:
             conn.execute(statement, params, prepare=True)
@@ -103,10 +125,10 @@ def _evaluate(conn: psycopg.Connection, epochs: list[int], summary: RulesSummary
     summary.disputable += found
 
 
-def parse_payloads(conn: psycopg.Connection, epochs: list[int]) -> int:
-    """Parse the payloads of 0/0 Finishes that have no current parse; returns how many were parsed."""
+def parse_payloads(conn: psycopg.Connection, epochs: list[int]) -> list[str]:
+    """Parse the payloads of 0/0 Finishes that have no current parse; returns the escrow of each one parsed."""
     # a plain query, not a server-side cursor: usually nothing is stale, and a cursor's fast-start plan is slower
     rows = [refusals.parse_row(escrow_id, inference_id, payload, md5) for escrow_id, inference_id, md5, payload
             in conn.execute(_UNPARSED, {"epochs": epochs, "parser": refusals.PARSER_VERSION}, prepare=True)]
     refusals.store(conn, rows)
-    return len(rows)
+    return [row[0] for row in rows]

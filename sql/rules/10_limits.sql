@@ -1,13 +1,15 @@
 -- Governance limit per (epoch, model) and per escrow. The escrow's own max_model_len (#1763) wins when present
 -- and non-zero (0 = unknown/uncapped); else the epoch snapshot's model_args. Never the error text.
-DELETE FROM rules.escrow_limit WHERE epoch_index = ANY(%(epochs)s);
+-- Per-escrow findings (this file's escrow_limit, 20, 30) are recomputed for %(escrows)s: the escrows that changed
+-- since their last evaluation, or every escrow of an epoch whose epoch-level inputs changed (indexer.rules.run).
+DELETE FROM rules.escrow_limit WHERE escrow_id = ANY(%(escrows)s);
 
 INSERT INTO rules.escrow_limit (escrow_id, epoch_index, model_id, governance_limit, limit_source,
                                 max_input_tokens, max_served_tokens)
 WITH args AS (  -- parse each (epoch, model)'s args once, not once per escrow
   SELECT m.epoch_index, m.model_id, a.args_limit
   FROM rec.model_snapshot m CROSS JOIN LATERAL fn.max_model_len(m.model_args) a
-  WHERE m.epoch_index = ANY(%(epochs)s)
+  WHERE m.epoch_index IN (SELECT epoch_index FROM rec.escrow WHERE escrow_id = ANY(%(escrows)s))
 )
 SELECT e.escrow_id, e.epoch_index, e.model_id,
        COALESCE(NULLIF(e.max_model_len, 0), a.args_limit),
@@ -19,7 +21,7 @@ LEFT JOIN args a ON a.epoch_index = e.epoch_index AND a.model_id = e.model_id
 CROSS JOIN LATERAL (  -- the one walk over the epoch's Finishes: bounds for the suspect and timeout rules
   SELECT max(input_tokens) AS max_input, max(input_tokens + output_tokens) AS max_served
   FROM rec.finish_tx WHERE escrow_id = e.escrow_id) t
-WHERE e.epoch_index = ANY(%(epochs)s);
+WHERE e.escrow_id = ANY(%(escrows)s) AND e.epoch_index IS NOT NULL;
 
 DELETE FROM rules.model_limit WHERE epoch_index = ANY(%(epochs)s);
 

@@ -2,7 +2,7 @@
 -- sibling (signed input_tokens of another Finish of the same prompt in the escrow; the largest, so any served
 -- count that shows the request cannot fit protects the host) > error_text (the executor's own vLLM message,
 -- possibly a lower bound) > input_length (the gateway's estimate: recorded, never decisive).
-DELETE FROM rules.context_refusal WHERE epoch_index = ANY(%(epochs)s);
+DELETE FROM rules.context_refusal WHERE escrow_id = ANY(%(escrows)s);
 
 INSERT INTO rules.context_refusal
 WITH zero AS (
@@ -14,7 +14,7 @@ WITH zero AS (
     SELECT escrow_id, inference_id, response_payload IS NOT NULL AS has_payload FROM rec.finish_tx
     WHERE escrow_id = el.escrow_id AND input_tokens = 0 AND output_tokens = 0 OFFSET 0) f
   LEFT JOIN rec.start_tx s ON s.escrow_id = f.escrow_id AND s.inference_id = f.inference_id  -- once per refusal
-  WHERE el.epoch_index = ANY(%(epochs)s)
+  WHERE el.escrow_id = ANY(%(escrows)s)
 ), sib AS (
   SELECT z.escrow_id, z.inference_id, max(sf.input_tokens) AS max_in, min(sf.input_tokens) AS min_in,
          count(*) AS n, (array_agg(sf.inference_id ORDER BY sf.input_tokens DESC, sf.inference_id))[1] AS sib_id

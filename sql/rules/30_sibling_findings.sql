@@ -2,14 +2,14 @@
 -- error-miss under today's rule and under the hardened rule (sibling.input_tokens + max_tokens <= limit).
 -- A sibling qualifies by its status *at the error-miss's nonce*: Finished (not yet challenged or timed out)
 -- or Validated. Billed client faults and non-client-fault bodies are plain misses under both rules.
-DELETE FROM rules.sibling_finding WHERE epoch_index = ANY(%(epochs)s);
+DELETE FROM rules.sibling_finding WHERE escrow_id = ANY(%(escrows)s);
 
 INSERT INTO rules.sibling_finding
 WITH em AS (
   SELECT m.escrow_id, m.inference_id, m.diff_nonce, el.epoch_index, el.governance_limit
   FROM rules.escrow_limit el
   JOIN rec.error_miss_tx m ON m.escrow_id = el.escrow_id
-  WHERE el.epoch_index = ANY(%(epochs)s)
+  WHERE el.escrow_id = ANY(%(escrows)s)
 ), judged AS (
   SELECT em.*, s.max_tokens, s.prompt_hash, f.inference_id IS NOT NULL AS has_finish,
          COALESCE(f.output_tokens > 0, false) AS billed,
