@@ -8,12 +8,14 @@ forkserver's workers have the server as parent, and the server can outlive the o
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing
 import os
 import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 
 _PR_SET_PDEATHSIG = 1
 
@@ -53,3 +55,17 @@ def gone(pid: int) -> bool:
             return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
     except (OSError, IndexError):
         return False
+
+
+@contextmanager
+def no_cyclic_gc():
+    """For the hot loops of batch typing and replay: they allocate millions of acyclic objects, which reference
+    counting frees, and the cyclic collector's passes would only keep re-walking them (measured: it cost more than
+    the replay itself)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -6,9 +6,7 @@ committing process never splits, pickles or holds lines one by one.
 """
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import orjson
@@ -18,6 +16,7 @@ from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import FAST
 from indexer.load.kinds import KINDS, VOTES
 from indexer.rules import refusals
+from indexer.workers import no_cyclic_gc
 from indexer.sources.ndjson import Accepted, block_lines, classify_line, loads_exact
 
 # Row positions (line number first) used by the general path.
@@ -88,7 +87,7 @@ def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: i
 
 
 def prepare_batch(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
-    with _gc_paused():  # the batch allocates millions of acyclic objects: collections would only cost time
+    with no_cyclic_gc():
         return _prepare(source_id, lines)
 
 
@@ -170,17 +169,6 @@ def slot_offenders(lines: Iterable[tuple[int, bytes]], kind: str, sizes: dict[st
             continue
         yield number, raw, (f"field {name}: a voter_slot is out of range for escrow with {size} slots" if is_votes
                             else f"field {name}: slot {slot} out of range for escrow with {size} slots")
-
-
-@contextmanager
-def _gc_paused():
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def printable(raw: bytes) -> str:

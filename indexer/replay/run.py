@@ -7,16 +7,14 @@ next pass replays it again.
 """
 from __future__ import annotations
 
-import gc
 import itertools
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
 
 from indexer.db.claims import claim
-from indexer.workers import pool as workers_pool
+from indexer.workers import no_cyclic_gc, pool as workers_pool
 from indexer.replay.machine import KIND_ORDER, EscrowConfig, replay_rows
 
 CHUNK_ESCROWS = 50  # bounds a worker's memory: one chunk's txs and results are held at once
@@ -95,26 +93,13 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
 def _replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, progress=None) -> None:
     """Claim, replay and write chunks until none is dirty; each chunk is one transaction."""
     while True:
-        with conn.transaction(), _no_cyclic_gc():
+        with conn.transaction(), no_cyclic_gc():
             ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk)
             if not ids:
                 return
             _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
         if progress:
             progress(summary)
-
-
-@contextmanager
-def _no_cyclic_gc():
-    """A chunk's rows and records are acyclic, so reference counting frees them; with the cyclic collector on,
-    its passes keep re-walking the chunk's growing set of live objects (measured: more than the replay itself)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _replay_worker(url: str, chunk: int) -> "ReplaySummary":
