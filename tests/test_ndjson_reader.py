@@ -145,6 +145,25 @@ def test_blocks_hold_the_same_numbered_lines(tmp_path, lines, newline, final_new
     assert [pair for first, block in blocks for pair in block_lines(first, block)] == _read(path)
 
 
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_line, max_size=40), st.booleans(), st.integers(1, 9), st.integers(1, 40), st.integers(1, 16))
+@example(["x" * 50, "y", "z" * 30], True, 9, 10, 4)  # lines longer than both the cap and a read
+def test_long_lines_cut_blocks_by_size(tmp_path, lines, final_newline, per_block, max_bytes, chunk_bytes):
+    """With a byte cap, blocks still hold whole lines numbered as open_lines numbers them, never more than
+    per_block of them, and none grows past the cap by more than the read that crossed it and the line it ends."""
+    data = ("\n".join(lines) + ("\n" if final_newline and lines else "")).encode()
+    path = tmp_path / "in.ndjson"
+    path.write_bytes(data)
+    blocks = list(open_input(str(path)).open_blocks(per_block, max_bytes=max_bytes, chunk_bytes=chunk_bytes))
+    assert b"".join(block for _, block in blocks) == data
+    assert all(block.endswith(b"\n") and 0 < block.count(b"\n") <= per_block for _, block in blocks[:-1])
+    longest = max((len(line) + 1 for line in data.split(b"\n")), default=0)
+    assert all(len(block) < max_bytes + chunk_bytes + longest for _, block in blocks)
+    numbers = [first for first, _ in blocks]
+    assert numbers == [1 + sum(block.count(b"\n") for _, block in blocks[:i]) for i in range(len(blocks))]
+    assert [pair for first, block in blocks for pair in block_lines(first, block)] == _read(path)
+
+
 def test_line_numbers_count_blank_lines_and_crlf_is_stripped(tmp_path):
     path = tmp_path / "f.ndjson"
     path.write_bytes(b'{"a":1}\r\n\r\n   \n{"b":2}\r\n\n{"c":3}')

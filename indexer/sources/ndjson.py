@@ -23,6 +23,7 @@ from indexer.load.kinds import KINDS
 GZIP_MAGIC = b"\x1f\x8b"
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _CHUNK = 1 << 20
+BLOCK_BYTES = 8 << 20  # a block's size when its lines are long; ~50,000 lines of a usual log fit in 10 MB
 # a \u0000 escape itself, not the text "\u0000" behind an escaped backslash ("\\u0000" in the JSON)
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -105,23 +106,30 @@ class InputFile:
             if progress is not None:
                 progress(raw.tell())
 
-    def open_blocks(self, lines_per_block: int, progress=None) -> Iterator[tuple[int, bytes]]:
-        """Yield (first_line_number, block): the file cut into blocks of `lines_per_block` whole lines (the last
-        block may be shorter). Lines are only counted here; `block_lines` splits a block where it is typed."""
-        first, pieces, have = 1, [], 0
+    def open_blocks(self, lines_per_block: int, progress=None, *, max_bytes: int = BLOCK_BYTES,
+                    chunk_bytes: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
+        """Yield (first_line_number, block): the file cut into blocks of whole lines, `lines_per_block` of them
+        or, when lines are long, about `max_bytes` (so memory stays bounded whatever the lines hold); the last
+        block may be shorter. Lines are only counted here; `block_lines` splits a block where it is typed."""
+        first, pieces, have, size = 1, [], 0, 0
         with open(self.path, "rb") as raw:
             stream: BinaryIO = gzip.GzipFile(fileobj=raw) if _is_gzip(self.path) else raw
-            while chunk := stream.read(_CHUNK):
+            while chunk := stream.read(chunk_bytes):
                 newlines = chunk.count(b"\n")
                 while have + newlines >= lines_per_block:
                     cut = _after_newlines(chunk, lines_per_block - have)
                     pieces.append(chunk[:cut])
                     yield first, b"".join(pieces)
-                    first, pieces, have = first + lines_per_block, [], 0
+                    first, pieces, have, size = first + lines_per_block, [], 0, 0
                     chunk = chunk[cut:]
                     newlines = chunk.count(b"\n")
                 pieces.append(chunk)
-                have += newlines
+                have, size = have + newlines, size + len(chunk)
+                if size >= max_bytes and have:  # cut after the last whole line so far
+                    data = b"".join(pieces)
+                    cut = data.rfind(b"\n") + 1
+                    yield first, data[:cut]
+                    first, pieces, have, size = first + have, [data[cut:]], 0, len(data) - cut
                 if progress is not None:
                     progress(raw.tell())
         if any(pieces):
