@@ -14,7 +14,7 @@ import orjson
 from indexer.load.kinds import (BOOL, HEX, I64, ID, KINDS, REASON, STR, STRS, TS, U32, U64, U64N, VOTES, Kind)
 
 MAX_I63, MAX_U64, MAX_I31 = 2**63 - 1, 2**64 - 1, 2**31 - 1
-_HEX = re.compile(r"[0-9a-fA-F]*\Z")
+HEX_DIGITS = re.compile(r"[0-9a-fA-F]*\Z")
 _REASONS = {"refused": "refused", "1": "refused", "execution": "execution", "2": "execution"}
 
 
@@ -92,7 +92,7 @@ def c_str(v, name):
 
 
 def c_hex(v, name):
-    if type(v) is str and _HEX.match(v):
+    if type(v) is str and HEX_DIGITS.match(v):
         return v.lower()
     raise Invalid(f"field {name}: not a hex string: {_show(v)}")
 

@@ -8,13 +8,9 @@ the same text; tests/test_fastpath.py holds them to it.
 """
 from __future__ import annotations
 
-import re
-
-from indexer.load.coerce import MAX_I31, MAX_I63, MAX_U64
+from indexer.load.coerce import HEX_DIGITS, MAX_I31, MAX_I63, MAX_U64
 from indexer.load.copytext import text
 from indexer.load.kinds import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N, Kind
-
-_HEX = re.compile(r"[0-9a-fA-F]*\Z")
 
 _CHECK = {
     ID: "((type({v}) is str and 0 < len({v}) <= 128) or (type({v}) is int and 0 <= {v} <= MAX_U64))",
@@ -26,9 +22,9 @@ _CHECK = {
     STR: "(type({v}) is str)",
     HEX: "(type({v}) is str and HEXM({v}))",
 }
-_RENDER = {  # f-string expression of a non-null, checked value
-    ID: "{esc({v})}", STR: "{esc({v})}", HEX: "{{v}.lower()}",
-    U64: "{{v}}", U64N: "{{v}}", I64: "{{v}}", U32: "{{v}}", BOOL: "{('t' if {v} else 'f')}",
+_RENDER = {  # the COPY text of a non-null, checked value (an f-string replacement field)
+    ID: "esc({v})", STR: "esc({v})", HEX: "{v}.lower()",
+    U64: "{v}", U64N: "{v}", I64: "{v}", U32: "{v}", BOOL: "('t' if {v} else 'f')",
 }
 
 
@@ -48,7 +44,7 @@ def _compile(kind: Kind):
         conds.append(check if f.required else f"({v} is None or {check})")
         if f.type == ID:  # an integer id is stored (and marks its scope) as its decimal text
             normalise.append(f"    {v} = {v} if type({v}) is str else str({v})")
-        expr = _RENDER[f.type].replace("{v}", v)[1:-1]
+        expr = _RENDER[f.type].format(v=v)
         cells.append("{" + (expr if f.required else f"NULL if {v} is None else {expr}") + "}")
     at = {f.name: f"v{i}" for i, f in enumerate(kind.fields)}
     if kind.name == "finish":  # a 0/0 Finish with a payload is a refusal to parse: the general path does that
@@ -61,7 +57,7 @@ def _compile(kind: Kind):
         "def fast(obj, n, sid):", "    g = obj.get", *gets,
         f"    if not ({' and '.join(conds)} and obj.keys() <= KNOWN):", "        return None", *normalise,
         f'    return (f"{line}", {scope}, {slot})'])
-    namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEXM": _HEX.match, "esc": text,
+    namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEXM": HEX_DIGITS.match, "esc": text,
                  "NULL": "\\N", "KNOWN": frozenset(["kind", *kind.columns])}
     exec(src, namespace)  # noqa: S102 - generated from the static field table in kinds.py
     namespace["fast"].source = src
