@@ -88,7 +88,7 @@ def test_malformed_json_is_rejected_as_malformed(raw):
     assert isinstance(verdict, Rejected) and "malformed JSON" in verdict.reason
 
 
-# -- InputFile.open_lines -----------------------------------------------------------------------------------------
+# -- InputFile.open_blocks + block_lines -----------------------------------------------------------------------------------------
 
 # Lines are text (UTF-8) without newlines; they may hold a stray CR, spaces or be empty.
 _line = st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)), max_size=30) | \
@@ -104,10 +104,10 @@ def _expected(lines: list[str]) -> list[tuple[int, bytes]]:
     return out
 
 
-def _read(path: Path) -> list[tuple[int, bytes]]:
+def _read(path: Path, per_block: int = 3, **kw) -> list[tuple[int, bytes]]:
     inp = open_input(str(path))
     try:
-        return list(inp.open_lines())
+        return [pair for first, block in inp.open_blocks(per_block, **kw) for pair in block_lines(first, block)]
     finally:
         inp.cleanup()
 
@@ -132,8 +132,8 @@ def test_plain_and_gzip_give_the_same_numbered_lines(tmp_path, lines, newline, f
 @example(["a", "b", "c", "d"], "\n", True, 2, False)
 @example(["a", "b", "c", "d"], "\n", False, 2, True)
 def test_blocks_hold_the_same_numbered_lines(tmp_path, lines, newline, final_newline, per_block, packed):
-    """open_blocks + block_lines (the ingest's path) == open_lines, whatever the block size, and every block
-    but the last holds exactly per_block physical lines."""
+    """open_blocks + block_lines number the lines alike whatever the block size, and every block but the last
+    holds exactly per_block physical lines."""
     data = (newline.join(lines) + (newline if final_newline and lines else "")).encode()
     path = tmp_path / "in.ndjson"
     path.write_bytes(gzip.compress(data) if packed else data)
@@ -142,14 +142,14 @@ def test_blocks_hold_the_same_numbered_lines(tmp_path, lines, newline, final_new
     assert [first for first, _ in blocks] == [1 + i * per_block for i in range(len(blocks))]
     assert all(block.count(b"\n") == per_block for _, block in blocks[:-1])
     assert b"".join(block for _, block in blocks) == data
-    assert [pair for first, block in blocks for pair in block_lines(first, block)] == _read(path)
+    assert [pair for first, block in blocks for pair in block_lines(first, block)] == _expected(lines)
 
 
 @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_line, max_size=40), st.booleans(), st.integers(1, 9), st.integers(1, 40), st.integers(1, 16))
 @example(["x" * 50, "y", "z" * 30], True, 9, 10, 4)  # lines longer than both the cap and a read
 def test_long_lines_cut_blocks_by_size(tmp_path, lines, final_newline, per_block, max_bytes, chunk_bytes):
-    """With a byte cap, blocks still hold whole lines numbered as open_lines numbers them, never more than
+    """With a byte cap, blocks still hold whole lines numbered from the file's first line, never more than
     per_block of them, and none grows past the cap by more than the read that crossed it and the line it ends."""
     data = ("\n".join(lines) + ("\n" if final_newline and lines else "")).encode()
     path = tmp_path / "in.ndjson"
@@ -161,7 +161,7 @@ def test_long_lines_cut_blocks_by_size(tmp_path, lines, final_newline, per_block
     assert all(len(block) < max_bytes + chunk_bytes + longest for _, block in blocks)
     numbers = [first for first, _ in blocks]
     assert numbers == [1 + sum(block.count(b"\n") for _, block in blocks[:i]) for i in range(len(blocks))]
-    assert [pair for first, block in blocks for pair in block_lines(first, block)] == _read(path)
+    assert [pair for first, block in blocks for pair in block_lines(first, block)] == _expected(lines)
 
 
 def test_line_numbers_count_blank_lines_and_crlf_is_stripped(tmp_path):

@@ -1,6 +1,7 @@
 """Streaming NDJSON reader: plain, gzip (detected by magic bytes, not by name) or stdin.
 
-Yields (line_number, raw_bytes) for every non-blank line, with constant memory. Classification of each line
+Cuts a file into blocks of whole lines with constant memory (`InputFile.open_blocks`); `block_lines` yields
+(line_number, raw_bytes) for every non-blank line of a block. Classification of each line
 (JSON object with a known kind, or quarantine with a reason) is `classify_line`, kept pure for property tests.
 """
 from __future__ import annotations
@@ -94,18 +95,6 @@ class InputFile:
     digest: str
     _spooled: bool = False
 
-    def open_lines(self, progress=None) -> Iterator[tuple[int, bytes]]:
-        with open(self.path, "rb") as raw:
-            stream: BinaryIO = gzip.GzipFile(fileobj=raw) if _is_gzip(self.path) else raw
-            for number, line in enumerate(stream, start=1):
-                if progress is not None and number % 4096 == 0:
-                    progress(raw.tell())
-                line = line.rstrip(b"\r\n")
-                if line.strip():
-                    yield number, line
-            if progress is not None:
-                progress(raw.tell())
-
     def open_blocks(self, lines_per_block: int, progress=None, *, max_bytes: int = BLOCK_BYTES,
                     chunk_bytes: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
         """Yield (first_line_number, block): the file cut into blocks of whole lines, `lines_per_block` of them
@@ -141,7 +130,8 @@ class InputFile:
 
 
 def block_lines(first_line: int, block: bytes) -> Iterator[tuple[int, bytes]]:
-    """The non-blank lines of a block from `InputFile.open_blocks`, numbered as `open_lines` numbers them."""
+    """The non-blank lines of a block from `InputFile.open_blocks`, numbered from 1 at the file's first line
+    (blank lines count), without their line ending."""
     for number, line in enumerate(block.split(b"\n"), start=first_line):
         line = line.rstrip(b"\r")
         if line.strip():
