@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import psycopg
 
 from indexer import workers
-from indexer.load.kinds import KINDS, LOAD_ORDER
+from indexer.load.kinds import KINDS, LOAD_ORDER, PG_TYPES
 from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
-from indexer.load.statements import WHOLE_EPOCH, stage_ddl, stage_table, upsert_statement
+from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
 from indexer.rules import refusals
 from indexer.sources.ndjson import InputFile, block_lines, open_input
 
@@ -65,9 +65,6 @@ class BatchLoader:
             conn.execute(stage_ddl(kind))
         conn.commit()
 
-    def load(self, batch: list[tuple[int, bytes]]) -> IngestSummary:
-        return self.commit(self.prepare(batch))
-
     def prepare(self, batch: list[tuple[int, bytes]]) -> Prepared:
         prepared = prepare_batch(self.source_id, batch)
         prepared.source_lines = lambda: batch
@@ -113,10 +110,10 @@ class BatchLoader:
                 cp.write(copy)
         except psycopg.errors.UniqueViolation:
             return False
-        dirty = ("replay.dirty_escrow (escrow_id) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING"
-                 if spec.scope == "escrow" else
-                 f"rules.dirty_epoch (epoch_index) SELECT unnest(%s::bigint[]) ON CONFLICT {WHOLE_EPOCH}")
-        self.conn.execute(f"INSERT INTO {dirty}", (sorted(scope),))
+        target, column, on_conflict = dirty_mark(spec)
+        array = PG_TYPES[spec.field(column).type] + "[]"
+        self.conn.execute(f"INSERT INTO {target} SELECT unnest(%s::{array}) ON CONFLICT {on_conflict}",
+                          (sorted(scope),))
         return True
 
     def _upsert(self, kind: str, out: IngestSummary) -> None:

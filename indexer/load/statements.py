@@ -17,6 +17,14 @@ from indexer.load.kinds import KINDS, PG_TYPES, Kind
 WHOLE_EPOCH = "(epoch_index) DO UPDATE SET whole = true"
 
 
+def dirty_mark(kind: Kind) -> tuple[str, str, str]:
+    """(INSERT target, scope column, ON CONFLICT action) that marks what a changed record of `kind` dirties: its
+    escrow for the replay, or its whole epoch for the rules (an epoch-level input re-evaluates every escrow)."""
+    if kind.scope == "escrow":
+        return "replay.dirty_escrow (escrow_id)", "escrow_id", "DO NOTHING"
+    return "rules.dirty_epoch (epoch_index)", "epoch_index", WHOLE_EPOCH
+
+
 def stage_table(kind: Kind) -> str:
     return f"pg_temp.stage_{kind.name}"
 
@@ -38,10 +46,7 @@ def upsert_statement(kind_name: str) -> str:
     content = kind.value_columns + ["extra"]
     table, stage = f"rec.{kind.table}", stage_table(kind)
     key_eq = " AND ".join(f"t.{k} = s.{k}" for k in key)
-    if kind.scope == "escrow":
-        dirty, scope_col, on_conflict = "replay.dirty_escrow (escrow_id)", "escrow_id", "DO NOTHING"
-    else:  # an epoch-level input: every escrow of the epoch is re-evaluated
-        dirty, scope_col, on_conflict = "rules.dirty_epoch (epoch_index)", "epoch_index", WHOLE_EPOCH
+    dirty, scope_col, on_conflict = dirty_mark(kind)
     keys = ", ".join(key)
     not_inserted = " AND ".join(f"i.{k} = s.{k}" for k in key)
     return f"""
