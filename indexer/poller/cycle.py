@@ -424,7 +424,7 @@ class Poller:
                 cursors.update(c.cursors)  # chunks of one escrow arrive in order: the last one wins
             res = self.store.commit(prepared, cursors)
             s = self.summary
-            s.records += res.records
+            s.records += res.lines
             s.loaded += res.loaded
             s.amended += res.amended
             s.diffs += sum(c.diffs for c in chunks)

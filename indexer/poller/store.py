@@ -9,13 +9,12 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import psycopg
 
-from indexer.load.ingest import BatchLoader, register_source
+from indexer.load.ingest import BatchLoader, IngestSummary, register_source
 from indexer.wire.normalize import dumps_record_bytes
 
 _UPSERT_CURSOR = """
@@ -31,15 +30,6 @@ ON CONFLICT (source) DO UPDATE SET last_error = excluded.last_error, last_error_
     next_retry_at = excluded.next_retry_at, updated_at = now()"""
 
 
-@dataclass
-class LoadResult:
-    loaded: int = 0
-    amended: int = 0
-    unchanged: int = 0
-    quarantined: int = 0
-    records: int = 0
-
-
 class Store:
     def __init__(self, conn: psycopg.Connection, *, archive: bool = True, side_url: str | None = None) -> None:
         self.conn = conn
@@ -50,7 +40,6 @@ class Store:
         self.responses: list[tuple[str, int, int | None, bytes]] = []
         self.failures: list[tuple[str, str, str, bool]] = []
         self._loader: BatchLoader | None = None
-        self.total = LoadResult()
         self.seconds = 0.0  # wall time spent loading (benchmark breakdown)
         self.t_prepare = 0.0  # of which registering sources and typing lines (CPU)
         self.transactions = 0
@@ -87,12 +76,12 @@ class Store:
             self._flush(self.conn)
 
     # -- loading --------------------------------------------------------------------------------
-    def load(self, records: Iterable[Mapping[str, Any]], uri: str, cursors: Mapping[str, str] | None = None) -> LoadResult:
+    def load(self, records: Iterable[Mapping[str, Any]], uri: str, cursors: Mapping[str, str] | None = None) -> IngestSummary:
         """Load records (one fetch = one source) and set ``cursors`` in one transaction."""
         return self.load_many([([dumps_record_bytes(r) for r in records], uri)], cursors)
 
     def load_many(self, items: Sequence[tuple[Sequence[bytes], str]], cursors: Mapping[str, str] | None = None,
-                  after: Callable[[psycopg.Connection], None] | None = None) -> LoadResult:
+                  after: Callable[[psycopg.Connection], None] | None = None) -> IngestSummary:
         """Several fetches (NDJSON lines, uri), their ``cursors`` and ``after(conn)`` in one transaction.
 
         Each fetch is its own ``rec.source`` (registered before the transaction, idempotently by digest), so a
@@ -100,7 +89,7 @@ class Store:
         all."""
         return self.commit(self.prepare(items), cursors, after)
 
-    def prepare(self, items: Sequence[tuple[Sequence[bytes], str]]) -> list[tuple[int, Any, int]]:
+    def prepare(self, items: Sequence[tuple[Sequence[bytes], str]]) -> list[tuple[int, Any]]:
         """Register the sources and type their lines (CPU; no transaction). With a side connection
         (``side_url``) this can run in one thread while another commits the previous batch on the main one."""
         t0 = time.perf_counter()
@@ -115,38 +104,31 @@ class Store:
             digest = hashlib.sha256(b"\n".join(lines)).hexdigest()
             source_id, _ = register_source(conn, SimpleNamespace(digest=digest, uri=uri))
             loader.source_id = source_id
-            prepared.append((source_id, loader.prepare(list(enumerate(lines, start=1))), len(lines)))
+            prepared.append((source_id, loader.prepare(list(enumerate(lines, start=1)))))
         dt = time.perf_counter() - t0
         self.t_prepare += dt
         self.seconds += dt
         return prepared
 
-    def commit(self, prepared: list[tuple[int, Any, int]], cursors: Mapping[str, str] | None = None,
-               after: Callable[[psycopg.Connection], None] | None = None) -> LoadResult:
+    def commit(self, prepared: list[tuple[int, Any]], cursors: Mapping[str, str] | None = None,
+               after: Callable[[psycopg.Connection], None] | None = None) -> IngestSummary:
         """Prepared sources, ``cursors`` and ``after(conn)`` in one transaction on the main connection."""
         t0 = time.perf_counter()
         loader = self._loader
         if loader is None:
             loader = self._loader = BatchLoader(self.conn, 0)
         self.transactions += 1
-        out = LoadResult()
+        out = IngestSummary()
         with self.conn.transaction():
-            for source_id, prep, n in prepared:
+            for source_id, prep in prepared:
                 loader.source_id = source_id
-                s = loader.commit(prep)
+                out.add(loader.commit(prep))
                 self.conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
-                out.loaded += s.loaded
-                out.amended += s.amended
-                out.unchanged += s.unchanged
-                out.quarantined += s.quarantined
-                out.records += n
             for source, value in (cursors or {}).items():
                 self.conn.execute(_UPSERT_CURSOR, (source, value))
             if after is not None:
                 after(self.conn)
             self._flush(self.conn)
-        for name in ("loaded", "amended", "unchanged", "quarantined", "records"):
-            setattr(self.total, name, getattr(self.total, name) + getattr(out, name))
         self.seconds += time.perf_counter() - t0
         return out
 
