@@ -55,7 +55,9 @@ class SlotStats:
 
 
 def vote_threshold(group_size: int, factor: int) -> int:
-    """§3.1: floor(group/2) when the factor is 0, else floor(group·factor/100)."""
+    """§3.1: floor(group/2) when the factor is 0, else floor(group·factor/100). Written here, not imported from
+    indexer.replay.machine: this machine is the devnet's independent ground truth, so a slip in the replay's
+    formula must show up as a mismatch rather than be shared."""
     return group_size // 2 if factor == 0 else group_size * factor // 100
 
 
