@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 
 from indexer.cli import main as cli_main
-from indexer.rules.run import run_rules
+from indexer.rules.run import EPOCHS_PER_CLAIM, run_rules
 from tests.helpers import ingest, table_snapshot as _table_snapshot, write_lines
 from tests.rules_kit import GOV, Log, fam3, fam4, fam6_at_least, gov_snapshot, load, new_hash, rows, stored
 
@@ -203,3 +203,19 @@ def test_an_epoch_level_change_widens_an_escrow_mark(db_url, tmp_path, conn):
     assert rows(conn, "SELECT epoch_index, whole FROM rules.dirty_epoch") == [(408, True)]
     run_rules(conn)
     assert rows(conn, "SELECT governance_limit FROM rules.escrow_limit WHERE escrow_id = 'e408a'") == [(1_000_000,)]
+
+
+def test_each_run_row_counts_its_own_claim(db_url, tmp_path, conn):
+    """rules.run holds each claim's own figures: the payloads it parsed, and a finish after its start."""
+    records = []
+    for e in range(500, 511):
+        log = Log(f"c{e}", epoch=e)
+        log.invalidate(log.refusal(5, payload=stored(fam6_at_least(GOV, 4096))))
+        records += [gov_snapshot(epoch=e)] + log.records
+    load(db_url, tmp_path, records)
+    conn.execute("DELETE FROM rules.refusal_parse")  # parsed at load time: make the rules parse them again
+    conn.commit()
+    run_rules(conn, (500, 510))
+    last = rows(conn, "SELECT parsed_payloads, cardinality(epochs), finished_at > started_at FROM rules.run "
+                      "ORDER BY run_id DESC LIMIT 2")
+    assert sorted(last) == sorted([(n, n, True) for n in (EPOCHS_PER_CLAIM, 11 - EPOCHS_PER_CLAIM)])

@@ -119,8 +119,9 @@ def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], sum
         except psycopg.Error as exc:
             raise RuntimeError(f"rules statement in sql/rules/{name} failed: {exc}") from exc
     found = conn.execute("SELECT count(*) FROM rules.disputable WHERE epoch_index = ANY(%s)", (epochs,)).fetchone()[0]
+    # clock_timestamp: now() is the transaction's start, which started_at already holds
     conn.execute("INSERT INTO rules.run (epochs, rule_version, parsed_payloads, disputable, finished_at) "
-                 "VALUES (%s, %s, %s, %s, now())", (epochs, RULE_VERSION, summary.parsed, found))
+                 "VALUES (%s, %s, %s, %s, clock_timestamp())", (epochs, RULE_VERSION, len(parsed), found))
     summary.epochs += len(epochs)
     summary.disputable += found
 
