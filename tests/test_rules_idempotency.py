@@ -219,3 +219,24 @@ def test_each_run_row_counts_its_own_claim(db_url, tmp_path, conn):
     last = rows(conn, "SELECT parsed_payloads, cardinality(epochs), finished_at > started_at FROM rules.run "
                       "ORDER BY run_id DESC LIMIT 2")
     assert sorted(last) == sorted([(n, n, True) for n in (EPOCHS_PER_CLAIM, 11 - EPOCHS_PER_CLAIM)])
+
+
+def test_a_new_parser_version_re_parses_and_re_evaluates_clean_epochs(db_url, tmp_path, conn):
+    from indexer.rules.refusals import PARSER_VERSION
+
+    load_three_epochs(db_url, tmp_path)
+    before = table_snapshot(db_url, RULE_TABLES)
+    conn.execute("UPDATE rules.refusal_parse SET parser_version = 0 WHERE escrow_id = 'e409'")
+    conn.commit()
+    summary = run_rules(conn)
+    assert summary.epochs == 1 and runs(conn)[-1] == [409] and summary.parsed > 0
+    assert rows(conn, "SELECT DISTINCT parser_version FROM rules.refusal_parse") == [(PARSER_VERSION,)]
+    assert table_snapshot(db_url, RULE_TABLES) == before
+
+
+def test_reloading_a_payload_leaves_its_parse_row_alone(db_url, tmp_path, conn):
+    load_three_epochs(db_url, tmp_path)
+    versions = rows(conn, "SELECT escrow_id, inference_id, xmin::text FROM rules.refusal_parse ORDER BY 1, 2")
+    records = [r for e in EPOCHS for r in epoch_records(e)[0]]
+    ingest(db_url, write_lines(tmp_path / "again.ndjson", records), rules=True)  # a new file, the same payloads
+    assert rows(conn, "SELECT escrow_id, inference_id, xmin::text FROM rules.refusal_parse ORDER BY 1, 2") == versions

@@ -69,8 +69,12 @@ def rule_statements() -> tuple[tuple[str, str], ...]:
 
 
 def mark_stale_versions(conn: psycopg.Connection) -> None:
-    conn.execute("INSERT INTO rules.dirty_epoch (epoch_index) SELECT DISTINCT epoch_index FROM rules.model_limit "
-                 f"WHERE rule_version <> %s ON CONFLICT {WHOLE_EPOCH}", (RULE_VERSION,))
+    """Epochs evaluated by older rules, or holding payloads parsed by an older parser, are evaluated again."""
+    conn.execute(f"""INSERT INTO rules.dirty_epoch (epoch_index)
+                     SELECT epoch_index FROM rules.model_limit WHERE rule_version <> %(rules)s
+                     UNION SELECT e.epoch_index FROM rules.refusal_parse p JOIN rec.escrow e USING (escrow_id)
+                           WHERE p.parser_version <> %(parser)s AND e.epoch_index IS NOT NULL
+                     ON CONFLICT {WHOLE_EPOCH}""", {"rules": RULE_VERSION, "parser": refusals.PARSER_VERSION})
 
 
 def mark_epochs(conn: psycopg.Connection, lo: int, hi: int) -> None:
