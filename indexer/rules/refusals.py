@@ -38,5 +38,8 @@ def store(conn: psycopg.Connection, rows: list[tuple]) -> None:
             cp.write_row(row)
     conn.execute(f"""INSERT INTO rules.refusal_parse SELECT * FROM new_parse
                      ON CONFLICT (escrow_id, inference_id) DO UPDATE SET
-                     ({", ".join(COLUMNS[2:])}) = ({", ".join("excluded." + c for c in COLUMNS[2:])})""")
+                     ({", ".join(COLUMNS[2:])}) = ({", ".join("excluded." + c for c in COLUMNS[2:])})
+                     -- the same payload under the same parser parses the same: no rewrite on a reload
+                     WHERE (refusal_parse.payload_md5, refusal_parse.parser_version)
+                           IS DISTINCT FROM (excluded.payload_md5, excluded.parser_version)""")
     conn.execute("DELETE FROM new_parse")
