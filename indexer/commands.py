@@ -23,17 +23,12 @@ def ensure_schema(url: str) -> None:
 def process_changes(url: str) -> dict:
     """Everything downstream of new records: replay dirty escrows, then the rules stage on dirty epochs."""
     from indexer.replay.run import REPLAY_WORKERS, replay_dirty
+    from indexer.rules.run import run_rules
 
     with psycopg.connect(url) as conn:
         replayed = replay_dirty(conn, url=url, workers=REPLAY_WORKERS)
-        rules = _run_rules(conn)
+        rules = run_rules(conn)
     return {"replay": replayed, "rules": rules}
-
-
-def _run_rules(conn):
-    from indexer.rules.run import run_rules
-
-    return run_rules(conn)
 
 
 def cmd_migrate(args) -> int:
@@ -85,9 +80,8 @@ def print_ingest_summary(summary, downstream) -> None:
             ("resumed past (already committed)", summary.skipped_resumed), ("escrows touched", replay.escrows),
             ("txs replayed", replay.txs), ("txs rejected by the state machine", replay.rejected),
             ("seconds (load / replay / rules)", f"{summary.seconds:.2f} / {replay.seconds:.2f} / "
-                                                f"{downstream['rules'].seconds:.2f}")]
-    if downstream.get("rules") is not None:
-        rows.append(("epochs re-evaluated", downstream["rules"].epochs))
+                                                f"{downstream['rules'].seconds:.2f}"),
+            ("epochs re-evaluated", downstream["rules"].epochs)]
     for name, value in rows:
         t.add_row(name, str(value))
     console.print(t)

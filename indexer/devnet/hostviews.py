@@ -60,12 +60,6 @@ def shard_detail_json(net: Devnet, esc: EscrowSim) -> dict[str, Any]:
     }
 
 
-def diffs_json(net: Devnet, esc: EscrowSim, first: int, last: int, lying: bool) -> list[dict[str, Any]]:
-    log = net.scenario.host_diff_log(esc, lying=lying)
-    return [diff_to_host_json(d, esc.protocol_version, sig, root)
-            for d, sig, root in log if first <= d["nonce"] <= last]
-
-
 def encoded_log(net: Devnet, esc: EscrowSim, lying: bool) -> tuple[list[int], list[bytes]]:
     """(nonces, JSON bytes per entry) of one host's view of an escrow's log, encoded once: the devnet's logs
     never change after generation, so a page is a slice of precomputed bytes instead of a re-encoding."""
@@ -82,7 +76,7 @@ def encoded_log(net: Devnet, esc: EscrowSim, lying: bool) -> tuple[list[int], li
 
 
 def diffs_body(net: Devnet, esc: EscrowSim, first: int, last: int, lying: bool) -> bytes:
-    """The JSON body of ``diffs?from=first&to=last`` (the same bytes as ``json.dumps(diffs_json(…))``)."""
+    """The JSON body of ``diffs?from=first&to=last``: a slice of the encoded log."""
     nonces, entries = encoded_log(net, esc, lying)
     lo, hi = bisect_left(nonces, first), bisect_right(nonces, last)
     return b"[" + b",".join(entries[lo:hi]) + b"]"

@@ -68,7 +68,6 @@ class EscrowState:
         self.token_price = token_price
         self.records: dict[int, Record] = {}
         self.stats = [SlotStats() for _ in slots]
-        self.balance_refunds = 0
 
     # -- helpers ------------------------------------------------------------------------------
     def weight(self, address: str) -> int:
@@ -132,7 +131,6 @@ class EscrowState:
         if self._accept_weight(m["votes"]) > self.threshold:
             rec.status = TIMED_OUT
             self.stats[rec.executor_slot].missed += 1
-            self.balance_refunds += rec.reserved_cost
 
     def _apply_error_miss(self, m: Mapping[str, Any], nonce: int) -> None:
         rec = self._expect(m["inference_id"], FINISHED, "error-miss")
@@ -141,7 +139,6 @@ class EscrowState:
             st = self.stats[rec.executor_slot]
             st.missed += 1
             st.cost = max(0, st.cost - rec.actual_cost)
-            self.balance_refunds += rec.actual_cost
 
     def _apply_validation(self, m: Mapping[str, Any], nonce: int) -> None:
         rec = self.record(m["inference_id"])
@@ -184,7 +181,6 @@ class EscrowState:
             st = self.stats[rec.executor_slot]
             st.invalid += 1
             st.cost = max(0, st.cost - rec.actual_cost)
-            self.balance_refunds += rec.actual_cost
         elif rec.votes_valid > self.threshold:
             rec.status = VALIDATED
 
@@ -193,9 +189,6 @@ class EscrowState:
         if rec.status != status:
             raise ProtocolViolation(f"{what} on {STATUS_NAMES[rec.status]} record {inference_id}")
         return rec
-
-    def unresolved(self) -> list[int]:
-        return [i for i, r in self.records.items() if r.status in (PENDING, STARTED)]
 
     def settle(self) -> None:
         """Settlement drain (§1.2): live Pending/Started records finish at reserved cost, no miss."""

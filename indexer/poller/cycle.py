@@ -101,7 +101,6 @@ class PollSummary:
 class Chunk:
     """What one fetch thread hands to the committing thread: NDJSON lines of one fetch and the cursors they move."""
     escrow_id: str
-    uri: str
     lines: list[bytes]
     cursors: dict[str, str]
     diffs: int = 0
@@ -357,8 +356,6 @@ class Poller:
                 self.escrow(escrow_id, epoch, settled_versions.get(escrow_id), after, put, done)
             except _Cancelled:
                 return
-            except (FetchError, NormalizeError, WireDecodeError) as exc:
-                done.slots, done.error = None, exc
             except Exception as exc:  # noqa: BLE001 - handed to the committing thread, which re-raises it
                 done.slots, done.error = None, exc
             try:
@@ -569,7 +566,7 @@ class Poller:
         cursors = {f"escrow:{escrow_id}": str(nonce)}
         if final:
             cursors[f"escrow-final:{escrow_id}"] = str(nonce)
-        return Chunk(escrow_id, f"devshard:escrow/{escrow_id}", lines, cursors, diffs, txs)
+        return Chunk(escrow_id, lines, cursors, diffs, txs)
 
     def _records(self, escrow_id: str, version: str, epoch: int, diffs: list[dict], group: HostGroup,
                  done: EscrowDone) -> tuple[list[bytes], int]:

@@ -61,10 +61,6 @@ class Store:
             self.failures.append((source, url, error, transient))
 
     # -- cursors --------------------------------------------------------------------------------
-    def cursor(self, source: str) -> str | None:
-        row = self.conn.execute("SELECT cursor FROM net.cursor WHERE source = %s", (source,)).fetchone()
-        return row[0] if row else None
-
     def cursors(self, prefix: str) -> dict[str, str]:
         rows = self.conn.execute("SELECT source, cursor FROM net.cursor WHERE source LIKE %s AND cursor IS NOT NULL",
                                  (prefix.replace("_", r"\_") + "%",)).fetchall()

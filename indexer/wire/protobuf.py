@@ -270,20 +270,6 @@ def _decode_packed(f: Field, payload: bytes) -> list[Any]:
     return values
 
 
-def _decode_len_value(schema: Schema, f: Field, payload: bytes) -> Any:
-    if f.type == "bytes":
-        return bytes(payload)
-    if f.type == "string":
-        try:
-            return bytes(payload).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise WireDecodeError(f"field {f.name}: invalid UTF-8 ({exc.reason})") from None
-    try:
-        return decode_message(schema, f.message or "", payload)
-    except WireDecodeError as exc:
-        raise WireDecodeError(f"in {f.name}: {exc}") from None
-
-
 def _defaults(mt: MessageType) -> dict[str, Any]:
     if mt.oneof:
         return {}
@@ -448,11 +434,3 @@ def with_defaults(schema: Schema, message: str, value: Mapping[str, Any]) -> dic
             out[name] = with_defaults(schema, f.message or "", v)
     return out
 
-
-def __getattr__(name: str) -> Any:
-    # the message tables live in schemas.py (which imports this module); allow protobuf.SCHEMAS too
-    if name == "SCHEMAS":
-        from indexer.wire.schemas import SCHEMAS
-
-        return SCHEMAS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,9 +22,6 @@ class ChainRest:
     def epoch_info(self) -> dict:
         return self._get("/epoch_info")
 
-    def params(self) -> dict:
-        return self._get("/params")
-
     def epoch_group_data(self, epoch: int, model_id: str | None = None) -> dict:
         return self._get(f"/epoch_group_data/{int(epoch)}", {"model_id": model_id} if model_id else None)
 

@@ -33,9 +33,6 @@ class DevshardHost:
                                     reverse=True)
         return self._versions
 
-    def shards(self, version: str | None = None) -> dict:
-        return self.http.get_json(f"/devshard/{version}/stats/shards" if version else "/devshard/stats/shards")
-
     def shard_detail(self, version: str, escrow_id: str) -> dict:
         return self.http.get_json(f"/devshard/{version}/stats/shards/{escrow_id}")
 
