@@ -58,10 +58,11 @@ def loads_exact(raw: bytes):
 
 
 def classify_line(raw: bytes) -> Accepted | Rejected:
-    """Decide whether a line can go to staging; the typed checks happen later, set-based, in SQL."""
+    """Decide whether a line is a JSON object of a known kind (its fields are typed next, by indexer.load)."""
     try:
         # orjson reads integers beyond 64 bits as floats; known fields reject floats anyway, and records whose
-        # unknown fields hold a float are parsed again exactly (loads_exact) by the load stage
+        # unknown fields hold a float are parsed again exactly (loads_exact) by the load stage. orjson raises
+        # only JSONDecodeError, bad UTF-8 and nesting depth included.
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         if _SURROGATE.search(raw):  # orjson and PostgreSQL refuse unpaired surrogate escapes
@@ -70,10 +71,6 @@ def classify_line(raw: bytes) -> Accepted | Rejected:
             obj = loads_exact(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return Rejected(f"malformed JSON: {exc}")
-    except (ValueError, UnicodeDecodeError) as exc:  # from _loads_exact
-        return Rejected(f"malformed JSON: {exc}")
-    except RecursionError:
-        return Rejected("malformed JSON: nested too deeply")
     if not isinstance(obj, dict):
         return Rejected(f"not a JSON object but {type(obj).__name__}")
     kind = obj.get("kind")
