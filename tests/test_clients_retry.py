@@ -70,10 +70,21 @@ def test_all_urls_down_raises_transient():
     assert err.value.transient
 
 
+class _Edges:
+    """An rng that answers one end of every range it is asked for."""
+
+    def __init__(self, top: bool) -> None:
+        self.top = top
+
+    def uniform(self, a, b):
+        return b if self.top else a
+
+
 def test_backoff_is_exponential_with_jitter():
-    p = RetryPolicy(backoff_base=1, backoff_max=8)
-    for attempt in range(6):
-        assert 0 <= p.backoff(attempt) <= min(8, 2 ** attempt)
+    top = RetryPolicy(backoff_base=1, backoff_max=8, rng=_Edges(True))
+    assert [top.backoff(attempt) for attempt in range(6)] == [1, 2, 4, 8, 8, 8]  # doubling, capped
+    bottom = RetryPolicy(backoff_base=1, backoff_max=8, rng=_Edges(False))
+    assert [bottom.backoff(attempt) for attempt in range(6)] == [0] * 6  # full jitter reaches down to 0
 
 
 def test_retry_after_forms():

@@ -166,3 +166,7 @@ def test_expected_records_equal_normalized_wire_log(scn):
 
 def test_threshold_rule():
     assert vote_threshold(16, 50) == 8 and vote_threshold(16, 0) == 8 and vote_threshold(16, 60) == 9
+    # the devnet keeps its own copy on purpose (independent ground truth): it must agree with the replay's
+    from indexer.replay import machine
+
+    assert all(vote_threshold(n, f) == machine.vote_threshold(n, f) for n in range(1, 33) for f in range(101))

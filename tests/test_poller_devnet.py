@@ -82,6 +82,13 @@ def test_poll_once_matches_scenario(db_url):
                  if r["kind"] == "finish" and r.get("response_payload") is not None
                  and r["input_tokens"] == 0 and r["output_tokens"] == 0}  # the poller fetches 0/0 payloads only
         lags = dict(c.execute("SELECT source, lag_seconds FROM api.ingest_status").fetchall())
+        stats = {}
+        for eid, slot, *counters in c.execute("SELECT escrow_id, slot_id, missed, invalid, cost, required_validations,"
+                                              " completed_validations FROM rec.host_stats ORDER BY 1, 2"):
+            stats.setdefault(eid, []).append(dict(zip(("missed", "invalid", "cost", "required_validations",
+                                                       "completed_validations"), counters)))
+    # the hosts' own counters, as the devnet's reference machine counted them, reach rec.host_stats intact
+    assert stats and all(stats[eid] == scn.escrows[eid].host_stats() for eid in stats)
     assert truth and {(e, int(i)): p for e, i, p in payloads} == truth
     for eid in ids:
         assert status[f"escrow:{eid}"] == str(scn.escrows[eid].last_nonce)
