@@ -6,6 +6,7 @@ from pathlib import Path
 import orjson
 import psycopg
 
+from indexer.commands import process_changes
 from indexer.load.ingest import ingest_paths
 from indexer.replay.run import replay_dirty
 
@@ -21,12 +22,11 @@ def write_lines(path: Path, records) -> Path:
 def ingest(url: str, path: Path, rules: bool = False, **kw):
     """Load, replay, and (rules=True) run the rules stage on the dirty epochs, as `indexer ingest` does."""
     summary = ingest_paths(url, [str(path)], **kw)
-    with psycopg.connect(url) as c:
-        replay_dirty(c)
-        if rules:
-            from indexer.rules.run import run_rules
-
-            run_rules(c)
+    if rules:
+        process_changes(url)
+    else:
+        with psycopg.connect(url) as c:
+            replay_dirty(c)
     return summary
 
 
