@@ -177,8 +177,8 @@ class Poller:
 
     def _prune_epochs(self, now: int, states: dict[int, str]) -> None:
         """Epochs that left the window unfinished become final ('pruned'); their unfinished escrows are gaps."""
+        final = self.store.cursors("escrow-final:")
         for epoch in sorted(e for e, st in states.items() if st != "final" and e < now - PRUNING_WINDOW):
-            final = self.store.cursors("escrow-final:")
             rows = self.conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,)).fetchall()
             lost = [eid for (eid,) in rows if f"escrow-final:{eid}" not in final]
             for eid in lost:
@@ -288,10 +288,11 @@ class Poller:
         """Host epoch stats of the epoch's participants, and its finality state."""
         participants: dict[str, None] = {}
         n_final = len(ids) - len(pending)
+        stored = self._stored_slots([e for e in ids if e not in done])  # final before this cycle
         for escrow_id in ids:
             d = done.get(escrow_id)
-            if d is None:  # final before this cycle
-                slots = self._stored_slots(escrow_id)
+            if d is None:
+                slots = stored.get(escrow_id, [])
             else:
                 n_final += d.final
                 slots = d.slots or []
@@ -312,9 +313,9 @@ class Poller:
                                  epoch, state, len(ids), n_final, digest,
                                  reason="complete" if state == "final" else None, conn=c))
 
-    def _stored_slots(self, escrow_id: str) -> list[str]:
-        row = self.conn.execute("SELECT slots FROM rec.escrow WHERE escrow_id = %s", (escrow_id,)).fetchone()
-        return list(row[0] or []) if row else []
+    def _stored_slots(self, escrow_ids: list[str]) -> dict[str, list[str]]:
+        rows = self.conn.execute("SELECT escrow_id, slots FROM rec.escrow WHERE escrow_id = ANY(%s)", (escrow_ids,))
+        return {escrow_id: list(slots or []) for escrow_id, slots in rows}
 
     def host_epoch_stats(self, epoch: int, participants: Sequence[str]) -> list[dict]:
         if epoch >= (self.summary.epoch or 0):
