@@ -23,26 +23,25 @@ EPOCHS_PER_CLAIM = 8
 
 _UNPARSED = """
 SELECT f.escrow_id, f.inference_id, md5(f.response_payload), f.response_payload
-FROM rec.escrow e
-CROSS JOIN LATERAL (  -- per escrow of the epochs, so one epoch never walks every epoch's refusals
+FROM unnest(%(escrows)s::text[]) AS e(escrow_id)
+CROSS JOIN LATERAL (  -- per escrow, so a few escrows never walk every epoch's refusals
   SELECT escrow_id, inference_id, response_payload FROM rec.finish_tx
   WHERE escrow_id = e.escrow_id AND input_tokens = 0 AND output_tokens = 0 AND response_payload IS NOT NULL
   OFFSET 0) f
 LEFT JOIN rules.refusal_parse p ON p.escrow_id = f.escrow_id AND p.inference_id = f.inference_id
-WHERE e.epoch_index = ANY(%(epochs)s)
-  AND (p.escrow_id IS NULL OR p.parser_version <> %(parser)s OR p.payload_md5 <> md5(f.response_payload))
+WHERE p.escrow_id IS NULL OR p.parser_version <> %(parser)s OR p.payload_md5 <> md5(f.response_payload)
 """
 
 
-# The escrows whose per-escrow findings (limits and bounds, refusal verdicts, sibling findings) are recomputed:
-# every escrow of a whole epoch, the escrows replayed (or re-parsed) since their last evaluation, and escrows an
-# amendment moved out of a claimed epoch (their old findings go). The escrow marks of the claimed epochs are taken.
+# The escrows whose per-escrow findings (payload parses, limits and bounds, refusal verdicts, sibling findings)
+# are recomputed: every escrow of a whole epoch, the escrows replayed since their last evaluation (a changed
+# payload is a changed Finish, so its escrow is among them; a new parser version marks whole epochs), and escrows
+# an amendment moved out of a claimed epoch (their old findings go). The escrow marks of the claimed epochs are taken.
 _ESCROWS = """
 WITH marked AS (
   DELETE FROM rules.dirty_escrow WHERE epoch_index = ANY(%(epochs)s) RETURNING escrow_id
 )
 SELECT escrow_id FROM marked
-UNION SELECT unnest(%(parsed)s::text[])
 UNION SELECT escrow_id FROM rec.escrow WHERE epoch_index = ANY(%(whole)s)
 UNION SELECT el.escrow_id FROM rules.escrow_limit el
       WHERE el.epoch_index = ANY(%(epochs)s)
@@ -112,10 +111,9 @@ _SETTINGS = "SET LOCAL random_page_cost = 1.1; SET LOCAL plan_cache_mode = force
 def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], summary: RulesSummary) -> None:
     """Per-escrow findings for the escrows that changed (all of a whole epoch's), then the epoch-wide ones."""
     conn.execute(_SETTINGS)
-    parsed = parse_payloads(conn, epochs)
-    summary.parsed += len(parsed)
-    escrows = [r[0] for r in conn.execute(_ESCROWS, {"epochs": epochs, "whole": whole, "parsed": parsed},
-                                          prepare=True)]
+    escrows = [r[0] for r in conn.execute(_ESCROWS, {"epochs": epochs, "whole": whole}, prepare=True)]
+    parsed = parse_payloads(conn, escrows)
+    summary.parsed += parsed
     params = {"epochs": epochs, "escrows": escrows, "version": RULE_VERSION}
     for name, statement in rule_statements():
         try:
@@ -125,15 +123,15 @@ def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], sum
     found = conn.execute("SELECT count(*) FROM rules.disputable WHERE epoch_index = ANY(%s)", (epochs,)).fetchone()[0]
     # clock_timestamp: now() is the transaction's start, which started_at already holds
     conn.execute("INSERT INTO rules.run (epochs, rule_version, parsed_payloads, disputable, finished_at) "
-                 "VALUES (%s, %s, %s, %s, clock_timestamp())", (epochs, RULE_VERSION, len(parsed), found))
+                 "VALUES (%s, %s, %s, %s, clock_timestamp())", (epochs, RULE_VERSION, parsed, found))
     summary.epochs += len(epochs)
     summary.disputable += found
 
 
-def parse_payloads(conn: psycopg.Connection, epochs: list[int]) -> list[str]:
-    """Parse the payloads of 0/0 Finishes that have no current parse; returns the escrow of each one parsed."""
+def parse_payloads(conn: psycopg.Connection, escrows: list[str]) -> int:
+    """Parse the escrows' 0/0 Finish payloads that have no current parse; returns how many were parsed."""
     # a plain query, not a server-side cursor: usually nothing is stale, and a cursor's fast-start plan is slower
     rows = [refusals.parse_row(escrow_id, inference_id, payload, md5) for escrow_id, inference_id, md5, payload
-            in conn.execute(_UNPARSED, {"epochs": epochs, "parser": refusals.PARSER_VERSION}, prepare=True)]
+            in conn.execute(_UNPARSED, {"escrows": escrows, "parser": refusals.PARSER_VERSION}, prepare=True)]
     refusals.store(conn, rows)
-    return [row[0] for row in rows]
+    return len(rows)
