@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 import psycopg
 
 from indexer.poller.decode import decode_entries, decode_pool
-from indexer.poller.store import Store
+from indexer.poller.store import UPSERT_CURSOR, Store
 from indexer.sources.gonka import FetchError, Gonka, HostGroup, RetryPolicy
 from indexer.sources.gonka.host import PAGE_NONCES
 from indexer.wire.diffs import b64encode
@@ -214,11 +214,7 @@ class Poller:
                     reason = excluded.reason, updated_at = now(),
                     final_at = CASE WHEN excluded.state = 'final' THEN COALESCE(s.final_at, now()) END""",
                       {"e": epoch, "st": state, "n": escrows, "nf": escrows_final, "d": digest, "r": reason})
-            c.execute("""INSERT INTO net.cursor (source, cursor, last_success_at, updated_at)
-                         VALUES (%s, %s, now(), now())
-                         ON CONFLICT (source) DO UPDATE SET cursor = excluded.cursor, last_success_at = now(),
-                             last_error = NULL, last_error_at = NULL, next_retry_at = NULL, updated_at = now()""",
-                      (f"epoch:{epoch}", state))
+            c.execute(UPSERT_CURSOR, (f"epoch:{epoch}", state))
 
         if conn is not None:
             write(conn)

@@ -17,7 +17,7 @@ import psycopg
 from indexer.load.ingest import BatchLoader, IngestSummary, register_source
 from indexer.wire.normalize import dumps_record_bytes
 
-_UPSERT_CURSOR = """
+UPSERT_CURSOR = """
 INSERT INTO net.cursor (source, cursor, last_success_at, last_error, last_error_at, next_retry_at, updated_at)
 VALUES (%s, %s, now(), NULL, NULL, NULL, now())
 ON CONFLICT (source) DO UPDATE SET cursor = excluded.cursor, last_success_at = now(), last_error = NULL,
@@ -121,7 +121,7 @@ class Store:
                 out.add(loader.commit(prep))
                 self.conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
             for source, value in (cursors or {}).items():
-                self.conn.execute(_UPSERT_CURSOR, (source, value))
+                self.conn.execute(UPSERT_CURSOR, (source, value))
             if after is not None:
                 after(self.conn)
             self._flush(self.conn)
