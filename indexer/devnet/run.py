@@ -1,14 +1,16 @@
 """``python -m indexer.devnet``: serve the simulated network until interrupted.
 
-The lead's ``indexer devnet`` command can reuse :func:`add_arguments` / :func:`server_from_args`.
+``indexer devnet`` (indexer.poller.run.cmd_devnet) reuses :func:`add_arguments` and :func:`serve`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
-import time
+import threading
+from typing import Callable
 
 from indexer.devnet.scenario import Scenario, ScenarioConfig
 from indexer.devnet.server import DevnetServer, FaultConfig
@@ -45,21 +47,36 @@ def server_from_args(args: argparse.Namespace) -> DevnetServer:
                         warm=getattr(args, "warm", False))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m indexer.devnet", description=__doc__)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if not args.bind.startswith("127.") and args.bind not in ("localhost", "::1"):
-        parser.error("the devnet only binds to loopback")
+def is_loopback(host: str) -> bool:
+    return host.startswith("127.") or host in ("localhost", "::1")
+
+
+def serve(args: argparse.Namespace, on_ready: Callable[[DevnetServer], None] | None = None) -> None:
+    """Start the devnet from parsed arguments, print its URLs as one JSON line, and serve until SIGTERM or
+    Ctrl-C."""
     server = server_from_args(args).start()
     print(json.dumps({"chain_rest_url": server.chain_rest_url, "rpc_url": server.rpc_url,
                       "advance": f"POST {server.url}/devnet/advance", "state": f"{server.url}/devnet/state"}))
     sys.stdout.flush()
+    if on_ready is not None:
+        on_ready(server)
+    stopping = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *a: stopping.set())
     try:
-        while True:
-            time.sleep(3600)
+        while not stopping.wait(0.5):
+            pass
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m indexer.devnet", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if not is_loopback(args.bind):
+        parser.error("the devnet only binds to loopback")
+    serve(args)
     return 0

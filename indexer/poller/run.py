@@ -85,29 +85,13 @@ def cmd_run(args) -> int:
 
 
 def cmd_devnet(args) -> int:
-    import json
-    import sys
-
     from indexer.cli import EXIT_INPUT, EXIT_OK, console
-    from indexer.devnet.run import server_from_args
+    from indexer.devnet.run import is_loopback, serve
 
-    if not args.bind.startswith("127.") and args.bind not in ("localhost", "::1"):
+    if not is_loopback(args.bind):
         console.print("[red]error:[/] the devnet only binds to loopback")
         return EXIT_INPUT
-    server = server_from_args(args).start()
-    print(json.dumps({"chain_rest_url": server.chain_rest_url, "rpc_url": server.rpc_url,
-                      "advance": f"POST {server.url}/devnet/advance", "state": f"{server.url}/devnet/state"}))
-    sys.stdout.flush()
-    console.print(f"devnet serving; export GONKA_CHAIN_REST_URL={server.chain_rest_url} "
-                  f"GONKA_RPC_URL={server.rpc_url}; Ctrl-C stops")
-    stopping = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *a: stopping.set())
-    try:
-        while not stopping.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        server.stop()
+    serve(args, on_ready=lambda server: console.print(
+        f"devnet serving; export GONKA_CHAIN_REST_URL={server.chain_rest_url} GONKA_RPC_URL={server.rpc_url}; "
+        "Ctrl-C stops"))
     return EXIT_OK
