@@ -33,6 +33,7 @@ from indexer.db import migrate  # noqa: E402
 from indexer.db.scratch import scratch_database  # noqa: E402
 from indexer.db.url import resolve_database_url  # noqa: E402
 from indexer.poller import poll_once  # noqa: E402
+from indexer.poller.cycle import DECODE_WORKERS, ESCROW_WORKERS, PAYLOAD_WORKERS  # noqa: E402
 
 
 def _proc_cpu(pid: int) -> float | None:
@@ -113,9 +114,10 @@ def main() -> int:
     p.add_argument("--no-archive", action="store_true", help="do not archive raw responses")
     p.add_argument("--no-process", action="store_true", help="skip replay and rules")
     p.add_argument("--in-process", action="store_true", help="serve the devnet from a thread of this process")
-    p.add_argument("--payload-workers", type=int, default=4, help="concurrent payload requests")
-    p.add_argument("--escrow-workers", type=int, default=3, help="escrows fetched at once")
-    p.add_argument("--decode-workers", type=int, default=2, help="decoding processes (0: in the fetch threads)")
+    p.add_argument("--payload-workers", type=int, default=PAYLOAD_WORKERS, help="concurrent payload requests")
+    p.add_argument("--escrow-workers", type=int, default=ESCROW_WORKERS, help="escrows fetched at once")
+    p.add_argument("--decode-workers", type=int, default=DECODE_WORKERS,
+                   help="decoding processes (0: in the fetch threads)")
     p.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = p.parse_args()
 
