@@ -16,7 +16,6 @@ from typing import Any
 
 from indexer.devnet import payloads as pl
 from indexer.devnet.engine import Engine, EscrowLog, block_hash, fake_sig
-from indexer.devnet.models import max_model_len
 from indexer.devnet.state import CHALLENGED, FINISHED, INVALIDATED, PENDING, STARTED, VALIDATED
 from indexer.wire.schemas import schema_for
 
@@ -61,7 +60,7 @@ class Want:
 
 class EscrowGenerator(Engine):
     def generate(self) -> EscrowLog:
-        self.gov = max_model_len(list(self.ctx.model.model_args)) or 0
+        self.gov = self.ctx.model.governance_limit
         self.schema = schema_for(self.ctx.protocol_version)
         self.decks: dict[str, list[str]] = {}
         self.wants: list[Want] = []

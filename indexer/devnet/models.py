@@ -23,6 +23,11 @@ class ModelSpec:
     model_args: tuple[str, ...]
     quantization: str = "fp8"
 
+    @property
+    def governance_limit(self) -> int:
+        """The limit its governance args set (0: none)."""
+        return max_model_len(list(self.model_args)) or 0
+
 
 MODELS: tuple[ModelSpec, ...] = (
     ModelSpec(

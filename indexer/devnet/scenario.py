@@ -19,7 +19,7 @@ from typing import Any
 
 from indexer.devnet.engine import EscrowContext, EscrowLog, fake_sig
 from indexer.devnet.flows import EscrowGenerator
-from indexer.devnet.models import MODELS, HostSpec, ModelSpec, make_hosts, max_model_len
+from indexer.devnet.models import MODELS, HostSpec, ModelSpec, make_hosts
 from indexer.devnet.state import STATUS_NAMES, EscrowState
 from indexer.wire.diffs import encode_diff
 
@@ -69,7 +69,7 @@ class EscrowSim:
 
     @property
     def governance_limit(self) -> int:
-        return max_model_len(list(self.model.model_args)) or 0
+        return self.model.governance_limit
 
     @property
     def last_nonce(self) -> int:
@@ -134,7 +134,7 @@ class Scenario:
             i = self.rng.randrange(k)
             if counts[i] < cfg.max_slots_per_host or all(c >= cfg.max_slots_per_host for c in counts):
                 counts[i] += 1
-        gov = max_model_len(list(model.model_args)) or 0
+        gov = model.governance_limit
         # alternate which side holds the big blocks, so challenges end both Invalidated and Validated
         members.sort(key=lambda h: (h.limit(model) > gov) != raised_heavy)
         counts.sort(reverse=True)
