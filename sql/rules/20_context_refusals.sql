@@ -48,9 +48,7 @@ SELECT d.escrow_id, d.inference_id, d.epoch_index, d.model_id, i.executor_slot, 
        d.reported_prompt_is_lower_bound, d.reported_max_tokens, d.governance_limit, d.limit_source, d.max_tokens,
        d.input_length, d.prompt_tokens, d.source, COALESCE(d.lower_bound, false),
        CASE WHEN d.governance_limit IS NULL THEN 'undetermined'
-            WHEN d.max_tokens > d.governance_limit THEN 'over_limit'
-            WHEN d.p >= d.governance_limit THEN 'over_limit'
-            WHEN d.p + d.max_tokens > d.governance_limit THEN 'over_limit'
+            WHEN fn.shown_over_limit(d.p, d.max_tokens, d.governance_limit) THEN 'over_limit'
             WHEN d.p IS NOT NULL AND d.max_tokens IS NOT NULL AND NOT COALESCE(d.lower_bound, false) THEN 'fits'
             ELSE 'undetermined' END,
        jsonb_strip_nulls(jsonb_build_object(

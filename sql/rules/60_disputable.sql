@@ -24,12 +24,10 @@ WITH over AS MATERIALIZED (  -- refused/execution timeouts shown over the limit,
     WHERE s2.escrow_id = s.escrow_id AND s2.prompt_hash = s.prompt_hash AND s.prompt_hash <> ''
       AND s2.inference_id <> s.inference_id
       -- no probe when even the escrow's largest input (10_limits) could not show it over the limit
-      AND (s.max_tokens > el.governance_limit OR el.max_input_tokens >= el.governance_limit
-           OR el.max_input_tokens + s.max_tokens > el.governance_limit)
+      AND fn.shown_over_limit(el.max_input_tokens, s.max_tokens, el.governance_limit)
     ORDER BY sf.input_tokens DESC, sf.inference_id LIMIT 1) sib ON true
   WHERE el.epoch_index = ANY(%(epochs)s)
-    AND (s.max_tokens > el.governance_limit OR sib.input_tokens >= el.governance_limit
-         OR sib.input_tokens + s.max_tokens > el.governance_limit)
+    AND fn.shown_over_limit(sib.input_tokens, s.max_tokens, el.governance_limit)
 ), found AS (
   SELECT cr.epoch_index, cr.escrow_id, cr.inference_id, cr.executor_address AS participant, cr.executor_slot,
          'invalid' AS penalty, 'invalidated_context_refusal' AS rule, cr.verdict,
