@@ -13,15 +13,17 @@ from sqlalchemy.engine import Connection
 
 from indexer.db.url import sqlalchemy_url
 
-ROOT = Path(__file__).resolve().parents[2]
-SQL_DIR = Path(os.environ.get("INDEXER_SQL_DIR", ROOT / "sql"))
+# sql/ and migrations/ ship inside the package, so a wheel or `pip install .` migrates as an editable install does.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+SQL_DIR = Path(os.environ.get("INDEXER_SQL_DIR", PACKAGE_DIR / "sql"))
+MIGRATIONS_DIR = PACKAGE_DIR / "migrations"
 READER_ROLE = "indexer_reader"
 _LOCK_KEY = 0x6465767368617264  # 'devshard'
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if connection is not None:
         cfg.attributes["connection"] = connection
     return cfg
