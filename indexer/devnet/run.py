@@ -1,6 +1,6 @@
 """``python -m indexer.devnet``: serve the simulated network until interrupted.
 
-``indexer devnet`` (indexer.poller.run.cmd_devnet) reuses :func:`add_arguments` and :func:`serve`.
+``indexer devnet`` (indexer.cli.commands.cmd_devnet) reuses :func:`add_arguments` and :func:`serve`.
 """
 
 from __future__ import annotations

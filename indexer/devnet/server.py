@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from indexer.devnet import hostviews
 from indexer.devnet.routes import App, AppOptions, Response
 from indexer.devnet.scenario import Scenario
 from indexer.devnet.world import Devnet
@@ -143,7 +144,7 @@ class DevnetServer:
                              self.faults.config.serve_upto)
         self.app = App(self.devnet, options)
         if warm:  # pre-encode every diff log (otherwise each log is encoded on its first request)
-            self.devnet.warm(self.faults.config.lying_host)
+            hostviews.warm(self.devnet, self.faults.config.lying_host)
         self._address = (host, port)
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
