@@ -144,7 +144,8 @@ def cmd_run(args, settings: Settings) -> int:
 
 
 def cmd_devnet(args, settings: Settings) -> int:  # noqa: ARG001 - the devnet needs no database
-    from indexer.devnet.run import is_loopback, serve
+    from indexer.devnet.options import is_loopback
+    from indexer.devnet.run import serve
 
     if not is_loopback(args.bind):
         error("the devnet only binds to loopback")

@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gonka-rpc-url", "--gonka_rpc_url", metavar="URL[,URL]",
                      help="CometBFT RPC URL(s), comma-separated ($GONKA_RPC_URL)")
 
-    from indexer.devnet.run import add_arguments as devnet_arguments
+    from indexer.devnet.options import add_arguments as devnet_arguments
 
     devnet_arguments(sub.add_parser("devnet", help="serve a simulated Gonka network on loopback until Ctrl-C"))
     for command in sub.choices.values():  # interface.md §1: every command takes --database-url, before or after
