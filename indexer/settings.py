@@ -22,6 +22,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                 "address the poller names in X-Validator-Address when it asks a host for payloads"),
     "GONKA_OPERATOR_ADDRESS": ("(unset)", "operator mode: the host operator's address that signs payload requests"),
     "GONKA_OPERATOR_KEY_FILE": ("(unset)", "operator mode: file holding that address's key (owner-only; never logged)"),
+    "GONKA_OPERATOR_MEMBER": ("(unset)", "operator mode: the group member a warm-key operator address acts for"),
     "INDEXER_ALERT_WEBHOOKS": ("(none)", "alert webhook URLs, comma-separated (--webhook adds more)"),
 }
 DEFAULT_VALIDATOR = "gonka1indexer"
@@ -56,6 +57,7 @@ class Settings:
     validator_address: str = DEFAULT_VALIDATOR
     operator_address: str | None = None
     operator_key_file: Path | None = None
+    operator_member: str | None = None
     alert_webhooks: tuple[str, ...] = ()
 
     @classmethod
@@ -71,5 +73,6 @@ class Settings:
             validator_address=env.get("GONKA_VALIDATOR_ADDRESS") or DEFAULT_VALIDATOR,
             operator_address=env.get("GONKA_OPERATOR_ADDRESS") or None,
             operator_key_file=Path(key_file).expanduser() if key_file else None,
+            operator_member=env.get("GONKA_OPERATOR_MEMBER") or None,
             alert_webhooks=split_urls(env.get("INDEXER_ALERT_WEBHOOKS")),
         )

@@ -134,13 +134,24 @@ def cmd_run(args, settings: Settings) -> int:
     if not chain or not rpc:
         error("set GONKA_CHAIN_REST_URL and GONKA_RPC_URL (or --gonka-chain-rest-url / --gonka-rpc-url)")
         return EXIT_INPUT
+    operator = _operator(args, settings)
     url = ready_database(args, settings)
-    options = {"validator": settings.validator_address}
+    options = {"validator": settings.validator_address, "operator": operator}
     if args.once:
         say(format_poll_summary(poll_once(url, chain, rpc, **options)))
         return EXIT_OK
     run_forever(url, chain, rpc, interval=args.interval, on_cycle=lambda s: say(format_poll_summary(s)), **options)
     return EXIT_OK
+
+
+def _operator(args, settings: Settings):
+    """Operator mode from --gonka-operator-* options over GONKA_OPERATOR_* settings (None when not configured)."""
+    from indexer.sources.gonka.signing import operator_from_env
+
+    chosen = {"gonka_operator_address": args.gonka_operator_address or settings.operator_address,
+              "gonka_operator_key_file": args.gonka_operator_key_file or settings.operator_key_file,
+              "gonka_operator_member": args.gonka_operator_member or settings.operator_member}
+    return operator_from_env({k: str(v) for k, v in chosen.items() if v})
 
 
 def cmd_devnet(args, settings: Settings) -> int:  # noqa: ARG001 - the devnet needs no database

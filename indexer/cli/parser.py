@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="chain REST URL(s), comma-separated, failover in order ($GONKA_CHAIN_REST_URL)")
     run.add_argument("--gonka-rpc-url", "--gonka_rpc_url", metavar="URL[,URL]",
                      help="CometBFT RPC URL(s), comma-separated ($GONKA_RPC_URL)")
+    run.add_argument("--gonka-operator-address", "--gonka_operator_address", metavar="ADDRESS",
+                     help="operator mode: address that signs payload requests ($GONKA_OPERATOR_ADDRESS)")
+    run.add_argument("--gonka-operator-key-file", "--gonka_operator_key_file", metavar="FILE",
+                     help="operator mode: its key file, owner-only, never logged ($GONKA_OPERATOR_KEY_FILE)")
+    run.add_argument("--gonka-operator-member", "--gonka_operator_member", metavar="ADDRESS",
+                     help="operator mode: the group member a warm key acts for ($GONKA_OPERATOR_MEMBER)")
 
     from indexer.devnet.options import add_arguments as devnet_arguments
 

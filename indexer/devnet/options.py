@@ -34,3 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lying-host", default=None, help="participant address serving a diverging diff log")
     parser.add_argument("--no-warm", dest="warm", action="store_false",
                         help="encode each diff log on its first request instead of before serving")
+    parser.add_argument("--payload-auth", action="store_true",
+                        help="the payload route authenticates like real hosts (signed group-member requests only)")
+    parser.add_argument("--operator", default=None, metavar="ADDRESS",
+                        help="participant (or its '<address>-warm' key) whose devnet key --operator-key-file "
+                             "receives; default: the first host")
+    parser.add_argument("--operator-key-file", default=None, metavar="PATH",
+                        help="write the operator's devnet private key there (mode 0600, must not exist) for "
+                             "GONKA_OPERATOR_KEY_FILE")

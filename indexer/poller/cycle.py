@@ -30,6 +30,7 @@ from indexer.poller.finality import PRUNING_WINDOW, Epochs
 from indexer.poller.store import Store
 from indexer.settings import DEFAULT_VALIDATOR
 from indexer.sources.gonka import Gonka, RetryPolicy
+from indexer.sources.gonka.signing import Operator
 from indexer.wire.normalize import current_epoch
 
 PAYLOAD_WORKERS = 4           # concurrent payload requests (0: each escrow thread fetches its own in turn)
@@ -118,7 +119,7 @@ class Poller:
 
 def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence[str], *,
               policy: RetryPolicy | None = None, process: bool = True, archive: bool = True,
-              validator: str = DEFAULT_VALIDATOR, fetch_payloads: bool = True,
+              validator: str = DEFAULT_VALIDATOR, operator: Operator | None = None, fetch_payloads: bool = True,
               payload_workers: int = PAYLOAD_WORKERS, escrow_workers: int = ESCROW_WORKERS,
               decode_workers: int = DECODE_WORKERS) -> PollSummary:
     """One full cycle into the database at ``url``. A cycle that cannot take the poller lock does nothing."""
@@ -131,7 +132,7 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
         try:
             store = Store(conn, archive=archive, side_url=url)
             with Gonka(chain_urls, rpc_url, policy=policy, on_response=store.on_response,
-                       on_failure=store.on_failure) as gonka:
+                       on_failure=store.on_failure, operator=operator) as gonka:
                 poller = Poller(gonka, store, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_workers=payload_workers, escrow_workers=escrow_workers,
                                 decode_workers=decode_workers)

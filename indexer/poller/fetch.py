@@ -179,7 +179,8 @@ class EscrowFetcher:
                 host = self.g.host(address)
                 if host is None:
                     continue
-                data = host.payload(version, escrow_id, inference_id, validator=self.validator, epoch=epoch)
+                data = host.payload(version, escrow_id, inference_id, validator=self.validator, epoch=epoch,
+                                    members=group.members)
             except FetchError as exc:
                 if exc.transient:
                     continue
