@@ -199,14 +199,15 @@ def _setting(environ: Mapping[str, object], name: str) -> str | None:
     return None
 
 
-def operator_from_env(environ: Mapping[str, object] | None = None) -> Operator | None:
+def operator_from_env(environ: Mapping[str, object]) -> Operator | None:
     """The operator configured by ``GONKA_OPERATOR_ADDRESS`` + ``GONKA_OPERATOR_KEY_FILE`` (and optionally
     ``GONKA_OPERATOR_MEMBER``, the group member a warm-key address acts for), or None when neither is set.
 
-    ``environ`` defaults to ``os.environ``; a mapping of parsed CLI options keyed by the lower-cased names
+    ``environ``: the settings as a mapping (the CLI passes GONKA_OPERATOR_* resolved from its settings and options);
+    a mapping of parsed CLI options keyed by the lower-cased names
     (``gonka_operator_address`` …) works too. Raises :class:`OperatorConfigError` when only one is set or the key
     file is unusable."""
-    env = os.environ if environ is None else environ
+    env = environ
     address, key_file = _setting(env, ENV_ADDRESS), _setting(env, ENV_KEY_FILE)
     if address is None and key_file is None:
         return None
