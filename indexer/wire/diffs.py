@@ -83,13 +83,14 @@ def diff_from_host_json(entry: Mapping[str, Any], version: str | None) -> dict[s
     user_sig, state_hash, raw_txs}`` with txs decoded (dicts) and all byte fields as ``bytes``."""
     if not isinstance(entry, Mapping) or not isinstance(entry.get("diff"), Mapping):
         raise WireDecodeError("diff entry: expected an object with a 'diff' object")
+    schema = schema_for(version)  # an unknown version fails here, even for a diff without txs
     diff = entry["diff"]
     nonce = _as_int(diff.get("nonce"), "diff.nonce")
     raw_txs = [b64decode(t, f"diff {nonce} txs[{i}]") for i, t in enumerate(diff.get("txs") or [])]
     txs = []
     for i, raw in enumerate(raw_txs):
         try:
-            txs.append(decode_tx(raw, version))
+            txs.append(schema.decode("DevshardTx", raw))
         except WireDecodeError as exc:
             raise WireDecodeError(f"diff {nonce} txs[{i}]: {exc}") from None
     return {
