@@ -100,7 +100,7 @@ _SLOT_KEYS = {"validation": "validator_slot", "validation_vote": "voter_slot"}
 
 def _member(tx: Any) -> tuple[str, Any]:
     """(oneof member name, its message) of a DevshardTx dict or object; ``unknown:N`` / ``empty`` with None."""
-    if isinstance(tx, Mapping):
+    if type(tx) is dict or isinstance(tx, Mapping):  # the exact-type test first: an ABC check costs a lot per tx
         names = [k for k in tx if k != UNKNOWN_KEY]
         if names:
             return names[0], _Fields(tx[names[0]])
@@ -133,9 +133,12 @@ def tx_record(
     else:
         return None, name
     rec: dict[str, Any] = {"kind": kind, "escrow_id": escrow_id, "inference_id": msg.inference_id}
-    if kind in _SLOT_KEYS:
-        rec[_SLOT_KEYS[kind]] = body.pop(_SLOT_KEYS[kind])
-    rec.update(diff_nonce=diff_nonce, tx_index=tx_index, protocol_version=protocol_version)
+    slot_key = _SLOT_KEYS.get(kind)
+    if slot_key is not None:
+        rec[slot_key] = body.pop(slot_key)
+    rec["diff_nonce"] = diff_nonce
+    rec["tx_index"] = tx_index
+    rec["protocol_version"] = protocol_version
     rec.update(body)
     return rec, name
 
