@@ -4,9 +4,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 from decimal import Decimal
+from pathlib import Path
 
 import psycopg
 import pytest
