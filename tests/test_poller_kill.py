@@ -66,7 +66,7 @@ def test_kill_9_mid_cycle_then_rerun_equals_clean_run(db_url, second_db_url):
         assert clean.wait(timeout=300) == 0, clean.stderr.read().decode()
 
     # slow hosts (every host request waits), so the kill lands between the first commit and the end of the cycle
-    slow = FaultConfig(p_delay=1.0, delay_seconds=0.03, paths=("/hosts/",))
+    slow = FaultConfig(p_delay=1.0, delay_seconds=0.1, paths=("/hosts/",))
     with DevnetServer(_scenario(), faults=slow) as net:
         _ready(net)
         before = _helper_processes()
