@@ -37,6 +37,7 @@ import os
 import queue
 import threading
 import time
+from urllib.parse import urlsplit
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -47,10 +48,11 @@ from indexer.poller.decode import decode_entries, decode_pool
 from indexer.poller.store import UPSERT_CURSOR, Store
 from indexer.sources.gonka import FetchError, Gonka, HostGroup, RetryPolicy
 from indexer.sources.gonka.host import PAGE_NONCES
+from indexer.sources.gonka.snapshots import EpochCapture, capture_epoch
+from indexer.wire.chain_records import epoch_info_parts
 from indexer.wire.diffs import b64encode
 from indexer.wire.normalize import (NormalizeError, current_epoch, dumps_record_bytes, epoch_record, escrow_record,
-                                    host_epoch_stats_record, host_stats_records, model_snapshot_record,
-                                    parse_u64)
+                                    host_epoch_stats_record, host_stats_records, parse_u64)
 from indexer.wire.protobuf import WireDecodeError
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,18 @@ class _Cancelled(Exception):
     pass
 
 
+_CURSOR_FAILED = """
+INSERT INTO net.cursor (source, last_error, last_error_at, next_retry_at, updated_at)
+VALUES (%s, %s, now(), now(), now())
+ON CONFLICT (source) DO UPDATE SET last_error = excluded.last_error, last_error_at = now(), updated_at = now()"""
+
+_SNAPSHOT_FAILURE = """
+INSERT INTO net.snapshot_failure AS f (source, epoch_index, what, model_id, participant, host, url, error, transient)
+VALUES (%(source)s, %(e)s, %(what)s, %(m)s, %(p)s, %(h)s, %(u)s, %(err)s, %(t)s)
+ON CONFLICT (source) DO UPDATE SET host = excluded.host, url = excluded.url, error = excluded.error,
+    transient = excluded.transient, attempts = f.attempts + 1, last_at = now()"""
+
+
 class Poller:
     def __init__(self, conn: psycopg.Connection, gonka: Gonka, store: Store, *, validator: str = VALIDATOR,
                  fetch_payloads: bool = True, payload_workers: int = PAYLOAD_WORKERS,
@@ -138,6 +152,7 @@ class Poller:
         self._inline_payloads = payload_workers <= 0  # 0: each escrow thread fetches its own payloads in turn
         self._escrow_pool = ThreadPoolExecutor(max_workers=max(1, escrow_workers), thread_name_prefix="escrows")
         self._stop = threading.Event()
+        self._snapshot_complete: dict[int, bool] = {}  # epoch -> every chain read of its snapshot succeeded
 
     def close(self) -> None:
         self._stop.set()
@@ -221,13 +236,20 @@ class Poller:
         else:
             self.store.load_many([], None, after=write)
 
-    @staticmethod
-    def _window_start_height(info: dict) -> int:
-        """A height before the window's oldest settlement: current epoch start − (window + 1) epoch lengths."""
+    def _window_start_height(self, info: dict) -> int:
+        """A height before the window's oldest settlement: current epoch start − (window + 1) epoch lengths. The
+        epoch length is ``params.epoch_params.epoch_length`` of the real ``epoch_info``; when it cannot be read the
+        search starts at 0 (every settlement the chain made), which is said loudly, never silently."""
         try:
-            start = parse_u64((info.get("latest_epoch") or {}).get("poc_start_block_height"), "poc_start")
-            length = parse_u64((info.get("params") or {}).get("epoch_length"), "epoch_length")
-        except NormalizeError:
+            _, start, length, _ = epoch_info_parts(info)
+        except NormalizeError as exc:
+            start = length = None
+            why = str(exc)
+        else:
+            why = "epoch_info has no poc_start_block_height or epoch_length"
+        if start is None or length is None:
+            log.warning("settlement window start unknown (%s): searching settlements from height 0", why)
+            self.store.error("chain:epoch_info", f"settlement window start unknown: {why}")
             return 0
         return max(0, start - (PRUNING_WINDOW + 1) * length)
 
@@ -247,31 +269,13 @@ class Poller:
 
     def epoch_plan(self, epoch: int, info: dict | None) -> tuple[int, list[str], list[str]]:
         """Load the epoch's chain metadata; return (epoch, its escrow ids, the ids still to fetch)."""
-        records: list[dict[str, Any]] = []
-        try:
-            root = self.g.chain.epoch_group_data(epoch)
-        except FetchError as exc:
-            if exc.transient:
-                raise
-            root = None
-        if info is not None:
-            records.append(epoch_record(info))
-        elif root:
-            group = root.get("epoch_group_data") or {}
-            rec = {"kind": "epoch", "epoch_index": epoch}
-            if group.get("poc_start_block_height") not in (None, ""):
-                rec["start_height"] = parse_u64(group["poc_start_block_height"])
-            records.append(rec)
-        for model_id in ((root or {}).get("epoch_group_data") or {}).get("sub_group_models") or []:
-            try:
-                snap = model_snapshot_record(self.g.chain.epoch_group_data(epoch, model_id))
-            except FetchError as exc:
-                if exc.transient:
-                    raise
-                continue
-            if snap:
-                records.append(snap)
-        self.store.load(records, f"chain:epoch_group_data/{epoch}")
+        cap = capture_epoch(self.g.chain, epoch, ended=epoch < (self.summary.epoch or 0), mapper=self._pool.map)
+        records = cap.records
+        if info is not None and not any(r["kind"] == "epoch" for r in records):
+            records.insert(0, epoch_record(info))  # the root group failed: the current epoch's start is still known
+        self._snapshot_complete[epoch] = cap.complete
+        self.store.load_many([([dumps_record_bytes(r) for r in records], f"chain:epoch_group_data/{epoch}")], None,
+                             after=lambda c: self._snapshot_outcome(cap, c))
 
         created = self.g.rpc.escrows_created(epoch)
         ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
@@ -301,13 +305,35 @@ class Poller:
             digest = hashlib.sha256(b"\n".join(sorted(dumps_record_bytes(r) for r in stats))).hexdigest()
             prev = self.conn.execute("SELECT stats_digest FROM net.epoch_state WHERE epoch_index = %s",
                                      (epoch,)).fetchone()
-            stable = prev is not None and prev[0] == digest and bool(stats)
-            state = "final" if stable and n_final == len(ids) else "settling"
+            # an epoch without escrows has no stats to wait for: two identical (empty) polls make it stable
+            stable = prev is not None and prev[0] == digest and (bool(stats) or not ids)
+            complete = self._snapshot_complete.get(epoch, True)  # a failed snapshot read is retried, not frozen
+            state = "final" if stable and complete and n_final == len(ids) else "settling"
         self.summary.epoch_states[epoch] = state
         self.store.load_many([([dumps_record_bytes(r) for r in stats], f"chain:devshard_host_epoch_stats/{epoch}")],
                              None, after=lambda c: self._set_epoch_state(
                                  epoch, state, len(ids), n_final, digest,
                                  reason="complete" if state == "final" else None, conn=c))
+
+    def _snapshot_outcome(self, cap: EpochCapture, conn: psycopg.Connection) -> None:
+        """Failed snapshot reads: a log line, a net.failure row, ``last_error`` of their ``snapshot:…`` source in
+        api.ingest_status, and a net.snapshot_failure row (api.model_limits shows a failed model as a row with
+        the reason). Reads that succeed resolve their earlier failure."""
+        for f in cap.failures:
+            subject = (f"model {f.model_id}" if f.model_id else f"participant {f.participant}" if f.participant
+                       else f.what)
+            host = urlsplit(f.url).netloc or None
+            log.warning("epoch %s %s: chain read failed on %s: %s", f.epoch, subject, host, f.error)
+            self.store.fail(f.source, f.url, f.error, f.transient)
+            conn.execute(_CURSOR_FAILED, (f.source, f"epoch {f.epoch} {subject} on {host}: {f.error}"[:2000]))
+            conn.execute(_SNAPSHOT_FAILURE, {"source": f.source, "e": f.epoch, "what": f.what, "m": f.model_id,
+                                             "p": f.participant, "h": host, "u": f.url, "err": f.error[:2000],
+                                             "t": f.transient})
+        if cap.succeeded:
+            resolved = conn.execute("DELETE FROM net.snapshot_failure WHERE source = ANY(%s) RETURNING source",
+                                    (cap.succeeded,)).fetchall()
+            for (source,) in resolved:
+                conn.execute(UPSERT_CURSOR, (source, "ok"))
 
     def _stored_slots(self, escrow_ids: list[str]) -> dict[str, list[str]]:
         rows = self.conn.execute("SELECT escrow_id, slots FROM rec.escrow WHERE escrow_id = ANY(%s)", (escrow_ids,))

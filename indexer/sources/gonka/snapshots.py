@@ -55,6 +55,7 @@ class EpochCapture:
     succeeded: list[str] = field(default_factory=list)  # sources read fine (their earlier errors are resolved)
     start_height: int | None = None
     end_height: int | None = None
+    absent: bool = False  # the chain answered 404 for the root group: no such epoch group, nothing to capture
 
     @property
     def complete(self) -> bool:
@@ -83,7 +84,13 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
         models = cr.sub_group_models(group)
         weights = cr.validation_weights(group)
         epoch_rec = cr.epoch_record_from_group(group)
-    except READ_ERRORS as exc:
+    except FetchError as exc:
+        if exc.status == 404:  # the chain has no group for this epoch (before genesis, or not formed yet)
+            out.absent = True
+        else:
+            failed("root", exc, root_url)
+        return out
+    except NormalizeError as exc:
         failed("root", exc, root_url)
         return out
     ok("root")
