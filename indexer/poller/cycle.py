@@ -16,9 +16,16 @@ Epoch finality (``net.epoch_state``, and ``epoch:<E>`` rows in ``api.ingest_stat
   ``host_epoch_stats`` have not yet been read identically on two consecutive polls (they are provisional just
   after the transition). Settling epochs are re-polled every cycle: their unfinished escrows and all their host
   epoch stats.
-* ``final``: every escrow final and the stats stable (``reason = 'complete'``), or the epoch left the pruning window
+* ``final``: every escrow final, the stats stable (an epoch without escrows: two identical, empty reads) and every
+  chain read of the epoch's snapshot succeeded (``reason = 'complete'``), or the epoch left the pruning window
   while settling (``reason = 'pruned'``), or was pruned before any cycle saw it (``reason = 'missed'``). A final
   epoch is not polled again.
+
+Epoch snapshot (:func:`indexer.sources.gonka.snapshots.capture_epoch`, every cycle for every epoch not final): the
+epoch record with its heights, model snapshots, ``epoch_params`` (read as of the epoch where the node still has the
+height) and, once ended, ``participant_epoch``. A failed read is a warning in the log, a ``net.failure`` row, the
+``last_error`` of its ``snapshot:<E>:…`` source in ``api.ingest_status`` and a ``net.snapshot_failure`` row (so
+``api.model_limits`` shows a model whose read failed, with the reason); it is retried every cycle.
 
 Progress watchdog (``net.progress``): after each escrow, the host's shard nonce (the source's position) is stored
 beside our cursor. When the source is ahead and the cursor has not moved for ``STALL_CYCLES`` consecutive cycles
