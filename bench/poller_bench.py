@@ -33,7 +33,8 @@ from indexer.db import migrate  # noqa: E402
 from indexer.db.scratch import scratch_database  # noqa: E402
 from indexer.db.url import resolve_database_url  # noqa: E402
 from indexer.poller import poll_once  # noqa: E402
-from indexer.poller.cycle import DECODE_WORKERS, ESCROW_WORKERS, PAYLOAD_WORKERS  # noqa: E402
+from indexer.poller.commit import ESCROW_WORKERS  # noqa: E402
+from indexer.poller.cycle import DECODE_WORKERS, PAYLOAD_WORKERS  # noqa: E402
 
 
 def _proc_cpu(pid: int) -> float | None:

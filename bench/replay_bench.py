@@ -82,8 +82,10 @@ def _server_cpu(postmaster: int) -> float:
 
 def _postmaster() -> int:
     from indexer.db.embedded import EmbeddedCluster
+    from indexer.settings import Settings
+
     try:
-        return int((EmbeddedCluster().pgdata / "postmaster.pid").read_text().split()[0])
+        return int((EmbeddedCluster(Settings.from_env().indexer_home).pgdata / "postmaster.pid").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 0
 

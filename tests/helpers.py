@@ -6,7 +6,7 @@ from pathlib import Path
 import orjson
 import psycopg
 
-from indexer.commands import process_changes
+from indexer.pipeline import process_changes
 from indexer.load.ingest import ingest_paths
 from indexer.replay.run import replay_dirty
 
@@ -22,10 +22,10 @@ def write_lines(path: Path, records) -> Path:
 def ingest(url: str, path: Path, rules: bool = False, **kw):
     """Load, replay, and (rules=True) run the rules stage on the dirty epochs, as `indexer ingest` does."""
     summary = ingest_paths(url, [str(path)], **kw)
-    if rules:
-        process_changes(url)
-    else:
-        with psycopg.connect(url) as c:
+    with psycopg.connect(url) as c:
+        if rules:
+            process_changes(c, url)
+        else:
             replay_dirty(c)
     return summary
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from indexer.load.export import export_records, export_statement
 from indexer.load.ingest import ingest_paths
-from indexer.load.kinds import KINDS
+from indexer.records import KINDS
 from indexer.synth import generate
 from tests.helpers import escrow, ingest, tx, write_lines
 

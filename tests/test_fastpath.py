@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from indexer.load.coerce import COERCE, Invalid
 from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import FAST
-from indexer.load.kinds import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N
+from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N
 from indexer.load.prepare import prepare_batch, slot_of
 
 _ints = st.one_of(st.integers(-5, 5), st.integers(2**31 - 2, 2**31 + 1), st.integers(2**63 - 2, 2**64 + 1),

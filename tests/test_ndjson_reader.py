@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from indexer.load.kinds import KINDS
+from indexer.records import KINDS
 from indexer.sources.ndjson import Accepted, Rejected, block_lines, classify_line, open_input
 
 # JSON values json.dumps can write and json.loads reads back. Text never holds NUL: PostgreSQL jsonb cannot store

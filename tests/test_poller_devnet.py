@@ -6,7 +6,7 @@ from collections import Counter
 import psycopg
 
 from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
-from indexer.load.kinds import KINDS
+from indexer.records import KINDS
 from indexer.replay.machine import KIND_ORDER as TX_KINDS  # the tx kinds, in protocol order
 from indexer.poller import poll_once
 from indexer.sources.gonka import RetryPolicy

@@ -6,7 +6,7 @@ import psycopg
 
 from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
 from indexer.poller import poll_once
-from indexer.poller.cycle import STALL_CYCLES
+from indexer.poller.commit import STALL_CYCLES
 from indexer.sources.gonka import RetryPolicy
 
 FAST = dict(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=4)

@@ -98,7 +98,7 @@ def test_failed_model_read_is_visible_then_resolved(db_url, caplog):
     with DevnetServer(scn) as net:
         now = _to_last(net)
         net.app.options.failing_models = (MINIMAX,)
-        with caplog.at_level(logging.WARNING, logger="indexer.poller.cycle"):
+        with caplog.at_level(logging.WARNING, logger="indexer.poller.finality"):
             _poll(db_url, net)
         assert any(MINIMAX in r.getMessage() and "chain read failed" in r.getMessage() for r in caplog.records)
         with psycopg.connect(db_url) as c:

@@ -222,7 +222,7 @@ def test_each_run_row_counts_its_own_claim(db_url, tmp_path, conn):
 
 
 def test_a_new_parser_version_re_parses_and_re_evaluates_clean_epochs(db_url, tmp_path, conn):
-    from indexer.rules.refusals import PARSER_VERSION
+    from indexer.refusals import PARSER_VERSION
 
     load_three_epochs(db_url, tmp_path)
     before = table_snapshot(db_url, RULE_TABLES)

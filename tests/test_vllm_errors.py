@@ -1,4 +1,4 @@
-"""Tests for indexer.sources.vllm_errors (pure: no database, no fixtures from conftest)."""
+"""Tests for indexer.refusals.vllm (pure: no database, no fixtures from conftest)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.sources.vllm_errors import (
+from indexer.refusals.vllm import (
     INT63_MAX,
     MessageParse,
     RefusalParse,

@@ -27,13 +27,9 @@ class EmbeddedError(RuntimeError):
     pass
 
 
-def indexer_home() -> Path:
-    return Path(os.environ.get("INDEXER_HOME", "./.indexer")).expanduser().resolve()
-
-
 class EmbeddedCluster:
-    def __init__(self, home: Path | None = None, *, tuned_for_tests: bool = False):
-        self.home = (home or indexer_home()).resolve()
+    def __init__(self, home: Path, *, tuned_for_tests: bool = False):
+        self.home = Path(home).expanduser().resolve()
         self.pgdata = self.home / "pgdata"
         self.port_file = self.home / "port"
         self.tuned_for_tests = tuned_for_tests

@@ -2,26 +2,35 @@
 read-only role. All in one transaction under an advisory lock, so it is idempotent and safe to run twice at once."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Connection
+import psycopg
 
+from indexer.db.paths import MIGRATIONS_DIR
+from indexer.db.schema import current_stamp, expected_stamp, replaceable_object_files
 from indexer.db.url import sqlalchemy_url
 
-# sql/ and migrations/ ship inside the package, so a wheel or `pip install .` migrates as an editable install does.
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-SQL_DIR = Path(os.environ.get("INDEXER_SQL_DIR", PACKAGE_DIR / "sql"))
-MIGRATIONS_DIR = PACKAGE_DIR / "migrations"
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from sqlalchemy.engine import Connection
+
 READER_ROLE = "indexer_reader"
 _LOCK_KEY = 0x6465767368617264  # 'devshard'
 
 
+def ensure_schema(url: str) -> bool:
+    """Migrate when the database's schema stamp differs from this code's; True when it migrated. The check is one
+    query; Alembic and SQLAlchemy (about 0.5 s to import) are loaded only when there is something to migrate."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if current_stamp(conn) == expected_stamp():
+            return False
+    upgrade(url)
+    return True
+
+
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if connection is not None:
@@ -30,21 +39,19 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def heads() -> list[str]:
+    from alembic.script import ScriptDirectory
+
     return list(ScriptDirectory.from_config(alembic_config()).get_heads())
-
-
-def sql_object_files() -> list[Path]:
-    """Functions first, then views; each group in file-name order (numeric prefixes set dependencies)."""
-    return sorted(SQL_DIR.glob("functions/*.sql")) + sorted(SQL_DIR.glob("views/*.sql"))
 
 
 def apply_replaceable_objects(conn: Connection) -> None:
     for schema in ("api", "fn"):  # fn: SQL functions the rules use; api: the public views
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
-    for path in sql_object_files():
+    for path in replaceable_object_files():
         conn.exec_driver_sql(path.read_text())
     ensure_reader_role(conn)
+    conn.exec_driver_sql(f"COMMENT ON SCHEMA api IS '{expected_stamp()}'")  # what db.schema.ensure_schema checks
 
 
 def ensure_reader_role(conn: Connection) -> None:
@@ -57,6 +64,9 @@ def ensure_reader_role(conn: Connection) -> None:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
+    from alembic import command
+    from sqlalchemy import create_engine, text
+
     engine = create_engine(sqlalchemy_url(url))
     try:
         with engine.begin() as conn:
@@ -69,6 +79,9 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 
 def downgrade(url: str, revision: str = "base") -> None:
+    from alembic import command
+    from sqlalchemy import create_engine, text
+
     engine = create_engine(sqlalchemy_url(url))
     try:
         with engine.begin() as conn:
@@ -81,6 +94,8 @@ def downgrade(url: str, revision: str = "base") -> None:
 
 
 def current_revision(url: str) -> str | None:
+    from sqlalchemy import create_engine
+
     engine = create_engine(sqlalchemy_url(url))
     try:
         with engine.connect() as conn:

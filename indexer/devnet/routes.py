@@ -19,7 +19,9 @@ from typing import Any, Callable, Mapping
 from indexer.devnet import chainviews as cv
 from indexer.devnet import epochviews as ev
 from indexer.devnet import hostviews as hv
+from indexer.devnet.operators import DevnetAccounts, authenticate
 from indexer.devnet.world import Devnet
+from indexer.sources.gonka.signing import REFUSALS
 
 CHAIN_PREFIX = "/chain-api/productscience/inference/inference"
 HEIGHT_HEADER = "x-cosmos-block-height"
@@ -57,6 +59,8 @@ class AppOptions:
     escrow_max_model_len: str | None = None  # None | "string" | "number" (PR #1763 field)
     lying_host: str | None = None  # address of the host that serves a diverging diff log
     serve_upto: int | None = None  # hosts serve no diff beyond this nonce (stuck logs)
+    payload_auth: bool = False  # payload route authenticates like real hosts (operator mode); off: any
+                                # X-Validator-Address header is enough (the unsigned flows of tests and the demo)
     state_retain_blocks: int | None = None  # chain state kept for heights this far below the tip (None: one epoch)
     failing_models: tuple[str, ...] = ()  # epoch_group_data?model_id=… of these models answers 500 (a failed read)
 
@@ -68,6 +72,7 @@ class App:
     def __init__(self, net: Devnet, options: AppOptions | None = None) -> None:
         self.net = net
         self.options = options or AppOptions()
+        self.accounts = DevnetAccounts(net.scenario.config.seed, [h.address for h in net.scenario.hosts])
         self.base_url = ""
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         for method, pattern, handler in self._table():
@@ -260,13 +265,32 @@ class App:
         return Response.json(body) if body else Response.text("signatures not found", 404)
 
     def payloads(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
-        # real hosts check group membership and a signed timestamp; the devnet only wants the header
+        if self.options.payload_auth:
+            return self.authenticated_payloads(q, hd, host, version, escrow)
+        # lax mode: real hosts check group membership and a signed timestamp; here only the header is wanted
         if not {k.lower() for k in hd} & {"x-validator-address"}:
             return Response.text("missing validator authentication", 401)
         _, esc = self._session(host, version, escrow)
         iid = _param(q, "inference_id") or ""
         body = hv.payload_json(esc, int(iid)) if esc and iid.isdigit() else None
         return Response.json(body) if body else Response.text("payload not found", 404)
+
+    def authenticated_payloads(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
+        """``HandlePayloads``: inference_id, then ``authenticatePayloadRequest`` against the session's group."""
+        _, esc = self._session(host, version, escrow)
+        if esc is None:
+            return Response.text("session not found", 404)
+        iid = _param(q, "inference_id") or ""
+        refusal = "missing_inference_id" if iid == "" else authenticate(hd, iid, esc.slots, self.accounts)
+        if refusal is None:
+            if not iid.isdigit():
+                return Response.json({"message": f"invalid inference_id {iid!r}"}, 500)
+            body = hv.payload_json(esc, int(iid))
+            if body is not None:
+                return Response.json(body)
+            refusal = "payload_not_found"
+        status, message = REFUSALS[refusal]
+        return Response.json({"message": message}, status)  # echo's rendering of echo.NewHTTPError
 
     def gone(self, q: Mapping, hd: Mapping, host: str) -> Response:
         version = self.net.scenario.config.protocol_version

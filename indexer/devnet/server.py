@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from indexer.devnet import hostviews
 from indexer.devnet.routes import App, AppOptions, Response
 from indexer.devnet.scenario import Scenario
 from indexer.devnet.world import Devnet
@@ -134,16 +135,16 @@ class DevnetServer:
 
     def __init__(self, network: Devnet | Scenario | None = None, *, faults: FaultConfig | None = None,
                  b64_events: bool = False, escrow_max_model_len: str | None = None,
-                 host: str = "127.0.0.1", port: int = 0, warm: bool = False) -> None:
+                 host: str = "127.0.0.1", port: int = 0, warm: bool = False, payload_auth: bool = False) -> None:
         if network is None:
             network = Scenario()
         self.devnet = network if isinstance(network, Devnet) else Devnet(network)
         self.faults = Faults(faults or FaultConfig())
         options = AppOptions(b64_events, escrow_max_model_len, self.faults.config.lying_host,
-                             self.faults.config.serve_upto)
+                             self.faults.config.serve_upto, payload_auth)
         self.app = App(self.devnet, options)
         if warm:  # pre-encode every diff log (otherwise each log is encoded on its first request)
-            self.devnet.warm(self.faults.config.lying_host)
+            hostviews.warm(self.devnet, self.faults.config.lying_host)
         self._address = (host, port)
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -26,16 +26,6 @@ class Devnet:
         self.lock = threading.RLock()
         self.encoded_logs: dict[tuple[str, bool], tuple[list[int], list[bytes]]] = {}  # see hostviews.diffs_body
 
-    def warm(self, lying: str | None = None) -> None:
-        """Encode every host's view of every diff log now (a real host serves stored bytes), so that serving
-        a page never pays for protobuf encoding. ``lying``: the lying host's address, whose view differs."""
-        from indexer.devnet.hostviews import encoded_log
-
-        for esc in self.scenario.escrows.values():
-            encoded_log(self, esc, False)
-            if lying is not None and lying in esc.slots:
-                encoded_log(self, esc, True)
-
     def advance_epoch(self) -> int:
         with self.lock:
             self.current_epoch += 1

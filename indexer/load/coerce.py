@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 
 import orjson
 
-from indexer.load.kinds import (BOOL, HEX, I64, ID, KINDS, OBJ, REASON, STR, STRS, TS, U32, U64, U64N, VOTES, Kind)
+from indexer.records import (BOOL, HEX, I64, ID, KINDS, OBJ, REASON, STR, STRS, TS, U32, U64, U64N, VOTES,
+                             Kind)
 
 MAX_I63, MAX_U64, MAX_I31 = 2**63 - 1, 2**64 - 1, 2**31 - 1
 HEX_DIGITS = re.compile(r"[0-9a-fA-F]*\Z")

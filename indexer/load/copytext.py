@@ -6,7 +6,7 @@ backslash escapes), arrays as `{"a","b"}` literals.
 """
 from __future__ import annotations
 
-from indexer.load.kinds import BOOL, HEX, I64, ID, KINDS, OBJ, REASON, STR, STRS, TS, U32, U64, U64N, VOTES, Kind
+from indexer.records import BOOL, HEX, I64, ID, KINDS, OBJ, REASON, STR, STRS, TS, U32, U64, U64N, VOTES, Kind
 
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 

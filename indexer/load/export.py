@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import psycopg
 
-from indexer.load.kinds import KINDS, LOAD_ORDER
+from indexer.records import KINDS, LOAD_ORDER
 
 
 def export_statement(kind_name: str, epochs: tuple[int, int] | None) -> tuple[str, tuple]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from indexer.load.coerce import HEX_DIGITS, MAX_I31, MAX_I63, MAX_U64
 from indexer.load.copytext import text
-from indexer.load.kinds import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N, Kind
+from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N, Kind
 
 _CHECK = {
     ID: "((type({v}) is str and 0 < len({v}) <= 128) or (type({v}) is int and 0 <= {v} <= MAX_U64))",

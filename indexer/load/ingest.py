@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 import psycopg
 
 from indexer import workers
-from indexer.load.kinds import KINDS, LOAD_ORDER, PG_TYPES
+from indexer.records import KINDS, LOAD_ORDER, PG_TYPES
 from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
-from indexer.rules import refusals
+from indexer import refusals
 from indexer.sources.ndjson import InputFile, block_lines, open_input
 
 BATCH_LINES = 50_000

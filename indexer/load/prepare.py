@@ -14,8 +14,8 @@ import orjson
 from indexer.load.coerce import COERCE, Invalid, NeedsExactParse
 from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import FAST
-from indexer.load.kinds import KINDS, VOTES
-from indexer.rules import refusals
+from indexer.records import KINDS, VOTES
+from indexer import refusals
 from indexer.workers import no_cyclic_gc
 from indexer.sources.ndjson import Accepted, block_lines, classify_line, loads_exact
 

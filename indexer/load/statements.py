@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from indexer.load.kinds import KINDS, PG_TYPES, Kind
-
-# An epoch mark for an epoch-level change: it widens an escrow-level mark of the same epoch (rules.dirty_epoch.whole)
-WHOLE_EPOCH = "(epoch_index) DO UPDATE SET whole = true"
+from indexer.db.marks import WHOLE_EPOCH
+from indexer.records import KINDS, PG_TYPES, Kind
 
 
 def dirty_mark(kind: Kind) -> tuple[str, str, str]:

@@ -1,4 +1,6 @@
-"""Database side of the poller: records through the NDJSON loader, cursors in the same transaction, archive.
+"""Database side of the poller: records through the NDJSON loader, cursors in the same transaction, archive, and
+every statement on the ``net.*`` tables (cursors, failures, epoch states, progress) — the poller's other modules
+hold no SQL.
 
 Each fetch becomes a ``rec.source`` (digest = sha256 of its NDJSON lines, uri = the URL); its records are typed by
 :meth:`BatchLoader.prepare` and written by :meth:`Store.commit`, which wraps the loader's transaction so
@@ -28,6 +30,39 @@ INSERT INTO net.cursor (source, last_error, last_error_at, next_retry_at, update
 VALUES (%s, %s, now(), now() + make_interval(secs => %s), now())
 ON CONFLICT (source) DO UPDATE SET last_error = excluded.last_error, last_error_at = now(),
     next_retry_at = excluded.next_retry_at, updated_at = now()"""
+
+
+_SET_EPOCH_STATE = """
+INSERT INTO net.epoch_state AS s (epoch_index, state, escrows, escrows_final, stats_digest, stats_stable_polls,
+                                  reason, final_at)
+VALUES (%(e)s, %(st)s, %(n)s, %(nf)s, %(d)s, 0, %(r)s, CASE WHEN %(st)s = 'final' THEN now() END)
+ON CONFLICT (epoch_index) DO UPDATE SET
+    state = excluded.state, escrows = excluded.escrows, escrows_final = excluded.escrows_final,
+    stats_stable_polls = CASE WHEN excluded.stats_digest IS NOT NULL AND excluded.stats_digest = s.stats_digest
+                              THEN s.stats_stable_polls + 1 ELSE 0 END,
+    stats_digest = COALESCE(excluded.stats_digest, s.stats_digest),
+    reason = excluded.reason, updated_at = now(),
+    final_at = CASE WHEN excluded.state = 'final' THEN COALESCE(s.final_at, now()) END"""
+
+_SET_PROGRESS = """
+INSERT INTO net.progress AS p (source, source_position, cursor_position, stalled_cycles, stalled_since)
+VALUES (%(s)s, %(t)s, %(n)s, %(k)s, CASE WHEN %(k)s > 0 THEN now() END)
+ON CONFLICT (source) DO UPDATE SET source_position = excluded.source_position,
+    cursor_position = excluded.cursor_position, stalled_cycles = excluded.stalled_cycles,
+    stalled_since = CASE WHEN excluded.stalled_cycles > 0 THEN COALESCE(p.stalled_since, now()) END,
+    updated_at = now()"""
+
+
+_CURSOR_FAILED = """
+INSERT INTO net.cursor (source, last_error, last_error_at, next_retry_at, updated_at)
+VALUES (%s, %s, now(), now(), now())
+ON CONFLICT (source) DO UPDATE SET last_error = excluded.last_error, last_error_at = now(), updated_at = now()"""
+
+_SNAPSHOT_FAILURE = """
+INSERT INTO net.snapshot_failure AS f (source, epoch_index, what, model_id, participant, host, url, error, transient)
+VALUES (%(source)s, %(e)s, %(what)s, %(m)s, %(p)s, %(h)s, %(u)s, %(err)s, %(t)s)
+ON CONFLICT (source) DO UPDATE SET host = excluded.host, url = excluded.url, error = excluded.error,
+    transient = excluded.transient, attempts = f.attempts + 1, last_at = now()"""
 
 
 class Store:
@@ -65,6 +100,60 @@ class Store:
         rows = self.conn.execute("SELECT source, cursor FROM net.cursor WHERE source LIKE %s AND cursor IS NOT NULL",
                                  (prefix.replace("_", r"\_") + "%",)).fetchall()
         return dict(rows)
+
+    # -- what was stored before ------------------------------------------------------------------
+    def stored_slots(self, escrow_ids: list[str]) -> dict[str, list[str]]:
+        rows = self.conn.execute("SELECT escrow_id, slots FROM rec.escrow WHERE escrow_id = ANY(%s)", (escrow_ids,))
+        return {escrow_id: list(slots or []) for escrow_id, slots in rows}
+
+    def escrow_ids(self, epoch: int) -> list[str]:
+        rows = self.conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,)).fetchall()
+        return [escrow_id for (escrow_id,) in rows]
+
+    # -- epoch states -------------------------------------------------------------------------------
+    def epoch_states(self) -> dict[int, str]:
+        return dict(self.conn.execute("SELECT epoch_index, state FROM net.epoch_state").fetchall())
+
+    def stats_digest(self, epoch: int) -> str | None:
+        row = self.conn.execute("SELECT stats_digest FROM net.epoch_state WHERE epoch_index = %s", (epoch,)).fetchone()
+        return row[0] if row else None
+
+    def set_epoch_state(self, conn: psycopg.Connection, epoch: int, state: str, escrows: int, escrows_final: int,
+                        digest: str | None, *, reason: str | None = None) -> None:
+        """The epoch's state row and its ``epoch:<E>`` cursor, inside the caller's transaction on ``conn``."""
+        conn.execute(_SET_EPOCH_STATE, {"e": epoch, "st": state, "n": escrows, "nf": escrows_final, "d": digest,
+                                        "r": reason})
+        conn.execute(UPSERT_CURSOR, (f"epoch:{epoch}", state))
+
+    def commit_epoch_state(self, epoch: int, state: str, escrows: int, escrows_final: int, digest: str | None, *,
+                           reason: str | None = None) -> None:
+        self.load_many([], None, after=lambda c: self.set_epoch_state(c, epoch, state, escrows, escrows_final,
+                                                                      digest, reason=reason))
+
+    # -- progress watchdog ----------------------------------------------------------------------------
+    def progress(self, source: str) -> tuple | None:
+        """(source_position, cursor_position, stalled_cycles) of ``source``, or None."""
+        return self.conn.execute("SELECT source_position, cursor_position, stalled_cycles FROM net.progress "
+                                 "WHERE source = %s", (source,)).fetchone()
+
+    def set_progress(self, source: str, source_position: int | None, cursor_position: int, stalled: int) -> None:
+        self.conn.execute(_SET_PROGRESS, {"s": source, "t": source_position, "n": cursor_position, "k": stalled})
+
+    def snapshot_outcome(self, conn: psycopg.Connection, failures: Sequence[Any], succeeded: Sequence[str]) -> None:
+        """Failed epoch-snapshot reads (indexer.sources.gonka.snapshots.SnapshotFailure): ``last_error`` of their
+        ``snapshot:…`` source and a net.snapshot_failure row (api.ingest_status and api.model_limits show them).
+        Reads that succeeded resolve their earlier failure (the row goes, the source's error clears)."""
+        for f in failures:
+            subject = f.model_id or f.participant or ""
+            conn.execute(_CURSOR_FAILED, (f.source, f"epoch {f.epoch} {f.what} {subject} on {f.host}: {f.error}"[:2000]))
+            conn.execute(_SNAPSHOT_FAILURE, {"source": f.source, "e": f.epoch, "what": f.what, "m": f.model_id,
+                                             "p": f.participant, "h": f.host, "u": f.url, "err": f.error[:2000],
+                                             "t": f.transient})
+        if succeeded:
+            resolved = conn.execute("DELETE FROM net.snapshot_failure WHERE source = ANY(%s) RETURNING source",
+                                    (list(succeeded),)).fetchall()
+            for (source,) in resolved:
+                conn.execute(UPSERT_CURSOR, (source, "ok"))
 
     def error(self, source: str, message: str, retry_seconds: float = 60.0) -> None:
         with self.conn.transaction():

@@ -14,9 +14,9 @@ from functools import cache
 import psycopg
 
 from indexer.db.claims import claim_rows
-from indexer.db.migrate import SQL_DIR
-from indexer.load.statements import WHOLE_EPOCH
-from indexer.rules import refusals
+from indexer.db.marks import WHOLE_EPOCH
+from indexer.db.paths import SQL_DIR
+from indexer import refusals
 
 RULE_VERSION = 1
 EPOCHS_PER_CLAIM = 8

@@ -19,7 +19,7 @@ from typing import BinaryIO, Iterator
 
 import orjson
 
-from indexer.load.kinds import KINDS
+from indexer.records import KINDS
 
 GZIP_MAGIC = b"\x1f\x8b"
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")

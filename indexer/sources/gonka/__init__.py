@@ -8,20 +8,41 @@ from indexer.sources.gonka.fastclient import FastClient
 from indexer.sources.gonka.host import DevshardHost, HostGroup
 from indexer.sources.gonka.http import FailureHook, Fetcher, FetchError, ResponseHook, RetryPolicy
 from indexer.sources.gonka.rpc import CometRpc
+from indexer.sources.gonka.signing import Operator, operator_from_env
 from indexer.wire.normalize import NormalizeError, participant_inference_url
 
 
+class _GroupRecordingChain(ChainRest):
+    """Chain REST that remembers each escrow's slot addresses as answered, so operator mode knows which escrows'
+    payload requests to sign without asking the chain again."""
+
+    def __init__(self, fetcher: Fetcher) -> None:
+        super().__init__(fetcher)
+        self.groups: dict[str, frozenset[str]] = {}
+
+    def escrow(self, escrow_id: str | int) -> dict:
+        data = super().escrow(escrow_id)
+        slots = (data.get("escrow") or {}).get("slots") if isinstance(data, dict) else None
+        if isinstance(slots, list):
+            self.groups[str(int(escrow_id))] = frozenset(str(s) for s in slots)
+        return data
+
+
 class Gonka:
-    """All clients of one poll: chain REST (with failover over ``chain_urls``), RPC, and hosts by address."""
+    """All clients of one poll: chain REST (with failover over ``chain_urls``), RPC, and hosts by address.
+
+    ``operator`` (see :func:`operator_from_env`) signs payload requests of the escrows whose group holds it."""
 
     def __init__(self, chain_urls: str | Sequence[str], rpc_urls: str | Sequence[str], *,
                  policy: RetryPolicy | None = None, on_response: ResponseHook | None = None,
-                 on_failure: FailureHook | None = None) -> None:
+                 on_failure: FailureHook | None = None, operator: Operator | None = None) -> None:
         self.policy = policy or RetryPolicy()
         self.client = FastClient(timeout=self.policy.timeout)  # httpx's interface at a third of its CPU cost
         kw = dict(policy=self.policy, client=self.client, on_response=on_response, on_failure=on_failure)
         self._kw = kw
-        self.chain = ChainRest(Fetcher(chain_urls, name="chain", **kw))
+        self.operator = operator
+        chain_fetcher = Fetcher(chain_urls, name="chain", **kw)
+        self.chain = _GroupRecordingChain(chain_fetcher) if operator is not None else ChainRest(chain_fetcher)
         self.rpc = CometRpc(Fetcher(rpc_urls, name="rpc", **kw))
         self._hosts: dict[str, DevshardHost | None] = {}
 
@@ -37,8 +58,12 @@ class Gonka:
                     raise  # try again next time
                 self._hosts[address] = None
             else:
-                self._hosts[address] = DevshardHost(address, Fetcher(url, name=f"host:{address}", **self._kw))
+                self._hosts[address] = DevshardHost(address, Fetcher(url, name=f"host:{address}", **self._kw),
+                                                    operator=self.operator, groups=self._group)
         return self._hosts[address]
+
+    def _group(self, escrow_id: str) -> frozenset[str] | None:
+        return getattr(self.chain, "groups", {}).get(escrow_id)
 
     def requests(self) -> int:
         n = self.chain.http.requests + self.rpc.http.requests
@@ -54,4 +79,5 @@ class Gonka:
         self.close()
 
 
-__all__ = ["ChainRest", "CometRpc", "DevshardHost", "FetchError", "Fetcher", "Gonka", "HostGroup", "RetryPolicy"]
+__all__ = ["ChainRest", "CometRpc", "DevshardHost", "FetchError", "Fetcher", "Gonka", "HostGroup", "Operator",
+           "RetryPolicy", "operator_from_env"]

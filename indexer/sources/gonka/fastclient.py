@@ -124,12 +124,13 @@ class _Conn:
 
 
 class FastClient:
-    def __init__(self, timeout: float = 10.0) -> None:
+    def __init__(self, timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: how https peers are verified (default: the system's trust store, hostname checked)."""
         self.timeout = timeout
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: list[_Conn] = []
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl: ssl.SSLContext | None = ssl_context
 
     def _conn(self, scheme: str, netloc: str, timeout: float) -> tuple[_Conn, bool]:
         conns = self._local.__dict__.setdefault("conns", {})

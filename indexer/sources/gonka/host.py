@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from indexer.sources.gonka.http import Fetcher, FetchError
+from indexer.sources.gonka.signing import Operator
 from indexer.wire.diffs import diff_from_host_json, diff_header_from_host_json
 from indexer.wire.protobuf import WireDecodeError
 
@@ -20,8 +21,14 @@ PAGE_NONCES = 64
 
 
 class DevshardHost:
-    def __init__(self, address: str, fetcher: Fetcher) -> None:
+    """One participant's devshard host. With an ``operator``, payload requests of escrows whose group holds the
+    operator are signed (:mod:`indexer.sources.gonka.signing`); ``groups(escrow_id)`` gives an escrow's slot
+    addresses when the caller does not pass them."""
+
+    def __init__(self, address: str, fetcher: Fetcher, *, operator: Operator | None = None,
+                 groups: Callable[[str], Collection[str] | None] | None = None) -> None:
         self.address, self.http = address, fetcher
+        self.operator, self.groups = operator, groups
         self._versions: list[str] | None = None
 
     def versions(self) -> list[str]:
@@ -45,10 +52,25 @@ class DevshardHost:
             raise FetchError(self.http.base_urls[0], "diffs: expected a JSON array", transient=False)
         return data
 
-    def payload(self, version: str, escrow_id: str, inference_id: int, *, validator: str, epoch: int) -> dict:
-        headers = {"X-Validator-Address": validator, "X-Timestamp": str(time.time_ns()), "X-Epoch-Id": str(epoch)}
-        return self.http.get_json(f"/devshard/{version}/sessions/{escrow_id}/payloads",
-                                  {"inference_id": str(inference_id)}, headers)
+    def payload(self, version: str, escrow_id: str, inference_id: int, *, validator: str, epoch: int,
+                members: Collection[str] | None = None) -> dict:
+        """Stored payloads of one inference. Unsigned (refused by real hosts) unless an operator is configured and
+        the escrow's group (``members``, else ``groups(escrow_id)``) holds it; then ``X-Validator-Address`` is the
+        operator's address, not ``validator``."""
+        path, params = f"/devshard/{version}/sessions/{escrow_id}/payloads", {"inference_id": str(inference_id)}
+        op = self.operator
+        if members is None and op is not None and self.groups is not None:
+            members = self.groups(str(escrow_id))
+        if op is None or not op.signs_for(members):
+            headers = {"X-Validator-Address": validator, "X-Timestamp": str(time.time_ns()), "X-Epoch-Id": str(epoch)}
+            return self.http.get_json(path, params, headers)
+        try:
+            return self.http.get_json(path, params, op.payload_headers(inference_id, epoch))
+        except FetchError as exc:
+            # retries after long timeouts can outlive the host's 60 s window: sign afresh once
+            if exc.status != 400 or "request timestamp" not in str(exc):
+                raise
+            return self.http.get_json(path, params, op.payload_headers(inference_id, epoch))
 
 
 class HostGroup:

@@ -41,6 +41,13 @@ class SnapshotFailure:
     participant: str | None = None
 
     @property
+    def host(self) -> str | None:
+        """The node that failed to answer (host:port of the URL)."""
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.url).netloc or None
+
+    @property
     def source(self) -> str:
         """The ``api.ingest_status`` source of this read: ``snapshot:<E>:<what>[:<model or participant>]``."""
         subject = self.model_id or self.participant

@@ -1,0 +1,38 @@
+"""The `indexer` command line (also `python -m indexer`). Exit codes: 0 ok, 1 runtime failure, 2 bad usage or input.
+
+parser.py defines the commands and options, commands.py their bodies, output.py the printing and exit codes.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from indexer.cli.output import EXIT_INPUT, EXIT_RUNTIME, error, warn
+    from indexer.cli.parser import build_parser
+    from indexer.settings import ConfigError, Settings
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    from indexer.cli import commands
+    from indexer.sources.gonka.signing import OperatorConfigError
+    from indexer.sources.ndjson import InputError
+
+    try:
+        settings = Settings.from_env()
+        return getattr(commands, f"cmd_{args.command}")(args, settings)
+    except (InputError, ConfigError, OperatorConfigError) as exc:
+        error(str(exc))
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        warn("interrupted")
+        return EXIT_RUNTIME
+    except Exception as exc:  # noqa: BLE001 - the CLI reports, logs carry the trace
+        logging.getLogger("indexer").debug("failure", exc_info=True)
+        error(f"{type(exc).__name__}: {exc}")
+        return EXIT_RUNTIME
+
+
+if __name__ == "__main__":
+    sys.exit(main())

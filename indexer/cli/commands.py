@@ -1,0 +1,167 @@
+"""Command bodies: resolve settings and the database, call one stage, print its summary, return an exit code.
+No stage logic lives here (that is in load/, replay/, rules/, pipeline, poller/); only arguments and printing."""
+from __future__ import annotations
+
+import argparse
+
+from indexer.cli.output import EXIT_INPUT, EXIT_OK, console, error, say, warn
+from indexer.db.migrate import ensure_schema
+from indexer.db.url import redact, resolve_database_url
+from indexer.settings import Settings
+
+
+def database_url(args: argparse.Namespace, settings: Settings) -> str:
+    return resolve_database_url(args.database_url, settings)
+
+
+def ready_database(args: argparse.Namespace, settings: Settings) -> str:
+    """The database URL, with the schema brought to this code's version if it is behind."""
+    url = database_url(args, settings)
+    ensure_schema(url)
+    return url
+
+
+def cmd_migrate(args, settings: Settings) -> int:
+    from indexer.db import migrate
+    from indexer.db.schema import head_revision
+
+    url = database_url(args, settings)
+    migrate.upgrade(url)
+    say(f"schema at {head_revision()} on {redact(url)}")
+    return EXIT_OK
+
+
+def cmd_db(args, settings: Settings) -> int:
+    if args.action == "url":
+        print(database_url(args, settings))
+        return EXIT_OK
+    from indexer.db.embedded import EmbeddedCluster
+
+    stopped = EmbeddedCluster(settings.indexer_home).stop()
+    say("embedded PostgreSQL stopped" if stopped else "embedded PostgreSQL was not running")
+    return EXIT_OK
+
+
+def cmd_ingest(args, settings: Settings) -> int:
+    import psycopg
+
+    from indexer.cli.summaries import ingest_progress, print_ingest_summary
+    from indexer.load.ingest import ingest_paths
+    from indexer.pipeline import process_changes
+
+    url = ready_database(args, settings)
+    if args.no_progress or not console.is_terminal:
+        summary = ingest_paths(url, args.files, batch_lines=args.batch_lines)
+    else:
+        with ingest_progress() as progress:
+            summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, progress=progress)
+    with psycopg.connect(url) as conn:
+        downstream = process_changes(conn, url)
+    print_ingest_summary(summary, downstream)
+    if summary.quarantined and not args.allow_quarantine:
+        warn(f"{summary.quarantined} line(s) quarantined; see api.quarantine")
+        return EXIT_INPUT
+    return EXIT_OK
+
+
+def cmd_replay(args, settings: Settings) -> int:
+    import psycopg
+
+    from indexer.pipeline import process_changes
+    from indexer.replay.run import mark_all_dirty
+
+    url = ready_database(args, settings)
+    with psycopg.connect(url) as conn:
+        if args.all:
+            mark_all_dirty(conn)
+        r = process_changes(conn, url).replay
+    say(f"replayed {r.escrows} escrows, {r.txs} txs ({r.rejected} rejected) in {r.seconds:.2f}s")
+    return EXIT_OK
+
+
+def cmd_rules(args, settings: Settings) -> int:
+    import psycopg
+
+    from indexer.rules.run import run_rules
+
+    url = ready_database(args, settings)
+    with psycopg.connect(url) as conn:
+        summary = run_rules(conn, args.epochs)
+    say(f"rules: {summary.epochs} epoch(s) evaluated, {summary.parsed} payload(s) parsed, "
+        f"{summary.disputable} disputable penalt{'y' if summary.disputable == 1 else 'ies'} in {summary.seconds:.2f}s")
+    return EXIT_OK
+
+
+def cmd_export(args, settings: Settings) -> int:
+    from indexer.load.export import export_records
+
+    url = ready_database(args, settings)
+    counts = export_records(url, args.file, args.epochs)
+    say("exported " + ", ".join(f"{k}={v}" for k, v in counts.items() if v))
+    return EXIT_OK
+
+
+def cmd_report(args, settings: Settings) -> int:
+    from rich.console import Console
+
+    from indexer.report import collect, print_report, render_html
+
+    url = ready_database(args, settings)
+    findings = collect(url, args.epochs)
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as fh:
+            fh.write(render_html(findings))
+        say(f"wrote {args.html}")
+    else:
+        print_report(findings, Console())
+    return EXIT_OK
+
+
+def cmd_demo(args, settings: Settings) -> int:
+    from indexer.cli.demo import run_demo
+
+    return run_demo(ready_database(args, settings), args)
+
+
+def cmd_run(args, settings: Settings) -> int:
+    from indexer.cli.summaries import format_poll_summary
+    from indexer.poller.cycle import poll_once
+    from indexer.poller.schedule import run_forever
+    from indexer.settings import split_urls
+
+    chain = split_urls(args.gonka_chain_rest_url) if args.gonka_chain_rest_url else settings.chain_rest_urls
+    rpc = split_urls(args.gonka_rpc_url) if args.gonka_rpc_url else settings.rpc_urls
+    if not chain or not rpc:
+        error("set GONKA_CHAIN_REST_URL and GONKA_RPC_URL (or --gonka-chain-rest-url / --gonka-rpc-url)")
+        return EXIT_INPUT
+    operator = _operator(args, settings)
+    url = ready_database(args, settings)
+    options = {"validator": settings.validator_address, "operator": operator}
+    if args.once:
+        say(format_poll_summary(poll_once(url, chain, rpc, **options)))
+        return EXIT_OK
+    run_forever(url, chain, rpc, interval=args.interval, on_cycle=lambda s: say(format_poll_summary(s)), **options)
+    return EXIT_OK
+
+
+def _operator(args, settings: Settings):
+    """Operator mode from --gonka-operator-* options over GONKA_OPERATOR_* settings (None when not configured)."""
+    from indexer.sources.gonka.signing import operator_from_env
+
+    chosen = {"gonka_operator_address": args.gonka_operator_address or settings.operator_address,
+              "gonka_operator_key_file": args.gonka_operator_key_file or settings.operator_key_file,
+              "gonka_operator_member": args.gonka_operator_member or settings.operator_member}
+    return operator_from_env({k: str(v) for k, v in chosen.items() if v})
+
+
+def cmd_devnet(args, settings: Settings) -> int:  # noqa: ARG001 - the devnet needs no database
+    from indexer.devnet.options import is_loopback
+    from indexer.devnet.run import serve
+
+    if not is_loopback(args.bind):
+        error("the devnet only binds to loopback")
+        return EXIT_INPUT
+    serve(args, on_ready=lambda server: say(
+        f"devnet serving; export GONKA_CHAIN_REST_URL={server.chain_rest_url} GONKA_RPC_URL={server.rpc_url}; "
+        "Ctrl-C stops"))
+    return EXIT_OK

@@ -1,0 +1,41 @@
+"""`indexer demo`: the devnet with the situations of upstream #2078, polled epoch by epoch over HTTP (so the poller
+captures escrows before the devnet prunes them), then the findings report. --sample FILE ingests NDJSON instead."""
+from __future__ import annotations
+
+import psycopg
+
+from indexer.cli.output import EXIT_OK, console, say
+
+
+def run_demo(url: str, args) -> int:
+    from indexer.report import collect, print_report
+
+    if args.sample:
+        from indexer.load.ingest import ingest_paths
+        from indexer.pipeline import process_changes
+
+        summary = ingest_paths(url, [args.sample])
+        with psycopg.connect(url) as conn:
+            process_changes(conn, url)
+        say(f"demo: {summary.lines} records from {args.sample} ({summary.loaded} new)")
+    else:
+        _poll_devnet(url, epochs=args.epochs, seed=args.seed)
+    print_report(collect(url), console)
+    say("query the views yourself: psql \"$(indexer db url)\" -c 'select * from api.disputable_penalties'")
+    return EXIT_OK
+
+
+def _poll_devnet(url: str, *, epochs: int, seed: int) -> None:
+    from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
+    from indexer.poller.cycle import poll_once
+
+    scenario = Scenario(ScenarioConfig(seed=seed, epochs=epochs, escrows_per_epoch=3, inferences_per_escrow=60))
+    with DevnetServer(scenario) as server:
+        say(f"devnet on {server.url}: {epochs} epochs, {len(scenario.escrows)} escrows, "
+            f"{len(scenario.hosts)} hosts (some with a raised local --max-model-len)")
+        for step in range(epochs + 1):  # one extra step lets the last epoch settle
+            summary = poll_once(url, server.chain_rest_url, server.rpc_url)
+            say(f"  epoch {summary.epoch}: {summary.escrows} escrow(s) polled, "
+                f"{summary.replayed_escrows} replayed, {summary.rules_epochs} epoch(s) evaluated")
+            if step < epochs:
+                server.advance_epoch()

@@ -1,0 +1,37 @@
+"""How the CLI shows a stage's result: tables and one-line summaries, built from the stages' summary objects."""
+from __future__ import annotations
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.table import Table
+
+from indexer.cli.output import console
+
+
+def ingest_progress() -> Progress:
+    return Progress(TextColumn("{task.description}", style="cyan", markup=False), BarColumn(), DownloadColumn(),
+                    TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=False)
+
+
+def print_ingest_summary(summary, downstream) -> None:
+    t = Table(title="ingest summary", show_header=False)
+    replay, rules = downstream.replay, downstream.rules
+    rows = [("files", summary.files), ("lines", summary.lines), ("loaded (new)", summary.loaded),
+            ("amended", summary.amended), ("unchanged", summary.unchanged), ("quarantined", summary.quarantined),
+            ("resumed past (already committed)", summary.skipped_resumed), ("escrows touched", replay.escrows),
+            ("txs replayed", replay.txs), ("txs rejected by the state machine", replay.rejected),
+            ("seconds (load / replay / rules)", f"{summary.seconds:.2f} / {replay.seconds:.2f} / {rules.seconds:.2f}"),
+            ("epochs re-evaluated", rules.epochs)]
+    for name, value in rows:
+        t.add_row(name, str(value))
+    console.print(t)
+
+
+def format_poll_summary(s) -> str:
+    if s.locked_out:
+        return "poll: another poller holds the lock; cycle skipped"
+    return (f"poll: epoch {s.epoch} (window {s.epochs[0] if s.epochs else '-'}..{s.epoch}), {s.escrows} escrow(s) "
+            f"fetched, {s.escrows_skipped_final} final, {s.escrows_pruned} pruned, {s.escrows_failed} failed, "
+            f"{s.escrows_stalled} stalled; epochs "
+            f"{', '.join(f'{e} {st}' for e, st in sorted(s.epoch_states.items())) or '-'}; "
+            f"{s.diffs} diffs, {s.txs} txs, {s.loaded} new / {s.amended} amended rows; {s.requests} requests; "
+            f"replayed {s.replayed_escrows} escrow(s), rules on {s.rules_epochs} epoch(s); {s.seconds:.2f}s")

@@ -1,0 +1,29 @@
+"""What happens downstream of new records, in one place for every caller (`indexer ingest`, `indexer replay`, the
+poller, the demo): fresh statistics when many rows arrived, replay of the dirty escrows, then the rules stage on the
+dirty epochs. Prints nothing; returns what it did."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from indexer.load.ingest import ANALYZE_AFTER_ROWS, analyze_records
+from indexer.replay.run import REPLAY_WORKERS, ReplaySummary, replay_dirty
+from indexer.rules.run import RulesSummary, run_rules
+
+
+@dataclass
+class Downstream:
+    replay: ReplaySummary  # each summary carries its own seconds
+    rules: RulesSummary
+
+
+def process_changes(conn: psycopg.Connection, url: str, *, loaded_rows: int = 0,
+                    replay_workers: int = REPLAY_WORKERS) -> Downstream:
+    """Replay dirty escrows, then evaluate dirty epochs. ``loaded_rows``: rows the caller just loaded without
+    analysing them (the poller); past ANALYZE_AFTER_ROWS the record tables are analysed first so the replay's and
+    the rules' plans see them (the NDJSON loader analyses what it grew itself)."""
+    if loaded_rows >= ANALYZE_AFTER_ROWS:
+        analyze_records(conn)
+    replay = replay_dirty(conn, url=url, workers=replay_workers)
+    return Downstream(replay, run_rules(conn))

@@ -1,0 +1,187 @@
+"""The commit side of the poller: escrows are fetched a few at a time on fetch threads (:mod:`indexer.poller.fetch`)
+while this side gathers their chunks and commits them, in order, with their cursors.
+
+The chunks available at a time (up to ``COMMIT_RECORDS`` records) go into one transaction together with their
+cursors, so a cursor never passes rows that are not committed and a ``kill -9`` anywhere loses at most uncommitted
+work that the rerun fetches again. With a side connection the next batch is typed while the previous one commits.
+
+After each escrow, the progress watchdog (``net.progress``) stores the host's shard nonce (the source's position)
+beside our cursor. When the source is ahead and the cursor has not moved for ``STALL_CYCLES`` consecutive cycles (a
+host that stopped serving its log, a decode error at one nonce, …), it logs a warning, writes a ``net.failure`` row
+and sets ``last_error`` of ``escrow:<id>``; ``api.ingest_status.stalled_cycles`` shows the count.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+from concurrent.futures import ThreadPoolExecutor
+
+from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher
+from indexer.poller.store import Store
+from indexer.sources.gonka import FetchError
+from indexer.wire.normalize import NormalizeError
+from indexer.wire.protobuf import WireDecodeError
+
+log = logging.getLogger(__name__)
+
+ESCROW_WORKERS = 3            # escrows fetched at once while the main thread commits
+COMMIT_RECORDS = 20_000       # records per transaction (chunks of several escrows share one)
+QUEUE_CHUNKS = 64             # chunks waiting for a commit before the fetchers pause
+STALL_CYCLES = 3              # watchdog: consecutive cycles without progress while the source is ahead
+# Errors that belong to one escrow: it is recorded as failed and the cycle goes on. Anything else is a bug or a
+# database failure and ends the cycle.
+ESCROW_ERRORS = (FetchError, NormalizeError, WireDecodeError)
+
+
+class CommitPipeline:
+    def __init__(self, fetcher: EscrowFetcher, store: Store, summary, *, escrow_workers: int = ESCROW_WORKERS):
+        self.fetcher, self.store, self.summary = fetcher, store, summary
+        self._pool = ThreadPoolExecutor(max_workers=max(1, escrow_workers), thread_name_prefix="escrows")
+
+    def close(self) -> None:
+        self.fetcher.stop.set()
+        self._pool.shutdown(wait=True)
+
+    def run(self, jobs: list[tuple[int, str]], settled_versions: dict[str, str],
+            cursors: dict[str, str]) -> dict[str, EscrowDone]:
+        """Fetch and commit every (epoch, escrow id) job; return each escrow's outcome."""
+        out: dict[str, EscrowDone] = {}
+        if not jobs:
+            return out
+        q: queue.Queue = queue.Queue(maxsize=QUEUE_CHUNKS)
+        stop = self.fetcher.stop
+
+        def put(item: Chunk | EscrowDone) -> None:
+            while True:
+                if stop.is_set():
+                    raise Cancelled()
+                try:
+                    q.put(item, timeout=0.2)
+                    return
+                except queue.Full:
+                    continue
+
+        def job(epoch: int, escrow_id: str) -> None:
+            done = EscrowDone(escrow_id, after=int(cursors.get(f"escrow:{escrow_id}") or 0))
+            try:
+                self.fetcher.fetch(escrow_id, epoch, settled_versions.get(escrow_id), done.after, put, done)
+            except Cancelled:
+                return
+            except Exception as exc:  # noqa: BLE001 - handed to the committing thread, which decides
+                done.slots, done.error = None, exc
+            try:
+                put(done)
+            except Cancelled:
+                return
+
+        futures = [self._pool.submit(job, epoch, eid) for epoch, eid in jobs]
+        # this thread gathers and types batch N+1 while the database thread commits batch N (commits stay in
+        # order, so a cursor never passes rows that are not committed)
+        db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poller-db") if self.store.pipelined else None
+        pending = None
+        received = 0
+        try:
+            while received < len(jobs):
+                # block until a transaction's worth of records is there (or every escrow is done): each
+                # transaction costs a fixed number of statements, so fewer, larger ones are cheaper
+                batch: list[Chunk | EscrowDone] = []
+                n = 0
+                while n < COMMIT_RECORDS and received < len(jobs):
+                    try:
+                        item = q.get(timeout=None if not batch else 0.5)
+                    except queue.Empty:
+                        break
+                    batch.append(item)
+                    if isinstance(item, Chunk):
+                        n += len(item.lines)
+                    else:
+                        received += 1
+                prepared = self._prepare(batch)
+                if db is None:
+                    self._commit(batch, prepared, out)
+                    continue
+                if pending is not None:
+                    pending.result()
+                pending = db.submit(self._commit, batch, prepared, out)
+            if pending is not None:
+                pending.result()
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            if db is not None:
+                db.shutdown(wait=True)
+        for f in futures:
+            f.result()
+        return out
+
+    def _prepare(self, batch: list[Chunk | EscrowDone]) -> list:
+        """The chunks of a batch as one fetch (one rec.source, one COPY and upsert per kind), typed."""
+        chunks = [c for c in batch if isinstance(c, Chunk)]
+        if not chunks:
+            return []
+        uri = "devshard:escrow/" + ",".join(dict.fromkeys(c.escrow_id for c in chunks))
+        return self.store.prepare([([line for c in chunks for line in c.lines], uri)])
+
+    def _commit(self, batch: list[Chunk | EscrowDone], prepared: list, out: dict[str, EscrowDone]) -> None:
+        """Commit a prepared batch with its cursors, then settle the escrows that finished in it."""
+        chunks = [c for c in batch if isinstance(c, Chunk)]
+        if chunks:
+            cursors: dict[str, str] = {}
+            for c in chunks:
+                cursors.update(c.cursors)  # chunks of one escrow arrive in order: the last one wins
+            res = self.store.commit(prepared, cursors)
+            s = self.summary
+            s.records += res.lines
+            s.loaded += res.loaded
+            s.amended += res.amended
+            s.diffs += sum(c.diffs for c in chunks)
+            s.txs += sum(c.txs for c in chunks)
+        for item in batch:
+            if isinstance(item, EscrowDone):
+                out[item.escrow_id] = self._finish_escrow(item)
+
+    def _finish_escrow(self, done: EscrowDone) -> EscrowDone:
+        s = self.summary
+        s.t_fetch += done.t_fetch
+        s.t_decode += done.t_decode
+        s.escrows += done.found
+        source = f"escrow:{done.escrow_id}"
+        if done.pruned:
+            s.escrows_pruned += 1
+            done.slots = self.store.stored_slots([done.escrow_id]).get(done.escrow_id, [])
+            if not done.slots:
+                self.store.fail(source, f"devshard_escrow/{done.escrow_id}", "pruned before capture", False)
+            return done
+        if done.error is not None:
+            exc = done.error
+            if not isinstance(exc, ESCROW_ERRORS):
+                raise exc
+            s.escrows_failed += 1
+            log.warning("escrow %s: %s", done.escrow_id, exc)
+            self.store.fail(source, getattr(exc, "url", ""), str(exc), getattr(exc, "transient", False))
+            self.store.error(source, str(exc))
+            done.slots = self.store.stored_slots([done.escrow_id]).get(done.escrow_id, [])
+        self._watch(done)
+        return done
+
+    def _watch(self, done: EscrowDone) -> None:
+        """Progress watchdog: count cycles in which the source is ahead of our cursor and the cursor did not move."""
+        source = f"escrow:{done.escrow_id}"
+        nonce = done.after if done.nonce is None else done.nonce
+        row = self.store.progress(source)
+        tip = done.tip if done.tip is not None else (row[0] if row and done.error is not None else None)
+        if done.final or tip is None:
+            stalled = 0
+        elif tip > nonce and (nonce == done.after) and (row is None or row[1] is None or row[1] == nonce):
+            stalled = (row[2] if row else 0) + 1
+        else:
+            stalled = 0
+        self.store.set_progress(source, tip, nonce, stalled)
+        if stalled >= STALL_CYCLES:
+            self.summary.escrows_stalled += 1
+            msg = (f"stalled: source at nonce {tip}, cursor at {nonce}, no progress for {stalled} consecutive "
+                   f"cycles")
+            log.warning("escrow %s %s", done.escrow_id, msg)
+            self.store.fail(source, "", msg, True)
+            self.store.error(source, msg)

@@ -1,0 +1,192 @@
+"""The fetch side of the poller: one escrow's metadata, diff log, payloads and host stats, read on a fetch thread
+and handed over as :class:`Chunk` s of NDJSON lines with the cursors they move, then an :class:`EscrowDone`.
+
+Nothing here holds a database handle: failures go to ``report_failure`` (the store queues them in memory and writes
+them with the next commit), and everything the database must know travels in the chunks. That is the boundary that
+lets several escrows be fetched at once while one thread commits (:mod:`indexer.poller.commit`).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Callable
+
+from indexer.poller.decode import decode_entries
+from indexer.sources.gonka import FetchError, Gonka, HostGroup
+from indexer.sources.gonka.host import PAGE_NONCES
+from indexer.wire.diffs import b64encode
+from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
+                                    parse_u64)
+from indexer.wire.protobuf import WireDecodeError
+
+PAGES_PER_CHUNK = 16          # 1024 nonces per run of pages (one witness check, one unit of commit)
+
+FailureReport = Callable[[str, str, str, bool], None]  # (source, url, error, transient)
+
+
+@dataclass
+class Chunk:
+    """What one fetch thread hands to the committing thread: NDJSON lines of one fetch and the cursors they move."""
+    escrow_id: str
+    lines: list[bytes]
+    cursors: dict[str, str]
+    diffs: int = 0
+    txs: int = 0
+
+
+@dataclass
+class EscrowDone:
+    escrow_id: str
+    slots: list[str] | None = None  # None: failed (error set)
+    error: Exception | None = None
+    after: int = 0                   # cursor before this cycle
+    nonce: int | None = None         # cursor after this cycle (None: unchanged)
+    tip: int | None = None           # the host's shard nonce (source position), when known
+    final: bool = False
+    found: bool = False              # the chain still has the escrow
+    pruned: bool = False             # the chain answered found:false
+    t_fetch: float = 0.0
+    t_decode: float = 0.0
+
+
+class Cancelled(Exception):
+    """The cycle is stopping: a fetch thread abandons its escrow (its committed cursor is where the rerun resumes)."""
+
+
+class EscrowFetcher:
+    def __init__(self, gonka: Gonka, report_failure: FailureReport, *, validator: str, fetch_payloads: bool,
+                 payload_pool: Executor | None, decoders: Executor | None) -> None:
+        self.g = gonka
+        self.report_failure = report_failure
+        self.validator, self.fetch_payloads = validator, fetch_payloads
+        self.payload_pool = payload_pool  # None: each escrow thread fetches its own payloads in turn
+        self.decoders = decoders          # None: decode on the fetch thread
+        self.stop = threading.Event()
+
+    def fetch(self, escrow_id: str, epoch: int, version: str | None, after: int,
+              emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone) -> None:
+        """Fetch one escrow's metadata, log tail and host stats; hand chunks to ``emit``."""
+        data = self.g.chain.escrow(escrow_id)
+        if data.get("found") is False:
+            done.pruned = True  # the committing thread looks up what was stored of it
+            return
+        done.found = True
+        slots = list((data.get("escrow") or {}).get("slots") or [])
+        done.slots = slots
+        group = HostGroup(escrow_id, version or "", slots, self.g.host,
+                          on_skip=lambda a, r, t: self.report_failure(f"host:{a}", f"escrow:{escrow_id}", r, t),
+                          full_decode=False)
+        try:
+            self._escrow_log(escrow_id, epoch, version, after, emit, done, data, group)
+        finally:
+            done.t_fetch += group.t_fetch
+            done.t_decode += group.t_decode
+
+    def _escrow_log(self, escrow_id: str, epoch: int, version: str | None, after: int,
+                    emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict,
+                    group: HostGroup) -> None:
+        if not version:
+            versions, _ = group.call(lambda h: h.versions())
+            if not versions:
+                raise FetchError(f"escrow:{escrow_id}", "no host reports a protocol version", transient=True)
+            version = versions[0]
+            group.version = version
+        esc = escrow_record(data, version)
+        settled = bool(esc.get("settled"))
+
+        detail = None
+        try:
+            detail, _ = group.call(lambda h: h.shard_detail(version, escrow_id))
+        except FetchError as exc:
+            self.report_failure(f"escrow:{escrow_id}", exc.url, f"shard detail: {exc}", exc.transient)
+            group.bad.clear()  # the log itself may still be served
+        tip = parse_u64(detail["nonce"], "nonce") if detail and detail.get("nonce") is not None else None
+        stats = host_stats_records(detail) if detail else []
+        done.tip = tip
+
+        pending: list[bytes] = [dumps_record_bytes(esc)]
+        nonce = after
+        complete = False
+        diffs_n = txs_n = 0
+        while True:
+            if tip is not None and nonce >= tip:
+                complete = True
+                break
+            first = nonce + 1
+            want = PAGE_NONCES * PAGES_PER_CHUNK
+            last = nonce + want if tip is None else min(tip, nonce + want)
+            diffs = group.page(first, last)  # headers only: nonce, state root, the entry
+            if diffs:
+                try:
+                    lines, ntx = self._records(escrow_id, version, epoch, diffs, group, done)
+                except (WireDecodeError, NormalizeError) as exc:
+                    # the serving member's txs do not decode: skip it and read the run from another member
+                    if group.primary is None:
+                        raise
+                    group._skip(group.primary, f"diffs {first}..{diffs[-1]['nonce']}: {exc}", False)
+                    continue
+                pending.extend(lines)
+                nonce = diffs[-1]["nonce"]
+                diffs_n += len(diffs)
+                txs_n += ntx
+            if len(diffs) < last - first + 1:  # the end of what the hosts have
+                complete = tip is None or nonce >= tip
+                break
+            emit(self._chunk(escrow_id, pending, nonce, False, diffs_n, txs_n, done))
+            pending, diffs_n, txs_n = [], 0, 0
+        if complete:
+            pending.extend(dumps_record_bytes(r) for r in stats)
+        final = complete and settled and bool(stats)
+        emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done))
+        done.nonce, done.final = nonce, final
+
+    @staticmethod
+    def _chunk(escrow_id: str, lines: list[bytes], nonce: int, final: bool, diffs: int, txs: int,
+               done: EscrowDone) -> Chunk:
+        done.nonce = nonce  # committed by the time the watchdog looks (chunks commit before their escrow's end)
+        cursors = {f"escrow:{escrow_id}": str(nonce)}
+        if final:
+            cursors[f"escrow-final:{escrow_id}"] = str(nonce)
+        return Chunk(escrow_id, lines, cursors, diffs, txs)
+
+    def _records(self, escrow_id: str, version: str, epoch: int, diffs: list[dict], group: HostGroup,
+                 done: EscrowDone) -> tuple[list[bytes], int]:
+        """NDJSON lines of a run of diffs (decoded in the process pool), 0/0 Finish payloads fetched and filled in."""
+        t0 = time.perf_counter()
+        entries = [d["entry"] for d in diffs]
+        if self.decoders is not None:
+            dec = self.decoders.submit(decode_entries, escrow_id, version, entries, self.fetch_payloads).result()
+        else:
+            dec = decode_entries(escrow_id, version, entries, self.fetch_payloads)
+        done.t_decode += time.perf_counter() - t0
+        lines = dec.lines
+        if dec.held:
+            wanted = [rec["inference_id"] for _, rec in dec.held]
+            # payload requests are independent and many: fetch them concurrently (the HTTP client is thread-safe)
+            fetch = lambda iid: self._payload(group, version, escrow_id, iid, epoch)  # noqa: E731
+            bodies = map(fetch, wanted) if self.payload_pool is None else self.payload_pool.map(fetch, wanted)
+            for (pos, rec), body in zip(dec.held, bodies):
+                if body is not None:
+                    rec["response_payload"] = body
+                lines[pos] = dumps_record_bytes(rec)
+        return lines, dec.txs  # type: ignore[return-value]
+
+    def _payload(self, group: HostGroup, version: str, escrow_id: str, inference_id: int, epoch: int) -> str | None:
+        for address in group.candidates():
+            try:
+                host = self.g.host(address)
+                if host is None:
+                    continue
+                data = host.payload(version, escrow_id, inference_id, validator=self.validator, epoch=epoch,
+                                    members=group.members)
+            except FetchError as exc:
+                if exc.transient:
+                    continue
+                return None  # 401/403/404: not available to us
+            body = data.get("response_payload") if isinstance(data, dict) else None
+            if isinstance(body, (bytes, bytearray)):
+                body = b64encode(bytes(body))
+            return body if isinstance(body, str) else None
+        return None

@@ -1,0 +1,161 @@
+"""Epochs in the poller: what each epoch's chain metadata is, which of its escrows remain to fetch, and when it is
+done (``net.epoch_state``; ``epoch:<E>`` rows in ``api.ingest_status`` whose cursor is the state):
+
+* ``open``: the current epoch; escrows are still being written.
+* ``settling``: an earlier epoch with an escrow not yet settled and completely captured, or whose
+  ``host_epoch_stats`` have not yet been read identically on two consecutive polls (they are provisional just after
+  the transition). Settling epochs are re-polled every cycle: their unfinished escrows and all their host stats.
+* ``final``: every escrow final, the stats stable (an epoch without escrows: two identical, empty reads) and every
+  chain read of the epoch's snapshot succeeded (``reason = 'complete'``), or the epoch left the pruning window
+  while settling (``reason = 'pruned'``), or was pruned before any cycle saw it (``reason = 'missed'``). A final
+  epoch is not polled again.
+
+Epoch snapshot (:func:`indexer.sources.gonka.snapshots.capture_epoch`, every cycle for every epoch not final): the
+epoch record with its heights, model snapshots, ``epoch_params`` (read as of the epoch where the node still has the
+height) and, once ended, ``participant_epoch``. A failed read is a warning in the log, a ``net.failure`` row, the
+``last_error`` of its ``snapshot:<E>:…`` source in ``api.ingest_status`` and a ``net.snapshot_failure`` row (so
+``api.model_limits`` shows a model whose read failed, with the reason); it is retried every cycle.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from concurrent.futures import Executor
+from typing import Sequence
+
+from indexer.poller.fetch import EscrowDone
+from indexer.poller.store import Store
+from indexer.sources.gonka import FetchError, Gonka
+from indexer.sources.gonka.snapshots import capture_epoch
+from indexer.wire.chain_records import epoch_info_parts
+from indexer.wire.normalize import NormalizeError, dumps_record_bytes, epoch_record, host_epoch_stats_record
+
+log = logging.getLogger(__name__)
+
+PRUNING_WINDOW = 2            # DevshardPruningThreshold: the chain keeps the current epoch and the two before
+
+
+class Epochs:
+    def __init__(self, gonka: Gonka, store: Store, summary, pool: Executor) -> None:
+        self.g, self.store, self.summary = gonka, store, summary
+        self._pool = pool  # host epoch stats are many small independent reads
+        self._snapshot_complete: dict[int, bool] = {}  # epoch -> every chain read of its snapshot succeeded
+
+    def prune(self, now: int, states: dict[int, str]) -> None:
+        """Epochs that left the window unfinished become final ('pruned'); their unfinished escrows are gaps."""
+        final = self.store.cursors("escrow-final:")
+        for epoch in sorted(e for e, st in states.items() if st != "final" and e < now - PRUNING_WINDOW):
+            ids = self.store.escrow_ids(epoch)
+            lost = [eid for eid in ids if f"escrow-final:{eid}" not in final]
+            for eid in lost:
+                self.store.fail(f"escrow:{eid}", "", f"epoch {epoch} pruned before escrow was final", False)
+            if lost:
+                log.warning("epoch %s pruned while settling: %d escrow(s) not final", epoch, len(lost))
+            self.store.commit_epoch_state(epoch, "final", len(ids), len(ids) - len(lost), None, reason="pruned")
+            self.summary.epoch_states[epoch] = "final"
+        # epochs that came and went while the poller was away (its last cycle is older than the window)
+        if states:
+            for epoch in range(max(states) + 1, now - PRUNING_WINDOW):
+                log.warning("epoch %s was pruned before the poller saw it", epoch)
+                msg = ("epoch pruned before the poller saw it (the poller or its sources were down longer than the "
+                       "pruning window)")
+                self.store.fail(f"epoch:{epoch}", "", msg, False)
+                self.store.commit_epoch_state(epoch, "final", 0, 0, None, reason="missed")
+                self.store.error(f"epoch:{epoch}", msg)
+                self.summary.epoch_states[epoch] = "final"
+
+    def window_start_height(self, info: dict) -> int:
+        """A height before the window's oldest settlement: current epoch start − (window + 1) epoch lengths. The
+        epoch length is ``params.epoch_params.epoch_length`` of the real ``epoch_info``; when it cannot be read the
+        search starts at 0 (every settlement the chain made), which is said loudly, never silently."""
+        try:
+            _, start, length, _ = epoch_info_parts(info)
+        except NormalizeError as exc:
+            start = length = None
+            why = str(exc)
+        else:
+            why = "epoch_info has no poc_start_block_height or epoch_length"
+        if start is None or length is None:
+            log.warning("settlement window start unknown (%s): searching settlements from height 0", why)
+            self.store.error("chain:epoch_info", f"settlement window start unknown: {why}")
+            return 0
+        return max(0, start - (PRUNING_WINDOW + 1) * length)
+
+    def settled_versions(self, min_height: int) -> dict[str, str]:
+        """escrow_id → protocol version from its settlement event (state_root_and_protocol_version)."""
+        try:
+            events = self.g.rpc.escrows_settled(min_height)
+        except (FetchError, NormalizeError) as exc:
+            self.store.error("rpc:settled", str(exc))
+            return {}
+        out = {}
+        for ev in events:
+            v = ev.attributes.get("state_root_and_protocol_version", "")
+            if ev.attributes.get("escrow_id") and v.startswith("v"):
+                out[ev.attributes["escrow_id"]] = v.split(":")[0]
+        return out
+
+    def plan(self, epoch: int, info: dict | None) -> tuple[int, list[str], list[str]]:
+        """Load the epoch's chain metadata; return (epoch, its escrow ids, the ids still to fetch)."""
+        cap = capture_epoch(self.g.chain, epoch, ended=epoch < (self.summary.epoch or 0), mapper=self._pool.map)
+        records = cap.records
+        if info is not None and not any(r["kind"] == "epoch" for r in records):
+            records.insert(0, epoch_record(info))  # the root group failed: the current epoch's start is still known
+        self._snapshot_complete[epoch] = cap.complete
+        for f in cap.failures:
+            subject = (f"model {f.model_id}" if f.model_id else f"participant {f.participant}" if f.participant
+                       else f.what)
+            log.warning("epoch %s %s: chain read failed on %s: %s", f.epoch, subject, f.host, f.error)
+            self.store.fail(f.source, f.url, f.error, f.transient)
+        self.store.load_many([([dumps_record_bytes(r) for r in records], f"chain:epoch_group_data/{epoch}")], None,
+                             after=lambda c: self.store.snapshot_outcome(c, cap.failures, cap.succeeded))
+
+        created = self.g.rpc.escrows_created(epoch)
+        ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
+        ids.sort(key=lambda x: int(x) if x.isdigit() else 0)
+        final = self.store.cursors("escrow-final:")
+        self.summary.escrows_skipped_final += sum(f"escrow-final:{e}" in final for e in ids)
+        return epoch, ids, [e for e in ids if f"escrow-final:{e}" not in final]
+
+    def finish(self, epoch: int, ids: list[str], pending: list[str], done: dict[str, EscrowDone]) -> None:
+        """Host epoch stats of the epoch's participants, and its finality state."""
+        participants: dict[str, None] = {}
+        n_final = len(ids) - len(pending)
+        stored = self.store.stored_slots([e for e in ids if e not in done])  # final before this cycle
+        for escrow_id in ids:
+            d = done.get(escrow_id)
+            if d is None:
+                slots = stored.get(escrow_id, [])
+            else:
+                n_final += d.final
+                slots = d.slots or []
+            for addr in slots:
+                participants[addr] = None
+        stats = self.host_epoch_stats(epoch, list(participants))
+        if epoch >= (self.summary.epoch or 0):
+            state, digest = "open", None
+        else:
+            digest = hashlib.sha256(b"\n".join(sorted(dumps_record_bytes(r) for r in stats))).hexdigest()
+            # an epoch without escrows has no stats to wait for: two identical (empty) polls make it stable
+            stable = self.store.stats_digest(epoch) == digest and (bool(stats) or not ids)
+            complete = self._snapshot_complete.get(epoch, True)  # a failed snapshot read is retried, not frozen
+            state = "final" if stable and complete and n_final == len(ids) else "settling"
+        self.summary.epoch_states[epoch] = state
+        self.store.load_many([([dumps_record_bytes(r) for r in stats], f"chain:devshard_host_epoch_stats/{epoch}")],
+                             None, after=lambda c: self.store.set_epoch_state(
+                                 c, epoch, state, len(ids), n_final, digest,
+                                 reason="complete" if state == "final" else None))
+
+    def host_epoch_stats(self, epoch: int, participants: Sequence[str]) -> list[dict]:
+        if epoch >= (self.summary.epoch or 0):
+            return []  # stats appear once the epoch's escrows settle
+
+        def one(addr: str) -> dict | None:
+            try:
+                return host_epoch_stats_record(self.g.chain.host_epoch_stats(epoch, addr))
+            except FetchError as exc:
+                if exc.transient:
+                    raise
+                return None
+
+        return [rec for rec in self._pool.map(one, participants) if rec]

@@ -1,0 +1,78 @@
+"""Every environment variable the indexer reads, in one place, with its default and meaning.
+
+Modules never read the environment themselves: the CLI builds one :class:`Settings` (environment, then command-line
+options on top) and passes what each stage needs. README "Configuration" lists :data:`VARIABLES`; a test keeps the
+two in step.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+# name -> (default shown to users, meaning)
+VARIABLES: dict[str, tuple[str, str]] = {
+    "DATABASE_URL": ("(unset: embedded PostgreSQL)",
+                     "PostgreSQL URL (postgresql://, postgres:// or postgresql+psycopg://); --database-url wins"),
+    "INDEXER_HOME": ("./.indexer", "directory of the embedded PostgreSQL (data, port, password file, log)"),
+    "GONKA_CHAIN_REST_URL": ("(none)", "chain REST base URL(s), comma-separated, tried in order (failover)"),
+    "GONKA_RPC_URL": ("(none)", "CometBFT RPC base URL(s), comma-separated, tried in order"),
+    "GONKA_VALIDATOR_ADDRESS": ("gonka1indexer",
+                                "address the poller names in X-Validator-Address when it asks a host for payloads"),
+    "GONKA_OPERATOR_ADDRESS": ("(unset)", "operator mode: the host operator's address that signs payload requests"),
+    "GONKA_OPERATOR_KEY_FILE": ("(unset)", "operator mode: file holding that address's key (owner-only; never logged)"),
+    "GONKA_OPERATOR_MEMBER": ("(unset)", "operator mode: the group member a warm-key operator address acts for"),
+    "INDEXER_ALERT_WEBHOOKS": ("(none)", "alert webhook URLs, comma-separated (--webhook adds more)"),
+}
+DEFAULT_VALIDATOR = "gonka1indexer"
+_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "postgresql+psycopg2://")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the CLI reports it with exit 2."""
+
+
+def split_urls(value: str | None) -> tuple[str, ...]:
+    """Comma-separated URLs, trimmed, without trailing slashes; empty items dropped."""
+    return tuple(u.strip().rstrip("/") for u in (value or "").split(",") if u.strip())
+
+
+def check_database_url(url: str, origin: str) -> str:
+    if not url.strip():
+        raise ConfigError(f"{origin} is set but empty: give a postgresql:// URL, or unset it to use the embedded "
+                          "PostgreSQL")
+    if not url.startswith(_SCHEMES):
+        scheme = url.split("://", 1)[0] if "://" in url else url[:20]
+        raise ConfigError(f"{origin} is not a PostgreSQL URL (scheme {scheme!r}); expected postgresql://…")
+    return url
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    indexer_home: Path = Path("./.indexer")
+    chain_rest_urls: tuple[str, ...] = ()
+    rpc_urls: tuple[str, ...] = ()
+    validator_address: str = DEFAULT_VALIDATOR
+    operator_address: str | None = None
+    operator_key_file: Path | None = None
+    operator_member: str | None = None
+    alert_webhooks: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if environ is None else environ
+        db = env.get("DATABASE_URL")
+        key_file = env.get("GONKA_OPERATOR_KEY_FILE")
+        return cls(
+            database_url=None if db is None else check_database_url(db, "DATABASE_URL"),
+            indexer_home=Path(env.get("INDEXER_HOME") or "./.indexer").expanduser(),
+            chain_rest_urls=split_urls(env.get("GONKA_CHAIN_REST_URL")),
+            rpc_urls=split_urls(env.get("GONKA_RPC_URL")),
+            validator_address=env.get("GONKA_VALIDATOR_ADDRESS") or DEFAULT_VALIDATOR,
+            operator_address=env.get("GONKA_OPERATOR_ADDRESS") or None,
+            operator_key_file=Path(key_file).expanduser() if key_file else None,
+            operator_member=env.get("GONKA_OPERATOR_MEMBER") or None,
+            alert_webhooks=split_urls(env.get("INDEXER_ALERT_WEBHOOKS")),
+        )

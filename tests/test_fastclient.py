@@ -1,0 +1,156 @@
+"""FastClient (the poller's keep-alive GET client) against real servers on loopback: TLS with a real certificate
+chain, chunked bodies (with extensions and trailers), unframed bodies, keep-alive reuse and a server that closes an
+idle connection, truncation, and an untrusted certificate. Every answer is compared with httpx's for the same URL."""
+from __future__ import annotations
+
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+import trustme
+
+from indexer.sources.gonka.fastclient import FastClient
+
+BODY = b'{"escrow":{"slots":["gonka1a","gonka1b"]},"found":true}' * 50
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    connections: set = set()
+
+    def log_message(self, *args) -> None:  # keep test output quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        Handler.connections.add(id(self.connection))
+        path = self.path.split("?")[0]
+        if path == "/length":
+            self._send_head(200, {"Content-Length": str(len(BODY)), "X-Cosmos-Block-Height": "2450123"})
+            self.wfile.write(BODY)
+        elif path == "/chunked":
+            self._send_head(200, {"Transfer-Encoding": "chunked"})
+            for i in range(0, len(BODY), 333):
+                part = BODY[i:i + 333]
+                self.wfile.write(f"{len(part):x};ext=1\r\n".encode() + part + b"\r\n")
+            self.wfile.write(b"0\r\nX-Trailer: yes\r\n\r\n")
+        elif path == "/truncated-chunked":
+            self._send_head(200, {"Transfer-Encoding": "chunked", "Connection": "close"})
+            self.wfile.write(b"400\r\n" + BODY[:100])
+            self.close_connection = True
+        elif path == "/unframed":
+            self._send_head(200, {"Connection": "close"})
+            self.wfile.write(BODY)
+            self.close_connection = True
+        elif path == "/echo-query":
+            body = self.path.encode()
+            self._send_head(200, {"Content-Length": str(len(body))})
+            self.wfile.write(body)
+        elif path == "/close-after":
+            # answers, then closes the kept-alive connection without saying so (as idle-timeout servers do)
+            self._send_head(200, {"Content-Length": "2"})
+            self.wfile.write(b"ok")
+            self.close_connection = True
+        else:
+            self._send_head(404, {"Content-Length": "0"})
+
+    def _send_head(self, status: int, headers: dict) -> None:
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+
+
+@pytest.fixture(scope="module")
+def ca():
+    return trustme.CA()
+
+
+def _serve(ssl_ctx: ssl.SSLContext | None):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if ssl_ctx is not None:
+        server.socket = ssl_ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def https_base(ca):
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(ctx)
+    server = _serve(ctx)
+    yield f"https://localhost:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def http_base():
+    server = _serve(None)
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _trusting(ca) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    return ctx
+
+
+@pytest.mark.parametrize("path", ["/length", "/chunked", "/unframed", "/echo-query"])
+def test_tls_answers_equal_httpx(ca, https_base, path):
+    fast = FastClient(timeout=5, ssl_context=_trusting(ca))
+    with httpx.Client(verify=_trusting(ca), timeout=5) as reference:
+        want = reference.get(https_base + path, params={"model_id": "Qwen/Qwen3 235B", "a": "1&2"})
+    got = fast.get(https_base + path, params={"model_id": "Qwen/Qwen3 235B", "a": "1&2"})
+    fast.close()
+    assert got.status_code == want.status_code == 200
+    assert got.content == want.content
+    if path in ("/length", "/chunked", "/unframed"):
+        assert got.content == BODY
+
+
+def test_tls_block_height_header_is_read_case_insensitively(ca, https_base):
+    fast = FastClient(timeout=5, ssl_context=_trusting(ca))
+    got = fast.get(https_base + "/length")
+    fast.close()
+    assert got.headers.get("x-cosmos-block-height") == got.headers.get("X-Cosmos-Block-Height") == "2450123"
+
+
+def test_chunked_over_plain_http_with_keep_alive_reuse(http_base):
+    Handler.connections.clear()
+    fast = FastClient(timeout=5)
+    bodies = [fast.get(http_base + "/chunked").content for _ in range(5)]
+    fast.close()
+    assert bodies == [BODY] * 5
+    assert len(Handler.connections) == 1  # one connection served all five (keep-alive, trailers consumed)
+
+
+def test_a_connection_the_server_closed_is_replaced_transparently(http_base):
+    fast = FastClient(timeout=5)
+    assert [fast.get(http_base + "/close-after").content for _ in range(3)] == [b"ok"] * 3
+    fast.close()
+
+
+def test_truncated_chunked_body_is_a_transport_error(http_base, ca, https_base):
+    for base, ctx in ((http_base, None), (https_base, _trusting(ca))):
+        fast = FastClient(timeout=5, ssl_context=ctx)
+        with pytest.raises(httpx.TransportError):
+            fast.get(base + "/truncated-chunked")
+        fast.close()
+
+
+def test_untrusted_certificate_is_refused(https_base):
+    fast = FastClient(timeout=5)  # the system trust store does not know the test CA
+    with pytest.raises(httpx.TransportError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+        fast.get(https_base + "/length")
+    fast.close()
+
+
+def test_wrong_hostname_is_refused(ca, https_base):
+    # the certificate names only "localhost": the same server reached as 127.0.0.1 must fail verification
+    port = https_base.rsplit(":", 1)[1]
+    fast = FastClient(timeout=5, ssl_context=_trusting(ca))
+    with pytest.raises(httpx.TransportError, match="IP address mismatch|doesn't match|CERTIFICATE_VERIFY_FAILED"):
+        fast.get(f"https://127.0.0.1:{port}/length")
+    fast.close()
