@@ -20,9 +20,11 @@ STRS = "strs"        # array of strings -> text[]
 VOTES = "votes"      # [{voter_slot, accept}] -> normalized jsonb
 REASON = "reason"    # timeout reason -> 'refused' | 'execution'
 TS = "ts"            # ISO-8601 string or unix seconds -> timestamptz
+OBJ = "obj"          # a JSON object kept as published (chain parameter groups) -> jsonb
 
 PG_TYPES = {ID: "text", U64: "bigint", U64N: "numeric(20,0)", I64: "bigint", U32: "integer", BOOL: "boolean",
-            STR: "text", HEX: "text", STRS: "text[]", VOTES: "jsonb", REASON: "text", TS: "timestamptz"}
+            STR: "text", HEX: "text", STRS: "text[]", VOTES: "jsonb", REASON: "text", TS: "timestamptz",
+            OBJ: "jsonb"}
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,18 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("host_epoch_stats", "host_epoch_stats", ("epoch_index", "participant"),
          _f("epoch_index:u64! participant:str! missed:u64 invalid:u64 cost:u64n required_validations:u64 "
             "completed_validations:u64 escrow_count:u64"), scope="epoch"),
+    # the epoch's own parameter snapshot and per-participant outcome (chain REST; indexer.wire.chain_records)
+    Kind("epoch_params", "epoch_params", ("epoch_index",),
+         _f("epoch_index:u64! validation_params:obj bitcoin_reward_params:obj devshard_escrow_params:obj "
+            "total_weight:u64 params_height:u64 params_exact:bool"), scope="epoch"),
+    Kind("participant_epoch", "participant_epoch", ("epoch_index", "participant"),
+         _f("epoch_index:u64! participant:str! weight:i64 confirmation_weight:i64 inference_count:u64 "
+            "missed_requests:u64 validated_inferences:u64 invalidated_inferences:u64 earned_coins:u64n "
+            "rewarded_coins:u64n burned_coins:u64n excluded_reason:str excluded_height:u64"), scope="epoch"),
 ]}
 
 # Load order inside a batch: escrows before the txs that are checked against their slots.
 LOAD_ORDER = ["epoch", "model_snapshot", "escrow", "start", "confirm_start", "finish", "validation",
-              "validation_vote", "timeout", "error_miss", "host_stats", "host_epoch_stats"]
+              "validation_vote", "timeout", "error_miss", "host_stats", "host_epoch_stats", "epoch_params",
+              "participant_epoch"]
 assert set(LOAD_ORDER) == set(KINDS)

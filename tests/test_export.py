@@ -70,6 +70,13 @@ def _corpus() -> list:
         {"kind": "host_epoch_stats", "epoch_index": 408, "participant": "gonka1hostB", "missed": 1, "invalid": 0,
          "cost": 12345678901234567890, "required_validations": 3, "completed_validations": 2, "escrow_count": 1},
         tx("start", 5, 5, escrow_id="no-such-escrow"),  # a tx whose escrow is unknown is exported too
+        {"kind": "epoch_params", "epoch_index": 408, "total_weight": "541415", "params_height": 4136542,
+         "params_exact": False, "validation_params": {"binom_test_p0": {"value": "1", "exponent": -1},
+                                                       "logprobs_mode": "processed_logprobs", "epochs_to_max": "30"},
+         "devshard_escrow_params": {"validation_rate": 1000, "approved_versions": [{"name": "v5"}]}},
+        {"kind": "participant_epoch", "epoch_index": 408, "participant": "gonka1hostB", "weight": "13120",
+         "confirmation_weight": 11087, "inference_count": "17344", "rewarded_coins": "18446744073709551615",
+         "excluded_reason": "statistical_invalidations", "excluded_height": "5652288"},
     ]
     # big integers beyond 64 bits in an unknown field are kept exactly (orjson cannot write them)
     recs.append(json.dumps({**tx("start", 148, 148), "huge": 2 ** 80}).encode())

@@ -1,7 +1,8 @@
 """Chain REST (grpc-gateway) and CometBFT RPC JSON of the devnet, in the real shapes (§5.1, §7).
 
 grpc-gateway quirks kept on purpose: 64-bit integers as strings, 32-bit as numbers, decimals as
-``{value, exponent}``; CometBFT: ``total_count`` and heights as strings, optional base64 attributes.
+``{value, exponent}``. Epoch-level bodies (epoch_info, params, epoch groups, performance summaries,
+exclusions) are in :mod:`indexer.devnet.epochviews`. CometBFT: ``total_count`` and heights as strings, optional base64 attributes.
 """
 
 from __future__ import annotations
@@ -22,44 +23,8 @@ def _dec(value: str, exponent: int) -> dict[str, Any]:
     return {"value": value, "exponent": exponent}
 
 
-def params_json(net: Devnet) -> dict[str, Any]:
-    cfg = net.scenario.config
-    escrow_params = {
-        "min_amount": "1000000000", "max_amount": "100000000000", "max_escrows_per_epoch": 500000,
-        "group_size": cfg.group_size, "allowed_creator_addresses": [], "token_price": str(cfg.token_price),
-        "approved_versions": [{"name": cfg.protocol_version, "binary": f"https://example.invalid/devshard-{cfg.protocol_version}.zip",
-                               "sha256": hashlib.sha256(cfg.protocol_version.encode()).hexdigest()}],
-        "max_nonce": 1000000, "default_inference_seal_grace_nonces": 160,
-        "default_inference_seal_grace_seconds": 3600, "default_auto_seal_every_n_nonces": 150,
-        "devshard_requests_enabled": True, "create_devshard_fee": "10000", "fee_per_nonce": "1000",
-        "refusal_timeout": "60", "execution_timeout": "1920", "validation_rate": cfg.validation_rate,
-        "vote_threshold_factor": cfg.vote_threshold_factor,
-    }
-    return {"params": {"devshard_escrow_params": escrow_params, "validation_params": validation_params(),
-                       "epoch_params": {"epoch_length": str(cfg.blocks_per_epoch), "epoch_shift": "0",
-                                        "poc_stage_duration": "60"}}}
-
-
-def validation_params() -> dict[str, Any]:
-    return {"false_positive_rate": _dec("5", -2), "binom_test_p0": _dec("10", -2),
-            "invalidation_h_threshold": _dec("40", 0), "bad_participant_invalidation_rate": _dec("20", -2),
-            "expiration_blocks": "20", "timestamp_expiration": "60"}
-
-
 def current_epoch_json(net: Devnet) -> dict[str, Any]:
     return {"epoch": str(net.current_epoch)}
-
-
-def epoch_info_json(net: Devnet) -> dict[str, Any]:
-    start = net.scenario.epoch_start(net.current_epoch)[0]
-    return {"block_height": str(net.latest_height()), "params": params_json(net)["params"]["epoch_params"],
-            "latest_epoch": {"index": str(net.current_epoch), "poc_start_block_height": str(start)}}
-
-
-def _weights(net: Devnet) -> list[dict[str, Any]]:
-    return [{"member_address": h.address, "weight": str(100000 + 37000 * h.index), "reputation": 100,
-             "ml_nodes": [], "confirmation_weight": str(100000 + 37000 * h.index),
-             "voting_power": str(100000 + 37000 * h.index)} for h in net.scenario.hosts]
 
 
 def model_snapshot_json(model_id: str) -> dict[str, Any]:
@@ -69,30 +34,6 @@ def model_snapshot_json(model_id: str) -> dict[str, Any]:
             "coins_per_output_token": "0", "hf_repo": m.model_id, "hf_commit": "0" * 40,
             "model_args": list(m.model_args), "v_ram": "640", "throughput_per_nonce": "1000",
             "validation_threshold": _dec("97", -2)}
-
-
-def epoch_group_data_json(net: Devnet, epoch_index: int, model_id: str | None) -> dict[str, Any] | None:
-    """Root group (``model_id == ""`` + ``sub_group_models``) or one model sub-group; None = not found."""
-    epoch = net.scenario.epoch(epoch_index)
-    if epoch is None or epoch_index > net.current_epoch:
-        return None
-    models = [m.model_id for m in epoch.models]
-    if model_id and model_id not in models:
-        return None
-    weights = _weights(net)
-    group = {
-        "poc_start_block_height": str(epoch.start_height), "epoch_group_id": str(4 + epoch_index * 4),
-        "epoch_policy": "", "effective_block_height": str(epoch.start_height + 60),
-        "last_block_height": "0", "member_seed_signatures": [], "validation_weights": weights,
-        "unit_of_compute_price": "100", "number_of_requests": "0", "previous_epoch_requests": "0",
-        "validation_params": validation_params(), "total_weight": str(sum(int(w["weight"]) for w in weights)),
-        "model_id": model_id or "", "sub_group_models": [] if model_id else models,
-        "epoch_index": str(epoch_index), "total_throughput": "0", "confirmation_weight_scales": [],
-    }
-    if model_id:
-        group["epoch_group_id"] = str(4 + epoch_index * 4 + 1 + models.index(model_id))
-        group["model_snapshot"] = model_snapshot_json(model_id)
-    return {"epoch_group_data": group}
 
 
 def escrow_json(net: Devnet, esc: EscrowSim, max_model_len_mode: str | None = None) -> dict[str, Any]:

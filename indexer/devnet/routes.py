@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from indexer.devnet import chainviews as cv
+from indexer.devnet import epochviews as ev
 from indexer.devnet import hostviews as hv
 from indexer.devnet.operators import DevnetAccounts, authenticate
 from indexer.devnet.world import Devnet
 from indexer.sources.gonka.signing import REFUSALS
 
 CHAIN_PREFIX = "/chain-api/productscience/inference/inference"
+HEIGHT_HEADER = "x-cosmos-block-height"
 
 
 @dataclass
@@ -59,6 +61,8 @@ class AppOptions:
     serve_upto: int | None = None  # hosts serve no diff beyond this nonce (stuck logs)
     payload_auth: bool = False  # payload route authenticates like real hosts (operator mode); off: any
                                 # X-Validator-Address header is enough (the unsigned flows of tests and the demo)
+    state_retain_blocks: int | None = None  # chain state kept for heights this far below the tip (None: one epoch)
+    failing_models: tuple[str, ...] = ()  # epoch_group_data?model_id=… of these models answers 500 (a failed read)
 
 
 Handler = Callable[..., Response]
@@ -83,9 +87,12 @@ class App:
             ("POST", "/devnet/advance", self.advance),
             ("GET", "/devnet/state", self.describe),
             ("GET", f"{c}/get_current_epoch", lambda q, hd: Response.json(cv.current_epoch_json(self.net))),
-            ("GET", f"{c}/epoch_info", lambda q, hd: Response.json(cv.epoch_info_json(self.net))),
-            ("GET", f"{c}/params", lambda q, hd: Response.json(cv.params_json(self.net))),
+            ("GET", f"{c}/epoch_info", lambda q, hd: Response.json(ev.epoch_info_json(self.net))),
+            ("GET", f"{c}/params", self.params),
             ("GET", f"{c}/epoch_group_data/(?P<epoch>[^/]+)", self.epoch_group_data),
+            ("GET", f"{c}/epoch_performance_summary/(?P<epoch>[^/]+)/(?P<participant>[^/]+)",
+             self.performance_summary),
+            ("GET", f"{c}/excluded_participants/(?P<epoch>[^/]+)", self.excluded_participants),
             ("GET", f"{c}/devshard_escrow/(?P<escrow>[^/]+)", self.escrow),
             ("GET", f"{c}/devshard_host_epoch_stats/(?P<epoch>[^/]+)/(?P<participant>[^/]+)", self.host_epoch_stats),
             ("GET", f"{c}/participant/(?P<address>[^/]+)", self.participant),
@@ -107,6 +114,10 @@ class App:
             m = pattern.match(path)
             if m and route_method == method:
                 with self.net.lock:  # the clock may advance concurrently (POST /devnet/advance)
+                    if path.startswith(CHAIN_PREFIX):
+                        refused = self._height_refused(headers)
+                        if refused is not None:
+                            return refused
                     return handler(query, headers, **m.groupdict())
             wrong_method = wrong_method or m is not None
         return Response.text("method not allowed", 405) if wrong_method else Response.text("404 page not found", 404)
@@ -126,10 +137,53 @@ class App:
                                          for d in e.diffs)})
 
     # -- chain REST -------------------------------------------------------------------------------
+    def _height(self, hd: Mapping[str, str]) -> int | None:
+        value = next((v for k, v in hd.items() if k.lower() == HEIGHT_HEADER), None)
+        return int(value) if value is not None and value.strip().isdigit() else None
+
+    def _height_refused(self, hd: Mapping[str, str]) -> Response | None:
+        """cosmos-sdk ``CreateQueryContext`` for a query with ``x-cosmos-block-height``: a future height is
+        ErrInvalidHeight (gRPC InvalidArgument, 400), a height whose state was pruned is ErrNotFound wrapped
+        (registered without a gRPC code: Unknown, 500 through the gateway). The devnet keeps the state of the
+        last ``options.state_retain_blocks`` blocks (default: one epoch's worth)."""
+        height = self._height(hd)
+        if height is None or height == 0:
+            return None
+        latest = self.net.latest_height()
+        if height > latest:
+            return grpc_error(3, "cannot query with height in the future; please provide a valid height: "
+                                 "invalid height")
+        retain = self.options.state_retain_blocks
+        if retain is None:
+            retain = self.net.scenario.config.blocks_per_epoch
+        if height < latest - retain:
+            return grpc_error(2, f"failed to load state at height {height}; version does not exist "
+                                 f"(latest height: {latest}): not found")
+        return None
+
+    def params(self, q: Mapping, hd: Mapping) -> Response:
+        height = self._height(hd) or self.net.latest_height()
+        resp = Response.json(ev.params_json(self.net, height))
+        resp.headers["Grpc-Metadata-X-Cosmos-Block-Height"] = str(height)  # the gateway forwards the gRPC header
+        return resp
+
+    def performance_summary(self, q: Mapping, hd: Mapping, epoch: str, participant: str) -> Response:
+        if not epoch.isdigit():
+            return grpc_error(3, f"invalid epoch {epoch!r}")
+        body = ev.performance_summary_json(self.net, int(epoch), participant)
+        return Response.json(body) if body else grpc_error(5, "not found")
+
+    def excluded_participants(self, q: Mapping, hd: Mapping, epoch: str) -> Response:
+        if not epoch.isdigit():
+            return grpc_error(3, f"invalid epoch {epoch!r}")
+        return Response.json(ev.excluded_participants_json(self.net, int(epoch)))
+
     def epoch_group_data(self, q: Mapping, hd: Mapping, epoch: str) -> Response:
         if not epoch.isdigit():
             return grpc_error(3, f"invalid epoch {epoch!r}")
-        body = cv.epoch_group_data_json(self.net, int(epoch), _param(q, "model_id"))
+        if _param(q, "model_id") in self.options.failing_models:
+            return grpc_error(13, "simulated failure of a model group read")
+        body = ev.epoch_group_data_json(self.net, int(epoch), _param(q, "model_id"))
         return Response.json(body) if body else grpc_error(5, "epoch group data not found")
 
     def escrow(self, q: Mapping, hd: Mapping, escrow: str) -> Response:

@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 
 import orjson
 
-from indexer.records import (BOOL, HEX, I64, ID, KINDS, REASON, STR, STRS, TS, U32, U64, U64N, VOTES, Kind)
+from indexer.records import (BOOL, HEX, I64, ID, KINDS, OBJ, REASON, STR, STRS, TS, U32, U64, U64N, VOTES,
+                             Kind)
 
 MAX_I63, MAX_U64, MAX_I31 = 2**63 - 1, 2**64 - 1, 2**31 - 1
 HEX_DIGITS = re.compile(r"[0-9a-fA-F]*\Z")
@@ -137,8 +138,19 @@ def c_ts(v, name):
     raise Invalid(f"field {name}: not a timestamp: {_show(v)}")
 
 
+def c_obj(v, name):
+    """A published object, stored as is. Floats are refused: orjson has already rounded them, and the chain writes
+    decimals as {value, exponent} or decimal strings, so a float means the record was not written that way."""
+    if type(v) is not dict:
+        raise Invalid(f"field {name}: not a JSON object: {_show(v)}")
+    if _has_float(v):
+        raise Invalid(f"field {name}: holds a float; write decimals as {{value, exponent}} or decimal strings")
+    return _dumps(v)
+
+
 COERCERS = {ID: c_id, U64: c_u64, U64N: c_u64n, I64: c_i64, U32: c_u32, BOOL: c_bool, STR: c_str, HEX: c_hex,
-            STRS: c_strs, VOTES: c_votes, REASON: c_reason, TS: c_ts}
+            STRS: c_strs, VOTES: c_votes, REASON: c_reason, TS: c_ts,
+            OBJ: c_obj}
 
 
 class Coercer:

@@ -6,7 +6,7 @@ backslash escapes), arrays as `{"a","b"}` literals.
 """
 from __future__ import annotations
 
-from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, STRS, TS, U32, U64, U64N, VOTES, Kind
+from indexer.records import BOOL, HEX, I64, ID, KINDS, OBJ, REASON, STR, STRS, TS, U32, U64, U64N, VOTES, Kind
 
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
@@ -23,7 +23,7 @@ def array(values: list[str]) -> str:
 _FORMAT = {  # expression formatting a non-null value v
     ID: "text(v)", STR: "text(v)", HEX: "v", REASON: "v", VOTES: "text(v)",
     U64: "str(v)", U64N: "str(v)", I64: "str(v)", U32: "str(v)",
-    BOOL: "('t' if v else 'f')", STRS: "array(v)", TS: "v.isoformat()",
+    BOOL: "('t' if v else 'f')", STRS: "array(v)", TS: "v.isoformat()", OBJ: "text(v)",
 }
 
 

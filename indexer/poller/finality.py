@@ -5,22 +5,30 @@ done (``net.epoch_state``; ``epoch:<E>`` rows in ``api.ingest_status`` whose cur
 * ``settling``: an earlier epoch with an escrow not yet settled and completely captured, or whose
   ``host_epoch_stats`` have not yet been read identically on two consecutive polls (they are provisional just after
   the transition). Settling epochs are re-polled every cycle: their unfinished escrows and all their host stats.
-* ``final``: every escrow final and the stats stable (``reason = 'complete'``), or the epoch left the pruning window
+* ``final``: every escrow final, the stats stable (an epoch without escrows: two identical, empty reads) and every
+  chain read of the epoch's snapshot succeeded (``reason = 'complete'``), or the epoch left the pruning window
   while settling (``reason = 'pruned'``), or was pruned before any cycle saw it (``reason = 'missed'``). A final
   epoch is not polled again.
+
+Epoch snapshot (:func:`indexer.sources.gonka.snapshots.capture_epoch`, every cycle for every epoch not final): the
+epoch record with its heights, model snapshots, ``epoch_params`` (read as of the epoch where the node still has the
+height) and, once ended, ``participant_epoch``. A failed read is a warning in the log, a ``net.failure`` row, the
+``last_error`` of its ``snapshot:<E>:…`` source in ``api.ingest_status`` and a ``net.snapshot_failure`` row (so
+``api.model_limits`` shows a model whose read failed, with the reason); it is retried every cycle.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
 from concurrent.futures import Executor
-from typing import Any, Sequence
+from typing import Sequence
 
 from indexer.poller.fetch import EscrowDone
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError, Gonka
-from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, epoch_record, host_epoch_stats_record,
-                                    model_snapshot_record, parse_u64)
+from indexer.sources.gonka.snapshots import capture_epoch
+from indexer.wire.chain_records import epoch_info_parts
+from indexer.wire.normalize import NormalizeError, dumps_record_bytes, epoch_record, host_epoch_stats_record
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +39,7 @@ class Epochs:
     def __init__(self, gonka: Gonka, store: Store, summary, pool: Executor) -> None:
         self.g, self.store, self.summary = gonka, store, summary
         self._pool = pool  # host epoch stats are many small independent reads
+        self._snapshot_complete: dict[int, bool] = {}  # epoch -> every chain read of its snapshot succeeded
 
     def prune(self, now: int, states: dict[int, str]) -> None:
         """Epochs that left the window unfinished become final ('pruned'); their unfinished escrows are gaps."""
@@ -55,13 +64,20 @@ class Epochs:
                 self.store.error(f"epoch:{epoch}", msg)
                 self.summary.epoch_states[epoch] = "final"
 
-    @staticmethod
-    def window_start_height(info: dict) -> int:
-        """A height before the window's oldest settlement: current epoch start − (window + 1) epoch lengths."""
+    def window_start_height(self, info: dict) -> int:
+        """A height before the window's oldest settlement: current epoch start − (window + 1) epoch lengths. The
+        epoch length is ``params.epoch_params.epoch_length`` of the real ``epoch_info``; when it cannot be read the
+        search starts at 0 (every settlement the chain made), which is said loudly, never silently."""
         try:
-            start = parse_u64((info.get("latest_epoch") or {}).get("poc_start_block_height"), "poc_start")
-            length = parse_u64((info.get("params") or {}).get("epoch_length"), "epoch_length")
-        except NormalizeError:
+            _, start, length, _ = epoch_info_parts(info)
+        except NormalizeError as exc:
+            start = length = None
+            why = str(exc)
+        else:
+            why = "epoch_info has no poc_start_block_height or epoch_length"
+        if start is None or length is None:
+            log.warning("settlement window start unknown (%s): searching settlements from height 0", why)
+            self.store.error("chain:epoch_info", f"settlement window start unknown: {why}")
             return 0
         return max(0, start - (PRUNING_WINDOW + 1) * length)
 
@@ -81,31 +97,18 @@ class Epochs:
 
     def plan(self, epoch: int, info: dict | None) -> tuple[int, list[str], list[str]]:
         """Load the epoch's chain metadata; return (epoch, its escrow ids, the ids still to fetch)."""
-        records: list[dict[str, Any]] = []
-        try:
-            root = self.g.chain.epoch_group_data(epoch)
-        except FetchError as exc:
-            if exc.transient:
-                raise
-            root = None
-        if info is not None:
-            records.append(epoch_record(info))
-        elif root:
-            group = root.get("epoch_group_data") or {}
-            rec = {"kind": "epoch", "epoch_index": epoch}
-            if group.get("poc_start_block_height") not in (None, ""):
-                rec["start_height"] = parse_u64(group["poc_start_block_height"])
-            records.append(rec)
-        for model_id in ((root or {}).get("epoch_group_data") or {}).get("sub_group_models") or []:
-            try:
-                snap = model_snapshot_record(self.g.chain.epoch_group_data(epoch, model_id))
-            except FetchError as exc:
-                if exc.transient:
-                    raise
-                continue
-            if snap:
-                records.append(snap)
-        self.store.load(records, f"chain:epoch_group_data/{epoch}")
+        cap = capture_epoch(self.g.chain, epoch, ended=epoch < (self.summary.epoch or 0), mapper=self._pool.map)
+        records = cap.records
+        if info is not None and not any(r["kind"] == "epoch" for r in records):
+            records.insert(0, epoch_record(info))  # the root group failed: the current epoch's start is still known
+        self._snapshot_complete[epoch] = cap.complete
+        for f in cap.failures:
+            subject = (f"model {f.model_id}" if f.model_id else f"participant {f.participant}" if f.participant
+                       else f.what)
+            log.warning("epoch %s %s: chain read failed on %s: %s", f.epoch, subject, f.host, f.error)
+            self.store.fail(f.source, f.url, f.error, f.transient)
+        self.store.load_many([([dumps_record_bytes(r) for r in records], f"chain:epoch_group_data/{epoch}")], None,
+                             after=lambda c: self.store.snapshot_outcome(c, cap.failures, cap.succeeded))
 
         created = self.g.rpc.escrows_created(epoch)
         ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
@@ -133,8 +136,10 @@ class Epochs:
             state, digest = "open", None
         else:
             digest = hashlib.sha256(b"\n".join(sorted(dumps_record_bytes(r) for r in stats))).hexdigest()
-            stable = self.store.stats_digest(epoch) == digest and bool(stats)
-            state = "final" if stable and n_final == len(ids) else "settling"
+            # an epoch without escrows has no stats to wait for: two identical (empty) polls make it stable
+            stable = self.store.stats_digest(epoch) == digest and (bool(stats) or not ids)
+            complete = self._snapshot_complete.get(epoch, True)  # a failed snapshot read is retried, not frozen
+            state = "final" if stable and complete and n_final == len(ids) else "settling"
         self.summary.epoch_states[epoch] = state
         self.store.load_many([([dumps_record_bytes(r) for r in stats], f"chain:devshard_host_epoch_stats/{epoch}")],
                              None, after=lambda c: self.store.set_epoch_state(

@@ -53,6 +53,18 @@ ON CONFLICT (source) DO UPDATE SET source_position = excluded.source_position,
     updated_at = now()"""
 
 
+_CURSOR_FAILED = """
+INSERT INTO net.cursor (source, last_error, last_error_at, next_retry_at, updated_at)
+VALUES (%s, %s, now(), now(), now())
+ON CONFLICT (source) DO UPDATE SET last_error = excluded.last_error, last_error_at = now(), updated_at = now()"""
+
+_SNAPSHOT_FAILURE = """
+INSERT INTO net.snapshot_failure AS f (source, epoch_index, what, model_id, participant, host, url, error, transient)
+VALUES (%(source)s, %(e)s, %(what)s, %(m)s, %(p)s, %(h)s, %(u)s, %(err)s, %(t)s)
+ON CONFLICT (source) DO UPDATE SET host = excluded.host, url = excluded.url, error = excluded.error,
+    transient = excluded.transient, attempts = f.attempts + 1, last_at = now()"""
+
+
 class Store:
     def __init__(self, conn: psycopg.Connection, *, archive: bool = True, side_url: str | None = None) -> None:
         self.conn = conn
@@ -126,6 +138,22 @@ class Store:
 
     def set_progress(self, source: str, source_position: int | None, cursor_position: int, stalled: int) -> None:
         self.conn.execute(_SET_PROGRESS, {"s": source, "t": source_position, "n": cursor_position, "k": stalled})
+
+    def snapshot_outcome(self, conn: psycopg.Connection, failures: Sequence[Any], succeeded: Sequence[str]) -> None:
+        """Failed epoch-snapshot reads (indexer.sources.gonka.snapshots.SnapshotFailure): ``last_error`` of their
+        ``snapshot:…`` source and a net.snapshot_failure row (api.ingest_status and api.model_limits show them).
+        Reads that succeeded resolve their earlier failure (the row goes, the source's error clears)."""
+        for f in failures:
+            subject = f.model_id or f.participant or ""
+            conn.execute(_CURSOR_FAILED, (f.source, f"epoch {f.epoch} {f.what} {subject} on {f.host}: {f.error}"[:2000]))
+            conn.execute(_SNAPSHOT_FAILURE, {"source": f.source, "e": f.epoch, "what": f.what, "m": f.model_id,
+                                             "p": f.participant, "h": f.host, "u": f.url, "err": f.error[:2000],
+                                             "t": f.transient})
+        if succeeded:
+            resolved = conn.execute("DELETE FROM net.snapshot_failure WHERE source = ANY(%s) RETURNING source",
+                                    (list(succeeded),)).fetchall()
+            for (source,) in resolved:
+                conn.execute(UPSERT_CURSOR, (source, "ok"))
 
     def error(self, source: str, message: str, retry_seconds: float = 60.0) -> None:
         with self.conn.transaction():

@@ -1,12 +1,43 @@
-"""Chain REST (grpc-gateway) client: ``<GONKA_CHAIN_REST_URL>/productscience/inference/inference/…`` (§5.1)."""
+"""Chain REST (grpc-gateway) client: ``<GONKA_CHAIN_REST_URL>/productscience/inference/inference/…`` (§5.1).
+
+Reads at a past height send ``x-cosmos-block-height`` (cosmos-sdk's gRPC height header; the gateway forwards it and
+answers with the height it served in ``Grpc-Metadata-X-Cosmos-Block-Height``). A node that no longer keeps the
+state of that height answers an error whose message is ``failed to load state at height H; … (latest height: L)``
+(cosmos-sdk baseapp ``CreateQueryContext``; ``ErrNotFound`` since v0.50, so HTTP 500 through the gateway,
+``ErrInvalidRequest`` / 400 before): :meth:`ChainRest.params` raises :class:`HeightPruned` for it at once.
+"""
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Mapping
 from urllib.parse import quote
 
-from indexer.sources.gonka.http import Fetcher
+from indexer.sources.gonka.http import Fetcher, FetchError
 
 PREFIX = "/productscience/inference/inference"
+HEIGHT_HEADER = "x-cosmos-block-height"
+_PRUNED = re.compile(rb"failed to load state at height \d+")
+
+
+class HeightPruned(FetchError):
+    """The node has pruned the state of the requested height."""
+
+    def __init__(self, err: FetchError, height: int) -> None:
+        super().__init__(err.url, str(err).rsplit(" (", 1)[0], status=err.status, transient=False)
+        self.height = height
+
+
+def _pruned_answer(status: int, body: bytes) -> bool:
+    return status != 200 and _PRUNED.search(body) is not None
+
+
+def served_height(headers: Mapping[str, str]) -> int | None:
+    """The height a response was served at (gateway metadata header, or the plain gRPC header)."""
+    for key in ("Grpc-Metadata-X-Cosmos-Block-Height", HEIGHT_HEADER):
+        value = headers.get(key)
+        if value is not None and str(value).isdigit():
+            return int(value)
+    return None
 
 
 class ChainRest:
@@ -16,14 +47,39 @@ class ChainRest:
     def _get(self, path: str, params: dict | None = None) -> Any:
         return self.http.get_json(PREFIX + path, params)
 
+    def _get_at(self, path: str, height: int | None) -> tuple[Any, int | None]:
+        """(JSON, the height it was served at) of a read as of ``height`` (None: the latest state)."""
+        headers = {HEIGHT_HEADER: str(int(height))} if height is not None else None
+        try:
+            data, resp_headers = self.http.get_json_meta(PREFIX + path, None, headers, permanent=_pruned_answer)
+        except FetchError as exc:
+            if height is not None and not exc.transient and "failed to load state at height" in str(exc):
+                raise HeightPruned(exc, height) from exc
+            raise
+        return data, served_height(resp_headers) if height is None else height
+
     def current_epoch(self) -> dict:
         return self._get("/get_current_epoch")
 
     def epoch_info(self) -> dict:
+        """``QueryEpochInfoResponse {block_height, params (the whole module Params), latest_epoch}``."""
         return self._get("/epoch_info")
 
     def epoch_group_data(self, epoch: int, model_id: str | None = None) -> dict:
         return self._get(f"/epoch_group_data/{int(epoch)}", {"model_id": model_id} if model_id else None)
+
+    def params(self, height: int | None = None) -> tuple[dict, int | None]:
+        """Module params as of ``height`` (None: live) → (``{"params": {…}}``, height served); raises
+        :class:`HeightPruned` when the node has pruned that height."""
+        return self._get_at("/params", height)
+
+    def epoch_performance_summary(self, epoch: int, participant: str) -> dict:
+        """``{"epochPerformanceSummary": {…}}`` (the proto field is camelCase, so the JSON key is too)."""
+        return self._get(f"/epoch_performance_summary/{int(epoch)}/{quote(participant, safe='')}")
+
+    def excluded_participants(self, epoch: int) -> dict:
+        """``{"items": [{address, epoch_index, reason, exclusion_block_height}]}``."""
+        return self._get(f"/excluded_participants/{int(epoch)}")
 
     def escrow(self, escrow_id: str | int) -> dict:
         """``{"escrow":{…},"found":true}`` or ``{"found":false}`` (pruned or unknown)."""

@@ -88,10 +88,17 @@ class Fetcher:
 
     def get_json(self, path: str, params: Mapping[str, Any] | None = None,
                  headers: Mapping[str, str] | None = None) -> Any:
+        return self.get_json_meta(path, params, headers)[0]
+
+    def get_json_meta(self, path: str, params: Mapping[str, Any] | None = None,
+                      headers: Mapping[str, str] | None = None,
+                      permanent: Callable[[int, bytes], bool] | None = None) -> tuple[Any, Mapping[str, str]]:
+        """(JSON, response headers). ``permanent(status, body)``: an error answer it accepts is raised at once as
+        deterministic (e.g. a node saying a height is pruned: retrying or failing over cannot help)."""
         last: FetchError | None = None
         for base in list(self.base_urls):
             try:
-                result = self._get_from(base, path, params, headers)
+                result = self._get_from(base, path, params, headers, permanent)
             except FetchError as exc:
                 if not exc.transient:
                     raise
@@ -104,7 +111,7 @@ class Fetcher:
         assert last is not None
         raise last
 
-    def _get_from(self, base: str, path: str, params, headers) -> Any:
+    def _get_from(self, base: str, path: str, params, headers, permanent=None) -> tuple[Any, Mapping[str, str]]:
         url = base + path
         policy = self.policy
         last: FetchError | None = None
@@ -121,9 +128,14 @@ class Fetcher:
                     self.on_response(shown, resp.status_code, resp.content, resp.headers)
                 if resp.status_code == 200:
                     try:
-                        return _loads(resp.content)
+                        return _loads(resp.content), resp.headers
                     except ValueError as exc:
                         last = FetchError(shown, f"truncated or invalid JSON: {exc}", status=200, transient=True)
+                elif permanent is not None and permanent(resp.status_code, resp.content):
+                    err = FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:300].strip()}",
+                                     status=resp.status_code, transient=False)
+                    self._failed(err)
+                    raise err
                 elif resp.status_code == 429 or resp.status_code >= 500:
                     last = FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:200].strip()}",
                                       status=resp.status_code, transient=True)

@@ -1,9 +1,19 @@
 -- The rules stage's findings. Vocabulary in interface.md §3.
 
+-- A model whose epoch_group_data read failed (net.snapshot_failure) has its row even when nothing else names it:
+-- governance_limit null and limit_unknown_reason saying why, never an absent row.
 CREATE VIEW api.model_limits AS
-SELECT epoch_index, model_id, governance_limit, limit_source, model_args, args_limit, escrow_limit,
-       flag_occurrences, mixed_forms, loophole_risk, rule_version
-FROM rules.model_limit;
+SELECT COALESCE(l.epoch_index, f.epoch_index) AS epoch_index, COALESCE(l.model_id, f.model_id) AS model_id,
+       l.governance_limit, l.limit_source, l.model_args, l.args_limit, l.escrow_limit,
+       l.flag_occurrences, l.mixed_forms, l.loophole_risk, l.rule_version,
+       CASE WHEN l.governance_limit IS NOT NULL THEN NULL
+            WHEN f.source IS NOT NULL THEN 'model snapshot read failed: ' || f.error
+            WHEN l.model_args IS NULL THEN 'no model snapshot captured for this epoch'
+            ELSE 'the model_args set no --max-model-len' END AS limit_unknown_reason,
+       f.url AS snapshot_failed_url, f.last_at AS snapshot_failed_at
+FROM rules.model_limit l
+FULL JOIN (SELECT * FROM net.snapshot_failure WHERE what = 'model') f
+       ON f.epoch_index = l.epoch_index AND f.model_id = l.model_id;
 
 CREATE VIEW api.context_refusals AS
 SELECT escrow_id, inference_id, epoch_index, model_id, executor_slot, executor_address, status, penalty,

@@ -4,6 +4,9 @@
 -- lag_seconds is null for sources that are finished (a final escrow's log, a final epoch), so alerting can use it
 -- directly. stalled_cycles > 0: the source is ahead of the cursor and the cursor has not moved for that many
 -- consecutive cycles (last_error says so once the watchdog's threshold is reached).
+-- 'snapshot:<E>:<what>[:<model or participant>]': a chain read of epoch E's snapshot (root group, a model's
+-- group, params, exclusions, a participant's performance summary); last_error is set while it fails, and
+-- epoch_index, model_id, participant, host and url name the failed read.
 -- (no percent signs in this file: it runs through a DB-API driver with paramstyle pyformat)
 CREATE VIEW api.ingest_status AS
 SELECT c.source, c.cursor, c.last_success_at, c.last_error, c.last_error_at, c.next_retry_at, c.updated_at,
@@ -14,6 +17,8 @@ SELECT c.source, c.cursor, c.last_success_at, c.last_error, c.last_error_at, c.n
             ELSE EXTRACT(EPOCH FROM (now() - COALESCE(c.last_success_at, c.updated_at)))::double precision
        END AS lag_seconds,
        COALESCE(p.stalled_cycles, 0) AS stalled_cycles,
-       p.source_position
+       p.source_position,
+       f.epoch_index, f.model_id, f.participant, f.host, f.url AS failed_url
 FROM net.cursor c
-LEFT JOIN net.progress p ON p.source = c.source;
+LEFT JOIN net.progress p ON p.source = c.source
+LEFT JOIN net.snapshot_failure f ON f.source = c.source;

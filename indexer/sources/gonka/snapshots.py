@@ -1,0 +1,163 @@
+"""Everything the chain publishes about one epoch, captured as normalized records, with every failed read named.
+
+:func:`capture_epoch` reads, for epoch E:
+
+* ``epoch_group_data/E`` (the root group): the ``epoch`` record (start = PoC start block, end =
+  ``last_block_height`` once the epoch has ended), the epoch's own ``validation_params`` and ``total_weight``, the
+  participants' ``weight`` and ``confirmation_weight``, and the list of model sub-groups;
+* ``epoch_group_data/E?model_id=M`` for each model: ``model_snapshot`` (the governance ``model_args``);
+* ``/params`` as of a height inside the epoch (its last block once it ended; ``x-cosmos-block-height``):
+  ``bitcoin_reward_params`` and ``devshard_escrow_params``. Governance changes live params later (proposal 96
+  raised invalidation_h_threshold after epoch 366 had ended), so live values are only a stand-in: when the node
+  has pruned that height, or the epoch is still running, the live values are stored with the height they were
+  read at and ``params_exact = false``, and a later capture of an ended epoch replaces them where it can;
+* once the epoch has ended: ``excluded_participants/E`` and ``epoch_performance_summary/E/{participant}`` for
+  every participant of the root group or of the exclusions: ``participant_epoch`` records.
+
+Nothing here raises for a failed read: each becomes a :class:`SnapshotFailure` (epoch, model or participant, URL,
+error) so the caller can log it and show it in ``api.ingest_status``; what could be read is still returned.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from indexer.sources.gonka.chain import ChainRest, HeightPruned
+from indexer.sources.gonka.http import FetchError
+from indexer.wire import chain_records as cr
+from indexer.wire.normalize import NormalizeError, model_snapshot_record
+
+READ_ERRORS = (FetchError, NormalizeError)
+
+
+@dataclass(frozen=True)
+class SnapshotFailure:
+    epoch: int
+    what: str                     # 'root', 'model', 'params', 'excluded', 'participant'
+    url: str
+    error: str
+    transient: bool
+    model_id: str | None = None
+    participant: str | None = None
+
+    @property
+    def host(self) -> str | None:
+        """The node that failed to answer (host:port of the URL)."""
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.url).netloc or None
+
+    @property
+    def source(self) -> str:
+        """The ``api.ingest_status`` source of this read: ``snapshot:<E>:<what>[:<model or participant>]``."""
+        subject = self.model_id or self.participant
+        return f"snapshot:{self.epoch}:{self.what}" + (f":{subject}" if subject else "")
+
+
+@dataclass
+class EpochCapture:
+    epoch: int
+    records: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[SnapshotFailure] = field(default_factory=list)
+    succeeded: list[str] = field(default_factory=list)  # sources read fine (their earlier errors are resolved)
+    start_height: int | None = None
+    end_height: int | None = None
+    absent: bool = False  # the chain answered 404 for the root group: no such epoch group, nothing to capture
+
+    @property
+    def complete(self) -> bool:
+        return not self.failures
+
+
+Mapper = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
+
+
+def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper = map) -> EpochCapture:
+    """The normalized records of ``epoch`` and the reads that failed. ``ended``: the epoch is before the current
+    one (its end height, performance summaries and exclusions exist). ``mapper``: a ``map`` to run the
+    per-participant reads with (e.g. a thread pool's)."""
+    out = EpochCapture(epoch)
+
+    def failed(what: str, exc: Exception, url: str, **subject: str) -> None:
+        out.failures.append(SnapshotFailure(epoch, what, getattr(exc, "url", "") or url, str(exc),
+                                            bool(getattr(exc, "transient", False)), **subject))
+
+    def ok(what: str, subject: str | None = None) -> None:
+        out.succeeded.append(f"snapshot:{epoch}:{what}" + (f":{subject}" if subject else ""))
+
+    root_url = f"epoch_group_data/{epoch}"
+    try:
+        group = cr.root_group(chain.epoch_group_data(epoch), epoch)
+        models = cr.sub_group_models(group)
+        weights = cr.validation_weights(group)
+        epoch_rec = cr.epoch_record_from_group(group)
+    except FetchError as exc:
+        if exc.status == 404:  # the chain has no group for this epoch (before genesis, or not formed yet)
+            out.absent = True
+        else:
+            failed("root", exc, root_url)
+        return out
+    except NormalizeError as exc:
+        failed("root", exc, root_url)
+        return out
+    ok("root")
+    out.records.append(epoch_rec)
+    out.start_height, out.end_height = epoch_rec.get("start_height"), epoch_rec.get("end_height")
+
+    for model_id in models:
+        try:
+            snap = model_snapshot_record(chain.epoch_group_data(epoch, model_id))
+            if snap is None:
+                raise NormalizeError(f"epoch_group_data/{epoch}?model_id={model_id}: no model snapshot")
+        except READ_ERRORS as exc:
+            failed("model", exc, f"{root_url}?model_id={model_id}", model_id=model_id)
+            continue
+        ok("model", model_id)
+        out.records.append(snap)
+
+    out.records.append(_epoch_params(chain, epoch, group, ended, out, failed, ok))
+    if ended:
+        out.records.extend(_participants(chain, epoch, weights, mapper, failed, ok))
+    return out
+
+
+def _epoch_params(chain: ChainRest, epoch: int, group, ended: bool, out: EpochCapture, failed, ok) -> dict:
+    at = out.end_height if ended else None
+    params = height = None
+    exact = False
+    try:
+        try:
+            params, height = chain.params(at)
+            exact = at is not None
+        except HeightPruned:
+            params, height = chain.params(None)  # the live values stand in, marked inexact
+        rec = cr.epoch_params_record(epoch, group, params, height, exact)
+    except READ_ERRORS as exc:
+        failed("params", exc, "params")
+        return cr.epoch_params_record(epoch, group, None, None, False)
+    ok("params")
+    return rec
+
+
+def _participants(chain: ChainRest, epoch: int, weights, mapper: Mapper, failed, ok) -> list[dict]:
+    excluded: dict = {}
+    try:
+        excluded = cr.excluded_participants(chain.excluded_participants(epoch), epoch)
+        ok("excluded")
+    except READ_ERRORS as exc:
+        failed("excluded", exc, f"excluded_participants/{epoch}")
+
+    def one(addr: str):
+        try:
+            return addr, cr.performance_summary(chain.epoch_performance_summary(epoch, addr), epoch, addr), None
+        except READ_ERRORS as exc:
+            return addr, None, exc
+
+    summaries = {}
+    for addr, summary, exc in mapper(one, sorted({*weights, *excluded})):
+        if exc is not None:
+            failed("participant", exc, f"epoch_performance_summary/{epoch}/{addr}", participant=addr)
+        else:
+            ok("participant", addr)
+            summaries[addr] = summary
+    return cr.participant_epoch_records(epoch, weights, summaries, excluded)

@@ -1,0 +1,44 @@
+"""epoch_params / participant_epoch through `ingest` (the general path), api.epochs and fn.chain_decimal."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from indexer.wire import chain_records as cr
+from tests.helpers import ingest, write_lines
+from tests.mainnet_fixtures import load
+
+
+def test_chain_decimal_is_exact(conn):
+    q = "SELECT fn.chain_decimal(%s::jsonb)"
+    cases = {'{"value": "-475", "exponent": -6}': Decimal("-0.000475"), '{"value": "4", "exponent": 1}': Decimal("40"),
+             '{"exponent": -2, "value": "18"}': Decimal("0.18"), '{"value": "1", "exponent": 9}': Decimal("1000000000"),
+             '"0.05"': Decimal("0.05"), "12": Decimal("12"), "null": None, '{"value": null, "exponent": 0}': None}
+    for arg, want in cases.items():
+        got = conn.execute(q, (arg,)).fetchone()[0]
+        assert got == want and (want is None or str(got) == str(want)), arg
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+        conn.execute(q, ('{"value": "x1", "exponent": 0}',))
+
+
+def test_ingested_snapshot_shows_in_api_epochs(db_url, tmp_path):
+    group = cr.root_group(load("epoch_group_data_267.json"), 267)
+    params = cr.epoch_params_record(267, group, load("params_e267.json"), 4136542, True)
+    people = cr.participant_epoch_records(267, cr.validation_weights(group), {}, {})
+    bad = {"kind": "epoch_params", "epoch_index": 268, "validation_params": {"binom_test_p0": 0.1}}
+    summary = ingest(db_url, write_lines(tmp_path / "e.ndjson", [
+        cr.epoch_record_from_group(group), params, *people, bad]))
+    assert summary.quarantined == 1
+    with psycopg.connect(db_url) as c:
+        row = c.execute("SELECT start_height, end_height, state, binom_test_p0, false_positive_rate, "
+                        "bad_participant_invalidation_rate, invalidation_h_threshold, params_exact, params_height, "
+                        "validation_params = %s::jsonb FROM api.epochs WHERE epoch_index = 267",
+                        (psycopg.types.json.Jsonb(group["validation_params"]),)).fetchone()
+        reason = c.execute("SELECT reason FROM rec.quarantine WHERE kind = 'epoch_params'").fetchone()
+        n = c.execute("SELECT count(*), sum(confirmation_weight) FROM rec.participant_epoch").fetchone()
+    assert row == (4120752, 4136542, None, Decimal("0.1"), Decimal("0.05"), Decimal("0.1"), Decimal("4"), True,
+                   4136542, True)
+    assert reason and "validation_params" in reason[0] and "float" in reason[0]
+    assert n[0] == 51 and n[1] == sum(w["confirmation_weight"] for w in cr.validation_weights(group).values())
