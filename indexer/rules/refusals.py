@@ -11,7 +11,7 @@ import psycopg
 
 from indexer.sources.vllm_errors import parse_response_payload
 
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: the vLLM 0.1-0.33 wording survey (families 7, 7c, window; null codes)
 COLUMNS = ("escrow_id", "inference_id", "payload_md5", "parser_version", "refusal_kind", "is_client_fault",
            "is_terminal_error", "error_code", "error_type", "family", "reported_limit", "reported_prompt_tokens",
            "reported_prompt_is_lower_bound", "reported_max_tokens", "requested_total", "reported_prompt_chars",
