@@ -49,9 +49,9 @@ def _stored(message, code=400, rid="devshard-1-1"):
 
 def test_table_is_broad():
     families = {r["expect"].get("family") for r in MESSAGE_ROWS}
-    assert {"1", "2", "3", "4", "5", "5c", "6", "6c", "openai", "legacy", "max_tokens", "generic",
-            "tool_choice"} <= families
-    assert len(MESSAGE_ROWS) >= 40 and len(PAYLOAD_ROWS) >= 25
+    assert {"1", "2", "3", "4", "5", "5c", "6", "6c", "7", "7c", "openai", "legacy", "max_tokens", "generic",
+            "window", "tool_choice"} <= families
+    assert len(MESSAGE_ROWS) >= 75 and len(PAYLOAD_ROWS) >= 35
 
 
 @pytest.mark.parametrize("row", MESSAGE_ROWS, ids=[r["id"] for r in MESSAGE_ROWS])
@@ -70,6 +70,38 @@ def test_wording_table_messages_in_stored_envelope(row):
     assert got.error_code == 400 and got.error_type == "BadRequestError"
     for name in MESSAGE_FIELDS[1:]:
         assert getattr(got, name) == getattr(text, name), name
+
+
+ENVELOPE_ROWS = [r for r in MESSAGE_ROWS if "envelope" in r]
+
+
+def _as_released(envelope, message):
+    """The body a release sent the message in (see the table's _doc), and the code it carries."""
+    if envelope == "flat_null":  # vLLM 0.1-0.2: ErrorResponse.code Optional[str] = None
+        return {"object": "error", "message": message, "type": "invalid_request_error", "param": None, "code": None}, None
+    if envelope == "flat":  # vLLM 0.3-0.10.0
+        return {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}, 400
+    if envelope == "nested":  # vLLM 0.10.1+
+        return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}, 400
+    code = None if envelope == "openai_null" else "context_length_exceeded"
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}, None
+
+
+@pytest.mark.parametrize("row", ENVELOPE_ROWS, ids=[r["id"] for r in ENVELOPE_ROWS])
+@pytest.mark.parametrize("stored", [False, True], ids=["bare", "events"])
+def test_wording_table_in_released_envelope(row, stored):
+    body, code = _as_released(row["envelope"], row["message"])
+    got = parse_response_payload(_events(body) if stored else json.dumps(body))
+    is_cl = row["expect"].get("is_context_length", False) or row["envelope"] == "openai_cl"
+    assert got.refusal_kind == ("context_length" if is_cl else "other_client_fault")
+    assert got.is_client_fault and got.is_terminal_error == stored and got.error_code == code
+    assert (got.reported_limit, got.reported_prompt_tokens, got.reported_max_tokens) == tuple(
+        row["expect"].get(k) for k in ("reported_limit", "reported_prompt_tokens", "reported_max_tokens"))
+
+
+def test_every_table_row_names_its_source():
+    assert all(r.get("source") for r in ROWS)
+    assert len({r["id"] for r in ROWS}) == len(ROWS)
 
 
 @pytest.mark.parametrize("row", PAYLOAD_ROWS, ids=[r["id"] for r in PAYLOAD_ROWS])

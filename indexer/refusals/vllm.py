@@ -18,9 +18,11 @@ refusal_kind
 
 is_client_fault mirrors IsClientFaultErrorResponse (§3.6): ≥ 1 event, every ``data:`` line but
 ``[DONE]`` valid JSON, no chunk carries output, ≥ 1 top-level error, every error code ∈
-{400, 422} (number or numeric string; missing fails). Deviation: the string code
-``context_length_exceeded`` (OpenAI, sent with HTTP 400) counts as 400. A bare JSON body gets
-the same test on itself. Output = non-empty ``choices[].text`` or
+{400, 422} (number or numeric string). Deviations: the string code ``context_length_exceeded``
+(OpenAI, sent with HTTP 400) counts as 400; so does a null, missing or non-numeric code whose
+``type`` only a 400 carries (CLIENT_ERROR_TYPES: vLLM 0.1-0.2 sent every 4xx with code null and
+type invalid_request_error, OpenAI sends null or a word); error_code then stays None. A bare JSON
+body gets the same test on itself. Output = non-empty ``choices[].text`` or
 ``choices[].delta|message.{content,reasoning_content,reasoning,tool_calls}``, or
 ``usage.completion_tokens > 0``. A non-string event makes the envelope malformed (neither
 client fault nor terminal, though its error is still read). Lines starting ``{``/``[``
@@ -28,8 +30,9 @@ without ``data:`` are read as data; other SSE fields are ignored.
 is_terminal_error mirrors IsTerminalErrorResponse (§3.5 pt 5): some event has a top-level
 error regardless of content, or some data line is invalid JSON; False for bare bodies.
 
-family (None when nothing matched)
-  '1'   "… However, you requested P tokens[ in the messages| in the input …]"  (total P, M None)
+family (None when nothing matched; every wording, its source and releases is a row of
+tests/data/vllm_wordings.json, see vllm_wordings.md there)
+  '1'   "… However, you requested P tokens[ in the messages| in the input for X …]"  (M None)
   '2'   "… you requested T tokens (P in the messages, M in the completion)"
   '3'   "… However, your request has P input tokens"
   '4'   "'max_tokens' or 'max_completion_tokens' is too large: M. … is L tokens and your
@@ -37,28 +40,37 @@ family (None when nothing matched)
   '5'   "You passed P input tokens and requested M output tokens. However, the model's context
         length is only L tokens …";  '5c' the "input characters" variant
   '6'   "… you requested M output tokens and your prompt contains [at least] P input tokens,
-        for a total of [at least] T tokens";  '6c' "… contains C characters (more than X
-        characters, which is the upper bound for L−M input tokens)"
+        for a total of [at least] T tokens";  '6c' "… contains C characters (more than X …)"
+  '7'   "… However, your prompt contains [at least] P input tokens, which exceeds this limit
+        even without any output tokens";  '7c' "… your prompt contains C characters …"
   'openai'      "… your messages resulted in P tokens" / "…, however you requested T tokens
                 (P in your prompt; M for the completion)"
-  'legacy'      "Input prompt (P tokens) is too long and exceeds limit of L", "[The decoder]
-                prompt (length P) | Prompt length of P | prompt (P tokens) is longer than
-                the maximum model length of L"
-  'max_tokens'  "max_tokens=M[ ]cannot be greater than max_model_len=…=L" (M alone > L)
+  'legacy'      prompt-only forms without "maximum context length is": "Input prompt (P tokens)
+                is too long and exceeds limit of L", "The decoder prompt (length P)[ plus the
+                number of requested output tokens (at least 1)] | Prompt length of P is longer
+                than the maximum model length of L", "The prompt (total length P) is too long to
+                fit into the model (context length L)", "The engine prompt length P exceeds the
+                max_model_len L", "Input length (P) exceeds model's maximum context length (L)"
+  'max_tokens'  "max_tokens=M[ ]cannot be greater than max_model_len=…=L", "'max_tokens' (M)
+                cannot be greater than the model's maximum context length (L)" (M alone > L)
   'generic'     only "maximum context length is L tokens" matched
+  'window'      "exceeds the context window of this model" (OpenAI, no numbers)
   'code'        no wording, but code ``context_length_exceeded``
   'tool_choice' "\"auto\" tool choice requires --enable-auto-tool-choice and
                 --tool-call-parser to be set" (a capability refusal, not context length)
 
 Matching runs on a casefolded copy (Kelvin sign U+212A -> k, ſ -> s) with whitespace runs
-collapsed and typographic apostrophes mapped to '. Numbers are ASCII digits without
-separators; one above 2**63-1 gives no signal (None) while the wording still counts. A
-trailing " None" and "(parameter=X, value=Y)" / "(value=Y)" are stripped in any order and
-kept; parameter input_tokens fills a missing P, input_text missing characters, max_tokens /
-max_completion_tokens a missing M. Lower bound: "at least" in the wording, or P == L - M + 1
-for families 5 and 6 (§6.3). Character variants: P None, requested_total None, flag False,
-count in reported_prompt_chars. requested_total: stated total (for 2/6 the "for a total of
-at least T" value when present), else P + M, else P for the prompt-only families.
+collapsed and typographic apostrophes mapped to '. Numbers are ASCII digits, plain or in strict
+comma groups of three (no release prints those; a reformatting copy still reads exactly); one
+above 2**63-1 gives no signal (None) while the wording still counts. A trailing " None" and
+"(parameter=X, value=Y)" / "(parameter=X)" / "(value=Y)" are stripped in any order and kept;
+parameter input_tokens fills a missing P, input_text missing characters, max_tokens /
+max_completion_tokens / max_output_tokens a missing M. Lower bound: "at least" in a wording that
+bounds the prompt (not the legacy "(at least 1)" output count), or the truncation artefact of
+§6.3: P == L - M + 1 for families 5 and 6, P == L + 1 for family 7 (0.32+ truncates at L + 1).
+Character variants: P None, requested_total None, flag False, count in reported_prompt_chars.
+requested_total: stated total (for 2/6 the "for a total of at least T" value when present),
+else P + M, else P for the prompt-only families.
 """
 
 from __future__ import annotations
@@ -71,6 +83,8 @@ __all__ = ["MessageParse", "RefusalParse", "parse_error_message", "parse_respons
 
 INT63_MAX = 2**63 - 1
 CLIENT_FAULT_CODES = frozenset({400, 422})
+# Error types that only a 400 carries: OpenAI's (also vLLM 0.1-0.2's) and vLLM's own (0.3+).
+CLIENT_ERROR_TYPES = frozenset({"invalid_request_error", "badrequesterror", "bad_request_error", "bad request"})
 _SCAN_LIMIT = 1 << 20  # text scanning looks at the first 1 MiB
 _MESSAGE_KEEP = 8192  # a raw-text "message" is cut to this many characters
 
@@ -113,18 +127,24 @@ class RefusalParse:
 _NO_TEXT = MessageParse()
 
 # ------------------------------------------------------------------------- message text
-_N = r"([0-9]+)"
+# A count: plain ASCII digits, or digits in strict groups of three ("400,000"). vLLM and OpenAI print
+# plain ints; the grouped form is accepted so a reformatting proxy's copy still reads exactly.
+_N = r"([0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)"
 _CL = r"maximum context length is " + _N + r" tokens"
 _HW = r"[.,]? however,? "
 _YR = r"you requested "
 _PASSED = r" output tokens\.? however,? the model's context length is only " + _N + r" tokens"
-# (family, pattern, group names); first hit wins, so the order matters.
+_MAXTOK = r"'?max_(?:completion_|output_|new_)?tokens'?"
+# (family, pattern, group names); first hit wins, so the order matters. The table of real wordings
+# with their sources is tests/data/vllm_wordings.json (README beside it).
 _FAMILIES = tuple((fam, re.compile(pat, re.ASCII), names) for fam, pat, names in (
     ("4", r"max_tokens'? or '?max_completion_tokens'? is too large:? " + _N + r"\.? (?:this model's )?"
      + _CL + r",? and your request has " + _N + r" input tokens", "MLP"),
     ("6c", _CL + _HW + _YR + _N + r" output tokens and your prompt contains " + _N + r" characters", "LMC"),
     ("6", _CL + _HW + _YR + _N + r" output tokens and your prompt contains (?:at least )?" + _N
      + r" input tokens(?:,? for a total of (?:at least )?" + _N + r" tokens)?", "LMPT"),
+    ("7c", _CL + _HW + r"your prompt contains " + _N + r" characters", "LC"),
+    ("7", _CL + _HW + r"your prompt contains (?:at least )?" + _N + r" (?:input )?tokens", "LP"),
     ("5c", r"you passed " + _N + r" input characters and requested " + _N + _PASSED, "CML"),
     ("5", r"you passed " + _N + r" input tokens and requested " + _N + _PASSED, "PML"),
     ("2", _CL + _HW + _YR + r"(?:at least )?" + _N + r" tokens \(" + _N + r" in the messages, " + _N
@@ -136,24 +156,38 @@ _FAMILIES = tuple((fam, re.compile(pat, re.ASCII), names) for fam, pat, names in
     ("3", _CL + _HW + r"your request has (?:at least )?" + _N + r" input tokens", "LP"),
     ("max_tokens", r"max_(?:completion_|output_)?tokens=" + _N + r" ?cannot be greater than (?:[a-z_]+=)+"
      + _N, "ML"),
+    ("max_tokens", _MAXTOK + r" \(" + _N + r"\) cannot be greater than the model's maximum context length \("
+     + _N + r"\)", "ML"),
     ("legacy", r"input prompt \(" + _N + r" tokens\) is too long and exceeds limit of " + _N, "PL"),
-    ("legacy", r"prompt (?:\((?:length )?" + _N + r"(?: tokens)?\)|length of " + _N
-     + r") is longer than the maximum model length of " + _N, "PPL"),
+    ("legacy", r"prompt (?:\((?:length )?" + _N + r"(?: tokens)?\)|length of " + _N + r")(?: plus the number of"
+     r" requested output tokens \(at least 1\))? is longer than the maximum model length of " + _N, "PPL"),
+    ("legacy", r"prompt \(total length " + _N + r"\) is too long to fit into the model \(context length "
+     + _N + r"\)", "PL"),
+    ("legacy", r"prompt length " + _N + r" exceeds the max_model_len " + _N, "PL"),
+    ("legacy", r"input length \(" + _N + r"\) exceeds (?:the )?model's maximum context length \(" + _N + r"\)",
+     "PL"),
     ("generic", _CL, "L"),
+    ("window", r"exceeds the context window of this model", ""),
 ))
+_CHARS = frozenset({"5c", "6c", "7c"})
+_WITH_M = frozenset({"2", "4", "5", "6", "openai"})
+_PROMPT_ONLY = frozenset({"1", "3", "7", "legacy", "openai"})
+_AT_LEAST_TEXT = frozenset({"1", "2", "3", "6", "7", "openai"})  # "at least" there bounds the prompt
 _TOTAL_AT_LEAST = re.compile(r"for a total of at least " + _N + r" tokens", re.ASCII)
 _TOOL_CHOICE = re.compile(r"tool choice requires --enable-auto-tool-choice", re.ASCII)
-_SUFFIX = re.compile(r"\((?:parameter=([^,()]*?),\s*)?value=([^()]*)\)\Z")
+# VLLMValidationError.__str__: " (parameter=X, value=Y)", " (parameter=X)" or " (value=Y)".
+_SUFFIX = re.compile(r"\((?:parameter=([^,()]*?)(?:,\s*value=([^()]*))?|value=([^()]*))\)\Z")
 _INT_TEXT = re.compile(r"\s*\+?([0-9]{1,40})\s*\Z", re.ASCII)
 _WS = re.compile(r"\s+")
 _APOSTROPHES = str.maketrans({c: "'" for c in "\u2018\u2019\u201b\u02bc\u02b9\u00b4\u0060\u2032"})
 
 
 def _num(digits: str | None) -> int | None:
-    """ASCII digit string -> int; None when absent or above 2**63-1 (no signal)."""
+    """ASCII digit string (groups of three may be comma-separated) -> int; None when absent or above
+    2**63-1 (no signal)."""
     if digits is None:
         return None
-    digits = digits.lstrip("0") or "0"
+    digits = digits.replace(",", "").lstrip("0") or "0"
     if len(digits) > 19:
         return None
     value = int(digits)
@@ -168,6 +202,7 @@ def _int_text(raw: str) -> int | None:
 
 def _strip_suffixes(text: str) -> tuple[str, str | None, str | None]:
     param = value = None
+    found = False
     for _ in range(4):
         text = text.rstrip()
         if text.endswith("None") and len(text) > 4 and text[-5].isspace():
@@ -177,9 +212,11 @@ def _strip_suffixes(text: str) -> tuple[str, str | None, str | None]:
         m = _SUFFIX.search(tail) if tail.endswith(")") else None
         if m is None or (m.start() == 0 and len(tail) == len(text)):
             break
-        if value is None:
+        if not found:  # the last suffix is the error's own; an earlier one belongs to a cause
+            found = True
             param = m.group(1).strip() if m.group(1) is not None else None
-            value = m.group(2).strip()
+            raw = m.group(2) if m.group(2) is not None else m.group(3)
+            value = raw.strip() if raw is not None else None
         text = text[: len(text) - len(tail) + m.start()]
     return text, param, value
 
@@ -211,28 +248,33 @@ def _parse_message(message: str) -> MessageParse:
             got[name] = _num(raw)
     limit, prompt, max_tok, chars, total = (got.get(k) for k in "LPMCT")
     window = folded[m.start(): m.end() + 160]  # the wording plus a devshard-style tail
-    at_least = "at least" in window
+    at_least = family in _AT_LEAST_TEXT and "at least" in window
     extra = _TOTAL_AT_LEAST.search(window)
     if extra is not None and family in ("2", "6"):
         total = _num(extra.group(1))
-    chars_family = family in ("5c", "6c")
+    chars_family = family in _CHARS
     pname = (sparam or "").casefold()
-    if pname == "input_tokens" and prompt is None and not chars_family and family != "max_tokens":
+    if pname == "input_tokens" and prompt is None and not chars_family and family not in ("max_tokens", "window"):
         prompt = svalue
     if pname == "input_text" and chars is None and (chars_family or family == "generic"):
         chars = svalue
-    if pname in ("max_tokens", "max_completion_tokens") and max_tok is None:
+    if pname in ("max_tokens", "max_completion_tokens", "max_output_tokens") and max_tok is None:
         max_tok = svalue
-    if chars_family or family in ("max_tokens", "generic"):
+    if chars_family or family in ("max_tokens", "generic", "window"):
         total = None
     elif total is None and prompt is not None:
-        if max_tok is not None and family in ("2", "4", "5", "6", "openai"):
+        if max_tok is not None and family in _WITH_M:
             total = prompt + max_tok
-        elif family in ("1", "3", "legacy", "openai"):
+        elif family in _PROMPT_ONLY:
             total = prompt
     lower = prompt is not None and not chars_family and at_least
-    if prompt is not None and family in ("5", "6") and limit is not None and max_tok is not None:
-        lower = lower or prompt == limit - max_tok + 1
+    if prompt is not None and limit is not None:
+        # vLLM tokenizes with truncation at max_input_tokens + 1, so that count means "at least":
+        # max_input_tokens is L - M where the message names M (5, 6), L itself from 0.32 (7).
+        if family in ("5", "6") and max_tok is not None:
+            lower = lower or prompt == limit - max_tok + 1
+        elif family == "7":
+            lower = lower or prompt == limit + 1
     return MessageParse(True, family, limit, prompt, lower, max_tok, total, chars, sparam, svalue)
 
 
@@ -275,8 +317,13 @@ def _error_of(obj) -> _Err | None:
         code = _int_text(raw)
         cl = raw.strip().casefold() == "context_length_exceeded"
     etype, msg = src.get("type"), src.get("message")
-    return _Err(code, code in CLIENT_FAULT_CODES or cl, cl, etype if isinstance(etype, str) else None,
-                msg if isinstance(msg, str) else None)
+    etype = etype if isinstance(etype, str) else None
+    code_ok = code in CLIENT_FAULT_CODES or cl
+    if not code_ok and (raw is None or (isinstance(raw, str) and code is None)):
+        # No numeric code at all (vLLM <= 0.2.7 sent code null with every 4xx; OpenAI sends null or a
+        # word): the error type is then the only trace of the HTTP 400 the body came with.
+        code_ok = etype is not None and etype.strip().casefold() in CLIENT_ERROR_TYPES
+    return _Err(code, code_ok, cl, etype, msg if isinstance(msg, str) else None)
 
 
 def _nonempty(v) -> bool:
