@@ -16,6 +16,10 @@ from indexer.db import migrate
 from indexer.db.scratch import scratch_database
 from indexer.db.url import libpq_url
 
+# `indexer run` serves /metrics on 127.0.0.1:9464 by default; test processes (and other suites on this machine) would
+# fight over it, so every `indexer run` a test starts binds a free port instead
+os.environ.setdefault("INDEXER_METRICS_ADDR", "127.0.0.1:0")
+
 
 def _docker_answers() -> bool:
     if not shutil.which("docker"):
