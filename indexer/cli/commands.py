@@ -104,16 +104,16 @@ def cmd_export(args, settings: Settings) -> int:
 def cmd_report(args, settings: Settings) -> int:
     from rich.console import Console
 
-    from indexer.report import collect, print_report, render_html
+    from indexer.report import collect, print_report
+    from indexer.report_html import collect_page, render_page
 
     url = ready_database(args, settings)
-    findings = collect(url, args.epochs)
     if args.html:
         with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_html(findings))
+            fh.write(render_page(collect_page(url, args.epochs)))
         say(f"wrote {args.html}")
     else:
-        print_report(findings, Console())
+        print_report(collect(url, args.epochs), Console())
     return EXIT_OK
 
 
