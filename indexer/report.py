@@ -1,10 +1,9 @@
-"""`indexer report`: findings per epoch and per host, in the terminal or as a self-contained HTML page.
+"""`indexer report`: findings per epoch and per host in the terminal (the HTML page: :mod:`indexer.report_html`).
 
 Reads only the `api` views, like any dashboard would.
 """
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 
 import psycopg
@@ -71,48 +70,3 @@ def print_report(f: Findings, console: Console) -> None:
                           f"{penalty}, verdict {verdict}\n    evidence {evidence[:300]}", soft_wrap=True)
     if not f.rules:
         console.print("[green]no disputable penalties in range[/]")
-
-
-# -- HTML -------------------------------------------------------------------------------------------
-def _bars(title: str, groups: list[tuple[str, list[tuple[str, int, str]]]]) -> str:
-    """Grouped horizontal bar chart as inline SVG: groups of (label, value, colour)."""
-    longest = max((v for _, bars in groups for _, v, _ in bars), default=1) or 1
-    rows, y = [], 30
-    for label, bars in groups:
-        rows.append(f'<text x="0" y="{y + 12}" class="g">{html.escape(label)}</text>')
-        for name, value, colour in bars:
-            width = 420 * value / longest
-            rows.append(f'<rect x="260" y="{y}" width="{width:.1f}" height="14" fill="{colour}"><title>'
-                        f'{html.escape(name)}: {value}</title></rect>'
-                        f'<text x="{266 + width:.1f}" y="{y + 11}" class="v">{value} {html.escape(name)}</text>')
-            y += 17
-        y += 8
-    return (f'<figure><figcaption>{html.escape(title)}</figcaption><svg width="820" height="{y + 10}" '
-            f'role="img">{"".join(rows)}</svg></figure>')
-
-
-_COLOURS = {"missed": "#8da0cb", "invalid": "#e78ac3", "disputable missed": "#fc8d62", "disputable invalid": "#d53e4f",
-            "over_limit": "#d53e4f", "fits": "#66c2a5", "undetermined": "#bbbbbb"}
-
-
-def render_html(f: Findings) -> str:
-    host_groups = [(f"{epoch} · {host}", [(k, v or 0, _COLOURS[k]) for k, v in
-                                          (("missed", m), ("disputable missed", dm), ("invalid", i),
-                                           ("disputable invalid", di))])
-                   for epoch, host, m, i, dm, di, _, _ in f.hosts]
-    by_model: dict[str, list] = {}
-    for model, verdict, n in f.verdicts:
-        by_model.setdefault(model, []).append((verdict, n, _COLOURS.get(verdict, "#999")))
-    table = "".join(f"<tr>{''.join(f'<td>{html.escape(str(v))}</td>' for v in row)}</tr>" for row in f.rules)
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>devshard-indexer findings</title>
-<style>body{{font:14px system-ui,sans-serif;margin:2em;color:#222}}figure{{margin:1.5em 0}}
-figcaption{{font-weight:600;margin-bottom:.5em}}.g{{font-size:12px}}.v{{font-size:11px;fill:#444}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style></head><body>
-<h1>Penalties recorded vs disputable</h1>
-<p>Recorded = the replay's missed/invalid counters; disputable = penalties the governance-limit rules would not
-uphold (upstream #2078, #2093, #1903).</p>
-{_bars("Penalties per host and epoch", host_groups)}
-{_bars("Context-length verdict mix per model", sorted(by_model.items()))}
-<h2>Disputable penalties by rule family</h2>
-<table><tr><th>epoch</th><th>rule</th><th>verdict</th><th>penalty</th><th>count</th></tr>{table}</table>
-</body></html>"""

@@ -24,6 +24,13 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "GONKA_OPERATOR_KEY_FILE": ("(unset)", "operator mode: file holding that address's key (owner-only; never logged)"),
     "GONKA_OPERATOR_MEMBER": ("(unset)", "operator mode: the group member a warm-key operator address acts for"),
     "INDEXER_ALERT_WEBHOOKS": ("(none)", "alert webhook URLs, comma-separated (--webhook adds more)"),
+    "INDEXER_ALERT_SLACK_WEBHOOKS": ("(none)", "Slack incoming-webhook URLs for alerts, comma-separated (credentials: "
+                                               "never logged)"),
+    "INDEXER_ALERT_TELEGRAM_TOKEN": ("(unset)", "Telegram bot token for alerts (a credential: never logged)"),
+    "INDEXER_ALERT_TELEGRAM_CHATS": ("(none)", "Telegram chat ids the bot posts alerts to, comma-separated"),
+    "INDEXER_ALERT_TELEGRAM_API": ("https://api.telegram.org", "Telegram Bot API base URL"),
+    "INDEXER_METRICS_ADDR": ("127.0.0.1:9464", "indexer run: HOST:PORT serving /metrics, /health, /ready (off: none)"),
+    "INDEXER_READY_MAX_LAG": ("900", "indexer run: seconds of source lag above which /ready answers 503"),
 }
 DEFAULT_VALIDATOR = "gonka1indexer"
 _SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "postgresql+psycopg2://")
@@ -59,6 +66,12 @@ class Settings:
     operator_key_file: Path | None = None
     operator_member: str | None = None
     alert_webhooks: tuple[str, ...] = ()
+    alert_slack_webhooks: tuple[str, ...] = ()
+    alert_telegram_token: str | None = None
+    alert_telegram_chats: tuple[str, ...] = ()
+    alert_telegram_api: str = "https://api.telegram.org"
+    metrics_addr: str = "127.0.0.1:9464"
+    ready_max_lag: float = 900.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
@@ -75,4 +88,23 @@ class Settings:
             operator_key_file=Path(key_file).expanduser() if key_file else None,
             operator_member=env.get("GONKA_OPERATOR_MEMBER") or None,
             alert_webhooks=split_urls(env.get("INDEXER_ALERT_WEBHOOKS")),
+            alert_slack_webhooks=split_urls(env.get("INDEXER_ALERT_SLACK_WEBHOOKS")),
+            alert_telegram_token=env.get("INDEXER_ALERT_TELEGRAM_TOKEN") or None,
+            alert_telegram_chats=tuple(c.strip() for c in (env.get("INDEXER_ALERT_TELEGRAM_CHATS") or "").split(",")
+                                       if c.strip()),
+            alert_telegram_api=env.get("INDEXER_ALERT_TELEGRAM_API") or "https://api.telegram.org",
+            metrics_addr=env.get("INDEXER_METRICS_ADDR") or "127.0.0.1:9464",
+            ready_max_lag=_seconds(env.get("INDEXER_READY_MAX_LAG"), 900.0, "INDEXER_READY_MAX_LAG"),
         )
+
+
+def _seconds(value: str | None, default: float, name: str) -> float:
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigError(f"{name} wants a number of seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise ConfigError(f"{name} must be greater than 0, got {value!r}")
+    return seconds

@@ -16,6 +16,10 @@ from indexer.db import migrate
 from indexer.db.scratch import scratch_database
 from indexer.db.url import libpq_url
 
+# `indexer run` serves /metrics on 127.0.0.1:9464 by default; test processes (and other suites on this machine) would
+# fight over it, so every `indexer run` a test starts binds a free port instead
+os.environ.setdefault("INDEXER_METRICS_ADDR", "127.0.0.1:0")
+
 
 def _docker_answers() -> bool:
     if not shutil.which("docker"):
@@ -82,3 +86,17 @@ def empty_db_url(pg_admin_url):
 def conn(db_url):
     with psycopg.connect(db_url, autocommit=True) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def demo_db_url(pg_admin_url, template_db):
+    """One database loaded with `indexer demo --epochs 3` (the devnet polled over HTTP) and one `indexer alerts
+    --once`, shared read-only by the dashboard, report and browser tests: they must not write to it."""
+    import sys
+
+    with scratch_database(pg_admin_url, "indexer_demo", template=template_db) as url:
+        for command in (["demo", "--epochs", "3"], ["alerts", "--once"]):
+            run = subprocess.run([sys.executable, "-m", "indexer", *command, "--database-url", url],
+                                 capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0, run.stderr[-2000:]
+        yield url

@@ -3,6 +3,8 @@ import re
 import subprocess
 import sys
 
+import psycopg
+
 from indexer.synth import generate, write_ndjson
 from tests.helpers import ingest
 
@@ -20,8 +22,13 @@ def test_html_report_is_self_contained_with_charts(db_url, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     page = out.read_text()
-    assert page.count("<svg") == 2  # penalties per host and epoch; verdict mix per model
-    assert "invalidated_context_refusal" in page
+    with psycopg.connect(db_url) as conn:
+        epochs = conn.execute("SELECT count(DISTINCT epoch_index) FROM api.host_epoch_penalties").fetchone()[0]
+        penalties = conn.execute("SELECT count(*) FROM api.disputable_penalties").fetchone()[0]
+    assert page.count('<section class="card">') == epochs  # one summary per epoch
+    assert page.count('<svg class="bar"') == epochs and 'id="heatmap"' in page
+    assert page.count("<tr data-host=") == penalties  # every disputable penalty, with its evidence
+    assert "invalidated_context_refusal" in page and "<details><summary>evidence</summary>" in page
     assert not re.search(r"""(src|href)=["']https?://""", page)  # nothing fetched from elsewhere
 
 

@@ -104,16 +104,16 @@ def cmd_export(args, settings: Settings) -> int:
 def cmd_report(args, settings: Settings) -> int:
     from rich.console import Console
 
-    from indexer.report import collect, print_report, render_html
+    from indexer.report import collect, print_report
+    from indexer.report_html import collect_page, render_page
 
     url = ready_database(args, settings)
-    findings = collect(url, args.epochs)
     if args.html:
         with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_html(findings))
+            fh.write(render_page(collect_page(url, args.epochs)))
         say(f"wrote {args.html}")
     else:
-        print_report(findings, Console())
+        print_report(collect(url, args.epochs), Console())
     return EXIT_OK
 
 
@@ -124,6 +124,7 @@ def cmd_demo(args, settings: Settings) -> int:
 
 
 def cmd_run(args, settings: Settings) -> int:
+    from indexer.cli.alerting import alert_job, metrics_server, timed
     from indexer.cli.summaries import format_poll_summary
     from indexer.poller.cycle import poll_once
     from indexer.poller.schedule import run_forever
@@ -136,12 +137,41 @@ def cmd_run(args, settings: Settings) -> int:
         return EXIT_INPUT
     operator = _operator(args, settings)
     url = ready_database(args, settings)
+    alerts = None if args.no_alerts else alert_job(url, args, settings)
+    server = metrics_server(args, settings, url)  # before polling: an address in use stops the start (exit 2)
+    metrics = server.metrics if server else None
     options = {"validator": settings.validator_address, "operator": operator}
-    if args.once:
-        say(format_poll_summary(poll_once(url, chain, rpc, **options)))
-        return EXIT_OK
-    run_forever(url, chain, rpc, interval=args.interval, on_cycle=lambda s: say(format_poll_summary(s)), **options)
+    try:
+        if args.once:
+            say(format_poll_summary(timed(lambda: poll_once(url, chain, rpc, **options), metrics)))
+            if alerts:
+                from indexer.alerts.job import format_delivery, format_evaluation
+
+                say(format_evaluation(alerts.evaluate()))
+                say(format_delivery(alerts.deliver()))
+            return EXIT_OK
+
+        def on_cycle(summary) -> None:
+            if metrics:
+                metrics.observe_cycle(summary.seconds)
+            say(format_poll_summary(summary))
+
+        def on_failure(exc) -> None:  # noqa: ARG001 - logged by the scheduler job
+            if metrics:
+                metrics.observe_cycle(0.0, "error")
+
+        run_forever(url, chain, rpc, interval=args.interval, on_cycle=on_cycle, on_failure=on_failure,
+                    jobs=alerts.scheduled(args.alerts_interval) if alerts else (), **options)
+    finally:
+        if server:
+            server.close()
     return EXIT_OK
+
+
+def cmd_alerts(args, settings: Settings) -> int:
+    from indexer.cli.alerting import cmd_alerts as run_alerts
+
+    return run_alerts(args, settings, ready_database(args, settings))
 
 
 def _operator(args, settings: Settings):

@@ -38,6 +38,39 @@ def positive_float(text: str) -> float:
 
 
 EPOCHS_HELP = "epoch range A..B (or one epoch N)"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str):
+    """90s, 30m, 2h, 7d or plain seconds, as a timedelta."""
+    from datetime import timedelta
+
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants a duration like 90s, 30m, 2h or 7d, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
+    return timedelta(seconds=value * _UNITS[unit])
+
+
+def add_alert_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--webhook", action="append", default=[], metavar="URL",
+                   help="alert webhook (repeatable; also $INDEXER_ALERT_WEBHOOKS, comma-separated)")
+    p.add_argument("--slack-webhook", action="append", default=[], metavar="URL",
+                   help="Slack incoming-webhook URL (repeatable; also $INDEXER_ALERT_SLACK_WEBHOOKS)")
+    p.add_argument("--telegram-chat", action="append", default=[], metavar="CHAT_ID",
+                   help="Telegram chat id (repeatable; also $INDEXER_ALERT_TELEGRAM_CHATS; the bot token only from "
+                        "$INDEXER_ALERT_TELEGRAM_TOKEN)")
+    p.add_argument("--alerts-interval", type=positive_float, default=60.0, metavar="SECONDS",
+                   help="seconds between alert evaluations (default 60)")
+    p.add_argument("--resolve-after", type=positive_int, default=3, metavar="N",
+                   help="an alert resolves after N consecutive evaluations without it (default 3)")
+    p.add_argument("--cooldown", type=parse_duration, default=parse_duration("1h"), metavar="DURATION",
+                   help="at least this long between two notifications of one alert key (default 1h)")
+    p.add_argument("--rules-dir", action="append", default=[], metavar="DIR",
+                   help="more alert rules: *.sql files, one rule each (repeatable; same name replaces a packaged one)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +126,25 @@ def build_parser() -> argparse.ArgumentParser:
                      help="operator mode: its key file, owner-only, never logged ($GONKA_OPERATOR_KEY_FILE)")
     run.add_argument("--gonka-operator-member", "--gonka_operator_member", metavar="ADDRESS",
                      help="operator mode: the group member a warm key acts for ($GONKA_OPERATOR_MEMBER)")
+
+    run.add_argument("--metrics-addr", metavar="HOST:PORT|off",
+                     help="serve /metrics, /health, /ready here ($INDEXER_METRICS_ADDR, default 127.0.0.1:9464; "
+                          "off: none; an address in use stops the start with exit 2)")
+    run.add_argument("--ready-max-lag", type=positive_float, metavar="SECONDS",
+                     help="/ready answers 503 when a source lags more than this ($INDEXER_READY_MAX_LAG, default 900)")
+    run.add_argument("--no-alerts", action="store_true", help="do not run the alert jobs in this process")
+    add_alert_arguments(run)
+
+    al = sub.add_parser("alerts", help="evaluate the alert rules and deliver notifications (--once: one pass)",
+                        description="Alert rules (SQL files) -> state per alert key -> outbox -> webhook, Slack, "
+                                    "Telegram. --silence adds a silence and exits.")
+    al.add_argument("--once", action="store_true", help="evaluate once, deliver what is due, and exit")
+    add_alert_arguments(al)
+    al.add_argument("--silence", metavar="KEY_OR_RULE",
+                    help="silence one alert key (contains ':') or a whole rule for --for, then exit")
+    al.add_argument("--for", dest="silence_for", type=parse_duration, default=parse_duration("1h"), metavar="DURATION",
+                    help="how long --silence lasts: 90s, 30m, 2h, 7d (default 1h)")
+    al.add_argument("--reason", default="", help="why (stored with the silence)")
 
     from indexer.devnet.options import add_arguments as devnet_arguments
 

@@ -17,8 +17,11 @@ log = logging.getLogger(__name__)
 
 
 def run_forever(url: str, chain_urls: Sequence[str], rpc_urls: Sequence[str], *, interval: float = 30.0,
-                on_cycle: Callable[[PollSummary], None] | None = None, **kw) -> None:
-    """Poll every ``interval`` seconds until SIGTERM/SIGINT; a failed cycle is logged and the next one retries."""
+                on_cycle: Callable[[PollSummary], None] | None = None,
+                on_failure: Callable[[Exception], None] | None = None,
+                jobs: Sequence[tuple[Callable[[], None], float, str]] = (), **kw) -> None:
+    """Poll every ``interval`` seconds until SIGTERM/SIGINT; a failed cycle is logged and the next one retries.
+    ``jobs``: more (callable, seconds, id) interval jobs on the same scheduler (the alert jobs)."""
     from apscheduler.schedulers.blocking import BlockingScheduler
 
     sched = BlockingScheduler()
@@ -26,14 +29,19 @@ def run_forever(url: str, chain_urls: Sequence[str], rpc_urls: Sequence[str], *,
     def job() -> None:
         try:
             summary = poll_once(url, chain_urls, rpc_urls, **kw)
-        except Exception:  # noqa: BLE001 - the next cycle retries; the error is in net.cursor
+        except Exception as exc:  # noqa: BLE001 - the next cycle retries; the error is in net.cursor
             log.exception("poll cycle failed")
+            if on_failure:
+                on_failure(exc)
             return
         if on_cycle:
             on_cycle(summary)
 
     sched.add_job(job, "interval", seconds=interval, max_instances=1, coalesce=True, id="poll",
                   next_run_time=datetime.now())
+    for fn, seconds, job_id in jobs:
+        sched.add_job(fn, "interval", seconds=seconds, max_instances=1, coalesce=True, id=job_id,
+                      next_run_time=datetime.now())
 
     def stop(signum, frame) -> None:  # noqa: ARG001
         log.info("signal %s: finishing the running cycle, then stopping", signum)

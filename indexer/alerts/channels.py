@@ -1,0 +1,111 @@
+"""Where notifications go: the generic webhook of interface.md §4, Slack incoming webhooks, Telegram bots.
+
+Every channel is sent the same ``Idempotency-Key`` header on every attempt of one notification (Slack and Telegram
+ignore it; a receiver behind a proxy that dedupes can use it). A channel's *name* is what the outbox and
+``api.alert_deliveries`` record: it never contains the URL's path, query or a token (a Slack webhook URL and a
+Telegram bot token are credentials), only the host and a short digest that tells two URLs apart.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+
+
+class Channel(Protocol):
+    name: str
+
+    def send(self, client: httpx.Client, body: dict, idempotency_key: str) -> httpx.Response: ...
+
+    def scrub(self, text: str) -> str: ...
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()[:8]
+
+
+def check_url(url: str, what: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what} is not an http(s) URL: {parts.scheme or '?'}://{parts.hostname or '?'}/…")
+    return url
+
+
+def text_of(body: dict) -> str:
+    """One message line for chat channels."""
+    head = "RESOLVED" if body["status"] == "resolved" else body["severity"].upper()
+    return f"[{head}] {body['rule']}: {body['summary']}"
+
+
+@dataclass
+class Webhook:
+    url: str
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        check_url(self.url, "alert webhook")
+        self.name = f"webhook:{urlsplit(self.url).hostname}#{_digest(self.url)}"
+
+    def send(self, client: httpx.Client, body: dict, idempotency_key: str) -> httpx.Response:
+        return client.post(self.url, content=orjson.dumps(body),
+                           headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self.url, self.name)
+
+
+@dataclass
+class Slack:
+    url: str  # an incoming-webhook URL: the path is the credential
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        check_url(self.url, "Slack webhook")
+        self.name = f"slack#{_digest(self.url)}"
+
+    def send(self, client: httpx.Client, body: dict, idempotency_key: str) -> httpx.Response:
+        message = {"text": text_of(body),
+                   "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{text_of(body)}*"}},
+                              {"type": "context", "elements": [{"type": "mrkdwn", "text": f"`{body['alert_key']}`"}]}]}
+        return client.post(self.url, content=orjson.dumps(message),
+                           headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self.url, self.name)
+
+
+@dataclass
+class Telegram:
+    token: str
+    chat_id: str
+    api_url: str = "https://api.telegram.org"
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        check_url(self.api_url, "Telegram API URL")
+        self.api_url = self.api_url.rstrip("/")
+        self.name = f"telegram:{self.chat_id}#{_digest(self.token)}"
+
+    def send(self, client: httpx.Client, body: dict, idempotency_key: str) -> httpx.Response:
+        message = {"chat_id": self.chat_id, "text": f"{text_of(body)}\n{body['alert_key']}",
+                   "disable_web_page_preview": True}
+        return client.post(f"{self.api_url}/bot{self.token}/sendMessage", content=orjson.dumps(message),
+                           headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self.token, "<token>")
+
+
+def build_channels(webhooks=(), slack=(), telegram_token: str | None = None, telegram_chats=(),
+                   telegram_api: str | None = None) -> dict[str, Channel]:
+    """Channels by name, in a stable order; a Telegram token without chat ids (or the reverse) is an error."""
+    channels: list[Channel] = [Webhook(u) for u in webhooks] + [Slack(u) for u in slack]
+    if bool(telegram_token) != bool(telegram_chats):
+        raise ValueError("Telegram alerts need both INDEXER_ALERT_TELEGRAM_TOKEN and INDEXER_ALERT_TELEGRAM_CHATS")
+    for chat in telegram_chats:
+        channels.append(Telegram(telegram_token, chat, telegram_api or "https://api.telegram.org"))
+    return {c.name: c for c in channels}

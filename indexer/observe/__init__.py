@@ -1,0 +1,1 @@
+"""What `indexer run` tells the people who watch it: Prometheus metrics, liveness and readiness over HTTP."""

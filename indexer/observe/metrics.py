@@ -1,0 +1,121 @@
+"""Prometheus metrics (the official client library), interface.md §1.
+
+Most values are read from the database at scrape time, so every `indexer run` process sharing one database reports
+the same picture and a restart loses nothing: lag and errors per source class, rows ingested per kind, disputable
+penalties per rule, firing alerts per rule, readiness. The cycle duration histogram is this process's own.
+Source labels are the source's class (``chain``, ``epoch``, ``escrow``, ``escrow-final``, ``http``), not each
+escrow, so the number of series stays small; ``api.ingest_status`` has the per-source detail.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 3  # seconds: a scrape or readiness probe must answer even when the database does not
+
+# rec.<table> → record kind (interface.md §2)
+_KIND_OF_TABLE = {"epoch": "epoch", "model_snapshot": "model_snapshot", "escrow": "escrow", "start_tx": "start",
+                  "confirm_start_tx": "confirm_start", "finish_tx": "finish", "validation_tx": "validation",
+                  "validation_vote_tx": "validation_vote", "timeout_tx": "timeout", "error_miss_tx": "error_miss",
+                  "host_stats": "host_stats", "host_epoch_stats": "host_epoch_stats"}
+
+_LAG = """SELECT split_part(source, ':', 1), max(lag_seconds) FROM api.ingest_status
+          WHERE lag_seconds IS NOT NULL GROUP BY 1"""
+_ERRORS = "SELECT split_part(source, ':', 1), count(*) FROM net.failure GROUP BY 1"
+_ROWS = """SELECT relname, n_tup_ins FROM pg_stat_user_tables WHERE schemaname = 'rec'"""  # every writer's inserts
+_DISPUTABLE = "SELECT rule, count(*) FROM api.disputable_penalties GROUP BY 1"
+_FIRING = """SELECT rule, count(*) FILTER (WHERE status = 'firing') FROM alert.state GROUP BY 1"""
+_LAGGING = """SELECT source, lag_seconds FROM api.ingest_status WHERE lag_seconds > %s
+              ORDER BY lag_seconds DESC, source LIMIT 20"""
+
+
+def readiness(url: str, max_lag: float) -> tuple[bool, dict]:
+    """Ready when the database answers and no source lags more than ``max_lag`` seconds; the body says why not."""
+    body: dict = {"ready": False, "max_lag_seconds": max_lag}
+    try:
+        with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
+            lagging = conn.execute(_LAGGING, (max_lag,)).fetchall()
+    except psycopg.Error as exc:
+        body["database"] = "unreachable: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return False, body
+    body["database"] = "ok"
+    body["lagging"] = [{"source": s, "lag_seconds": round(lag, 1)} for s, lag in lagging]
+    body["ready"] = not lagging
+    return body["ready"], body
+
+
+class DatabaseCollector:
+    """Reads the database on every scrape (one short connection)."""
+
+    def __init__(self, url: str, max_lag: float) -> None:
+        self.url, self.max_lag = url, max_lag
+
+    def collect(self):
+        up = GaugeMetricFamily("indexer_database_up", "1 when the database answered this scrape")
+        ready = GaugeMetricFamily("indexer_ready", "1 when /ready answers 200 (database up, no source over the lag)")
+        ok, _ = readiness(self.url, self.max_lag)
+        ready.add_metric([], 1 if ok else 0)
+        try:
+            with psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
+                families = list(self._families(conn))
+        except psycopg.Error as exc:
+            log.warning("metrics: database unreachable: %s", type(exc).__name__)
+            up.add_metric([], 0)
+            yield from (up, ready)
+            return
+        up.add_metric([], 1)
+        yield from (up, ready, *families)
+
+    def _families(self, conn: psycopg.Connection):
+        lag = GaugeMetricFamily("indexer_source_lag_seconds",
+                                "seconds since the last success of the most lagging source of each class "
+                                "(finished sources excluded)", labels=["source"])
+        for source, seconds in conn.execute(_LAG):
+            lag.add_metric([source], seconds)
+        yield lag
+        errors = CounterMetricFamily("indexer_source_errors", "fetch failures recorded per source class",
+                                     labels=["source"])
+        for source, n in conn.execute(_ERRORS):
+            errors.add_metric([source], n)
+        yield errors
+        rows = CounterMetricFamily("indexer_rows_ingested", "rows inserted per record kind (PostgreSQL's table "
+                                   "statistics: every process writing this database)", labels=["kind"])
+        for table, n in conn.execute(_ROWS):
+            if table in _KIND_OF_TABLE:
+                rows.add_metric([_KIND_OF_TABLE[table]], n)
+        yield rows
+        disputable = GaugeMetricFamily("indexer_disputable_penalties", "disputable penalties stored, per rule family",
+                                       labels=["rule"])
+        for rule, n in conn.execute(_DISPUTABLE):
+            disputable.add_metric([rule], n)
+        yield disputable
+        firing = GaugeMetricFamily("indexer_alerts_firing", "alerts firing per alert rule", labels=["rule"])
+        if conn.execute("SELECT to_regclass('alert.state')").fetchone()[0] is not None:
+            for rule, n in conn.execute(_FIRING):
+                firing.add_metric([rule], n)
+        yield firing
+
+
+class Metrics:
+    """One registry per process (tests run several): the database collector and this process's cycle metrics."""
+
+    def __init__(self, url: str, max_lag: float) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(DatabaseCollector(url, max_lag))
+        self.cycle_seconds = Histogram("indexer_cycle_seconds", "duration of one poll cycle",
+                                       buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600), registry=self.registry)
+        self.cycles = Counter("indexer_cycles", "poll cycles run by this process, by outcome", ["outcome"],
+                              registry=self.registry)
+        self.last_cycle = Gauge("indexer_last_cycle_timestamp_seconds", "end of this process's last poll cycle",
+                                registry=self.registry)
+
+    def observe_cycle(self, seconds: float, outcome: str = "ok") -> None:
+        self.cycle_seconds.observe(seconds)
+        self.cycles.labels(outcome).inc()
+        self.last_cycle.set(time.time())
