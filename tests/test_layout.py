@@ -27,8 +27,9 @@ LAYERS = [
     {"replay"},
     {"rules"},
     {"pipeline"},
-    {"poller", "devnet"},
-    {"report"},
+    {"alerts"},
+    {"poller", "devnet", "observe", "synth"},
+    {"report", "report_html"},
     {"cli", "__main__"},
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
