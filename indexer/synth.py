@@ -66,7 +66,7 @@ class EscrowLog:
 
     def records(self) -> Iterator[dict]:
         yield {"kind": "escrow", "escrow_id": self.escrow_id, "epoch_index": self.epoch, "model_id": self.model,
-               "slots": self.slots, "vote_threshold_factor": 50, "validation_rate": 1000, "protocol_version": "v7",
+               "slots": self.slots, "vote_threshold_factor": 50, "validation_rate": 1000, "protocol_version": "v5",
                "settled": True}
         for inference_id in range(1, self.n + 1):
             yield from self._inference(inference_id)

@@ -53,7 +53,7 @@ def test_slow_answer_is_a_client_read_timeout(scenario):
 def test_truncated_json_body(scenario):
     esc = scenario.epoch(408).escrows[0]
     with DevnetServer(scenario, faults=FaultConfig(p_truncate=1.0)) as net, httpx.Client() as c:
-        r = c.get(f"{net.host_url(esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/diffs", params={"from": 1})
+        r = c.get(f"{net.host_url(esc.slots[0])}/devshard/v5/sessions/{esc.escrow_id}/diffs", params={"from": 1})
         assert r.status_code == 200 and len(r.content) == int(r.headers["Content-Length"])
         with pytest.raises(json.JSONDecodeError):
             json.loads(r.content)
@@ -74,14 +74,14 @@ def test_lying_host_serves_a_diverging_log(scenario):
     liar, honest = esc.slots[0], next(a for a in esc.slots if a != esc.slots[0])
     with DevnetServer(scenario, faults=FaultConfig(lying_host=liar)) as net, httpx.Client() as c:
         def log(address):
-            r = c.get(f"{net.host_url(address)}/devshard/v7/sessions/{esc.escrow_id}/diffs",
+            r = c.get(f"{net.host_url(address)}/devshard/v5/sessions/{esc.escrow_id}/diffs",
                       params={"from": 1, "to": 64})
-            return [diff_from_host_json(e, "v7") for e in r.json()]
+            return [diff_from_host_json(e, "v5") for e in r.json()]
 
         lie, truth = log(liar), log(honest)
     assert [d["nonce"] for d in lie] == [d["nonce"] for d in truth]
     diverged = [a["nonce"] for a, b in zip(lie, truth) if a["post_state_root"] != b["post_state_root"]]
     assert diverged and diverged == list(range(diverged[0], len(truth) + 1))  # every later root differs
     assert all(a["user_sig"] == b["user_sig"] for a, b in zip(lie, truth))  # it cannot re-sign as the user
-    assert normalize_diffs(esc.escrow_id, truth, "v7", esc.log.payloads).records == scenario.tx_records(esc.escrow_id)
-    assert normalize_diffs(esc.escrow_id, lie, "v7", esc.log.payloads).records != scenario.tx_records(esc.escrow_id)
+    assert normalize_diffs(esc.escrow_id, truth, "v5", esc.log.payloads).records == scenario.tx_records(esc.escrow_id)
+    assert normalize_diffs(esc.escrow_id, lie, "v5", esc.log.payloads).records != scenario.tx_records(esc.escrow_id)

@@ -68,7 +68,7 @@ def test_sizes_are_knobs():
     for esc in s.escrows.values():
         assert len(esc.slots) == 16 and 6 <= len(set(esc.slots)) <= 8
         assert sum(1 for r in esc.log.records if r["kind"] == "start") == 10
-        assert esc.protocol_version == "v7"
+        assert esc.protocol_version == "v5"
 
 
 # --------------------------------------------------------------------------- coverage
@@ -158,8 +158,8 @@ def test_truth_is_reproduced_by_replaying_the_wire_log(scn):
 
 def test_expected_records_equal_normalized_wire_log(scn):
     for eid, esc in scn.escrows.items():
-        diffs = [decode_diff(encode_diff(d, "v7"), "v7") for d in esc.diffs]
-        out = normalize_diffs(eid, diffs, "v7", esc.log.payloads)
+        diffs = [decode_diff(encode_diff(d, "v5"), "v5") for d in esc.diffs]
+        out = normalize_diffs(eid, diffs, "v5", esc.log.payloads)
         assert out.records == scn.tx_records(eid)
         assert out.other["finalize_round"] == 1
 

@@ -61,7 +61,7 @@ def escrows_of_epoch(client, net, epoch, per_page=1):
 def fetch_diffs(client, host_url, escrow_id, page=64):
     entries, first = [], 1
     while True:
-        r = client.get(f"{host_url}/devshard/v7/sessions/{escrow_id}/diffs",
+        r = client.get(f"{host_url}/devshard/v5/sessions/{escrow_id}/diffs",
                        params={"from": first, "to": first + page - 1})
         r.raise_for_status()
         batch = r.json()
@@ -101,18 +101,18 @@ def test_full_crawl_matches_ground_truth(client, net, scenario):
     assert ids == [e.escrow_id for e in scenario.epoch(408).escrows]
     for eid in ids:
         esc_json = chain(client, net, f"devshard_escrow/{eid}")
-        rec = escrow_record(esc_json, protocol_version="v7")
+        rec = escrow_record(esc_json, protocol_version="v5")
         assert rec["slots"] == scenario.escrows[eid].slots and rec["settled"] is False
         executor = rec["slots"][1]
         host_url = participant_inference_url(chain(client, net, f"participant/{executor}"))
         entries = fetch_diffs(client, host_url, eid, page=20)
-        diffs = [diff_from_host_json(e, "v7") for e in entries]
+        diffs = [diff_from_host_json(e, "v5") for e in entries]
         assert [d["nonce"] for d in diffs] == list(range(1, len(diffs) + 1))
         assert all(d["state_hash"] == d["post_state_root"] for d in diffs)
         finishes = {tx["finish_inference"]["inference_id"] for d in diffs for tx in d["txs"] if "finish_inference" in tx}
         payloads = {}
         for iid in finishes:
-            r = client.get(f"{host_url}/devshard/v7/sessions/{eid}/payloads", params={"inference_id": iid},
+            r = client.get(f"{host_url}/devshard/v5/sessions/{eid}/payloads", params={"inference_id": iid},
                            headers={"X-Validator-Address": "gonka1indexer"})
             r.raise_for_status()
             payloads[iid] = r.json()["response_payload"]
@@ -123,34 +123,34 @@ def test_full_crawl_matches_ground_truth(client, net, scenario):
 def test_host_shard_stats(client, net, scenario):
     esc = scenario.epoch(408).escrows[0]
     host_url = net.host_url(esc.slots[0])
-    shards = client.get(f"{host_url}/devshard/v7/stats/shards").json()
+    shards = client.get(f"{host_url}/devshard/v5/stats/shards").json()
     assert shards["current_epoch_id"] == 408 and esc.escrow_id in shards["active_escrows"]
     assert client.get(f"{host_url}/devshard/stats/shards").json() == shards  # versionless → newest
-    detail = client.get(f"{host_url}/devshard/v7/stats/shards/{esc.escrow_id}").json()
+    detail = client.get(f"{host_url}/devshard/v5/stats/shards/{esc.escrow_id}").json()
     assert detail["group"][0] == {"SlotID": 0, "ValidatorAddress": esc.slots[0]}
     assert set(detail["host_stats"]) == {str(i) for i in range(16)}
     recs = host_stats_records(detail)
     assert [{k: r[k] for k in r if k not in ("kind", "escrow_id", "slot_id")} for r in recs] == esc.host_stats()
-    assert client.get(f"{host_url}/devshard/healthz").json() == [{"name": "v7", "status": "ok"}]
+    assert client.get(f"{host_url}/devshard/healthz").json() == [{"name": "v5", "status": "ok"}]
 
 
 def test_diff_page_limit_and_errors(client, net, scenario):
     esc = scenario.epoch(408).escrows[0]
-    url = f"{net.host_url(esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/diffs"
+    url = f"{net.host_url(esc.slots[0])}/devshard/v5/sessions/{esc.escrow_id}/diffs"
     assert len(client.get(url, params={"from": 1, "to": 64}).json()) == min(64, esc.last_nonce)
     r = client.get(url, params={"from": 1, "to": 65})
     assert r.status_code == 400 and r.text.startswith("diff range exceeds one page")
     assert client.get(url, params={"from": esc.last_nonce + 1, "to": esc.last_nonce + 5}).json() == []
     outsider = next(h for h in scenario.hosts if h.address not in esc.slots)  # CONFIG has hosts outside any group
-    assert client.get(f"{net.host_url(outsider.address)}/devshard/v7/sessions/{esc.escrow_id}/diffs",
+    assert client.get(f"{net.host_url(outsider.address)}/devshard/v5/sessions/{esc.escrow_id}/diffs",
                       params={"from": 1}).status_code == 404
-    assert client.get(url.replace("/v7/", "/v6/"), params={"from": 1}).status_code == 404
+    assert client.get(url.replace("/v5/", "/v6/"), params={"from": 1}).status_code == 404
 
 
 def test_payload_route_wants_validator_header(client, net, scenario):
     esc = scenario.epoch(408).escrows[0]
     iid = next(iter(esc.log.payloads))
-    url = f"{net.host_url(esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/payloads"
+    url = f"{net.host_url(esc.slots[0])}/devshard/v5/sessions/{esc.escrow_id}/payloads"
     assert client.get(url, params={"inference_id": iid}).status_code == 401
     r = client.get(url, params={"inference_id": iid}, headers={"X-Validator-Address": "anyone"})
     assert r.json()["response_payload"] == esc.log.payloads[iid]
@@ -158,12 +158,12 @@ def test_payload_route_wants_validator_header(client, net, scenario):
 
 def test_old_route_is_gone(client, net, scenario):
     r = client.get(f"{net.host_url(scenario.hosts[0].address)}/v1/devshard/stats/shards")
-    assert r.status_code == 410 and r.headers["Deprecation"] == "true" and "/devshard/v7" in r.headers["Link"]
+    assert r.status_code == 410 and r.headers["Deprecation"] == "true" and "/devshard/v5" in r.headers["Link"]
 
 
 def test_signatures(client, net, scenario):
     esc = scenario.epoch(408).escrows[0]
-    r = client.get(f"{net.host_url(esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/signatures", params={"nonce": 1})
+    r = client.get(f"{net.host_url(esc.slots[0])}/devshard/v5/sessions/{esc.escrow_id}/signatures", params={"nonce": 1})
     assert set(r.json()["signatures"]) == {str(i) for i in range(16)}
 
 
@@ -178,7 +178,7 @@ def test_settlement_stats_and_pruning_follow_the_clock(client, net, scenario):
     stats = host_epoch_stats_record(chain(client, net, f"devshard_host_epoch_stats/408/{host}"))
     expected = scenario.host_epoch_stats(408)[host]
     assert {k: stats[k] for k in expected} == expected
-    shards = client.get(f"{net.host_url(host)}/devshard/v7/stats/shards").json()
+    shards = client.get(f"{net.host_url(host)}/devshard/v5/stats/shards").json()
     assert esc.escrow_id not in shards["active_escrows"]  # current epoch only
     settled = client.get(f"{net.rpc_url}/tx_search",
                          params={"query": f"\"devshard_escrow_settled.escrow_id='{esc.escrow_id}'\""}).json()
@@ -188,7 +188,7 @@ def test_settlement_stats_and_pruning_follow_the_clock(client, net, scenario):
     net.advance_epoch()  # 411: epoch 408 < 411 - 2 → pruned
     assert chain(client, net, f"devshard_escrow/{esc.escrow_id}") == {"found": False}
     assert chain(client, net, f"devshard_host_epoch_stats/408/{host}") == {"found": False}
-    r = client.get(f"{net.host_url(host)}/devshard/v7/sessions/{esc.escrow_id}/diffs", params={"from": 1})
+    r = client.get(f"{net.host_url(host)}/devshard/v5/sessions/{esc.escrow_id}/diffs", params={"from": 1})
     assert r.status_code == 404
     assert escrows_of_epoch(client, net, 408, per_page=100) == [e.escrow_id for e in scenario.epoch(408).escrows]
     assert escrow_record(chain(client, net, "devshard_escrow/1973"))["escrow_id"] == "1973"  # 409 still live

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
@@ -109,6 +110,9 @@ def test_reader_role_selects_api_and_nothing_else(db_url):
                 c.execute(f"SELECT * FROM {table} LIMIT 1")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             c.execute("CREATE TABLE api.sneaky (x int)")
+        # the analysts' chain-math functions are callable (interface.md §3: schema fn, executable by the reader)
+        assert c.execute("SELECT round(fn.sprt_llr(25, 263, 0.05, 0.10), 2), fn.missed_stat_test(0, 100, 0.10)"
+                         ).fetchone() == (Decimal("4.46"), True)
         c.execute("RESET ROLE")
         grants = c.execute("SELECT DISTINCT table_schema, privilege_type FROM information_schema.role_table_grants "
                            "WHERE grantee = 'indexer_reader'").fetchall()

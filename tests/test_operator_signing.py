@@ -167,7 +167,7 @@ def _case(scn: Scenario):
 
 
 def _get(net, esc, iid, headers, host=None):
-    url = f"{net.host_url(host or esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/payloads"
+    url = f"{net.host_url(host or esc.slots[0])}/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}/payloads"
     return httpx.get(url, params={"inference_id": str(iid)}, headers=headers, timeout=5)
 
 
@@ -229,7 +229,7 @@ def test_devnet_refuses_each_bad_kind_like_the_host(authnet):
     other_iid = next(i for i in esc.log.payloads if i != iid)
     r = _get(authnet, esc, other_iid, good)
     assert (r.status_code, r.json()) == (401, {"message": "invalid signature"})
-    r = httpx.get(f"{authnet.host_url(esc.slots[0])}/devshard/v7/sessions/{esc.escrow_id}/payloads", headers=good)
+    r = httpx.get(f"{authnet.host_url(esc.slots[0])}/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}/payloads", headers=good)
     assert (r.status_code, r.json()) == (400, {"message": "inference_id required"})
     r = _get(authnet, esc, 10**9, op.payload_headers(10**9, epoch))
     assert (r.status_code, r.json()) == (404, {"message": "payload not found"})
@@ -243,17 +243,17 @@ def test_host_client_signs_only_for_member_escrows(authnet):
         def host(member_url_of):
             return DevshardHost(member_url_of, Fetcher(authnet.host_url(member_url_of), policy=FAST, client=client),
                                 operator=op)
-        data = host(esc.slots[0]).payload("v7", esc.escrow_id, iid, validator="gonka1indexer",
+        data = host(esc.slots[0]).payload(esc.protocol_version, esc.escrow_id, iid, validator="gonka1indexer",
                                           epoch=esc.epoch_index, members=esc.slots)
         assert data["response_payload"] == esc.log.payloads[iid]
         # group unknown (no members, no groups lookup): unsigned, so refused for want of a signature
         with pytest.raises(FetchError) as exc:
-            host(esc.slots[0]).payload("v7", esc.escrow_id, iid, validator="gonka1indexer", epoch=esc.epoch_index)
+            host(esc.slots[0]).payload(esc.protocol_version, esc.escrow_id, iid, validator="gonka1indexer", epoch=esc.epoch_index)
         assert exc.value.status == 401 and "Authorization header required" in str(exc.value)
         # an escrow whose group does not hold the operator: never signed
         other_iid = next(iter(_zero_zero(scn, other.escrow_id)))
         with pytest.raises(FetchError) as exc:
-            host(other.slots[0]).payload("v7", other.escrow_id, other_iid, validator="gonka1indexer",
+            host(other.slots[0]).payload(other.protocol_version, other.escrow_id, other_iid, validator="gonka1indexer",
                                          epoch=other.epoch_index, members=other.slots)
         assert exc.value.status == 401 and "Authorization header required" in str(exc.value)
 
@@ -274,7 +274,7 @@ def test_a_request_gone_stale_is_signed_afresh_once(authnet, monkeypatch):
     with httpx.Client() as client:
         host = DevshardHost(esc.slots[0], Fetcher(authnet.host_url(esc.slots[0]), policy=FAST, client=client),
                             operator=op, groups=lambda escrow_id: esc.slots)
-        data = host.payload("v7", esc.escrow_id, iid, validator="gonka1indexer", epoch=esc.epoch_index)
+        data = host.payload(esc.protocol_version, esc.escrow_id, iid, validator="gonka1indexer", epoch=esc.epoch_index)
     assert data["response_payload"] == esc.log.payloads[iid] and len(stamps) == 2
 
 

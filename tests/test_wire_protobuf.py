@@ -23,7 +23,7 @@ from indexer.wire import (
 from indexer.wire.jsonform import from_json, to_json
 from indexer.wire.protobuf import I32, I64, LEN, VARINT, decode_varint, encode_varint, with_defaults
 
-V7 = SCHEMAS["v7"]
+V5 = SCHEMAS["v5"]
 
 # --------------------------------------------------------------------------- strategies
 
@@ -120,43 +120,43 @@ def test_unknown_fields_preserved(case, extra):
 @given(st.binary(max_size=200), st.sampled_from(["DevshardTx", "DiffContent", "MsgTimeoutInference"]))
 def test_random_bytes_never_crash(data, message):
     try:
-        V7.decode(message, data)
+        V5.decode(message, data)
     except WireDecodeError:
         pass
 
 
 def test_newer_field_is_unknown_to_older_version_and_survives():
-    start = {"start_inference": {"inference_id": 7, "model": "m", "protocol_version": "v7"}}
-    data = encode_tx(start, "v7")
-    old = decode_tx(data, "v5")
+    start = {"start_inference": {"inference_id": 7, "model": "m", "protocol_version": "v5"}}
+    data = encode_tx(start, "v5")
+    old = decode_tx(data, "v4.1")
     assert "protocol_version" not in old["start_inference"]
-    assert old["start_inference"]["_unknown"] == [(9, LEN, b"v7")]
-    assert encode_tx(old, "v5") == data
-    assert decode_tx(encode_tx(old, "v5"), "v7")["start_inference"]["protocol_version"] == "v7"
+    assert old["start_inference"]["_unknown"] == [(9, LEN, b"v5")]
+    assert encode_tx(old, "v4.1") == data
+    assert decode_tx(encode_tx(old, "v4.1"), "v5")["start_inference"]["protocol_version"] == "v5"
 
 
 def test_moved_field_with_other_wire_type_is_kept_not_misread():
-    # field 5 arriving length-delimited where v7 declares executor_slot (varint): keep it raw
+    # field 5 arriving length-delimited where v5 declares executor_slot (varint): keep it raw
     data = bytes([0x2A, 0x02]) + b"hi"
-    decoded = V7.decode("MsgFinishInference", data)
+    decoded = V5.decode("MsgFinishInference", data)
     assert decoded["executor_slot"] == 0
     assert decoded["_unknown"] == [(5, LEN, b"hi")]
 
 
 def test_packed_and_unpacked_repeated_scalars():
-    packed = V7.encode("DiffContent", {"sealed_inference_ids": [1, 300]})
+    packed = V5.encode("DiffContent", {"sealed_inference_ids": [1, 300]})
     unpacked = bytes([0x28, 0x01, 0x28]) + encode_varint(300)
-    assert V7.decode("DiffContent", packed)["sealed_inference_ids"] == [1, 300]
-    assert V7.decode("DiffContent", unpacked)["sealed_inference_ids"] == [1, 300]
+    assert V5.decode("DiffContent", packed)["sealed_inference_ids"] == [1, 300]
+    assert V5.decode("DiffContent", unpacked)["sealed_inference_ids"] == [1, 300]
 
 
 def test_encode_errors_are_clear():
     with pytest.raises(WireEncodeError, match="executor_slot"):
-        V7.encode("MsgFinishInference", {"executor_slot": 2**32})
+        V5.encode("MsgFinishInference", {"executor_slot": 2**32})
     with pytest.raises(WireEncodeError, match="unknown field"):
-        V7.encode("MsgFinishInference", {"nope": 1})
+        V5.encode("MsgFinishInference", {"nope": 1})
     with pytest.raises(WireEncodeError, match="oneof"):
-        V7.encode("DevshardTx", {"heartbeat": {}, "finalize_round": {}})
+        V5.encode("DevshardTx", {"heartbeat": {}, "finalize_round": {}})
 
 
 # --------------------------------------------------------------------------- truncation
@@ -166,7 +166,7 @@ def _sample_diff():
     tx = {"finish_inference": {"inference_id": 6149, "response_hash": b"\xba" * 32, "executor_slot": 5,
                                "escrow_id": "1971", "served_hash": b"\xdc" * 32}}
     return encode_diff({"nonce": 6151, "txs": [tx, {"heartbeat": {}}], "escrow_id": "1971",
-                        "post_state_root": b"\x01" * 32}, "v7")
+                        "post_state_root": b"\x01" * 32}, "v5")
 
 
 def test_every_truncation_is_a_clean_error_or_a_shorter_message():
@@ -174,7 +174,7 @@ def test_every_truncation_is_a_clean_error_or_a_shorter_message():
     errors = 0
     for cut in range(len(data)):
         try:
-            V7.decode("DiffContent", data[:cut])
+            V5.decode("DiffContent", data[:cut])
         except WireDecodeError:
             errors += 1
     assert errors > len(data) // 2  # most cuts land inside a field
@@ -183,33 +183,33 @@ def test_every_truncation_is_a_clean_error_or_a_shorter_message():
 def test_truncated_length_delimited_field_names_the_problem():
     data = _sample_diff()
     with pytest.raises(WireDecodeError, match="truncated"):
-        V7.decode("DiffContent", data[:-5])
+        V5.decode("DiffContent", data[:-5])
 
 
 def test_bad_wire_type_and_bad_utf8():
     with pytest.raises(WireDecodeError, match="wire type"):
-        V7.decode("DevshardTx", bytes([0x0B]))  # field 1, wire type 3 (group start)
+        V5.decode("DevshardTx", bytes([0x0B]))  # field 1, wire type 3 (group start)
     with pytest.raises(WireDecodeError, match="UTF-8"):
-        V7.decode("MsgStartInference", bytes([0x1A, 0x01, 0xFF]))
+        V5.decode("MsgStartInference", bytes([0x1A, 0x01, 0xFF]))
     with pytest.raises(WireDecodeError, match="field number 0"):
-        V7.decode("DevshardTx", bytes([0x00, 0x00]))
+        V5.decode("DevshardTx", bytes([0x00, 0x00]))
 
 
 # --------------------------------------------------------------------------- versions
 
 
 def test_version_tables_differ_as_documented():
-    assert "protocol_version" not in SCHEMAS["v5"].messages["MsgStartInference"].by_name
-    assert "protocol_version" in SCHEMAS["v6"].messages["MsgStartInference"].by_name
-    assert "served_hash" not in SCHEMAS["v5"].messages["MsgFinishInference"].by_name
-    assert "served_hash" in SCHEMAS["v8"].messages["MsgFinishInference"].by_name
+    assert "protocol_version" not in SCHEMAS["v4.1"].messages["MsgStartInference"].by_name
+    assert "protocol_version" in SCHEMAS["v5"].messages["MsgStartInference"].by_name
+    assert "served_hash" not in SCHEMAS["v4.1"].messages["MsgFinishInference"].by_name
+    assert "served_hash" in SCHEMAS["v5"].messages["MsgFinishInference"].by_name
     assert "error_miss" not in SCHEMAS["v3"].messages["DevshardTx"].by_name
     assert SCHEMAS["v3"].enums["TimeoutReason"][3] == "TIMEOUT_REASON_ERROR"
-    assert 3 not in SCHEMAS["v4"].enums["TimeoutReason"]
+    assert 3 not in SCHEMAS["v5"].enums["TimeoutReason"]
 
 
 def test_error_miss_in_old_version_is_counted_not_lost():
-    data = encode_tx({"error_miss": {"inference_id": 5, "votes": [{"voter_slot": 1, "accept": True}]}}, "v7")
+    data = encode_tx({"error_miss": {"inference_id": 5, "votes": [{"voter_slot": 1, "accept": True}]}}, "v5")
     old = decode_tx(data, "v3")
     assert old == {"_unknown": [(14, LEN, data[2:])]}
     out = normalize_diffs("9", [{"nonce": 9, "txs": [old]}], "v3")
@@ -217,8 +217,8 @@ def test_error_miss_in_old_version_is_counted_not_lost():
 
 
 def test_old_error_reason_timeout_is_skipped_with_its_name():
-    tx = decode_tx(encode_tx({"timeout_inference": {"inference_id": 4, "reason": 3}}, "v2"), "v2")
-    out = normalize_diffs("9", [{"nonce": 9, "txs": [tx]}], "v2")
+    tx = decode_tx(encode_tx({"timeout_inference": {"inference_id": 4, "reason": 3}}, "v3"), "v3")
+    out = normalize_diffs("9", [{"nonce": 9, "txs": [tx]}], "v3")
     assert out.other == {"timeout_inference:TIMEOUT_REASON_ERROR": 1}
 
 
@@ -277,7 +277,7 @@ FIXTURE_TXS = [  # (diff_nonce, oneof member, msg as printed in §7)
                   {"voter_slot": 11, "accept": True, "signature": _h("3045…")}]}),
 ]
 
-_T = {"protocol_version": "v7", "tx_index": 0}
+_T = {"protocol_version": "v5", "tx_index": 0}
 EXPECTED = [
     {"kind": "start", "escrow_id": "1971", "inference_id": 6149, "diff_nonce": 6149, **_T,
      "prompt_hash": "5b1f0a3c00000000000000000000000000000000000000000000000000000001",
@@ -311,39 +311,39 @@ def _fixture_host_log():
     """The fixtures as a host would serve them: one diff per nonce, txs base64 protobuf (Go JSON)."""
     entries = []
     for nonce, member, msg in FIXTURE_TXS:
-        tx = {member: from_json(V7, V7.messages["DevshardTx"].by_name[member].message, msg)}
+        tx = {member: from_json(V5, V5.messages["DevshardTx"].by_name[member].message, msg)}
         diff = {"nonce": nonce, "txs": [tx], "escrow_id": "1971", "post_state_root": bytes(32)}
-        entries.append(diff_to_host_json(diff, "v7", b"sig", bytes(32)))
+        entries.append(diff_to_host_json(diff, "v5", b"sig", bytes(32)))
     return entries
 
 
 def test_fixtures_decode_to_normalized_records():
     entries = _fixture_host_log()
     assert all(isinstance(base64.b64decode(t), bytes) for e in entries for t in e["diff"]["txs"])
-    diffs = [diff_from_host_json(e, "v7") for e in entries]
-    out = normalize_diffs("1971", reversed(diffs), "v7", payloads={6149: F6_PAYLOAD})
+    diffs = [diff_from_host_json(e, "v5") for e in entries]
+    out = normalize_diffs("1971", reversed(diffs), "v5", payloads={6149: F6_PAYLOAD})
     assert out.records == EXPECTED
     assert not out.other
 
 
 def test_fixture_json_form_round_trips():
     for _, member, msg in FIXTURE_TXS:
-        name = V7.messages["DevshardTx"].by_name[member].message
-        decoded = decode_tx(encode_tx({member: from_json(V7, name, msg)}, "v7"), "v7")[member]
-        assert {k: v for k, v in to_json(V7, name, decoded).items() if k in msg} == msg
+        name = V5.messages["DevshardTx"].by_name[member].message
+        decoded = decode_tx(encode_tx({member: from_json(V5, name, msg)}, "v5"), "v5")[member]
+        assert {k: v for k, v in to_json(V5, name, decoded).items() if k in msg} == msg
 
 
 def test_diff_of_another_escrow_is_rejected():
     from indexer.wire import NormalizeError
 
     with pytest.raises(NormalizeError, match="1972"):
-        normalize_diffs("1971", [{"nonce": 1, "escrow_id": "1972", "txs": []}], "v7")
+        normalize_diffs("1971", [{"nonce": 1, "escrow_id": "1972", "txs": []}], "v5")
 
 
 def test_host_json_garbage_is_a_wire_error():
     with pytest.raises(WireDecodeError, match="base64"):
-        diff_from_host_json({"diff": {"nonce": 1, "txs": ["***"]}}, "v7")
+        diff_from_host_json({"diff": {"nonce": 1, "txs": ["***"]}}, "v5")
     with pytest.raises(WireDecodeError, match="txs\\[0\\]"):
-        diff_from_host_json({"diff": {"nonce": 1, "txs": [base64.b64encode(b"\x0a\x05").decode()]}}, "v7")
+        diff_from_host_json({"diff": {"nonce": 1, "txs": [base64.b64encode(b"\x0a\x05").decode()]}}, "v5")
     with pytest.raises(WireDecodeError):
-        diff_from_host_json({"nonce": 1}, "v7")
+        diff_from_host_json({"nonce": 1}, "v5")

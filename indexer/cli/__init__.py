@@ -16,13 +16,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     from indexer.cli import commands
-    from indexer.sources.gonka.signing import OperatorConfigError
     from indexer.sources.ndjson import InputError
 
     try:
         settings = Settings.from_env()
         return getattr(commands, f"cmd_{args.command}")(args, settings)
-    except (InputError, ConfigError, OperatorConfigError) as exc:
+    except (InputError, ConfigError) as exc:  # OperatorConfigError is a ConfigError
         error(str(exc))
         return EXIT_INPUT
     except KeyboardInterrupt:

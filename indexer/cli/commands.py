@@ -50,7 +50,7 @@ def cmd_ingest(args, settings: Settings) -> int:
     from indexer.pipeline import process_changes
 
     url = ready_database(args, settings)
-    if args.no_progress or not console.is_terminal:
+    if args.no_progress or not console().is_terminal:
         summary = ingest_paths(url, args.files, batch_lines=args.batch_lines)
     else:
         with ingest_progress() as progress:

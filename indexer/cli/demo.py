@@ -20,7 +20,7 @@ def run_demo(url: str, args) -> int:
         say(f"demo: {summary.lines} records from {args.sample} ({summary.loaded} new)")
     else:
         _poll_devnet(url, epochs=args.epochs, seed=args.seed)
-    print_report(collect(url), console)
+    print_report(collect(url), console())
     say("query the views yourself: psql \"$(indexer db url)\" -c 'select * from api.disputable_penalties'")
     return EXIT_OK
 

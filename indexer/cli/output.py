@@ -1,22 +1,40 @@
 """Everything the CLI prints goes through here: one stderr console, exit codes, and text that is never read as
-Rich markup (file names and data may contain ``[/]``)."""
+Rich markup (file names and data may contain ``[/]``).
+
+Rich is imported on first use only: a command that prints one plain line (most commands with nothing to do) should
+not pay ~70 ms to import it."""
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
+import sys
+from functools import cache
+from typing import TYPE_CHECKING
 
-console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
 EXIT_OK, EXIT_RUNTIME, EXIT_INPUT = 0, 1, 2
 
 
-def say(text: str, style: str | None = None) -> None:
-    """Print plain text (no markup interpretation), optionally in one style."""
-    console.print(text, style=style, markup=False, highlight=False)
+@cache
+def console() -> "Console":
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def say(text: str) -> None:
+    """One plain line to stderr (no markup interpretation, no Rich import)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def error(text: str) -> None:
-    console.print(f"[red]error:[/] {escape(text)}", highlight=False)
+    from rich.markup import escape
+
+    console().print(f"[red]error:[/] {escape(text)}", highlight=False)
 
 
 def warn(text: str) -> None:
-    console.print(f"[yellow]{escape(text)}[/]", highlight=False)
+    from rich.markup import escape
+
+    console().print(f"[yellow]{escape(text)}[/]", highlight=False)

@@ -9,7 +9,7 @@ from indexer.cli.output import console
 
 def ingest_progress() -> Progress:
     return Progress(TextColumn("{task.description}", style="cyan", markup=False), BarColumn(), DownloadColumn(),
-                    TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=False)
+                    TransferSpeedColumn(), TimeRemainingColumn(), console=console(), transient=False)
 
 
 def print_ingest_summary(summary, downstream) -> None:
@@ -23,7 +23,7 @@ def print_ingest_summary(summary, downstream) -> None:
             ("epochs re-evaluated", rules.epochs)]
     for name, value in rows:
         t.add_row(name, str(value))
-    console.print(t)
+    console().print(t)
 
 
 def format_poll_summary(s) -> str:

@@ -61,6 +61,9 @@ def ensure_reader_role(conn: Connection) -> None:
         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$""")
     conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA api TO {READER_ROLE}")
     conn.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA api TO {READER_ROLE}")
+    # the analysts' functions (chain math, limits): pure computations, they read no table
+    conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA fn TO {READER_ROLE}")
+    conn.exec_driver_sql(f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fn TO {READER_ROLE}")
 
 
 def upgrade(url: str, revision: str = "head") -> None:

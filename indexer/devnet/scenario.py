@@ -33,7 +33,7 @@ class ScenarioConfig:
     hosts: int = 7
     first_epoch: int = 408
     first_escrow_id: int = 1971
-    protocol_version: str = "v7"
+    protocol_version: str = "v5"  # the newest mainnet-approved devshard version (indexer.wire.schemas)
     group_size: int = 16
     max_slots_per_host: int = 5  # keeps any single address below the 9-slot decision weight
     token_price: int = 10

@@ -20,7 +20,7 @@ from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError
 from indexer.wire.normalize import NormalizeError
-from indexer.wire.protobuf import WireDecodeError
+from indexer.wire.errors import WireDecodeError
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from indexer.workers import pool as workers_pool
-from indexer.wire.diffs import diff_from_host_json
+from indexer.wire.diffs import diff_messages_from_host_json
 from indexer.wire.normalize import dumps_record_bytes, normalize_diffs
 
 PRELOAD = ["indexer.poller.decode"]
@@ -27,7 +27,7 @@ class Decoded:
 
 
 def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool) -> Decoded:
-    diffs = [diff_from_host_json(e, version) for e in entries]
+    diffs = [diff_messages_from_host_json(e, version, escrow_id) for e in entries]
     for i, d in enumerate(diffs[1:], start=1):
         if d["nonce"] != diffs[0]["nonce"] + i:  # checked on the headers already; the full decode agrees
             raise ValueError(f"diff run not contiguous at nonce {d['nonce']}")

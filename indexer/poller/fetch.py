@@ -19,7 +19,8 @@ from indexer.sources.gonka.host import PAGE_NONCES
 from indexer.wire.diffs import b64encode
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
                                     parse_u64)
-from indexer.wire.protobuf import WireDecodeError
+from indexer.wire.errors import WireDecodeError
+from indexer.wire.schemas import schema_for
 
 PAGES_PER_CHUNK = 16          # 1024 nonces per run of pages (one witness check, one unit of commit)
 
@@ -91,8 +92,10 @@ class EscrowFetcher:
             versions, _ = group.call(lambda h: h.versions())
             if not versions:
                 raise FetchError(f"escrow:{escrow_id}", "no host reports a protocol version", transient=True)
-            version = versions[0]
+            version = versions[0]  # newest first
             group.version = version
+        # a version without a wire table is recorded against this escrow and host, never decoded with another table
+        schema_for(version, escrow=escrow_id, host=group.primary)
         esc = escrow_record(data, version)
         settled = bool(esc.get("settled"))
 

@@ -1,4 +1,4 @@
-"""Pure (stdlib-only) wire layer: protobuf codec, per-version devshard schemas, JSON → records."""
+"""Wire layer: per-version devshard tables as protobuf message classes (official ``protobuf``), JSON → records."""
 
 from indexer.wire.diffs import decode_diff, decode_tx, diff_from_host_json, diff_to_host_json, encode_diff, encode_tx
 from indexer.wire.normalize import (
@@ -12,13 +12,14 @@ from indexer.wire.normalize import (
     normalize_diffs,
 )
 from indexer.wire.protobuf import WireDecodeError, WireEncodeError
-from indexer.wire.schemas import SCHEMAS, VERSIONS, schema_for
+from indexer.wire.schemas import SCHEMAS, VERSIONS, UnknownProtocolVersion, newest, schema_for, version_key
 
 __all__ = [
     "SCHEMAS",
     "VERSIONS",
     "DiffRecords",
     "NormalizeError",
+    "UnknownProtocolVersion",
     "WireDecodeError",
     "WireEncodeError",
     "decode_diff",
@@ -32,6 +33,8 @@ __all__ = [
     "host_epoch_stats_record",
     "host_stats_records",
     "model_snapshot_record",
+    "newest",
     "normalize_diffs",
     "schema_for",
+    "version_key",
 ]

@@ -5,6 +5,10 @@ A host answers ``GET …/sessions/{id}/diffs`` with
 (Go ``encoding/json``: integers as numbers, ``[]byte`` as base64). Each ``txs`` element is one
 serialized ``DevshardTx`` (the framing is an open question in §8; this is the reading we implement).
 The raw tx bytes are kept next to the decoded form because the reference says: keep raw bytes.
+
+Two readings of an entry: :func:`diff_from_host_json` gives txs as dicts (the devnet, tests, tools);
+:func:`diff_messages_from_host_json` gives them as the version's protobuf ``DevshardTx`` objects, which the
+normalizer reads directly (the poller's hot path).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import base64
 import binascii
 from typing import Any, Mapping
 
-from indexer.wire.protobuf import WireDecodeError
+from indexer.wire.protobuf import WireDecodeError, message_class, parse
 from indexer.wire.schemas import schema_for
 
 
@@ -79,13 +83,14 @@ def diff_from_host_json(entry: Mapping[str, Any], version: str | None) -> dict[s
     user_sig, state_hash, raw_txs}`` with txs decoded (dicts) and all byte fields as ``bytes``."""
     if not isinstance(entry, Mapping) or not isinstance(entry.get("diff"), Mapping):
         raise WireDecodeError("diff entry: expected an object with a 'diff' object")
+    schema = schema_for(version)  # an unknown version fails here, even for a diff without txs
     diff = entry["diff"]
     nonce = _as_int(diff.get("nonce"), "diff.nonce")
     raw_txs = [b64decode(t, f"diff {nonce} txs[{i}]") for i, t in enumerate(diff.get("txs") or [])]
     txs = []
     for i, raw in enumerate(raw_txs):
         try:
-            txs.append(decode_tx(raw, version))
+            txs.append(schema.decode("DevshardTx", raw))
         except WireDecodeError as exc:
             raise WireDecodeError(f"diff {nonce} txs[{i}]: {exc}") from None
     return {
@@ -96,6 +101,42 @@ def diff_from_host_json(entry: Mapping[str, Any], version: str | None) -> dict[s
         "sealed_inference_ids": [_as_int(x, "sealed_inference_ids") for x in diff.get("sealed_inference_ids") or []],
         "user_sig": b64decode(diff.get("user_sig"), f"diff {nonce} user_sig"),
         "state_hash": b64decode(entry.get("state_hash"), f"diff {nonce} state_hash"),
+        "raw_txs": raw_txs,
+    }
+
+
+def diff_messages_from_host_json(entry: Mapping[str, Any], version: str | None,
+                                 escrow_id: str | None = None) -> dict[str, Any]:
+    """:func:`diff_from_host_json` with ``txs`` as parsed ``DevshardTx`` message objects (unknown fields kept).
+
+    A malformed tx is a :class:`WireDecodeError` naming the escrow, the nonce and the tx's index; an unknown version
+    an :class:`~indexer.wire.schemas.UnknownProtocolVersion` naming the escrow."""
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("diff"), Mapping):
+        raise WireDecodeError(f"escrow {escrow_id or '?'}: diff entry: expected an object with a 'diff' object")
+    schema = schema_for(version, escrow=escrow_id)
+    from_string = message_class(schema, "DevshardTx").FromString
+    diff = entry["diff"]
+    nonce = _as_int(diff.get("nonce"), "diff.nonce")
+    where = f"escrow {escrow_id or '?'} diff {nonce}"
+    raw_txs = [b64decode(t, f"{where} txs[{i}]") for i, t in enumerate(diff.get("txs") or [])]
+    txs = []
+    for i, raw in enumerate(raw_txs):
+        try:
+            txs.append(from_string(raw))
+        except Exception:  # the library's DecodeError: let parse() name the offset and the reason
+            try:
+                parse(schema, "DevshardTx", raw)
+            except WireDecodeError as exc:
+                raise WireDecodeError(f"{where} txs[{i}]: {exc}") from None
+            raise
+    return {
+        "nonce": nonce,
+        "txs": txs,
+        "escrow_id": str(diff.get("escrow_id") or ""),
+        "post_state_root": b64decode(diff.get("post_state_root"), f"{where} post_state_root"),
+        "sealed_inference_ids": [_as_int(x, "sealed_inference_ids") for x in diff.get("sealed_inference_ids") or []],
+        "user_sig": b64decode(diff.get("user_sig"), f"{where} user_sig"),
+        "state_hash": b64decode(entry.get("state_hash"), f"{where} state_hash"),
         "raw_txs": raw_txs,
     }
 

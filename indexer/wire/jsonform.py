@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from indexer.wire.protobuf import LEN, UNKNOWN_KEY, Field, Schema, WireEncodeError
+from indexer.wire.errors import WireEncodeError
+from indexer.wire.protobuf import LEN, UNKNOWN_KEY
+from indexer.wire.schemas import Field, Schema
 
 
 def _value_to_json(schema: Schema, f: Field, value: Any) -> Any:

@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping
 
 import orjson
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from indexer.wire.protobuf import UNKNOWN_KEY
 from indexer.wire.schemas import schema_for
@@ -37,79 +38,107 @@ class DiffRecords:
 # --------------------------------------------------------------------------- diffs
 
 
-def _hex(value: bytes | None) -> str:
-    return bytes(value or b"").hex()
+class _Fields:
+    """Attribute access to a decoded dict, so one set of record builders reads dicts and message objects alike
+    (the poller's txs are protobuf objects read directly; dicts come from the devnet, tests and tools)."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: Mapping[str, Any]) -> None:
+        self._d = d
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self._d[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        if isinstance(value, Mapping):
+            return _Fields(value)
+        if isinstance(value, list) and value and isinstance(value[0], Mapping):
+            return [_Fields(v) for v in value]
+        return value
 
 
-def _votes(votes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [{"voter_slot": v["voter_slot"], "accept": v["accept"]} for v in votes]
+def _votes(votes: Iterable[Any]) -> list[dict[str, Any]]:
+    return [{"voter_slot": v.voter_slot, "accept": v.accept} for v in votes]
 
 
-def _start(m: Mapping[str, Any]) -> dict[str, Any]:
+def _start(m: Any) -> dict[str, Any]:
     return {
-        "prompt_hash": _hex(m["prompt_hash"]),
-        "model": m["model"],
-        "input_length": m["input_length"],
-        "max_tokens": m["max_tokens"],
-        "started_at": m["started_at"],
+        "prompt_hash": m.prompt_hash.hex(),
+        "model": m.model,
+        "input_length": m.input_length,
+        "max_tokens": m.max_tokens,
+        "started_at": m.started_at,
     }
 
 
-def _finish(m: Mapping[str, Any]) -> dict[str, Any]:
+def _finish(m: Any) -> dict[str, Any]:
     out = {
-        "executor_slot": m["executor_slot"],
-        "input_tokens": m["input_tokens"],
-        "output_tokens": m["output_tokens"],
-        "response_hash": _hex(m["response_hash"]),
+        "executor_slot": m.executor_slot,
+        "input_tokens": m.input_tokens,
+        "output_tokens": m.output_tokens,
+        "response_hash": m.response_hash.hex(),
     }
-    if m.get("served_hash"):  # newer protos only; the error-miss verifier accepts either hash
-        out["served_hash"] = _hex(m["served_hash"])
+    served = getattr(m, "served_hash", b"")  # newer protos only; the error-miss verifier accepts either hash
+    if served:
+        out["served_hash"] = served.hex()
     return out
 
 
 # oneof member -> (record kind, key-field builder); the key fields come right after escrow/inference id
 _TX_KINDS = {
     "start_inference": ("start", _start),
-    "confirm_start": ("confirm_start", lambda m: {"confirmed_at": m["confirmed_at"]}),
+    "confirm_start": ("confirm_start", lambda m: {"confirmed_at": m.confirmed_at}),
     "finish_inference": ("finish", _finish),
-    "validation": ("validation", lambda m: {"validator_slot": m["validator_slot"], "valid": m["valid"]}),
-    "validation_vote": ("validation_vote", lambda m: {"voter_slot": m["voter_slot"], "vote_valid": m["vote_valid"]}),
-    "error_miss": ("error_miss", lambda m: {"votes": _votes(m["votes"])}),
+    "validation": ("validation", lambda m: {"validator_slot": m.validator_slot, "valid": m.valid}),
+    "validation_vote": ("validation_vote", lambda m: {"voter_slot": m.voter_slot, "vote_valid": m.vote_valid}),
+    "error_miss": ("error_miss", lambda m: {"votes": _votes(m.votes)}),
 }
 _SLOT_KEYS = {"validation": "validator_slot", "validation_vote": "voter_slot"}
 
 
-def _member(tx: Mapping[str, Any]) -> tuple[str, Mapping[str, Any] | None]:
-    names = [k for k in tx if k != UNKNOWN_KEY]
-    if names:
-        return names[0], tx[names[0]]
-    unknown = tx.get(UNKNOWN_KEY) or []
-    return (f"unknown:{unknown[0][0]}" if unknown else "empty"), None
+def _member(tx: Any) -> tuple[str, Any]:
+    """(oneof member name, its message) of a DevshardTx dict or object; ``unknown:N`` / ``empty`` with None."""
+    if type(tx) is dict or isinstance(tx, Mapping):  # the exact-type test first: an ABC check costs a lot per tx
+        names = [k for k in tx if k != UNKNOWN_KEY]
+        if names:
+            return names[0], _Fields(tx[names[0]])
+        unknown = [item[0] for item in tx.get(UNKNOWN_KEY) or []]
+    else:
+        name = tx.WhichOneof("tx")
+        if name is not None:
+            return name, getattr(tx, name)
+        unknown = [item.field_number for item in UnknownFieldSet(tx)]
+    return (f"unknown:{unknown[0]}" if unknown else "empty"), None
 
 
 def tx_record(
-    escrow_id: str, diff_nonce: int, tx_index: int, tx: Mapping[str, Any], protocol_version: str
+    escrow_id: str, diff_nonce: int, tx_index: int, tx: Any, protocol_version: str
 ) -> tuple[dict[str, Any] | None, str]:
-    """One decoded DevshardTx → (record or None, tx name). None means "count it as other"."""
+    """One DevshardTx (decoded dict or message object) → (record or None, tx name). None: "count it as other"."""
     name, msg = _member(tx)
     if msg is None:
         return None, name
     if name == "timeout_inference":
-        reason = _REASONS.get(msg["reason"])
-        if reason is None:  # UNSPECIFIED, or the old TIMEOUT_REASON_ERROR of v1–v3
+        reason = _REASONS.get(msg.reason)
+        if reason is None:  # UNSPECIFIED, or the old TIMEOUT_REASON_ERROR of v3–v4.1
             names = schema_for(protocol_version).enums["TimeoutReason"]
-            label = names.get(msg["reason"], f"TIMEOUT_REASON_{msg['reason']}")
+            label = names.get(msg.reason, f"TIMEOUT_REASON_{msg.reason}")
             return None, f"timeout_inference:{label}"
-        kind, body = "timeout", {"reason": reason, "votes": _votes(msg["votes"])}
+        kind, body = "timeout", {"reason": reason, "votes": _votes(msg.votes)}
     elif name in _TX_KINDS:
         kind, build = _TX_KINDS[name]
         body = build(msg)
     else:
         return None, name
-    rec: dict[str, Any] = {"kind": kind, "escrow_id": escrow_id, "inference_id": msg["inference_id"]}
-    if kind in _SLOT_KEYS:
-        rec[_SLOT_KEYS[kind]] = body.pop(_SLOT_KEYS[kind])
-    rec.update(diff_nonce=diff_nonce, tx_index=tx_index, protocol_version=protocol_version)
+    rec: dict[str, Any] = {"kind": kind, "escrow_id": escrow_id, "inference_id": msg.inference_id}
+    slot_key = _SLOT_KEYS.get(kind)
+    if slot_key is not None:
+        rec[slot_key] = body.pop(slot_key)
+    rec["diff_nonce"] = diff_nonce
+    rec["tx_index"] = tx_index
+    rec["protocol_version"] = protocol_version
     rec.update(body)
     return rec, name
 
@@ -120,7 +149,8 @@ def normalize_diffs(
     protocol_version: str,
     payloads: Mapping[int, str] | None = None,
 ) -> DiffRecords:
-    """Decoded diffs of one escrow (DiffContent dicts, any order) → records in (nonce, tx_index) order.
+    """Decoded diffs of one escrow (any order; txs as dicts or DevshardTx objects) → records in (nonce, tx_index)
+    order.
 
     ``payloads`` maps inference_id → stored response body; when given, the finish record of that
     inference gets ``response_payload``.

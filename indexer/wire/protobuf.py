@@ -1,106 +1,121 @@
-"""A small hand-written protobuf wire-format codec, driven by field tables.
+"""The wire tables as real protobuf message classes, parsed and serialized by the official ``protobuf`` package.
 
-Why hand-written: the devshard .proto files are not vendored, field numbers drift between protocol
-versions, and we must keep unknown fields instead of dropping them (a newer host may send fields
-that an older table does not know). Only what devshard messages use is supported: varint scalars
-(uint64/uint32/int64/int32/bool/enum), length-delimited (string/bytes/message, packed repeated
-scalars), and fixed64/fixed32 which are only ever skipped into ``_unknown``.
+Each protocol version's table (:mod:`indexer.wire.schemas`) becomes one ``FileDescriptorProto`` in a descriptor pool
+of its own (the versions share message names), and ``message_factory`` builds its classes once. Parsing is the
+library's (upb); it keeps fields a table does not know — an unknown number, or a known number with another wire type
+(a field that moved) — as unknown fields and serializes them again byte for byte after the known fields.
 
-Decoded messages are plain dicts keyed by proto field name. Proto3 defaults are filled in for every
-known scalar/repeated field so consumers never need ``.get`` fallbacks; a oneof message (``DevshardTx``)
-only carries the member that was set. Fields that the table does not know, or that arrive with an
-unexpected wire type (a moved field number), are kept verbatim under ``_unknown`` as
-``(field_number, wire_type, value)`` tuples (value: int for varint/fixed, bytes for length-delimited)
-and are re-emitted by the encoder, so decode→encode is lossless.
+Two forms are offered:
 
-Every malformed input raises :class:`WireDecodeError`; the decoder always advances, so it cannot hang.
+* message objects (:func:`message_class`), read directly by the normalizer on the poller's hot path;
+* plain dicts keyed by field name (:func:`decode_message` / :func:`encode_message`), for the devnet, the tests and
+  the JSON form: proto3 defaults filled in for every known field, a oneof carrying only its set member, and unknown
+  fields under ``_unknown`` as ``(number, wire_type, value)`` tuples (int for varint/fixed, bytes for
+  length-delimited) that the encoder emits again.
+
+Malformed bytes raise :class:`WireDecodeError`; the library only says "corrupt", so on that (rare) path a short scan
+of the bytes names the offset and the reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
 from typing import Any, Mapping
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from indexer.wire.errors import WireDecodeError, WireEncodeError
+from indexer.wire.tables import Field, MessageType
+
+__all__ = ["WireDecodeError", "WireEncodeError", "Field", "MessageType", "Schema", "UNKNOWN_KEY", "VARINT", "I64",
+           "LEN", "I32", "decode_message", "encode_message", "message_class", "unknown_fields", "with_defaults",
+           "encode_varint", "decode_varint", "PACKAGE"]
 
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
 UNKNOWN_KEY = "_unknown"
+PACKAGE = "devshard.v1"
 
 _U64 = (1 << 64) - 1
-_VARINT_TYPES = frozenset({"uint64", "uint32", "int64", "int32", "bool", "enum"})
-_LEN_TYPES = frozenset({"string", "bytes", "message"})
-_RANGES = {
-    "uint64": (0, _U64),
-    "uint32": (0, (1 << 32) - 1),
-    "int64": (-(1 << 63), (1 << 63) - 1),
-    "int32": (-(1 << 31), (1 << 31) - 1),
-    "enum": (-(1 << 31), (1 << 31) - 1),
+_FDP = descriptor_pb2.FieldDescriptorProto
+_PROTO_TYPES = {
+    "uint64": _FDP.TYPE_UINT64, "uint32": _FDP.TYPE_UINT32, "int64": _FDP.TYPE_INT64, "int32": _FDP.TYPE_INT32,
+    "bool": _FDP.TYPE_BOOL, "enum": _FDP.TYPE_ENUM, "string": _FDP.TYPE_STRING, "bytes": _FDP.TYPE_BYTES,
+    "message": _FDP.TYPE_MESSAGE,
 }
+_VARINT_TYPES = frozenset({"uint64", "uint32", "int64", "int32", "bool", "enum"})
+_RANGES = {"uint64": (0, _U64), "uint32": (0, (1 << 32) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
+           "int32": (-(1 << 31), (1 << 31) - 1), "enum": (-(1 << 31), (1 << 31) - 1)}
+
+# --------------------------------------------------------------------------- message classes
 
 
-class WireDecodeError(ValueError):
-    """Bytes that are not a valid encoding of the expected message (truncated, bad tag, bad UTF-8...)."""
+def file_descriptor(schema: Schema) -> descriptor_pb2.FileDescriptorProto:
+    """One version's table as a proto3 file descriptor (package ``devshard.v1``, as the chain's protos)."""
+    fd = descriptor_pb2.FileDescriptorProto(name=f"devshard_indexer/{schema.version}/devshard.proto",
+                                            package=PACKAGE, syntax="proto3")
+    for enum_name, values in schema.enums.items():
+        enum = fd.enum_type.add(name=enum_name)
+        for number, value_name in sorted(values.items()):
+            enum.value.add(name=value_name, number=number)
+    for mt in schema.messages.values():
+        msg = fd.message_type.add(name=mt.name)
+        if mt.oneof:
+            msg.oneof_decl.add(name="tx")
+        for f in mt.fields:
+            fp = msg.field.add(name=f.name, number=f.number, type=_PROTO_TYPES[f.type],
+                               label=_FDP.LABEL_REPEATED if f.repeated else _FDP.LABEL_OPTIONAL)
+            if f.type == "message":
+                fp.type_name = f".{PACKAGE}.{f.message}"
+            elif f.type == "enum":
+                fp.type_name = f".{PACKAGE}.{f.enum}"
+            if mt.oneof:
+                fp.oneof_index = 0
+    return fd
 
 
-class WireEncodeError(ValueError):
-    """A message dict that cannot be encoded (out-of-range integer, wrong Python type)."""
+_CLASSES: dict[int, tuple[Schema, dict[str, Any]]] = {}
 
 
-@dataclass(frozen=True)
-class Field:
-    name: str
-    number: int
-    type: str  # one of _VARINT_TYPES | _LEN_TYPES
-    repeated: bool = False
-    message: str | None = None  # message type name when type == "message"
-    enum: str | None = None  # enum name (for JSON rendering) when type == "enum"
-
-    @property
-    def wire_type(self) -> int:
-        return VARINT if self.type in _VARINT_TYPES else LEN
+def _classes(schema: Schema) -> dict[str, Any]:
+    entry = _CLASSES.get(id(schema))
+    if entry is None or entry[0] is not schema:
+        pool = descriptor_pool.DescriptorPool()  # one pool per version: the versions share message names
+        pool.Add(file_descriptor(schema))
+        classes = {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+                   for name in schema.messages}
+        entry = _CLASSES[id(schema)] = (schema, classes)
+    return entry[1]
 
 
-@dataclass(frozen=True)
-class MessageType:
-    name: str
-    fields: tuple[Field, ...]
-    oneof: bool = False  # all fields are members of one oneof (DevshardTx)
-    by_number: Mapping[int, Field] = dc_field(init=False, repr=False, compare=False)
-    by_name: Mapping[str, Field] = dc_field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "by_number", {f.number: f for f in self.fields})
-        object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
+def message_class(schema: Schema, message: str) -> Any:
+    """The message class of ``message`` in ``schema``'s version."""
+    try:
+        return _classes(schema)[message]
+    except KeyError:
+        raise KeyError(f"message {message!r} not in schema {schema.version}") from None
 
 
-@dataclass(frozen=True)
-class Schema:
-    """All message and enum tables of one protocol version."""
-
-    version: str
-    messages: Mapping[str, MessageType]
-    enums: Mapping[str, Mapping[int, str]]
-
-    def decode(self, message: str, data: bytes) -> dict[str, Any]:
-        return decode_message(self, message, data)
-
-    def encode(self, message: str, value: Mapping[str, Any]) -> bytes:
-        return encode_message(self, message, value)
+def _message_type(schema: Schema, message: str) -> MessageType:
+    try:
+        return schema.messages[message]
+    except KeyError:
+        raise KeyError(f"message {message!r} not in schema {schema.version}") from None
 
 
-# --------------------------------------------------------------------------- primitives
+# --------------------------------------------------------------------------- varints (unknown fields, diagnostics)
 
 
 def encode_varint(value: int) -> bytes:
     if value < 0 or value > _U64:
         raise WireEncodeError(f"varint out of range: {value}")
     out = bytearray()
-    while True:
-        byte = value & 0x7F
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(value)
+    return bytes(out)
 
 
 def decode_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -116,83 +131,10 @@ def decode_varint(data: bytes, pos: int) -> tuple[int, int]:
     raise WireDecodeError(f"varint longer than 10 bytes at offset {pos}")
 
 
-def _tag(number: int, wire_type: int) -> bytes:
-    return encode_varint((number << 3) | wire_type)
-
-
-def _len_prefixed(number: int, payload: bytes) -> bytes:
-    return _tag(number, LEN) + encode_varint(len(payload)) + payload
-
-
-def _take(data: bytes, pos: int, size: int, what: str) -> tuple[bytes, int]:
-    if size > len(data) - pos:
-        raise WireDecodeError(f"truncated {what} at offset {pos}: needs {size} bytes, {len(data) - pos} left")
-    return data[pos : pos + size], pos + size
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-def _scalar_to_varint(f: Field, value: Any) -> int:
-    if f.type == "bool":
-        if not isinstance(value, bool):
-            raise WireEncodeError(f"{f.name}: expected bool, got {type(value).__name__}")
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WireEncodeError(f"{f.name}: expected int, got {type(value).__name__}")
-    lo, hi = _RANGES[f.type]
-    if not lo <= value <= hi:
-        raise WireEncodeError(f"{f.name}: {value} out of {f.type} range")
-    return value & _U64  # negative int64/int32/enum use 10-byte two's complement, as protobuf does
-
-
-def _encode_len_value(schema: Schema, f: Field, value: Any) -> bytes:
-    if f.type == "string":
-        if not isinstance(value, str):
-            raise WireEncodeError(f"{f.name}: expected str, got {type(value).__name__}")
-        return value.encode("utf-8")
-    if f.type == "bytes":
-        if not isinstance(value, (bytes, bytearray)):
-            raise WireEncodeError(f"{f.name}: expected bytes, got {type(value).__name__}")
-        return bytes(value)
-    return encode_message(schema, f.message or "", value)
-
-
-def _is_default(f: Field, value: Any) -> bool:
-    if f.type == "message":
-        return value is None
-    if f.type == "string":
-        return value == ""
-    if f.type == "bytes":
-        return value == b""
-    if f.type == "bool":
-        return value is False
-    return isinstance(value, int) and not isinstance(value, bool) and value == 0
-
-
-def _encode_field(schema: Schema, f: Field, value: Any, in_oneof: bool) -> bytes:
-    if f.repeated:
-        items = list(value or [])
-        if not items:
-            return b""
-        if f.type in _VARINT_TYPES:  # proto3 packs repeated scalars
-            packed = b"".join(encode_varint(_scalar_to_varint(f, v)) for v in items)
-            return _len_prefixed(f.number, packed)
-        return b"".join(_len_prefixed(f.number, _encode_len_value(schema, f, v)) for v in items)
-    # proto3 omits default scalars; a oneof member is emitted even when empty (its presence is the data)
-    if not in_oneof and _is_default(f, value):
-        return b""
-    if value is None:
-        return b""
-    if f.type in _VARINT_TYPES:
-        return _tag(f.number, VARINT) + encode_varint(_scalar_to_varint(f, value))
-    return _len_prefixed(f.number, _encode_len_value(schema, f, value))
-
-
 def _encode_unknown(items: Any) -> bytes:
     out = bytearray()
     for number, wire_type, value in items or ():
-        out += _tag(number, wire_type)
+        out += encode_varint((number << 3) | wire_type)
         if wire_type == VARINT:
             out += encode_varint(value)
         elif wire_type == I64:
@@ -206,8 +148,117 @@ def _encode_unknown(items: Any) -> bytes:
     return bytes(out)
 
 
-def encode_message(schema: Schema, message: str, value: Mapping[str, Any]) -> bytes:
-    """Deterministic encoding: known fields in field-number order, then preserved unknown fields."""
+def _diagnose(schema: Schema, message: str, data: bytes) -> str | None:
+    """Why the library refused ``data`` as ``message``: the first problem found, or None."""
+    mt = schema.messages.get(message)
+    pos, n = 0, len(data)
+    try:
+        while pos < n:
+            start = pos
+            key, pos = decode_varint(data, pos)
+            number, wire_type = key >> 3, key & 7
+            if number == 0:
+                return f"field number 0 at offset {start} in {message}"
+            if wire_type == VARINT:
+                _, pos = decode_varint(data, pos)
+            elif wire_type in (I64, I32):
+                size = 8 if wire_type == I64 else 4
+                if size > n - pos:
+                    return f"truncated fixed{size * 8} field {number} at offset {pos}"
+                pos += size
+            elif wire_type == LEN:
+                size, pos = decode_varint(data, pos)
+                if size > n - pos:
+                    return f"truncated length-delimited field {number} at offset {pos}: needs {size} bytes, " \
+                           f"{n - pos} left"
+                payload, pos = data[pos:pos + size], pos + size
+                f = mt.by_number.get(number) if mt else None
+                if f is not None and f.type == "string":
+                    try:
+                        payload.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        return f"field {f.name}: invalid UTF-8 ({exc.reason})"
+                elif f is not None and f.type == "message":
+                    inner = _diagnose(schema, f.message or "", payload)
+                    if inner:
+                        return f"in {f.name}: {inner}"
+                elif f is not None and f.type in _VARINT_TYPES:  # packed repeated scalars
+                    p = 0
+                    while p < len(payload):
+                        _, p = decode_varint(payload, p)
+            else:  # groups (3/4) are proto2-only and never used by devshard; 6/7 do not exist
+                return f"unsupported wire type {wire_type} for field {number} at offset {start}"
+    except WireDecodeError as exc:
+        return str(exc)
+    return None
+
+
+def parse(schema: Schema, message: str, data: bytes) -> Any:
+    """``data`` parsed as a ``message`` object of ``schema``'s version; malformed bytes raise WireDecodeError."""
+    try:
+        return message_class(schema, message).FromString(data)
+    except DecodeError as exc:
+        raise WireDecodeError(_diagnose(schema, message, bytes(data)) or f"malformed {message}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- dict form
+
+
+def unknown_fields(msg: Any) -> list[tuple[int, int, int | bytes]]:
+    """The unknown fields of a parsed message, in wire order, as ``(number, wire_type, value)``."""
+    out = []
+    for item in UnknownFieldSet(msg):
+        if item.wire_type not in (VARINT, I64, LEN, I32):
+            raise WireDecodeError(f"unsupported wire type {item.wire_type} for field {item.field_number}")
+        out.append((item.field_number, item.wire_type, item.data))
+    return out
+
+
+def to_dict(schema: Schema, message: str, msg: Any) -> dict[str, Any]:
+    """A parsed message object as the dict form (defaults filled in, ``_unknown`` when there are unknown fields)."""
+    mt = _message_type(schema, message)
+    out: dict[str, Any] = {}
+    if mt.oneof:
+        member = msg.WhichOneof("tx")
+        if member is not None:
+            out[member] = to_dict(schema, mt.by_name[member].message or "", getattr(msg, member))
+    else:
+        for f in mt.fields:
+            value = getattr(msg, f.name)
+            if f.type == "message":
+                if f.repeated:
+                    out[f.name] = [to_dict(schema, f.message or "", item) for item in value]
+                else:
+                    out[f.name] = to_dict(schema, f.message or "", value) if msg.HasField(f.name) else None
+            else:
+                out[f.name] = list(value) if f.repeated else value
+    unknown = unknown_fields(msg)
+    if unknown:
+        out[UNKNOWN_KEY] = unknown
+    return out
+
+
+def decode_message(schema: Schema, message: str, data: bytes) -> dict[str, Any]:
+    return to_dict(schema, message, parse(schema, message, data))
+
+
+def _check_scalar(message: str, f: Field, value: Any) -> None:
+    # the library would coerce a bool into an int field; the tables are stricter, as the Go types are
+    if f.type == "bool":
+        ok = isinstance(value, bool)
+    elif f.type == "string":
+        ok = isinstance(value, str)
+    elif f.type == "bytes":
+        ok = isinstance(value, (bytes, bytearray))
+    else:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not _RANGES[f.type][0] <= value <= _RANGES[f.type][1]:
+            raise WireEncodeError(f"{message}.{f.name}: {value} out of {f.type} range")
+    if not ok:
+        raise WireEncodeError(f"{message}.{f.name}: expected {f.type}, got {type(value).__name__}")
+
+
+def _fill(schema: Schema, message: str, msg: Any, value: Mapping[str, Any]) -> None:
     mt = _message_type(schema, message)
     if not isinstance(value, Mapping):
         raise WireEncodeError(f"{message}: expected a mapping, got {type(value).__name__}")
@@ -216,58 +267,37 @@ def encode_message(schema: Schema, message: str, value: Mapping[str, Any]) -> by
         raise WireEncodeError(f"{message}: unknown field name(s) {sorted(extra)}")
     if mt.oneof and len([n for n in value if n != UNKNOWN_KEY and value[n] is not None]) > 1:
         raise WireEncodeError(f"{message}: more than one oneof member set")
-    out = bytearray()
-    for f in sorted(mt.fields, key=lambda fld: fld.number):
-        if f.name in value:
-            out += _encode_field(schema, f, value[f.name], mt.oneof)
-    out += _encode_unknown(value.get(UNKNOWN_KEY))
-    return bytes(out)
+    for name, v in value.items():
+        if name == UNKNOWN_KEY or v is None:
+            continue
+        f = mt.by_name[name]
+        if f.type == "message":
+            if f.repeated:
+                target = getattr(msg, name)
+                for item in v:
+                    _fill(schema, f.message or "", target.add(), item)
+            else:
+                sub = getattr(msg, name)
+                sub.SetInParent()  # an empty member is still set: its presence is the data
+                _fill(schema, f.message or "", sub, v)
+        elif f.repeated:
+            items = list(v)
+            for item in items:
+                _check_scalar(message, f, item)
+            getattr(msg, name).extend(items)
+        else:
+            _check_scalar(message, f, v)
+            setattr(msg, name, bytes(v) if isinstance(v, bytearray) else v)
+    raw_unknown = _encode_unknown(value.get(UNKNOWN_KEY))
+    if raw_unknown:  # fields the table does not know stay unknown when merged back, and serialize after the known
+        msg.MergeFromString(raw_unknown)
 
 
-# --------------------------------------------------------------------------- decoding
-
-
-def _message_type(schema: Schema, message: str) -> MessageType:
-    try:
-        return schema.messages[message]
-    except KeyError:
-        raise KeyError(f"message {message!r} not in schema {schema.version}") from None
-
-
-def _read_raw(data: bytes, pos: int, wire_type: int, number: int) -> tuple[int | bytes, int]:
-    """Read one field value of any supported wire type (used for known and unknown fields alike)."""
-    if wire_type == VARINT:
-        return decode_varint(data, pos)
-    if wire_type == I64:
-        raw, pos = _take(data, pos, 8, f"fixed64 field {number}")
-        return int.from_bytes(raw, "little"), pos
-    if wire_type == I32:
-        raw, pos = _take(data, pos, 4, f"fixed32 field {number}")
-        return int.from_bytes(raw, "little"), pos
-    if wire_type == LEN:
-        size, pos = decode_varint(data, pos)
-        return _take(data, pos, size, f"length-delimited field {number}")
-    # groups (3/4) are proto2-only and never used by devshard; 6/7 do not exist
-    raise WireDecodeError(f"unsupported wire type {wire_type} for field {number} at offset {pos}")
-
-
-def _varint_to_scalar(f: Field, raw: int) -> Any:
-    if f.type == "bool":
-        return raw != 0
-    if f.type == "uint32":
-        return raw & 0xFFFFFFFF  # protobuf truncates oversized uint32 varints
-    if f.type in ("int64", "int32", "enum"):
-        value = raw - (1 << 64) if raw >> 63 else raw
-        return value if f.type == "int64" else ((value + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-    return raw
-
-
-def _decode_packed(f: Field, payload: bytes) -> list[Any]:
-    values, pos = [], 0
-    while pos < len(payload):
-        raw, pos = decode_varint(payload, pos)
-        values.append(_varint_to_scalar(f, raw))
-    return values
+def encode_message(schema: Schema, message: str, value: Mapping[str, Any]) -> bytes:
+    """Deterministic encoding by the library: known fields in field-number order, then the preserved unknown ones."""
+    msg = message_class(schema, message)()
+    _fill(schema, message, msg, value)
+    return msg.SerializeToString()
 
 
 def _defaults(mt: MessageType) -> dict[str, Any]:
@@ -284,142 +314,6 @@ def _defaults(mt: MessageType) -> dict[str, Any]:
     return out
 
 
-def _store(result: dict[str, Any], mt: MessageType, f: Field, value: Any) -> None:
-    if f.repeated:
-        result.setdefault(f.name, [])
-        result[f.name].extend(value if isinstance(value, list) else [value])
-        return
-    if mt.oneof:  # setting one member clears the others, as protobuf does
-        for other in mt.fields:
-            result.pop(other.name, None)
-    result[f.name] = value  # last one wins for singular fields
-
-
-# The decoder's hot loop works from a per-message plan (field number → name, kind, wire type, defaults) built
-# once per (schema, message); it reads one-byte varints and lengths inline. Semantics are those of the field
-# tables: the plan is only a cache of them.
-_K_RAW, _K_SCALAR, _K_BYTES, _K_STRING, _K_MESSAGE = range(5)
-
-
-@dataclass
-class _Plan:
-    schema: Schema
-    mt: MessageType
-    by_number: dict[int, list]  # number → [field, kind, wire type, plan of a message field (filled lazily)]
-    defaults: dict[str, Any]
-    repeated: tuple[str, ...]
-
-
-def _plan(schema: Schema, message: str) -> _Plan:
-    plans = schema.__dict__.get("_plans")
-    if plans is None:
-        plans = {}
-        object.__setattr__(schema, "_plans", plans)  # a cache beside the frozen tables
-    plan = plans.get(message)
-    if plan is not None:
-        return plan
-    mt = _message_type(schema, message)
-    by_number = {}
-    for f in mt.fields:
-        if f.type in _VARINT_TYPES:
-            kind = _K_RAW if f.type == "uint64" else _K_SCALAR
-        else:
-            kind = {"bytes": _K_BYTES, "string": _K_STRING}.get(f.type, _K_MESSAGE)
-        by_number[f.number] = [f, kind, f.wire_type, None]
-    defaults = _defaults(mt)
-    repeated = tuple(n for n, v in defaults.items() if isinstance(v, list))
-    plan = _Plan(schema, mt, by_number, defaults, repeated)
-    plans[message] = plan
-    return plan
-
-
-def decode_message(schema: Schema, message: str, data: bytes) -> dict[str, Any]:
-    return _decode(_plan(schema, message), data)
-
-
-def _decode(plan: _Plan, data: bytes) -> dict[str, Any]:
-    mt = plan.mt
-    message = mt.name
-    if type(data) is not bytes:
-        data = bytes(data)
-    result = plan.defaults.copy()
-    for name in plan.repeated:
-        result[name] = []
-    by_number = plan.by_number
-    unknown: list[tuple[int, int, int | bytes]] = []
-    pos, n = 0, len(data)
-    while pos < n:
-        start = pos
-        key = data[pos]
-        if key < 0x80:
-            pos += 1
-        else:
-            key, pos = decode_varint(data, pos)
-        number, wire_type = key >> 3, key & 7
-        if number == 0:
-            raise WireDecodeError(f"field number 0 at offset {start} in {message}")
-        if wire_type == VARINT:
-            if pos < n and data[pos] < 0x80:
-                raw: int | bytes = data[pos]
-                pos += 1
-            else:
-                raw, pos = decode_varint(data, pos)
-        elif wire_type == LEN:
-            if pos < n and data[pos] < 0x80:
-                size = data[pos]
-                pos += 1
-            else:
-                size, pos = decode_varint(data, pos)
-            if size > n - pos:
-                raise WireDecodeError(f"truncated length-delimited field {number} at offset {pos}: needs {size} "
-                                      f"bytes, {n - pos} left")
-            raw = data[pos:pos + size]
-            pos += size
-        else:
-            raw, pos = _read_raw(data, pos, wire_type, number)
-        entry = by_number.get(number)
-        if entry is not None:
-            f, kind, field_wire, sub = entry
-            if wire_type == field_wire:
-                if kind == _K_RAW:
-                    value = raw
-                elif kind == _K_SCALAR:
-                    value = _varint_to_scalar(f, raw)  # type: ignore[arg-type]
-                elif kind == _K_BYTES:
-                    value = raw
-                elif kind == _K_STRING:
-                    try:
-                        value = raw.decode("utf-8")  # type: ignore[union-attr]
-                    except UnicodeDecodeError as exc:
-                        raise WireDecodeError(f"field {f.name}: invalid UTF-8 ({exc.reason})") from None
-                else:
-                    if sub is None:
-                        sub = entry[3] = _plan(plan.schema, f.message or "")
-                    try:
-                        value = _decode(sub, raw)  # type: ignore[arg-type]
-                    except WireDecodeError as exc:
-                        raise WireDecodeError(f"in {f.name}: {exc}") from None
-                if mt.oneof:
-                    if f.repeated:
-                        _store(result, mt, f, value)
-                    else:  # setting one member clears the others, as protobuf does (only members are in result)
-                        result.clear()
-                        result[f.name] = value
-                elif f.repeated:
-                    result[f.name].append(value)
-                else:
-                    result[f.name] = value  # last one wins for singular fields
-                continue
-            if f.repeated and f.type in _VARINT_TYPES and wire_type == LEN:
-                _store(result, mt, f, _decode_packed(f, raw))  # type: ignore[arg-type]
-                continue
-        # unknown number, or a known number with another wire type (a field that moved): keep it
-        unknown.append((number, wire_type, raw))
-    if unknown:
-        result[UNKNOWN_KEY] = unknown
-    return result
-
-
 def with_defaults(schema: Schema, message: str, value: Mapping[str, Any]) -> dict[str, Any]:
     """The dict that decode(encode(value)) returns: proto3 defaults filled in, recursively."""
     mt = _message_type(schema, message)
@@ -434,3 +328,22 @@ def with_defaults(schema: Schema, message: str, value: Mapping[str, Any]) -> dic
             out[name] = with_defaults(schema, f.message or "", v)
     return out
 
+
+@dataclass(frozen=True)
+class Schema:
+    """All message and enum tables of one protocol version, and the proto commits they were checked against."""
+
+    version: str
+    messages: Mapping[str, MessageType]
+    enums: Mapping[str, Mapping[int, str]]
+    source: str = ""
+
+    def decode(self, message: str, data: bytes) -> dict[str, Any]:
+        return decode_message(self, message, data)
+
+    def encode(self, message: str, value: Mapping[str, Any]) -> bytes:
+        return encode_message(self, message, value)
+
+    def cls(self, message: str) -> Any:
+        """The protobuf message class of ``message`` in this version (built once from this table)."""
+        return message_class(self, message)

@@ -14,7 +14,8 @@ from typing import Any, Callable, Collection, Sequence
 from indexer.sources.gonka.http import Fetcher, FetchError
 from indexer.sources.gonka.signing import Operator
 from indexer.wire.diffs import diff_from_host_json, diff_header_from_host_json
-from indexer.wire.protobuf import WireDecodeError
+from indexer.wire.errors import WireDecodeError
+from indexer.wire.schemas import version_key
 
 log = logging.getLogger(__name__)
 PAGE_NONCES = 64
@@ -36,8 +37,7 @@ class DevshardHost:
         if self._versions is None:
             data = self.http.get_json("/devshard/healthz")
             names = [str(v.get("name")) for v in data or [] if isinstance(v, dict) and v.get("name")]
-            self._versions = sorted(names, key=lambda n: int(n.lstrip("v") or 0) if n.lstrip("v").isdigit() else 0,
-                                    reverse=True)
+            self._versions = sorted(names, key=version_key, reverse=True)  # v4.1 < v5 < v10
         return self._versions
 
     def shard_detail(self, version: str, escrow_id: str) -> dict:

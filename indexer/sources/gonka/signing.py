@@ -48,6 +48,8 @@ from typing import Collection, Mapping
 
 from coincurve import PrivateKey
 
+from indexer.settings import ConfigError
+
 # header names as the host reads them (common/utils: XValidatorAddressHeader, XTimestampHeader, XEpochIdHeader,
 # AuthorizationHeader)
 HEADER_ADDRESS = "X-Validator-Address"
@@ -83,7 +85,7 @@ ENV_KEY_FILE = "GONKA_OPERATOR_KEY_FILE"
 ENV_MEMBER = "GONKA_OPERATOR_MEMBER"
 
 
-class OperatorConfigError(ValueError):
+class OperatorConfigError(ConfigError):
     """Operator mode is misconfigured (missing setting, unreadable or unsafe key file). Never contains the key."""
 
 
