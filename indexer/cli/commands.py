@@ -107,10 +107,32 @@ def cmd_report(args, settings: Settings) -> int:
     from indexer.report import collect, print_report, render_html
 
     url = ready_database(args, settings)
+    if args.restitution:
+        from indexer.restitution import collect as restitution_cases, restitution_line, write_reports
+
+        cases = restitution_cases(url, args.epochs)
+        for path in write_reports(cases, args.out):
+            say(f"wrote {path}")
+        say(restitution_line(cases))
+        return EXIT_OK
     findings = collect(url, args.epochs)
     if args.html:
+        page = render_html(findings)
+        import psycopg
+
+        try:  # the restitution section (indexer/restitution) goes in before </body>; its failure spoils nothing
+            import json
+
+            from indexer.restitution import collect as restitution_cases, html_section
+
+            fragment, data = html_section(restitution_cases(url, args.epochs))
+            payload = json.dumps(data).replace("</", "<\\/")
+            fragment += f'<script type="application/json" id="restitution-data">{payload}</script>'
+            page = page.replace("</body>", fragment + "</body>") if "</body>" in page else page + fragment
+        except psycopg.Error as exc:
+            error(f"restitution section left out of {args.html}: {exc}")
         with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_html(findings))
+            fh.write(page)
         say(f"wrote {args.html}")
     else:
         print_report(findings, Console())
