@@ -28,7 +28,7 @@ LAYERS = [
     {"rules"},
     {"pipeline"},
     {"poller", "devnet"},
-    {"report"},
+    {"report", "restitution"},
     {"cli", "__main__"},
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
