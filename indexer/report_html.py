@@ -183,7 +183,9 @@ _JS = """
 """
 
 
-def render_page(p: Page) -> str:
+def render_page(p: Page, sections: tuple[str, ...] = ()) -> str:
+    """The whole page; ``sections``: further HTML sections (e.g. the restitution section) placed after the
+    governance limits."""
     colours = _rule_colours(p)
     hosts = [row[1] for row in p.penalties]
     rules = [row[5] for row in p.penalties]
@@ -214,4 +216,5 @@ that refused or timed out on requests that could not fit the model's governance 
 <h2>Governance limits in force</h2>
 <div class="scroll"><table id="limits"><thead><tr><th>epoch</th><th>model</th><th>limit</th><th>source</th>
 <th>loophole risk</th><th class="hide-s">model args</th></tr></thead><tbody>{limits}</tbody></table></div>
+{"".join(sections)}
 </main><script>{_JS}</script></body></html>"""

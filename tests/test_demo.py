@@ -15,7 +15,14 @@ def test_demo_polls_the_devnet_and_finds_every_rule_family(db_url):
         mismatches = conn.execute("SELECT count(*) FROM api.host_stats_check WHERE mismatch").fetchone()[0]
         reported = conn.execute("SELECT count(*) FROM api.host_stats_check WHERE reported_missed IS NOT NULL"
                                 ).fetchone()[0]
+        flips = conn.execute("SELECT epoch_index, participant, flipped_test, disputable_missed + disputable_invalid "
+                             "FROM api.restitution_impact WHERE restitution_candidate").fetchall()
     assert families == {"invalidated_context_refusal", "error_miss_sibling", "timeout_over_limit"}
     assert captured == 9  # 3 epochs x 3 escrows, captured before the devnet pruned them
     assert reported > 0 and mismatches == 0  # the hosts' own counters were captured, and the replay reproduces them
     assert "Disputable penalties by rule family" in run.stdout + run.stderr
+    # the devnet has hosts whose epoch outcome flips without the disputable penalties; the demo ends with them
+    assert flips and all(n > 0 for *_, n in flips)
+    last = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()][-1]
+    epoch, host, _, _ = flips[0]
+    assert last.startswith("restitution: ") and f"epoch {epoch} {host}:" in last and "GONKA" in last

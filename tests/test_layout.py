@@ -29,7 +29,7 @@ LAYERS = [
     {"pipeline"},
     {"alerts"},
     {"poller", "devnet", "observe", "synth"},
-    {"report", "report_html"},
+    {"report", "report_html", "restitution"},
     {"cli", "__main__"},
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

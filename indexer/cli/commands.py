@@ -108,9 +108,20 @@ def cmd_report(args, settings: Settings) -> int:
     from indexer.report_html import collect_page, render_page
 
     url = ready_database(args, settings)
+    if args.restitution:
+        from indexer.restitution import collect as restitution_cases, restitution_line, write_reports
+
+        cases = restitution_cases(url, args.epochs)
+        for path in write_reports(cases, args.out):
+            say(f"wrote {path}")
+        say(restitution_line(cases))
+        return EXIT_OK
     if args.html:
+        from indexer.restitution import collect as restitution_cases, html_block
+
+        restitution_html = html_block(restitution_cases(url, args.epochs))
         with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_page(collect_page(url, args.epochs)))
+            fh.write(render_page(collect_page(url, args.epochs), sections=(restitution_html,)))
         say(f"wrote {args.html}")
     else:
         print_report(collect(url, args.epochs), Console())

@@ -22,6 +22,10 @@ def run_demo(url: str, args) -> int:
         _poll_devnet(url, epochs=args.epochs, seed=args.seed)
     print_report(collect(url), console())
     say("query the views yourself: psql \"$(indexer db url)\" -c 'select * from api.disputable_penalties'")
+    from indexer.restitution import collect as restitution_cases, restitution_line
+
+    # last: the hosts whose epoch outcome the disputable penalties flipped (api.restitution_impact)
+    say(restitution_line(restitution_cases(url)))
     return EXIT_OK
 
 

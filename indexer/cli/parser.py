@@ -107,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="findings per epoch and per host; --html writes a page with charts")
     rp.add_argument("--epochs", type=parse_epochs, help=EPOCHS_HELP + " to report (default: all)")
     rp.add_argument("--html", metavar="FILE", help="write a self-contained HTML page with charts to FILE")
+    rp.add_argument("--restitution", action="store_true",
+                    help="write per epoch the restitution report restitution-<epoch>.md and .csv (hosts whose "
+                         "epoch outcome the disputable penalties changed, amounts, evidence, parameters in force)")
+    rp.add_argument("--out", metavar="DIR", default=".",
+                    help="directory for the --restitution files (default: the current directory)")
 
     demo = sub.add_parser("demo", help="run the main job on embedded defaults and print the findings")
     demo.add_argument("--sample", metavar="FILE", help="ingest this normalized NDJSON file instead of polling the devnet")

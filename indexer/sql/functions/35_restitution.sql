@@ -1,0 +1,141 @@
+-- Restitution support (docs/restitution.md): the chain version in force at an epoch, the invalidation SPRT over
+-- status updates that each carry several results, and error-catching wrappers so that one host's impossible
+-- input gives a NULL outcome with a reason instead of failing the whole api view.
+
+-- fn.chain_version_at(epoch_index): the chain version in force for an epoch.
+--   1. the newest chain.version_override covering the epoch (version_source 'override'), else
+--   2. the version of the last upgrade at or before the epoch's evaluation height (its end_height, else its
+--      start_height, from rec.epoch) when every later upgrade's height is known ('upgrade_heights'), else
+--   3. NULL = the newest version the chain math knows ('assumed_newest'), with lower_bound the version the known
+--      heights establish (an upgrade of unknown height may or may not precede the epoch).
+-- changed_in_epoch: an upgrade of known height falls inside the epoch (its tests ran under two versions).
+-- SECURITY DEFINER: the reader role may execute fn.* but not read schema chain or rec.
+CREATE OR REPLACE FUNCTION fn.chain_version_at(epoch bigint,
+                                               OUT chain_version text, OUT version_source text,
+                                               OUT lower_bound text, OUT changed_in_epoch boolean)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  h bigint;
+  h_start bigint;
+  found_ordinal int;
+BEGIN
+  SELECT o.chain_version INTO chain_version FROM chain.version_override o
+  WHERE o.first_epoch <= epoch AND (o.last_epoch IS NULL OR o.last_epoch >= epoch)
+  ORDER BY o.set_at DESC, o.override_id DESC LIMIT 1;
+  SELECT e.start_height, COALESCE(NULLIF(e.end_height, 0), e.start_height) INTO h_start, h
+  FROM rec.epoch e WHERE e.epoch_index = epoch;
+  changed_in_epoch := EXISTS (SELECT 1 FROM chain.upgrade u WHERE u.height > h_start AND u.height <= h);
+  IF chain_version IS NOT NULL THEN
+    version_source := 'override';
+    RETURN;
+  END IF;
+  IF h IS NULL THEN
+    version_source := 'assumed_newest';
+    RETURN;
+  END IF;
+  SELECT v.ordinal, v.chain_version INTO found_ordinal, lower_bound
+  FROM chain.upgrade u JOIN fn.chain_versions() v ON v.chain_version = u.chain_version
+  WHERE u.height <= h ORDER BY v.ordinal DESC LIMIT 1;
+  IF found_ordinal IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM fn.chain_versions() v LEFT JOIN chain.upgrade u ON u.chain_version = v.chain_version
+       WHERE v.ordinal > found_ordinal AND u.height IS NULL) THEN
+    chain_version := lower_bound;
+    version_source := 'upgrade_heights';
+    RETURN;
+  END IF;
+  version_source := 'assumed_newest';
+END $$;
+
+-- fn.sprt_steps(failures, passes, p0, p1, threshold [, chain_version]): the invalidation SPRT as the chain runs it
+-- when each status update carries several results (a devshard settlement adds an escrow's invalidations and
+-- validations to CurrentEpochStats at once; ComputeStatus then does one UpdateCounts and one Decision). Step k
+-- adds failures[k]*log_fail + passes[k]*log_pass, then checks LLR >= threshold. With every step a single result
+-- this is exactly fn.sprt_trajectory. Same outputs (crossed_at = the 1-based step); NULL element = error.
+CREATE OR REPLACE FUNCTION fn.sprt_steps(failures bigint[], passes bigint[], p0 numeric, p1 numeric,
+                                         threshold numeric, chain_version text DEFAULT NULL,
+                                         OUT max_llr numeric, OUT crossed boolean, OUT crossed_at int,
+                                         OUT final_llr numeric, OUT chain_llr numeric)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  t record;
+  llr numeric := 0;
+  k int;
+BEGIN
+  SELECT * INTO t FROM fn.sprt_log_terms(p0, p1, chain_version);
+  IF failures IS NULL OR passes IS NULL OR threshold IS NULL OR t.log_fail IS NULL THEN
+    RETURN;
+  END IF;
+  IF cardinality(failures) <> cardinality(passes) THEN
+    RAISE EXCEPTION USING MESSAGE = 'sprt_steps: ' || cardinality(failures) || ' failure counts but '
+      || cardinality(passes) || ' pass counts', ERRCODE = 'invalid_parameter_value';
+  END IF;
+  crossed := false;
+  FOR k IN 1 .. coalesce(cardinality(failures), 0) LOOP
+    IF failures[k] IS NULL OR passes[k] IS NULL OR failures[k] < 0 OR passes[k] < 0 THEN
+      RAISE EXCEPTION USING MESSAGE = 'sprt_steps: step ' || k || ' has no valid counts', ERRCODE = 'invalid_parameter_value';
+    END IF;
+    llr := llr + failures[k] * t.log_fail + passes[k] * t.log_pass;
+    max_llr := greatest(max_llr, llr);
+    IF NOT crossed AND llr >= threshold THEN
+      crossed := true;
+      crossed_at := k;
+      chain_llr := llr;
+    END IF;
+  END LOOP;
+  final_llr := llr;
+  IF NOT crossed THEN
+    chain_llr := llr;
+  END IF;
+END $$;
+
+-- The same, never raising: error = the chain's (or the input's) error message, outcome columns NULL.
+CREATE OR REPLACE FUNCTION fn.sprt_steps_safe(failures bigint[], passes bigint[], p0 numeric, p1 numeric,
+                                              threshold numeric, chain_version text DEFAULT NULL,
+                                              OUT max_llr numeric, OUT crossed boolean, OUT crossed_at int,
+                                              OUT final_llr numeric, OUT error text)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  SELECT s.max_llr, s.crossed, s.crossed_at, s.final_llr INTO max_llr, crossed, crossed_at, final_llr
+  FROM fn.sprt_steps(failures, passes, p0, p1, threshold, chain_version) s;
+EXCEPTION WHEN OTHERS THEN
+  error := SQLERRM;
+END $$;
+
+-- The downtime test as the settlement applies it (docs/chain-math.md §1): the epoch's p0 (fn.downtime_p0 from the
+-- epoch-wide sums; skip_punishment passes everyone), then fn.missed_stat_test. Never raises.
+CREATE OR REPLACE FUNCTION fn.downtime_outcome_safe(missed bigint, total bigint, epoch_total numeric,
+                                                    epoch_missed numeric, epoch_participants int,
+                                                    binom_test_p0 numeric, chain_version text DEFAULT NULL,
+                                                    OUT passes boolean, OUT p0 numeric, OUT skipped boolean,
+                                                    OUT error text)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  IF missed IS NULL OR total IS NULL THEN
+    RETURN;
+  END IF;
+  SELECT d.p0, d.skip_punishment INTO p0, skipped
+  FROM fn.downtime_p0(epoch_total, epoch_missed, epoch_participants, binom_test_p0, chain_version) d;
+  passes := CASE WHEN skipped THEN true ELSE fn.missed_stat_test(missed, total, p0, chain_version) END;
+EXCEPTION WHEN OTHERS THEN
+  passes := NULL;
+  error := SQLERRM;
+END $$;
+
+-- fn.theoretical_epoch_reward over an epoch's bitcoin_reward_params object as captured; never raises.
+CREATE OR REPLACE FUNCTION fn.theoretical_epoch_reward_safe(epoch bigint, bitcoin_reward_params jsonb,
+                                                            chain_version text DEFAULT NULL,
+                                                            OUT reward numeric, OUT error text)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  IF bitcoin_reward_params IS NULL THEN
+    error := 'no bitcoin_reward_params captured for the epoch';
+    RETURN;
+  END IF;
+  reward := fn.theoretical_epoch_reward(epoch, fn.chain_decimal(bitcoin_reward_params -> 'initial_epoch_reward'),
+                                        fn.chain_decimal(bitcoin_reward_params -> 'decay_rate'),
+                                        fn.chain_decimal(bitcoin_reward_params -> 'genesis_epoch')::bigint,
+                                        chain_version);
+EXCEPTION WHEN OTHERS THEN
+  reward := NULL;
+  error := SQLERRM;
+END $$;

@@ -1,0 +1,281 @@
+-- Restitution impact and policy what-if (docs/restitution.md). What one host's epoch would have been without
+-- the disputable penalties, and under each rule variant, computed with the chain's own tests (fn.*) and the
+-- parameters in force for the epoch (its root epoch_group_data snapshot, rec.epoch_params).
+
+-- The chain versions the chain math knows, with the upgrade heights recorded for them (chain.upgrade).
+CREATE VIEW api.chain_versions AS
+SELECT v.ordinal, v.chain_version, u.upgrade_name, u.height, u.source AS height_source, v.git_ref, v.git_commit,
+       v.released, v.missed_stat_test, v.invalidation_sprt, v.epoch_reward
+FROM fn.chain_versions() v LEFT JOIN chain.upgrade u ON u.chain_version = v.chain_version;
+
+CREATE VIEW api.chain_version_overrides AS
+SELECT override_id, first_epoch, last_epoch, chain_version, reason, set_at FROM chain.version_override;
+
+-- The version in force per known epoch (fn.chain_version_at: override, else upgrade heights, else newest assumed).
+CREATE VIEW api.epoch_chain_versions AS
+SELECT k.epoch_index, c.chain_version, c.version_source, c.lower_bound, c.changed_in_epoch
+FROM (SELECT epoch_index FROM rec.epoch UNION SELECT epoch_index FROM rec.epoch_params
+      UNION SELECT epoch_index FROM replay.escrow WHERE epoch_index IS NOT NULL) k
+CROSS JOIN LATERAL fn.chain_version_at(k.epoch_index) c;
+
+-- One row per recorded penalty (the replay's), with what each rule variant makes of it. A "refusal" is a 0/0
+-- Finish classified context_length or unknown (rules.context_refusal), or a refused/execution timeout shown over
+-- the limit (rules.disputable timeout_over_limit). excused_<variant> = the variant would not assign the penalty.
+CREATE VIEW api.policy_penalties AS
+WITH p AS (
+  SELECT i.epoch_index, i.escrow_id, i.inference_id, i.executor_address AS participant, i.executor_slot,
+         i.penalty, i.status, i.timeout_reason, d.rule AS disputable_rule,
+         cr.refusal_kind, cr.verdict AS refusal_verdict, cr.prompt_tokens, cr.prompt_tokens_source,
+         cr.prompt_is_lower_bound, cr.max_tokens AS refusal_max_tokens,
+         COALESCE(cr.governance_limit, (t.evidence ->> 'governance_limit')::bigint) AS governance_limit,
+         (t.evidence ->> 'sibling_input_tokens')::bigint AS timeout_sibling_input_tokens,
+         sf.applied AS error_miss_applied, sf.client_fault_basis, sf.accepted_current_rule,
+         sf.accepted_hardened_rule,
+         COALESCE(cr.refusal_kind IN ('context_length', 'unknown'), false) AS is_refusal_finish,
+         t.escrow_id IS NOT NULL AS is_over_limit_timeout
+  FROM replay.inference i
+  LEFT JOIN rules.disputable d
+         ON d.escrow_id = i.escrow_id AND d.inference_id = i.inference_id AND d.penalty = i.penalty
+  LEFT JOIN rules.context_refusal cr ON cr.escrow_id = i.escrow_id AND cr.inference_id = i.inference_id
+  LEFT JOIN rules.sibling_finding sf ON sf.escrow_id = i.escrow_id AND sf.inference_id = i.inference_id
+  LEFT JOIN rules.disputable t ON t.escrow_id = i.escrow_id AND t.inference_id = i.inference_id
+                              AND t.rule = 'timeout_over_limit' AND i.penalty = 'missed'
+  WHERE i.penalty IS NOT NULL
+)
+SELECT p.*,
+       disputable_rule IS NOT NULL AS excused_without_disputable,
+       -- issue_2078: a refusal not shown to fit the governance limit costs nothing
+       (is_refusal_finish AND refusal_verdict <> 'fits') OR is_over_limit_timeout AS excused_issue_2078,
+       -- tokenize_2093: excused only where a count shows prompt + max_tokens > limit (verdict over_limit)
+       (is_refusal_finish AND refusal_verdict = 'over_limit') OR is_over_limit_timeout AS excused_tokenize_2093,
+       -- narrow_prompt_ge_limit: excused only by a prompt at or over the limit (a lower bound >= limit shows it)
+       COALESCE((is_refusal_finish AND prompt_tokens >= governance_limit)
+                OR (is_over_limit_timeout AND timeout_sibling_input_tokens >= governance_limit), false)
+           AS excused_narrow_prompt_ge_limit,
+       -- hardened_sibling: an error-miss miss that the sibling rule with sibling input + max_tokens <= limit rejects
+       COALESCE(penalty = 'missed' AND error_miss_applied AND client_fault_basis IS NOT NULL
+                AND accepted_hardened_rule = false, false) AS excused_hardened_sibling
+FROM p;
+
+-- One row per epoch, variant, host and escrow: the status update the chain makes when the escrow settles
+-- (docs/restitution.md "SPRT order"). Steps are numbered in settlement order: the escrow record's settled_height
+-- when given (an unknown field kept in rec.escrow.extra), else the numeric escrow id (creation order). Escrows
+-- known unsettled (settled = false) have reached no chain counter and are left out. Per the chain's settlement
+-- (v0.2.12 on, AggregateDevshardHostStatsIntoCurrentEpochStats): inference_count += assigned - missed,
+-- validated += assigned - missed - invalid; an excused miss or invalidation becomes a validation.
+CREATE VIEW api.restitution_steps AS
+WITH variants(variant) AS (
+  VALUES ('current'), ('without_disputable'), ('issue_2078'), ('tokenize_2093'), ('narrow_prompt_ge_limit'),
+         ('hardened_sibling')
+), host_escrow AS (
+  SELECT i.epoch_index, i.executor_address AS participant, i.escrow_id, count(*) AS assigned,
+         count(*) FILTER (WHERE i.penalty = 'missed') AS missed,
+         count(*) FILTER (WHERE i.penalty = 'invalid') AS invalid
+  FROM replay.inference i
+  WHERE i.executor_address IS NOT NULL AND i.epoch_index IS NOT NULL
+  GROUP BY 1, 2, 3
+), excused AS (
+  SELECT p.escrow_id, p.participant, v.variant,
+         count(*) FILTER (WHERE p.penalty = 'missed') AS excused_missed,
+         count(*) FILTER (WHERE p.penalty = 'invalid') AS excused_invalid
+  FROM api.policy_penalties p
+  CROSS JOIN LATERAL (VALUES ('without_disputable', p.excused_without_disputable),
+                             ('issue_2078', p.excused_issue_2078), ('tokenize_2093', p.excused_tokenize_2093),
+                             ('narrow_prompt_ge_limit', p.excused_narrow_prompt_ge_limit),
+                             ('hardened_sibling', p.excused_hardened_sibling)) v(variant, excused)
+  WHERE v.excused
+  GROUP BY 1, 2, 3
+), ordered AS (
+  SELECT h.*, v.variant, (e.extra ->> 'settled_height')::bigint AS settled_height,
+         COALESCE(x.excused_missed, 0) AS excused_missed, COALESCE(x.excused_invalid, 0) AS excused_invalid
+  FROM host_escrow h
+  CROSS JOIN variants v
+  LEFT JOIN rec.escrow e ON e.escrow_id = h.escrow_id
+  LEFT JOIN excused x ON x.escrow_id = h.escrow_id AND x.participant = h.participant AND x.variant = v.variant
+  WHERE e.settled IS DISTINCT FROM false
+)
+SELECT epoch_index, variant, participant, escrow_id,
+       row_number() OVER (PARTITION BY epoch_index, variant, participant
+                          ORDER BY settled_height NULLS LAST,
+                                   CASE WHEN escrow_id ~ '^[0-9]+$' THEN escrow_id::numeric END NULLS LAST,
+                                   escrow_id)::int AS step,
+       settled_height, assigned, missed - excused_missed AS missed, invalid - excused_invalid AS invalid,
+       assigned - (missed - excused_missed) - (invalid - excused_invalid) AS passes,
+       excused_missed, excused_invalid
+FROM ordered;
+
+-- Per epoch, variant and host: the counts the chain would hold and its two tests on them.
+CREATE VIEW api.restitution_outcomes AS
+WITH steps AS (
+  SELECT epoch_index, variant, participant,
+         array_agg(invalid ORDER BY step) AS failures, array_agg(passes ORDER BY step) AS passes,
+         array_agg(escrow_id ORDER BY step) AS escrows, bool_and(settled_height IS NOT NULL) AS settle_heights_known,
+         sum(assigned)::bigint AS assigned, sum(missed)::bigint AS missed, sum(invalid)::bigint AS invalid,
+         sum(passes)::bigint AS validated, sum(excused_missed)::bigint AS excused_missed,
+         sum(excused_invalid)::bigint AS excused_invalid
+  FROM api.restitution_steps GROUP BY 1, 2, 3
+), variants AS (
+  SELECT DISTINCT variant FROM (VALUES ('current'), ('without_disputable'), ('issue_2078'), ('tokenize_2093'),
+                                       ('narrow_prompt_ge_limit'), ('hardened_sibling')) v(variant)
+), hosts AS (
+  SELECT DISTINCT epoch_index, participant FROM steps
+  UNION SELECT epoch_index, participant FROM rec.participant_epoch
+), epochs AS (
+  SELECT h.epoch_index, c.chain_version, c.version_source, c.lower_bound, c.changed_in_epoch,
+         ep.validation_params, ep.params_exact, ep.params_height, ep.total_weight, ep.bitcoin_reward_params,
+         fn.chain_decimal(ep.validation_params -> 'false_positive_rate') AS sprt_p0,
+         fn.chain_decimal(ep.validation_params -> 'bad_participant_invalidation_rate') AS sprt_p1,
+         fn.chain_decimal(ep.validation_params -> 'invalidation_h_threshold') AS sprt_threshold,
+         fn.chain_decimal(ep.validation_params -> 'binom_test_p0') AS binom_test_p0,
+         nx.validation_params IS NOT NULL AND (
+           SELECT bool_or(ep.validation_params -> k IS DISTINCT FROM nx.validation_params -> k)
+           FROM unnest(ARRAY['false_positive_rate', 'bad_participant_invalidation_rate',
+                             'invalidation_h_threshold', 'binom_test_p0']) k) AS params_changed_by_next_epoch
+  FROM (SELECT DISTINCT epoch_index FROM hosts) h
+  CROSS JOIN LATERAL fn.chain_version_at(h.epoch_index) c
+  LEFT JOIN rec.epoch_params ep ON ep.epoch_index = h.epoch_index
+  LEFT JOIN rec.epoch_params nx ON nx.epoch_index = h.epoch_index + 1
+), base AS (
+  SELECT h.epoch_index, v.variant, h.participant, s.failures, s.passes, s.escrows, s.settle_heights_known,
+         s.assigned, s.missed AS replay_missed, s.invalid AS replay_invalid, s.validated AS replay_validated,
+         COALESCE(s.excused_missed, 0) AS excused_missed, COALESCE(s.excused_invalid, 0) AS excused_invalid,
+         pe.participant IS NOT NULL AS summary_captured, pe.inference_count AS chain_inference_count,
+         pe.missed_requests AS chain_missed, pe.invalidated_inferences AS chain_invalid,
+         pe.validated_inferences AS chain_validated, pe.confirmation_weight, pe.weight, pe.excluded_reason,
+         pe.excluded_height,
+         -- the downtime counts the settlement passes (total = inference_count + missed_requests); an excused
+         -- miss becomes a completed inference, so the total stays and missed drops
+         pe.missed_requests - LEAST(COALESCE(s.excused_missed, 0), pe.missed_requests) AS downtime_missed,
+         pe.inference_count + pe.missed_requests AS downtime_total
+  FROM hosts h CROSS JOIN variants v
+  LEFT JOIN steps s ON s.epoch_index = h.epoch_index AND s.participant = h.participant AND s.variant = v.variant
+  LEFT JOIN rec.participant_epoch pe ON pe.epoch_index = h.epoch_index AND pe.participant = h.participant
+), sums AS (  -- getDynamicP0's epoch-wide inputs, over participants with requests, under the same variant
+  SELECT epoch_index, variant, sum(downtime_total) AS epoch_total, sum(downtime_missed) AS epoch_missed,
+         count(*)::int AS epoch_participants
+  FROM base WHERE downtime_total > 0 GROUP BY 1, 2
+)
+SELECT b.*, e.chain_version, e.version_source, e.lower_bound AS chain_version_lower_bound,
+       e.changed_in_epoch AS chain_version_changed_in_epoch, e.params_exact, e.params_height,
+       e.params_changed_by_next_epoch, e.validation_params IS NOT NULL AS params_captured,
+       e.total_weight, e.bitcoin_reward_params, e.sprt_p0, e.sprt_p1, e.sprt_threshold, e.binom_test_p0,
+       dt.passes AS downtime_passes, dt.p0 AS downtime_p0, dt.skipped AS downtime_skipped,
+       CASE WHEN NOT b.summary_captured THEN 'no epoch_performance_summary captured for this host and epoch'
+            WHEN b.downtime_total IS NULL THEN 'the captured summary has no inference_count / missed_requests'
+            ELSE dt.error END AS downtime_null_reason,
+       sp.max_llr AS sprt_max_llr, sp.crossed AS sprt_crossed, sp.crossed_at AS sprt_crossed_at_step,
+       b.escrows[sp.crossed_at] AS sprt_crossed_at_escrow, sp.final_llr AS sprt_final_llr,
+       CASE WHEN b.failures IS NULL THEN 'no replayed escrow results for this host in the epoch'
+            WHEN e.validation_params IS NULL THEN 'no validation_params snapshot captured for the epoch'
+            WHEN e.sprt_p0 IS NULL OR e.sprt_p1 IS NULL OR e.sprt_threshold IS NULL
+              THEN 'the epoch''s validation_params lack an SPRT parameter'
+            ELSE sp.error END AS sprt_null_reason
+FROM base b
+JOIN epochs e ON e.epoch_index = b.epoch_index
+LEFT JOIN sums s ON s.epoch_index = b.epoch_index AND s.variant = b.variant
+CROSS JOIN LATERAL fn.downtime_outcome_safe(b.downtime_missed, b.downtime_total, s.epoch_total, s.epoch_missed,
+                                            s.epoch_participants, e.binom_test_p0, e.chain_version) dt
+CROSS JOIN LATERAL fn.sprt_steps_safe(CASE WHEN b.failures IS NOT NULL AND e.sprt_threshold IS NOT NULL
+                                           THEN b.failures END,
+                                      b.passes, e.sprt_p0, e.sprt_p1, e.sprt_threshold, e.chain_version) sp;
+
+CREATE VIEW api.policy_whatif AS
+SELECT epoch_index, variant, participant,
+       COALESCE(chain_missed - LEAST(excused_missed, chain_missed), replay_missed) AS missed,
+       COALESCE(chain_invalid - LEAST(excused_invalid, chain_invalid), replay_invalid) AS invalid,
+       downtime_passes, sprt_crossed, excused_missed AS removed_missed, excused_invalid AS removed_invalid,
+       sprt_max_llr, sprt_threshold, downtime_null_reason, sprt_null_reason, chain_version, params_exact
+FROM api.restitution_outcomes WHERE variant <> 'without_disputable';
+
+-- Per host and epoch: the observed counts (the chain's epoch_performance_summary when captured, else the
+-- replay's), the disputable ones, each test with and without them, the observed exclusion and the reward at stake
+-- (theoretical epoch reward x confirmation_weight / total_weight, fn.reward_share). evidence says how each number
+-- was obtained and what it does not include.
+CREATE VIEW api.restitution_impact AS
+WITH pair AS (
+  SELECT o.*, w.downtime_passes AS downtime_passes_without, w.sprt_max_llr AS sprt_max_llr_without,
+         w.sprt_crossed AS sprt_crossed_without, w.sprt_crossed_at_escrow AS sprt_crossed_at_escrow_without,
+         w.downtime_missed AS downtime_missed_without, w.downtime_p0 AS downtime_p0_without,
+         w.excused_missed AS disputable_missed, w.excused_invalid AS disputable_invalid
+  FROM api.restitution_outcomes o
+  JOIN api.restitution_outcomes w ON w.epoch_index = o.epoch_index AND w.participant = o.participant
+                                 AND w.variant = 'without_disputable'
+  WHERE o.variant = 'current'
+), priced AS (
+  SELECT p.*, r.reward AS theoretical_epoch_reward, r.error AS reward_error,
+         CASE WHEN p.confirmation_weight IS NOT NULL AND p.total_weight IS NOT NULL AND r.reward IS NOT NULL
+              THEN fn.reward_share(r.reward, p.confirmation_weight, p.total_weight) END AS reward_at_stake,
+         (p.downtime_passes = false AND p.downtime_passes_without = true) AS downtime_flips,
+         (p.sprt_crossed = true AND p.sprt_crossed_without = false) AS sprt_flips
+  FROM pair p
+  CROSS JOIN LATERAL fn.theoretical_epoch_reward_safe(p.epoch_index, p.bitcoin_reward_params, p.chain_version) r
+)
+SELECT epoch_index, participant,
+       COALESCE(chain_inference_count, assigned - replay_missed) AS inference_count,
+       COALESCE(chain_missed, replay_missed) AS missed,
+       COALESCE(chain_invalid, replay_invalid) AS invalid,
+       COALESCE(chain_validated, replay_validated) AS validated,
+       disputable_missed, disputable_invalid,
+       downtime_passes, downtime_passes_without AS downtime_passes_without_disputable,
+       sprt_max_llr, sprt_max_llr_without AS sprt_max_llr_without_disputable, sprt_threshold,
+       sprt_crossed, sprt_crossed_without AS sprt_crossed_without_disputable,
+       excluded_reason, confirmation_weight, total_weight, theoretical_epoch_reward, reward_at_stake,
+       CASE WHEN downtime_flips OR sprt_flips THEN true
+            WHEN downtime_flips IS NULL AND sprt_flips IS NULL THEN NULL
+            ELSE false END AS restitution_candidate,
+       CASE WHEN sprt_flips AND downtime_flips THEN 'sprt_and_downtime' WHEN sprt_flips THEN 'sprt'
+            WHEN downtime_flips THEN 'downtime' END AS flipped_test,
+       CASE WHEN summary_captured THEN 'chain' ELSE 'replay' END AS counts_source,
+       replay_missed, replay_invalid, replay_validated, excluded_height,
+       (excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations') = sprt_crossed AS exclusion_matches_sprt,
+       sprt_p0, sprt_p1, binom_test_p0, downtime_p0, sprt_final_llr, sprt_crossed_at_escrow,
+       chain_version, version_source AS chain_version_source, params_exact, params_height,
+       params_changed_by_next_epoch,
+       jsonb_strip_nulls(jsonb_build_object(
+         'sprt_order', 'one status update per escrow settlement (the chain adds an escrow''s results at once and '
+           || 'checks LLR >= H after each); escrows in settlement order: settled_height when recorded, else escrow '
+           || 'id (creation order), so an escrow created earlier but settled later is misordered',
+         'sprt_settle_heights_known', settle_heights_known,
+         'sprt_escrows', to_jsonb(escrows),
+         'sprt_crossed_at_escrow', sprt_crossed_at_escrow,
+         'sprt_crossed_at_escrow_without_disputable', sprt_crossed_at_escrow_without,
+         'sprt_null_reason', sprt_null_reason,
+         'pass_count', 'validated += assigned - missed - invalid per settled escrow (chain v0.2.12 on); the chain '
+           || 'takes assigned from devshardAssignedUpperBoundForSlot(settle nonce), the indexer counts the host''s '
+           || 'replayed inferences',
+         'replay_counts', jsonb_build_object('assigned', assigned, 'missed', replay_missed,
+                                             'invalid', replay_invalid, 'validated', replay_validated),
+         'chain_counts', CASE WHEN summary_captured THEN jsonb_build_object(
+             'inference_count', chain_inference_count, 'missed_requests', chain_missed,
+             'invalidated_inferences', chain_invalid, 'validated_inferences', chain_validated) END,
+         'counts_match_chain', CASE WHEN summary_captured THEN chain_missed IS NOT DISTINCT FROM replay_missed
+             AND chain_invalid IS NOT DISTINCT FROM replay_invalid END,
+         'downtime_null_reason', downtime_null_reason,
+         'downtime', jsonb_build_object('missed', downtime_missed, 'total', downtime_total,
+                                        'missed_without_disputable', downtime_missed_without,
+                                        'p0', downtime_p0, 'p0_without_disputable', downtime_p0_without,
+                                        'skipped_by_circuit_breaker', downtime_skipped,
+                                        'without_rule', 'a removed miss becomes a completed inference: '
+                                          || 'missed - 1, inference_count + 1, total unchanged'),
+         'params', jsonb_build_object(
+             'source', 'the epoch''s root epoch_group_data.validation_params snapshot (rec.epoch_params)',
+             'params_exact', params_exact, 'params_height', params_height, 'captured', params_captured,
+             'inexact', CASE WHEN params_exact = false THEN 'live parameters stood in for the epoch''s own (the '
+               || 'node had pruned its heights): outcomes may use the wrong parameters' END,
+             'changed_by_next_epoch', CASE WHEN params_changed_by_next_epoch THEN 'the next epoch''s snapshot '
+               || 'differs: a governance change landed before the next epoch started, possibly during this one; '
+               || 'the chain applies params as of each block, so results after it would use the new values' END),
+         'chain_version', jsonb_build_object('version', COALESCE(chain_version, 'newest (assumed)'),
+             'source', version_source, 'lower_bound', chain_version_lower_bound,
+             'changed_in_epoch', chain_version_changed_in_epoch,
+             'override', 'INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason)'),
+         'reward', jsonb_build_object(
+             'formula', 'floor(theoretical_epoch_reward * confirmation_weight / total_weight) (fn.reward_share)',
+             'error', reward_error,
+             'not_computed', jsonb_build_array(
+               'delegation transfers (poc_delegation): a delegating host keeps only its share after the transfer',
+               '30 percent power cap on active weight: exclusions can move other hosts through the cap',
+               'confirmation_weight is the last stored value, which may predate later confirmation rounds'),
+             'not_included', jsonb_build_array('work coins', 'collateral slash', 'reputation reset'))
+       )) AS evidence
+FROM priced;

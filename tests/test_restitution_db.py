@@ -1,0 +1,187 @@
+"""api.restitution_impact / api.policy_whatif / chain versions, on hand-built records through the real pipeline
+(ingest, replay, rules) and real PostgreSQL. Anchors: GonkaLabs GRC-E366 RESTITUTION_REPORT.md (25 invalid of 263,
+LLR 4.46 > H = 4 with p0 0.05 and p1 0.10; epoch 366 reward 271,585,585,901,857 ngonka; 57,537 of 415,488 is
+37,609.316890 GONKA)."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import psycopg
+
+from tests.rules_kit import (B, GOV, Log, fam3, fam4, fam6_at_least, gov_snapshot, load, new_hash, stored)
+
+X, V1, V2 = "gonka1hostX", "gonka1valid1", "gonka1valid2"
+SMALL = [X, V1, V1, V2, V2]  # vote threshold floor(5 * 50 / 100) = 2: V1 challenges (2), V2 votes (4 > 2)
+BITCOIN = {"use_bitcoin_rewards": True, "initial_epoch_reward": "323000000000000",
+           "decay_rate": {"value": "-475", "exponent": -6}, "genesis_epoch": "1"}
+
+
+def dec(value: str, exponent: int) -> dict:
+    return {"value": value, "exponent": exponent}
+
+
+def params(epoch, h=("4", 0), p1=("1", -1), exact=True, total_weight=415488):
+    return {"kind": "epoch_params", "epoch_index": epoch, "total_weight": total_weight, "params_height": 5644461,
+            "params_exact": exact, "bitcoin_reward_params": BITCOIN,
+            "validation_params": {"false_positive_rate": dec("5", -2), "bad_participant_invalidation_rate": dec(*p1),
+                                  "invalidation_h_threshold": dec(*h), "binom_test_p0": dec("1", -1)}}
+
+
+def summary(epoch, who, **fields):
+    return {"kind": "participant_epoch", "epoch_index": epoch, "participant": who, **fields}
+
+
+def small_escrow(escrow_id, epoch, invalid, served, disputable=0):
+    """X (slot 0) executes `served` good inferences and `invalid` invalidated ones, `disputable` of which are
+    0/0 refusals with no payload (refusal_kind unknown, verdict undetermined: disputable)."""
+    log = Log(escrow_id, epoch=epoch, slots=SMALL)
+    for k in range(invalid):
+        iid = log.refusal(0) if k < disputable else log.served(0)
+        log.invalidate(iid, challenger=1, voters=(3,))
+    for _ in range(served):
+        log.served(0)
+    return log.records
+
+
+def one(conn, sql, *args):
+    return conn.execute(sql, args).fetchone()
+
+
+def test_e366_anchor_llr_reward_and_flip(db_url, tmp_path, conn):
+    recs = [gov_snapshot(epoch=366), params(366),
+            summary(366, X, confirmation_weight=57537, weight=60000, inference_count=263, missed_requests=0,
+                    invalidated_inferences=25, validated_inferences=238, excluded_reason="statistical_invalidations",
+                    excluded_height=5652213)]
+    load(db_url, tmp_path, recs + small_escrow("9001", 366, invalid=25, served=238, disputable=5))
+    r = one(conn, "SELECT invalid, validated, disputable_invalid, sprt_max_llr, sprt_threshold, sprt_crossed, "
+                  "sprt_crossed_without_disputable, sprt_max_llr_without_disputable, theoretical_epoch_reward, "
+                  "reward_at_stake, restitution_candidate, exclusion_matches_sprt, flipped_test, counts_source "
+                  "FROM api.restitution_impact WHERE epoch_index = 366 AND participant = %s", X)
+    invalid, validated, disputable, llr, h, crossed, crossed_wo, llr_wo, theo, stake, cand, match, flip, src = r
+    assert (invalid, validated, disputable) == (25, 238, 5)
+    assert round(llr, 2) == Decimal("4.46") and h == 4 and crossed is True
+    assert llr == one(conn, "SELECT fn.sprt_llr(25, 263, 0.05, 0.10)")[0]  # one settlement = one update
+    assert crossed_wo is False and llr_wo < 4
+    assert theo == 271_585_585_901_857
+    assert stake == 37_609_316_890_103 and f"{stake / Decimal(10**9):,.6f}" == "37,609.316890"
+    assert (cand, match, flip, src) == (True, True, "sprt", "chain")
+
+
+def test_crosses_mid_epoch_but_ends_below(db_url, tmp_path, conn):
+    # escrow 9101 settles first: 6 invalid, nothing else: 6 ln 2 = 4.16 >= 4 at step 1; 9102 then adds 300 passes
+    recs = [gov_snapshot(epoch=370), params(370)]
+    load(db_url, tmp_path, recs + small_escrow("9101", 370, invalid=6, served=0)
+         + small_escrow("9102", 370, invalid=0, served=300))
+    r = one(conn, "SELECT sprt_crossed, sprt_max_llr, sprt_final_llr, sprt_crossed_at_escrow, evidence "
+                  "FROM api.restitution_impact WHERE epoch_index = 370 AND participant = %s", X)
+    crossed, max_llr, final, at, evidence = r
+    assert crossed is True and max_llr >= 4 and final < 0 and at == "9101"
+    assert evidence["sprt_escrows"] == ["9101", "9102"]
+    # the per-result trajectory agrees when every step is one result
+    traj = one(conn, "SELECT crossed, crossed_at FROM fn.sprt_trajectory(array_fill(true, ARRAY[6]) || "
+                     "array_fill(false, ARRAY[300]), 0.05, 0.10, 4)")
+    assert traj == (True, 6)
+    # settled_height (kept in the escrow record's extra) overrides the escrow-id order: 9102 first, never crosses
+    log_b = small_escrow("9102", 370, invalid=0, served=300)
+    log_b[0]["settled_height"] = 100
+    log_a = small_escrow("9101", 370, invalid=6, served=0)
+    log_a[0]["settled_height"] = 200
+    load(db_url, tmp_path, [log_a[0], log_b[0]], name="heights.ndjson")
+    r = one(conn, "SELECT sprt_crossed, evidence -> 'sprt_escrows' FROM api.restitution_impact "
+                  "WHERE epoch_index = 370 AND participant = %s", X)
+    assert r == (False, ["9102", "9101"])
+
+
+def test_exclusion_observed_vs_computed_and_missing_snapshots(db_url, tmp_path, conn):
+    recs = [gov_snapshot(epoch=371), params(371, exact=False),
+            summary(371, X, confirmation_weight=1000, inference_count=20, missed_requests=0,
+                    excluded_reason="statistical_invalidations"),
+            gov_snapshot(epoch=372)]  # epoch 372: no epoch_params, no summaries
+    load(db_url, tmp_path, recs + small_escrow("9201", 371, invalid=1, served=19)
+         + small_escrow("9202", 372, invalid=1, served=5))
+    r = one(conn, "SELECT sprt_crossed, excluded_reason, exclusion_matches_sprt, params_exact, downtime_passes, "
+                  "evidence #>> '{params,inexact}' FROM api.restitution_impact WHERE epoch_index = 371")
+    assert r[:5] == (False, "statistical_invalidations", False, False, True)
+    assert "live parameters stood in" in r[5]
+    r = one(conn, "SELECT downtime_passes, sprt_crossed, sprt_max_llr, restitution_candidate, counts_source, "
+                  "evidence ->> 'downtime_null_reason', evidence ->> 'sprt_null_reason', reward_at_stake "
+                  "FROM api.restitution_impact WHERE epoch_index = 372 AND participant = %s", X)
+    assert r[:5] == (None, None, None, None, "replay")
+    assert r[5] == "no epoch_performance_summary captured for this host and epoch"
+    assert r[6] == "no validation_params snapshot captured for the epoch"
+    assert r[7] is None
+
+
+def test_downtime_flip_without_disputable_misses(db_url, tmp_path, conn):
+    # B misses 7 of 20 at p0 = 0.10 (fails); all 7 are refused timeouts shown over the limit (max_tokens > the
+    # governance limit), so without them B misses 0 of 20 (inference_count + 7, total unchanged): passes
+    log = Log("9301", epoch=373)
+    for _ in range(7):
+        iid = log.start(5, max_tokens=GOV + 1)
+        log.timeout(iid, "refused")
+    recs = [gov_snapshot(epoch=373), params(373),
+            summary(373, B, confirmation_weight=5000, inference_count=13, missed_requests=7)]
+    recs += [summary(373, f"gonka1other{k}", inference_count=10, missed_requests=0) for k in range(5)]
+    load(db_url, tmp_path, recs + log.records)
+    r = one(conn, "SELECT missed, disputable_missed, downtime_passes, downtime_passes_without_disputable, "
+                  "restitution_candidate, flipped_test FROM api.restitution_impact "
+                  "WHERE epoch_index = 373 AND participant = %s", B)
+    assert r == (7, 7, False, True, True, "downtime")
+    assert one(conn, "SELECT fn.missed_stat_test(7, 20, 0.10)")[0] is False
+
+
+def test_policy_variants_on_hand_built_penalties(db_url, tmp_path, conn):
+    log = Log("9401", epoch=374)
+    cases = {}
+    cases["unknown"] = log.refusal(5)                                       # no payload: undetermined
+    cases["prompt_over"] = log.refusal(5, payload=stored(fam3(GOV, 410_000)))  # prompt >= limit
+    cases["sum_over"] = log.refusal(5, payload=stored(fam4(GOV, 398_000, 4096)))  # prompt + max > limit
+    cases["fits"] = log.refusal(5, payload=stored(fam3(300_000, 350_000)))  # a lowered host: fits the limit
+    for iid in cases.values():
+        log.invalidate(iid)
+    h = new_hash()
+    rid = log.refusal(5, h, payload=stored(fam6_at_least(GOV, 4096)))
+    log.served(6, h, input_tokens=GOV - 4096 + 1, output_tokens=50)        # a sibling only today's rule accepts
+    log.error_miss(rid)
+    recs = [gov_snapshot(epoch=374), params(374, h=("2", 0))]
+    load(db_url, tmp_path, recs + log.records)
+    got = {r[0]: r[1:] for r in conn.execute(
+        "SELECT variant, removed_missed, removed_invalid, invalid, missed, sprt_crossed FROM api.policy_whatif "
+        "WHERE epoch_index = 374 AND participant = %s", (B,))}
+    assert got == {
+        "current": (0, 0, 4, 1, True),              # 4 ln 2 = 2.77 >= 2
+        "issue_2078": (1, 3, 1, 0, False),
+        "tokenize_2093": (1, 2, 2, 0, False),
+        "narrow_prompt_ge_limit": (0, 1, 3, 1, True),  # 3 ln 2 + ln(0.9/0.95) = 2.025 >= 2
+        "hardened_sibling": (1, 0, 4, 0, True),
+    }
+    excused = {r[0]: r[1:] for r in conn.execute(
+        "SELECT inference_id, excused_issue_2078, excused_tokenize_2093, excused_narrow_prompt_ge_limit "
+        "FROM api.policy_penalties WHERE epoch_index = 374 AND penalty = 'invalid'")}
+    assert excused[cases["unknown"]] == (True, False, False)
+    assert excused[cases["prompt_over"]] == (True, True, True)
+    assert excused[cases["sum_over"]] == (True, True, False)
+    assert excused[cases["fits"]] == (False, False, False)
+
+
+def test_chain_version_heights_and_override(db_url, tmp_path, conn):
+    load(db_url, tmp_path, [{"kind": "epoch", "epoch_index": 380, "start_height": 5_700_000,
+                             "end_height": 5_715_000}])
+    assert one(conn, "SELECT chain_version, version_source FROM api.epoch_chain_versions "
+                     "WHERE epoch_index = 380") == (None, "assumed_newest")
+    conn.execute("UPDATE chain.upgrade SET height = 5_000_000 + ordinal * 10 FROM fn.chain_versions() v "
+                 "WHERE v.chain_version = upgrade.chain_version")
+    conn.execute("UPDATE chain.upgrade SET height = 5_710_000 WHERE chain_version = 'v0.2.13'")
+    r = one(conn, "SELECT chain_version, version_source, changed_in_epoch FROM api.epoch_chain_versions "
+                  "WHERE epoch_index = 380")
+    assert r == ("v0.2.13", "upgrade_heights", True)
+    conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
+                 "VALUES (375, 385, 'v0.2.11', 'analyst: archive node says v0.2.11')")
+    assert one(conn, "SELECT chain_version, version_source FROM api.epoch_chain_versions "
+                     "WHERE epoch_index = 380") == ("v0.2.11", "override")
+    # read-only role: the api views and fn.chain_version_at work without access to schema chain
+    with psycopg.connect(db_url) as c:
+        c.execute("SET ROLE indexer_reader")
+        assert c.execute("SELECT chain_version FROM api.epoch_chain_versions WHERE epoch_index = 380"
+                         ).fetchone() == ("v0.2.11",)
+        assert c.execute("SELECT count(*) FROM api.chain_versions").fetchone()[0] == 14
