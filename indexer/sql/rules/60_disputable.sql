@@ -19,8 +19,9 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
   LEFT JOIN LATERAL (
     SELECT largest.sibling_inference_id, largest.sibling_input_tokens
     FROM fn.largest_sibling(s.escrow_id, s.prompt_hash, s.inference_id) largest
-    -- no probe when even the escrow's largest input (10_limits) could not show it over the limit
-    WHERE fn.shown_over_limit(el.max_input_tokens, s.max_tokens, el.governance_limit)) sib ON true
+    -- no probe when even the escrow's largest input (10_limits) could not show it over the limit (OFFSET 0 keeps
+    -- this a gate in front of the probe, not a filter the join applies after it)
+    WHERE fn.shown_over_limit(el.max_input_tokens, s.max_tokens, el.governance_limit) OFFSET 0) sib ON true
   WHERE el.epoch_index = ANY(%(epochs)s)
     AND fn.shown_over_limit(sib.sibling_input_tokens, s.max_tokens, el.governance_limit)
 ), found AS (
