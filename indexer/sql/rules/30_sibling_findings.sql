@@ -1,11 +1,20 @@
--- One finding per error-miss: the best sibling candidate and whether verifiers should have accepted the
--- error-miss under today's rule and under the hardened rule (sibling.input_tokens + max_tokens <= limit).
--- A sibling qualifies by its status *at the error-miss's nonce*: Finished (not yet challenged or timed out)
--- or Validated. Billed client faults and non-client-fault bodies are plain misses under both rules.
+-- One finding per error-miss: the best sibling candidate and whether verifiers should have accepted the error-miss
+-- (gonka-devshard.md §2.4, §3.5 pt 6). A verifier rejects an error-miss on an unbilled pure client fault unless a
+-- sibling qualifies, so, with client_fault := fn.is_client_fault_finish of the error-missed Finish:
+--   accepted_current_rule  := NOT client_fault OR a sibling qualifies
+--   accepted_hardened_rule := NOT client_fault OR (a sibling qualifies AND sibling.input_tokens + max_tokens <= limit)
+-- A sibling qualifies by its status *at the error-miss's nonce*: Finished (not yet challenged or timed out) or
+-- Validated, and it must have served (output_tokens > 0). Billed client faults and non-client-fault bodies are
+-- plain misses under both rules (client_fault is false). A 0/0 Finish without payload has client_fault NULL: the
+-- verifiers saw the payload and we do not, so the formulas stay three-valued: accepted (true) when a sibling settles
+-- it either way, unknown (NULL) otherwise; 60_disputable decides what an unknown acceptance means for the penalty.
 DELETE FROM rules.sibling_finding WHERE escrow_id = ANY(%(escrows)s);
 
-INSERT INTO rules.sibling_finding
-WITH em AS (
+INSERT INTO rules.sibling_finding (escrow_id, inference_id, epoch_index, error_miss_nonce, applied, client_fault_basis,
+                                   billed, sibling_inference_id, sibling_input_tokens, sibling_output_tokens,
+                                   sibling_status, governance_limit, max_tokens, accepted_current_rule,
+                                   accepted_hardened_rule, rule_version)
+WITH error_miss AS (
   SELECT m.escrow_id, m.inference_id, m.diff_nonce, el.epoch_index, el.governance_limit
   FROM rules.escrow_limit el
   JOIN rec.error_miss_tx m ON m.escrow_id = el.escrow_id
@@ -13,38 +22,39 @@ WITH em AS (
 ), judged AS (
   SELECT em.*, s.max_tokens, s.prompt_hash, f.inference_id IS NOT NULL AS has_finish,
          COALESCE(f.output_tokens > 0, false) AS billed,
-         CASE WHEN f.output_tokens = 0 AND p.is_client_fault THEN 'payload'
-              WHEN f.output_tokens = 0 AND f.input_tokens = 0 AND f.response_payload IS NULL THEN 'zero_zero_presumed'
-         END AS client_fault_basis,
+         fn.is_client_fault_finish(f.input_tokens, f.output_tokens, f.response_payload IS NOT NULL,
+                                   parse.is_client_fault) AS client_fault,
          i.status = 'TimedOut' AND i.timeout_reason = 'error_miss' AS applied
-  FROM em
+  FROM error_miss em
   LEFT JOIN rec.start_tx s ON s.escrow_id = em.escrow_id AND s.inference_id = em.inference_id
   LEFT JOIN rec.finish_tx f ON f.escrow_id = em.escrow_id AND f.inference_id = em.inference_id
-  LEFT JOIN rules.refusal_parse p ON p.escrow_id = em.escrow_id AND p.inference_id = em.inference_id
+  LEFT JOIN rules.refusal_parse parse ON parse.escrow_id = em.escrow_id AND parse.inference_id = em.inference_id
   LEFT JOIN replay.inference i ON i.escrow_id = em.escrow_id AND i.inference_id = em.inference_id
 )
-SELECT j.escrow_id, j.inference_id, j.epoch_index, j.diff_nonce, COALESCE(j.applied, false), j.client_fault_basis,
-       j.billed, c.inference_id, c.input_tokens, c.output_tokens, c.status, j.governance_limit, j.max_tokens,
-       CASE WHEN NOT j.has_finish THEN NULL
-            WHEN j.client_fault_basis IS NULL THEN true
-            ELSE c.inference_id IS NOT NULL END,
-       CASE WHEN NOT j.has_finish THEN NULL
-            WHEN j.client_fault_basis IS NULL THEN true
-            WHEN c.inference_id IS NULL THEN false
-            ELSE c.input_tokens + j.max_tokens <= j.governance_limit END,
+SELECT j.escrow_id, j.inference_id, j.epoch_index, j.diff_nonce, COALESCE(j.applied, false),
+       -- why the miss is in question: the payload shows a client fault, or only the signed 0/0 suggests one
+       -- (an executor signs 0/0 only for a client fault, §2.1; the payload that would confirm it is not stored)
+       CASE WHEN j.client_fault THEN 'payload' WHEN j.client_fault IS NULL THEN 'zero_zero_presumed' END,
+       j.billed, candidate.sibling_inference_id, candidate.input_tokens, candidate.output_tokens, candidate.status,
+       j.governance_limit, j.max_tokens,
+       CASE WHEN j.has_finish THEN NOT j.client_fault OR candidate.sibling_inference_id IS NOT NULL END,
+       CASE WHEN j.has_finish THEN NOT j.client_fault
+                                   OR (candidate.sibling_inference_id IS NOT NULL
+                                       AND candidate.input_tokens + j.max_tokens <= j.governance_limit) END,
        %(version)s
 FROM judged j
 LEFT JOIN LATERAL (
-  SELECT sf.inference_id, sf.input_tokens, sf.output_tokens, si.status
-  FROM rec.start_tx s2
-  JOIN rec.finish_tx sf ON sf.escrow_id = s2.escrow_id AND sf.inference_id = s2.inference_id AND sf.output_tokens > 0
-  JOIN replay.inference si ON si.escrow_id = s2.escrow_id AND si.inference_id = s2.inference_id
-  WHERE s2.escrow_id = j.escrow_id AND s2.prompt_hash = j.prompt_hash AND j.prompt_hash <> ''
-    AND s2.inference_id <> j.inference_id
-    AND si.finished_nonce <= j.diff_nonce
-    AND (si.timed_out_nonce IS NULL OR si.timed_out_nonce > j.diff_nonce)
-    AND (si.challenged_nonce IS NULL OR si.challenged_nonce > j.diff_nonce
-         OR (si.status = 'Validated' AND si.resolved_nonce <= j.diff_nonce))
-  ORDER BY (sf.input_tokens + j.max_tokens <= j.governance_limit) DESC NULLS LAST, sf.input_tokens, sf.inference_id
+  SELECT sibling.sibling_inference_id, sibling.input_tokens, sibling.output_tokens, sibling_record.status
+  FROM fn.sibling_finishes(j.escrow_id, j.prompt_hash, j.inference_id) sibling
+  JOIN replay.inference sibling_record ON sibling_record.escrow_id = j.escrow_id
+                                      AND sibling_record.inference_id = sibling.sibling_inference_id
+  WHERE sibling.output_tokens > 0
+    AND sibling_record.finished_nonce <= j.diff_nonce
+    AND (sibling_record.timed_out_nonce IS NULL OR sibling_record.timed_out_nonce > j.diff_nonce)
+    AND (sibling_record.challenged_nonce IS NULL OR sibling_record.challenged_nonce > j.diff_nonce
+         OR (sibling_record.status = 'Validated' AND sibling_record.resolved_nonce <= j.diff_nonce))
+  -- one that passes the hardened rule if any (it decides both rules), else the smallest served prompt
+  ORDER BY (sibling.input_tokens + j.max_tokens <= j.governance_limit) DESC NULLS LAST, sibling.input_tokens,
+           sibling.sibling_inference_id
   LIMIT 1
-) c ON true;
+) candidate ON true;

@@ -5,8 +5,9 @@
 -- challenger there is no challenge at all: the record would have stayed Finished.
 DELETE FROM rules.challenge WHERE epoch_index = ANY(%(epochs)s);
 
-INSERT INTO rules.challenge
-WITH ch AS (
+INSERT INTO rules.challenge (escrow_id, inference_id, epoch_index, is_client_fault_finish, suspect_invalid_weight,
+                             suspect_voters, outcome_without_suspects, rule_version)
+WITH challenged AS (
   SELECT i.escrow_id, i.inference_id, i.epoch_index, i.challenger_slot, i.vote_threshold, e.model_id
   FROM replay.inference i JOIN rec.escrow e ON e.escrow_id = i.escrow_id
   WHERE i.epoch_index = ANY(%(epochs)s) AND i.challenged_nonce IS NOT NULL
@@ -15,14 +16,14 @@ WITH ch AS (
 ), weighted AS (
   SELECT v.escrow_id, v.inference_id, v.ordinal, v.kind, v.slot, v.address, v.weight, v.valid, v.effect,
          ch.vote_threshold, ch.challenger_slot, sp.participant IS NOT NULL AS suspect
-  FROM ch
+  FROM challenged ch
   JOIN replay.vote v ON v.escrow_id = ch.escrow_id AND v.inference_id = ch.inference_id AND v.effect <> 'no_weight'
   LEFT JOIN suspects sp ON sp.epoch_index = ch.epoch_index AND sp.model_id IS NOT DISTINCT FROM ch.model_id
                        AND sp.participant = v.address
 ), running AS (
   SELECT w.*,
-         sum(CASE WHEN NOT w.suspect AND NOT w.valid THEN w.weight ELSE 0 END) OVER seq AS inv_wo,
-         sum(CASE WHEN NOT w.suspect AND w.valid THEN w.weight ELSE 0 END) OVER seq AS val_wo,
+         sum(CASE WHEN NOT w.suspect AND NOT w.valid THEN w.weight ELSE 0 END) OVER seq AS invalid_without_suspects,
+         sum(CASE WHEN NOT w.suspect AND w.valid THEN w.weight ELSE 0 END) OVER seq AS valid_without_suspects,
          row_number() OVER seq AS step
   FROM weighted w
   WINDOW seq AS (PARTITION BY w.escrow_id, w.inference_id ORDER BY w.ordinal ROWS UNBOUNDED PRECEDING)
@@ -31,22 +32,32 @@ WITH ch AS (
          sum(weight) FILTER (WHERE suspect AND NOT valid AND effect = 'weight')::int AS suspect_invalid_weight,
          array_agg(DISTINCT address) FILTER (WHERE suspect AND NOT valid AND effect = 'weight') AS suspect_voters,
          bool_or(kind = 'validation' AND slot = challenger_slot AND suspect) AS challenger_suspect,
-         min(step) FILTER (WHERE kind = 'validation_vote' AND NOT suspect AND inv_wo > vote_threshold) AS inv_step,
-         min(step) FILTER (WHERE kind = 'validation_vote' AND NOT suspect AND val_wo > vote_threshold) AS val_step
+         -- the first non-suspect vote after which a side's weight without the suspects exceeds the threshold
+         min(step) FILTER (WHERE kind = 'validation_vote' AND NOT suspect
+                             AND invalid_without_suspects > vote_threshold) AS invalidated_at_step,
+         min(step) FILTER (WHERE kind = 'validation_vote' AND NOT suspect
+                             AND valid_without_suspects > vote_threshold) AS validated_at_step
   FROM running GROUP BY escrow_id, inference_id
 )
 SELECT ch.escrow_id, ch.inference_id, ch.epoch_index,
-       -- the parse is looked up only for 0/0 Finishes (a join would hash every epoch's parses for one epoch)
-       COALESCE(f.input_tokens = 0 AND f.output_tokens = 0
-                AND COALESCE((SELECT p.is_client_fault FROM rules.refusal_parse p
-                              WHERE p.escrow_id = ch.escrow_id AND p.inference_id = ch.inference_id),
-                             f.response_payload IS NULL), false),
+       -- The column is NOT NULL, so an unknown (a 0/0 Finish without payload) must become a decision: true. The
+       -- executor signs 0/0 only for a client fault (gonka-devshard.md §2.1), and the validators, who hold the
+       -- payload, judge a stored client fault as one (§3.8): a challenged 0/0 Finish is on the #2078 invalidation path
+       -- unless its payload says otherwise. It decides no penalty here; api.inferences.is_client_fault keeps NULL.
+       -- The parse is looked up only for 0/0 Finishes with a payload (a join would hash every epoch's parses for
+       -- one epoch; the inlined function evaluates the subquery only there).
+       COALESCE(fn.is_client_fault_finish(f.input_tokens, f.output_tokens, f.response_payload IS NOT NULL,
+                                          (SELECT parse.is_client_fault FROM rules.refusal_parse parse
+                                           WHERE parse.escrow_id = ch.escrow_id
+                                             AND parse.inference_id = ch.inference_id)),
+                true),
        COALESCE(t.suspect_invalid_weight, 0), t.suspect_voters,
        CASE WHEN t.challenger_suspect THEN 'Finished'
-            WHEN t.inv_step IS NOT NULL AND (t.val_step IS NULL OR t.inv_step <= t.val_step) THEN 'Invalidated'
-            WHEN t.val_step IS NOT NULL THEN 'Validated'
+            WHEN t.invalidated_at_step IS NOT NULL
+                 AND (t.validated_at_step IS NULL OR t.invalidated_at_step <= t.validated_at_step) THEN 'Invalidated'
+            WHEN t.validated_at_step IS NOT NULL THEN 'Validated'
             ELSE 'Challenged' END,
        %(version)s
-FROM ch
+FROM challenged ch
 LEFT JOIN tallied t ON t.escrow_id = ch.escrow_id AND t.inference_id = ch.inference_id
 LEFT JOIN rec.finish_tx f ON f.escrow_id = ch.escrow_id AND f.inference_id = ch.inference_id;

@@ -12,10 +12,10 @@ SELECT i.escrow_id,
        s.max_tokens,
        f.input_tokens,
        f.output_tokens,
-       -- true when a stored payload confirms a 0/0 client fault; a 0/0 Finish without payload is unknown (null)
-       CASE WHEN f.inference_id IS NULL THEN false
-            WHEN f.input_tokens <> 0 OR f.output_tokens <> 0 THEN false
-            ELSE p.is_client_fault END AS is_client_fault,
+       -- gonka-devshard.md §3.6: false without a 0/0 Finish, the payload's verdict for a 0/0 Finish with one,
+       -- NULL (unknown) for a 0/0 Finish whose payload is not stored
+       fn.is_client_fault_finish(f.input_tokens, f.output_tokens, f.response_payload IS NOT NULL,
+                                 parse.is_client_fault) AS is_client_fault,
        i.penalty,
        i.votes_valid,
        i.votes_invalid,
@@ -30,4 +30,4 @@ FROM replay.inference i
 LEFT JOIN rec.escrow e ON e.escrow_id = i.escrow_id
 LEFT JOIN rec.start_tx s ON s.escrow_id = i.escrow_id AND s.inference_id = i.inference_id
 LEFT JOIN rec.finish_tx f ON f.escrow_id = i.escrow_id AND f.inference_id = i.inference_id
-LEFT JOIN rules.refusal_parse p ON p.escrow_id = i.escrow_id AND p.inference_id = i.inference_id;
+LEFT JOIN rules.refusal_parse parse ON parse.escrow_id = i.escrow_id AND parse.inference_id = i.inference_id;
