@@ -73,7 +73,7 @@ def test_report_renders_filters_and_fits(browser, report, width, height):
     # every chart drawn: each SVG has a visible box and shapes in it
     charts = page.eval_on_selector_all("svg", """svgs => svgs.map(s => {
         const r = s.getBoundingClientRect();
-        return {w: r.width, h: r.height, shapes: s.querySelectorAll('rect').length}; })""")
+        return {w: r.width, h: r.height, shapes: s.querySelectorAll('rect, polyline, path, circle').length}; })""")
     assert len(charts) >= 4 and all(c["w"] > 0 and c["h"] > 0 and c["shapes"] > 0 for c in charts), charts
     heat = page.eval_on_selector("#heatmap", "s => s.querySelectorAll('.cell rect').length")
     assert heat >= len(counts)

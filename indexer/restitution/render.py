@@ -120,7 +120,7 @@ def markdown(case: EpochCase) -> str:
         lines += [""] + [f"> {n}" for n in notes if n] + [""]
     lines += ["## What this report does not claim", ""] + [f"- {t}" for t in NOT_CLAIMED] + [""]
     lines += ["## Rule variants", "", "Penalties each variant would assign and the resulting outcomes "
-              "(docs/restitution.md gives each variant as a formula).", ""]
+              "(the indexer README gives each variant as a formula).", ""]
     lines += _table(["participant", "variant", "missed", "invalid", "downtime passes", "SPRT crossed"],
                     [[f"`{v['participant']}`", v["variant"], v["missed"], v["invalid"], v["downtime_passes"],
                       v["sprt_crossed"]] for v in case.variants])
@@ -173,7 +173,8 @@ def _svg(series: dict[str, list[tuple[str, Decimal]]], threshold: Decimal | None
     w, h = 420, 160
     x = lambda i: 30 + (w - 40) * (i / max(n, 1))  # noqa: E731
     y = lambda v: 10 + (h - 20) * (1 - (v - lo) / ((hi - lo) or 1))  # noqa: E731
-    out = [f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">']
+    # scales to the column's width (a phone's too), keeping its proportions
+    out = [f'<svg viewBox="0 0 {w} {h}" style="width:100%;max-width:{w}px;height:auto" role="img">']
     if threshold is not None:
         out.append(f'<line x1="30" x2="{w - 10}" y1="{y(float(threshold)):.1f}" y2="{y(float(threshold)):.1f}" '
                    f'stroke="#c00" stroke-dasharray="4"/><text x="32" y="{y(float(threshold)) - 3:.1f}" '
@@ -194,12 +195,13 @@ def html_section(cases: list[EpochCase]) -> tuple[str, dict[str, Any]]:
     for case in cases:
         if not case.candidates:
             continue
-        parts.append(f"<h3>Epoch {case.epoch}</h3><table><tr><th>participant</th><th>role</th>"
+        # tables scroll in their own box (class "scroll" of the page), so a phone's page never scrolls sideways
+        parts.append(f"<h3>Epoch {case.epoch}</h3><div class=\"scroll\"><table><tr><th>participant</th><th>role</th>"
                      "<th>amount (GONKA)</th><th>amount (ngonka)</th></tr>")
         for r in case.candidates:
             parts.append(f"<tr><td>{html.escape(r['participant'])}</td><td>{html.escape(role(r))}</td>"
                          f"<td>{gonka(r['reward_at_stake'])}</td><td>{_fmt(r['reward_at_stake'])}</td></tr>")
-        parts.append("</table>")
+        parts.append("</table></div>")
         for r in case.candidates:
             series = case.trajectories.get(r["participant"], {})
             data.setdefault(str(case.epoch), {})[r["participant"]] = {
