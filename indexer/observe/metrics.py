@@ -15,19 +15,18 @@ import psycopg
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from indexer.records import KINDS
+
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 3  # seconds: a scrape or readiness probe must answer even when the database does not
 
-# rec.<table> → record kind (interface.md §2)
-_KIND_OF_TABLE = {"epoch": "epoch", "model_snapshot": "model_snapshot", "escrow": "escrow", "start_tx": "start",
-                  "confirm_start_tx": "confirm_start", "finish_tx": "finish", "validation_tx": "validation",
-                  "validation_vote_tx": "validation_vote", "timeout_tx": "timeout", "error_miss_tx": "error_miss",
-                  "host_stats": "host_stats", "host_epoch_stats": "host_epoch_stats"}
+# rec.<table> → record kind (interface.md §2), from the one definition of the kinds
+_KIND_OF_TABLE = {kind.table: kind.name for kind in KINDS.values()}
 
-_LAG = """SELECT split_part(source, ':', 1), max(lag_seconds) FROM api.ingest_status
+_LAG = """SELECT source_kind, max(lag_seconds) FROM api.ingest_status
           WHERE lag_seconds IS NOT NULL GROUP BY 1"""
-_ERRORS = "SELECT split_part(source, ':', 1), count(*) FROM net.failure GROUP BY 1"
+_ERRORS = "SELECT source_kind, count(*) FROM net.failure GROUP BY 1"
 _ROWS = """SELECT relname, n_tup_ins FROM pg_stat_user_tables WHERE schemaname = 'rec'"""  # every writer's inserts
 _DISPUTABLE = "SELECT rule, count(*) FROM api.disputable_penalties GROUP BY 1"
 _FIRING = """SELECT rule, count(*) FILTER (WHERE status = 'firing') FROM alert.state GROUP BY 1"""

@@ -107,7 +107,7 @@ class Poller:
             # chain metadata of every epoch first, then all their escrows through one pipeline (oldest epoch
             # first, so the fetch threads never idle at an epoch boundary), then each epoch's stats and state
             plans = [self.epochs.plan(epoch, info if epoch == now else None) for epoch in todo]
-            cursors = self.store.cursors("escrow:")
+            cursors = self.store.cursors("escrow")
             jobs = list({eid: (epoch, eid) for epoch, ids, pending in reversed(plans) for eid in pending}.values())
             jobs.sort(key=lambda j: todo.index(j[0]))  # an id listed by two epochs is fetched once, with the older
             done = self.pipeline.run(jobs, settled_versions, cursors)

@@ -43,7 +43,7 @@ class Epochs:
 
     def prune(self, now: int, states: dict[int, str]) -> None:
         """Epochs that left the window unfinished become final ('pruned'); their unfinished escrows are gaps."""
-        final = self.store.cursors("escrow-final:")
+        final = self.store.cursors("escrow-final")
         for epoch in sorted(e for e, st in states.items() if st != "final" and e < now - PRUNING_WINDOW):
             ids = self.store.escrow_ids(epoch)
             lost = [eid for eid in ids if f"escrow-final:{eid}" not in final]
@@ -113,7 +113,7 @@ class Epochs:
         created = self.g.rpc.escrows_created(epoch)
         ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
         ids.sort(key=lambda x: int(x) if x.isdigit() else 0)
-        final = self.store.cursors("escrow-final:")
+        final = self.store.cursors("escrow-final")
         self.summary.escrows_skipped_final += sum(f"escrow-final:{e}" in final for e in ids)
         return epoch, ids, [e for e in ids if f"escrow-final:{e}" not in final]
 

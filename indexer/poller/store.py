@@ -96,9 +96,10 @@ class Store:
             self.failures.append((source, url, error, transient))
 
     # -- cursors --------------------------------------------------------------------------------
-    def cursors(self, prefix: str) -> dict[str, str]:
-        rows = self.conn.execute("SELECT source, cursor FROM net.cursor WHERE source LIKE %s AND cursor IS NOT NULL",
-                                 (prefix.replace("_", r"\_") + "%",)).fetchall()
+    def cursors(self, kind: str) -> dict[str, str]:
+        """source → cursor of every source of one kind ('escrow', 'escrow-final', …) that has a cursor."""
+        rows = self.conn.execute("SELECT source, cursor FROM net.cursor WHERE source_kind = %s AND cursor IS NOT NULL",
+                                 (kind,)).fetchall()
         return dict(rows)
 
     # -- what was stored before ------------------------------------------------------------------

@@ -3,7 +3,7 @@
 SELECT 'ingest_lagging:' || source AS alert_key,
        CASE WHEN stalled_cycles > 0 OR lag_seconds > 3600 THEN 'critical' ELSE 'warning' END AS severity,
        NULL::text AS participant,
-       CASE WHEN starts_with(source, 'epoch:') THEN substr(source, 7)::bigint END AS epoch_index,
+       CASE WHEN source_kind = 'epoch' THEN source_key::bigint END AS epoch_index,
        format('%s: %s', source,
               CASE WHEN stalled_cycles > 0 THEN format('stalled for %s cycle(s) at %s (source at %s)',
                                                         stalled_cycles, cursor, source_position)

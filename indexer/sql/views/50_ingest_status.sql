@@ -10,15 +10,16 @@
 -- (no percent signs in this file: it runs through a DB-API driver with paramstyle pyformat)
 CREATE VIEW api.ingest_status AS
 SELECT c.source, c.cursor, c.last_success_at, c.last_error, c.last_error_at, c.next_retry_at, c.updated_at,
-       CASE WHEN starts_with(c.source, 'escrow-final:') OR (starts_with(c.source, 'escrow:') AND EXISTS (
-                SELECT 1 FROM net.cursor f WHERE f.source = 'escrow-final:' || substr(c.source, 8)))
-              OR (starts_with(c.source, 'epoch:') AND c.cursor = 'final')
+       CASE WHEN c.source_kind = 'escrow-final' OR (c.source_kind = 'escrow' AND EXISTS (
+                SELECT 1 FROM net.cursor f WHERE f.source_kind = 'escrow-final' AND f.source_key = c.source_key))
+              OR (c.source_kind = 'epoch' AND c.cursor = 'final')
             THEN NULL
             ELSE EXTRACT(EPOCH FROM (now() - COALESCE(c.last_success_at, c.updated_at)))::double precision
        END AS lag_seconds,
        COALESCE(p.stalled_cycles, 0) AS stalled_cycles,
        p.source_position,
-       f.epoch_index, f.model_id, f.participant, f.host, f.url AS failed_url
+       f.epoch_index, f.model_id, f.participant, f.host, f.url AS failed_url,
+       c.source_kind, c.source_key
 FROM net.cursor c
 LEFT JOIN net.progress p ON p.source = c.source
 LEFT JOIN net.snapshot_failure f ON f.source = c.source;
