@@ -19,7 +19,7 @@ from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
 from indexer import refusals
-from indexer.sources.ndjson import InputFile, block_lines, open_input
+from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input
 
 BATCH_LINES = 50_000
 PREPARE_WORKERS = 2
@@ -143,18 +143,29 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
 
 
 def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, progress=None) -> IngestSummary:
+    """Load the files in order. Every file is checked before the first loads; a file that turns out bad while
+    loading (a corrupt gzip stream) raises InputError with ``partial`` set to what the earlier files loaded: their
+    batches (and this file's batches before the bad spot) are committed and dirty, so the caller still replays them."""
+    for name in names:
+        check_input(name)
     start = time.perf_counter()
     summary = IngestSummary()
     with psycopg.connect(url) as conn:
-        for name in names:
-            inp = open_input(name)
-            try:
-                task = progress.add_task(inp.uri, total=inp.size) if progress else None
-                hook = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
-                summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook))
-                summary.files += 1
-            finally:
-                inp.cleanup()
+        try:
+            for name in names:
+                inp = open_input(name)
+                try:
+                    task = progress.add_task(inp.uri, total=inp.size) if progress else None
+                    hook = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
+                    summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook))
+                    summary.files += 1
+                finally:
+                    inp.cleanup()
+        except InputError as exc:
+            conn.rollback()
+            summary.seconds = time.perf_counter() - start
+            exc.partial = summary
+            raise
         _analyze_if_grown(conn, summary)
     summary.seconds = time.perf_counter() - start
     return summary

@@ -11,8 +11,10 @@ import hashlib
 import json
 import re
 import shutil
+import stat
 import sys
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -165,7 +167,7 @@ class InputFile:
         first, pieces, have, size = 1, [], 0, 0
         with open(self.path, "rb") as raw:
             stream: BinaryIO = gzip.GzipFile(fileobj=raw) if _is_gzip(self.path) else raw
-            while chunk := stream.read(chunk_bytes):
+            while chunk := self._read(stream, chunk_bytes, first + have):
                 newlines = chunk.count(b"\n")
                 while have + newlines >= lines_per_block:
                     cut = _after_newlines(chunk, lines_per_block - have)
@@ -185,6 +187,13 @@ class InputFile:
                     progress(raw.tell())
         if any(pieces):
             yield first, b"".join(pieces)
+
+    def _read(self, stream: BinaryIO, size: int, line: int) -> bytes:
+        """The next chunk; a corrupt or truncated gzip stream is bad input naming the file and where it broke."""
+        try:
+            return stream.read(size)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"{self.uri}: corrupt gzip data near line {line}: {exc}") from None
 
     def cleanup(self) -> None:
         if self._spooled:
@@ -208,13 +217,42 @@ def _after_newlines(data: bytes, n: int) -> int:
     return at
 
 
+def check_input(name: str) -> None:
+    """Raise InputError, naming the file, when `name` cannot be ingested: missing, a directory, not readable. Cheap
+    (nothing is read), so every file of a command is checked before the first one loads."""
+    if name == "-":
+        return
+    path = Path(name)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{name}: cannot be read: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{name}: is a directory, not an NDJSON file")
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        raise InputError(f"{name}: not a regular file or a pipe")
+    if stat.S_ISREG(mode):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise InputError(f"{name}: cannot be read: {exc.strerror}") from None
+
+
 def open_input(name: str) -> InputFile:
     if name == "-":
-        return _spool_stdin()
+        return _spool(sys.stdin.buffer, "stdin")
+    check_input(name)
     path = Path(name)
-    if not path.is_file():
-        raise InputError(f"{name}: no such file")
-    return InputFile(uri=str(path.resolve()), path=path, size=path.stat().st_size, digest=file_digest(path))
+    if stat.S_ISFIFO(path.stat().st_mode):  # a pipe (e.g. <(zcat ...)) is read once, like stdin
+        with open(path, "rb") as fh:
+            return _spool(fh, str(path))
+    try:
+        return InputFile(uri=str(path.resolve()), path=path, size=path.stat().st_size, digest=file_digest(path))
+    except OSError as exc:
+        raise InputError(f"{name}: cannot be read: {exc.strerror or exc}") from None
 
 
 def file_digest(path: Path) -> str:
@@ -225,13 +263,13 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _spool_stdin() -> InputFile:
-    """stdin is read once into a temp file: the digest must be known before the first batch commits."""
+def _spool(stream: BinaryIO, uri: str) -> InputFile:
+    """stdin or a pipe is read once into a temp file: the digest must be known before the first batch commits."""
     tmp = tempfile.NamedTemporaryFile(prefix="indexer-stdin-", suffix=".ndjson", delete=False)
     with tmp:
-        shutil.copyfileobj(sys.stdin.buffer, tmp, _CHUNK)
+        shutil.copyfileobj(stream, tmp, _CHUNK)
     path = Path(tmp.name)
-    return InputFile(uri="stdin", path=path, size=path.stat().st_size, digest=file_digest(path), _spooled=True)
+    return InputFile(uri=uri, path=path, size=path.stat().st_size, digest=file_digest(path), _spooled=True)
 
 
 def _is_gzip(path: Path) -> bool:
