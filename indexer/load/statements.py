@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from indexer.db.marks import WHOLE_EPOCH
+from indexer.db.marks import ESCROW_MARK, WHOLE_EPOCH
 from indexer.records import KINDS, PG_TYPES, Kind
 
 
@@ -19,7 +19,7 @@ def dirty_mark(kind: Kind) -> tuple[str, str, str]:
     """(INSERT target, scope column, ON CONFLICT action) that marks what a changed record of `kind` dirties: its
     escrow for the replay, or its whole epoch for the rules (an epoch-level input re-evaluates every escrow)."""
     if kind.scope == "escrow":
-        return "replay.dirty_escrow (escrow_id)", "escrow_id", "DO NOTHING"
+        return "replay.dirty_escrow (escrow_id)", "escrow_id", ESCROW_MARK
     return "rules.dirty_epoch (epoch_index)", "epoch_index", WHOLE_EPOCH
 
 
@@ -73,9 +73,10 @@ WITH src AS (
   FROM changed c WHERE {" AND ".join(f"t.{k} = c.{k}" for k in key)}
   RETURNING t.{scope_col}
 ), dirty AS (
-  INSERT INTO {dirty}
+  INSERT INTO {dirty}  -- in key order: concurrent markers lock the marks in one order, so they never deadlock
   SELECT {scope_col} FROM ins WHERE {scope_col} IS NOT NULL
   UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL
+  ORDER BY 1
   ON CONFLICT {on_conflict}
 )
 SELECT (SELECT count(*) FROM ins) AS inserted,
