@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 
 console = Console(stderr=True)
-EXIT_OK, EXIT_RUNTIME, EXIT_INPUT = 0, 1, 2
+EXIT_OK, EXIT_RUNTIME, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def say(text: str, style: str | None = None) -> None:

@@ -56,11 +56,20 @@ def register_source(conn: psycopg.Connection, inp: InputFile) -> tuple[int, int]
     return source_id, (0 if completed_at is not None else committed)
 
 
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a load, with where it stopped: every line up to ``line`` of ``uri`` is committed."""
+
+    def __init__(self, uri: str, line: int):
+        super().__init__(f"stopped in {uri} after line {line}")
+        self.uri, self.line = uri, line
+
+
 class BatchLoader:
     """Commits prepared batches of one source: records, quarantine and the resume cursor in one transaction."""
 
     def __init__(self, conn: psycopg.Connection, source_id: int):
         self.conn, self.source_id = conn, source_id
+        self.committed_line = 0  # the resume cursor this loader last committed
         self.slots = SlotCheck()
         for kind in KINDS.values():
             conn.execute(stage_ddl(kind))
@@ -97,6 +106,7 @@ class BatchLoader:
                 out.quarantined += len(prepared.rejects)
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
                               (prepared.last_line, self.source_id))
+        self.committed_line = prepared.last_line
         return out
 
     def _insert_new(self, kind: str, scope: set) -> bool:
@@ -154,10 +164,23 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
     total = IngestSummary(files=1)
-    _pipelined(loader, inp.open_blocks(batch_lines, on_progress), resume_after, total)
+    try:
+        _pipelined(loader, inp.open_blocks(batch_lines, on_progress), resume_after, total)
+    except KeyboardInterrupt:
+        raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
+                                ) from None
     conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
     conn.commit()
     return total
+
+
+def _stored_cursor(conn: psycopg.Connection, source_id: int, known: int) -> int:
+    """The resume cursor as stored: Ctrl-C may land after the server committed a batch but before we heard so."""
+    try:
+        conn.rollback()
+        return conn.execute("SELECT lines_committed FROM rec.source WHERE source_id = %s", (source_id,)).fetchone()[0]
+    except (psycopg.Error, KeyboardInterrupt):
+        return known
 
 
 def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, progress=None) -> IngestSummary:
