@@ -1,7 +1,7 @@
 """NDJSON ingest: lines -> typed COPY text (worker processes) -> the tables, in file order.
 
-A batch of new keys is copied straight into its tables; a batch that touches existing keys goes through staging
-and one set-based upsert per kind (amendments with history). Each batch commits its records, its quarantined lines
+Every batch is copied into a temporary stage; a batch of new keys then takes one plain INSERT, a batch that
+touches existing keys one set-based upsert per kind (amendments with history). Each batch commits its records, its quarantined lines
 and the file's resume cursor in one transaction, so a kill -9 at any point followed by a rerun ends with exactly
 the rows of a clean run.
 """

@@ -1,7 +1,8 @@
 """Set-based SQL for one kind, from its typed staging table `pg_temp.stage_<kind>` (filled by COPY).
 
-The staging path serves batches that touch existing keys (amendments, reloads); batches of new keys are copied
-straight into the tables (indexer.load.ingest.BatchLoader._insert_new). One statement per kind per batch:
+Every batch is staged; this upsert serves batches that touch existing keys (amendments, reloads), while batches of
+new keys take one plain INSERT from the stage (indexer.load.ingest.BatchLoader._insert_new). One statement per kind
+per batch:
   src          one row per key (the last line wins inside a batch)
   history      the previous content of every record a changed record replaces
   up           the upsert; unchanged rows are not touched (no dead tuples, no dirty marks)
