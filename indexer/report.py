@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import psycopg
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 
@@ -43,30 +45,36 @@ def collect(url: str, epochs: tuple[int, int] | None = None) -> Findings:
         )
 
 
+def _cell(value) -> Text:
+    """A table cell shown as the data is: model ids, participants and evidence may contain Rich markup ([/])."""
+    return Text("—" if value is None else str(value))
+
+
 def print_report(f: Findings, console: Console) -> None:
     t = Table(title="Penalties per epoch: recorded (replay) vs disputable (rules)")
     for col in ("epoch", "missed", "invalid", "disputable missed", "disputable invalid"):
         t.add_column(col, justify="right")
     for row in f.epochs:
-        t.add_row(*(str(v) for v in row))
+        t.add_row(*map(_cell, row))
     console.print(t)
     h = Table(title="Per host")
     for col in ("epoch", "participant", "missed", "invalid", "disp. missed", "disp. invalid", "chain missed",
                 "chain invalid"):
         h.add_column(col, justify="right") if col != "participant" else h.add_column(col, no_wrap=True, min_width=16)
     for row in f.hosts:
-        h.add_row(*("—" if v is None else str(v) for v in row))
+        h.add_row(*map(_cell, row))
     console.print(h)
     r = Table(title="Disputable penalties by rule family")
     for col in ("epoch", "rule", "verdict", "penalty", "count"):
         r.add_column(col)
     for row in f.rules:
-        r.add_row(*(str(v) for v in row))
+        r.add_row(*map(_cell, row))
     console.print(r)
     if f.samples:
         console.print("[bold]One example per rule family[/] (full evidence in api.disputable_penalties):")
         for epoch, escrow, inference, host, penalty, rule, verdict, evidence in f.samples:
-            console.print(f"  [cyan]{rule}[/] epoch {epoch} escrow {escrow} inference {inference}: {host} "
-                          f"{penalty}, verdict {verdict}\n    evidence {evidence[:300]}", soft_wrap=True)
+            console.print(f"  [cyan]{escape(str(rule))}[/] epoch {epoch} escrow {escape(str(escrow))} inference "
+                          f"{inference}: {escape(str(host))} {escape(str(penalty))}, verdict {escape(str(verdict))}\n"
+                          f"    evidence {escape(str(evidence)[:300])}", soft_wrap=True, highlight=False)
     if not f.rules:
         console.print("[green]no disputable penalties in range[/]")

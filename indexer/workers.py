@@ -29,7 +29,9 @@ def pool(workers: int, context: str = "fork", preload: list[str] | None = None) 
 
 
 def exit_with_parent(owner_pid: int) -> None:
-    """Pool initializer: leave when the owner process dies."""
+    """Pool initializer: leave when the owner process dies. Ctrl-C reaches the whole process group: workers ignore
+    it, and the owner stops them in order (otherwise each would print its own KeyboardInterrupt traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -85,7 +87,9 @@ def test_database_url_option_after_the_subcommand(db_url, tmp_path, conn):
 
 
 def test_db_url_starts_the_embedded_server_and_db_stop_stops_it(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | {"INDEXER_HOME": str(tmp_path / "home")}
+    # a home the server user can reach (pytest's tmp_path sits under an owner-only directory)
+    home = Path(tempfile.mkdtemp(prefix="indexer-cli-"))
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | {"INDEXER_HOME": str(home)}
     url = subprocess.run([sys.executable, "-m", "indexer", "db", "url"], capture_output=True, text=True, env=env,
                          timeout=120, check=True).stdout.strip()
     with psycopg.connect(url) as conn:  # left running after the command exited, for psql and dashboards
@@ -98,3 +102,4 @@ def test_db_url_starts_the_embedded_server_and_db_stop_stops_it(tmp_path):
     assert stop.returncode == 0 and "stopped" in stop.stderr
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=3)
+    shutil.rmtree(home, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""The `indexer` command line (also `python -m indexer`). Exit codes: 0 ok, 1 runtime failure, 2 bad usage or input.
+"""The `indexer` command line (also `python -m indexer`). Exit codes: 0 ok, 1 runtime failure, 2 bad usage or input,
+130 interrupted (Ctrl-C).
 
 parser.py defines the commands and options, commands.py their bodies, output.py the printing and exit codes.
 """
@@ -9,12 +10,14 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from indexer.cli.output import EXIT_INPUT, EXIT_RUNTIME, error, warn
+    from indexer.cli.output import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUNTIME, error, warn
     from indexer.cli.parser import build_parser
     from indexer.settings import ConfigError, Settings
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    if not args.verbose:  # psycopg's "error ignored in rollback" while unwinding a failure we report ourselves
+        logging.getLogger("psycopg").setLevel(logging.ERROR)
     from indexer.cli import commands
     from indexer.sources.ndjson import InputError
 
@@ -24,9 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ConfigError) as exc:  # OperatorConfigError is a ConfigError
         error(str(exc))
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        warn("interrupted")
-        return EXIT_RUNTIME
+    except KeyboardInterrupt as exc:  # exit 130, as a shell reports a command stopped by SIGINT
+        from indexer.load.ingest import IngestInterrupted
+
+        if isinstance(exc, IngestInterrupted):
+            warn(f"interrupted: {exc} (committed; run the same command again to resume from there)")
+        else:
+            warn("interrupted")
+        return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the CLI reports, logs carry the trace
         logging.getLogger("indexer").debug("failure", exc_info=True)
         error(f"{type(exc).__name__}: {exc}")

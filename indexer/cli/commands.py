@@ -48,16 +48,28 @@ def cmd_ingest(args, settings: Settings) -> int:
     from indexer.cli.summaries import ingest_progress, print_ingest_summary
     from indexer.load.ingest import ingest_paths
     from indexer.pipeline import process_changes
+    from indexer.sources.ndjson import InputError, check_input
 
+    for name in args.files:  # a missing or unreadable file is bad usage before anything loads
+        check_input(name)
     url = ready_database(args, settings)
-    if args.no_progress or not console().is_terminal:
-        summary = ingest_paths(url, args.files, batch_lines=args.batch_lines)
-    else:
-        with ingest_progress() as progress:
-            summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, progress=progress)
+    failure = None
+    try:
+        if args.no_progress or not console().is_terminal:
+            summary = ingest_paths(url, args.files, batch_lines=args.batch_lines)
+        else:
+            with ingest_progress() as progress:
+                summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, progress=progress)
+    except InputError as exc:
+        if getattr(exc, "partial", None) is None:
+            raise
+        failure, summary = exc, exc.partial  # what loaded before the bad file is committed: replay it anyway
     with psycopg.connect(url) as conn:
         downstream = process_changes(conn, url)
     print_ingest_summary(summary, downstream)
+    if failure is not None:
+        error(f"{failure} (the records loaded before it were replayed and evaluated)")
+        return EXIT_INPUT
     if summary.quarantined and not args.allow_quarantine:
         warn(f"{summary.quarantined} line(s) quarantined; see api.quarantine")
         return EXIT_INPUT

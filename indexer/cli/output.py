@@ -5,6 +5,7 @@ Rich is imported on first use only: a command that prints one plain line (most c
 not pay ~70 ms to import it."""
 from __future__ import annotations
 
+import re
 import sys
 from functools import cache
 from typing import TYPE_CHECKING
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-EXIT_OK, EXIT_RUNTIME, EXIT_INPUT = 0, 1, 2
+EXIT_OK, EXIT_RUNTIME, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 @cache
@@ -28,10 +29,18 @@ def say(text: str) -> None:
     sys.stderr.flush()
 
 
+# userinfo in any URL of a message (https://user:pass@node/): a last guard, the clients already strip it
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+
+
+def redact_text(text: str) -> str:
+    return _USERINFO.sub(r"\1***@", text)
+
+
 def error(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[red]error:[/] {escape(text)}", highlight=False)
+    console().print(f"[red]error:[/] {escape(redact_text(text))}", highlight=False)
 
 
 def warn(text: str) -> None:

@@ -45,11 +45,11 @@ def heads() -> list[str]:
 
 
 def apply_replaceable_objects(conn: Connection) -> None:
-    for schema in ("api", "fn"):  # fn: SQL functions the rules use; api: the public views
-        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
-    for path in replaceable_object_files():
-        conn.exec_driver_sql(path.read_text())
+    """fn: SQL functions the rules use; api: the public views. Replaced in place (indexer.db.replaceable), never
+    by dropping the schemas: views that users built on top of api survive."""
+    from indexer.db import replaceable
+
+    replaceable.apply(conn, replaceable_object_files())
     ensure_reader_role(conn)
     conn.exec_driver_sql(f"COMMENT ON SCHEMA api IS '{expected_stamp()}'")  # what db.schema.ensure_schema checks
 
@@ -64,6 +64,24 @@ def ensure_reader_role(conn: Connection) -> None:
     # the analysts' functions (chain math, limits): pure computations, they read no table
     conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA fn TO {READER_ROLE}")
     conn.exec_driver_sql(f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fn TO {READER_ROLE}")
+
+
+def drop_replaceable_objects(conn: Connection) -> None:
+    """Our views and functions, then schemas api and fn, each without CASCADE: a user's object in the way stops the
+    downgrade with its name instead of vanishing."""
+    from indexer.db import replaceable
+
+    replaceable.remove_ours(conn, files=replaceable_object_files())
+    for schema in ("api", "fn"):
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}")
+        except Exception as exc:  # noqa: BLE001 - only the dependent-objects refusal is reworded
+            if getattr(getattr(exc, "orig", None), "sqlstate", None) != "2BP01":
+                raise
+            raise replaceable.DependentObjectsError(
+                f"schema {schema} still holds objects that are not the indexer's: "
+                f"{exc.orig.diag.message_detail or exc.orig}. Move or drop them, then downgrade again.") from None
 
 
 def upgrade(url: str, revision: str = "head") -> None:
@@ -89,8 +107,7 @@ def downgrade(url: str, revision: str = "base") -> None:
     try:
         with engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
-            conn.exec_driver_sql("DROP SCHEMA IF EXISTS api CASCADE")  # views depend on the tables
-            conn.exec_driver_sql("DROP SCHEMA IF EXISTS fn CASCADE")
+            drop_replaceable_objects(conn)  # views depend on the tables
             command.downgrade(alembic_config(conn), revision)
     finally:
         engine.dispose()

@@ -7,7 +7,7 @@ reason naming the field. Checks that need other records (slot range against the 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import orjson
 
@@ -126,15 +126,34 @@ def c_reason(v, name):
     raise Invalid(f"field {name}: not refused or execution: {_show(v)}")
 
 
+# PostgreSQL's timestamptz takes UTC offsets up to 15:59:59 either way; Python's datetime takes up to 23:59:59.
+_MAX_OFFSET = timedelta(hours=15, minutes=59, seconds=59)
+
+
 def c_ts(v, name):
+    """An ISO-8601 string or unix seconds. Whatever Python parses but PostgreSQL would refuse (an offset beyond
+    ±15:59:59, a year outside 1..9999) is Invalid here, so it is quarantined rather than failing the batch's COPY."""
     if type(v) is int and abs(v) < 10**11:
-        return datetime.fromtimestamp(v, tz=timezone.utc)
+        try:
+            return datetime.fromtimestamp(v, tz=timezone.utc)
+        except (ValueError, OverflowError, OSError):
+            raise Invalid(f"field {name}: timestamp out of range: {_show(v)}") from None
     if type(v) is str:
         try:
             ts = datetime.fromisoformat(v.replace("Z", "+00:00"))
-            return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
         except ValueError:
             pass
+        else:
+            offset = ts.utcoffset()
+            if offset is None:
+                return ts.replace(tzinfo=timezone.utc)
+            if abs(offset) > _MAX_OFFSET:
+                raise Invalid(f"field {name}: UTC offset beyond ±15:59:59: {_show(v)}")
+            try:
+                ts.astimezone(timezone.utc)  # year 1 or 9999 pushed out of range by its offset
+            except OverflowError:
+                raise Invalid(f"field {name}: timestamp out of range: {_show(v)}") from None
+            return ts
     raise Invalid(f"field {name}: not a timestamp: {_show(v)}")
 
 

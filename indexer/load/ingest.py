@@ -1,7 +1,7 @@
 """NDJSON ingest: lines -> typed COPY text (worker processes) -> the tables, in file order.
 
-A batch of new keys is copied straight into its tables; a batch that touches existing keys goes through staging
-and one set-based upsert per kind (amendments with history). Each batch commits its records, its quarantined lines
+Every batch is copied into a temporary stage; a batch of new keys then takes one plain INSERT, a batch that
+touches existing keys one set-based upsert per kind (amendments with history). Each batch commits its records, its quarantined lines
 and the file's resume cursor in one transaction, so a kill -9 at any point followed by a rerun ends with exactly
 the rows of a clean run.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from functools import cache
 
 import psycopg
 
@@ -19,7 +20,7 @@ from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
 from indexer import refusals
-from indexer.sources.ndjson import InputFile, block_lines, open_input
+from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input
 
 BATCH_LINES = 50_000
 PREPARE_WORKERS = 2
@@ -55,11 +56,20 @@ def register_source(conn: psycopg.Connection, inp: InputFile) -> tuple[int, int]
     return source_id, (0 if completed_at is not None else committed)
 
 
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a load, with where it stopped: every line up to ``line`` of ``uri`` is committed."""
+
+    def __init__(self, uri: str, line: int):
+        super().__init__(f"stopped in {uri} after line {line}")
+        self.uri, self.line = uri, line
+
+
 class BatchLoader:
     """Commits prepared batches of one source: records, quarantine and the resume cursor in one transaction."""
 
     def __init__(self, conn: psycopg.Connection, source_id: int):
         self.conn, self.source_id = conn, source_id
+        self.committed_line = 0  # the resume cursor this loader last committed
         self.slots = SlotCheck()
         for kind in KINDS.values():
             conn.execute(stage_ddl(kind))
@@ -79,13 +89,13 @@ class BatchLoader:
                 copy = _without_lines(kb.copy, bad[kind]) if kind in bad else kb.copy
                 if not copy:
                     continue
-                if self._insert_new(kind, copy, kb.scope):
+                with self.conn.cursor().copy(f"COPY {stage_table(KINDS[kind])} FROM STDIN") as cp:
+                    cp.write(copy)
+                if self._insert_new(kind, kb.scope):
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
                 else:
-                    with self.conn.cursor().copy(f"COPY {stage_table(KINDS[kind])} FROM STDIN") as cp:
-                        cp.write(copy)
                     self._upsert(kind, out)
             refusals.store(self.conn, prepared.parses)
             if prepared.rejects:
@@ -96,18 +106,20 @@ class BatchLoader:
                 out.quarantined += len(prepared.rejects)
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
                               (prepared.last_line, self.source_id))
+        self.committed_line = prepared.last_line
         return out
 
-    def _insert_new(self, kind: str, copy: bytes, scope: set) -> bool:
-        """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs):
-        COPY straight into the table. A key that exists, or one the batch holds twice, raises a unique violation;
-        the savepoint rolls back and the caller takes the staging path, which records amendments."""
+    def _insert_new(self, kind: str, scope: set) -> bool:
+        """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs): one
+        plain INSERT from the staged batch. Whether a key exists already (or twice in the batch) is asked first,
+        rather than learnt from a unique violation: the server would log every such expected failure as an ERROR
+        with the key's values. Then the caller takes the upsert, which records amendments."""
         spec = KINDS[kind]
-        try:
-            with self.conn.transaction(), self.conn.cursor().copy(
-                    f"COPY rec.{spec.table} (source_line, {', '.join(spec.columns)}, extra, source_id) FROM STDIN"
-            ) as cp:
-                cp.write(copy)
+        if self.conn.execute(_conflict_check(kind), prepare=True).fetchone()[0]:
+            return False
+        try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
+            with self.conn.transaction():
+                self.conn.execute(_insert_staged(kind), prepare=True)
         except psycopg.errors.UniqueViolation:
             return False
         target, column, on_conflict = dirty_mark(spec)
@@ -125,6 +137,22 @@ class BatchLoader:
         out.by_kind[kind] += valid
 
 
+@cache
+def _conflict_check(kind: str) -> str:
+    spec, stage = KINDS[kind], stage_table(KINDS[kind])
+    keys = ", ".join(spec.key)
+    return (f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN rec.{spec.table} t USING ({keys})) "
+            f"OR EXISTS (SELECT 1 FROM {stage} GROUP BY {keys} HAVING count(*) > 1)")
+
+
+@cache
+def _insert_staged(kind: str) -> str:
+    spec = KINDS[kind]
+    cols = ", ".join(spec.columns)
+    return (f"INSERT INTO rec.{spec.table} ({cols}, extra, source_id, source_line) "
+            f"SELECT {cols}, extra, source_id, line FROM {stage_table(spec)}")
+
+
 def _without_lines(copy: bytes, lines: set[int]) -> bytes:
     """Drop the COPY rows of the given source lines (each row starts with its line number)."""
     keep = [row for row in copy.split(b"\n") if row and int(row.split(b"\t", 1)[0]) not in lines]
@@ -136,25 +164,49 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
     total = IngestSummary(files=1)
-    _pipelined(loader, inp.open_blocks(batch_lines, on_progress), resume_after, total)
+    try:
+        _pipelined(loader, inp.open_blocks(batch_lines, on_progress), resume_after, total)
+    except KeyboardInterrupt:
+        raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
+                                ) from None
     conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
     conn.commit()
     return total
 
 
+def _stored_cursor(conn: psycopg.Connection, source_id: int, known: int) -> int:
+    """The resume cursor as stored: Ctrl-C may land after the server committed a batch but before we heard so."""
+    try:
+        conn.rollback()
+        return conn.execute("SELECT lines_committed FROM rec.source WHERE source_id = %s", (source_id,)).fetchone()[0]
+    except (psycopg.Error, KeyboardInterrupt):
+        return known
+
+
 def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, progress=None) -> IngestSummary:
+    """Load the files in order. Every file is checked before the first loads; a file that turns out bad while
+    loading (a corrupt gzip stream) raises InputError with ``partial`` set to what the earlier files loaded: their
+    batches (and this file's batches before the bad spot) are committed and dirty, so the caller still replays them."""
+    for name in names:
+        check_input(name)
     start = time.perf_counter()
     summary = IngestSummary()
     with psycopg.connect(url) as conn:
-        for name in names:
-            inp = open_input(name)
-            try:
-                task = progress.add_task(inp.uri, total=inp.size) if progress else None
-                hook = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
-                summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook))
-                summary.files += 1
-            finally:
-                inp.cleanup()
+        try:
+            for name in names:
+                inp = open_input(name)
+                try:
+                    task = progress.add_task(inp.uri, total=inp.size) if progress else None
+                    hook = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
+                    summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook))
+                    summary.files += 1
+                finally:
+                    inp.cleanup()
+        except InputError as exc:
+            conn.rollback()
+            summary.seconds = time.perf_counter() - start
+            exc.partial = summary
+            raise
         _analyze_if_grown(conn, summary)
     summary.seconds = time.perf_counter() - start
     return summary

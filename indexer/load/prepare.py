@@ -104,7 +104,10 @@ def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
             fast = FAST[kind]
         except (ValueError, KeyError, TypeError):
             fast = None
-        if fast is not None and b"\\u0000" not in raw and (got := fast(obj, number, sid)) is not None:
+        # A fast-path record is one flat object: each key brings one colon, so a line with more colons than keys
+        # (a duplicate key orjson dropped, or a colon inside a string) is left to the general path, which checks.
+        if (fast is not None and b"\\u0000" not in raw and raw.count(b":") == len(obj)
+                and (got := fast(obj, number, sid)) is not None):
             target = rows.get(kind) or rows.setdefault(kind, _KindRows())
             target.add(*got)
         else:

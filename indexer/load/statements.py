@@ -1,7 +1,8 @@
 """Set-based SQL for one kind, from its typed staging table `pg_temp.stage_<kind>` (filled by COPY).
 
-The staging path serves batches that touch existing keys (amendments, reloads); batches of new keys are copied
-straight into the tables (indexer.load.ingest.BatchLoader._insert_new). One statement per kind per batch:
+Every batch is staged; this upsert serves batches that touch existing keys (amendments, reloads), while batches of
+new keys take one plain INSERT from the stage (indexer.load.ingest.BatchLoader._insert_new). One statement per kind
+per batch:
   src          one row per key (the last line wins inside a batch)
   history      the previous content of every record a changed record replaces
   up           the upsert; unchanged rows are not touched (no dead tuples, no dirty marks)
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from indexer.db.marks import WHOLE_EPOCH
+from indexer.db.marks import ESCROW_MARK, WHOLE_EPOCH
 from indexer.records import KINDS, PG_TYPES, Kind
 
 
@@ -19,7 +20,7 @@ def dirty_mark(kind: Kind) -> tuple[str, str, str]:
     """(INSERT target, scope column, ON CONFLICT action) that marks what a changed record of `kind` dirties: its
     escrow for the replay, or its whole epoch for the rules (an epoch-level input re-evaluates every escrow)."""
     if kind.scope == "escrow":
-        return "replay.dirty_escrow (escrow_id)", "escrow_id", "DO NOTHING"
+        return "replay.dirty_escrow (escrow_id)", "escrow_id", ESCROW_MARK
     return "rules.dirty_epoch (epoch_index)", "epoch_index", WHOLE_EPOCH
 
 
@@ -73,9 +74,10 @@ WITH src AS (
   FROM changed c WHERE {" AND ".join(f"t.{k} = c.{k}" for k in key)}
   RETURNING t.{scope_col}
 ), dirty AS (
-  INSERT INTO {dirty}
+  INSERT INTO {dirty}  -- in key order: concurrent markers lock the marks in one order, so they never deadlock
   SELECT {scope_col} FROM ins WHERE {scope_col} IS NOT NULL
   UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL
+  ORDER BY 1
   ON CONFLICT {on_conflict}
 )
 SELECT (SELECT count(*) FROM ins) AS inserted,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import psycopg
 
 from indexer.db.claims import claim
+from indexer.db.marks import EPOCH_MARK
 from indexer.workers import no_cyclic_gc, pool as workers_pool
 from indexer.replay.machine import KIND_ORDER, EscrowConfig, replay_rows
 
@@ -39,18 +40,22 @@ _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slo
 
 
 # The rules re-evaluate each replayed escrow and the epoch-wide findings of its epoch, and of the epoch it left
-# when an amendment moved it. An epoch marked whole (an epoch-level change) stays whole.
-_MARK_FOR_RULES = """
-WITH escrows AS (
-  SELECT escrow_id, epoch_index FROM rec.escrow WHERE escrow_id = ANY(%(ids)s) AND epoch_index IS NOT NULL
-), marked AS (
-  INSERT INTO rules.dirty_escrow (escrow_id, epoch_index) SELECT escrow_id, epoch_index FROM escrows
-  ON CONFLICT (escrow_id) DO UPDATE SET epoch_index = excluded.epoch_index
-)
+# when an amendment moved it. An epoch marked whole (an epoch-level change) stays whole. The epoch marks are taken
+# first and in order (EPOCH_MARK locks them until this chunk commits), as the rules stage claims epochs before their
+# escrow marks: a rules run in another process skips these epochs until the replayed rows are committed, and never
+# deletes an epoch mark while an escrow mark of that epoch is still being written.
+_MARK_EPOCHS = f"""
 INSERT INTO rules.dirty_epoch (epoch_index, whole)
-SELECT epoch_index, false FROM escrows
+SELECT epoch_index, false FROM rec.escrow WHERE escrow_id = ANY(%(ids)s) AND epoch_index IS NOT NULL
 UNION SELECT epoch_index, false FROM replay.escrow WHERE escrow_id = ANY(%(ids)s) AND epoch_index IS NOT NULL
-ON CONFLICT DO NOTHING
+ORDER BY 1
+ON CONFLICT {EPOCH_MARK}
+"""
+_MARK_ESCROWS = """
+INSERT INTO rules.dirty_escrow (escrow_id, epoch_index)
+SELECT escrow_id, epoch_index FROM rec.escrow WHERE escrow_id = ANY(%(ids)s) AND epoch_index IS NOT NULL
+ORDER BY 1
+ON CONFLICT (escrow_id) DO UPDATE SET epoch_index = excluded.epoch_index
 """
 
 
@@ -132,7 +137,8 @@ def _replay_chunk(conn: psycopg.Connection, ids: list[str]) -> list:
 
 def _write_chunk(conn: psycopg.Connection, ids: list[str], results, summary: ReplaySummary) -> None:
     """Replace the chunk's derived rows and mark its escrows for the rules stage (caller's transaction)."""
-    conn.execute(_MARK_FOR_RULES, {"ids": ids})  # first: replay.escrow still names the epoch an escrow was in
+    conn.execute(_MARK_EPOCHS, {"ids": ids})  # first: replay.escrow still names the epoch an escrow was in
+    conn.execute(_MARK_ESCROWS, {"ids": ids})
     for table in _DERIVED:
         conn.execute(f"DELETE FROM {table} WHERE escrow_id = ANY(%s)", (ids,))
     _write(conn, results)

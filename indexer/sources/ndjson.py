@@ -11,8 +11,10 @@ import hashlib
 import json
 import re
 import shutil
+import stat
 import sys
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -45,16 +47,67 @@ class Rejected:
     kind: str | None = None
 
 
+class NumberOutOfRange(ValueError):
+    """A JSON number beyond what a double holds (1e400): valid JSON, but it has no faithful stored value."""
+
+
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise NumberOutOfRange(f"number {text[:40]} is out of range (beyond a 64-bit float)")
+    return value
+
+
 def loads_exact(raw: bytes):
-    """The stdlib parser, held to strict JSON: UTF-8 only, no NaN/Infinity, no unpaired surrogates."""
-    obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    """The stdlib parser, held to strict JSON: UTF-8 only, no NaN/Infinity, no numbers beyond a double's range,
+    no unpaired surrogates."""
+    obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
     if _SURROGATE.search(raw):
         json.dumps(obj, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError on an unpaired surrogate
     return obj
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+def _key_count(value) -> int:
+    if type(value) is dict:
+        return len(value) + sum(_key_count(v) for v in value.values())
+    if type(value) is list:
+        return sum(_key_count(v) for v in value)
+    return 0
+
+
+def duplicate_key(raw: bytes, obj) -> str | None:
+    """The first key a JSON object line repeats inside one object, or None. orjson keeps the last value
+    silently, so `{"kind":"bogus","kind":"start"}` would load as a start. Every key is followed by exactly one
+    colon, so when the line holds no more colons than the parsed objects hold keys, no key was dropped: only
+    lines with more colons (a duplicate, or colons inside strings such as timestamps) are parsed again."""
+    if raw.count(b":") <= _key_count(obj):
+        return None
+    try:
+        json.loads(raw.decode("utf-8", "replace"), object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as dup:
+        return str(dup.args[0])
+    except ValueError:
+        return None  # what the stdlib refuses but orjson took is judged elsewhere
+    return None
 
 
 def classify_line(raw: bytes) -> Accepted | Rejected:
@@ -69,10 +122,14 @@ def classify_line(raw: bytes) -> Accepted | Rejected:
             return Rejected(f"malformed JSON: {exc}")
         try:  # orjson refuses numbers beyond double range that are still valid JSON
             obj = loads_exact(raw)
+        except NumberOutOfRange as big:
+            return Rejected(str(big), kind=_kind_hint(raw))
         except (ValueError, UnicodeDecodeError, RecursionError):
             return Rejected(f"malformed JSON: {exc}")
     if not isinstance(obj, dict):
         return Rejected(f"not a JSON object but {type(obj).__name__}")
+    if (dup := duplicate_key(raw, obj)) is not None:
+        return Rejected(f"duplicate key {dup[:60]!r} in one object", kind=_kind_hint(raw))
     kind = obj.get("kind")
     if not isinstance(kind, str):
         return Rejected("missing or non-string field kind")
@@ -81,6 +138,16 @@ def classify_line(raw: bytes) -> Accepted | Rejected:
     if b"\\u0000" in raw and _NUL_ESCAPE.search(raw):  # valid JSON, but PostgreSQL cannot store NUL characters
         return Rejected("contains \\u0000, which PostgreSQL jsonb cannot store", kind=kind)
     return Accepted(kind, obj)
+
+
+_KIND_HINT = re.compile(rb'"kind"\s*:\s*"([A-Za-z_]{1,60})"')
+
+
+def _kind_hint(raw: bytes) -> str | None:
+    """The kind a rejected line claims (its first "kind"), for api.quarantine, when it names a known kind."""
+    m = _KIND_HINT.search(raw)
+    kind = m.group(1).decode() if m else None
+    return kind if kind in KINDS else None
 
 
 @dataclass
@@ -100,7 +167,7 @@ class InputFile:
         first, pieces, have, size = 1, [], 0, 0
         with open(self.path, "rb") as raw:
             stream: BinaryIO = gzip.GzipFile(fileobj=raw) if _is_gzip(self.path) else raw
-            while chunk := stream.read(chunk_bytes):
+            while chunk := self._read(stream, chunk_bytes, first + have):
                 newlines = chunk.count(b"\n")
                 while have + newlines >= lines_per_block:
                     cut = _after_newlines(chunk, lines_per_block - have)
@@ -120,6 +187,13 @@ class InputFile:
                     progress(raw.tell())
         if any(pieces):
             yield first, b"".join(pieces)
+
+    def _read(self, stream: BinaryIO, size: int, line: int) -> bytes:
+        """The next chunk; a corrupt or truncated gzip stream is bad input naming the file and where it broke."""
+        try:
+            return stream.read(size)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"{self.uri}: corrupt gzip data near line {line}: {exc}") from None
 
     def cleanup(self) -> None:
         if self._spooled:
@@ -143,13 +217,42 @@ def _after_newlines(data: bytes, n: int) -> int:
     return at
 
 
+def check_input(name: str) -> None:
+    """Raise InputError, naming the file, when `name` cannot be ingested: missing, a directory, not readable. Cheap
+    (nothing is read), so every file of a command is checked before the first one loads."""
+    if name == "-":
+        return
+    path = Path(name)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{name}: cannot be read: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{name}: is a directory, not an NDJSON file")
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        raise InputError(f"{name}: not a regular file or a pipe")
+    if stat.S_ISREG(mode):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise InputError(f"{name}: cannot be read: {exc.strerror}") from None
+
+
 def open_input(name: str) -> InputFile:
     if name == "-":
-        return _spool_stdin()
+        return _spool(sys.stdin.buffer, "stdin")
+    check_input(name)
     path = Path(name)
-    if not path.is_file():
-        raise InputError(f"{name}: no such file")
-    return InputFile(uri=str(path.resolve()), path=path, size=path.stat().st_size, digest=file_digest(path))
+    if stat.S_ISFIFO(path.stat().st_mode):  # a pipe (e.g. <(zcat ...)) is read once, like stdin
+        with open(path, "rb") as fh:
+            return _spool(fh, str(path))
+    try:
+        return InputFile(uri=str(path.resolve()), path=path, size=path.stat().st_size, digest=file_digest(path))
+    except OSError as exc:
+        raise InputError(f"{name}: cannot be read: {exc.strerror or exc}") from None
 
 
 def file_digest(path: Path) -> str:
@@ -160,13 +263,13 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _spool_stdin() -> InputFile:
-    """stdin is read once into a temp file: the digest must be known before the first batch commits."""
+def _spool(stream: BinaryIO, uri: str) -> InputFile:
+    """stdin or a pipe is read once into a temp file: the digest must be known before the first batch commits."""
     tmp = tempfile.NamedTemporaryFile(prefix="indexer-stdin-", suffix=".ndjson", delete=False)
     with tmp:
-        shutil.copyfileobj(sys.stdin.buffer, tmp, _CHUNK)
+        shutil.copyfileobj(stream, tmp, _CHUNK)
     path = Path(tmp.name)
-    return InputFile(uri="stdin", path=path, size=path.stat().st_size, digest=file_digest(path), _spooled=True)
+    return InputFile(uri=uri, path=path, size=path.stat().st_size, digest=file_digest(path), _spooled=True)
 
 
 def _is_gzip(path: Path) -> bool:

@@ -8,11 +8,13 @@ archives them) and every failed attempt to ``on_failure``.
 """
 from __future__ import annotations
 
+import base64
 import json
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -62,6 +64,26 @@ def _loads(body: bytes) -> Any:
         return json.loads(body)
 
 
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """(the URL without userinfo, an HTTP Basic ``Authorization`` value or None). ``https://user:pass@node/`` is
+    sent as basic auth, and only the bare URL is ever logged, archived (net.*) or shown in an error."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    return urlunsplit(parts._replace(netloc=hostport)), f"Basic {token}"
+
+
+def redact_url(url: str) -> str:
+    """The URL with any userinfo replaced by ***, for messages about URLs that were not split yet."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+
+
 ResponseHook = Callable[[str, int, bytes, Mapping[str, str]], None]
 FailureHook = Callable[[str, str, bool], None]
 
@@ -75,7 +97,13 @@ class Fetcher:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
             raise ValueError("no base URL")
-        self.base_urls = [u.rstrip("/") for u in urls]
+        self._auth: dict[str, str] = {}  # bare base URL -> Authorization value, for URLs that carried userinfo
+        self.base_urls = []
+        for u in urls:
+            bare, auth = split_credentials(u.rstrip("/"))
+            self.base_urls.append(bare)
+            if auth is not None:
+                self._auth[bare] = auth
         self.policy = policy or RetryPolicy()
         self._own_client = client is None
         self.client = client or httpx.Client(timeout=self.policy.timeout)
@@ -114,6 +142,8 @@ class Fetcher:
     def _get_from(self, base: str, path: str, params, headers, permanent=None) -> tuple[Any, Mapping[str, str]]:
         url = base + path
         policy = self.policy
+        if base in self._auth:
+            headers = {**(headers or {}), "Authorization": self._auth[base]}
         last: FetchError | None = None
         for attempt in range(policy.attempts):
             wait = None
