@@ -17,7 +17,7 @@ PACKAGE = ROOT / "indexer"
 
 # Lowest first. A module may import its own layer and the layers below it, never above.
 LAYERS = [
-    {"workers", "settings"},
+    {"workers", "settings", "scheduling"},
     {"db", "migrations"},
     {"records"},
     {"wire"},

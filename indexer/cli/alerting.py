@@ -5,6 +5,7 @@ import argparse
 import time
 
 from indexer.cli.output import EXIT_OK, say
+from indexer.scheduling import run_jobs
 from indexer.settings import ConfigError, Settings, split_urls
 
 
@@ -54,31 +55,8 @@ def cmd_alerts(args, settings: Settings, url: str) -> int:
         job.evaluate()
         say(format_delivery(job.deliver()))
         return EXIT_OK
-    _run_scheduler(job.scheduled(args.alerts_interval))
+    run_jobs(job.scheduled(args.alerts_interval))
     return EXIT_OK
-
-
-def _run_scheduler(jobs) -> None:
-    import signal
-    import threading
-    from datetime import datetime
-
-    from apscheduler.schedulers.blocking import BlockingScheduler
-
-    sched = BlockingScheduler()
-    for fn, seconds, job_id in jobs:
-        sched.add_job(fn, "interval", seconds=seconds, max_instances=1, coalesce=True, id=job_id,
-                      next_run_time=datetime.now())
-
-    def stop(signum, frame) -> None:  # noqa: ARG001
-        threading.Thread(target=sched.shutdown, kwargs={"wait": True}, daemon=True).start()
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        sched.start()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def metrics_server(args, settings: Settings, url: str):

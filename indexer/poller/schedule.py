@@ -6,12 +6,10 @@ cannot take it does nothing (see :func:`indexer.poller.cycle.poll_once`).
 from __future__ import annotations
 
 import logging
-import signal
-import threading
-from datetime import datetime
 from typing import Callable, Sequence
 
 from indexer.poller.cycle import PollSummary, poll_once
+from indexer.scheduling import Job, run_jobs
 
 log = logging.getLogger(__name__)
 
@@ -19,12 +17,9 @@ log = logging.getLogger(__name__)
 def run_forever(url: str, chain_urls: Sequence[str], rpc_urls: Sequence[str], *, interval: float = 30.0,
                 on_cycle: Callable[[PollSummary], None] | None = None,
                 on_failure: Callable[[Exception], None] | None = None,
-                jobs: Sequence[tuple[Callable[[], None], float, str]] = (), **kw) -> None:
+                jobs: Sequence[Job] = (), **kw) -> None:
     """Poll every ``interval`` seconds until SIGTERM/SIGINT; a failed cycle is logged and the next one retries.
     ``jobs``: more (callable, seconds, id) interval jobs on the same scheduler (the alert jobs)."""
-    from apscheduler.schedulers.blocking import BlockingScheduler
-
-    sched = BlockingScheduler()
 
     def job() -> None:
         try:
@@ -37,19 +32,4 @@ def run_forever(url: str, chain_urls: Sequence[str], rpc_urls: Sequence[str], *,
         if on_cycle:
             on_cycle(summary)
 
-    sched.add_job(job, "interval", seconds=interval, max_instances=1, coalesce=True, id="poll",
-                  next_run_time=datetime.now())
-    for fn, seconds, job_id in jobs:
-        sched.add_job(fn, "interval", seconds=seconds, max_instances=1, coalesce=True, id=job_id,
-                      next_run_time=datetime.now())
-
-    def stop(signum, frame) -> None:  # noqa: ARG001
-        log.info("signal %s: finishing the running cycle, then stopping", signum)
-        threading.Thread(target=sched.shutdown, kwargs={"wait": True}, daemon=True).start()
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        sched.start()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    run_jobs([(job, interval, "poll"), *jobs])

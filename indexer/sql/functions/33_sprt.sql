@@ -170,6 +170,49 @@ BEGIN
   RETURN invalid * t.log_fail + (total - invalid) * t.log_pass;
 END $$;
 
+-- fn.sprt_steps(failures, passes, p0, p1, threshold [, chain_version]): the invalidation SPRT as the chain runs it
+-- when each status update carries several results (a devshard settlement adds an escrow's invalidations and
+-- validations to CurrentEpochStats at once; ComputeStatus then does one UpdateCounts and one Decision). Step k
+-- adds failures[k]*log_fail + passes[k]*log_pass, then checks LLR >= threshold. fn.sprt_trajectory is this with one
+-- result per step. Same outputs (crossed_at = the 1-based step); NULL element = error.
+CREATE OR REPLACE FUNCTION fn.sprt_steps(failures bigint[], passes bigint[], p0 numeric, p1 numeric,
+                                         threshold numeric, chain_version text DEFAULT NULL,
+                                         OUT max_llr numeric, OUT crossed boolean, OUT crossed_at int,
+                                         OUT final_llr numeric, OUT chain_llr numeric)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  t record;
+  llr numeric := 0;
+  k int;
+BEGIN
+  SELECT * INTO t FROM fn.sprt_log_terms(p0, p1, chain_version);
+  IF failures IS NULL OR passes IS NULL OR threshold IS NULL OR t.log_fail IS NULL THEN
+    RETURN;
+  END IF;
+  IF cardinality(failures) <> cardinality(passes) THEN
+    RAISE EXCEPTION USING MESSAGE = 'sprt_steps: ' || cardinality(failures) || ' failure counts but '
+      || cardinality(passes) || ' pass counts', ERRCODE = 'invalid_parameter_value';
+  END IF;
+  crossed := false;
+  FOR k IN 1 .. coalesce(cardinality(failures), 0) LOOP
+    IF failures[k] IS NULL OR passes[k] IS NULL OR failures[k] < 0 OR passes[k] < 0 THEN
+      RAISE EXCEPTION USING MESSAGE = 'sprt_steps: step ' || k || ' has no valid counts', ERRCODE = 'invalid_parameter_value';
+    END IF;
+    llr := llr + failures[k] * t.log_fail + passes[k] * t.log_pass;
+    max_llr := greatest(max_llr, llr);
+    IF NOT crossed AND llr >= threshold THEN
+      crossed := true;
+      crossed_at := k;
+      chain_llr := llr;
+    END IF;
+  END LOOP;
+  final_llr := llr;
+  IF NOT crossed THEN
+    chain_llr := llr;
+  END IF;
+END $$;
+
+
 -- fn.sprt_trajectory(outcomes, p0, p1, threshold [, chain_version]): the chain's sequential test over one epoch's
 -- results in arrival order (true = invalidated, false = validated). The LLR starts at 0 and gains log_fail or
 -- log_pass per result; the host crosses at the first result where LLR >= threshold (the chain then marks it
@@ -186,32 +229,18 @@ CREATE OR REPLACE FUNCTION fn.sprt_trajectory(outcomes boolean[], p0 numeric, p1
                                               OUT max_llr numeric, OUT crossed boolean, OUT crossed_at int,
                                               OUT final_llr numeric, OUT chain_llr numeric)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-DECLARE
-  t record;
-  llr numeric := 0;
-  pos int := 0;
-  o boolean;
 BEGIN
-  SELECT * INTO t FROM fn.sprt_log_terms(p0, p1, chain_version);
-  IF outcomes IS NULL OR threshold IS NULL OR t.log_fail IS NULL THEN
+  IF outcomes IS NULL THEN
     RETURN;
   END IF;
-  crossed := false;
-  FOREACH o IN ARRAY outcomes LOOP
-    pos := pos + 1;
-    IF o IS NULL THEN
-      RAISE EXCEPTION USING MESSAGE = 'sprt_trajectory: outcome ' || coalesce((pos)::text, 'NULL') || ' is NULL', ERRCODE = 'null_value_not_allowed';
-    END IF;
-    llr := llr + CASE WHEN o THEN t.log_fail ELSE t.log_pass END;
-    max_llr := greatest(max_llr, llr);
-    IF NOT crossed AND llr >= threshold THEN
-      crossed := true;
-      crossed_at := pos;
-      chain_llr := llr;
-    END IF;
-  END LOOP;
-  final_llr := llr;
-  IF NOT crossed THEN
-    chain_llr := llr;
+  IF array_position(outcomes, NULL) IS NOT NULL THEN
+    RAISE EXCEPTION USING MESSAGE = 'sprt_trajectory: outcome ' || array_position(outcomes, NULL) || ' is NULL',
+      ERRCODE = 'null_value_not_allowed';
   END IF;
+  -- one result per status update: a step of one failure or one pass
+  SELECT s.max_llr, s.crossed, s.crossed_at, s.final_llr, s.chain_llr
+    INTO max_llr, crossed, crossed_at, final_llr, chain_llr
+  FROM fn.sprt_steps(ARRAY(SELECT o::int::bigint FROM unnest(outcomes) WITH ORDINALITY u(o, i) ORDER BY i),
+                     ARRAY(SELECT (NOT o)::int::bigint FROM unnest(outcomes) WITH ORDINALITY u(o, i) ORDER BY i),
+                     p0, p1, threshold, chain_version) s;
 END $$;

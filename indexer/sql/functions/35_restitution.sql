@@ -46,48 +46,6 @@ BEGIN
   version_source := 'assumed_newest';
 END $$;
 
--- fn.sprt_steps(failures, passes, p0, p1, threshold [, chain_version]): the invalidation SPRT as the chain runs it
--- when each status update carries several results (a devshard settlement adds an escrow's invalidations and
--- validations to CurrentEpochStats at once; ComputeStatus then does one UpdateCounts and one Decision). Step k
--- adds failures[k]*log_fail + passes[k]*log_pass, then checks LLR >= threshold. With every step a single result
--- this is exactly fn.sprt_trajectory. Same outputs (crossed_at = the 1-based step); NULL element = error.
-CREATE OR REPLACE FUNCTION fn.sprt_steps(failures bigint[], passes bigint[], p0 numeric, p1 numeric,
-                                         threshold numeric, chain_version text DEFAULT NULL,
-                                         OUT max_llr numeric, OUT crossed boolean, OUT crossed_at int,
-                                         OUT final_llr numeric, OUT chain_llr numeric)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-DECLARE
-  t record;
-  llr numeric := 0;
-  k int;
-BEGIN
-  SELECT * INTO t FROM fn.sprt_log_terms(p0, p1, chain_version);
-  IF failures IS NULL OR passes IS NULL OR threshold IS NULL OR t.log_fail IS NULL THEN
-    RETURN;
-  END IF;
-  IF cardinality(failures) <> cardinality(passes) THEN
-    RAISE EXCEPTION USING MESSAGE = 'sprt_steps: ' || cardinality(failures) || ' failure counts but '
-      || cardinality(passes) || ' pass counts', ERRCODE = 'invalid_parameter_value';
-  END IF;
-  crossed := false;
-  FOR k IN 1 .. coalesce(cardinality(failures), 0) LOOP
-    IF failures[k] IS NULL OR passes[k] IS NULL OR failures[k] < 0 OR passes[k] < 0 THEN
-      RAISE EXCEPTION USING MESSAGE = 'sprt_steps: step ' || k || ' has no valid counts', ERRCODE = 'invalid_parameter_value';
-    END IF;
-    llr := llr + failures[k] * t.log_fail + passes[k] * t.log_pass;
-    max_llr := greatest(max_llr, llr);
-    IF NOT crossed AND llr >= threshold THEN
-      crossed := true;
-      crossed_at := k;
-      chain_llr := llr;
-    END IF;
-  END LOOP;
-  final_llr := llr;
-  IF NOT crossed THEN
-    chain_llr := llr;
-  END IF;
-END $$;
-
 -- The same, never raising: error = the chain's (or the input's) error message, outcome columns NULL.
 CREATE OR REPLACE FUNCTION fn.sprt_steps_safe(failures bigint[], passes bigint[], p0 numeric, p1 numeric,
                                               threshold numeric, chain_version text DEFAULT NULL,
