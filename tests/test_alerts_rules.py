@@ -117,6 +117,6 @@ def test_packaged_rules_evaluate_without_error_apart_from_missing_views(db_url, 
     ingest(db_url, path, rules=True)
     with psycopg.connect(db_url) as conn:
         s = evaluate(conn, list(RULES.values()), ["webhook:x"], Policy(cooldown=timedelta(0)))
-        missing = {} if _has_restitution(conn) else {"sprt_within_reach", "downtime_by_disputable"}
+        missing = set() if _has_restitution(conn) else {"sprt_within_reach", "downtime_by_disputable"}
         assert set(s.skipped) == missing and all("restitution_impact" in why for why in s.skipped.values())
         assert s.firing > 0 and s.deliveries == s.notifications
