@@ -1,16 +1,20 @@
 -- A host has disputable penalties in an epoch: penalties the governance-limit rules would not uphold.
+-- Counted per rule first, then per host and epoch: one pass, no subquery correlated on (epoch, participant) (on
+-- Citus a correlated subquery must join on escrow_id; docs/citus.md).
 SELECT 'disputable_penalty:' || epoch_index || ':' || participant AS alert_key,
        'warning' AS severity, participant, epoch_index,
-       format('%s: %s disputable penalt%s in epoch %s (%s)', participant, count(*),
-              CASE WHEN count(*) = 1 THEN 'y' ELSE 'ies' END, epoch_index,
-              string_agg(DISTINCT rule, ', ' ORDER BY rule)) AS summary,
+       format('%s: %s disputable penalt%s in epoch %s (%s)', participant, sum(n)::bigint,
+              CASE WHEN sum(n) = 1 THEN 'y' ELSE 'ies' END, epoch_index,
+              string_agg(rule, ', ' ORDER BY rule)) AS summary,
        jsonb_build_object(
-         'disputable_missed', count(*) FILTER (WHERE penalty = 'missed'),
-         'disputable_invalid', count(*) FILTER (WHERE penalty = 'invalid'),
-         'by_rule', (SELECT jsonb_object_agg(rule, n) FROM (
-                       SELECT d2.rule, count(*) AS n FROM api.disputable_penalties d2
-                       WHERE d2.epoch_index = d.epoch_index AND d2.participant = d.participant
-                       GROUP BY d2.rule) r),
-         'first_detected_at', min(detected_at)) AS details
-FROM api.disputable_penalties d
+         'disputable_missed', sum(missed)::bigint,
+         'disputable_invalid', sum(invalid)::bigint,
+         'by_rule', jsonb_object_agg(rule, n),
+         'first_detected_at', min(first_detected_at)) AS details
+FROM (SELECT epoch_index, participant, rule, count(*) AS n,
+             count(*) FILTER (WHERE penalty = 'missed') AS missed,
+             count(*) FILTER (WHERE penalty = 'invalid') AS invalid,
+             min(detected_at) AS first_detected_at
+      FROM api.disputable_penalties
+      GROUP BY epoch_index, participant, rule) per_rule
 GROUP BY epoch_index, participant

@@ -37,7 +37,10 @@ FROM (SELECT epoch_index, model_id FROM rec.model_snapshot WHERE epoch_index = A
             WHERE epoch_index = ANY(%(epochs)s) AND model_id IS NOT NULL) k
 LEFT JOIN rec.model_snapshot m USING (epoch_index, model_id)
 LEFT JOIN LATERAL fn.max_model_len(m.model_args) a ON true
-LEFT JOIN LATERAL (SELECT mode() WITHIN GROUP (ORDER BY e.max_model_len) AS escrow_limit
-                   FROM rec.escrow e
-                   WHERE e.epoch_index = k.epoch_index AND e.model_id = k.model_id AND e.max_model_len > 0) esc
-       ON true;
+-- the escrows' own limits, grouped once per (epoch, model) and joined, not probed per key from k: a correlated
+-- subquery over escrows from an epoch-level key would need a join on escrow_id to be pushed down on Citus
+LEFT JOIN (SELECT e.epoch_index, e.model_id, mode() WITHIN GROUP (ORDER BY e.max_model_len) AS escrow_limit
+           FROM rec.escrow e
+           WHERE e.epoch_index = ANY(%(epochs)s) AND e.max_model_len > 0
+           GROUP BY e.epoch_index, e.model_id) esc
+       ON esc.epoch_index = k.epoch_index AND esc.model_id = k.model_id;
