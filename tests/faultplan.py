@@ -19,7 +19,9 @@ resume cycle at the same clock with the same faults, which serves what the dropp
   its rec.*, replay.* and rules.* rows must equal a clean run's;
 * *captured open*: served only while its epoch was current: its tx rows must equal a clean run's, and its gap
   must be visible (settlement never read);
-* otherwise *lost*: no rows at all, and the loss visible in ``net.failure`` and ``api.ingest_status``.
+* otherwise *lost*: no rows at all, and the loss visible in ``net.failure`` and ``api.ingest_status``;
+* except escrows of epochs pruned before the first cycle that reached the chain: the indexer started after them
+  (it has no record of having been up), so they are neither captured nor gaps.
 """
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ from dataclasses import dataclass, field
 from indexer.devnet import FaultConfig, Scenario, ScenarioConfig
 
 WINDOW = 2  # DevshardPruningThreshold
-# small networks: three epochs of one or two escrows; ten hosts so that groups (6-8 members) differ
+# small networks (a poll cycle costs about the same whatever its size, so a plan's cost is its cycle count): two
+# epochs of one or two escrows; nine or ten hosts so that groups (6-8 members) differ
 SHAPES = {
-    "a": ScenarioConfig(seed=31, epochs=3, escrows_per_epoch=2, inferences_per_escrow=8, hosts=10),
-    "b": ScenarioConfig(seed=57, epochs=3, escrows_per_epoch=1, inferences_per_escrow=10, hosts=9),
+    "a": ScenarioConfig(seed=31, epochs=2, escrows_per_epoch=2, inferences_per_escrow=8, hosts=10),
+    "b": ScenarioConfig(seed=57, epochs=2, escrows_per_epoch=1, inferences_per_escrow=10, hosts=9),
 }
 _SCENARIOS: dict[str, Scenario] = {}
 
@@ -102,14 +105,15 @@ def draw_plan(seed: int) -> Plan:
                "decode_workers": 2 if rng.random() < 0.08 else 0}
     plan = Plan(seed, shape, nodes, faults, workers)
 
-    clock = first
+    clock = first + rng.choice([0, 1])  # the first cycle sees the first epoch open, or already settled
     down_for_good: set[str] = set()
     nodes_for_good: set[int] = set()
     pruned: set[str] = set()
     must_advance = False
     while True:
         if plan.cycles:
-            step = rng.choices([0, 1, 2, 3, 4], [0.08, 0.6, 0.12, 0.12, 0.08])[0]
+            # 3 or more: the poller was down longer than the pruning window
+            step = rng.choices([0, 1, 2, 3, 4], [0.06, 0.44, 0.25, 0.15, 0.10])[0]
             clock += max(step, int(must_advance))
         must_advance = False
         down = set(down_for_good)
@@ -164,6 +168,7 @@ class Capture:
     unserved: dict[int, set[str]] = field(default_factory=dict)
     pruned_in: dict[int, set[str]] = field(default_factory=dict)
     seen_epochs: set[int] = field(default_factory=set)   # epochs some completed cycle had in its window
+    before_start: set[str] = field(default_factory=set)  # escrows pruned before the first cycle reached the chain
 
 
 def chain_down(plan: Plan, cycle: Cycle) -> bool:
@@ -200,6 +205,9 @@ def simulate(plan: Plan) -> Capture:
                 opened.add(esc.escrow_id)
     cap.full = final
     cap.open_only = opened - final
-    cap.lost = set(scn.escrows) - final - opened
+    started = [c.clock for c in plan.cycles if not chain_down(plan, c)]
+    cap.before_start = {e.escrow_id for e in scn.escrows.values()
+                        if not started or e.epoch_index < started[0] - WINDOW}
+    cap.lost = set(scn.escrows) - final - opened - cap.before_start
     cap.pruned_early = pruned
     return cap
