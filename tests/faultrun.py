@@ -194,9 +194,10 @@ def check_cycle(url: str, plan: Plan, i: int, res: CycleResult) -> None:
     for escrow_id in sorted(cap.unserved.get(i, ())):
         row = status.get(f"escrow:{escrow_id}")
         if not row or not row[1]:
-            _fail(plan, i, f"escrow {escrow_id}: no member answered, but ingest_status shows no error: {row}")
+            _fail(plan, i, f"escrow {escrow_id} was not served (no member up, or a disputed log), but "
+                           f"ingest_status shows no error: {row}")
         if not any(s == f"escrow:{escrow_id}" for s, _, _ in failures):
-            _fail(plan, i, f"escrow {escrow_id}: no member answered, and no net.failure row says so")
+            _fail(plan, i, f"escrow {escrow_id} was not served, and no net.failure row says so")
     for escrow_id in sorted(cap.pruned_in.get(i, ())):
         row = status.get(f"escrow:{escrow_id}")
         if not row or not row[1] or "pruned" not in row[1]:
