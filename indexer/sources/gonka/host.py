@@ -2,8 +2,9 @@
 
 Any member of an escrow's group (the participants of its slots, found at ``participant/{addr}.inference_url``)
 keeps the escrow's diff log. :class:`HostGroup` reads runs of pages (≤ 64 nonces each) from one member and checks
-the last ``post_state_root`` of every run against a second member; on disagreement a third member decides, and a
-member that failed or diverged is skipped for the rest of the escrow.
+the last ``post_state_root`` of every run against a second member; on disagreement a third member decides (with
+none, the read fails and the escrow waits for a later cycle), and a member that failed or diverged is skipped for
+the rest of the escrow.
 """
 from __future__ import annotations
 
