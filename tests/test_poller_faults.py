@@ -16,8 +16,8 @@ import pytest
 from indexer.db.scratch import scratch_database
 from indexer.devnet import DevnetServer, FaultConfig
 from indexer.poller import poll_once
-from tests.faultplan import SHAPES, Cycle, Plan, draw_plan, scenario
-from tests.faultrun import FAST, check_final, clean_run, run_plan, snapshot, tables
+from tests.faultplan import Cycle, Plan, draw_plan, scenario
+from tests.faultrun import policy, check_final, clean_run, run_plan, snapshot, tables
 
 FAULT_SCENARIOS_DEFAULT = 50
 
@@ -102,14 +102,6 @@ def test_chain_failover_first_node_down(db_url):
     """Several chain URLs, the first one down: every request fails over and the cycle matches a clean one."""
     scn = scenario("b")
     with DevnetServer(scn, faults=FaultConfig(nodes_down=(0,))) as net:
-        summary = poll_once(db_url, net.chain_rest_urls(2), net.rpc_urls(2), policy=_policy(), decode_workers=0)
+        summary = poll_once(db_url, net.chain_rest_urls(2), net.rpc_urls(2), policy=policy(), decode_workers=0)
         assert net.faults.injected["down"] >= 2  # chain REST and RPC each tried node 0 first
     assert summary.escrows == len(scn.epochs[0].escrows)
-
-
-def _policy():
-    from indexer.sources.gonka import RetryPolicy
-    return RetryPolicy(**FAST)
-
-
-assert set(SHAPES) >= {"a", "b"}
