@@ -250,6 +250,8 @@ def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[s
         states = {e: (st, n, nf, reason) for e, st, n, nf, reason in c.execute(
             "SELECT epoch_index, state, escrows, escrows_final, reason FROM net.epoch_state")}
         failed_sources = {s for (s,) in c.execute("SELECT DISTINCT source FROM net.failure")}
+    ran = [c.clock for c in plan.cycles if not chain_down(plan, c)]
+    last_clock = max(ran) if ran else -1  # the last cycle that reached the chain
     for esc in scn.escrows.values():
         eid, row = esc.escrow_id, status.get(f"escrow:{esc.escrow_id}")
         if eid in cap.before_start:
@@ -258,12 +260,13 @@ def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[s
             if row is None or row[1] is not None or row[2] is not None:
                 _fail(plan, None, f"escrow {eid} was captured but ingest_status shows {row}")
             continue
+        if esc.epoch_index >= last_clock - WINDOW:
+            continue  # still in the window of the last cycle that ran: not lost (yet), nothing to notice
         # not fully captured: the loss is visible
         if row is None or not row[1] or row[2] is None:
             _fail(plan, None, f"escrow {eid} was not fully captured but ingest_status shows {row}")
         if f"escrow:{eid}" not in failed_sources:
             _fail(plan, None, f"escrow {eid} was not fully captured and no net.failure row names it")
-    last_clock = max(c.clock for c in plan.cycles if not chain_down(plan, c))  # the last cycle that ran
     for ep in scn.epochs:
         e = ep.epoch_index
         st = states.get(e)
