@@ -4,7 +4,7 @@ checked after every cycle and at the end (tests/faultrun.py).
 
 ``make test`` runs FAULT_SCENARIOS_DEFAULT seeds; ``FAULT_SCENARIOS=500 make test`` (or
 ``FAULT_SCENARIOS=500 .venv/bin/python -m pytest tests/test_poller_faults.py``) runs more, and
-``FAULT_SEED=<n>`` runs one seed (the seed is in each test id and in every failure message).
+``FAULT_FIRST_SEED=<n>`` starts the seeds there (default 1); ``FAULT_SEED=<n>`` runs one seed (the seed is in each test id and in every failure message).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ FAULT_SCENARIOS_DEFAULT = 50
 def _seeds() -> list[int]:
     if os.environ.get("FAULT_SEED"):
         return [int(os.environ["FAULT_SEED"])]
-    return list(range(1, int(os.environ.get("FAULT_SCENARIOS") or FAULT_SCENARIOS_DEFAULT) + 1))
+    first = int(os.environ.get("FAULT_FIRST_SEED") or 1)
+    return list(range(first, first + int(os.environ.get("FAULT_SCENARIOS") or FAULT_SCENARIOS_DEFAULT)))
 
 
 @pytest.fixture(scope="module")
