@@ -21,7 +21,7 @@ from tests.faultplan import WINDOW, Plan, chain_down, scenario, simulate
 
 # 12 attempts: at the plans' worst odds (a quarter of answers faulty) a request exhausts them once in 6·10⁷, so a
 # chain request never fails by chance and the plan alone decides what fails
-FAST = dict(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=12)
+FAST = dict(backoff_base=0.0002, backoff_max=0.002, timeout=5.0, attempts=12)
 IGNORED_COLUMNS = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quarantined_at", "first_seen_at",
                    "last_loaded_at", "completed_at", "source_id", "source_line", "revision", "computed_at",
                    "evaluated_at", "created_at", "updated_at", "detected_at"}

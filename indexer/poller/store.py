@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import psycopg
 
 from indexer.load.ingest import BatchLoader, IngestSummary, register_source
+from indexer.load.prepare import prepare_batch
 from indexer.wire.normalize import dumps_record_bytes
 
 UPSERT_CURSOR = """
@@ -58,7 +59,6 @@ class Store:
         self.conn = conn
         self.side_url = side_url  # a second connection for registering sources while the main one commits
         self._side: psycopg.Connection | None = None
-        self._prep_loader: BatchLoader | None = None
         self.archive = archive
         self.responses: list[tuple[str, int, int | None, bytes]] = []
         self.failures: list[tuple[str, str, str, bool]] = []
@@ -180,17 +180,18 @@ class Store:
         (``side_url``) this can run in one thread while another commits the previous batch on the main one."""
         t0 = time.perf_counter()
         conn = self._side_conn()
-        loader = self._prep_loader
-        if loader is None:
-            loader = self._prep_loader = BatchLoader(conn, 0)
         prepared = []
         for lines, uri in items:
             if not lines:
                 continue
             digest = hashlib.sha256(b"\n".join(lines)).hexdigest()
             source_id, _ = register_source(conn, SimpleNamespace(digest=digest, uri=uri))
-            loader.source_id = source_id
-            prepared.append((source_id, loader.prepare(list(enumerate(lines, start=1)))))
+            # typing needs no staging tables: a BatchLoader here would create a set on the side connection that
+            # is never used (the commit stages on the main one), at a dozen DDL statements per cycle
+            batch = list(enumerate(lines, start=1))
+            prep = prepare_batch(source_id, batch)
+            prep.source_lines = lambda batch=batch: batch
+            prepared.append((source_id, prep))
         dt = time.perf_counter() - t0
         self.t_prepare += dt
         self.seconds += dt
