@@ -4,7 +4,6 @@ tables in sql/rules/, sql/views/, sql/alerts/ and the SQL functions equates thei
 (tests/citus_check.py). The negative tests show the checker fails on what it must catch."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -125,7 +124,7 @@ def test_epoch_level_aggregates_are_recognised_as_intermediate_results():
     """api.host_epoch_penalties joins per-host sums (grouped by epoch and participant), not escrow rows: Citus
     computes each sum first, so the join on (epoch, participant) is not a join between distributed tables."""
     cat = view_catalog()
-    stmt = cc.statements_of(f"SELECT * FROM api.host_epoch_penalties")[0]
+    stmt = cc.statements_of("SELECT * FROM api.host_epoch_penalties")[0]
     analyzer = cc.check_statement(cat, "test", stmt)
     assert analyzer.findings == []
     assert {label for label, _ in analyzer.intermediates} == {"CTE recorded r", "CTE disputed d"}

@@ -85,3 +85,50 @@ def test_lying_host_serves_a_diverging_log(scenario):
     assert all(a["user_sig"] == b["user_sig"] for a, b in zip(lie, truth))  # it cannot re-sign as the user
     assert normalize_diffs(esc.escrow_id, truth, "v5", esc.log.payloads).records == scenario.tx_records(esc.escrow_id)
     assert normalize_diffs(esc.escrow_id, lie, "v5", esc.log.payloads).records != scenario.tx_records(esc.escrow_id)
+
+
+def test_host_down_closes_the_connection_until_brought_back(scenario):
+    esc = scenario.epoch(408).escrows[0]
+    host = esc.slots[0]
+    with DevnetServer(scenario, faults=FaultConfig(hosts_down=(host,))) as net, httpx.Client() as c:
+        url = f"{net.host_url(host)}/devshard/healthz"
+        with pytest.raises(httpx.RemoteProtocolError):
+            c.get(url)
+        other = next(a for a in esc.slots if a != host)
+        assert c.get(f"{net.host_url(other)}/devshard/healthz").status_code == 200  # only that host is down
+        net.faults.down_hosts.discard(host)  # the outage ends (between two poll cycles, in the fault suite)
+        assert c.get(url).status_code == 200
+        assert net.faults.injected["down"] == 1
+
+
+def test_chain_nodes_share_the_listener_and_one_can_be_down(scenario):
+    with DevnetServer(scenario, faults=FaultConfig(nodes_down=(0,))) as net, httpx.Client() as c:
+        rest, rpc = net.chain_rest_urls(2), net.rpc_urls(2)
+        assert c.get(rest[1] + EPOCH_URL.removeprefix("/chain-api")).json() == {"epoch": "408"}
+        assert c.get(rpc[1] + "/status").status_code == 200
+        for url in (rest[0] + EPOCH_URL.removeprefix("/chain-api"), rpc[0] + "/status"):
+            with pytest.raises(httpx.RemoteProtocolError):
+                c.get(url)
+
+
+def test_slow_host_answers_late(scenario):
+    esc = scenario.epoch(408).escrows[0]
+    host = esc.slots[0]
+    faults = FaultConfig(slow_hosts=(host,), slow_seconds=0.3)
+    with DevnetServer(scenario, faults=faults) as net:
+        with httpx.Client(timeout=httpx.Timeout(5, read=0.1)) as c, pytest.raises(httpx.ReadTimeout):
+            c.get(f"{net.host_url(host)}/devshard/healthz")
+        with httpx.Client(timeout=5) as c:
+            assert c.get(f"{net.host_url(host)}/devshard/healthz").status_code == 200
+        assert net.faults.injected["slow"] == 2
+
+
+def test_escrow_pruned_ahead_of_its_epoch(scenario):
+    esc = scenario.epoch(408).escrows[0]
+    with DevnetServer(scenario) as net, httpx.Client() as c:
+        chain = f"{net.chain_rest_url}/productscience/inference/inference/devshard_escrow/{esc.escrow_id}"
+        diffs = f"{net.host_url(esc.slots[0])}/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}/diffs"
+        assert c.get(chain).json()["found"] is True
+        net.devnet.prune_escrow(esc.escrow_id)
+        assert c.get(chain).json() == {"found": False}
+        assert c.get(diffs, params={"from": 1}).status_code == 404

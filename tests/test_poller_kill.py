@@ -65,8 +65,12 @@ def test_kill_9_mid_cycle_then_rerun_equals_clean_run(db_url, second_db_url):
         clean = _run_once(db_url, _ready(net))
         assert clean.wait(timeout=300) == 0, clean.stderr.read().decode()
 
-    # slow hosts (every host request waits), so the kill lands between the first commit and the end of the cycle
-    slow = FaultConfig(p_delay=1.0, delay_seconds=0.1, paths=("/hosts/",))
+    # slow hosts (every host request waits), so the kill lands between the first commit and the end of the cycle;
+    # the escrows' first commit can come as their fetches end, so the host epoch stats read after them are slower
+    # still: the cycle's last commit stays a second or more away from the first escrow cursor, even on a busy machine
+    hosts = tuple(h.address for h in _scenario().hosts)
+    slow = FaultConfig(slow_hosts=hosts, slow_seconds=0.03, p_delay=1.0, delay_seconds=0.3,
+                       paths=("/chain-api/productscience/inference/inference/devshard_host_epoch_stats/",))
     with DevnetServer(_scenario(), faults=slow) as net:
         _ready(net)
         before = _helper_processes()

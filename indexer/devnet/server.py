@@ -5,11 +5,19 @@ Fault injection sits in front of routing so every surface can misbehave like a p
 bodies cut short (a valid HTTP response whose body does not parse). The lying host is data, not
 chance: it always serves its diverging diff log. Faults draw from their own seeded RNG, one fixed
 sequence of draws per request, so a sequential client sees the same faults on every run.
+
+Outages are state, not chance, so a test decides exactly when they start and end (between poll cycles):
+``Faults.down_hosts`` (participant addresses whose host closes every connection without an answer, like a
+crashed host behind a TCP proxy), ``Faults.slow_hosts`` (every answer of those hosts waits ``slow_seconds``) and
+``Faults.down_nodes`` (indexes of chain nodes that close every connection). Several chain nodes share the one
+listener under ``/nodes/<k>/chain-api`` and ``/nodes/<k>/chain-rpc`` (:meth:`DevnetServer.chain_rest_urls`), so a
+client configured with several chain URLs can fail over from a node that is down to one that answers.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -35,6 +43,14 @@ class FaultConfig:
     paths: tuple[str, ...] = ()  # only paths with one of these prefixes get faults; () = all but /devnet/
     serve_upto: int | None = None  # hosts serve no diff beyond this nonce (a stuck log; shard detail still
                                    # reports the full nonce): what the poller's progress watchdog must notice
+    hosts_down: tuple[str, ...] = ()  # participant addresses whose hosts are down from the start
+    slow_hosts: tuple[str, ...] = ()  # participant addresses whose hosts answer every request late
+    slow_seconds: float = 0.05
+    nodes_down: tuple[int, ...] = ()  # chain nodes (/nodes/<k>/…) down from the start
+
+
+_NODE_PATH = re.compile(r"^/nodes/(\d+)(/chain-(?:api|rpc)/.*)$")
+_HOST_PATH = re.compile(r"^/hosts/([^/]+)/")
 
 
 @dataclass(frozen=True)
@@ -49,7 +65,30 @@ class Faults:
         self.config = config
         self._rng = random.Random(config.seed)
         self._lock = threading.Lock()
-        self.injected: dict[str, int] = {"delay": 0, "429": 0, "5xx": 0, "truncate": 0}
+        self.injected: dict[str, int] = {"delay": 0, "429": 0, "5xx": 0, "truncate": 0, "down": 0, "slow": 0}
+        # outages: plain sets, changed by the test between cycles (reads under the GIL see one or the other)
+        self.down_hosts: set[str] = set(config.hosts_down)
+        self.slow_hosts: set[str] = set(config.slow_hosts)
+        self.down_nodes: set[int] = set(config.nodes_down)
+        self.host_addresses: dict[str, str] = {}  # host name in the URL → participant address (set by the server)
+
+    def count(self, key: str) -> None:
+        with self._lock:
+            self.injected[key] += 1
+
+    def outage(self, path: str, node: int | None) -> tuple[bool, float]:
+        """(the connection is dropped unanswered, seconds to wait first) for a request to ``path`` on chain node
+        ``node`` (None: not a node path). Outages apply to /devnet/ control routes never."""
+        if node is not None:
+            down, slow = node in self.down_nodes, False
+        else:
+            m = _HOST_PATH.match(path)
+            address = self.host_addresses.get(m.group(1)) if m else None
+            down, slow = address in self.down_hosts, address in self.slow_hosts
+        if down or slow:
+            with self._lock:
+                self.injected["down" if down else "slow"] += 1
+        return down, (self.config.slow_seconds if slow and not down else 0.0)
 
     def applies(self, path: str) -> bool:
         if path.startswith("/devnet/"):
@@ -65,8 +104,8 @@ class Faults:
             delay = cfg.delay_seconds if r_delay < cfg.p_delay else 0.0
             status = 429 if r_429 < cfg.p_429 else ((500, 502, 503)[int(r_pick * 3)] if r_5xx < cfg.p_5xx else 0)
             truncate = 0.2 + 0.6 * r_pick if r_trunc < cfg.p_truncate and not status else 0.0
-            for key, hit in (("delay", delay), ("429", status == 429), ("5xx", status >= 500), ("truncate", truncate)):
-                self.injected[key] += bool(hit)
+            for key, hit in (("delay", delay), ("429", status == 429), ("5xx", status >= 500)):
+                self.injected[key] += bool(hit)  # truncations are counted where one is applied (a 200 answer)
         return FaultDecision(delay, status, truncate)
 
 
@@ -95,17 +134,28 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)  # drain, so keep-alive framing stays intact
-        decision = self.server.faults.draw(url.path)
+        path, node = url.path, None
+        m = _NODE_PATH.match(path)
+        if m:
+            node, path = int(m.group(1)), m.group(2)
+        down, wait = self.server.faults.outage(path, node)
+        if down:
+            self.close_connection = True  # no status line: the client sees the connection closed unanswered
+            return
+        if wait:
+            time.sleep(wait)
+        decision = self.server.faults.draw(path)
         if decision.delay:
             time.sleep(decision.delay)
         if decision.status:
             resp = _fault_response(decision.status, self.server.faults.config.retry_after)
         else:
-            resp = self.server.app.handle(method, url.path, parse_qs(url.query, keep_blank_values=True),
+            resp = self.server.app.handle(method, path, parse_qs(url.query, keep_blank_values=True),
                                           dict(self.headers.items()))
         body = resp.body
         if decision.truncate and resp.status == 200 and len(body) > 1:
             body = body[: max(1, int(len(body) * decision.truncate))]
+            self.server.faults.count("truncate")
         try:
             self.send_response(resp.status)
             for key, value in resp.headers.items():
@@ -140,6 +190,7 @@ class DevnetServer:
             network = Scenario()
         self.devnet = network if isinstance(network, Devnet) else Devnet(network)
         self.faults = Faults(faults or FaultConfig())
+        self.faults.host_addresses = {h.name: h.address for h in self.devnet.scenario.hosts}
         options = AppOptions(b64_events, escrow_max_model_len, self.faults.config.lying_host,
                              self.faults.config.serve_upto, payload_auth)
         self.app = App(self.devnet, options)
@@ -166,6 +217,13 @@ class DevnetServer:
     def rpc_url(self) -> str:
         """Like ``https://<node>/chain-rpc`` (GONKA_RPC_URL)."""
         return f"{self.url}/chain-rpc"
+
+    def chain_rest_urls(self, nodes: int) -> list[str]:
+        """``nodes`` chain REST URLs of distinct nodes (``Faults.down_nodes`` takes one down)."""
+        return [f"{self.url}/nodes/{k}/chain-api" for k in range(nodes)]
+
+    def rpc_urls(self, nodes: int) -> list[str]:
+        return [f"{self.url}/nodes/{k}/chain-rpc" for k in range(nodes)]
 
     def host_url(self, address: str) -> str:
         return self.app.host_url(address)

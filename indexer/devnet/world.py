@@ -8,6 +8,9 @@ deterministic. Rules, per escrow of epoch E at current epoch C:
 * E < C: settled (during the following epoch), host epoch stats found;
 * E < C − 2: pruned (``DevshardPruningThreshold = 2``): chain answers ``found:false`` and hosts drop
   the session; tx_search still finds its events (blocks are not pruned).
+
+:meth:`Devnet.prune_escrow` prunes one escrow ahead of that rule (fault injection: the epoch ticked while a poll
+cycle was under way, so an escrow the cycle listed is gone by the time it is fetched).
 """
 
 from __future__ import annotations
@@ -25,11 +28,17 @@ class Devnet:
         self.current_epoch = scenario.config.first_epoch if current_epoch is None else current_epoch
         self.lock = threading.RLock()
         self.encoded_logs: dict[tuple[str, bool], tuple[list[int], list[bytes]]] = {}  # see hostviews.diffs_body
+        self.pruned_escrows: set[str] = set()  # pruned ahead of the epoch rule (prune_escrow)
 
     def advance_epoch(self) -> int:
         with self.lock:
             self.current_epoch += 1
             return self.current_epoch
+
+    def prune_escrow(self, escrow_id: str) -> None:
+        """Chain and hosts forget this escrow now, for good (its events stay in tx_search)."""
+        with self.lock:
+            self.pruned_escrows.add(str(escrow_id))
 
     # -- per-escrow visibility --------------------------------------------------------------------
     def created(self, esc: EscrowSim) -> bool:
@@ -43,7 +52,8 @@ class Devnet:
 
     def live(self, esc: EscrowSim) -> bool:
         """Known to chain state and to its hosts."""
-        return self.created(esc) and not self.pruned_epoch(esc.epoch_index)
+        return (self.created(esc) and not self.pruned_epoch(esc.epoch_index)
+                and esc.escrow_id not in self.pruned_escrows)
 
     def escrow(self, escrow_id: str) -> EscrowSim | None:
         return self.scenario.escrows.get(str(escrow_id))

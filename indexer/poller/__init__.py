@@ -11,21 +11,28 @@ for good:
 
 * Epochs no cycle saw (the poller, or the chain, down for more than the window): everything about them is gone
   from the network (their creation events stay in ``tx_search``, but the escrows answer ``found:false``). The
-  next cycle records each such epoch: ``net.epoch_state`` row ``final`` with ``reason = 'missed'`` and a
-  ``net.failure`` row (source ``epoch:<E>``) ``epoch pruned before the poller saw it``; ``api.ingest_status``
-  shows ``epoch:<E>`` = ``final`` with that error. (Epochs before the indexer's first cycle are not gaps.)
-* Escrows never captured although their epoch was seen (hosts and chain unreachable for that escrow until it was
-  pruned): an escrow that answers ``found:false`` without stored rows gets a ``net.failure`` row ``pruned before
-  capture`` (source ``escrow:<id>``).
+  next cycle records each such epoch: ``net.epoch_state`` row ``final`` with ``reason = 'missed'`` and the number
+  of escrows ``tx_search`` lists for it, a ``net.failure`` row (source ``epoch:<E>``) ``epoch pruned before the
+  poller saw it``, and for each of those escrows a ``net.failure`` row and the same ``last_error`` on its
+  ``escrow:<id>`` row of ``api.ingest_status``. (Epochs before the indexer's first cycle are not gaps.)
+* Escrows the chain pruned between a cycle's listing and its fetch (the epoch ticked during the cycle): a
+  ``net.failure`` row and ``last_error`` on ``escrow:<id>``: ``pruned before capture`` without stored rows,
+  ``pruned before its log was final (captured up to nonce N)`` with some.
 * Escrows partly captured (hosts down, chain up, or a log interrupted): the rows up to the ``escrow:<id>`` cursor
   are kept; the tail after it, the final host stats and the ``escrow-final`` mark are missing. The ``escrow:<id>``
   row of ``api.ingest_status`` keeps its old cursor, its ``last_error`` and a growing ``lag_seconds``; the watchdog's
   ``stalled_cycles`` stop growing once the escrow is pruned (no source position any more).
 * Host epoch stats not read before pruning are missing (``host_epoch_stats`` has no row for those participants).
-* An epoch that leaves the window while ``settling`` becomes ``final`` with ``reason = 'pruned'``, and each of its
-  escrows without an ``escrow-final`` cursor gets a ``net.failure`` row ``epoch pruned before escrow was final``.
-  So the gaps are visible: ``epoch:<E>`` is ``final`` in ``api.ingest_status`` while the ``net.epoch_state`` row
-  says ``pruned`` with ``escrows_final < escrows``, and the escrows' rows keep a non-null ``lag_seconds``.
+* An epoch that leaves the window while ``settling`` becomes ``final`` with ``reason = 'pruned'``; its escrows are
+  listed from ``tx_search`` (so ``escrows`` counts the ones never captured too), and each escrow without an
+  ``escrow-final`` cursor gets a ``net.failure`` row and ``last_error`` ``epoch <E> pruned before escrow was
+  final``; the ``epoch:<E>`` row's ``last_error`` says how many. So every gap is visible in
+  ``api.ingest_status`` (and the ``net.epoch_state`` row says ``pruned`` with ``escrows_final < escrows``).
+* A cycle that fails (no chain node answers, the database drops the connection) records ``cycle failed: …`` on
+  ``chain`` (``last_error``) and in ``net.failure``, through a fresh connection when the old one is gone; what it
+  committed stays (rows and cursors commit together) and the next cycle resumes from the cursors.
+
+See docs/reliability-poller.md for the guarantees and the fault-injection suite that checks them.
 
 Nothing is retried from an archive node (public nodes do not serve archive heights, §5.5); replay and rules run on
 what was captured, and the replay's tallies beside the network's ``host_stats`` (``api.host_stats_check``) show

@@ -148,10 +148,14 @@ class CommitPipeline:
         s.escrows += done.found
         source = f"escrow:{done.escrow_id}"
         if done.pruned:
+            # a job is never final yet, so whatever the chain pruned before this fetch is a gap: say so in
+            # net.failure and on the escrow's api.ingest_status row (its cursor, if any, stays where it was)
             s.escrows_pruned += 1
             done.slots = self.store.stored_slots([done.escrow_id]).get(done.escrow_id, [])
-            if not done.slots:
-                self.store.fail(source, f"devshard_escrow/{done.escrow_id}", "pruned before capture", False)
+            msg = ("pruned before capture" if not done.slots else
+                   f"pruned before its log was final (captured up to nonce {done.after})")
+            self.store.fail(source, f"devshard_escrow/{done.escrow_id}", msg, False)
+            self.store.error(source, msg)
             return done
         if done.error is not None:
             exc = done.error

@@ -136,16 +136,19 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
                 poller = Poller(gonka, store, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_workers=payload_workers, escrow_workers=escrow_workers,
                                 decode_workers=decode_workers)
+                error = None
                 try:
                     summary = poller.cycle()
                 except Exception as exc:
-                    store.error("chain", f"{type(exc).__name__}: {exc}")
+                    error = f"{type(exc).__name__}: {exc}"
                     raise
                 finally:
-                    poller.close()
+                    poller.close()  # fetch threads stop first: their last failures are queued by now
                     poller.summary.requests = gonka.requests()
-                    store.flush()
-                    store.close()
+                    try:
+                        store.finish_cycle(url, error)
+                    finally:
+                        store.close()
             summary.t_load = store.seconds
             summary.t_prepare, summary.transactions = store.t_prepare, store.transactions
             if process:
@@ -154,6 +157,7 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
                 summary.rules_epochs = downstream.rules.epochs
                 summary.t_replay, summary.t_rules = downstream.replay.seconds, downstream.rules.seconds
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (POLLER_LOCK_KEY,))
+            if not conn.broken:  # a dropped session released its advisory lock with it
+                conn.execute("SELECT pg_advisory_unlock(%s)", (POLLER_LOCK_KEY,))
     summary.seconds = time.perf_counter() - start
     return summary

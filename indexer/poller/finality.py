@@ -45,13 +45,15 @@ class Epochs:
         """Epochs that left the window unfinished become final ('pruned'); their unfinished escrows are gaps."""
         final = self.store.cursors("escrow-final")
         for epoch in sorted(e for e, st in states.items() if st != "final" and e < now - PRUNING_WINDOW):
-            ids = self.store.escrow_ids(epoch)
+            ids = self.created_ids(epoch)
             lost = [eid for eid in ids if f"escrow-final:{eid}" not in final]
-            for eid in lost:
-                self.store.fail(f"escrow:{eid}", "", f"epoch {epoch} pruned before escrow was final", False)
+            self._lost(epoch, lost, f"epoch {epoch} pruned before escrow was final")
             if lost:
                 log.warning("epoch %s pruned while settling: %d escrow(s) not final", epoch, len(lost))
             self.store.commit_epoch_state(epoch, "final", len(ids), len(ids) - len(lost), None, reason="pruned")
+            if lost:
+                self.store.error(f"epoch:{epoch}", f"pruned while settling: {len(lost)} of {len(ids)} escrow(s) "
+                                                   f"not final")
             self.summary.epoch_states[epoch] = "final"
         # epochs that came and went while the poller was away (its last cycle is older than the window)
         if states:
@@ -59,10 +61,32 @@ class Epochs:
                 log.warning("epoch %s was pruned before the poller saw it", epoch)
                 msg = ("epoch pruned before the poller saw it (the poller or its sources were down longer than the "
                        "pruning window)")
+                ids = self.created_ids(epoch)
+                self._lost(epoch, ids, f"epoch {epoch} pruned before the poller saw it")
                 self.store.fail(f"epoch:{epoch}", "", msg, False)
-                self.store.commit_epoch_state(epoch, "final", 0, 0, None, reason="missed")
+                self.store.commit_epoch_state(epoch, "final", len(ids), 0, None, reason="missed")
                 self.store.error(f"epoch:{epoch}", msg)
                 self.summary.epoch_states[epoch] = "final"
+
+    def created_ids(self, epoch: int) -> list[str]:
+        """The epoch's escrow ids from its creation events (blocks are not pruned, so these outlive the escrows);
+        what was stored of it when tx_search does not answer."""
+        try:
+            created = self.g.rpc.escrows_created(epoch)
+        except (FetchError, NormalizeError) as exc:
+            log.warning("epoch %s: escrow list from tx_search failed (%s); using the stored escrows", epoch, exc)
+            return self.store.escrow_ids(epoch)
+        ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
+        ids += [eid for eid in self.store.escrow_ids(epoch) if eid not in ids]
+        return ids
+
+    def _lost(self, epoch: int, escrow_ids: Sequence[str], message: str) -> None:
+        """Escrows whose data left the chain before they were final: a net.failure row each and the reason on
+        their ``escrow:<id>`` row of api.ingest_status (the cursor, if any, keeps what was captured)."""
+        for eid in escrow_ids:
+            self.store.fail(f"escrow:{eid}", "", message, False)
+        if escrow_ids:
+            self.store.errors([f"escrow:{eid}" for eid in escrow_ids], message)
 
     def window_start_height(self, info: dict) -> int:
         """A height before the window's oldest settlement: current epoch start − (window + 1) epoch lengths. The

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import psycopg
 
 from indexer.load.ingest import BatchLoader, IngestSummary, register_source
+from indexer.load.prepare import prepare_batch
 from indexer.wire.normalize import dumps_record_bytes
 
 UPSERT_CURSOR = """
@@ -70,7 +71,6 @@ class Store:
         self.conn = conn
         self.side_url = side_url  # a second connection for registering sources while the main one commits
         self._side: psycopg.Connection | None = None
-        self._prep_loader: BatchLoader | None = None
         self.archive = archive
         self.responses: list[tuple[str, int, int | None, bytes]] = []
         self.failures: list[tuple[str, str, str, bool]] = []
@@ -157,9 +157,38 @@ class Store:
                 conn.execute(UPSERT_CURSOR, (source, "ok"))
 
     def error(self, source: str, message: str, retry_seconds: float = 60.0) -> None:
-        with self.conn.transaction():
-            self.conn.execute(_CURSOR_ERROR, (source, message[:2000], retry_seconds))
-            self._flush(self.conn)
+        self.errors([source], message, retry_seconds)
+
+    def errors(self, sources: Sequence[str], message: str, retry_seconds: float = 60.0) -> None:
+        """``last_error`` of each source (api.ingest_status), in one transaction."""
+        def body(conn: psycopg.Connection) -> None:
+            with conn.cursor() as cur:
+                cur.executemany(_CURSOR_ERROR, [(source, message[:2000], retry_seconds) for source in sources])
+        self._in_transaction(self.conn, body)
+
+    def finish_cycle(self, url: str, error: str | None) -> None:
+        """Write what is still queued and, for a failed cycle, its error on ``chain`` (``api.ingest_status``) and
+        in ``net.failure``. When the database dropped the main connection, this goes through a fresh one, so a
+        cycle that died of it is still visible; a drop that happens here fails the cycle."""
+        if error is not None:
+            self.fail("chain", "", f"cycle failed: {error}", True)
+
+        def record(conn: psycopg.Connection, message: str | None) -> None:
+            if message is not None:
+                conn.execute(_CURSOR_ERROR, ("chain", message[:2000], 60.0))
+
+        try:
+            self._in_transaction(self.conn, lambda c: record(c, error))
+        except psycopg.Error as exc:
+            if not self.conn.broken:
+                raise
+            message = error or f"{type(exc).__name__}: {exc}"
+            if error is None:
+                self.fail("chain", "", f"cycle failed: {message}", True)
+            with psycopg.connect(url, autocommit=True) as fresh:
+                self._in_transaction(fresh, lambda c: record(c, message))
+            if error is None:
+                raise  # the cycle itself had succeeded: it fails here (a failed one raises its own error)
 
     # -- loading --------------------------------------------------------------------------------
     def load(self, records: Iterable[Mapping[str, Any]], uri: str, cursors: Mapping[str, str] | None = None) -> IngestSummary:
@@ -180,17 +209,18 @@ class Store:
         (``side_url``) this can run in one thread while another commits the previous batch on the main one."""
         t0 = time.perf_counter()
         conn = self._side_conn()
-        loader = self._prep_loader
-        if loader is None:
-            loader = self._prep_loader = BatchLoader(conn, 0)
         prepared = []
         for lines, uri in items:
             if not lines:
                 continue
             digest = hashlib.sha256(b"\n".join(lines)).hexdigest()
             source_id, _ = register_source(conn, SimpleNamespace(digest=digest, uri=uri))
-            loader.source_id = source_id
-            prepared.append((source_id, loader.prepare(list(enumerate(lines, start=1)))))
+            # typing needs no staging tables: a BatchLoader here would create a set on the side connection that
+            # is never used (the commit stages on the main one), at a dozen DDL statements per cycle
+            batch = list(enumerate(lines, start=1))
+            prep = prepare_batch(source_id, batch)
+            prep.source_lines = lambda batch=batch: batch
+            prepared.append((source_id, prep))
         dt = time.perf_counter() - t0
         self.t_prepare += dt
         self.seconds += dt
@@ -205,16 +235,18 @@ class Store:
             loader = self._loader = BatchLoader(self.conn, 0)
         self.transactions += 1
         out = IngestSummary()
-        with self.conn.transaction():
+
+        def body(conn: psycopg.Connection) -> None:
             for source_id, prep in prepared:
                 loader.source_id = source_id
                 out.add(loader.commit(prep))
-                self.conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
+                conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
             for source, value in (cursors or {}).items():
-                self.conn.execute(UPSERT_CURSOR, (source, value))
+                conn.execute(UPSERT_CURSOR, (source, value))
             if after is not None:
-                after(self.conn)
-            self._flush(self.conn)
+                after(conn)
+
+        self._in_transaction(self.conn, body)
         self.seconds += time.perf_counter() - t0
         return out
 
@@ -236,18 +268,39 @@ class Store:
             self._side = None
 
     def flush(self) -> None:
-        with self.conn.transaction():
-            self._flush(self.conn)
+        self._in_transaction(self.conn, lambda c: None)
 
-    def _flush(self, conn: psycopg.Connection) -> None:
+    def _in_transaction(self, conn: psycopg.Connection, body: Callable[[psycopg.Connection], None]) -> None:
+        """``body(conn)`` and the queued responses and failures in one transaction. If it does not commit (the
+        database dropped the connection, a statement failed), what was queued stays queued for the next one:
+        a failure row is never lost with the transaction that was to carry it."""
+        written: tuple[list, list] = ([], [])
+        try:
+            with conn.transaction():
+                body(conn)
+                written = self._flush(conn)
+        except BaseException:
+            with self._lock:
+                self.responses[:0], self.failures[:0] = written
+            raise
+
+    def _flush(self, conn: psycopg.Connection) -> tuple[list, list]:
+        """Write the queued responses and failures on ``conn`` (inside the caller's transaction); return them. If
+        writing fails they are queued again."""
         with self._lock:
             responses, self.responses = self.responses, []
             failures, self.failures = self.failures, []
-        if responses:
-            with conn.cursor().copy("COPY net.raw_response (url, status, height, body) FROM STDIN") as cp:
-                for row in responses:
-                    cp.write_row(row)
-        if failures:
-            with conn.cursor() as cur:
-                cur.executemany("INSERT INTO net.failure (source, url, error, transient) VALUES (%s,%s,%s,%s)",
-                                [(s, u, e[:2000], t) for s, u, e, t in failures])
+        try:
+            if responses:
+                with conn.cursor().copy("COPY net.raw_response (url, status, height, body) FROM STDIN") as cp:
+                    for row in responses:
+                        cp.write_row(row)
+            if failures:
+                with conn.cursor() as cur:
+                    cur.executemany("INSERT INTO net.failure (source, url, error, transient) VALUES (%s,%s,%s,%s)",
+                                    [(s, u, e[:2000], t) for s, u, e, t in failures])
+        except BaseException:
+            with self._lock:
+                self.responses[:0], self.failures[:0] = responses, failures
+            raise
+        return responses, failures

@@ -2,8 +2,9 @@
 
 Any member of an escrow's group (the participants of its slots, found at ``participant/{addr}.inference_url``)
 keeps the escrow's diff log. :class:`HostGroup` reads runs of pages (≤ 64 nonces each) from one member and checks
-the last ``post_state_root`` of every run against a second member; on disagreement a third member decides, and a
-member that failed or diverged is skipped for the rest of the escrow.
+the last ``post_state_root`` of every run against a second member; on disagreement a third member decides (with
+none, the read fails and the escrow waits for a later cycle), and a member that failed or diverged is skipped for
+the rest of the escrow.
 """
 from __future__ import annotations
 
@@ -194,6 +195,11 @@ class HostGroup:
                     return diffs
                 self._skip(source, f"diverging log at nonce {tip}", False)
                 break
-            if agreed is None or (agreed is False and verdict is None):
-                return diffs  # no witness could answer (or no tie-breaker): take the only log there is
+            if agreed is None:
+                return diffs  # no witness could answer: take the only log there is
+            if verdict is None:
+                # two members disagree and no third can decide: committing either log could archive a lie for
+                # good (the cursor would move past it), so this escrow waits for a cycle with more members up
+                raise FetchError(f"escrow:{self.escrow_id}", f"diverging logs at nonce {tip}: {source} and "
+                                 f"{first_witness} disagree and no third member answered", transient=True)
             # source was wrong: loop, the next candidate serves the pages
