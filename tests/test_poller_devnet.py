@@ -154,3 +154,22 @@ def test_lying_host_is_skipped(db_url):
     assert _statuses(db_url) == _expected_statuses(scn, ids)
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM net.failure WHERE error LIKE 'diverging%%'").fetchone()[0] >= 1
+
+
+def test_settled_escrows_carry_their_settlement_height(db_url):
+    """The settlement event's height travels with the escrow record (rec.escrow.extra), so the restitution's SPRT
+    steps follow the order the chain settled the escrows in, not their ids."""
+    scn = _small()
+    with DevnetServer(scn) as net:
+        while net.devnet.current_epoch < scn.epochs[-1].epoch_index:
+            net.advance_epoch()
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST))
+        want = {eid: net.devnet.settle_height(esc) for eid, esc in scn.escrows.items() if net.devnet.settled(esc)}
+    with psycopg.connect(db_url) as c:
+        got = dict(c.execute("SELECT escrow_id, (extra ->> 'settled_height')::bigint FROM rec.escrow "
+                             "WHERE extra ? 'settled_height'").fetchall())
+        known = c.execute("SELECT array_agg(DISTINCT (evidence ->> 'sprt_settle_heights_known')::boolean) "
+                          "FROM api.restitution_impact WHERE epoch_index < %s AND evidence ? 'sprt_settle_heights_known'",
+                          (scn.epochs[-1].epoch_index - 1,)).fetchone()[0]
+    assert want and got == want
+    assert known == [True]  # every settled epoch's SPRT steps are ordered by recorded settlement heights

@@ -16,7 +16,7 @@ import logging
 import queue
 from concurrent.futures import ThreadPoolExecutor
 
-from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher
+from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher, Settlement
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError
 from indexer.wire.normalize import NormalizeError
@@ -42,7 +42,7 @@ class CommitPipeline:
         self.fetcher.stop.set()
         self._pool.shutdown(wait=True)
 
-    def run(self, jobs: list[tuple[int, str]], settled_versions: dict[str, str],
+    def run(self, jobs: list[tuple[int, str]], settlements: dict[str, Settlement],
             cursors: dict[str, str]) -> dict[str, EscrowDone]:
         """Fetch and commit every (epoch, escrow id) job; return each escrow's outcome."""
         out: dict[str, EscrowDone] = {}
@@ -64,7 +64,7 @@ class CommitPipeline:
         def job(epoch: int, escrow_id: str) -> None:
             done = EscrowDone(escrow_id, after=int(cursors.get(f"escrow:{escrow_id}") or 0))
             try:
-                self.fetcher.fetch(escrow_id, epoch, settled_versions.get(escrow_id), done.after, put, done)
+                self.fetcher.fetch(escrow_id, epoch, settlements.get(escrow_id), done.after, put, done)
             except Cancelled:
                 return
             except Exception as exc:  # noqa: BLE001 - handed to the committing thread, which decides

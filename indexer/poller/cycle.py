@@ -103,14 +103,14 @@ class Poller:
             else:
                 todo.append(epoch)
         if todo:
-            settled_versions = self.epochs.settled_versions(self.epochs.window_start_height(info))
+            settlements = self.epochs.settlements(self.epochs.window_start_height(info))
             # chain metadata of every epoch first, then all their escrows through one pipeline (oldest epoch
             # first, so the fetch threads never idle at an epoch boundary), then each epoch's stats and state
             plans = [self.epochs.plan(epoch, info if epoch == now else None) for epoch in todo]
             cursors = self.store.cursors("escrow")
             jobs = list({eid: (epoch, eid) for epoch, ids, pending in reversed(plans) for eid in pending}.values())
             jobs.sort(key=lambda j: todo.index(j[0]))  # an id listed by two epochs is fetched once, with the older
-            done = self.pipeline.run(jobs, settled_versions, cursors)
+            done = self.pipeline.run(jobs, settlements, cursors)
             for epoch, ids, pending in plans:
                 self.epochs.finish(epoch, ids, pending, done)
         self.store.load([], "poll", {"chain": str(now)})

@@ -52,6 +52,14 @@ class EscrowDone:
     t_decode: float = 0.0
 
 
+@dataclass(frozen=True)
+class Settlement:
+    """What an escrow's settlement event says (tx_search): its protocol version and the height it settled at. The
+    height orders settlements, which is the order the chain applies each escrow's results to its hosts' SPRT."""
+    version: str
+    height: int | None
+
+
 class Cancelled(Exception):
     """The cycle is stopping: a fetch thread abandons its escrow (its committed cursor is where the rerun resumes)."""
 
@@ -66,9 +74,10 @@ class EscrowFetcher:
         self.decoders = decoders          # None: decode on the fetch thread
         self.stop = threading.Event()
 
-    def fetch(self, escrow_id: str, epoch: int, version: str | None, after: int,
+    def fetch(self, escrow_id: str, epoch: int, settlement: Settlement | None, after: int,
               emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone) -> None:
         """Fetch one escrow's metadata, log tail and host stats; hand chunks to ``emit``."""
+        version = settlement.version if settlement else None
         data = self.g.chain.escrow(escrow_id)
         if data.get("found") is False:
             done.pruned = True  # the committing thread looks up what was stored of it
@@ -80,14 +89,15 @@ class EscrowFetcher:
                           on_skip=lambda a, r, t: self.report_failure(f"host:{a}", f"escrow:{escrow_id}", r, t),
                           full_decode=False)
         try:
-            self._escrow_log(escrow_id, epoch, version, after, emit, done, data, group)
+            self._escrow_log(escrow_id, epoch, version, after, emit, done, data, group,
+                             settlement.height if settlement else None)
         finally:
             done.t_fetch += group.t_fetch
             done.t_decode += group.t_decode
 
     def _escrow_log(self, escrow_id: str, epoch: int, version: str | None, after: int,
                     emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict,
-                    group: HostGroup) -> None:
+                    group: HostGroup, settled_height: int | None) -> None:
         if not version:
             versions, _ = group.call(lambda h: h.versions())
             if not versions:
@@ -97,6 +107,8 @@ class EscrowFetcher:
         # a version without a wire table is recorded against this escrow and host, never decoded with another table
         schema_for(version, escrow=escrow_id, host=group.primary)
         esc = escrow_record(data, version)
+        if settled_height is not None:  # an extra field of the record (rec.escrow.extra): the restitution's SPRT order
+            esc["settled_height"] = settled_height
         settled = bool(esc.get("settled"))
 
         detail = None

@@ -23,7 +23,7 @@ import logging
 from concurrent.futures import Executor
 from typing import Sequence
 
-from indexer.poller.fetch import EscrowDone
+from indexer.poller.fetch import EscrowDone, Settlement
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError, Gonka
 from indexer.sources.gonka.snapshots import capture_epoch
@@ -42,9 +42,13 @@ class Epochs:
         self._snapshot_complete: dict[int, bool] = {}  # epoch -> every chain read of its snapshot succeeded
 
     def prune(self, now: int, states: dict[int, str]) -> None:
-        """Epochs that left the window unfinished become final ('pruned'); their unfinished escrows are gaps."""
+        """Epochs that left the window unfinished become final ('pruned'); their unfinished escrows are gaps. Their
+        snapshots are read once more first: the chain keeps epoch groups and performance summaries after devshard
+        pruning, so heights and participants are complete (parameters at the epoch's height only while the node
+        keeps that state; else live values stand in, flagged inexact)."""
         final = self.store.cursors("escrow-final")
         for epoch in sorted(e for e, st in states.items() if st != "final" and e < now - PRUNING_WINDOW):
+            self.snapshot(epoch)
             ids = self.created_ids(epoch)
             lost = [eid for eid in ids if f"escrow-final:{eid}" not in final]
             self._lost(epoch, lost, f"epoch {epoch} pruned before escrow was final")
@@ -61,6 +65,7 @@ class Epochs:
                 log.warning("epoch %s was pruned before the poller saw it", epoch)
                 msg = ("epoch pruned before the poller saw it (the poller or its sources were down longer than the "
                        "pruning window)")
+                self.snapshot(epoch)
                 ids = self.created_ids(epoch)
                 self._lost(epoch, ids, f"epoch {epoch} pruned before the poller saw it")
                 self.store.fail(f"epoch:{epoch}", "", msg, False)
@@ -105,8 +110,8 @@ class Epochs:
             return 0
         return max(0, start - (PRUNING_WINDOW + 1) * length)
 
-    def settled_versions(self, min_height: int) -> dict[str, str]:
-        """escrow_id → protocol version from its settlement event (state_root_and_protocol_version)."""
+    def settlements(self, min_height: int) -> dict[str, Settlement]:
+        """escrow_id → its settlement: protocol version (state_root_and_protocol_version) and height."""
         try:
             events = self.g.rpc.escrows_settled(min_height)
         except (FetchError, NormalizeError) as exc:
@@ -116,11 +121,23 @@ class Epochs:
         for ev in events:
             v = ev.attributes.get("state_root_and_protocol_version", "")
             if ev.attributes.get("escrow_id") and v.startswith("v"):
-                out[ev.attributes["escrow_id"]] = v.split(":")[0]
+                out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height)
         return out
 
     def plan(self, epoch: int, info: dict | None) -> tuple[int, list[str], list[str]]:
         """Load the epoch's chain metadata; return (epoch, its escrow ids, the ids still to fetch)."""
+        self.snapshot(epoch, info)
+
+        created = self.g.rpc.escrows_created(epoch)
+        ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
+        ids.sort(key=lambda x: int(x) if x.isdigit() else 0)
+        final = self.store.cursors("escrow-final")
+        self.summary.escrows_skipped_final += sum(f"escrow-final:{e}" in final for e in ids)
+        return epoch, ids, [e for e in ids if f"escrow-final:{e}" not in final]
+
+    def snapshot(self, epoch: int, info: dict | None = None) -> None:
+        """Capture and load the epoch's snapshot (heights, model args, parameters, participants); failed reads are
+        logged, recorded and shown in api.ingest_status."""
         cap = capture_epoch(self.g.chain, epoch, ended=epoch < (self.summary.epoch or 0), mapper=self._pool.map)
         records = cap.records
         if info is not None and not any(r["kind"] == "epoch" for r in records):
@@ -133,13 +150,6 @@ class Epochs:
             self.store.fail(f.source, f.url, f.error, f.transient)
         self.store.load_many([([dumps_record_bytes(r) for r in records], f"chain:epoch_group_data/{epoch}")], None,
                              after=lambda c: self.store.snapshot_outcome(c, cap.failures, cap.succeeded))
-
-        created = self.g.rpc.escrows_created(epoch)
-        ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
-        ids.sort(key=lambda x: int(x) if x.isdigit() else 0)
-        final = self.store.cursors("escrow-final")
-        self.summary.escrows_skipped_final += sum(f"escrow-final:{e}" in final for e in ids)
-        return epoch, ids, [e for e in ids if f"escrow-final:{e}" not in final]
 
     def finish(self, epoch: int, ids: list[str], pending: list[str], done: dict[str, EscrowDone]) -> None:
         """Host epoch stats of the epoch's participants, and its finality state."""

@@ -122,7 +122,8 @@ class Fetcher:
                       headers: Mapping[str, str] | None = None,
                       permanent: Callable[[int, bytes], bool] | None = None) -> tuple[Any, Mapping[str, str]]:
         """(JSON, response headers). ``permanent(status, body)``: an error answer it accepts is raised at once as
-        deterministic (e.g. a node saying a height is pruned: retrying or failing over cannot help)."""
+        deterministic (e.g. a node saying a height is pruned: retrying or failing over cannot help), and is not
+        reported to ``on_failure`` (the caller expects it and handles it)."""
         last: FetchError | None = None
         for base in list(self.base_urls):
             try:
@@ -162,10 +163,10 @@ class Fetcher:
                     except ValueError as exc:
                         last = FetchError(shown, f"truncated or invalid JSON: {exc}", status=200, transient=True)
                 elif permanent is not None and permanent(resp.status_code, resp.content):
-                    err = FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:300].strip()}",
+                    # an answer the caller expects and handles (a pruned height: live values stand in, flagged in
+                    # the data), so not a source failure: no net.failure row; the caller records what it lacks
+                    raise FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:300].strip()}",
                                      status=resp.status_code, transient=False)
-                    self._failed(err)
-                    raise err
                 elif resp.status_code == 429 or resp.status_code >= 500:
                     last = FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:200].strip()}",
                                       status=resp.status_code, transient=True)
