@@ -120,6 +120,8 @@ def main() -> int:
     p.add_argument("--decode-workers", type=int, default=DECODE_WORKERS,
                    help="decoding processes (0: in the fetch threads)")
     p.add_argument("--keep", action="store_true", help="keep the benchmark database")
+    p.add_argument("--no-ndjson", action="store_true",
+                   help="skip the baseline: the same records exported as NDJSON and loaded by `indexer ingest`")
     args = p.parse_args()
 
     t0 = time.perf_counter()
@@ -157,9 +159,30 @@ def main() -> int:
                   f"(over {s.seconds:.2f}s wall on {os.cpu_count()} cores; PostgreSQL counts all its processes)")
             if s.txs != st["txs"]:
                 print(f"WARNING: polled {s.txs} txs, the scenario has {st['txs']}")
+            if not args.no_ndjson:
+                _compare_with_ndjson(server, url, s.txs, ingest)
     finally:
         net.close()
     return 0
+
+
+def _compare_with_ndjson(server: str, polled_url: str, txs: int, poll_ingest_seconds: float) -> None:
+    """The baseline of issue 14: the records the poll stored, exported as NDJSON and loaded into a fresh database by
+    the NDJSON loader (load only, as the poll's ingest figure excludes replay and rules), in the same run."""
+    import tempfile
+
+    from indexer.load.export import export_records
+    from indexer.load.ingest import ingest_paths
+
+    with tempfile.TemporaryDirectory() as tmp, scratch_database(server, "indexer_pbench_nd") as url:
+        path = str(Path(tmp) / "polled.ndjson")
+        export_records(polled_url, path, None)
+        migrate.upgrade(url)
+        t0 = time.perf_counter()
+        ingest_paths(url, [path])
+        seconds = time.perf_counter() - t0
+    print(f"NDJSON ingest of the same records: {seconds:.2f}s = {txs / seconds:,.0f} txs/s; poller ingest / NDJSON "
+          f"ingest = {seconds / poll_ingest_seconds:.2f}x (issue 14 target >= 0.5x)")
 
 
 if __name__ == "__main__":
