@@ -7,6 +7,7 @@ the rows of a clean run.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -89,9 +90,7 @@ class BatchLoader:
                 copy = _without_lines(kb.copy, bad[kind]) if kind in bad else kb.copy
                 if not copy:
                     continue
-                with self.conn.cursor().copy(f"COPY {stage_table(KINDS[kind])} FROM STDIN") as cp:
-                    cp.write(copy)
-                if self._insert_new(kind, kb.scope):
+                if self._insert_new(kind, copy, kb):
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
@@ -109,23 +108,43 @@ class BatchLoader:
         self.committed_line = prepared.last_line
         return out
 
-    def _insert_new(self, kind: str, scope: set) -> bool:
-        """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs): one
-        plain INSERT from the staged batch. Whether a key exists already (or twice in the batch) is asked first,
-        rather than learnt from a unique violation: the server would log every such expected failure as an ERROR
-        with the key's values. Then the caller takes the upsert, which records amendments."""
+    def _insert_new(self, kind: str, copy: bytes, kb) -> bool:
+        """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs).
+        Whether a key exists already (or twice in the batch) is found out first, never learnt from a unique
+        violation (the server would log every such expected failure as an ERROR with the key's values):
+
+        * the worker counted the batch's keys (``distinct_keys``);
+        * none of the batch's escrows (or epochs) has rows of this kind yet (an index probe each; true on a first
+          load of well-ordered records): then the batch is COPYed straight into the table;
+        * else the batch is staged and one join asks whether any key exists: if none, a plain INSERT from the stage.
+
+        False: the batch is staged and the caller's upsert (which records amendments) takes it."""
         spec = KINDS[kind]
-        if self.conn.execute(_conflict_check(kind), prepare=True).fetchone()[0]:
-            return False
-        try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
-            with self.conn.transaction():
-                self.conn.execute(_insert_staged(kind), prepare=True)
-        except psycopg.errors.UniqueViolation:
-            return False
+        stage = stage_table(spec)
+        direct = kb.distinct_keys and not self.conn.execute(_scope_has_rows(kind), (list(kb.scope),),
+                                                            prepare=True).fetchone()[0]
+        if direct:
+            try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
+                with self.conn.transaction(), self.conn.cursor().copy(
+                        f"COPY rec.{spec.table} (source_line, {', '.join(spec.columns)}, extra, source_id) FROM STDIN"
+                ) as cp:
+                    cp.write(copy)
+            except psycopg.errors.UniqueViolation:
+                direct = False
+        if not direct:
+            with self.conn.cursor().copy(f"COPY {stage} FROM STDIN") as cp:
+                cp.write(copy)
+            if not kb.distinct_keys or self.conn.execute(_conflict_check(kind), prepare=True).fetchone()[0]:
+                return False
+            try:
+                with self.conn.transaction():
+                    self.conn.execute(_insert_staged(kind), prepare=True)
+            except psycopg.errors.UniqueViolation:
+                return False
         target, column, on_conflict = dirty_mark(spec)
         array = PG_TYPES[spec.field(column).type] + "[]"
         self.conn.execute(f"INSERT INTO {target} SELECT unnest(%s::{array}) ON CONFLICT {on_conflict}",
-                          (sorted(scope),))
+                          (sorted(kb.scope),))
         return True
 
     def _upsert(self, kind: str, out: IngestSummary) -> None:
@@ -138,11 +157,18 @@ class BatchLoader:
 
 
 @cache
+def _scope_has_rows(kind: str) -> str:
+    """Whether any of the batch's escrows (or epochs: the key's first column) has rows of this kind already."""
+    spec = KINDS[kind]
+    column = spec.key[0]
+    return (f"SELECT EXISTS (SELECT 1 FROM rec.{spec.table} "
+            f"WHERE {column} = ANY(%s::{PG_TYPES[spec.field(column).type]}[]))")
+
+
+@cache
 def _conflict_check(kind: str) -> str:
     spec, stage = KINDS[kind], stage_table(KINDS[kind])
-    keys = ", ".join(spec.key)
-    return (f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN rec.{spec.table} t USING ({keys})) "
-            f"OR EXISTS (SELECT 1 FROM {stage} GROUP BY {keys} HAVING count(*) > 1)")
+    return (f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN rec.{spec.table} t USING ({', '.join(spec.key)}))")
 
 
 @cache
@@ -228,9 +254,13 @@ def analyze_records(conn: psycopg.Connection, kinds=None) -> None:
 def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary) -> None:
     """Worker processes type and render blocks (pure CPU, in parallel) while this thread commits them strictly
     in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight."""
+    blocks = iter(blocks)
+    head = next(blocks, None)
+    if head is None:  # nothing to load (an empty file, or wholly resumed past): no worker processes to start
+        return
     with workers.pool(PREPARE_WORKERS) as pool:  # forked: they inherit the compiled coercers, never touch `conn`
         in_flight: deque = deque()
-        for first, block in blocks:
+        for first, block in itertools.chain([head], blocks):
             in_flight.append((pool.submit(prepare_block, loader.source_id, first, block, resume_after), first, block))
             if len(in_flight) > PREPARE_WORKERS:
                 _commit_next(loader, in_flight, resume_after, total)

@@ -38,6 +38,7 @@ class KindBatch:
     count: int
     scope: set                         # escrow ids or epochs to mark dirty
     slot_max: dict = field(default_factory=dict)  # escrow_id -> highest slot (or voter slot) named in the batch
+    distinct_keys: bool = True         # no key twice in the batch (else only the upsert, last line wins, will do)
 
 
 @dataclass
@@ -112,8 +113,15 @@ def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
             target.add(*got)
         else:
             _general(out, rows, source_id, sid, number, raw)
-    out.kinds = {k: KindBatch("".join(r.lines).encode(), len(r.lines), r.scope, r.slot_max) for k, r in rows.items()}
+    out.kinds = {k: KindBatch("".join(r.lines).encode(), len(r.lines), r.scope, r.slot_max,
+                              _distinct_keys(r.lines, len(KINDS[k].key))) for k, r in rows.items()}
     return out
+
+
+def _distinct_keys(lines: list[str], n_key: int) -> bool:
+    """Whether no key repeats among COPY rows (line number, then the key columns first): counted here in the
+    worker, so the commit knows without asking the server."""
+    return len({tuple(line.split("\t", n_key + 1)[1:n_key + 1]) for line in lines}) == len(lines)
 
 
 def _general(out: Prepared, rows: dict, source_id: int, sid: str, number: int, raw: bytes) -> None:
