@@ -121,8 +121,9 @@ class BatchLoader:
         False: the batch is staged and the caller's upsert (which records amendments) takes it."""
         spec = KINDS[kind]
         stage = stage_table(spec)
+        # never prepared: a generic plan for "= ANY(array)" may pick a sequential scan of the whole table
         direct = kb.distinct_keys and not self.conn.execute(_scope_has_rows(kind), (list(kb.scope),),
-                                                            prepare=True).fetchone()[0]
+                                                            prepare=False).fetchone()[0]
         if direct:
             try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
                 with self.conn.transaction(), self.conn.cursor().copy(
