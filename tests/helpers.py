@@ -67,3 +67,15 @@ def table_snapshot(url: str, tables: list[str]) -> dict[str, list]:
     """The named tables without load-time and provenance columns, for identical-state comparisons."""
     return db_state(url, {"loaded_at", "amended_at", "source_id", "source_line", "revision", "replayed_at",
                           "marked_at"}, tables)
+
+
+def ingest_expecting_quarantine(url: str, path: Path, conn, lines: list[bytes], want: dict[int, tuple[str, ...]]):
+    """Write ``lines``, ingest them, and assert that exactly the lines in ``want`` were quarantined, each with a
+    reason containing every fragment given for it."""
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    summary = ingest(url, path)
+    assert summary.quarantined == len(want)
+    got = dict(conn.execute("SELECT line, reason FROM api.quarantine").fetchall())
+    assert sorted(got) == sorted(want)
+    wrong = {n: got[n] for n, fragments in want.items() if not all(f in got[n] for f in fragments)}
+    assert not wrong, wrong

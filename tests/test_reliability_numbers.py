@@ -6,7 +6,7 @@ import json
 import pytest
 
 from indexer.sources.ndjson import Accepted, Rejected, classify_line
-from tests.helpers import escrow, ingest, tx
+from tests.helpers import escrow, ingest_expecting_quarantine, tx
 
 
 def _j(obj) -> bytes:
@@ -45,14 +45,7 @@ WANT = {3: ("1e400", "out of range"), 4: ("1e400", "out of range"), 5: ("duplica
 
 
 def test_bad_numbers_and_keys_are_quarantined_and_the_rest_loads(db_url, tmp_path, conn):
-    path = tmp_path / "edge.ndjson"
-    path.write_bytes(b"\n".join(LINES) + b"\n")
-    summary = ingest(db_url, path)
-    assert summary.quarantined == len(WANT)
-    got = dict(conn.execute("SELECT line, reason FROM api.quarantine").fetchall())
-    assert sorted(got) == sorted(WANT)
-    wrong = {n: got[n] for n, want in WANT.items() if not all(w in got[n] for w in want)}
-    assert not wrong, wrong
+    ingest_expecting_quarantine(db_url, tmp_path / "edge.ndjson", conn, LINES, WANT)
     # nothing was stored as null in place of the number, and the duplicate-key line did not load as a start
     assert conn.execute("SELECT count(*) FROM rec.confirm_start_tx").fetchone() == (0,)
     assert conn.execute("SELECT inference_id FROM rec.start_tx").fetchall() == [(100,)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import ingest
+from tests.helpers import ingest_expecting_quarantine
 
 
 def _epoch(index, observed_at) -> bytes:
@@ -23,13 +23,6 @@ WANT = {1: ("observed_at", "offset"), 2: ("observed_at", "offset"), 3: ("observe
 
 
 def test_bad_timestamps_are_quarantined_and_the_rest_loads(db_url, tmp_path, conn):
-    path = tmp_path / "times.ndjson"
-    path.write_bytes(b"\n".join(LINES) + b"\n")
-    summary = ingest(db_url, path)
-    assert summary.quarantined == len(WANT)
-    got = dict(conn.execute("SELECT line, reason FROM api.quarantine").fetchall())
-    assert sorted(got) == sorted(WANT)
-    wrong = {n: got[n] for n, want in WANT.items() if not all(w in got[n] for w in want)}
-    assert not wrong, wrong
+    ingest_expecting_quarantine(db_url, tmp_path / "times.ndjson", conn, LINES, WANT)
     assert conn.execute("SELECT epoch_index, observed_at = '2025-01-02T03:04:05+15:59'::timestamptz "
                         "FROM rec.epoch").fetchall() == [(412, True)]
