@@ -10,6 +10,8 @@ from decimal import Decimal
 
 import psycopg
 
+from indexer.restitution.render import gonka
+
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 MAX_ROWS = 5000  # evidence rows on the page; the rest are counted and left to api.disputable_penalties
 RULE_COLOURS = ["#d53e4f", "#f46d43", "#3288bd", "#66a61e", "#984ea3", "#e6ab02", "#666666"]
@@ -59,7 +61,8 @@ def _e(v) -> str:
 
 
 def _gnk(ngonka) -> str:
-    return "—" if ngonka is None else f"{Decimal(ngonka) / Decimal(10**9):,.3f} GNK"
+    """GONKA with six decimals, truncated, as the restitution report writes it (one formatter for both)."""
+    return "—" if ngonka is None else f"{gonka(ngonka)} GONKA"
 
 
 def _rule_colours(p: Page) -> dict[str, str]:
