@@ -77,7 +77,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 __all__ = ["MessageParse", "RefusalParse", "parse_error_message", "parse_response_payload"]
 
@@ -90,10 +90,9 @@ _MESSAGE_KEEP = 8192  # a raw-text "message" is cut to this many characters
 
 
 @dataclass(frozen=True, slots=True)
-class MessageParse:
-    """What the error text alone says."""
+class Reported:
+    """The numbers (and wording family) an error text states; both parses below carry them, listed once here."""
 
-    is_context_length: bool = False
     family: str | None = None
     reported_limit: int | None = None
     reported_prompt_tokens: int | None = None
@@ -105,23 +104,26 @@ class MessageParse:
     suffix_value: int | None = None
 
 
+REPORTED_FIELDS = tuple(f.name for f in fields(Reported))
+
+
 @dataclass(frozen=True, slots=True)
-class RefusalParse:
+class MessageParse(Reported):
+    """What the error text alone says."""
+
+    is_context_length: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefusalParse(Reported):
+    """What the whole stored body says: the refusal's kind and error envelope, and the text's numbers."""
+
     refusal_kind: str
     is_client_fault: bool = False
     is_terminal_error: bool = False
     error_code: int | None = None
     error_type: str | None = None
     message: str | None = None
-    family: str | None = None
-    reported_limit: int | None = None
-    reported_prompt_tokens: int | None = None
-    reported_prompt_is_lower_bound: bool = False
-    reported_max_tokens: int | None = None
-    requested_total: int | None = None
-    reported_prompt_chars: int | None = None
-    suffix_parameter: str | None = None
-    suffix_value: int | None = None
 
 
 _NO_TEXT = MessageParse()
@@ -275,7 +277,9 @@ def _parse_message(message: str) -> MessageParse:
             lower = lower or prompt == limit - max_tok + 1
         elif family == "7":
             lower = lower or prompt == limit + 1
-    return MessageParse(True, family, limit, prompt, lower, max_tok, total, chars, sparam, svalue)
+    return MessageParse(is_context_length=True, family=family, reported_limit=limit, reported_prompt_tokens=prompt,
+                        reported_prompt_is_lower_bound=lower, reported_max_tokens=max_tok, requested_total=total,
+                        reported_prompt_chars=chars, suffix_parameter=sparam, suffix_value=svalue)
 
 
 # ------------------------------------------------------------------------- envelopes
@@ -409,13 +413,11 @@ def _finish(errors: list[_Err], client: bool, terminal: bool, fallback: str = ""
 
 
 def _build(kind, client, terminal, err: _Err | None, text: MessageParse, family, message=None):
-    return RefusalParse(
-        kind, client, terminal,
-        err.code if err else None, err.type if err else None, err.message if err else message,
-        family, text.reported_limit, text.reported_prompt_tokens, text.reported_prompt_is_lower_bound,
-        text.reported_max_tokens, text.requested_total, text.reported_prompt_chars,
-        text.suffix_parameter, text.suffix_value,
-    )
+    numbers = {name: getattr(text, name) for name in REPORTED_FIELDS}
+    numbers["family"] = family
+    return RefusalParse(refusal_kind=kind, is_client_fault=client, is_terminal_error=terminal,
+                        error_code=err.code if err else None, error_type=err.type if err else None,
+                        message=err.message if err else message, **numbers)
 
 
 def _from_text(text: str) -> RefusalParse:
@@ -429,14 +431,14 @@ def parse_response_payload(payload: str | bytes | None) -> RefusalParse:
     try:
         return _parse_payload(payload)
     except Exception:  # pragma: no cover - defensive; worst case for a non-empty body
-        return RefusalParse("not_client_fault")
+        return RefusalParse(refusal_kind="not_client_fault")
 
 
 def _parse_payload(payload) -> RefusalParse:
     if isinstance(payload, (bytes, bytearray, memoryview)):
         payload = bytes(payload).decode("utf-8", errors="replace")
     if not isinstance(payload, str) or not payload.lstrip("\ufeff").strip():
-        return RefusalParse("unknown")
+        return RefusalParse(refusal_kind="unknown")
     text = payload.lstrip("\ufeff")
     try:
         doc = _loads(text)
