@@ -81,28 +81,9 @@ def diff_header_from_host_json(entry: Mapping[str, Any]) -> dict[str, Any]:
 def diff_from_host_json(entry: Mapping[str, Any], version: str | None) -> dict[str, Any]:
     """One host diff-log entry → ``{nonce, txs, escrow_id, post_state_root, sealed_inference_ids,
     user_sig, state_hash, raw_txs}`` with txs decoded (dicts) and all byte fields as ``bytes``."""
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("diff"), Mapping):
-        raise WireDecodeError("diff entry: expected an object with a 'diff' object")
+    _check_entry(entry, None)
     schema = schema_for(version)  # an unknown version fails here, even for a diff without txs
-    diff = entry["diff"]
-    nonce = _as_int(diff.get("nonce"), "diff.nonce")
-    raw_txs = [b64decode(t, f"diff {nonce} txs[{i}]") for i, t in enumerate(diff.get("txs") or [])]
-    txs = []
-    for i, raw in enumerate(raw_txs):
-        try:
-            txs.append(schema.decode("DevshardTx", raw))
-        except WireDecodeError as exc:
-            raise WireDecodeError(f"diff {nonce} txs[{i}]: {exc}") from None
-    return {
-        "nonce": nonce,
-        "txs": txs,
-        "escrow_id": str(diff.get("escrow_id") or ""),
-        "post_state_root": b64decode(diff.get("post_state_root"), f"diff {nonce} post_state_root"),
-        "sealed_inference_ids": [_as_int(x, "sealed_inference_ids") for x in diff.get("sealed_inference_ids") or []],
-        "user_sig": b64decode(diff.get("user_sig"), f"diff {nonce} user_sig"),
-        "state_hash": b64decode(entry.get("state_hash"), f"diff {nonce} state_hash"),
-        "raw_txs": raw_txs,
-    }
+    return _diff(entry, "diff", lambda raw: schema.decode("DevshardTx", raw))
 
 
 def diff_messages_from_host_json(entry: Mapping[str, Any], version: str | None,
@@ -111,24 +92,38 @@ def diff_messages_from_host_json(entry: Mapping[str, Any], version: str | None,
 
     A malformed tx is a :class:`WireDecodeError` naming the escrow, the nonce and the tx's index; an unknown version
     an :class:`~indexer.wire.schemas.UnknownProtocolVersion` naming the escrow."""
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("diff"), Mapping):
-        raise WireDecodeError(f"escrow {escrow_id or '?'}: diff entry: expected an object with a 'diff' object")
+    _check_entry(entry, escrow_id)
     schema = schema_for(version, escrow=escrow_id)
     from_string = message_class(schema, "DevshardTx").FromString
+
+    def decode(raw: bytes):
+        try:
+            return from_string(raw)
+        except Exception:  # the library's DecodeError: parse() names the offset and the reason
+            parse(schema, "DevshardTx", raw)
+            raise
+
+    return _diff(entry, f"escrow {escrow_id or '?'} diff", decode)
+
+
+def _check_entry(entry: Any, escrow_id: str | None) -> None:
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("diff"), Mapping):
+        where = f"escrow {escrow_id}: " if escrow_id else ""
+        raise WireDecodeError(f"{where}diff entry: expected an object with a 'diff' object")
+
+
+def _diff(entry: Mapping[str, Any], label: str, decode_tx) -> dict[str, Any]:
+    """The fields of a checked diff entry, its txs decoded by ``decode_tx``; errors name ``label``, nonce, field."""
     diff = entry["diff"]
     nonce = _as_int(diff.get("nonce"), "diff.nonce")
-    where = f"escrow {escrow_id or '?'} diff {nonce}"
+    where = f"{label} {nonce}"
     raw_txs = [b64decode(t, f"{where} txs[{i}]") for i, t in enumerate(diff.get("txs") or [])]
     txs = []
     for i, raw in enumerate(raw_txs):
         try:
-            txs.append(from_string(raw))
-        except Exception:  # the library's DecodeError: let parse() name the offset and the reason
-            try:
-                parse(schema, "DevshardTx", raw)
-            except WireDecodeError as exc:
-                raise WireDecodeError(f"{where} txs[{i}]: {exc}") from None
-            raise
+            txs.append(decode_tx(raw))
+        except WireDecodeError as exc:
+            raise WireDecodeError(f"{where} txs[{i}]: {exc}") from None
     return {
         "nonce": nonce,
         "txs": txs,
