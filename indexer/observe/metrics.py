@@ -72,33 +72,23 @@ class DatabaseCollector:
         yield from (up, ready, *families)
 
     def _families(self, conn: psycopg.Connection):
-        lag = GaugeMetricFamily("indexer_source_lag_seconds",
-                                "seconds since the last success of the most lagging source of each class "
-                                "(finished sources excluded)", labels=["source"])
-        for source, seconds in conn.execute(_LAG):
-            lag.add_metric([source], seconds)
-        yield lag
-        errors = CounterMetricFamily("indexer_source_errors", "fetch failures recorded per source class",
-                                     labels=["source"])
-        for source, n in conn.execute(_ERRORS):
-            errors.add_metric([source], n)
-        yield errors
-        rows = CounterMetricFamily("indexer_rows_ingested", "rows inserted per record kind (PostgreSQL's table "
-                                   "statistics: every process writing this database)", labels=["kind"])
-        for table, n in conn.execute(_ROWS):
-            if table in _KIND_OF_TABLE:
-                rows.add_metric([_KIND_OF_TABLE[table]], n)
-        yield rows
-        disputable = GaugeMetricFamily("indexer_disputable_penalties", "disputable penalties stored, per rule family",
-                                       labels=["rule"])
-        for rule, n in conn.execute(_DISPUTABLE):
-            disputable.add_metric([rule], n)
-        yield disputable
-        firing = GaugeMetricFamily("indexer_alerts_firing", "alerts firing per alert rule", labels=["rule"])
-        if conn.execute("SELECT to_regclass('alert.state')").fetchone()[0] is not None:
-            for rule, n in conn.execute(_FIRING):
-                firing.add_metric([rule], n)
-        yield firing
+        def family(cls, name: str, doc: str, label: str, rows):
+            metric = cls(name, doc, labels=[label])
+            for value_label, value in rows:
+                metric.add_metric([value_label], value)
+            return metric
+
+        yield family(GaugeMetricFamily, "indexer_source_lag_seconds", "seconds since the last success of the most "
+                     "lagging source of each class (finished sources excluded)", "source", conn.execute(_LAG))
+        yield family(CounterMetricFamily, "indexer_source_errors", "fetch failures recorded per source class",
+                     "source", conn.execute(_ERRORS))
+        yield family(CounterMetricFamily, "indexer_rows_ingested", "rows inserted per record kind (PostgreSQL's "
+                     "table statistics: every process writing this database)", "kind",
+                     ((_KIND_OF_TABLE[t], n) for t, n in conn.execute(_ROWS) if t in _KIND_OF_TABLE))
+        yield family(GaugeMetricFamily, "indexer_disputable_penalties", "disputable penalties stored, per rule "
+                     "family", "rule", conn.execute(_DISPUTABLE))
+        yield family(GaugeMetricFamily, "indexer_alerts_firing", "alerts firing per alert rule", "rule",
+                     conn.execute(_FIRING))
 
 
 class Metrics:
