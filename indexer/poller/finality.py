@@ -77,12 +77,17 @@ class Epochs:
         """The epoch's escrow ids from its creation events (blocks are not pruned, so these outlive the escrows);
         what was stored of it when tx_search does not answer."""
         try:
-            created = self.g.rpc.escrows_created(epoch)
+            created = self.listed_ids(epoch)
         except (FetchError, NormalizeError) as exc:
             log.warning("epoch %s: escrow list from tx_search failed (%s); using the stored escrows", epoch, exc)
             return self.store.escrow_ids(epoch)
+        return list(dict.fromkeys(created + self.store.escrow_ids(epoch)))
+
+    def listed_ids(self, epoch: int) -> list[str]:
+        """The epoch's escrow ids from their creation events (tx_search), in id order."""
+        created = self.g.rpc.escrows_created(epoch)
         ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
-        ids += [eid for eid in self.store.escrow_ids(epoch) if eid not in ids]
+        ids.sort(key=lambda x: int(x) if x.isdigit() else 0)
         return ids
 
     def _lost(self, epoch: int, escrow_ids: Sequence[str], message: str) -> None:
@@ -128,9 +133,7 @@ class Epochs:
         """Load the epoch's chain metadata; return (epoch, its escrow ids, the ids still to fetch)."""
         self.snapshot(epoch, info)
 
-        created = self.g.rpc.escrows_created(epoch)
-        ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
-        ids.sort(key=lambda x: int(x) if x.isdigit() else 0)
+        ids = self.listed_ids(epoch)
         final = self.store.cursors("escrow-final")
         self.summary.escrows_skipped_final += sum(f"escrow-final:{e}" in final for e in ids)
         return epoch, ids, [e for e in ids if f"escrow-final:{e}" not in final]
