@@ -25,6 +25,9 @@ SELECT citus_add_local_table_to_metadata('net.failure');
 SELECT citus_add_local_table_to_metadata('net.epoch_state');
 SELECT citus_add_local_table_to_metadata('net.progress');
 SELECT citus_add_local_table_to_metadata('net.snapshot_failure');
+-- the pollers' work leases: taken with INSERT ... ON CONFLICT ... WHERE expired, a single-row atomic step that
+-- needs one node's row lock
+SELECT citus_add_local_table_to_metadata('net.lease');
 
 -- alerts: state <- notification <- delivery <- delivery_attempt are tied by foreign keys and move together
 SELECT citus_add_local_table_to_metadata('alert.state', cascade_via_foreign_keys => true);

@@ -1,0 +1,38 @@
+"""poller leases: several `indexer run` processes on one database split the work through expiring leases
+
+A lease names one unit of work (``resource``: an epoch's plan, an escrow's log, a host's stats…), who holds it
+and until when. A poller takes a free or expired lease with one INSERT … ON CONFLICT … WHERE expires_at < now(),
+renews it while it works and releases it when done; a killed poller's leases expire and another takes them over.
+Expiry is judged by the database clock (now()), never by a poller's own clock.
+
+Revision ID: 0013_poller_leases
+Revises: 0012_citus_ready
+Create Date: 2026-12-01
+"""
+from alembic import op
+
+revision = "0013_poller_leases"
+down_revision = "0012_citus_ready"
+branch_labels = None
+depends_on = None
+
+UPGRADE = """
+CREATE TABLE net.lease (
+    resource     text        PRIMARY KEY,
+    holder       text        NOT NULL,
+    acquired_at  timestamptz NOT NULL DEFAULT now(),
+    renewed_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz NOT NULL,
+    takeovers    integer     NOT NULL DEFAULT 0
+);
+CREATE INDEX lease_holder ON net.lease (holder);
+COMMENT ON TABLE net.lease IS 'Work leases of concurrent pollers: a resource is held by one poller until expires_at';
+"""
+
+
+def upgrade() -> None:
+    op.execute(UPGRADE)
+
+
+def downgrade() -> None:
+    op.execute("DROP TABLE net.lease")
