@@ -17,6 +17,7 @@ import psycopg
 
 from indexer import workers
 from indexer.records import KINDS, LOAD_ORDER, PG_TYPES
+from indexer.load.partitions import ROUTED, EpochRouter, routed_column
 from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
@@ -72,6 +73,7 @@ class BatchLoader:
         self.conn, self.source_id = conn, source_id
         self.committed_line = 0  # the resume cursor this loader last committed
         self.slots = SlotCheck()
+        self.router = EpochRouter()
         for kind in KINDS.values():
             conn.execute(stage_ddl(kind))
         conn.commit()
@@ -83,19 +85,29 @@ class BatchLoader:
 
     def commit(self, prepared: Prepared) -> IngestSummary:
         out = IngestSummary(lines=prepared.lines)
+        if "escrow" in prepared.kinds:  # partitions exist before their epoch's rows (docs/partitioning.md)
+            self.router.ensure(self.conn, EpochRouter.batch_epochs(prepared.kinds["escrow"].copy))
         with self.conn.transaction():
             bad = self.slots.check(self.conn, prepared, self.source_id)
+            epochs = None
             for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
                 kb = prepared.kinds[kind]
                 copy = _without_lines(kb.copy, bad[kind]) if kind in bad else kb.copy
                 if not copy:
                     continue
-                if self._insert_new(kind, copy, kb):
+                if kind in ROUTED:  # escrow-keyed rows carry their escrow's epoch: the partition key
+                    if epochs is None:
+                        epochs = self.router.lock(self.conn, sorted(set().union(
+                            *(prepared.kinds[k].scope for k in ROUTED if k in prepared.kinds))))
+                    copy = self.router.route(copy, epochs)
+                if self._insert_new(kind, copy, kb, epochs if kind in ROUTED else None):
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
                 else:
                     self._upsert(kind, out)
+                if kind == "escrow":
+                    self.router.sync(self.conn, sorted(kb.scope))
             refusals.store(self.conn, prepared.parses)
             if prepared.rejects:
                 with self.conn.cursor() as cur:
@@ -108,7 +120,7 @@ class BatchLoader:
         self.committed_line = prepared.last_line
         return out
 
-    def _insert_new(self, kind: str, copy: bytes, kb) -> bool:
+    def _insert_new(self, kind: str, copy: bytes, kb, epochs: dict[str, int] | None) -> bool:
         """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs).
         Whether a key exists already (or twice in the batch) is found out first, never learnt from a unique
         violation (the server would log every such expected failure as an ERROR with the key's values):
@@ -118,16 +130,20 @@ class BatchLoader:
           load of well-ordered records): then the batch is COPYed straight into the table;
         * else the batch is staged and one join asks whether any key exists: if none, a plain INSERT from the stage.
 
-        False: the batch is staged and the caller's upsert (which records amendments) takes it."""
+        False: the batch is staged and the caller's upsert (which records amendments) takes it.
+        A routed kind's rows end with their epoch_index (``epochs``: the batch's escrows' partitions)."""
         spec = KINDS[kind]
         stage = stage_table(spec)
-        # never prepared: a generic plan for "= ANY(array)" may pick a sequential scan of the whole table
-        direct = kb.distinct_keys and not self.conn.execute(_scope_has_rows(kind), (list(kb.scope),),
+        # never prepared: a generic plan for "= ANY(array)" may pick a sequential scan of the whole table (and
+        # a custom plan prunes the partitions to the batch's epochs at plan time)
+        probe = (list(kb.scope),) if epochs is None else (list(kb.scope), sorted(set(epochs.values())))
+        direct = kb.distinct_keys and not self.conn.execute(_scope_has_rows(kind), probe,
                                                             prepare=False).fetchone()[0]
         if direct:
             try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
                 with self.conn.transaction(), self.conn.cursor().copy(
-                        f"COPY rec.{spec.table} (source_line, {', '.join(spec.columns)}, extra, source_id) FROM STDIN"
+                        f"COPY rec.{spec.table} (source_line, {', '.join(spec.columns)}, extra, source_id"
+                        f"{routed_column(kind)}) FROM STDIN"
                 ) as cp:
                     cp.write(copy)
             except psycopg.errors.UniqueViolation:
@@ -162,20 +178,22 @@ def _scope_has_rows(kind: str) -> str:
     """Whether any of the batch's escrows (or epochs: the key's first column) has rows of this kind already."""
     spec = KINDS[kind]
     column = spec.key[0]
+    in_epochs = " AND epoch_index = ANY(%s::bigint[])" if kind in ROUTED else ""
     return (f"SELECT EXISTS (SELECT 1 FROM rec.{spec.table} "
-            f"WHERE {column} = ANY(%s::{PG_TYPES[spec.field(column).type]}[]))")
+            f"WHERE {column} = ANY(%s::{PG_TYPES[spec.field(column).type]}[]){in_epochs})")
 
 
 @cache
 def _conflict_check(kind: str) -> str:
     spec, stage = KINDS[kind], stage_table(KINDS[kind])
-    return (f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN rec.{spec.table} t USING ({', '.join(spec.key)}))")
+    key = ", ".join(spec.key) + routed_column(kind)  # one key is only ever in one partition
+    return f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN rec.{spec.table} t USING ({key}))"
 
 
 @cache
 def _insert_staged(kind: str) -> str:
     spec = KINDS[kind]
-    cols = ", ".join(spec.columns)
+    cols = ", ".join(spec.columns) + routed_column(kind)
     return (f"INSERT INTO rec.{spec.table} ({cols}, extra, source_id, source_line) "
             f"SELECT {cols}, extra, source_id, line FROM {stage_table(spec)}")
 

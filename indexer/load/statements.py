@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import cache
 
 from indexer.db.marks import ESCROW_MARK, WHOLE_EPOCH
+from indexer.load.partitions import ROUTED
 from indexer.records import KINDS, PG_TYPES, Kind
 
 
@@ -30,8 +31,9 @@ def stage_table(kind: Kind) -> str:
 
 def stage_ddl(kind: Kind) -> str:
     cols = ", ".join(f"{f.name} {PG_TYPES[f.type]}" for f in kind.fields)
-    return (f"CREATE TEMP TABLE IF NOT EXISTS stage_{kind.name} (line bigint, {cols}, extra jsonb, source_id bigint) "
-            "ON COMMIT DELETE ROWS")
+    routed = ", epoch_index bigint" if kind.name in ROUTED else ""  # the partition (indexer.load.partitions)
+    return (f"CREATE TEMP TABLE IF NOT EXISTS stage_{kind.name} (line bigint, {cols}, extra jsonb, source_id bigint"
+            f"{routed}) ON COMMIT DELETE ROWS")
 
 
 def _row(prefix: str, cols: list[str]) -> str:
@@ -41,10 +43,14 @@ def _row(prefix: str, cols: list[str]) -> str:
 @cache
 def upsert_statement(kind_name: str) -> str:
     kind = KINDS[kind_name]
-    cols, key = kind.columns, list(kind.key)
+    # a routed kind's rows carry their partition: the unique index is the key plus epoch_index, and one key is only
+    # ever in one partition (indexer.load.partitions), so matching on both is matching on the key
+    routed = ["epoch_index"] if kind_name in ROUTED else []
+    cols, key = kind.columns + routed, list(kind.key)
+    match = key + routed
     content = kind.value_columns + ["extra"]
     table, stage = f"rec.{kind.table}", stage_table(kind)
-    key_eq = " AND ".join(f"t.{k} = s.{k}" for k in key)
+    key_eq = " AND ".join(f"t.{k} = s.{k}" for k in match)
     dirty, scope_col, on_conflict = dirty_mark(kind)
     keys = ", ".join(key)
     not_inserted = " AND ".join(f"i.{k} = s.{k}" for k in key)
@@ -54,10 +60,10 @@ WITH src AS (
 ), ins AS (  -- new keys: a plain insert, no probe for history
   INSERT INTO {table} ({", ".join(cols)}, extra, source_id, source_line)
   SELECT {", ".join(cols)}, extra, %(source_id)s, line FROM src
-  ON CONFLICT ({keys}) DO NOTHING
+  ON CONFLICT ({", ".join(match)}) DO NOTHING
   RETURNING {", ".join(dict.fromkeys([*key, scope_col]))}
 ), changed AS (  -- keys that existed before this statement and whose content differs
-  SELECT s.*, to_jsonb(t) AS previous
+  SELECT s.*, to_jsonb(t){" - 'epoch_index'" if routed else ""} AS previous
   FROM src s JOIN {table} t ON {key_eq}
   WHERE NOT EXISTS (SELECT 1 FROM ins i WHERE {not_inserted})
     AND {_row("t.", content)} IS DISTINCT FROM {_row("s.", content)}
@@ -71,7 +77,7 @@ WITH src AS (
   UPDATE {table} t SET
     ({", ".join(content)}, source_id, source_line, revision, amended_at) =
     ({", ".join("c." + col for col in content)}, %(source_id)s, c.line, t.revision + 1, now())
-  FROM changed c WHERE {" AND ".join(f"t.{k} = c.{k}" for k in key)}
+  FROM changed c WHERE {" AND ".join(f"t.{k} = c.{k}" for k in match)}
   RETURNING t.{scope_col}
 ), dirty AS (
   INSERT INTO {dirty}  -- in key order: concurrent markers lock the marks in one order, so they never deadlock

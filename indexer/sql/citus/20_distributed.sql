@@ -16,6 +16,9 @@ SELECT create_distributed_table('rec.validation_vote_tx', 'escrow_id', colocate_
 SELECT create_distributed_table('rec.timeout_tx', 'escrow_id', colocate_with => 'rec.escrow');
 SELECT create_distributed_table('rec.error_miss_tx', 'escrow_id', colocate_with => 'rec.escrow');
 SELECT create_distributed_table('rec.host_stats', 'escrow_id', colocate_with => 'rec.escrow');
+-- the partition (epoch) each escrow's rows above are routed to (0014_partitioned_history); Citus distributes a
+-- partitioned table's partitions with it, so the epoch partitions need no placement of their own
+SELECT create_distributed_table('rec.escrow_epoch', 'escrow_id', colocate_with => 'rec.escrow');
 
 -- the replay's results, per escrow
 SELECT create_distributed_table('replay.escrow', 'escrow_id', colocate_with => 'rec.escrow');

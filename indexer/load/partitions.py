@@ -1,0 +1,112 @@
+"""Routing escrow-keyed record rows to their epoch partition (docs/partitioning.md).
+
+The tx and host_stats records carry no epoch; their tables are partitioned by an `epoch_index` the loader fills
+from rec.escrow_epoch, the registry of each escrow's partition (-1, the `unassigned` partition, until its escrow
+record is loaded). Two rules keep every key in exactly one partition, which is what makes the partitioned unique
+index (key + epoch_index) as strong as the old one (key alone):
+  - a batch locks the registry rows of the escrows whose txs it writes (FOR SHARE) before it reads their epochs;
+  - loading an escrow record updates its registry row (a row lock: it waits for those batches to commit) and then
+    moves the escrow's rows from the partition the registry named before.
+So a tx batch and its escrow, in any order or concurrently, end with the txs in the escrow's epoch partition.
+"""
+from __future__ import annotations
+
+import psycopg
+
+from indexer.load.copytext import text
+from indexer.records import KINDS
+
+PARTITIONS_AHEAD = 1  # epochs after the newest one seen whose partitions exist before their first row (each is
+# one empty table per partitioned table: the planner of any unfiltered query pays for every one)
+UNASSIGNED = -1
+
+# The kinds whose tables gain epoch_index from the registry: every escrow-scoped kind but the escrow itself.
+ROUTED = frozenset(name for name, kind in KINDS.items() if kind.scope == "escrow" and name != "escrow")
+_ESCROW_EPOCH_AT = 1 + KINDS["escrow"].columns.index("epoch_index")  # in an escrow COPY row (line number first)
+
+_LOCK = """
+INSERT INTO rec.escrow_epoch (escrow_id, epoch_index)
+SELECT id, coalesce((SELECT epoch_index FROM rec.escrow WHERE escrow_id = id), -1) FROM unnest(%(ids)s::text[]) id
+ON CONFLICT (escrow_id) DO NOTHING
+"""
+_READ_LOCKED = "SELECT escrow_id, epoch_index FROM rec.escrow_epoch WHERE escrow_id = ANY(%(ids)s) FOR SHARE"
+
+# The escrows of a batch whose registry epoch changes (first load after their txs, or an amendment), with the
+# partition their rows are in now. A registry row made by a concurrent batch after this statement's snapshot is
+# not in `before`; that batch found no escrow record, so it routed to -1.
+_SYNC = """
+WITH want AS (
+  SELECT escrow_id, coalesce(epoch_index, -1) AS epoch_index FROM rec.escrow WHERE escrow_id = ANY(%(ids)s)
+), before AS (
+  SELECT r.escrow_id, r.epoch_index FROM rec.escrow_epoch r JOIN want USING (escrow_id)
+), changed AS (
+  INSERT INTO rec.escrow_epoch AS r (escrow_id, epoch_index) SELECT escrow_id, epoch_index FROM want
+  ON CONFLICT (escrow_id) DO UPDATE SET epoch_index = excluded.epoch_index
+  WHERE r.epoch_index <> excluded.epoch_index
+  RETURNING r.escrow_id, r.epoch_index
+)
+SELECT coalesce(b.epoch_index, -1) AS moved_from, c.epoch_index AS moved_to, array_agg(c.escrow_id)
+FROM changed c LEFT JOIN before b USING (escrow_id)
+WHERE c.epoch_index <> coalesce(b.epoch_index, -1)
+GROUP BY 1, 2
+"""
+
+
+class EpochRouter:
+    """One loader's view of the partitions: which epochs have them (cached), and each batch's routing."""
+
+    def __init__(self) -> None:
+        self.ready: set[int] = {UNASSIGNED}
+
+    def ensure(self, conn: psycopg.Connection, epochs: set[int]) -> None:
+        """Create the partitions of `epochs` (and PARTITIONS_AHEAD more) that this loader has not seen made. In
+        its own (sub)transaction before the batch: a partition's creation locks its parent only briefly."""
+        missing = sorted(e for e in epochs if e not in self.ready)
+        if not missing:
+            return
+        with conn.transaction():
+            conn.execute("SELECT part.ensure_epochs(%s::bigint[], %s)", (missing, PARTITIONS_AHEAD))
+        self.ready.update(missing)
+
+    @staticmethod
+    def batch_epochs(escrow_copy: bytes) -> set[int]:
+        """The epochs named by a batch's escrow rows (their COPY text: few rows, split in C)."""
+        return {int(row.split(b"\t", _ESCROW_EPOCH_AT + 1)[_ESCROW_EPOCH_AT])
+                for row in escrow_copy.split(b"\n") if row}
+
+    @staticmethod
+    def sync(conn: psycopg.Connection, escrow_ids: list[str]) -> int:
+        """After a batch's escrow records are written: point their registry rows at their epochs and move the
+        rows of the escrows that changed partition. Returns the number of escrows moved."""
+        moved = 0
+        for moved_from, moved_to, ids in conn.execute(_SYNC, {"ids": escrow_ids}).fetchall():
+            for kind in sorted(ROUTED):
+                # constant epochs: the planner prunes the UPDATE to the one partition the rows are in
+                conn.execute(f"UPDATE rec.{KINDS[kind].table} SET epoch_index = %(to)s "
+                             "WHERE epoch_index = %(from)s AND escrow_id = ANY(%(ids)s)",
+                             {"to": moved_to, "from": moved_from, "ids": ids})
+            moved += len(ids)
+        return moved
+
+    @staticmethod
+    def lock(conn: psycopg.Connection, escrow_ids: list[str]) -> dict[str, int]:
+        """Register and share-lock the escrows whose txs the batch writes; returns escrow_id -> epoch."""
+        conn.execute(_LOCK, {"ids": escrow_ids})
+        return dict(conn.execute(_READ_LOCKED, {"ids": escrow_ids}).fetchall())
+
+    @staticmethod
+    def route(copy: bytes, epochs: dict[str, int]) -> bytes:
+        """Append each COPY row's epoch_index (the column after source_id). One epoch for the whole batch (the
+        common case: a file or a poll is mostly one epoch) is one bytes.replace; literal newlines only end rows
+        (COPY text escapes them inside values)."""
+        distinct = set(epochs.values())
+        if len(distinct) == 1:
+            return copy.replace(b"\n", b"\t%d\n" % distinct.pop())
+        # keyed by the id as the row spells it (COPY-escaped), the escrow id being the cell after the line number
+        by_id = {text(escrow_id).encode(): b"\t%d\n" % epoch for escrow_id, epoch in epochs.items()}
+        return b"".join(row + by_id[row.split(b"\t", 2)[1]] for row in copy.split(b"\n") if row)
+
+
+def routed_column(kind: str) -> str:
+    """The column list suffix of a routed kind's COPY and INSERT: its rows end with their epoch_index."""
+    return ", epoch_index" if kind in ROUTED else ""
