@@ -113,6 +113,16 @@ def cmd_export(args, settings: Settings) -> int:
     return EXIT_OK
 
 
+def cmd_archive(args, settings: Settings) -> int:
+    from indexer.archive import archive
+
+    url = ready_database(args, settings)
+    summary = archive(url, args.before, args.to, force=args.force)
+    say(f"archived {len(summary.dropped)} epoch(s) before {args.before} to {args.to}: {summary.records} records "
+        f"({len(summary.written)} file(s) written, {len(summary.kept)} already there) in {summary.seconds:.2f}s")
+    return EXIT_OK
+
+
 def cmd_report(args, settings: Settings) -> int:
     from rich.console import Console
 

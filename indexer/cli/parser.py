@@ -100,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--epochs", type=parse_epochs, help=EPOCHS_HELP + " to export (default: all)")
     ex.add_argument("file", metavar="FILE", help="output file (.gz compresses; - writes stdout)")
 
+    ar = sub.add_parser("archive", help="write old epochs to compressed NDJSON, then drop them from the database",
+                        description="Every record of the epochs before --before goes to DIR/epoch-<E>.ndjson.gz "
+                                    "(what `ingest` reads back to the same rows) with DIR/manifest.json (counts, "
+                                    "sha256); only after the files are on disk are the epochs' partitions dropped, "
+                                    "one transaction per epoch. Rerun after a failure to finish the job.")
+    ar.add_argument("--before", type=int, required=True, metavar="EPOCH",
+                    help="archive every epoch below this one (EPOCH itself stays)")
+    ar.add_argument("--to", required=True, metavar="DIR", help="directory for the files and the manifest")
+    ar.add_argument("--force", action="store_true",
+                    help="archive epochs that are not final in net.epoch_state (their records may still change)")
+
     db = sub.add_parser("db", help="embedded database: url | stop")
     db.add_argument("action", choices=["url", "stop"],
                     help="url: print the URL (starting the embedded server if needed); stop: stop it")

@@ -1,8 +1,10 @@
 -- api.inferences: one row per inference, protocol state from the replay, request/usage from the signed txs.
+-- epoch_index is the replay's (its escrow's epoch when replayed), and the txs are joined within that epoch's
+-- partition: a filter on epoch_index reads one partition of each table (docs/partitioning.md).
 CREATE VIEW api.inferences AS
 SELECT i.escrow_id,
        i.inference_id,
-       e.epoch_index,
+       i.epoch_index,
        e.model_id,
        i.executor_slot,
        i.executor_address,
@@ -29,5 +31,7 @@ SELECT i.escrow_id,
 FROM replay.inference i
 LEFT JOIN rec.escrow e ON e.escrow_id = i.escrow_id
 LEFT JOIN rec.start_tx s ON s.escrow_id = i.escrow_id AND s.inference_id = i.inference_id
+                         AND s.epoch_index = i.epoch_index
 LEFT JOIN rec.finish_tx f ON f.escrow_id = i.escrow_id AND f.inference_id = i.inference_id
+                          AND f.epoch_index = i.epoch_index
 LEFT JOIN rules.refusal_parse parse ON parse.escrow_id = i.escrow_id AND parse.inference_id = i.inference_id;

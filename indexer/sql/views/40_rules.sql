@@ -39,25 +39,27 @@ SELECT epoch_index, escrow_id, inference_id, participant, executor_slot, penalty
 FROM rules.disputable;
 
 -- Recorded penalties (the replay's counters summed per host and epoch, beside what the chain reported in
--- host_epoch_stats when captured) against the disputable ones.
+-- host_epoch_stats when captured) against the disputable ones. Keyed by the union of the three sides' (epoch,
+-- participant) rather than a FULL JOIN on COALESCEd keys, so a filter on epoch_index reaches every side (and
+-- rules.disputable is read in that epoch's partition only).
 CREATE VIEW api.host_epoch_penalties AS
-WITH recorded AS (
-  SELECT r.epoch_index, s.participant, sum(s.missed)::bigint AS missed, sum(s.invalid)::bigint AS invalid,
-         count(DISTINCT s.escrow_id)::bigint AS escrows
-  FROM replay.slot_stats s JOIN replay.escrow r ON r.escrow_id = s.escrow_id
-  GROUP BY r.epoch_index, s.participant
-), disputed AS (
-  SELECT epoch_index, participant, count(*) FILTER (WHERE penalty = 'missed')::bigint AS disputable_missed,
-         count(*) FILTER (WHERE penalty = 'invalid')::bigint AS disputable_invalid
-  FROM rules.disputable GROUP BY epoch_index, participant
-)
-SELECT COALESCE(r.epoch_index, h.epoch_index, d.epoch_index) AS epoch_index,
-       COALESCE(r.participant, h.participant, d.participant) AS participant,
+SELECT k.epoch_index, k.participant,
        r.missed, r.invalid,
        COALESCE(d.disputable_missed, 0) AS disputable_missed,
        COALESCE(d.disputable_invalid, 0) AS disputable_invalid,
        h.missed AS reported_missed, h.invalid AS reported_invalid, r.escrows
-FROM recorded r
-FULL JOIN rec.host_epoch_stats h ON h.epoch_index = r.epoch_index AND h.participant = r.participant
-FULL JOIN disputed d ON d.epoch_index = COALESCE(r.epoch_index, h.epoch_index)
-                    AND d.participant = COALESCE(r.participant, h.participant);
+FROM (SELECT r.epoch_index, s.participant FROM replay.slot_stats s JOIN replay.escrow r ON r.escrow_id = s.escrow_id
+      UNION SELECT epoch_index, participant FROM rec.host_epoch_stats
+      UNION SELECT epoch_index, participant FROM rules.disputable) k
+LEFT JOIN (
+  SELECT r.epoch_index, s.participant, sum(s.missed)::bigint AS missed, sum(s.invalid)::bigint AS invalid,
+         count(DISTINCT s.escrow_id)::bigint AS escrows
+  FROM replay.slot_stats s JOIN replay.escrow r ON r.escrow_id = s.escrow_id
+  GROUP BY r.epoch_index, s.participant
+) r ON r.epoch_index = k.epoch_index AND r.participant IS NOT DISTINCT FROM k.participant
+LEFT JOIN rec.host_epoch_stats h ON h.epoch_index = k.epoch_index AND h.participant IS NOT DISTINCT FROM k.participant
+LEFT JOIN (
+  SELECT epoch_index, participant, count(*) FILTER (WHERE penalty = 'missed')::bigint AS disputable_missed,
+         count(*) FILTER (WHERE penalty = 'invalid')::bigint AS disputable_invalid
+  FROM rules.disputable GROUP BY epoch_index, participant
+) d ON d.epoch_index = k.epoch_index AND d.participant IS NOT DISTINCT FROM k.participant;

@@ -1,0 +1,137 @@
+"""Partitioned history (docs/partitioning.md): tx rows routed to their escrow's epoch partition whatever the load
+order, the DEFAULT safety net emptied when a partition is made, partition pruning for the api views analysts filter
+by epoch, and migration 0011 converting a database with data and back."""
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+
+from indexer.db import migrate
+from indexer.synth import generate, write_ndjson
+from tests.helpers import db_state, escrow, ingest, tx, write_lines
+
+EPOCHS = (400, 401, 402)
+
+
+def _placement(conn, table: str) -> dict[str, int]:
+    """Rows per partition of a partitioned table."""
+    return dict(conn.execute(f"SELECT tableoid::regclass::text, count(*) FROM {table} GROUP BY 1").fetchall())
+
+
+def _txs(escrow_id: str) -> list[dict]:
+    return [tx("start", 1, 1, escrow_id, prompt_hash="ab" * 16, max_tokens=100, input_length=10),
+            tx("confirm_start", 1, 2, escrow_id),
+            tx("finish", 1, 3, escrow_id, executor_slot=1, input_tokens=10, output_tokens=20)]
+
+
+def test_txs_before_their_escrow_move_to_its_epoch(db_url, tmp_path, conn):
+    ingest(db_url, write_lines(tmp_path / "txs.ndjson", _txs("7")))
+    assert _placement(conn, "rec.start_tx") == {"part.rec_start_tx_unassigned": 1}
+    assert conn.execute("SELECT epoch_index FROM rec.escrow_epoch WHERE escrow_id = '7'").fetchone() == (-1,)
+
+    ingest(db_url, write_lines(tmp_path / "escrow.ndjson", [escrow("7", epoch=500)]))
+    conn.rollback()
+    for table in ("start_tx", "confirm_start_tx", "finish_tx"):
+        assert _placement(conn, f"rec.{table}") == {f"part.rec_{table}_e500": 1}
+    # the partitions ahead of need were made with it
+    assert conn.execute("SELECT to_regclass('part.rec_finish_tx_e502') IS NOT NULL").fetchone() == (True,)
+    assert conn.execute("SELECT status, epoch_index FROM api.inferences").fetchall() == [("Finished", 500)]
+
+    # an amendment of a moved tx is still an amendment of the one row (the key is unique across partitions)
+    summary = ingest(db_url, write_lines(tmp_path / "amend.ndjson", [
+        tx("finish", 1, 3, "7", executor_slot=1, input_tokens=10, output_tokens=25)]))
+    conn.rollback()
+    assert (summary.amended, summary.loaded) == (1, 0)
+    assert conn.execute("SELECT output_tokens, revision FROM rec.finish_tx").fetchall() == [(25, 2)]
+
+
+def test_escrow_amended_to_another_epoch_takes_its_rows(db_url, tmp_path, conn):
+    ingest(db_url, write_lines(tmp_path / "a.ndjson", [escrow("8", epoch=600), *_txs("8")]))
+    assert _placement(conn, "rec.finish_tx") == {"part.rec_finish_tx_e600": 1}
+    ingest(db_url, write_lines(tmp_path / "b.ndjson", [escrow("8", epoch=601)]))
+    conn.rollback()
+    assert _placement(conn, "rec.finish_tx") == {"part.rec_finish_tx_e601": 1}
+    assert _placement(conn, "replay.inference") == {"part.replay_inference_e601": 1}
+    # reloading the first file amends the escrow back, and its txs follow it again
+    ingest(db_url, write_lines(tmp_path / "c.ndjson", [escrow("8", epoch=600), *_txs("8")]))
+    conn.rollback()
+    assert _placement(conn, "rec.start_tx") == {"part.rec_start_tx_e600": 1}
+    assert conn.execute("SELECT count(*) FROM rec.start_tx").fetchone() == (1,)
+
+
+def test_one_batch_mixing_epochs_routes_each_row(db_url, tmp_path, conn):
+    records = [escrow("10", epoch=700), escrow("11", epoch=701), *_txs("10"), *_txs("11"), *_txs("12")]
+    ingest(db_url, write_lines(tmp_path / "mixed.ndjson", records))
+    assert _placement(conn, "rec.start_tx") == {"part.rec_start_tx_e700": 1, "part.rec_start_tx_e701": 1,
+                                                "part.rec_start_tx_unassigned": 1}
+    assert conn.execute("SELECT escrow_id, epoch_index FROM rec.start_tx ORDER BY 1").fetchall() == [
+        ("10", 700), ("11", 701), ("12", -1)]
+
+
+def test_rows_in_the_default_partition_move_out_when_their_partition_is_made(conn):
+    conn.execute("INSERT INTO rec.finish_tx (escrow_id, inference_id, epoch_index, source_id, source_line) "
+                 "VALUES ('9', 1, 900, 0, 1)")
+    assert _placement(conn, "rec.finish_tx") == {"part.rec_finish_tx_default": 1}
+    created = conn.execute("SELECT part.ensure_epochs(ARRAY[900]::bigint[], 1)").fetchone()[0]
+    assert created == 2 * conn.execute("SELECT count(*) FROM pg_partitioned_table").fetchone()[0]
+    assert _placement(conn, "rec.finish_tx") == {"part.rec_finish_tx_e900": 1}
+    assert conn.execute("SELECT part.ensure_epochs(ARRAY[900]::bigint[], 1)").fetchone() == (0,)  # idempotent
+
+
+@pytest.fixture
+def three_epochs(db_url, tmp_path):
+    path = tmp_path / "synth.ndjson"
+    write_ndjson(str(path), generate(seed=3, escrows=4, inferences=120, epochs=len(EPOCHS), first_epoch=EPOCHS[0],
+                                     mix="adversarial"))
+    ingest(db_url, path, rules=True)
+    return db_url
+
+
+def _relations(plan) -> list[str]:
+    out = []
+    if isinstance(plan, dict):
+        if "Relation Name" in plan:
+            out.append(f"{plan.get('Schema', '')}.{plan['Relation Name']}")
+        for value in plan.values():
+            out += _relations(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            out += _relations(value)
+    return out
+
+
+@pytest.mark.parametrize("view, partitioned", [
+    ("api.disputable_penalties", {"rules_disputable"}),
+    ("api.context_refusals", {"rules_context_refusal"}),
+    ("api.inferences", {"replay_inference", "rec_start_tx", "rec_finish_tx"}),
+    ("api.host_epoch_penalties", {"rules_disputable"}),
+])
+def test_one_epoch_query_reads_one_partition_per_table(three_epochs, view, partitioned):
+    with psycopg.connect(three_epochs) as c:
+        assert c.execute(f"SELECT count(*) FROM {view} WHERE epoch_index = 401").fetchone()[0] > 0
+        plan = c.execute(f"EXPLAIN (FORMAT JSON, VERBOSE) SELECT * FROM {view} WHERE epoch_index = 401").fetchone()[0]
+        partitions = [r for r in _relations(plan) if r.startswith("part.")]
+    # every partitioned table the view reads is read in epoch 401's partition only (pruned at plan time)
+    assert set(partitions) == {f"part.{table}_e401" for table in partitioned}, json.dumps(plan)[:3000]
+
+
+def test_migration_converts_data_and_back(three_epochs):
+    tables_before = db_state(three_epochs)
+    migrate.downgrade(three_epochs, "0010_chain_versions")
+    at_0010 = db_state(three_epochs)
+    assert "rec.escrow_epoch" not in at_0010
+    routed = {"rec.start_tx", "rec.confirm_start_tx", "rec.finish_tx", "rec.validation_tx", "rec.validation_vote_tx",
+              "rec.timeout_tx", "rec.error_miss_tx", "rec.host_stats"}
+    assert set(at_0010) == set(tables_before) - {"rec.escrow_epoch"}
+    for table, rows in at_0010.items():  # the same rows; the record tables without the routing column (the last)
+        assert rows == ([r[:-1] for r in tables_before[table]] if table in routed else tables_before[table]), table
+    with psycopg.connect(three_epochs) as c:
+        assert c.execute("SELECT count(*) FROM pg_partitioned_table").fetchone() == (0,)
+        assert c.execute("SELECT count(*) FROM rec.finish_tx").fetchone()[0] > 0
+    migrate.upgrade(three_epochs)
+    assert db_state(three_epochs) == tables_before
+    with psycopg.connect(three_epochs) as c:
+        assert c.execute("SELECT count(*) FROM part.rec_finish_tx_default").fetchone() == (0,)
+        assert c.execute("SELECT count(*) FROM part.rec_finish_tx_e400").fetchone()[0] > 0
