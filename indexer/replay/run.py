@@ -127,7 +127,7 @@ def _load_configs(conn, ids: list[str]) -> dict[str, tuple[EscrowConfig, int | N
 
 def _replay_chunk(conn: psycopg.Connection, ids: list[str]) -> list:
     configs = _load_configs(conn, ids)
-    logs = _escrow_logs(conn, list(configs))
+    logs = _escrow_logs(conn, list(configs), sorted({epoch for _, epoch in configs.values() if epoch is not None}))
     results = []
     for escrow_id, (config, epoch) in configs.items():
         rows = logs.get(escrow_id, [])  # an escrow without txs still replays: every slot has 0 missed / 0 invalid
@@ -149,17 +149,18 @@ def _write_chunk(conn: psycopg.Connection, ids: list[str], results, summary: Rep
         summary.inferences += len(result.inferences)
 
 
-def _escrow_logs(conn: psycopg.Connection, ids: list[str]) -> dict[str, list[tuple]]:
+def _escrow_logs(conn: psycopg.Connection, ids: list[str], epochs: list[int]) -> dict[str, list[tuple]]:
     """Each escrow's rows in protocol order. One query per tx table returns each escrow's txs as column arrays
     (all aggregates of a group consume its rows in the same order, so the arrays line up) and zip makes the rows
     in C. The tables' keys make (diff_nonce, kind code, inference_id, slot) unique within an escrow, so a plain
-    sort is protocol order and never compares past the slot."""
+    sort is protocol order and never compares past the slot. The tx tables are partitioned by the escrows' epochs
+    (docs/partitioning.md): naming them reads only those partitions."""
     logs: dict[str, list[tuple]] = {}
     with conn.cursor(binary=True) as cur:
         for table, fields in _SOURCES:
             columns = [f for f in fields if isinstance(f, str)]
             cur.execute(f"SELECT escrow_id, {', '.join(f'array_agg({c})' for c in columns)} FROM {table} "
-                        "WHERE escrow_id = ANY(%s) GROUP BY escrow_id", (ids,))
+                        "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) GROUP BY escrow_id", (ids, epochs))
             for escrow_id, *arrays in cur:
                 logs.setdefault(escrow_id, []).extend(_rows(fields, dict(zip(columns, arrays))))
     for rows in logs.values():

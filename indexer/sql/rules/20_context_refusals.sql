@@ -16,8 +16,10 @@ WITH zero AS (
   CROSS JOIN LATERAL (  -- probe each escrow's 0/0 Finishes (OFFSET 0 keeps the planner from flattening this into
                         -- a walk over every epoch's refusals: it underestimates input = 0 AND output = 0)
     SELECT escrow_id, inference_id, response_payload IS NOT NULL AS has_payload FROM rec.finish_tx
-    WHERE escrow_id = el.escrow_id AND input_tokens = 0 AND output_tokens = 0 OFFSET 0) f
+    WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND input_tokens = 0 AND output_tokens = 0
+    OFFSET 0) f
   LEFT JOIN rec.start_tx s ON s.escrow_id = f.escrow_id AND s.inference_id = f.inference_id  -- once per refusal
+                          AND s.epoch_index = el.epoch_index
   WHERE el.escrow_id = ANY(%(escrows)s)
 ), chosen AS (
   SELECT z.*, parse.refusal_kind, parse.error_code, parse.reported_limit, parse.reported_prompt_tokens,
@@ -31,7 +33,7 @@ WITH zero AS (
   -- a parse left from an earlier payload of an amended Finish does not describe a Finish that now has none
   LEFT JOIN rules.refusal_parse parse ON parse.escrow_id = z.escrow_id AND parse.inference_id = z.inference_id
                                      AND z.has_payload
-  LEFT JOIN LATERAL fn.largest_sibling(z.escrow_id, z.prompt_hash, z.inference_id) sib ON true
+  LEFT JOIN LATERAL fn.largest_sibling(z.escrow_id, z.prompt_hash, z.inference_id, z.epoch_index) sib ON true
 ), decided AS (
   SELECT c.*,
          CASE c.source WHEN 'sibling' THEN c.sibling_input_tokens WHEN 'error_text' THEN c.reported_prompt_tokens

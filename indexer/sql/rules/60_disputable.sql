@@ -9,16 +9,18 @@ MERGE INTO rules.disputable existing
 USING (
 WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown over the limit, found from the compact
                                           -- timeout txs so that only these read their replayed record
-  SELECT t.escrow_id, t.inference_id, s.max_tokens, s.input_length, el.governance_limit, el.limit_source,
+  SELECT t.escrow_id, t.inference_id, el.epoch_index, s.max_tokens, s.input_length, el.governance_limit, el.limit_source,
          sib.sibling_inference_id, sib.sibling_input_tokens
   FROM rules.escrow_limit el
   CROSS JOIN LATERAL (  -- per escrow (OFFSET 0: not a hash join over every epoch's timeouts)
     SELECT escrow_id, inference_id FROM rec.timeout_tx
-    WHERE escrow_id = el.escrow_id AND reason IN ('refused', 'execution') OFFSET 0) t
+    WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND reason IN ('refused', 'execution')
+    OFFSET 0) t
   JOIN rec.start_tx s ON s.escrow_id = t.escrow_id AND s.inference_id = t.inference_id
+                     AND s.epoch_index = el.epoch_index
   LEFT JOIN LATERAL (
     SELECT largest.sibling_inference_id, largest.sibling_input_tokens
-    FROM fn.largest_sibling(s.escrow_id, s.prompt_hash, s.inference_id) largest
+    FROM fn.largest_sibling(s.escrow_id, s.prompt_hash, s.inference_id, el.epoch_index) largest
     -- no probe when even the escrow's largest input (10_limits) could not show it over the limit (OFFSET 0 keeps
     -- this a gate in front of the probe, not a filter the join applies after it)
     WHERE fn.shown_over_limit(el.max_input_tokens, s.max_tokens, el.governance_limit) OFFSET 0) sib ON true
@@ -38,6 +40,7 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
                                            challenge.outcome_without_suspects))) AS evidence
   FROM rules.context_refusal cr
   JOIN replay.inference i ON i.escrow_id = cr.escrow_id AND i.inference_id = cr.inference_id
+                         AND i.epoch_index = cr.epoch_index
   LEFT JOIN rules.challenge challenge ON challenge.escrow_id = cr.escrow_id
                                      AND challenge.inference_id = cr.inference_id
   WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.penalty = 'invalid' AND i.penalty = 'invalid'  -- cr: copied by 20
@@ -56,6 +59,7 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
            'refusal_kind', cr.refusal_kind))
   FROM rules.sibling_finding sf
   JOIN replay.inference i ON i.escrow_id = sf.escrow_id AND i.inference_id = sf.inference_id
+                         AND i.epoch_index = sf.epoch_index
   LEFT JOIN rules.context_refusal cr ON cr.escrow_id = sf.escrow_id AND cr.inference_id = sf.inference_id
   -- client_fault_basis: the Finish is a client fault, or a 0/0 one whose payload we lack. For the latter an
   -- acceptance is NULL (unknown) unless a sibling settles it (30); the decision here: the miss is disputable. The
@@ -77,6 +81,7 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
                             ELSE 'sibling' END))
   FROM timeout_over_limit over_limit
   JOIN replay.inference i ON i.escrow_id = over_limit.escrow_id AND i.inference_id = over_limit.inference_id
+                         AND i.epoch_index = over_limit.epoch_index
   WHERE i.epoch_index = ANY(%(epochs)s) AND i.status = 'TimedOut' AND i.timeout_reason IN ('refused', 'execution')
 ), old AS (
   SELECT escrow_id, inference_id, penalty FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s)
