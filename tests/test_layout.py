@@ -23,7 +23,7 @@ LAYERS = [
     {"wire"},
     {"sources"},
     {"refusals"},
-    {"load"},
+    {"load", "archive"},  # archive: the load format out to files (docs/partitioning.md)
     {"replay"},
     {"rules"},
     {"pipeline"},
