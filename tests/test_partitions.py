@@ -1,6 +1,6 @@
 """Partitioned history (docs/partitioning.md): tx rows routed to their escrow's epoch partition whatever the load
 order, the DEFAULT safety net emptied when a partition is made, partition pruning for the api views analysts filter
-by epoch, and migration 0011 converting a database with data and back."""
+by epoch, and migration 0014 converting a database with data and back."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from indexer.db import migrate
+from indexer.load.partitions import PARTITIONS_AHEAD
 from indexer.synth import generate, write_ndjson
 from tests.helpers import db_state, escrow, ingest, tx, write_lines
 
@@ -36,7 +37,9 @@ def test_txs_before_their_escrow_move_to_its_epoch(db_url, tmp_path, conn):
     for table in ("start_tx", "confirm_start_tx", "finish_tx"):
         assert _placement(conn, f"rec.{table}") == {f"part.rec_{table}_e500": 1}
     # the partitions ahead of need were made with it
-    assert conn.execute("SELECT to_regclass('part.rec_finish_tx_e502') IS NOT NULL").fetchone() == (True,)
+    ahead = 500 + PARTITIONS_AHEAD
+    assert conn.execute(f"SELECT to_regclass('part.rec_finish_tx_e{ahead}') IS NOT NULL").fetchone() == (True,)
+    assert conn.execute(f"SELECT to_regclass('part.rec_finish_tx_e{ahead + 1}') IS NULL").fetchone() == (True,)
     assert conn.execute("SELECT status, epoch_index FROM api.inferences").fetchall() == [("Finished", 500)]
 
     # an amendment of a moved tx is still an amendment of the one row (the key is unique across partitions)
@@ -119,13 +122,13 @@ def test_one_epoch_query_reads_one_partition_per_table(three_epochs, view, parti
 
 def test_migration_converts_data_and_back(three_epochs):
     tables_before = db_state(three_epochs)
-    migrate.downgrade(three_epochs, "0010_chain_versions")
-    at_0010 = db_state(three_epochs)
-    assert "rec.escrow_epoch" not in at_0010
+    migrate.downgrade(three_epochs, "0013_poller_leases")
+    at_0013 = db_state(three_epochs)
+    assert "rec.escrow_epoch" not in at_0013
     routed = {"rec.start_tx", "rec.confirm_start_tx", "rec.finish_tx", "rec.validation_tx", "rec.validation_vote_tx",
               "rec.timeout_tx", "rec.error_miss_tx", "rec.host_stats"}
-    assert set(at_0010) == set(tables_before) - {"rec.escrow_epoch"}
-    for table, rows in at_0010.items():  # the same rows; the record tables without the routing column (the last)
+    assert set(at_0013) == set(tables_before) - {"rec.escrow_epoch"}
+    for table, rows in at_0013.items():  # the same rows; the record tables without the routing column (the last)
         assert rows == ([r[:-1] for r in tables_before[table]] if table in routed else tables_before[table]), table
     with psycopg.connect(three_epochs) as c:
         assert c.execute("SELECT count(*) FROM pg_partitioned_table").fetchone() == (0,)

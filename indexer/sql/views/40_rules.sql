@@ -41,25 +41,26 @@ FROM rules.disputable;
 -- Recorded penalties (the replay's counters summed per host and epoch, beside what the chain reported in
 -- host_epoch_stats when captured) against the disputable ones. Keyed by the union of the three sides' (epoch,
 -- participant) rather than a FULL JOIN on COALESCEd keys, so a filter on epoch_index reaches every side (and
--- rules.disputable is read in that epoch's partition only).
+-- rules.disputable is read in that epoch's partition only: the CTEs are NOT MATERIALIZED so the filter enters them).
 CREATE VIEW api.host_epoch_penalties AS
+WITH recorded AS NOT MATERIALIZED (
+  SELECT r.epoch_index, s.participant, sum(s.missed)::bigint AS missed, sum(s.invalid)::bigint AS invalid,
+         count(DISTINCT s.escrow_id)::bigint AS escrows
+  FROM replay.slot_stats s JOIN replay.escrow r ON r.escrow_id = s.escrow_id
+  GROUP BY r.epoch_index, s.participant
+), disputed AS NOT MATERIALIZED (
+  SELECT epoch_index, participant, count(*) FILTER (WHERE penalty = 'missed')::bigint AS disputable_missed,
+         count(*) FILTER (WHERE penalty = 'invalid')::bigint AS disputable_invalid
+  FROM rules.disputable GROUP BY epoch_index, participant
+)
 SELECT k.epoch_index, k.participant,
        r.missed, r.invalid,
        COALESCE(d.disputable_missed, 0) AS disputable_missed,
        COALESCE(d.disputable_invalid, 0) AS disputable_invalid,
        h.missed AS reported_missed, h.invalid AS reported_invalid, r.escrows
-FROM (SELECT r.epoch_index, s.participant FROM replay.slot_stats s JOIN replay.escrow r ON r.escrow_id = s.escrow_id
+FROM (SELECT epoch_index, participant FROM recorded r
       UNION SELECT epoch_index, participant FROM rec.host_epoch_stats
-      UNION SELECT epoch_index, participant FROM rules.disputable) k
-LEFT JOIN (
-  SELECT r.epoch_index, s.participant, sum(s.missed)::bigint AS missed, sum(s.invalid)::bigint AS invalid,
-         count(DISTINCT s.escrow_id)::bigint AS escrows
-  FROM replay.slot_stats s JOIN replay.escrow r ON r.escrow_id = s.escrow_id
-  GROUP BY r.epoch_index, s.participant
-) r ON r.epoch_index = k.epoch_index AND r.participant IS NOT DISTINCT FROM k.participant
-LEFT JOIN rec.host_epoch_stats h ON h.epoch_index = k.epoch_index AND h.participant IS NOT DISTINCT FROM k.participant
-LEFT JOIN (
-  SELECT epoch_index, participant, count(*) FILTER (WHERE penalty = 'missed')::bigint AS disputable_missed,
-         count(*) FILTER (WHERE penalty = 'invalid')::bigint AS disputable_invalid
-  FROM rules.disputable GROUP BY epoch_index, participant
-) d ON d.epoch_index = k.epoch_index AND d.participant IS NOT DISTINCT FROM k.participant;
+      UNION SELECT epoch_index, participant FROM disputed d) k
+LEFT JOIN recorded r ON r.epoch_index = k.epoch_index AND r.participant = k.participant
+LEFT JOIN rec.host_epoch_stats h ON h.epoch_index = k.epoch_index AND h.participant = k.participant
+LEFT JOIN disputed d ON d.epoch_index = k.epoch_index AND d.participant = k.participant;
