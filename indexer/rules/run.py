@@ -26,7 +26,8 @@ SELECT f.escrow_id, f.inference_id, md5(f.response_payload), f.response_payload
 FROM unnest(%(escrows)s::text[]) AS e(escrow_id)
 CROSS JOIN LATERAL (  -- per escrow, so a few escrows never walk every epoch's refusals
   SELECT escrow_id, inference_id, response_payload FROM rec.finish_tx
-  WHERE escrow_id = e.escrow_id AND input_tokens = 0 AND output_tokens = 0 AND response_payload IS NOT NULL
+  WHERE escrow_id = e.escrow_id AND epoch_index = ANY(%(parts)s)
+    AND input_tokens = 0 AND output_tokens = 0 AND response_payload IS NOT NULL
   OFFSET 0) f
 LEFT JOIN rules.refusal_parse p ON p.escrow_id = f.escrow_id AND p.inference_id = f.inference_id
 WHERE p.escrow_id IS NULL OR p.parser_version <> %(parser)s OR p.payload_md5 <> md5(f.response_payload)
@@ -46,6 +47,16 @@ UNION SELECT escrow_id FROM rec.escrow WHERE epoch_index = ANY(%(whole)s)
 UNION SELECT el.escrow_id FROM rules.escrow_limit el
       WHERE el.epoch_index = ANY(%(epochs)s)
         AND NOT EXISTS (SELECT 1 FROM rec.escrow e WHERE e.escrow_id = el.escrow_id AND e.epoch_index = el.epoch_index)
+"""
+
+# The epoch partitions one claim's evaluation may read or rewrite: the claimed epochs, the epochs the escrows are in
+# now, and the epochs their previous findings are in (rules.escrow_limit is written with every per-escrow finding,
+# so an escrow amended into another epoch has its old findings there). Usually just the claimed epochs.
+_PARTS = """
+SELECT array(SELECT unnest(%(epochs)s::bigint[])
+             UNION SELECT epoch_index FROM rec.escrow WHERE escrow_id = ANY(%(escrows)s) AND epoch_index IS NOT NULL
+             UNION SELECT epoch_index FROM rules.escrow_limit WHERE escrow_id = ANY(%(escrows)s)
+             ORDER BY 1)
 """
 
 
@@ -109,12 +120,15 @@ _SETTINGS = "SET LOCAL random_page_cost = 1.1; SET LOCAL plan_cache_mode = force
 
 
 def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], summary: RulesSummary) -> None:
-    """Per-escrow findings for the escrows that changed (all of a whole epoch's), then the epoch-wide ones."""
+    """Per-escrow findings for the escrows that changed (all of a whole epoch's), then the epoch-wide ones. Every
+    statement names the epoch partitions it may touch as constants (%(parts)s, docs/partitioning.md), so the
+    planner drops every other epoch's partitions before the statement runs."""
     conn.execute(_SETTINGS)
     escrows = [r[0] for r in conn.execute(_ESCROWS, {"epochs": epochs, "whole": whole}, prepare=True)]
-    parsed = parse_payloads(conn, escrows)
+    parts = conn.execute(_PARTS, {"epochs": epochs, "escrows": escrows}, prepare=True).fetchone()[0]
+    parsed = parse_payloads(conn, escrows, parts)
     summary.parsed += parsed
-    params = {"epochs": epochs, "escrows": escrows, "version": RULE_VERSION}
+    params = {"epochs": epochs, "escrows": escrows, "parts": parts, "version": RULE_VERSION}
     for name, statement in rule_statements():
         try:
             conn.execute(statement, params, prepare=True)
@@ -128,10 +142,12 @@ def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], sum
     summary.disputable += found
 
 
-def parse_payloads(conn: psycopg.Connection, escrows: list[str]) -> int:
-    """Parse the escrows' 0/0 Finish payloads that have no current parse; returns how many were parsed."""
+def parse_payloads(conn: psycopg.Connection, escrows: list[str], parts: list[int]) -> int:
+    """Parse the escrows' 0/0 Finish payloads that have no current parse (their Finishes are in the epoch
+    partitions `parts`); returns how many were parsed."""
     # a plain query, not a server-side cursor: usually nothing is stale, and a cursor's fast-start plan is slower
     rows = [refusals.parse_row(escrow_id, inference_id, payload, md5) for escrow_id, inference_id, md5, payload
-            in conn.execute(_UNPARSED, {"escrows": escrows, "parser": refusals.PARSER_VERSION}, prepare=True)]
+            in conn.execute(_UNPARSED, {"escrows": escrows, "parser": refusals.PARSER_VERSION, "parts": parts},
+                            prepare=True)]
     refusals.store(conn, rows)
     return len(rows)

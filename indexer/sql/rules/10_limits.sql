@@ -20,7 +20,8 @@ FROM rec.escrow e
 LEFT JOIN args a ON a.epoch_index = e.epoch_index AND a.model_id = e.model_id
 CROSS JOIN LATERAL (  -- the one walk over the epoch's Finishes: bounds for the suspect and timeout rules
   SELECT max(input_tokens) AS max_input, max(input_tokens + output_tokens) AS max_served
-  FROM rec.finish_tx WHERE escrow_id = e.escrow_id AND epoch_index = e.epoch_index) t  -- its epoch's partition
+  FROM rec.finish_tx WHERE escrow_id = e.escrow_id AND epoch_index = e.epoch_index
+    AND epoch_index = ANY(%(parts)s)) t  -- its epoch's partition, pruned at plan time (indexer.rules.run)
 WHERE e.escrow_id = ANY(%(escrows)s) AND e.epoch_index IS NOT NULL;
 
 DELETE FROM rules.model_limit WHERE epoch_index = ANY(%(epochs)s);

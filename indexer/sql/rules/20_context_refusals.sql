@@ -2,7 +2,7 @@
 -- sibling (signed input_tokens of another Finish of the same prompt in the escrow; the largest, fn.largest_sibling,
 -- so any served count that shows the request cannot fit protects the host) > error_text (the executor's own vLLM
 -- message, possibly a lower bound) > input_length (the gateway's estimate: recorded, never decisive).
-DELETE FROM rules.context_refusal WHERE escrow_id = ANY(%(escrows)s);
+DELETE FROM rules.context_refusal WHERE escrow_id = ANY(%(escrows)s) AND epoch_index = ANY(%(parts)s);
 
 INSERT INTO rules.context_refusal (escrow_id, inference_id, epoch_index, model_id, executor_slot, executor_address,
                                    status, penalty, refusal_kind, error_code, reported_limit, reported_prompt_tokens,
@@ -16,10 +16,11 @@ WITH zero AS (
   CROSS JOIN LATERAL (  -- probe each escrow's 0/0 Finishes (OFFSET 0 keeps the planner from flattening this into
                         -- a walk over every epoch's refusals: it underestimates input = 0 AND output = 0)
     SELECT escrow_id, inference_id, response_payload IS NOT NULL AS has_payload FROM rec.finish_tx
-    WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND input_tokens = 0 AND output_tokens = 0
+    WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
+      AND input_tokens = 0 AND output_tokens = 0
     OFFSET 0) f
   LEFT JOIN rec.start_tx s ON s.escrow_id = f.escrow_id AND s.inference_id = f.inference_id  -- once per refusal
-                          AND s.epoch_index = el.epoch_index
+                          AND s.epoch_index = el.epoch_index AND s.epoch_index = ANY(%(parts)s)
   WHERE el.escrow_id = ANY(%(escrows)s)
 ), chosen AS (
   SELECT z.*, parse.refusal_kind, parse.error_code, parse.reported_limit, parse.reported_prompt_tokens,
@@ -69,4 +70,5 @@ SELECT d.escrow_id, d.inference_id, d.epoch_index, d.model_id, i.executor_slot, 
          'payload', d.has_payload)),
        %(version)s
 FROM decided d
-LEFT JOIN replay.inference i ON i.escrow_id = d.escrow_id AND i.inference_id = d.inference_id;
+LEFT JOIN replay.inference i ON i.escrow_id = d.escrow_id AND i.inference_id = d.inference_id
+                            AND i.epoch_index = ANY(%(parts)s);

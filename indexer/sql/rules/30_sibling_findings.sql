@@ -8,7 +8,7 @@
 -- plain misses under both rules (client_fault is false). A 0/0 Finish without payload has client_fault NULL: the
 -- verifiers saw the payload and we do not, so the formulas stay three-valued: accepted (true) when a sibling settles
 -- it either way, unknown (NULL) otherwise; 60_disputable decides what an unknown acceptance means for the penalty.
-DELETE FROM rules.sibling_finding WHERE escrow_id = ANY(%(escrows)s);
+DELETE FROM rules.sibling_finding WHERE escrow_id = ANY(%(escrows)s) AND epoch_index = ANY(%(parts)s);
 
 INSERT INTO rules.sibling_finding (escrow_id, inference_id, epoch_index, error_miss_nonce, applied, client_fault_basis,
                                    billed, sibling_inference_id, sibling_input_tokens, sibling_output_tokens,
@@ -18,6 +18,7 @@ WITH error_miss AS (
   SELECT m.escrow_id, m.inference_id, m.diff_nonce, el.epoch_index, el.governance_limit
   FROM rules.escrow_limit el
   JOIN rec.error_miss_tx m ON m.escrow_id = el.escrow_id AND m.epoch_index = el.epoch_index
+                         AND m.epoch_index = ANY(%(parts)s)
   WHERE el.escrow_id = ANY(%(escrows)s)
 ), judged AS (
   SELECT em.*, s.max_tokens, s.prompt_hash, f.inference_id IS NOT NULL AS has_finish,
@@ -27,12 +28,12 @@ WITH error_miss AS (
          i.status = 'TimedOut' AND i.timeout_reason = 'error_miss' AS applied
   FROM error_miss em
   LEFT JOIN rec.start_tx s ON s.escrow_id = em.escrow_id AND s.inference_id = em.inference_id
-                          AND s.epoch_index = em.epoch_index
+                          AND s.epoch_index = em.epoch_index AND s.epoch_index = ANY(%(parts)s)
   LEFT JOIN rec.finish_tx f ON f.escrow_id = em.escrow_id AND f.inference_id = em.inference_id
-                           AND f.epoch_index = em.epoch_index
+                           AND f.epoch_index = em.epoch_index AND f.epoch_index = ANY(%(parts)s)
   LEFT JOIN rules.refusal_parse parse ON parse.escrow_id = em.escrow_id AND parse.inference_id = em.inference_id
   LEFT JOIN replay.inference i ON i.escrow_id = em.escrow_id AND i.inference_id = em.inference_id
-                               AND i.epoch_index = em.epoch_index
+                               AND i.epoch_index = em.epoch_index AND i.epoch_index = ANY(%(parts)s)
 )
 SELECT j.escrow_id, j.inference_id, j.epoch_index, j.diff_nonce, COALESCE(j.applied, false),
        -- why the miss is in question: the payload shows a client fault, or only the signed 0/0 suggests one
@@ -52,6 +53,7 @@ LEFT JOIN LATERAL (
   JOIN replay.inference sibling_record ON sibling_record.escrow_id = j.escrow_id
                                       AND sibling_record.inference_id = sibling.sibling_inference_id
                                       AND sibling_record.epoch_index = j.epoch_index
+                                      AND sibling_record.epoch_index = ANY(%(parts)s)
   WHERE sibling.output_tokens > 0
     AND sibling_record.finished_nonce <= j.diff_nonce
     AND (sibling_record.timed_out_nonce IS NULL OR sibling_record.timed_out_nonce > j.diff_nonce)

@@ -11,7 +11,7 @@ FROM rules.escrow_limit el
 JOIN rec.escrow e ON e.escrow_id = el.escrow_id
 CROSS JOIN LATERAL (  -- per escrow, and only escrows whose largest Finish (10_limits) served above the limit
   SELECT inference_id, executor_slot, input_tokens + output_tokens AS served FROM rec.finish_tx
-  WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index
+  WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
     AND input_tokens + output_tokens > el.governance_limit) f
 WHERE el.epoch_index = ANY(%(epochs)s) AND el.max_served_tokens > el.governance_limit
   AND f.executor_slot < cardinality(e.slots)
@@ -27,9 +27,10 @@ FROM rules.context_refusal cr
 JOIN rec.escrow e ON e.escrow_id = cr.escrow_id
 CROSS JOIN LATERAL (
   SELECT validator_slot AS slot FROM rec.validation_tx
-  WHERE escrow_id = cr.escrow_id AND inference_id = cr.inference_id AND epoch_index = cr.epoch_index AND NOT valid
+  WHERE escrow_id = cr.escrow_id AND inference_id = cr.inference_id AND epoch_index = cr.epoch_index
+    AND epoch_index = ANY(%(parts)s) AND NOT valid
   UNION ALL
   SELECT voter_slot FROM rec.validation_vote_tx
   WHERE escrow_id = cr.escrow_id AND inference_id = cr.inference_id AND epoch_index = cr.epoch_index
-    AND NOT vote_valid) v
+    AND epoch_index = ANY(%(parts)s) AND NOT vote_valid) v
 WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.verdict = 'over_limit' AND v.slot < cardinality(e.slots);

@@ -61,4 +61,4 @@ SELECT ch.escrow_id, ch.inference_id, ch.epoch_index,
 FROM challenged ch
 LEFT JOIN tallied t ON t.escrow_id = ch.escrow_id AND t.inference_id = ch.inference_id
 LEFT JOIN rec.finish_tx f ON f.escrow_id = ch.escrow_id AND f.inference_id = ch.inference_id
-                         AND f.epoch_index = ch.epoch_index;
+                         AND f.epoch_index = ch.epoch_index AND f.epoch_index = ANY(%(parts)s);

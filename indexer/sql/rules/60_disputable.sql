@@ -14,10 +14,11 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
   FROM rules.escrow_limit el
   CROSS JOIN LATERAL (  -- per escrow (OFFSET 0: not a hash join over every epoch's timeouts)
     SELECT escrow_id, inference_id FROM rec.timeout_tx
-    WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND reason IN ('refused', 'execution')
+    WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
+      AND reason IN ('refused', 'execution')
     OFFSET 0) t
   JOIN rec.start_tx s ON s.escrow_id = t.escrow_id AND s.inference_id = t.inference_id
-                     AND s.epoch_index = el.epoch_index
+                     AND s.epoch_index = el.epoch_index AND s.epoch_index = ANY(%(parts)s)
   LEFT JOIN LATERAL (
     SELECT largest.sibling_inference_id, largest.sibling_input_tokens
     FROM fn.largest_sibling(s.escrow_id, s.prompt_hash, s.inference_id, el.epoch_index) largest
@@ -40,9 +41,10 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
                                            challenge.outcome_without_suspects))) AS evidence
   FROM rules.context_refusal cr
   JOIN replay.inference i ON i.escrow_id = cr.escrow_id AND i.inference_id = cr.inference_id
-                         AND i.epoch_index = cr.epoch_index
+                         AND i.epoch_index = cr.epoch_index AND i.epoch_index = ANY(%(parts)s)
   LEFT JOIN rules.challenge challenge ON challenge.escrow_id = cr.escrow_id
                                      AND challenge.inference_id = cr.inference_id
+                                     AND challenge.epoch_index = ANY(%(parts)s)
   WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.penalty = 'invalid' AND i.penalty = 'invalid'  -- cr: copied by 20
     -- 'unknown': a 0/0 Finish without payload (fn.is_client_fault_finish NULL). The decision: it counts as a
     -- context refusal, since a refusal counts against the host only when shown to fit (interface.md §3)
@@ -59,8 +61,9 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
            'refusal_kind', cr.refusal_kind))
   FROM rules.sibling_finding sf
   JOIN replay.inference i ON i.escrow_id = sf.escrow_id AND i.inference_id = sf.inference_id
-                         AND i.epoch_index = sf.epoch_index
+                         AND i.epoch_index = sf.epoch_index AND i.epoch_index = ANY(%(parts)s)
   LEFT JOIN rules.context_refusal cr ON cr.escrow_id = sf.escrow_id AND cr.inference_id = sf.inference_id
+                                     AND cr.epoch_index = ANY(%(parts)s)
   -- client_fault_basis: the Finish is a client fault, or a 0/0 one whose payload we lack. For the latter an
   -- acceptance is NULL (unknown) unless a sibling settles it (30); the decision here: the miss is disputable. The
   -- executor signs 0/0 only for a client fault (gonka-devshard.md §2.1), which verifiers reject without a
@@ -81,14 +84,14 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
                             ELSE 'sibling' END))
   FROM timeout_over_limit over_limit
   JOIN replay.inference i ON i.escrow_id = over_limit.escrow_id AND i.inference_id = over_limit.inference_id
-                         AND i.epoch_index = over_limit.epoch_index
+                         AND i.epoch_index = over_limit.epoch_index AND i.epoch_index = ANY(%(parts)s)
   WHERE i.epoch_index = ANY(%(epochs)s) AND i.status = 'TimedOut' AND i.timeout_reason IN ('refused', 'execution')
 ), old AS (
   SELECT escrow_id, inference_id, penalty FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s)
 )
 SELECT * FROM found FULL JOIN old USING (escrow_id, inference_id, penalty)  -- rule IS NULL: no longer found
 ) latest ON existing.escrow_id = latest.escrow_id AND existing.inference_id = latest.inference_id
-          AND existing.penalty = latest.penalty
+          AND existing.penalty = latest.penalty AND existing.epoch_index = ANY(%(epochs)s)
 WHEN MATCHED AND latest.rule IS NULL THEN DELETE
 WHEN MATCHED AND (existing.epoch_index, existing.participant, existing.executor_slot, existing.rule, existing.verdict,
                   existing.evidence, existing.rule_version)
