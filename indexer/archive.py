@@ -40,7 +40,8 @@ _DELETE = [
       for t in ("replay.vote", "replay.rejected_tx", "replay.slot_stats", "replay.dirty_escrow",
                 "rules.refusal_parse")),
     *(f"DELETE FROM {t} WHERE epoch_index = %(e)s"
-      for t in ("replay.escrow", "rules.escrow_limit", "rules.model_limit", "rules.dirty_escrow", "rules.dirty_epoch",
+      for t in ("replay.escrow", "rules.escrow_limit", "rules.model_limit", "rules.suspect", "rules.dirty_escrow",
+                "rules.dirty_epoch",
                 *(f"rec.{k.table}" for k in KINDS.values() if k.scope == "epoch" or k.name == "escrow"),
                 "rec.escrow_epoch")),
 ]

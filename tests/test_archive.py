@@ -53,7 +53,8 @@ def _epochs_in_db(url: str) -> set[int]:
     with psycopg.connect(url) as c:
         return {r[0] for r in c.execute("SELECT epoch_index FROM rec.escrow UNION SELECT epoch_index FROM rec.epoch "
                                         "UNION SELECT epoch_index FROM rec.finish_tx "
-                                        "UNION SELECT epoch_index FROM replay.inference")}
+                                        "UNION SELECT epoch_index FROM replay.inference "
+                                        "UNION SELECT epoch_index FROM rules.suspect")}  # unpartitioned (Citus)
 
 
 def test_archive_then_ingest_restores_the_same_rows(loaded, tmp_path):

@@ -120,26 +120,36 @@ _SETTINGS = "SET LOCAL random_page_cost = 1.1; SET LOCAL plan_cache_mode = force
 
 
 def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], summary: RulesSummary) -> None:
-    """Per-escrow findings for the escrows that changed (all of a whole epoch's), then the epoch-wide ones. Every
-    statement names the epoch partitions it may touch as constants (%(parts)s, docs/partitioning.md), so the
-    planner drops every other epoch's partitions before the statement runs."""
+    """The claimed epochs one at a time, each statement planned for one epoch (docs/partitioning.md): the epoch
+    partitions it may touch are constants (%(parts)s), so the planner keeps one partition of each table and costs
+    the plan for that partition's rows, not for every claimed epoch's (runtime pruning would still read one
+    partition, but the planner would cost all of them and choose scans over probes)."""
     conn.execute(_SETTINGS)
-    escrows = [r[0] for r in conn.execute(_ESCROWS, {"epochs": epochs, "whole": whole}, prepare=True)]
-    parts = conn.execute(_PARTS, {"epochs": epochs, "escrows": escrows}, prepare=True).fetchone()[0]
-    parsed = parse_payloads(conn, escrows, parts)
+    parsed = sum(_evaluate_epoch(conn, epoch, epoch in whole) for epoch in epochs)
     summary.parsed += parsed
-    params = {"epochs": epochs, "escrows": escrows, "parts": parts, "version": RULE_VERSION}
-    for name, statement in rule_statements():
-        try:
-            conn.execute(statement, params, prepare=True)
-        except psycopg.Error as exc:
-            raise RuntimeError(f"rules statement in sql/rules/{name} failed: {exc}") from exc
     found = conn.execute("SELECT count(*) FROM rules.disputable WHERE epoch_index = ANY(%s)", (epochs,)).fetchone()[0]
     # clock_timestamp: now() is the transaction's start, which started_at already holds
     conn.execute("INSERT INTO rules.run (epochs, rule_version, parsed_payloads, disputable, finished_at) "
                  "VALUES (%s, %s, %s, %s, clock_timestamp())", (epochs, RULE_VERSION, parsed, found))
     summary.epochs += len(epochs)
     summary.disputable += found
+
+
+def _evaluate_epoch(conn: psycopg.Connection, epoch: int, whole: bool) -> int:
+    """Per-escrow findings for the epoch's escrows that changed (all of them when whole), then the epoch-wide ones.
+    Returns the number of payloads parsed."""
+    epochs = [epoch]
+    escrows = [r[0] for r in conn.execute(_ESCROWS, {"epochs": epochs, "whole": epochs if whole else []},
+                                          prepare=True)]
+    parts = conn.execute(_PARTS, {"epochs": epochs, "escrows": escrows}, prepare=True).fetchone()[0]
+    parsed = parse_payloads(conn, escrows, parts)
+    params = {"epochs": epochs, "escrows": escrows, "parts": parts, "version": RULE_VERSION}
+    for name, statement in rule_statements():
+        try:
+            conn.execute(statement, params, prepare=True)
+        except psycopg.Error as exc:
+            raise RuntimeError(f"rules statement in sql/rules/{name} failed: {exc}") from exc
+    return parsed
 
 
 def parse_payloads(conn: psycopg.Connection, escrows: list[str], parts: list[int]) -> int:

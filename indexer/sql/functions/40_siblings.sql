@@ -2,38 +2,40 @@
 -- prompt hash, with their signed Finish counts. A sibling's input_tokens is a signed count of the prompt that the
 -- rules trust above the executor's text and the gateway's estimate (interface.md §3, prompt_tokens_source).
 -- Both functions are single SQL SELECTs over the tables, STABLE and not STRICT, so the planner inlines them into the
--- calling query: a LATERAL call becomes the index probe on (escrow_id, prompt_hash) it replaces. epoch_index is the
--- escrow's epoch: the tx tables are partitioned by it (docs/partitioning.md), so the probe reads one partition.
+-- calling query: a LATERAL call becomes the index probe on (escrow_id, prompt_hash) it replaces. `epochs` names the
+-- epoch partitions of the tx tables to read (docs/partitioning.md), the escrow's among them: all rows of one escrow
+-- are in its epoch's partition, so the result is the same, and a caller passing constants (the rules' epoch list)
+-- has every other partition pruned when the call is planned instead of at each probe.
 
--- fn.sibling_finishes(escrow_id, prompt_hash, inference_id, epoch_index): every Finished sibling of that inference.
+-- fn.sibling_finishes(escrow_id, prompt_hash, inference_id, epochs): every Finished sibling of that inference.
 -- The rules that need a sibling choose among these: the sibling rule by its status at a nonce (30), the prompt count by the largest
 -- input (fn.largest_sibling).
-CREATE FUNCTION fn.sibling_finishes(escrow_id text, prompt_hash text, inference_id bigint, epoch_index bigint)
+CREATE FUNCTION fn.sibling_finishes(escrow_id text, prompt_hash text, inference_id bigint, epochs bigint[])
 RETURNS TABLE (sibling_inference_id bigint, input_tokens bigint, output_tokens bigint)
 LANGUAGE sql STABLE AS $$
   SELECT sibling_finish.inference_id, sibling_finish.input_tokens, sibling_finish.output_tokens
   FROM rec.start_tx sibling_start
   JOIN rec.finish_tx sibling_finish ON sibling_finish.escrow_id = sibling_start.escrow_id
                                    AND sibling_finish.inference_id = sibling_start.inference_id
-                                   AND sibling_finish.epoch_index = sibling_finishes.epoch_index
+                                   AND sibling_finish.epoch_index = ANY(sibling_finishes.epochs)
   WHERE sibling_start.escrow_id = sibling_finishes.escrow_id
-    AND sibling_start.epoch_index = sibling_finishes.epoch_index
+    AND sibling_start.epoch_index = ANY(sibling_finishes.epochs)
     AND sibling_start.prompt_hash = sibling_finishes.prompt_hash AND sibling_finishes.prompt_hash <> ''
     AND sibling_start.inference_id <> sibling_finishes.inference_id
 $$;
 
--- fn.largest_sibling(escrow_id, prompt_hash, inference_id, epoch_index): the sibling Finish that served the prompt
+-- fn.largest_sibling(escrow_id, prompt_hash, inference_id, epochs): the sibling Finish that served the prompt
 -- with the largest signed input_tokens (ties: the lowest inference id), beside the smallest such count and how many siblings
 -- served it. The largest, because any signed count that shows a request cannot fit protects the host. Only served
 -- counts (input_tokens > 0): a sibling's own 0/0 refusal says nothing about the prompt's size. No row when there is
 -- no such sibling.
-CREATE FUNCTION fn.largest_sibling(escrow_id text, prompt_hash text, inference_id bigint, epoch_index bigint)
+CREATE FUNCTION fn.largest_sibling(escrow_id text, prompt_hash text, inference_id bigint, epochs bigint[])
 RETURNS TABLE (sibling_inference_id bigint, sibling_input_tokens bigint, min_input_tokens bigint, siblings bigint)
 LANGUAGE sql STABLE AS $$
   SELECT (array_agg(s.sibling_inference_id ORDER BY s.input_tokens DESC, s.sibling_inference_id))[1],
          max(s.input_tokens), min(s.input_tokens), count(*)
   FROM fn.sibling_finishes(largest_sibling.escrow_id, largest_sibling.prompt_hash, largest_sibling.inference_id,
-                           largest_sibling.epoch_index) s
+                           largest_sibling.epochs) s
   WHERE s.input_tokens > 0
   HAVING count(*) > 0
 $$;

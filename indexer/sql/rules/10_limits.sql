@@ -6,7 +6,8 @@ DELETE FROM rules.escrow_limit WHERE escrow_id = ANY(%(escrows)s);
 
 INSERT INTO rules.escrow_limit (escrow_id, epoch_index, model_id, governance_limit, limit_source,
                                 max_input_tokens, max_served_tokens)
-WITH args AS (  -- parse each (epoch, model)'s args once, not once per escrow
+WITH args AS MATERIALIZED (  -- parse each (epoch, model)'s args once, not once per escrow (MATERIALIZED: inlined, the
+                            -- planner may call the parser per escrow when the Finish probes look dear)
   SELECT m.epoch_index, m.model_id, a.args_limit
   FROM rec.model_snapshot m CROSS JOIN LATERAL fn.max_model_len(m.model_args) a
   WHERE m.epoch_index IN (SELECT epoch_index FROM rec.escrow WHERE escrow_id = ANY(%(escrows)s))

@@ -34,7 +34,7 @@ WITH zero AS (
   -- a parse left from an earlier payload of an amended Finish does not describe a Finish that now has none
   LEFT JOIN rules.refusal_parse parse ON parse.escrow_id = z.escrow_id AND parse.inference_id = z.inference_id
                                      AND z.has_payload
-  LEFT JOIN LATERAL fn.largest_sibling(z.escrow_id, z.prompt_hash, z.inference_id, z.epoch_index) sib ON true
+  LEFT JOIN LATERAL fn.largest_sibling(z.escrow_id, z.prompt_hash, z.inference_id, %(parts)s::bigint[]) sib ON true
 ), decided AS (
   SELECT c.*,
          CASE c.source WHEN 'sibling' THEN c.sibling_input_tokens WHEN 'error_text' THEN c.reported_prompt_tokens

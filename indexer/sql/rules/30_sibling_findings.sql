@@ -49,7 +49,7 @@ SELECT j.escrow_id, j.inference_id, j.epoch_index, j.diff_nonce, COALESCE(j.appl
 FROM judged j
 LEFT JOIN LATERAL (
   SELECT sibling.sibling_inference_id, sibling.input_tokens, sibling.output_tokens, sibling_record.status
-  FROM fn.sibling_finishes(j.escrow_id, j.prompt_hash, j.inference_id, j.epoch_index) sibling
+  FROM fn.sibling_finishes(j.escrow_id, j.prompt_hash, j.inference_id, %(parts)s::bigint[]) sibling
   JOIN replay.inference sibling_record ON sibling_record.escrow_id = j.escrow_id
                                       AND sibling_record.inference_id = sibling.sibling_inference_id
                                       AND sibling_record.epoch_index = j.epoch_index

@@ -17,11 +17,15 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
     WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
       AND reason IN ('refused', 'execution')
     OFFSET 0) t
-  JOIN rec.start_tx s ON s.escrow_id = t.escrow_id AND s.inference_id = t.inference_id
-                     AND s.epoch_index = el.epoch_index AND s.epoch_index = ANY(%(parts)s)
+  CROSS JOIN LATERAL (  -- each timeout's Start, probed (OFFSET 0: one epoch's partition is small enough that the
+                        -- planner would hash all of it, which costs more than the few probes)
+    SELECT escrow_id, inference_id, max_tokens, input_length, prompt_hash FROM rec.start_tx
+    WHERE escrow_id = t.escrow_id AND inference_id = t.inference_id
+      AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
+    OFFSET 0) s
   LEFT JOIN LATERAL (
     SELECT largest.sibling_inference_id, largest.sibling_input_tokens
-    FROM fn.largest_sibling(s.escrow_id, s.prompt_hash, s.inference_id, el.epoch_index) largest
+    FROM fn.largest_sibling(s.escrow_id, s.prompt_hash, s.inference_id, %(parts)s::bigint[]) largest
     -- no probe when even the escrow's largest input (10_limits) could not show it over the limit (OFFSET 0 keeps
     -- this a gate in front of the probe, not a filter the join applies after it)
     WHERE fn.shown_over_limit(el.max_input_tokens, s.max_tokens, el.governance_limit) OFFSET 0) sib ON true
