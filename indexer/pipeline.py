@@ -1,5 +1,5 @@
 """What happens downstream of new records, in one place for every caller (`indexer ingest`, `indexer replay`, the
-poller, the demo): fresh statistics when many rows arrived, replay of the dirty escrows, then the rules stage on the
+poller, the demo): fresh statistics when many rows arrived, the next epoch's partitions, replay of the dirty escrows, then the rules stage on the
 dirty epochs. Prints nothing; returns what it did."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import psycopg
 
 from indexer.load.ingest import ANALYZE_AFTER_ROWS, analyze_records
+from indexer.load.partitions import ensure_ahead
 from indexer.replay.run import REPLAY_WORKERS, ReplaySummary, replay_dirty
 from indexer.rules.run import RulesSummary, run_rules
 
@@ -25,5 +26,6 @@ def process_changes(conn: psycopg.Connection, url: str, *, loaded_rows: int = 0,
     the rules' plans see them (the NDJSON loader analyses what it grew itself)."""
     if loaded_rows >= ANALYZE_AFTER_ROWS:
         analyze_records(conn)
+    ensure_ahead(conn)  # the next epoch's partitions before its first records (docs/partitioning.md)
     replay = replay_dirty(conn, url=url, workers=replay_workers)
     return Downstream(replay, run_rules(conn))

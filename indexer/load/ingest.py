@@ -17,7 +17,7 @@ import psycopg
 
 from indexer import workers
 from indexer.records import KINDS, LOAD_ORDER, PG_TYPES
-from indexer.load.partitions import ROUTED, EpochRouter, routed_column
+from indexer.load.partitions import ROUTED, EpochRouter, partition_names, routed_column
 from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
@@ -40,11 +40,13 @@ class IngestSummary:
     quarantined: int = 0
     by_kind: Counter = field(default_factory=Counter)
     seconds: float = 0.0
+    epochs: set = field(default_factory=set)  # the epoch partitions escrow-keyed rows went to (what to ANALYZE)
 
     def add(self, other: "IngestSummary") -> None:
         for name in ("lines", "skipped_resumed", "loaded", "amended", "unchanged", "quarantined"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.by_kind.update(other.by_kind)
+        self.epochs |= other.epochs
 
 
 def register_source(conn: psycopg.Connection, inp: InputFile) -> tuple[int, int]:
@@ -86,7 +88,9 @@ class BatchLoader:
     def commit(self, prepared: Prepared) -> IngestSummary:
         out = IngestSummary(lines=prepared.lines)
         if "escrow" in prepared.kinds:  # partitions exist before their epoch's rows (docs/partitioning.md)
-            self.router.ensure(self.conn, EpochRouter.batch_epochs(prepared.kinds["escrow"].copy))
+            named = EpochRouter.batch_epochs(prepared.kinds["escrow"].copy)
+            self.router.ensure(self.conn, named)
+            out.epochs |= named  # an escrow's txs loaded before it move into its epoch's partition
         with self.conn.transaction():
             bad = self.slots.check(self.conn, prepared, self.source_id)
             epochs = None
@@ -100,6 +104,7 @@ class BatchLoader:
                         epochs = self.router.lock(self.conn, sorted(set().union(
                             *(prepared.kinds[k].scope for k in ROUTED if k in prepared.kinds))))
                     copy = self.router.route(copy, epochs)
+                    out.epochs.update(epochs.values())
                 if self._insert_new(kind, copy, kb, epochs if kind in ROUTED else None):
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
@@ -258,14 +263,21 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
 
 
 def _analyze_if_grown(conn: psycopg.Connection, summary: IngestSummary) -> None:
-    analyze_records(conn, [kind for kind, n in summary.by_kind.items() if n >= ANALYZE_AFTER_ROWS])
+    analyze_records(conn, [kind for kind, n in summary.by_kind.items() if n >= ANALYZE_AFTER_ROWS], summary.epochs)
 
 
-def analyze_records(conn: psycopg.Connection, kinds=None) -> None:
+def analyze_records(conn: psycopg.Connection, kinds=None, epochs=None) -> None:
     """Refresh planner statistics after a bulk load instead of waiting for autovacuum: the replay and the rules
-    run right after it, and their index choices depend on row counts."""
+    run right after it, and their index choices depend on row counts. With ``epochs`` (the partitions a load
+    wrote), an epoch-partitioned table's statistics are refreshed in those partitions only: the replay and the
+    rules plan one epoch at a time, against a partition's own statistics, and ANALYZE of the parent would sample
+    the whole table again and then every partition (docs/partitioning.md)."""
     for kind in (KINDS if kinds is None else kinds):
-        conn.execute(f"ANALYZE rec.{KINDS[kind].table}")
+        if epochs is not None and kind in ROUTED:
+            for table in partition_names(conn, f"rec.{KINDS[kind].table}", sorted(epochs)):
+                conn.execute(f"ANALYZE {table}")
+        else:
+            conn.execute(f"ANALYZE rec.{KINDS[kind].table}")
     if not conn.autocommit:
         conn.commit()
 

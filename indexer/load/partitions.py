@@ -16,8 +16,8 @@ import psycopg
 from indexer.load.copytext import text
 from indexer.records import KINDS
 
-PARTITIONS_AHEAD = 1  # epochs after the newest one seen whose partitions exist before their first row (each is
-# one empty table per partitioned table: the planner of any unfiltered query pays for every one)
+PARTITIONS_AHEAD = 1  # epochs after the current one whose partitions exist before their first row (each is one
+# empty table per partitioned table: the planner of any unfiltered query pays for every one)
 UNASSIGNED = -1
 
 # The kinds whose tables gain epoch_index from the registry: every escrow-scoped kind but the escrow itself.
@@ -43,11 +43,13 @@ WITH want AS (
   INSERT INTO rec.escrow_epoch AS r (escrow_id, epoch_index) SELECT escrow_id, epoch_index FROM want
   ON CONFLICT (escrow_id) DO UPDATE SET epoch_index = excluded.epoch_index
   WHERE r.epoch_index <> excluded.epoch_index
-  RETURNING r.escrow_id, r.epoch_index
+  RETURNING r.escrow_id, r.epoch_index, r.xmax = 0 AS inserted
 )
 SELECT coalesce(b.epoch_index, -1) AS moved_from, c.epoch_index AS moved_to, array_agg(c.escrow_id)
 FROM changed c LEFT JOIN before b USING (escrow_id)
-WHERE c.epoch_index <> coalesce(b.epoch_index, -1)
+-- a registry row this statement inserted had none before it, so no tx of its escrow was written: nothing to move
+-- (the usual first load of an escrow; a row a concurrent batch inserted is updated here, not inserted)
+WHERE c.epoch_index <> coalesce(b.epoch_index, -1) AND NOT c.inserted
 GROUP BY 1, 2
 """
 
@@ -59,13 +61,15 @@ class EpochRouter:
         self.ready: set[int] = {UNASSIGNED}
 
     def ensure(self, conn: psycopg.Connection, epochs: set[int]) -> None:
-        """Create the partitions of `epochs` (and PARTITIONS_AHEAD more) that this loader has not seen made. In
-        its own (sub)transaction before the batch: a partition's creation locks its parent only briefly."""
+        """Create the partitions of `epochs` that this loader has not seen made (usually made ahead already:
+        ensure_ahead). In its own (sub)transaction before the batch: a partition's creation locks its parent only
+        briefly. Only the epochs the batch needs: the ones ahead are made after the load (indexer.pipeline), off
+        the commit path."""
         missing = sorted(e for e in epochs if e not in self.ready)
         if not missing:
             return
         with conn.transaction():
-            conn.execute("SELECT part.ensure_epochs(%s::bigint[], %s)", (missing, PARTITIONS_AHEAD))
+            conn.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", (missing,))
         self.ready.update(missing)
 
     @staticmethod
@@ -110,3 +114,23 @@ class EpochRouter:
 def routed_column(kind: str) -> str:
     """The column list suffix of a routed kind's COPY and INSERT: its rows end with their epoch_index."""
     return ", epoch_index" if kind in ROUTED else ""
+
+
+def partition_names(conn: psycopg.Connection, parent: str, epochs: list[int]) -> list[str]:
+    """The existing partitions of `parent` (schema.table) that hold the given epochs (-1: the unassigned one), as
+    quoted names; an epoch without its own partition is in the DEFAULT one."""
+    schema, table = parent.split(".")
+    names = [f"{schema}_{table}_unassigned" if epoch < 0 else f"{schema}_{table}_e{epoch}" for epoch in epochs]
+    found = [row[0] for row in conn.execute("SELECT to_regclass(format('part.%%I', n))::text "
+                                            "FROM unnest(%s::text[]) n", (names,)) if row[0] is not None]
+    if len(found) < len(names):
+        found.append(f"part.{schema}_{table}_default")
+    return sorted(set(found))
+
+
+def ensure_ahead(conn: psycopg.Connection, ahead: int = PARTITIONS_AHEAD) -> int:
+    """Create the partitions of the current epoch (the newest in rec.escrow or net.epoch_state) and `ahead` after
+    it, so the next epoch's first rows find theirs; one catalog probe per table when they exist. Returns how many
+    were created."""
+    with conn.transaction():
+        return conn.execute("SELECT part.ensure_ahead(%s)", (ahead,)).fetchone()[0]

@@ -44,6 +44,10 @@ _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slo
 # first and in order (EPOCH_MARK locks them until this chunk commits), as the rules stage claims epochs before their
 # escrow marks: a rules run in another process skips these epochs until the replayed rows are committed, and never
 # deletes an epoch mark while an escrow mark of that epoch is still being written.
+# replay.inference is partitioned by epoch (docs/partitioning.md): an escrow's rows are in the partition of the
+# epoch its last replay wrote to replay.escrow, so only those partitions are read (pruned when the statement starts)
+_DELETE_OLD = {"replay.inference": "DELETE FROM replay.inference WHERE escrow_id = ANY(%(ids)s) AND epoch_index = ANY("
+                                   "ARRAY(SELECT epoch_index FROM replay.escrow WHERE escrow_id = ANY(%(ids)s)))"}
 _MARK_EPOCHS = f"""
 INSERT INTO rules.dirty_epoch (epoch_index, whole)
 SELECT epoch_index, false FROM rec.escrow WHERE escrow_id = ANY(%(ids)s) AND epoch_index IS NOT NULL
@@ -140,7 +144,7 @@ def _write_chunk(conn: psycopg.Connection, ids: list[str], results, summary: Rep
     conn.execute(_MARK_EPOCHS, {"ids": ids})  # first: replay.escrow still names the epoch an escrow was in
     conn.execute(_MARK_ESCROWS, {"ids": ids})
     for table in _DERIVED:
-        conn.execute(f"DELETE FROM {table} WHERE escrow_id = ANY(%s)", (ids,))
+        conn.execute(_DELETE_OLD.get(table, f"DELETE FROM {table} WHERE escrow_id = ANY(%(ids)s)"), {"ids": ids})
     _write(conn, results)
     summary.escrows += len(ids)
     for _, _, result, n in results:
