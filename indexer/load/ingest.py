@@ -17,7 +17,7 @@ import psycopg
 
 from indexer import workers
 from indexer.records import KINDS, LOAD_ORDER, PG_TYPES
-from indexer.load.partitions import ROUTED, EpochRouter, partition_names, routed_column
+from indexer.load.partitions import ROUTED, EpochRouter, analyze_epochs, routed_column
 from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
@@ -269,18 +269,10 @@ def _analyze_if_grown(conn: psycopg.Connection, summary: IngestSummary) -> None:
 def analyze_records(conn: psycopg.Connection, kinds=None, epochs=None) -> None:
     """Refresh planner statistics after a bulk load instead of waiting for autovacuum: the replay and the rules
     run right after it, and their index choices depend on row counts. With ``epochs`` (the partitions a load
-    wrote), an epoch-partitioned table's statistics are refreshed in those partitions only: the replay and the
-    rules plan one epoch at a time, against a partition's own statistics, and ANALYZE of the parent would sample
-    the whole table again and then every partition (docs/partitioning.md)."""
+    wrote), an epoch-partitioned table's statistics are refreshed in those partitions only (analyze_epochs)."""
     for kind in (KINDS if kinds is None else kinds):
         if epochs is not None and kind in ROUTED:
-            tables = partition_names(conn, f"rec.{KINDS[kind].table}", sorted(epochs))
-            with conn.transaction():
-                # the sample split over the partitions written: together they cost what one table's did
-                conn.execute("SELECT set_config('default_statistics_target', greatest(10, "
-                             "current_setting('default_statistics_target')::int / %s)::text, true)", (len(tables),))
-                for table in tables:
-                    conn.execute(f"ANALYZE {table}")
+            analyze_epochs(conn, f"rec.{KINDS[kind].table}", epochs)
         else:
             conn.execute(f"ANALYZE rec.{KINDS[kind].table}")
     if not conn.autocommit:

@@ -116,6 +116,20 @@ def routed_column(kind: str) -> str:
     return ", epoch_index" if kind in ROUTED else ""
 
 
+def analyze_epochs(conn: psycopg.Connection, parent: str, epochs) -> None:
+    """ANALYZE the partitions of `parent` that hold `epochs`, not the parent: the replay and the rules plan one
+    epoch at a time against a partition's own statistics, and ANALYZE of the parent samples the whole table and
+    then every partition. The statistics sample is split over the partitions, so together they cost one table's."""
+    tables = partition_names(conn, parent, sorted(epochs))
+    if not tables:
+        return
+    with conn.transaction():
+        conn.execute("SELECT set_config('default_statistics_target', greatest(10, "
+                     "current_setting('default_statistics_target')::int / %s)::text, true)", (len(tables),))
+        for table in tables:
+            conn.execute(f"ANALYZE {table}")
+
+
 def partition_names(conn: psycopg.Connection, parent: str, epochs: list[int]) -> list[str]:
     """The existing partitions of `parent` (schema.table) that hold the given epochs (-1: the unassigned one), as
     quoted names; an epoch without its own partition is in the DEFAULT one."""

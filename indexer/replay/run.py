@@ -15,6 +15,7 @@ import psycopg
 
 from indexer.db.claims import claim
 from indexer.db.marks import EPOCH_MARK
+from indexer.load.partitions import analyze_epochs
 from indexer.workers import no_cyclic_gc, pool as workers_pool
 from indexer.replay.machine import KIND_ORDER, EscrowConfig, replay_rows
 
@@ -92,7 +93,10 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
         _replay_loop(conn, chunk, summary, progress)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
         for table in _DERIVED:
-            conn.execute(f"ANALYZE {table}")
+            if table == "replay.inference":  # by epoch: the partitions the rules stage is about to read
+                analyze_epochs(conn, table, [r[0] for r in conn.execute("SELECT epoch_index FROM rules.dirty_epoch")])
+            else:
+                conn.execute(f"ANALYZE {table}")
         if not conn.autocommit:
             conn.commit()
     summary.seconds = time.perf_counter() - start
