@@ -38,25 +38,24 @@ WHERE p.escrow_id IS NULL OR p.parser_version <> %(parser)s OR p.payload_md5 <> 
 # are recomputed: every escrow of a whole epoch, the escrows replayed since their last evaluation (a changed
 # payload is a changed Finish, so its escrow is among them; a new parser version marks whole epochs), and escrows
 # an amendment moved out of a claimed epoch (their old findings go). The escrow marks of the claimed epochs are taken.
+# Each with the claimed epoch it was found under (its evaluation's).
 _ESCROWS = """
 WITH marked AS (
-  DELETE FROM rules.dirty_escrow WHERE epoch_index = ANY(%(epochs)s) RETURNING escrow_id
+  DELETE FROM rules.dirty_escrow WHERE epoch_index = ANY(%(epochs)s) RETURNING escrow_id, epoch_index
 )
-SELECT escrow_id FROM marked
-UNION SELECT escrow_id FROM rec.escrow WHERE epoch_index = ANY(%(whole)s)
-UNION SELECT el.escrow_id FROM rules.escrow_limit el
+SELECT escrow_id, epoch_index FROM marked
+UNION SELECT escrow_id, epoch_index FROM rec.escrow WHERE epoch_index = ANY(%(whole)s)
+UNION SELECT el.escrow_id, el.epoch_index FROM rules.escrow_limit el
       WHERE el.epoch_index = ANY(%(epochs)s)
         AND NOT EXISTS (SELECT 1 FROM rec.escrow e WHERE e.escrow_id = el.escrow_id AND e.epoch_index = el.epoch_index)
 """
 
-# The epoch partitions one claim's evaluation may read or rewrite: the claimed epochs, the epochs the escrows are in
-# now, and the epochs their previous findings are in (rules.escrow_limit is written with every per-escrow finding,
-# so an escrow amended into another epoch has its old findings there). Usually just the claimed epochs.
+# The epoch partitions an escrow's evaluation may read or rewrite besides the claimed epoch's: the epoch the escrow
+# is in now and the one its previous findings are in (rules.escrow_limit is written with every per-escrow finding,
+# so an escrow amended into another epoch has its old findings there). Usually the claimed epoch itself.
 _PARTS = """
-SELECT array(SELECT unnest(%(epochs)s::bigint[])
-             UNION SELECT epoch_index FROM rec.escrow WHERE escrow_id = ANY(%(escrows)s) AND epoch_index IS NOT NULL
-             UNION SELECT epoch_index FROM rules.escrow_limit WHERE escrow_id = ANY(%(escrows)s)
-             ORDER BY 1)
+SELECT escrow_id, epoch_index FROM rec.escrow WHERE escrow_id = ANY(%(escrows)s) AND epoch_index IS NOT NULL
+UNION SELECT escrow_id, epoch_index FROM rules.escrow_limit WHERE escrow_id = ANY(%(escrows)s)
 """
 
 
@@ -125,7 +124,16 @@ def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], sum
     the plan for that partition's rows, not for every claimed epoch's (runtime pruning would still read one
     partition, but the planner would cost all of them and choose scans over probes)."""
     conn.execute(_SETTINGS)
-    parsed = sum(_evaluate_epoch(conn, epoch, epoch in whole) for epoch in epochs)
+    found_under = [tuple(r) for r in conn.execute(_ESCROWS, {"epochs": epochs, "whole": whole}, prepare=True)]
+    escrows = sorted({escrow_id for escrow_id, _ in found_under})
+    parts: dict[str, set[int]] = {}
+    for escrow_id, epoch in conn.execute(_PARTS, {"escrows": escrows}, prepare=True):
+        parts.setdefault(escrow_id, set()).add(epoch)
+    # the payloads once per claim (Python parses them; no plan depends on the epoch)
+    parsed = parse_payloads(conn, escrows, sorted(set(epochs).union(*parts.values())))
+    for epoch in epochs:
+        mine = sorted(escrow_id for escrow_id, under in found_under if under == epoch)
+        _evaluate_epoch(conn, epoch, mine, sorted({epoch}.union(*(parts.get(e, ()) for e in mine))))
     summary.parsed += parsed
     found = conn.execute("SELECT count(*) FROM rules.disputable WHERE epoch_index = ANY(%s)", (epochs,)).fetchone()[0]
     # clock_timestamp: now() is the transaction's start, which started_at already holds
@@ -135,21 +143,15 @@ def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], sum
     summary.disputable += found
 
 
-def _evaluate_epoch(conn: psycopg.Connection, epoch: int, whole: bool) -> int:
-    """Per-escrow findings for the epoch's escrows that changed (all of them when whole), then the epoch-wide ones.
-    Returns the number of payloads parsed."""
-    epochs = [epoch]
-    escrows = [r[0] for r in conn.execute(_ESCROWS, {"epochs": epochs, "whole": epochs if whole else []},
-                                          prepare=True)]
-    parts = conn.execute(_PARTS, {"epochs": epochs, "escrows": escrows}, prepare=True).fetchone()[0]
-    parsed = parse_payloads(conn, escrows, parts)
-    params = {"epochs": epochs, "escrows": escrows, "parts": parts, "version": RULE_VERSION}
+def _evaluate_epoch(conn: psycopg.Connection, epoch: int, escrows: list[str], parts: list[int]) -> None:
+    """Per-escrow findings for the epoch's escrows that changed (all of them when whole), then the epoch-wide ones,
+    every statement reading and writing only the partitions `parts`."""
+    params = {"epochs": [epoch], "escrows": escrows, "parts": parts, "version": RULE_VERSION}
     for name, statement in rule_statements():
         try:
             conn.execute(statement, params, prepare=True)
         except psycopg.Error as exc:
             raise RuntimeError(f"rules statement in sql/rules/{name} failed: {exc}") from exc
-    return parsed
 
 
 def parse_payloads(conn: psycopg.Connection, escrows: list[str], parts: list[int]) -> int:
