@@ -1,0 +1,80 @@
+"""The partitioned history's costs (docs/partitioning.md): every rules statement, planned for one epoch as the rules
+stage plans it, keeps only that epoch's partitions (pruned when planned, not while running), and the statistics
+after a load are refreshed in the epoch partitions written, not in the parents."""
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from indexer.load.partitions import analyze_epochs
+from indexer.rules import run as rules_run
+from indexer.synth import generate, write_ndjson
+from tests.helpers import ingest
+
+EPOCHS = (400, 401, 402)
+
+
+@pytest.fixture
+def three_epochs(db_url, tmp_path):
+    path = tmp_path / "synth.ndjson"
+    write_ndjson(str(path), generate(seed=3, escrows=4, inferences=120, epochs=len(EPOCHS), first_epoch=EPOCHS[0],
+                                     mix="adversarial"))
+    ingest(db_url, path, rules=True)
+    return db_url
+
+
+def _partitions(plan) -> set[str]:
+    """Every partition (schema `part`) a JSON plan names."""
+    out = set()
+    if isinstance(plan, dict):
+        if plan.get("Schema") == "part" and "Relation Name" in plan:
+            out.add(plan["Relation Name"])
+        for value in plan.values():
+            out |= _partitions(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            out |= _partitions(value)
+    return out
+
+
+def test_each_rules_statement_planned_for_one_epoch_keeps_that_epochs_partitions(three_epochs):
+    epoch = EPOCHS[1]
+    with psycopg.connect(three_epochs) as conn:
+        conn.execute(rules_run._SETTINGS)
+        escrows = [r[0] for r in conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,))]
+        params = {"epochs": [epoch], "escrows": escrows, "parts": [epoch], "version": rules_run.RULE_VERSION}
+        seen = set()
+        for name, statement in rules_run.rule_statements():
+            plan = conn.execute("EXPLAIN (FORMAT JSON, VERBOSE) " + statement, params, prepare=False).fetchone()[0]
+            partitions = _partitions(plan)
+            assert all(p.endswith(f"_e{epoch}") for p in partitions), (name, sorted(partitions))
+            seen |= partitions
+        conn.rollback()
+    # the statements together read every partitioned table the rules use, each in the epoch's partition only
+    assert {f"rec_{t}_e{epoch}" for t in ("start_tx", "finish_tx", "error_miss_tx", "timeout_tx", "validation_tx",
+                                          "validation_vote_tx")} <= seen
+    assert {f"rules_{t}_e{epoch}" for t in ("context_refusal", "sibling_finding", "challenge", "disputable")} <= seen
+    assert f"replay_inference_e{epoch}" in seen
+
+
+def test_analyze_after_a_load_refreshes_the_written_partitions_not_the_parent(three_epochs):
+    with psycopg.connect(three_epochs, autocommit=True) as conn:
+        def statistics(table: str) -> int:
+            return conn.execute("SELECT count(*) FROM pg_statistic WHERE starelid = %s::regclass",
+                                (table,)).fetchone()[0]
+
+        # start from none (autovacuum never analyses a partitioned parent, so the parent's stay none)
+        conn.execute("DELETE FROM pg_statistic WHERE starelid = ANY(ARRAY['rec.finish_tx', "
+                     "'part.rec_finish_tx_e401', 'part.rec_finish_tx_e402']::regclass[])")
+        target = conn.execute("SHOW default_statistics_target").fetchone()[0]
+        analyze_epochs(conn, "rec.finish_tx", [401])
+        assert statistics("part.rec_finish_tx_e401") > 0
+        assert statistics("rec.finish_tx") == 0
+        # two partitions analysed together share one sample, and the setting does not outlive them
+        analyze_epochs(conn, "rec.finish_tx", [401, 402])
+        assert conn.execute("SHOW default_statistics_target").fetchone()[0] == target
+        bounds = conn.execute("SELECT cardinality(histogram_bounds::text::text[]) FROM pg_stats "
+                              "WHERE schemaname = 'part' AND tablename = 'rec_finish_tx_e402' "
+                              "AND attname = 'inference_id'").fetchone()[0]
+        assert bounds == int(target) // 2 + 1  # 480 distinct ids: a full histogram at half the target
+        assert statistics("rec.finish_tx") == 0
