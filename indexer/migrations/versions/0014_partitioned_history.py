@@ -102,21 +102,28 @@ BEGIN
       -- two loaders creating the same partition: the second waits here, then finds it made
       PERFORM pg_advisory_xact_lock(hashtext('part.ensure_epochs'));
       CONTINUE WHEN to_regclass(format('part.%I', name)) IS NOT NULL;
-      EXECUTE format('SELECT EXISTS (SELECT 1 FROM part.%I WHERE epoch_index = $1)', default_name)
-        INTO stranded USING e;
-      IF stranded THEN
-        EXECUTE format('CREATE TEMP TABLE part_moving ON COMMIT DROP AS SELECT * FROM part.%I WHERE false',
-                       default_name);
-        EXECUTE format('WITH moved AS (DELETE FROM part.%I WHERE epoch_index = $1 RETURNING *) '
-                       'INSERT INTO part_moving SELECT * FROM moved', default_name) USING e;
-      END IF;
-      EXECUTE format('CREATE TABLE part.%I PARTITION OF %I.%I FOR VALUES FROM (%s) TO (%s)',
-                     name, parent.nspname, parent.relname, e, e + 1);
-      IF stranded THEN
-        EXECUTE format('INSERT INTO %I.%I SELECT * FROM part_moving', parent.nspname, parent.relname);
-        DROP TABLE part_moving;
-      END IF;
-      created := created + 1;
+      BEGIN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM part.%I WHERE epoch_index = $1)', default_name)
+          INTO stranded USING e;
+        IF stranded THEN
+          EXECUTE format('CREATE TEMP TABLE part_moving ON COMMIT DROP AS SELECT * FROM part.%I WHERE false',
+                         default_name);
+          EXECUTE format('WITH moved AS (DELETE FROM part.%I WHERE epoch_index = $1 RETURNING *) '
+                         'INSERT INTO part_moving SELECT * FROM moved', default_name) USING e;
+        END IF;
+        EXECUTE format('CREATE TABLE part.%I PARTITION OF %I.%I FOR VALUES FROM (%s) TO (%s)',
+                       name, parent.nspname, parent.relname, e, e + 1);
+        IF stranded THEN
+          EXECUTE format('INSERT INTO %I.%I SELECT * FROM part_moving', parent.nspname, parent.relname);
+          DROP TABLE part_moving;
+        END IF;
+        created := created + 1;
+      EXCEPTION WHEN duplicate_table OR unique_violation THEN
+        -- made by a concurrent call that committed while this one waited for the lock: the second to_regclass
+        -- can miss it (this backend's catalog cache is refreshed at relation locks, not advisory ones). Its
+        -- partition stands; this block (and any rows it moved) is undone.
+        NULL;
+      END;
     END LOOP;
   END LOOP;
   RETURN created;
