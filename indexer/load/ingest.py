@@ -93,7 +93,7 @@ class BatchLoader:
             out.epochs |= named  # an escrow's txs loaded before it move into its epoch's partition
         with self.conn.transaction():
             bad = self.slots.check(self.conn, prepared, self.source_id)
-            epochs = None
+            epochs = targets = None
             for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
                 kb = prepared.kinds[kind]
                 copy = _without_lines(kb.copy, bad[kind]) if kind in bad else kb.copy
@@ -103,9 +103,11 @@ class BatchLoader:
                     if epochs is None:
                         epochs = self.router.lock(self.conn, sorted(set().union(
                             *(prepared.kinds[k].scope for k in ROUTED if k in prepared.kinds))))
+                        targets = self.router.targets(self.conn, epochs)
                     copy = self.router.route(copy, epochs)
                     out.epochs.update(epochs.values())
-                if self._insert_new(kind, copy, kb, epochs if kind in ROUTED else None):
+                if self._insert_new(kind, copy, kb, epochs if kind in ROUTED else None,
+                                    targets[kind] if kind in ROUTED else f"rec.{KINDS[kind].table}"):
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
@@ -125,7 +127,7 @@ class BatchLoader:
         self.committed_line = prepared.last_line
         return out
 
-    def _insert_new(self, kind: str, copy: bytes, kb, epochs: dict[str, int] | None) -> bool:
+    def _insert_new(self, kind: str, copy: bytes, kb, epochs: dict[str, int] | None, table: str) -> bool:
         """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs).
         Whether a key exists already (or twice in the batch) is found out first, never learnt from a unique
         violation (the server would log every such expected failure as an ERROR with the key's values):
@@ -136,7 +138,8 @@ class BatchLoader:
         * else the batch is staged and one join asks whether any key exists: if none, a plain INSERT from the stage.
 
         False: the batch is staged and the caller's upsert (which records amendments) takes it.
-        A routed kind's rows end with their epoch_index (``epochs``: the batch's escrows' partitions)."""
+        A routed kind's rows end with their epoch_index (``epochs``: the batch's escrows' partitions); ``table``
+        is where they go (the parent, or the one partition they all belong to: EpochRouter.targets)."""
         spec = KINDS[kind]
         stage = stage_table(spec)
         # never prepared: a generic plan for "= ANY(array)" may pick a sequential scan of the whole table (and
@@ -147,7 +150,7 @@ class BatchLoader:
         if direct:
             try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
                 with self.conn.transaction(), self.conn.cursor().copy(
-                        f"COPY rec.{spec.table} (source_line, {', '.join(spec.columns)}, extra, source_id"
+                        f"COPY {table} (source_line, {', '.join(spec.columns)}, extra, source_id"
                         f"{routed_column(kind)}) FROM STDIN"
                 ) as cp:
                     cp.write(copy)
@@ -156,11 +159,11 @@ class BatchLoader:
         if not direct:
             with self.conn.cursor().copy(f"COPY {stage} FROM STDIN") as cp:
                 cp.write(copy)
-            if not kb.distinct_keys or self.conn.execute(_conflict_check(kind), prepare=True).fetchone()[0]:
+            if not kb.distinct_keys or self.conn.execute(_conflict_check(kind, table), prepare=True).fetchone()[0]:
                 return False
             try:
                 with self.conn.transaction():
-                    self.conn.execute(_insert_staged(kind), prepare=True)
+                    self.conn.execute(_insert_staged(kind, table), prepare=True)
             except psycopg.errors.UniqueViolation:
                 return False
         target, column, on_conflict = dirty_mark(spec)
@@ -189,17 +192,17 @@ def _scope_has_rows(kind: str) -> str:
 
 
 @cache
-def _conflict_check(kind: str) -> str:
+def _conflict_check(kind: str, table: str) -> str:
     spec, stage = KINDS[kind], stage_table(KINDS[kind])
     key = ", ".join(spec.key) + routed_column(kind)  # one key is only ever in one partition
-    return f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN rec.{spec.table} t USING ({key}))"
+    return f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN {table} t USING ({key}))"
 
 
 @cache
-def _insert_staged(kind: str) -> str:
+def _insert_staged(kind: str, table: str) -> str:
     spec = KINDS[kind]
     cols = ", ".join(spec.columns) + routed_column(kind)
-    return (f"INSERT INTO rec.{spec.table} ({cols}, extra, source_id, source_line) "
+    return (f"INSERT INTO {table} ({cols}, extra, source_id, source_line) "
             f"SELECT {cols}, extra, source_id, line FROM {stage_table(spec)}")
 
 

@@ -99,6 +99,23 @@ class EpochRouter:
         return dict(conn.execute(_READ_LOCKED, {"ids": escrow_ids}).fetchall())
 
     @staticmethod
+    def targets(conn: psycopg.Connection, epochs: dict[str, int]) -> dict[str, str]:
+        """Where a batch's rows of each routed kind are written: its epoch's partition itself when every escrow
+        of the batch is in one epoch (the usual case; PostgreSQL then neither routes each row nor prunes each
+        probe of the conflict check), else the parent. The partitions are looked up, not remembered: an archive
+        may have dropped one since (rows of that epoch then go through the parent to the DEFAULT partition)."""
+        tables = {kind: f"rec.{KINDS[kind].table}" for kind in ROUTED}
+        distinct = set(epochs.values())
+        if len(distinct) != 1:
+            return tables
+        epoch = distinct.pop()
+        suffix = "unassigned" if epoch < 0 else f"e{epoch}"
+        names = {kind: f"part.rec_{KINDS[kind].table}_{suffix}" for kind in ROUTED}
+        found = {row[0] for row in conn.execute("SELECT n FROM unnest(%s::text[]) n WHERE to_regclass(n) IS NOT NULL",
+                                                (sorted(names.values()),))}
+        return {kind: names[kind] if names[kind] in found else parent for kind, parent in tables.items()}
+
+    @staticmethod
     def route(copy: bytes, epochs: dict[str, int]) -> bytes:
         """Append each COPY row's epoch_index (the column after source_id). One epoch for the whole batch (the
         common case: a file or a poll is mostly one epoch) is one bytes.replace; literal newlines only end rows
