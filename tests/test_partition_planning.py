@@ -78,3 +78,16 @@ def test_analyze_after_a_load_refreshes_the_written_partitions_not_the_parent(th
                               "AND attname = 'inference_id'").fetchone()[0]
         assert bounds == int(target) // 2 + 1  # 480 distinct ids: a full histogram at half the target
         assert statistics("rec.finish_tx") == 0
+
+
+def test_a_one_epoch_batch_is_written_to_its_partition_and_a_dropped_one_to_the_parent(conn):
+    from indexer.load.partitions import EpochRouter
+
+    conn.execute("SELECT part.ensure_epochs(ARRAY[800]::bigint[], 0)")
+    targets = EpochRouter.targets(conn, {"a": 800, "b": 800})
+    assert targets["finish"] == "part.rec_finish_tx_e800" and targets["start"] == "part.rec_start_tx_e800"
+    assert EpochRouter.targets(conn, {"a": -1})["finish"] == "part.rec_finish_tx_unassigned"
+    assert EpochRouter.targets(conn, {"a": 800, "b": 801})["finish"] == "rec.finish_tx"  # two epochs: routed
+    conn.execute("DROP TABLE part.rec_finish_tx_e800")  # as `archive` does; a loader may still think it exists
+    targets = EpochRouter.targets(conn, {"a": 800})
+    assert targets["finish"] == "rec.finish_tx" and targets["start"] == "part.rec_start_tx_e800"
