@@ -37,21 +37,23 @@ from indexer.poller.commit import ESCROW_WORKERS  # noqa: E402
 from indexer.poller.cycle import DECODE_WORKERS, PAYLOAD_WORKERS  # noqa: E402
 
 
-def _proc_cpu(pid: int) -> float | None:
-    """user + system CPU seconds of a process (Linux /proc), None when unreadable."""
+def _proc_cpu(pid: int, reaped: bool = False) -> float | None:
+    """user + system CPU seconds of a process (Linux /proc), with ``reaped`` those of its children that have exited
+    and were waited for; None when unreadable."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
+        return ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
 
 
 def _pg_cpu(url: str) -> float:
     """CPU seconds of every PostgreSQL process of the cluster (backends, WAL writer, checkpointer, …)."""
-    with psycopg.connect(url) as c:
+    with psycopg.connect(url) as c:  # the backend's parent is the postmaster: read while the backend lives
         pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
-    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    total = _proc_cpu(ppid) or 0.0
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    total = _proc_cpu(ppid, reaped=True) or 0.0  # backends that have exited (the poll's connections) count too
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:

@@ -82,6 +82,20 @@ def test_ordinary_records_take_the_fast_path():
         assert got == _general(name, {"kind": name, **fields}, 1)
 
 
+def test_a_newer_protocols_scalar_field_stays_on_the_fast_path():
+    """v5 Finish txs carry served_hash, which is no column: it is kept in `extra` exactly as the general path keeps
+    it, without leaving the fast path; nested or float values still go the general way."""
+    finish = {"kind": "finish", "escrow_id": "e1", "inference_id": 7, "diff_nonce": 9, "executor_slot": 1,
+              "input_tokens": 5, "output_tokens": 6, "response_hash": "ff", "served_hash": "ab\tcd", "n": 2**64 - 1,
+              "flag": True, "none": None}
+    got = FAST["finish"](finish, 1, "7")
+    assert got is not None
+    assert got == _general("finish", finish, 1)
+    assert '{"served_hash":"ab\\\\tcd","n":18446744073709551615,"flag":true,"none":null}' in got[0]
+    for odd in ({"nested": {"a": 1}}, {"f": 1.5}, {"big": 2**64}, {"list": [1]}):
+        assert FAST["finish"]({**finish, **odd}, 1, "7") is None, odd
+
+
 def test_a_batch_renders_the_same_lines_on_either_path():
     """prepare_batch through the fast path == rendering each record on the general path."""
     objs = [{"kind": "start", "escrow_id": "e", "inference_id": i, "diff_nonce": i, "model": "m\t"} for i in range(5)]

@@ -1,12 +1,14 @@
 """The common case of a record, typed and rendered in one generated function per kind.
 
-Most lines are ordinary: every known field has its plain JSON type, there are no unknown fields, and no array,
+Most lines are ordinary: every known field has its plain JSON type, unknown fields (if any) are plain scalars, and no array,
 timestamp or vote field needs work. For those, one function checks the fields and writes the COPY text line
 directly (no intermediate row, no second pass). Anything else returns None and takes the general path
 (indexer.load.coerce + indexer.load.copytext), which gives the precise reason for a bad field. Both paths render
 the same text; tests/test_fastpath.py holds them to it.
 """
 from __future__ import annotations
+
+import orjson
 
 from indexer.load.coerce import HEX_DIGITS, MAX_I31, MAX_I63, MAX_U64
 from indexer.load.copytext import text
@@ -22,6 +24,7 @@ _CHECK = {
     STR: "(type({v}) is str)",
     HEX: "(type({v}) is str and HEXM({v}))",
 }
+_SCALARS = (str, int, bool, type(None))
 _RENDER = {  # the COPY text of a non-null, checked value (an f-string replacement field)
     ID: "esc({v})", STR: "esc({v})", HEX: "{v}.lower()",
     U64: "{v}", U64N: "{v}", I64: "{v}", U32: "{v}", BOOL: "('t' if {v} else 'f')",
@@ -49,16 +52,25 @@ def _compile(kind: Kind):
     at = {f.name: f"v{i}" for i, f in enumerate(kind.fields)}
     if kind.name == "finish":  # a 0/0 Finish with a payload is a refusal to parse: the general path does that
         conds.append(f"not ({at['input_tokens']} == 0 and {at['output_tokens']} == 0 and {at['response_payload']})")
-    cells += ["{NULL}", "{sid}"]  # extra (no unknown fields on this path), source_id
+    cells += ["{x}", "{sid}"]  # extra (unknown fields of plain scalars, as the general path writes them), source_id
     scope = at["escrow_id" if kind.scope == "escrow" else "epoch_index"]
     slot = at[kind.slot_fields[0]] if kind.slot_fields else "None"
     line = "\\t".join(cells) + "\\n"
     src = "\n".join([
         "def fast(obj, n, sid):", "    g = obj.get", *gets,
-        f"    if not ({' and '.join(conds)} and obj.keys() <= KNOWN):", "        return None", *normalise,
+        f"    if not ({' and '.join(conds)}):", "        return None",
+        # unknown fields: a newer protocol's scalar (served_hash) stays on this path; anything nested, a float
+        # (maybe a rounded big integer) or an integer beyond 64 bits is left to the general path
+        "    if obj.keys() <= KNOWN:", "        x = NULL", "    else:",
+        "        x = {k: v for k, v in obj.items() if k not in KNOWN}",
+        "        if not all(type(v) in SCALAR and (type(v) is not int or -MAX_I63 - 1 <= v <= MAX_U64)",
+        "                   for v in x.values()):", "            return None",
+        "        try:", "            x = esc(dumps(x).decode())",
+        "        except TypeError:", "            return None", *normalise,
         f'    return (f"{line}", {scope}, {slot})'])
     namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEXM": HEX_DIGITS.match, "esc": text,
-                 "NULL": "\\N", "KNOWN": frozenset(["kind", *kind.columns])}
+                 "NULL": "\\N", "KNOWN": frozenset(["kind", *kind.columns]), "SCALAR": _SCALARS,
+                 "dumps": orjson.dumps}
     exec(src, namespace)  # noqa: S102 - generated from the static field table in kinds.py
     namespace["fast"].source = src
     return namespace["fast"]

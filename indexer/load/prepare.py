@@ -87,15 +87,19 @@ def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: i
     return prepared
 
 
-def prepare_batch(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
+def prepare_batch(source_id: int, lines: Iterable[tuple[int, bytes]], objs: Iterable[dict] | None = None) -> Prepared:
+    """Type and render (line number, raw line) pairs. ``objs``, when given, are the lines already parsed, in the
+    same order (the poller's decoder has each record as a dict before it serializes it): they spare a JSON parse.
+    The general path still reads ``raw``, so a line and its object must say the same."""
+    loads = orjson.loads if objs is None else (lambda raw, nxt=iter(objs).__next__: nxt())
     with no_cyclic_gc():
-        return _prepare(source_id, lines)
+        return _prepare(source_id, lines, loads)
 
 
-def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
+def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads) -> Prepared:
     out = Prepared(0, 0, {}, [])
     rows: dict[str, _KindRows] = {}
-    sid, loads = str(source_id), orjson.loads
+    sid = str(source_id)
     for number, raw in lines:
         out.lines += 1
         out.last_line = number

@@ -121,7 +121,14 @@ class CommitPipeline:
         if not chunks:
             return []
         uri = "devshard:escrow/" + ",".join(dict.fromkeys(c.escrow_id for c in chunks))
-        return self.store.prepare([([line for c in chunks for line in c.lines], uri)])
+        lines: list[bytes] = []
+        parts: list = []
+        untyped: list[int] = []
+        for c in chunks:  # one source: the chunks' lines in order, their typed parts shifted to where they land
+            parts.extend((len(lines) + offset, part) for offset, part in c.parts)
+            untyped.extend(len(lines) + pos for pos in c.untyped)
+            lines.extend(c.lines)
+        return self.store.prepare_typed(lines, uri, parts, untyped)
 
     def _commit(self, batch: list[Chunk | EscrowDone], prepared: list, out: dict[str, EscrowDone]) -> None:
         """Commit a prepared batch with its cursors, then settle the escrows that finished in it."""

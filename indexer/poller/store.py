@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import psycopg
 
 from indexer.load.ingest import BatchLoader, IngestSummary, register_source
+from indexer.load.assemble import assemble
 from indexer.load.prepare import prepare_batch
 from indexer.wire.normalize import dumps_record_bytes
 
@@ -207,24 +208,30 @@ class Store:
     def prepare(self, items: Sequence[tuple[Sequence[bytes], str]]) -> list[tuple[int, Any]]:
         """Register the sources and type their lines (CPU; no transaction). With a side connection
         (``side_url``) this can run in one thread while another commits the previous batch on the main one."""
+        return [self._prepared(lines, uri, None) for lines, uri in items if lines]
+
+    def prepare_typed(self, lines: Sequence[bytes], uri: str, parts: Sequence[tuple[int, Any]],
+                      untyped: Sequence[int]) -> list[tuple[int, Any]]:
+        """:meth:`prepare` of one source whose lines were mostly typed by the decode workers already: ``parts``
+        (offset, Prepared) and the positions no part covers (:func:`indexer.load.assemble.assemble`)."""
+        return [self._prepared(lines, uri, (parts, untyped))] if lines else []
+
+    def _prepared(self, lines: Sequence[bytes], uri: str, typed) -> tuple[int, Any]:
         t0 = time.perf_counter()
-        conn = self._side_conn()
-        prepared = []
-        for lines, uri in items:
-            if not lines:
-                continue
-            digest = hashlib.sha256(b"\n".join(lines)).hexdigest()
-            source_id, _ = register_source(conn, SimpleNamespace(digest=digest, uri=uri))
-            # typing needs no staging tables: a BatchLoader here would create a set on the side connection that
-            # is never used (the commit stages on the main one), at a dozen DDL statements per cycle
+        digest = hashlib.sha256(b"\n".join(lines)).hexdigest()
+        source_id, _ = register_source(self._side_conn(), SimpleNamespace(digest=digest, uri=uri))
+        # typing needs no staging tables: a BatchLoader here would create a set on the side connection that
+        # is never used (the commit stages on the main one), at a dozen DDL statements per cycle
+        if typed is None:
             batch = list(enumerate(lines, start=1))
             prep = prepare_batch(source_id, batch)
             prep.source_lines = lambda batch=batch: batch
-            prepared.append((source_id, prep))
+        else:
+            prep = assemble(source_id, lines, *typed)
         dt = time.perf_counter() - t0
         self.t_prepare += dt
         self.seconds += dt
-        return prepared
+        return source_id, prep
 
     def commit(self, prepared: list[tuple[int, Any]], cursors: Mapping[str, str] | None = None,
                after: Callable[[psycopg.Connection], None] | None = None) -> IngestSummary:
