@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from indexer.load.coerce import COERCE, Invalid
 from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import FAST
-from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N
+from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES
 from indexer.load.prepare import prepare_batch, slot_of
 
 _ints = st.one_of(st.integers(-5, 5), st.integers(2**31 - 2, 2**31 + 1), st.integers(2**63 - 2, 2**64 + 1),
@@ -23,6 +23,16 @@ _GOOD = {
     U64: st.integers(0, 2**63 - 1), U64N: st.integers(0, 2**64 - 1), I64: st.integers(-(2**63) + 1, 2**63 - 1),
     U32: st.integers(0, 2**31 - 1), BOOL: st.booleans(), STR: _texts,
     HEX: st.one_of(st.text("0123456789abcdefABCDEF", max_size=8), st.just("zz")),
+    REASON: st.sampled_from(["refused", "execution", "REFUSED", "timeout_reason_execution", "1", 2, "other"]),
+    # votes as the normalizer writes them, and the variants only the general path takes or refuses: a decimal
+    # string slot, an extra key (dropped), a slot beyond 31 bits, a non-bool accept, a vote that is no object
+    VOTES: st.lists(st.one_of(
+        st.fixed_dictionaries({"voter_slot": st.integers(0, 2**31 - 1), "accept": st.booleans()}),
+        st.fixed_dictionaries({"accept": st.booleans(), "voter_slot": st.integers(0, 5)}),
+        st.fixed_dictionaries({"voter_slot": st.sampled_from(["3", 2**31, -1]), "accept": st.booleans()}),
+        st.fixed_dictionaries({"voter_slot": st.integers(0, 5), "accept": st.booleans(), "note": _texts}),
+        st.fixed_dictionaries({"voter_slot": st.integers(0, 5), "accept": st.sampled_from([1, "true", None])}),
+        st.just(7)), max_size=4),
 }
 
 
@@ -80,6 +90,19 @@ def test_ordinary_records_take_the_fast_path():
         got = FAST[name]({"kind": name, **fields}, 1, "7")
         assert got is not None, name
         assert got == _general(name, {"kind": name, **fields}, 1)
+
+
+def test_votes_take_the_fast_path_and_keep_the_general_paths_text():
+    """Timeouts and error misses (vote lists) are typed on the fast path: the same COPY text and highest voter slot."""
+    for name, fields in {"timeout": {"reason": "refused"}, "error_miss": {}}.items():
+        obj = {"kind": name, "escrow_id": "e1", "inference_id": 7, "diff_nonce": 9, **fields,
+               "votes": [{"voter_slot": 4, "accept": True}, {"accept": False, "voter_slot": 9}]}
+        got = FAST[name](obj, 1, "7")
+        assert got is not None and got == _general(name, obj, 1), name
+        assert got[2] == 9
+        line = orjson.dumps(obj)
+        assert prepare_batch(7, [(1, line)]).kinds[name].copy.decode() == got[0]  # nested keys: no false duplicate
+        assert FAST[name]({**obj, "votes": []}, 1, "7")[2] is None
 
 
 def test_a_newer_protocols_scalar_field_stays_on_the_fast_path():

@@ -17,7 +17,7 @@ from indexer.load.fastpath import FAST
 from indexer.records import KINDS, VOTES
 from indexer import refusals
 from indexer.workers import no_cyclic_gc
-from indexer.sources.ndjson import Accepted, block_lines, classify_line, loads_exact
+from indexer.sources.ndjson import Accepted, block_lines, classify_line, key_count, loads_exact
 
 # Row positions (line number first) used by the general path.
 _SCOPE_AT = {name: 1 + kind.columns.index("escrow_id" if kind.scope == "escrow" else "epoch_index")
@@ -109,9 +109,10 @@ def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads) -> Prepa
             fast = FAST[kind]
         except (ValueError, KeyError, TypeError):
             fast = None
-        # A fast-path record is one flat object: each key brings one colon, so a line with more colons than keys
-        # (a duplicate key orjson dropped, or a colon inside a string) is left to the general path, which checks.
-        if (fast is not None and b"\\u0000" not in raw and raw.count(b":") == len(obj)
+        # Each key brings one colon, so a line with more colons than keys (a duplicate key orjson dropped, or a
+        # colon inside a string) is left to the general path, which checks. Nested keys (votes) count too.
+        if (fast is not None and b"\\u0000" not in raw
+                and ((colons := raw.count(b":")) == len(obj) or colons == key_count(obj))
                 and (got := fast(obj, number, sid)) is not None):
             target = rows.get(kind) or rows.setdefault(kind, _KindRows())
             target.add(*got)

@@ -86,11 +86,12 @@ def _no_duplicates(pairs: list) -> dict:
     return obj
 
 
-def _key_count(value) -> int:
+def key_count(value) -> int:
+    """The keys of a parsed JSON value, nested objects' included."""
     if type(value) is dict:
-        return len(value) + sum(_key_count(v) for v in value.values())
+        return len(value) + sum(key_count(v) for v in value.values())
     if type(value) is list:
-        return sum(_key_count(v) for v in value)
+        return sum(key_count(v) for v in value)
     return 0
 
 
@@ -99,7 +100,7 @@ def duplicate_key(raw: bytes, obj) -> str | None:
     silently, so `{"kind":"bogus","kind":"start"}` would load as a start. Every key is followed by exactly one
     colon, so when the line holds no more colons than the parsed objects hold keys, no key was dropped: only
     lines with more colons (a duplicate, or colons inside strings such as timestamps) are parsed again."""
-    if raw.count(b":") <= _key_count(obj):
+    if raw.count(b":") <= key_count(obj):
         return None
     try:
         json.loads(raw.decode("utf-8", "replace"), object_pairs_hook=_no_duplicates)
