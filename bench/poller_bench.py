@@ -48,6 +48,27 @@ def _proc_cpu(pid: int, reaped: bool = False) -> float | None:
         return None
 
 
+def _helpers_cpu(skip: int | None) -> float:
+    """CPU seconds of this process's descendants but ``skip`` (the devnet): the poller's decode processes and
+    their forkserver, with the children they have reaped."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    me, total = os.getpid(), 0.0
+    for pid in parents:
+        p, chain = pid, []
+        while p in parents and p != me and p > 1:
+            chain.append(p)
+            p = parents[p]
+        if p == me and skip not in chain:
+            total += _proc_cpu(pid, reaped=True) or 0.0
+    return total
+
+
 def _pg_cpu(url: str) -> float:
     """CPU seconds of every PostgreSQL process of the cluster (backends, WAL writer, checkpointer, …)."""
     with psycopg.connect(url) as c:  # the backend's parent is the postmaster: read while the backend lives
@@ -74,6 +95,7 @@ class _Subprocess:
         info = json.loads(self.proc.stdout.readline())
         self.chain_rest_url, self.rpc_url = info["chain_rest_url"], info["rpc_url"]
         self.url = self.chain_rest_url.rsplit("/chain-api", 1)[0]
+        self.pid = self.proc.pid
 
     def state(self) -> dict:
         return httpx.get(f"{self.url}/devnet/state", timeout=60).json()
@@ -97,6 +119,7 @@ class _InProcess:
                                       inferences_per_escrow=args.inferences_per_escrow))
         self.net = DevnetServer(scn, warm=True).start()
         self.chain_rest_url, self.rpc_url, self.url = self.net.chain_rest_url, self.net.rpc_url, self.net.url
+        self.pid = None
 
     state = _Subprocess.state
     advance = _Subprocess.advance
@@ -137,13 +160,13 @@ def main() -> int:
         server = resolve_database_url(args.database_url)
         with scratch_database(server, "indexer_pbench", keep=args.keep) as url:
             migrate.upgrade(url)
-            dev0, pg0 = net.cpu(), _pg_cpu(url)
+            dev0, pg0, dec0 = net.cpu(), _pg_cpu(url), _helpers_cpu(net.pid)
             ru0 = resource.getrusage(resource.RUSAGE_SELF)
             s = poll_once(url, net.chain_rest_url, net.rpc_url, archive=not args.no_archive,
                           process=not args.no_process, payload_workers=args.payload_workers,
                           escrow_workers=args.escrow_workers, decode_workers=args.decode_workers)
             ru1 = resource.getrusage(resource.RUSAGE_SELF)
-            dev1, pg1 = net.cpu(), _pg_cpu(url)
+            dev1, pg1, dec1 = net.cpu(), _pg_cpu(url), _helpers_cpu(net.pid)
             poller_cpu = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
             print(f"scenario: {st['escrows']} escrows, {st['diffs']} diffs, {st['txs']} txs "
                   f"(devnet {'in-process' if args.in_process else 'subprocess'}, ready in {gen:.1f}s)")
@@ -156,7 +179,7 @@ def main() -> int:
             print(f"{s.txs / s.seconds:,.0f} txs/s end to end ({s.diffs / s.seconds:,.0f} diffs/s, "
                   f"{s.requests / s.seconds:,.0f} requests/s); ingest only (devnet → PostgreSQL): "
                   f"{s.txs / ingest:,.0f} txs/s")
-            print(f"cpu: poller {poller_cpu:.2f}s, devnet "
+            print(f"cpu: poller {poller_cpu:.2f}s (+ worker processes (decode, replay) {dec1 - dec0:.2f}s), devnet "
                   f"{'-' if dev0 is None or dev1 is None else f'{dev1 - dev0:.2f}s'}, PostgreSQL {pg1 - pg0:.2f}s "
                   f"(over {s.seconds:.2f}s wall on {os.cpu_count()} cores; PostgreSQL counts all its processes)")
             if s.txs != st["txs"]:

@@ -23,10 +23,16 @@ PRELOAD = ["indexer.poller.decode"]  # its imports compile the loader's typing f
 
 @dataclass
 class Decoded:
-    lines: list[bytes | None]                  # None at the positions of held records
+    """A decoded run: its lines (:meth:`lines`), the refusals held for their payloads, and the typed part."""
+    blob: bytes                                # the NDJSON lines joined by newlines (one pickled object, not
+                                               # thousands), empty at the positions of held records
+    count: int                                 # lines in the blob
     held: list[tuple[int, dict[str, Any]]]     # (position, finish record waiting for its payload)
     txs: int                                   # protocol txs, modelled or not
     typed: Prepared                            # the lines but the held ones, typed (indexer.load.assemble)
+
+    def lines(self) -> list[bytes]:
+        return self.blob.split(b"\n") if self.count else []
 
 
 def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool) -> Decoded:
@@ -51,7 +57,8 @@ def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, 
             objs.append(rec)
     # typed here, from the dicts at hand: the poller's committing thread only renumbers the rows
     typed = prepare_batch(PLACEHOLDER_SOURCE, ready, objs)
-    return Decoded(lines, held, len(out.records) + sum(out.other.values()), typed)
+    blob = b"\n".join([line or b"" for line in lines])
+    return Decoded(blob, len(lines), held, len(out.records) + sum(out.other.values()), typed)
 
 
 def decode_pool(workers: int) -> Executor | None:

@@ -187,7 +187,7 @@ class EscrowFetcher:
         else:
             dec = decode_entries(escrow_id, version, entries, self.fetch_payloads)
         done.t_decode += time.perf_counter() - t0
-        lines = dec.lines
+        lines = dec.lines()
         if dec.held:
             wanted = [rec["inference_id"] for _, rec in dec.held]
             # payload requests are independent and many: fetch them concurrently (the HTTP client is thread-safe)
