@@ -64,7 +64,7 @@ def _helpers_cpu(skip: int | None) -> float:
         while p in parents and p != me and p > 1:
             chain.append(p)
             p = parents[p]
-        if p == me and skip not in chain:
+        if p == me and chain and skip not in chain:  # not this process itself (counted on its own)
             total += _proc_cpu(pid, reaped=True) or 0.0
     return total
 
