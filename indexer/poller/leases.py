@@ -197,22 +197,28 @@ class Leases:
                                 f"{self.holder}, paused past its {self.seconds:g} s lease?): its commit is rolled back")
 
     # -- heartbeat -------------------------------------------------------------------------------
+    def renew(self, conn: psycopg.Connection) -> set[str]:
+        """Extend every lease this poller holds by ``seconds`` from now (database clock), on ``conn`` (the
+        heartbeat's own connection, so a renewal never waits behind a fetch thread); return the ones lost to
+        another holder (the commits' fences stop their writes)."""
+        with self._lock:
+            held = sorted(self.held)
+        if not held:
+            return set()
+        renewed = {r for (r,) in conn.execute(_RENEW, {"s": self.seconds, "h": self.holder, "r": held}).fetchall()}
+        with self._lock:
+            lost = (set(held) & self.held) - renewed  # released meanwhile are not lost
+        if lost:
+            log.warning("leases lost (taken over after expiry): %s", ", ".join(sorted(lost)))
+        return lost
+
     def _beat(self) -> None:
         conn = None
         while not self._stop.wait(self.seconds / 3):
             try:
                 if conn is None or conn.closed or conn.broken:
                     conn = psycopg.connect(self.url, autocommit=True)
-                with self._lock:
-                    held = sorted(self.held)
-                if not held:
-                    continue
-                renewed = {r for (r,) in conn.execute(_RENEW, {"s": self.seconds, "h": self.holder,
-                                                               "r": held}).fetchall()}
-                with self._lock:
-                    lost = (set(held) & self.held) - renewed  # released meanwhile are not lost
-                if lost:
-                    log.warning("leases lost (taken over after expiry): %s", ", ".join(sorted(lost)))
+                self.renew(conn)
             except psycopg.Error as exc:  # the commits' fences decide; the next beat tries again
                 log.warning("lease renewal failed: %s", exc)
         if conn is not None:
