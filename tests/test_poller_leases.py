@@ -215,3 +215,35 @@ def test_work_another_poller_finishes_during_the_cycle_is_not_done_again(db_url)
     with psycopg.connect(db_url) as c:
         ids = {r[0] for r in c.execute("SELECT escrow_id FROM rec.escrow")}
     assert ids == set(escrows) - {other}  # not fetched by this poller: the other one did it
+
+
+def test_a_poller_whose_escrow_lease_was_taken_over_writes_nothing_and_fails_its_cycle(db_url, monkeypatch):
+    scn = _scenario()
+    stolen = sorted(scn.escrows, key=int)[0]
+    fresh_cursors = Leases.escrow_cursors
+
+    def then_stolen(self, escrow_id):
+        # the poller took the lease and read the cursor; now it "pauses" past its lease and another poller takes
+        # the escrow over (what an expiry followed by a take does to the row)
+        out = fresh_cursors(self, escrow_id)
+        if escrow_id == stolen:
+            with psycopg.connect(db_url) as c:
+                c.execute("UPDATE net.lease SET holder = 'thief:3:x', expires_at = now() + interval '1 hour', "
+                          "takeovers = takeovers + 1 WHERE resource = %s", (f"escrow:{stolen}",))
+        return out
+
+    monkeypatch.setattr(Leases, "escrow_cursors", then_stolen)
+    with DevnetServer(scn) as net:
+        with pytest.raises(LeaseLost, match=f"escrow:{stolen} lost to thief:3:x"):
+            poll_once(db_url, _ready(net).chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30,
+                      holder="stale:4:y")
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT count(*) FROM rec.escrow WHERE escrow_id = %s", (stolen,)).fetchone()[0] == 0
+        assert c.execute("SELECT count(*) FROM net.cursor WHERE source = %s", (f"escrow:{stolen}",)).fetchone()[0] == 0
+        error = c.execute("SELECT last_error FROM api.ingest_status WHERE source = 'chain'").fetchone()[0]
+        assert "LeaseLost" in error
+        # what it still held is given back at once (expired, not released: whoever takes it counts a takeover)
+        assert c.execute("SELECT count(*) FROM net.lease WHERE holder = 'stale:4:y' AND released_at IS NULL "
+                         "AND expires_at > now()").fetchone()[0] == 0
+        assert c.execute("SELECT holder FROM net.lease WHERE resource = %s", (f"escrow:{stolen}",)).fetchone()[0] \
+            == "thief:3:x"
