@@ -127,6 +127,23 @@ def test_the_heartbeat_keeps_a_short_lease_alive(db_url, leases):
     assert _row(db_url, "escrow:1")["holder"] == "a"
 
 
+def test_a_poller_without_progress_stops_renewing_so_its_leases_expire(db_url):
+    a = Leases(db_url, seconds=0.3, holder="wedged", stall_seconds=1.0).start()
+    try:
+        a.take("escrow:1")  # progress; then nothing more (a wedged main thread, a live heartbeat thread)
+        deadline = time.monotonic() + 20
+        while _row(db_url, "escrow:1")["live"]:  # renewed for about a second, then left to expire
+            assert time.monotonic() < deadline, "the heartbeat renewed a lease without progress"
+            time.sleep(0.01)
+        assert _row(db_url, "escrow:1")["holder"] == "wedged"
+        a.touch()  # progress again: renewed again (no one had taken it over)
+        while not _row(db_url, "escrow:1")["live"]:
+            assert time.monotonic() < deadline, "the heartbeat did not resume"
+            time.sleep(0.01)
+    finally:
+        a.close()
+
+
 def test_close_releases_a_finished_cycle_and_abandons_a_failed_one(db_url, leases):
     b = leases("b")
     a = Leases(db_url, holder="a").start()

@@ -204,8 +204,16 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
         try:
             store = Store(conn, archive=archive, side_url=url)
             store.leases = leases
-            with Gonka(chain_urls, rpc_url, policy=policy, on_response=store.on_response,
-                       on_failure=store.on_failure, operator=operator) as gonka:
+            def on_response(*args) -> None:  # every answer or failed attempt is progress (leases stay renewed)
+                leases.touch()
+                store.on_response(*args)
+
+            def on_failure(*args, **kw) -> None:
+                leases.touch()
+                store.on_failure(*args, **kw)
+
+            with Gonka(chain_urls, rpc_url, policy=policy, on_response=on_response,
+                       on_failure=on_failure, operator=operator) as gonka:
                 poller = Poller(gonka, store, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_workers=payload_workers, escrow_workers=escrow_workers,
                                 decode_workers=decode_workers, leases=leases)

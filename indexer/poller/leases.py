@@ -12,6 +12,10 @@ judges: ``expires_at < now()``), or already ours. A heartbeat thread renews what
 ``seconds / 3``; finished work is released (``released_at``). A poller killed with SIGKILL releases nothing: its
 leases expire and another poller takes them over (``takeovers`` + 1, ``taken_from`` = the dead holder).
 
+The heartbeat renews only while the poller makes progress (an HTTP answer or failure, a lease taken, looked at or
+released, a fenced commit) at least every ``stall_seconds``: a poller wedged with a live heartbeat thread would
+otherwise hold its work for ever; its leases expire like a dead one's.
+
 A lease released *after* this poller's cycle began means another poller did that work during this cycle: it is
 ``done``, not taken again, so the same work is not repeated within a cycle.
 
@@ -27,6 +31,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
@@ -36,6 +41,8 @@ import psycopg
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 60.0
+STALL_LEASES = 5              # no progress for this many lease lengths (at least STALL_MIN_SECONDS): stop renewing
+STALL_MIN_SECONDS = 60.0
 
 _TAKE = """
 INSERT INTO net.lease AS l (resource, holder, acquired_at, renewed_at, expires_at)
@@ -101,10 +108,14 @@ class Leases:
     """The leases of one poller run. ``start()`` fixes the cycle's start (database clock) and starts the heartbeat;
     ``close()`` releases or abandons what is still held and stops it."""
 
-    def __init__(self, url: str, *, seconds: float = DEFAULT_LEASE_SECONDS, holder: str | None = None) -> None:
+    def __init__(self, url: str, *, seconds: float = DEFAULT_LEASE_SECONDS, holder: str | None = None,
+                 stall_seconds: float | None = None) -> None:
         if not seconds > 0:
             raise ValueError(f"lease seconds must be greater than 0, got {seconds!r}")
         self.url, self.seconds = url, float(seconds)
+        self.stall_seconds = (max(STALL_MIN_SECONDS, STALL_LEASES * self.seconds) if stall_seconds is None
+                              else stall_seconds)
+        self._progress = time.monotonic()
         self.holder = holder or new_holder()
         self.since: datetime | None = None
         self.held: set[str] = set()
@@ -137,6 +148,10 @@ class Leases:
             if self._conn is not None:
                 self._conn.close()
 
+    def touch(self) -> None:
+        """The poller made progress (called from the HTTP hooks and every lease statement); cheap, any thread."""
+        self._progress = time.monotonic()
+
     def wait(self, seconds: float) -> None:
         """Pause between looks at leases other pollers hold (returns early once closing)."""
         self._stop.wait(seconds)
@@ -148,6 +163,7 @@ class Leases:
 
     # -- taking and giving back ------------------------------------------------------------------
     def take(self, resource: str) -> Take:
+        self.touch()
         with self._lock:
             row = self._conn.execute(_TAKE, {"r": resource, "h": self.holder, "s": self.seconds,
                                              "since": self.since}).fetchone()
@@ -164,11 +180,13 @@ class Leases:
 
     def status(self, resources: Iterable[str]) -> dict[str, str]:
         """resource → 'done', 'free' or 'held' (see :data:`_STATUS`)."""
+        self.touch()
         with self._lock:
             rows = self._conn.execute(_STATUS, {"r": sorted(resources), "since": self.since}).fetchall()
         return {resource: state for resource, _, state in rows}
 
     def release(self, resources: Iterable[str]) -> None:
+        self.touch()
         with self._lock:
             mine = sorted(set(resources) & self.held)
         if not mine:
@@ -189,6 +207,7 @@ class Leases:
     def fence(self, conn: psycopg.Connection, resources: Iterable[str]) -> None:
         """Inside the caller's transaction on ``conn``: lock the leases and check this holder still holds them;
         raise :class:`LeaseLost` (the caller's transaction rolls back) when not."""
+        self.touch()
         wanted = sorted(set(resources))
         rows = dict(conn.execute(_FENCE, (wanted,)).fetchall())
         for resource in wanted:
@@ -214,7 +233,15 @@ class Leases:
 
     def _beat(self) -> None:
         conn = None
+        stalled = False
         while not self._stop.wait(self.seconds / 3):
+            idle = time.monotonic() - self._progress
+            if idle > self.stall_seconds:  # wedged: let the leases expire so another poller takes the work over
+                if not stalled:
+                    log.warning("no progress for %.0f s: leases of %s left to expire", idle, self.holder)
+                stalled = True
+                continue
+            stalled = False
             try:
                 if conn is None or conn.closed or conn.broken:
                     conn = psycopg.connect(self.url, autocommit=True)
