@@ -100,7 +100,7 @@ class Take:
 
 
 def new_holder() -> str:
-    """hostname:pid:random — unique per process run, and the pid names the process to an operator."""
+    """hostname:pid:random — unique per cycle (each cycle is a new holder), and the pid names the process."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
