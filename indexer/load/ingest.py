@@ -16,6 +16,7 @@ from functools import cache
 import psycopg
 
 from indexer import workers
+from indexer.db.quickstats import analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER, PG_TYPES
 from indexer.load.prepare import Prepared, prepare_batch, prepare_block
 from indexer.load.slots import SlotCheck
@@ -246,8 +247,7 @@ def _analyze_if_grown(conn: psycopg.Connection, summary: IngestSummary) -> None:
 def analyze_records(conn: psycopg.Connection, kinds=None) -> None:
     """Refresh planner statistics after a bulk load instead of waiting for autovacuum: the replay and the rules
     run right after it, and their index choices depend on row counts."""
-    for kind in (KINDS if kinds is None else kinds):
-        conn.execute(f"ANALYZE rec.{KINDS[kind].table}")
+    analyze_quickly(conn, [f"rec.{KINDS[kind].table}" for kind in (KINDS if kinds is None else kinds)])
     if not conn.autocommit:
         conn.commit()
 
