@@ -14,7 +14,7 @@ import orjson
 from indexer.load.coerce import COERCE, Invalid, NeedsExactParse
 from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import PREPARE_ESCAPING, PREPARE_PLAIN
-from indexer.records import KINDS, VOTES
+from indexer.records import KINDS, U32, U64, VOTES
 from indexer import refusals
 from indexer.workers import no_cyclic_gc
 from indexer.sources.ndjson import Accepted, block_lines, classify_line, loads_exact
@@ -26,6 +26,9 @@ _SLOT_AT = {name: (1 + kind.columns.index(kind.slot_fields[0]), kind.slot_fields
                    kind.field(kind.slot_fields[0]).type == VOTES)
             for name, kind in KINDS.items() if kind.slot_fields}
 assert all(len(kind.slot_fields) <= 1 for kind in KINDS.values())  # one slot field per kind (SlotCheck's model)
+# Kinds keyed by (escrow_id, an integer, ...): their batches carry key ranges per escrow (KindBatch.key_ranges).
+_RANGED = frozenset(name for name, kind in KINDS.items()
+                    if kind.scope == "escrow" and len(kind.key) >= 2 and kind.field(kind.key[1]).type in (U32, U64))
 _ESCROW_SLOTS_AT = 1 + KINDS["escrow"].columns.index("slots")
 _F_IN, _F_OUT, _F_PAYLOAD = (1 + KINDS["finish"].columns.index(c)
                              for c in ("input_tokens", "output_tokens", "response_payload"))
@@ -39,6 +42,9 @@ class KindBatch:
     scope: set                         # escrow ids or epochs to mark dirty
     slot_max: dict = field(default_factory=dict)  # escrow_id -> highest slot (or voter slot) named in the batch
     distinct_keys: bool = True         # no key twice in the batch (else only the upsert, last line wins, will do)
+    # escrow_id -> (lowest, highest) second key column (inference_id, slot_id) in the batch, for kinds keyed by
+    # more than the escrow: lets the commit ask whether any of the batch's keys may exist already (probe.py)
+    key_ranges: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -112,16 +118,21 @@ def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
         else:
             _general(out, rows, source_id, sid, number, raw)
     out.lines, out.last_line = count, last
-    out.kinds = {kind: _kind_batch(got) for kind, got in rows.items()}
+    out.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
     return out
 
 
-def _kind_batch(got: list) -> KindBatch:
+def _kind_batch(kind: str, got: list) -> KindBatch:
+    # sorted pairs: dict() keeps each scope's last pair, i.e. its highest slot (or key column)
     slots = sorted([(g[1], g[2]) for g in got if g[2] is not None])
-    # sorted by (scope, slot): dict() keeps each scope's last pair, i.e. its highest slot. Keys counted here in the
-    # worker, so the commit knows without asking the server whether a key repeats.
+    keys = {g[3] for g in got}  # counted here in the worker, so the commit knows whether a key repeats
+    ranges = {}
+    if kind in _RANGED:
+        pairs = sorted([(k[0], k[1]) for k in keys])
+        low = dict(reversed(pairs))  # the first pair of each escrow wins here: its lowest
+        ranges = {scope: (low[scope], high) for scope, high in dict(pairs).items()}
     return KindBatch("".join([g[0] for g in got]).encode(), len(got), {g[1] for g in got}, dict(slots),
-                     len({g[3] for g in got}) == len(got))
+                     len(keys) == len(got), ranges)
 
 
 def _general(out: Prepared, rows: dict, source_id: int, sid: str, number: int, raw: bytes) -> None:
