@@ -184,7 +184,9 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     loader = BatchLoader(conn, source_id)
     total = IngestSummary(files=1)
     try:
-        _pipelined(loader, inp.open_blocks(batch_lines, on_progress), resume_after, total)
+        # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing
+        blocks = inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8)
+        _pipelined(loader, blocks, resume_after, total)
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
                                 ) from None
