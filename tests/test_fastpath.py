@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from indexer.load.coerce import COERCE, Invalid
 from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import FAST, PREPARE_ESCAPING, PREPARE_PLAIN
-from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N
+from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES
 from indexer.load.prepare import prepare_batch, prepare_block, slot_of
 
 _ints = st.one_of(st.integers(-5, 5), st.integers(2**31 - 2, 2**31 + 1), st.integers(2**63 - 2, 2**64 + 1),
@@ -28,6 +28,12 @@ _GOOD = {
     U64: st.one_of(st.integers(0, 2**63 - 1), _decimal_texts), U64N: st.one_of(st.integers(0, 2**64 - 1), _decimal_texts),
     I64: st.integers(-(2**63) + 1, 2**63 - 1), U32: st.one_of(st.integers(0, 2**31 - 1), _decimal_texts), BOOL: st.booleans(), STR: _texts,
     HEX: st.one_of(st.text("0123456789abcdefABCDEF", max_size=8), st.just("zz")),
+    VOTES: st.lists(st.one_of(st.fixed_dictionaries({"voter_slot": st.integers(-1, 2**31), "accept": st.booleans()}),
+                              st.sampled_from([{"accept": True, "voter_slot": 3, "x": 1}, {"voter_slot": "3", "accept": False},
+                                               {"voter_slot": True, "accept": True}, {"accept": True}, [1], 2])),
+                    max_size=4),
+    REASON: st.sampled_from(["refused", "execution", "TIMEOUT_REASON_REFUSED", "timeout_reason_execution", "1", 2,
+                             "Refused", "other", True, None]),
 }
 
 
@@ -152,3 +158,18 @@ def test_a_block_counts_keys_slots_blanks_and_escapes():
     assert (resumed.skipped, resumed.lines, resumed.last_line) == (2, 3, 16)
     crlf = prepare_block(7, 10, block.replace(b"\n", b"\r\n"))
     assert crlf.kinds["finish"].copy == finish.copy and crlf.lines == 5
+
+
+def test_timeouts_with_plain_votes_take_the_fast_path_in_a_batch():
+    """Vote lists are nested objects: their keys are counted with the record's, so a duplicate inside a vote still
+    goes general (and is quarantined there), while plain ones take the fast path with the general path's text."""
+    obj = {"kind": "timeout", "escrow_id": "e", "inference_id": 2, "diff_nonce": 5, "reason": "TIMEOUT_REASON_REFUSED",
+           "votes": [{"voter_slot": 4, "accept": True}, {"accept": False, "voter_slot": 1}]}
+    fast = FAST["timeout"](obj, 1, "7")
+    assert fast is not None and fast == _general("timeout", obj, 1) and fast[2] == 4
+    raw = orjson.dumps(obj)
+    duplicate = raw.replace(b'{"voter_slot":4,', b'{"voter_slot":9,"voter_slot":4,')
+    prepared = prepare_batch(7, [(1, raw), (2, duplicate)])
+    assert prepared.kinds["timeout"].copy.decode() == fast[0]
+    assert [(line, reason) for _, line, _, reason, _ in prepared.rejects] == [
+        (2, "duplicate key 'voter_slot' in one object")]

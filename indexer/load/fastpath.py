@@ -1,7 +1,7 @@
 """The common case of a record, typed and rendered in one generated function per kind.
 
-Most lines are ordinary: every known field has its plain JSON type, there are no unknown fields, and no array,
-timestamp or vote field needs work. For those, one function checks the fields and writes the COPY text line
+Most lines are ordinary: every known field has its plain JSON type, there are no unknown fields, and no array or
+timestamp field needs work (vote lists of plain votes are normalised here too). For those, one function checks the fields and writes the COPY text line
 directly (no intermediate row, no second pass). Anything else returns None and takes the general path
 (indexer.load.coerce + indexer.load.copytext), which gives the precise reason for a bad field. Both paths render
 the same text; tests/test_fastpath.py holds them to it.
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 
+import orjson
+
 from indexer.load.coerce import HEX_DIGITS, MAX_I31, MAX_I63, MAX_U64
 from indexer.load.copytext import text
-from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N, Kind
+from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES, Kind
 
 _CHECK = {
     ID: "((type({v}) is str and 0 < len({v}) <= 128) or (type({v}) is int and 0 <= {v} <= MAX_U64))",
@@ -23,6 +25,9 @@ _CHECK = {
     BOOL: "(type({v}) is bool)",
     STR: "(type({v}) is str)",
     HEX: "(type({v}) is str and HEXM({v}))",
+    # computed values (walrus): the normalised vote list and its highest slot; the stored reason
+    VOTES: "(type({v}) is list and (w{v} := VOTE_LIST({v})) is not None)",
+    REASON: "(type({v}) is str and (r{v} := REASONS.get({v})) is not None)",
 }
 # A decimal string is accepted where the general path takes one (a non-negative integer field) when its text is
 # already what the general path writes (no sign, no leading zero) and short enough to be in range whatever its
@@ -31,7 +36,27 @@ _DECIMAL = {U32: 9, U64: 18, U64N: 19}
 _RENDER = {  # the COPY text of a non-null, checked value (an f-string replacement field)
     ID: "esc({v})", STR: "esc({v})", HEX: "{v}.lower()",
     U64: "{v}", U64N: "{v}", I64: "{v}", U32: "{v}", BOOL: "('t' if {v} else 'f')",
+    VOTES: "w{v}[0]", REASON: "r{v}",  # JSON of ints and booleans, a fixed word: nothing to escape
 }
+# The general path's reason words (coerce.c_reason) for the spellings logs use; any other goes general.
+_REASON_WORDS = {"refused": "refused", "execution": "execution", "TIMEOUT_REASON_REFUSED": "refused",
+                 "TIMEOUT_REASON_EXECUTION": "execution"}
+
+
+def _vote_list(votes: list):
+    """(the general path's normalised JSON, highest voter slot or None) of a list of plain votes (an int slot in
+    range, a boolean accept), or None: then the general path decides, and names what is wrong."""
+    out, top = [], None
+    for vote in votes:
+        if type(vote) is not dict:
+            return None
+        slot, accept = vote.get("voter_slot"), vote.get("accept")
+        if type(slot) is not int or not 0 <= slot <= MAX_I31 or type(accept) is not bool:
+            return None
+        out.append({"voter_slot": slot, "accept": accept})
+        if top is None or slot > top:
+            top = slot
+    return orjson.dumps(out).decode(), top
 
 
 def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
@@ -40,7 +65,7 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
     PREPARE_PLAIN). With `keyed`, the tuple ends with the record's key (a tuple of the key columns' values)."""
     if any(f.type not in _CHECK for f in kind.fields if f.required):
         return None  # a required array / vote / timestamp field: every record needs the general path
-    gets, conds, normalise, cells = [], [], [], ["{n}"]
+    gets, conds, normalise, cells, slot_of = [], [], [], ["{n}"], None
     for i, f in enumerate(kind.fields):
         v = f"v{i}"
         gets.append(f"    {v} = g({f.name!r})")
@@ -55,6 +80,8 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         if f.type == ID:  # an integer id is stored (and marks its scope) as its decimal text
             normalise.append(f"    {v} = {v} if type({v}) is str else str({v})")
         expr = _RENDER[f.type].format(v=v)
+        if f.type == VOTES and f.name in kind.slot_fields:
+            slot_of = f"w{v}[1]"
         if not escape:
             expr = expr.replace("esc(", "(")
         cells.append("{" + (expr if f.required else f"NULL if {v} is None else {expr}") + "}")
@@ -63,7 +90,7 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         conds.append(f"not ({at['input_tokens']} == 0 and {at['output_tokens']} == 0 and {at['response_payload']})")
     cells += ["{NULL}", "{sid}"]  # extra (no unknown fields on this path), source_id
     scope = at["escrow_id" if kind.scope == "escrow" else "epoch_index"]
-    slot = at[kind.slot_fields[0]] if kind.slot_fields else "None"
+    slot = (slot_of if slot_of else at[kind.slot_fields[0]]) if kind.slot_fields else "None"
     line = "\\t".join(cells) + "\\n"
     key = f", ({''.join(at[k] + ', ' for k in kind.key)})" if keyed else ""
     src = "\n".join([
@@ -71,6 +98,7 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         f"    if not ({' and '.join(conds)} and obj.keys() <= KNOWN):", "        return None", *normalise,
         f'    return (f"{line}", {scope}, {slot}{key})'])
     namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEXM": HEX_DIGITS.match, "esc": text,
+                 "VOTE_LIST": _vote_list, "REASONS": _REASON_WORDS,
                  **{f"DEC{n}": re.compile(r"(?:0|[1-9][0-9]{0,%d})\Z" % (n - 1)).match for n in _DECIMAL.values()},
                  "NULL": "\\N", "KNOWN": frozenset(["kind", *kind.columns])}
     exec(src, namespace)  # noqa: S102 - generated from the static field table in kinds.py

@@ -17,7 +17,7 @@ from indexer.load.fastpath import PREPARE_ESCAPING, PREPARE_PLAIN
 from indexer.records import KINDS, U32, U64, VOTES
 from indexer import refusals
 from indexer.workers import no_cyclic_gc
-from indexer.sources.ndjson import Accepted, block_lines, classify_line, loads_exact
+from indexer.sources.ndjson import Accepted, _key_count, block_lines, classify_line, loads_exact
 
 # Row positions (line number first) used by the general path.
 _SCOPE_AT = {name: 1 + kind.columns.index("escrow_id" if kind.scope == "escrow" else "epoch_index")
@@ -26,6 +26,7 @@ _SLOT_AT = {name: (1 + kind.columns.index(kind.slot_fields[0]), kind.slot_fields
                    kind.field(kind.slot_fields[0]).type == VOTES)
             for name, kind in KINDS.items() if kind.slot_fields}
 assert all(len(kind.slot_fields) <= 1 for kind in KINDS.values())  # one slot field per kind (SlotCheck's model)
+_NESTED = frozenset(name for name, kind in KINDS.items() if any(f.type == VOTES for f in kind.fields))
 # Kinds keyed by (escrow_id, an integer, ...): their batches carry key ranges per escrow (KindBatch.key_ranges).
 _RANGED = frozenset(name for name, kind in KINDS.items()
                     if kind.scope == "escrow" and len(kind.key) >= 2 and kind.field(kind.key[1]).type in (U32, U64))
@@ -105,10 +106,12 @@ def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
             fast = None
         count += 1
         last = number
-        # A fast-path record is one flat object: each key brings one colon, so a line with more colons than keys
-        # (a duplicate key orjson dropped, or a colon inside a string) is left to the general path, which checks.
+        # Each key brings one colon, so a line with more colons than parsed keys (a duplicate key orjson dropped,
+        # or a colon inside a string) is left to the general path, which checks. Fast-path records are flat
+        # objects, but for their vote lists (_NESTED): those keys are counted too.
         # A line with a backslash may hold escapes: its strings are escaped for COPY, and \u0000 goes general.
-        if (fast is not None and raw.count(b":") == len(obj)
+        if (fast is not None and ((colons := raw.count(b":")) == len(obj)
+                                  or (kind in _NESTED and colons == _key_count(obj)))
                 and (b"\\" not in raw or (b"\\u0000" not in raw and (fast := fast_escaping[kind])))
                 and (got := fast(obj, number, sid)) is not None):
             target = rows.get(kind)
