@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -50,15 +49,22 @@ def baseline_copy(url: str, path: Path) -> float:
     return elapsed
 
 
-def timed_ingest(url: str, path: Path) -> tuple[float, int]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "indexer", "--database-url", url, "ingest", str(path),
-                          "--no-progress"], check=True, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
-    elapsed = time.perf_counter() - start
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    stages = re.search(r"seconds \(load / replay / rules\)\s*│\s*([0-9.]+) / ([0-9.]+) / ([0-9.]+)", run.stderr)
-    return elapsed, max(peak_kb, before), tuple(float(x) for x in stages.groups()) if stages else None
+def timed_ingest(url: str, path: Path) -> tuple[float, int, tuple | None]:
+    """Run `indexer ingest`; (seconds, peak RSS in kB of that process and the workers it waited for, stages)."""
+    with tempfile.TemporaryFile() as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", url, "ingest", str(path),
+                                 "--no-progress"], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "COLUMNS": "200"})
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's of the bench
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        elapsed = time.perf_counter() - start
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    if proc.returncode != 0:
+        raise SystemExit(f"indexer ingest failed ({proc.returncode}):\n{text[-3000:]}")
+    stages = re.search(r"seconds \(load / replay / rules\)\s*│\s*([0-9.]+) / ([0-9.]+) / ([0-9.]+)", text)
+    return elapsed, usage.ru_maxrss, tuple(float(x) for x in stages.groups()) if stages else None
 
 
 def measure(server: str, path: Path, lines: int, keep: bool) -> dict:
