@@ -17,7 +17,8 @@ from indexer.wire.normalize import dumps_record_bytes
 def _as_dict(prep):
     """Everything the commit uses. Row order is not part of it: the loader orders by line where order matters
     (the last line of a repeated key wins)."""
-    return {"kinds": {k: (sorted(kb.copy.split(b"\n")), kb.count, kb.scope, kb.slot_max, kb.distinct_keys)
+    return {"kinds": {k: (sorted(kb.copy.split(b"\n")), kb.count, kb.scope, kb.slot_max, kb.distinct_keys,
+                          kb.key_ranges)
                       for k, kb in prep.kinds.items()},
             "rejects": sorted(prep.rejects), "parses": sorted(prep.parses), "sizes": prep.escrow_sizes,
             "lines": prep.lines}

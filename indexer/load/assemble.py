@@ -35,7 +35,8 @@ def assemble(source_id: int, lines: Sequence[bytes], parts: Sequence[tuple[int, 
             have = out.kinds.get(kind)
             scope_total[kind] = scope_total.get(kind, 0) + len(kb.scope)
             if have is None:
-                out.kinds[kind] = KindBatch(shifted, kb.count, set(kb.scope), dict(kb.slot_max), kb.distinct_keys)
+                out.kinds[kind] = KindBatch(shifted, kb.count, set(kb.scope), dict(kb.slot_max), kb.distinct_keys,
+                                            dict(kb.key_ranges))
                 continue
             have.copy += shifted
             have.count += kb.count
@@ -44,6 +45,9 @@ def assemble(source_id: int, lines: Sequence[bytes], parts: Sequence[tuple[int, 
                 if slot > have.slot_max.get(scope, -1):
                     have.slot_max[scope] = slot
             have.distinct_keys = have.distinct_keys and kb.distinct_keys
+            for scope, (low, high) in kb.key_ranges.items():  # every part of a ranged kind has each scope's range
+                was = have.key_ranges.get(scope)
+                have.key_ranges[scope] = (low, high) if was is None else (min(was[0], low), max(was[1], high))
         out.rejects.extend((source_id, number + offset, *rest) for _, number, *rest in part.rejects)
         out.parses.extend(part.parses)
         out.escrow_sizes.update(part.escrow_sizes)

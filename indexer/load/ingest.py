@@ -16,8 +16,10 @@ from functools import cache
 import psycopg
 
 from indexer import workers
+from indexer.db.quickstats import analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER, PG_TYPES
 from indexer.load.prepare import Prepared, prepare_batch, prepare_block
+from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
 from indexer import refusals
@@ -114,16 +116,15 @@ class BatchLoader:
         violation (the server would log every such expected failure as an ERROR with the key's values):
 
         * the worker counted the batch's keys (``distinct_keys``);
-        * none of the batch's escrows (or epochs) has rows of this kind yet (an index probe each; true on a first
-          load of well-ordered records): then the batch is COPYed straight into the table;
+        * none of the batch's keys can exist yet (indexer.load.probe: an index probe per escrow over the batch's
+          key range, or per epoch; true on a first load of well-ordered records): then the batch is COPYed
+          straight into the table;
         * else the batch is staged and one join asks whether any key exists: if none, a plain INSERT from the stage.
 
         False: the batch is staged and the caller's upsert (which records amendments) takes it."""
         spec = KINDS[kind]
         stage = stage_table(spec)
-        # never prepared: a generic plan for "= ANY(array)" may pick a sequential scan of the whole table
-        direct = kb.distinct_keys and not self.conn.execute(_scope_has_rows(kind), (list(kb.scope),),
-                                                            prepare=False).fetchone()[0]
+        direct = kb.distinct_keys and not keys_may_exist(self.conn, kind, kb)
         if direct:
             try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
                 with self.conn.transaction(), self.conn.cursor().copy(
@@ -158,15 +159,6 @@ class BatchLoader:
 
 
 @cache
-def _scope_has_rows(kind: str) -> str:
-    """Whether any of the batch's escrows (or epochs: the key's first column) has rows of this kind already."""
-    spec = KINDS[kind]
-    column = spec.key[0]
-    return (f"SELECT EXISTS (SELECT 1 FROM rec.{spec.table} "
-            f"WHERE {column} = ANY(%s::{PG_TYPES[spec.field(column).type]}[]))")
-
-
-@cache
 def _conflict_check(kind: str) -> str:
     spec, stage = KINDS[kind], stage_table(KINDS[kind])
     return (f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN rec.{spec.table} t USING ({', '.join(spec.key)}))")
@@ -192,7 +184,9 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     loader = BatchLoader(conn, source_id)
     total = IngestSummary(files=1)
     try:
-        _pipelined(loader, inp.open_blocks(batch_lines, on_progress), resume_after, total)
+        # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing
+        blocks = inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8)
+        _pipelined(loader, blocks, resume_after, total)
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
                                 ) from None
@@ -246,8 +240,7 @@ def _analyze_if_grown(conn: psycopg.Connection, summary: IngestSummary) -> None:
 def analyze_records(conn: psycopg.Connection, kinds=None) -> None:
     """Refresh planner statistics after a bulk load instead of waiting for autovacuum: the replay and the rules
     run right after it, and their index choices depend on row counts."""
-    for kind in (KINDS if kinds is None else kinds):
-        conn.execute(f"ANALYZE rec.{KINDS[kind].table}")
+    analyze_quickly(conn, [f"rec.{KINDS[kind].table}" for kind in (KINDS if kinds is None else kinds)])
     if not conn.autocommit:
         conn.commit()
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import psycopg
 
 from indexer.db.claims import claim
+from indexer.db.quickstats import analyze_quickly
 from indexer.db.marks import EPOCH_MARK
 from indexer.workers import no_cyclic_gc, pool as workers_pool
 from indexer.replay.machine import KIND_ORDER, EscrowConfig, replay_rows
@@ -87,8 +88,7 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     else:
         _replay_loop(conn, chunk, summary, progress)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
-        for table in _DERIVED:
-            conn.execute(f"ANALYZE {table}")
+        analyze_quickly(conn, _DERIVED)
         if not conn.autocommit:
             conn.commit()
     summary.seconds = time.perf_counter() - start
