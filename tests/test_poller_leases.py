@@ -164,12 +164,6 @@ def _scenario() -> Scenario:
     return Scenario(ScenarioConfig(seed=17, epochs=2, escrows_per_epoch=2, inferences_per_escrow=16))
 
 
-def _ready(net: DevnetServer) -> DevnetServer:
-    while net.devnet.current_epoch < net.scenario.epochs[-1].epoch_index:
-        net.advance_epoch()
-    return net
-
-
 def _plant(url: str, resource: str, holder: str, seconds: float, released: bool = False) -> None:
     """A lease row as another poller leaves it (database clock)."""
     with psycopg.connect(url) as c:
@@ -183,7 +177,7 @@ def test_a_cycle_waits_for_a_dead_pollers_leases_then_takes_them_over(db_url, se
     epochs = [e.epoch_index for e in scn.epochs]
     escrows = sorted(scn.escrows, key=int)
     with DevnetServer(scn) as net:
-        clean = poll_once(second_db_url, _ready(net).chain_rest_url, net.rpc_url, policy=FAST)
+        clean = poll_once(second_db_url, net.advance_to_last_epoch().chain_rest_url, net.rpc_url, policy=FAST)
         # a poller that died holding the first epoch's chain work and an escrow: its leases run out in 1.5 s
         _plant(db_url, f"epoch:{epochs[0]}", "ghost:1:dead", 1.5)
         _plant(db_url, f"escrow:{escrows[-1]}", "ghost:1:dead", 1.5)
@@ -208,7 +202,7 @@ def test_work_another_poller_finishes_during_the_cycle_is_not_done_again(db_url)
     escrows = sorted(scn.escrows, key=int)
     other = escrows[0]
     with DevnetServer(scn) as net:
-        _ready(net)
+        net.advance_to_last_epoch()
         _plant(db_url, f"escrow:{other}", "other:2:live", 600)  # a live poller working on it
         result: dict = {}
         worker = threading.Thread(target=lambda: result.update(summary=poll_once(
@@ -252,7 +246,7 @@ def test_a_poller_whose_escrow_lease_was_taken_over_writes_nothing_and_fails_its
     monkeypatch.setattr(Leases, "escrow_cursors", then_stolen)
     with DevnetServer(scn) as net:
         with pytest.raises(LeaseLost, match=f"escrow:{stolen} lost to thief:3:x"):
-            poll_once(db_url, _ready(net).chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30,
+            poll_once(db_url, net.advance_to_last_epoch().chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30,
                       holder="stale:4:y")
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM rec.escrow WHERE escrow_id = %s", (stolen,)).fetchone()[0] == 0

@@ -28,12 +28,6 @@ def _scenario() -> Scenario:
     return Scenario(ScenarioConfig(seed=29, epochs=3, escrows_per_epoch=6, inferences_per_escrow=24))
 
 
-def _ready(net: DevnetServer) -> DevnetServer:
-    while net.devnet.current_epoch < net.scenario.epochs[-1].epoch_index:
-        net.advance_epoch()
-    return net
-
-
 def _poller(url: str, net: DevnetServer, out: Path) -> subprocess.Popen:
     env = dict(os.environ, GONKA_CHAIN_REST_URL=net.chain_rest_url, GONKA_RPC_URL=net.rpc_url, PYTHONPATH=str(ROOT))
     with open(out, "wb") as stdout:  # a file, not a pipe: nobody reads while the pollers run
@@ -77,7 +71,7 @@ def _victim(c: psycopg.Connection, pids: set[int]) -> tuple[str, int] | None:
 def test_three_pollers_one_killed_end_like_one_clean_run(db_url, second_db_url, tmp_path):
     scn = _scenario()
     with DevnetServer(scn) as net:
-        clean = _poller(db_url, _ready(net), tmp_path / "clean.out")
+        clean = _poller(db_url, net.advance_to_last_epoch(), tmp_path / "clean.out")
         assert clean.wait(timeout=300) == 0, (tmp_path / "clean.out").read_text()
     assert _fetched(tmp_path / "clean.out") == len(scn.escrows)
 
@@ -87,7 +81,7 @@ def test_three_pollers_one_killed_end_like_one_clean_run(db_url, second_db_url, 
     slow = FaultConfig(slow_hosts=hosts, slow_seconds=0.2, p_delay=1.0, delay_seconds=0.3,
                        paths=("/chain-api/productscience/inference/inference/devshard_host_epoch_stats/",))
     with DevnetServer(_scenario(), faults=slow) as net:
-        _ready(net)
+        net.advance_to_last_epoch()
         procs: dict[int, subprocess.Popen] = {}
         outs: dict[int, Path] = {}
         with psycopg.connect(second_db_url) as gate:

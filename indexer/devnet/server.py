@@ -234,6 +234,12 @@ class DevnetServer:
     def advance_epoch(self) -> int:
         return self.devnet.advance_epoch()
 
+    def advance_to_last_epoch(self) -> "DevnetServer":
+        """Advance the clock to the scenario's last epoch (the chain then shows every epoch before it)."""
+        while self.devnet.current_epoch < self.scenario.epochs[-1].epoch_index:
+            self.advance_epoch()
+        return self
+
     def start(self) -> "DevnetServer":
         httpd = _Server(self._address, _Handler)
         httpd.app, httpd.faults = self.app, self.faults
