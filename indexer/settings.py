@@ -31,6 +31,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "INDEXER_ALERT_TELEGRAM_API": ("https://api.telegram.org", "Telegram Bot API base URL"),
     "INDEXER_METRICS_ADDR": ("127.0.0.1:9464", "indexer run: HOST:PORT serving /metrics, /health, /ready (off: none)"),
     "INDEXER_READY_MAX_LAG": ("900", "indexer run: seconds of source lag above which /ready answers 503"),
+    "INDEXER_LEASE_SECONDS": ("60", "indexer run: seconds a poller's work lease lasts unrenewed (several pollers "
+                                    "on one database: a killed poller's work is taken over after this)"),
 }
 DEFAULT_VALIDATOR = "gonka1indexer"
 _SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "postgresql+psycopg2://")
@@ -72,6 +74,7 @@ class Settings:
     alert_telegram_api: str = "https://api.telegram.org"
     metrics_addr: str = "127.0.0.1:9464"
     ready_max_lag: float = 900.0
+    lease_seconds: float = 60.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
@@ -95,6 +98,7 @@ class Settings:
             alert_telegram_api=env.get("INDEXER_ALERT_TELEGRAM_API") or "https://api.telegram.org",
             metrics_addr=env.get("INDEXER_METRICS_ADDR") or "127.0.0.1:9464",
             ready_max_lag=_seconds(env.get("INDEXER_READY_MAX_LAG"), 900.0, "INDEXER_READY_MAX_LAG"),
+            lease_seconds=_seconds(env.get("INDEXER_LEASE_SECONDS"), 60.0, "INDEXER_LEASE_SECONDS"),
         )
 
 

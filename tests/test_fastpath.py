@@ -3,26 +3,37 @@ it accepts it must render the same COPY line, scope and slot; every record the g
 decline."""
 from __future__ import annotations
 
+import json
+
 import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from indexer.load.coerce import COERCE, Invalid
 from indexer.load.copytext import FORMATTERS
-from indexer.load.fastpath import FAST
-from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, U64N
-from indexer.load.prepare import prepare_batch, slot_of
+from indexer.load.fastpath import FAST, PREPARE_ESCAPING, PREPARE_PLAIN
+from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES
+from indexer.load.prepare import prepare_batch, prepare_block, slot_of
 
 _ints = st.one_of(st.integers(-5, 5), st.integers(2**31 - 2, 2**31 + 1), st.integers(2**63 - 2, 2**64 + 1),
                   st.integers(-(2**63) - 1, -(2**63) + 1))
 _texts = st.one_of(st.text(max_size=6), st.sampled_from(["a\tb", "back\\slash", "new\nline", "cr\r", "ünï", "x" * 129]))
 _wrong = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False, allow_infinity=False), _texts, _ints,
                    st.just([1]), st.just({"a": 1}), st.sampled_from(["12", "-3", "0xff"]))
+_decimal_texts = st.one_of(st.integers(0, 2**64 + 1).map(str), st.sampled_from(["0", "00", "07", "9" * 18, "9" * 19,
+                                                                              "1" + "0" * 19, "2147483648", "+1"]))
 _GOOD = {
     ID: st.one_of(st.text(min_size=1, max_size=8), st.integers(0, 2**64 - 1), st.just("e\t1")),
-    U64: st.integers(0, 2**63 - 1), U64N: st.integers(0, 2**64 - 1), I64: st.integers(-(2**63) + 1, 2**63 - 1),
-    U32: st.integers(0, 2**31 - 1), BOOL: st.booleans(), STR: _texts,
+    # decimal strings too: the general path takes them, the fast path where their text is already canonical
+    U64: st.one_of(st.integers(0, 2**63 - 1), _decimal_texts), U64N: st.one_of(st.integers(0, 2**64 - 1), _decimal_texts),
+    I64: st.integers(-(2**63) + 1, 2**63 - 1), U32: st.one_of(st.integers(0, 2**31 - 1), _decimal_texts), BOOL: st.booleans(), STR: _texts,
     HEX: st.one_of(st.text("0123456789abcdefABCDEF", max_size=8), st.just("zz")),
+    VOTES: st.lists(st.one_of(st.fixed_dictionaries({"voter_slot": st.integers(-1, 2**31), "accept": st.booleans()}),
+                              st.sampled_from([{"accept": True, "voter_slot": 3, "x": 1}, {"voter_slot": "3", "accept": False},
+                                               {"voter_slot": True, "accept": True}, {"accept": True}, [1], 2])),
+                    max_size=4),
+    REASON: st.sampled_from(["refused", "execution", "TIMEOUT_REASON_REFUSED", "timeout_reason_execution", "1", 2,
+                             "Refused", "other", True, None]),
 }
 
 
@@ -94,3 +105,87 @@ def test_a_batch_renders_the_same_lines_on_either_path():
     assert prepared.kinds["finish"].copy.decode() == _general("finish", objs[5], 6)[0]
     assert prepared.kinds["finish"].slot_max == {"e": 3}
     assert prepared.kinds["start"].scope == {"e"}
+
+
+@settings(max_examples=800)
+@given(records(), st.integers(1, 10**9))
+def test_the_load_variants_agree_with_fast_and_name_the_key(record, n):
+    """PREPARE_ESCAPING is FAST plus the key; PREPARE_PLAIN (no COPY escaping) is used only for lines without a
+    backslash, and there it renders what the escaping one renders."""
+    name, obj = record
+    fast, keyed = FAST[name](obj, n, "7"), PREPARE_ESCAPING[name](obj, n, "7")
+    assert (keyed[:3] if keyed else None) == fast
+    if keyed is not None:
+        assert keyed[3] == (n, *COERCE[name](obj))[1:1 + len(KINDS[name].key)]
+    if "\\" not in json.dumps(obj, ensure_ascii=False):  # the line as written has no backslash
+        assert PREPARE_PLAIN[name](obj, n, "7") == keyed
+
+
+def test_decimal_strings_take_the_fast_path_only_when_canonical():
+    base = {"kind": "host_stats", "escrow_id": "e1", "slot_id": 2}
+    assert FAST["host_stats"]({**base, "cost": "18446744073709551615"}, 1, "7") is None  # 20 digits: general
+    for cost in ("2693560", "0", "9" * 19):
+        got = FAST["host_stats"]({**base, "cost": cost}, 1, "7")
+        assert got is not None and got == _general("host_stats", {**base, "cost": cost}, 1)
+    for cost in ("007", "+1", "-1", "1.0", "١٢"):
+        assert FAST["host_stats"]({**base, "cost": cost}, 1, "7") is None
+    assert FAST["host_stats"]({**base, "slot_id": "2"}, 1, "7") is None  # a slot is compared: ints only
+
+
+def test_a_block_counts_keys_slots_blanks_and_escapes():
+    lines = [
+        {"kind": "finish", "escrow_id": "a", "inference_id": 1, "diff_nonce": 1, "executor_slot": 4,
+         "input_tokens": 1, "output_tokens": 2, "protocol_version": "v\\5"},
+        {"kind": "finish", "escrow_id": "a", "inference_id": 2, "diff_nonce": 2, "executor_slot": 9,
+         "input_tokens": 1, "output_tokens": 2},
+        {"kind": "finish", "escrow_id": "b", "inference_id": 1, "diff_nonce": 3, "executor_slot": 1,
+         "input_tokens": 1, "output_tokens": 2, "protocol_version": "tab\there"},
+        {"kind": "validation", "escrow_id": "a", "inference_id": 1, "validator_slot": 2, "diff_nonce": 4,
+         "valid": True},
+        {"kind": "validation", "escrow_id": "a", "inference_id": 1, "validator_slot": 2, "diff_nonce": 5,
+         "valid": False},
+    ]
+    raw = [orjson.dumps(o) for o in lines]
+    block = b"\n".join([raw[0], b"", b"  ", *raw[1:]]) + b"\n"
+    prepared = prepare_block(7, 10, block)
+    assert (prepared.lines, prepared.last_line) == (5, 16)
+    finish = prepared.kinds["finish"]
+    assert finish.copy.decode() == "".join(_general("finish", o, n)[0] for n, o in zip((10, 13, 14), lines[:3]))
+    assert "v\\\\5" in finish.copy.decode() and "tab\\there" in finish.copy.decode()
+    assert finish.slot_max == {"a": 9, "b": 1} and finish.scope == {"a", "b"} and finish.distinct_keys
+    assert prepared.kinds["validation"].distinct_keys is False  # (a, 1, 2) twice
+    resumed = prepare_block(7, 10, block, resume_after=13)
+    assert (resumed.skipped, resumed.lines, resumed.last_line) == (2, 3, 16)
+    crlf = prepare_block(7, 10, block.replace(b"\n", b"\r\n"))
+    assert crlf.kinds["finish"].copy == finish.copy and crlf.lines == 5
+
+
+def test_timeouts_with_plain_votes_take_the_fast_path_in_a_batch():
+    """Vote lists are nested objects: their keys are counted with the record's, so a duplicate inside a vote still
+    goes general (and is quarantined there), while plain ones take the fast path with the general path's text."""
+    obj = {"kind": "timeout", "escrow_id": "e", "inference_id": 2, "diff_nonce": 5, "reason": "TIMEOUT_REASON_REFUSED",
+           "votes": [{"voter_slot": 4, "accept": True}, {"accept": False, "voter_slot": 1}]}
+    fast = FAST["timeout"](obj, 1, "7")
+    assert fast is not None and fast == _general("timeout", obj, 1) and fast[2] == 4
+    raw = orjson.dumps(obj)
+    duplicate = raw.replace(b'{"voter_slot":4,', b'{"voter_slot":9,"voter_slot":4,')
+    prepared = prepare_batch(7, [(1, raw), (2, duplicate)])
+    assert prepared.kinds["timeout"].copy.decode() == fast[0]
+    assert [(line, reason) for _, line, _, reason, _ in prepared.rejects] == [
+        (2, "duplicate key 'voter_slot' in one object")]
+
+
+def test_a_newer_protocols_scalar_field_stays_on_the_fast_path():
+    """v5 Finish txs carry served_hash, which is no column: it is kept in `extra` exactly as the general path keeps
+    it, without leaving the fast path (in either load variant); nested or float values still go the general way."""
+    finish = {"kind": "finish", "escrow_id": "e1", "inference_id": 7, "diff_nonce": 9, "executor_slot": 1,
+              "input_tokens": 5, "output_tokens": 6, "response_hash": "ff", "served_hash": "ab\tcd", "n": 2**64 - 1,
+              "flag": True, "none": None}
+    got = FAST["finish"](finish, 1, "7")
+    assert got is not None
+    assert got == _general("finish", finish, 1)
+    assert '{"served_hash":"ab\\\\tcd","n":18446744073709551615,"flag":true,"none":null}' in got[0]
+    plain = {**finish, "served_hash": "abcd"}
+    assert prepare_batch(7, [(1, orjson.dumps(plain))]).kinds["finish"].copy.decode() == _general("finish", plain, 1)[0]
+    for odd in ({"nested": {"a": 1}}, {"f": 1.5}, {"big": 2**64}, {"list": [1]}):
+        assert FAST["finish"]({**finish, **odd}, 1, "7") is None, odd

@@ -164,6 +164,23 @@ def test_long_lines_cut_blocks_by_size(tmp_path, lines, final_newline, per_block
     assert [pair for first, block in blocks for pair in block_lines(first, block)] == _expected(lines)
 
 
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_line, max_size=60), st.integers(1, 9), st.integers(1, 16), st.integers(1, 16))
+def test_ramped_blocks_double_up_to_the_block_size(tmp_path, lines, ramp_from, per_block, chunk_bytes):
+    """open_blocks(ramp_from=n): blocks of n, 2n, 4n ... lines up to per_block, the same numbered lines."""
+    data = ("\n".join(lines) + "\n").encode() if lines else b""
+    path = tmp_path / "in.ndjson"
+    path.write_bytes(data)
+    blocks = list(open_input(str(path)).open_blocks(per_block, ramp_from=ramp_from, chunk_bytes=chunk_bytes))
+    sizes, want = [], min(ramp_from, per_block)
+    for _ in blocks[:-1]:
+        sizes.append(want)
+        want = min(want * 2, per_block)
+    assert [block.count(b"\n") for _, block in blocks[:-1]] == sizes
+    assert b"".join(block for _, block in blocks) == data
+    assert [pair for first, block in blocks for pair in block_lines(first, block)] == _expected(lines)
+
+
 def test_line_numbers_count_blank_lines_and_crlf_is_stripped(tmp_path):
     path = tmp_path / "f.ndjson"
     path.write_bytes(b'{"a":1}\r\n\r\n   \n{"b":2}\r\n\n{"c":3}')

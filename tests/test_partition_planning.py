@@ -1,11 +1,13 @@
 """The partitioned history's costs (docs/partitioning.md): every rules statement, planned for one epoch as the rules
-stage plans it, keeps only that epoch's partitions (pruned when planned, not while running), and the statistics
-after a load are refreshed in the epoch partitions written, not in the parents."""
+stage plans it, keeps only that epoch's partitions (pruned when planned, not while running), the statistics after a
+load are refreshed in the epoch partitions written, not in the parents, and a one-epoch batch is written to its
+partition."""
 from __future__ import annotations
 
 import psycopg
 import pytest
 
+from indexer.db.quickstats import BULK_STATISTICS_TARGET
 from indexer.load.partitions import analyze_epochs
 from indexer.rules import run as rules_run
 from indexer.synth import generate, write_ndjson
@@ -70,13 +72,13 @@ def test_analyze_after_a_load_refreshes_the_written_partitions_not_the_parent(th
         analyze_epochs(conn, "rec.finish_tx", [401])
         assert statistics("part.rec_finish_tx_e401") > 0
         assert statistics("rec.finish_tx") == 0
-        # two partitions analysed together share one sample, and the setting does not outlive them
+        # with the bulk load's small sample (indexer.db.quickstats), and the setting does not outlive it
         analyze_epochs(conn, "rec.finish_tx", [401, 402])
         assert conn.execute("SHOW default_statistics_target").fetchone()[0] == target
         bounds = conn.execute("SELECT cardinality(histogram_bounds::text::text[]) FROM pg_stats "
                               "WHERE schemaname = 'part' AND tablename = 'rec_finish_tx_e402' "
                               "AND attname = 'inference_id'").fetchone()[0]
-        assert bounds == int(target) // 2 + 1  # 480 distinct ids: a full histogram at half the target
+        assert bounds == BULK_STATISTICS_TARGET + 1  # 480 distinct ids: a full histogram at the small target
         assert statistics("rec.finish_tx") == 0
 
 

@@ -1,4 +1,4 @@
-"""`indexer run --once`, `indexer run` (SIGTERM), `indexer devnet`, and the poller lock."""
+"""`indexer run --once`, `indexer run` (SIGTERM), `indexer devnet` (several pollers: tests/test_poller_shared.py)."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,6 @@ import time
 import psycopg
 
 from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
-from indexer.poller import poll_once
-from indexer.poller.cycle import POLLER_LOCK_KEY
 
 
 def _scn():
@@ -56,16 +54,6 @@ def test_run_scheduler_stops_on_sigterm(db_url):
         finally:
             if proc.poll() is None:
                 proc.kill()
-
-
-def test_second_poller_is_locked_out(db_url):
-    with psycopg.connect(db_url, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", (POLLER_LOCK_KEY,))
-        with DevnetServer(_scn()) as net:
-            summary = poll_once(db_url, net.chain_rest_url, net.rpc_url)
-    assert summary.locked_out
-    with psycopg.connect(db_url) as c:
-        assert c.execute("SELECT count(*) FROM rec.escrow").fetchone()[0] == 0
 
 
 def test_devnet_command_prints_urls():

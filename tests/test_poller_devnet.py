@@ -57,15 +57,10 @@ def _visible(scn: Scenario, current: int) -> list[str]:
     return [e.escrow_id for e in scn.escrows.values() if e.epoch_index <= current]
 
 
-def _advance_to_last(net: DevnetServer) -> None:
-    while net.devnet.current_epoch < net.scenario.epochs[-1].epoch_index:
-        net.advance_epoch()
-
-
 def test_poll_once_matches_scenario(db_url):
     scn = _small()
     with DevnetServer(scn) as net:
-        _advance_to_last(net)
+        net.advance_to_last_epoch()
         summary = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
     ids = _visible(scn, scn.epochs[-1].epoch_index)
     assert summary.escrows == len(ids)
@@ -101,7 +96,7 @@ def test_poll_once_matches_scenario(db_url):
 def test_second_poll_is_a_noop(db_url):
     scn = _small()
     with DevnetServer(scn) as net:
-        _advance_to_last(net)
+        net.advance_to_last_epoch()
         poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
         before = _snapshot(db_url)
         again = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
@@ -112,13 +107,13 @@ def test_second_poll_is_a_noop(db_url):
 def test_faults_give_identical_tables(db_url, second_db_url):
     scn = _small()
     with DevnetServer(scn) as net:
-        _advance_to_last(net)
+        net.advance_to_last_epoch()
         poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
     clean = _snapshot(db_url)
     # a second, faulty network with the same scenario into a fresh database
     faults = FaultConfig(seed=3, p_5xx=0.2, p_429=0.1, p_truncate=0.1, retry_after=0)
     with DevnetServer(_small(), faults=faults) as net:
-        _advance_to_last(net)
+        net.advance_to_last_epoch()
         poll_once(second_db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
         injected = dict(net.faults.injected)
     assert injected["5xx"] and injected["429"] and injected["truncate"]

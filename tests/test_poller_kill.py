@@ -24,8 +24,9 @@ def _scenario() -> Scenario:
 
 
 def _run_once(url: str, net: DevnetServer) -> subprocess.Popen:
+    # short leases: the rerun takes over the killed poller's leases once they expire (tests/test_poller_shared.py)
     env = dict(os.environ, GONKA_CHAIN_REST_URL=net.chain_rest_url, GONKA_RPC_URL=net.rpc_url,
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=str(ROOT), INDEXER_LEASE_SECONDS="3")
     return subprocess.Popen([sys.executable, "-m", "indexer", "run", "--once", "--database-url", url], env=env,
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -54,15 +55,9 @@ def _helper_processes() -> set[int]:
     return out
 
 
-def _ready(net: DevnetServer) -> DevnetServer:
-    while net.devnet.current_epoch < net.scenario.epochs[-1].epoch_index:
-        net.advance_epoch()
-    return net
-
-
 def test_kill_9_mid_cycle_then_rerun_equals_clean_run(db_url, second_db_url):
     with DevnetServer(_scenario()) as net:
-        clean = _run_once(db_url, _ready(net))
+        clean = _run_once(db_url, net.advance_to_last_epoch())
         assert clean.wait(timeout=300) == 0, clean.stderr.read().decode()
 
     # slow hosts (every host request waits), so the kill lands between the first commit and the end of the cycle;
@@ -72,7 +67,7 @@ def test_kill_9_mid_cycle_then_rerun_equals_clean_run(db_url, second_db_url):
     slow = FaultConfig(slow_hosts=hosts, slow_seconds=0.03, p_delay=1.0, delay_seconds=0.3,
                        paths=("/chain-api/productscience/inference/inference/devshard_host_epoch_stats/",))
     with DevnetServer(_scenario(), faults=slow) as net:
-        _ready(net)
+        net.advance_to_last_epoch()
         before = _helper_processes()
         proc = _run_once(second_db_url, net)
         deadline = time.monotonic() + 120

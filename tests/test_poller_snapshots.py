@@ -28,16 +28,10 @@ def _poll(url, net):
     return poll_once(url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), process=True)
 
 
-def _to_last(net) -> int:
-    while net.devnet.current_epoch < net.scenario.epochs[-1].epoch_index:
-        net.advance_epoch()
-    return net.devnet.current_epoch
-
-
 def test_epoch_params_exact_where_served_live_where_pruned(db_url):
     scn = _scn()
     with DevnetServer(scn) as net:
-        now = _to_last(net)  # 410: 409 ended within the node's retained state, 408's end height is pruned
+        now = net.advance_to_last_epoch().devnet.current_epoch  # 410: 409 ended within the node's retained state, 408's end height is pruned
         _poll(db_url, net)
         latest = net.devnet.latest_height()
         ends = {e: end_height(net.devnet, e) for e in (now - 2, now - 1)}
@@ -62,7 +56,7 @@ def test_epoch_params_exact_where_served_live_where_pruned(db_url):
 def test_participant_epochs_for_ended_epochs(db_url):
     scn = _scn()
     with DevnetServer(scn) as net:
-        now = _to_last(net)
+        now = net.advance_to_last_epoch().devnet.current_epoch
         _poll(db_url, net)
         stats = net.scenario.host_epoch_stats(now - 1)
     with psycopg.connect(db_url) as c:
@@ -84,7 +78,7 @@ def test_participant_epochs_for_ended_epochs(db_url):
 def test_window_start_comes_from_the_real_epoch_info_shape(db_url):
     scn = _scn()
     with DevnetServer(scn) as net:
-        now = _to_last(net)
+        now = net.advance_to_last_epoch().devnet.current_epoch
         _poll(db_url, net)
         start = scn.epoch_start(now)[0]
     with psycopg.connect(db_url) as c:
@@ -96,7 +90,7 @@ def test_window_start_comes_from_the_real_epoch_info_shape(db_url):
 def test_failed_model_read_is_visible_then_resolved(db_url, caplog):
     scn = _scn(epochs=2)
     with DevnetServer(scn) as net:
-        now = _to_last(net)
+        now = net.advance_to_last_epoch().devnet.current_epoch
         net.app.options.failing_models = (MINIMAX,)
         with caplog.at_level(logging.WARNING, logger="indexer.poller.finality"):
             _poll(db_url, net)
@@ -130,7 +124,7 @@ def test_failed_model_read_is_visible_then_resolved(db_url, caplog):
 def test_epoch_without_escrows_becomes_final(db_url):
     scn = _scn(epochs=2, escrows=0)
     with DevnetServer(scn) as net:
-        now = _to_last(net)
+        now = net.advance_to_last_epoch().devnet.current_epoch
         _poll(db_url, net)
         first = _states(db_url)
         _poll(db_url, net)

@@ -173,7 +173,8 @@ def cmd_run(args, settings: Settings) -> int:
     alerts = None if args.no_alerts else alert_job(url, args, settings)
     server = metrics_server(args, settings, url)  # before polling: an address in use stops the start (exit 2)
     metrics = server.metrics if server else None
-    options = {"validator": settings.validator_address, "operator": operator}
+    options = {"validator": settings.validator_address, "operator": operator,
+               "lease_seconds": args.lease_seconds or settings.lease_seconds}
     try:
         if args.once:
             say(format_poll_summary(timed(lambda: poll_once(url, chain, rpc, **options), metrics)))

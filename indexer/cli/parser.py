@@ -148,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "off: none; an address in use stops the start with exit 2)")
     run.add_argument("--ready-max-lag", type=positive_float, metavar="SECONDS",
                      help="/ready answers 503 when a source lags more than this ($INDEXER_READY_MAX_LAG, default 900)")
+    run.add_argument("--lease-seconds", type=positive_float, metavar="SECONDS",
+                     help="several pollers on one database split the work through leases of this length, renewed "
+                          "while working; a killed poller's work is taken over once they expire "
+                          "($INDEXER_LEASE_SECONDS, default 60)")
     run.add_argument("--no-alerts", action="store_true", help="do not run the alert jobs in this process")
     add_alert_arguments(run)
 

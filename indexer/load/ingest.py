@@ -16,9 +16,11 @@ from functools import cache
 import psycopg
 
 from indexer import workers
+from indexer.db.quickstats import analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER, PG_TYPES
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_epochs, routed_column
 from indexer.load.prepare import Prepared, prepare_batch, prepare_block
+from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
 from indexer import refusals
@@ -133,8 +135,9 @@ class BatchLoader:
         violation (the server would log every such expected failure as an ERROR with the key's values):
 
         * the worker counted the batch's keys (``distinct_keys``);
-        * none of the batch's escrows (or epochs) has rows of this kind yet (an index probe each; true on a first
-          load of well-ordered records): then the batch is COPYed straight into the table;
+        * none of the batch's keys can exist yet (indexer.load.probe: an index probe per escrow over the batch's
+          key range, or per epoch; true on a first load of well-ordered records): then the batch is COPYed
+          straight into the table;
         * else the batch is staged and one join asks whether any key exists: if none, a plain INSERT from the stage.
 
         False: the batch is staged and the caller's upsert (which records amendments) takes it.
@@ -142,11 +145,7 @@ class BatchLoader:
         is where they go (the parent, or the one partition they all belong to: EpochRouter.targets)."""
         spec = KINDS[kind]
         stage = stage_table(spec)
-        # never prepared: a generic plan for "= ANY(array)" may pick a sequential scan of the whole table (and
-        # a custom plan prunes the partitions to the batch's epochs at plan time)
-        probe = (list(kb.scope),) if epochs is None else (list(kb.scope), sorted(set(epochs.values())))
-        direct = kb.distinct_keys and not self.conn.execute(_scope_has_rows(kind), probe,
-                                                            prepare=False).fetchone()[0]
+        direct = kb.distinct_keys and not keys_may_exist(self.conn, kind, kb)
         if direct:
             try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
                 with self.conn.transaction(), self.conn.cursor().copy(
@@ -182,16 +181,6 @@ class BatchLoader:
 
 
 @cache
-def _scope_has_rows(kind: str) -> str:
-    """Whether any of the batch's escrows (or epochs: the key's first column) has rows of this kind already."""
-    spec = KINDS[kind]
-    column = spec.key[0]
-    in_epochs = " AND epoch_index = ANY(%s::bigint[])" if kind in ROUTED else ""
-    return (f"SELECT EXISTS (SELECT 1 FROM rec.{spec.table} "
-            f"WHERE {column} = ANY(%s::{PG_TYPES[spec.field(column).type]}[]){in_epochs})")
-
-
-@cache
 def _conflict_check(kind: str, table: str) -> str:
     spec, stage = KINDS[kind], stage_table(KINDS[kind])
     key = ", ".join(spec.key) + routed_column(kind)  # one key is only ever in one partition
@@ -218,7 +207,9 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     loader = BatchLoader(conn, source_id)
     total = IngestSummary(files=1)
     try:
-        _pipelined(loader, inp.open_blocks(batch_lines, on_progress), resume_after, total)
+        # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing
+        blocks = inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8)
+        _pipelined(loader, blocks, resume_after, total)
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
                                 ) from None
@@ -273,11 +264,12 @@ def analyze_records(conn: psycopg.Connection, kinds=None, epochs=None) -> None:
     """Refresh planner statistics after a bulk load instead of waiting for autovacuum: the replay and the rules
     run right after it, and their index choices depend on row counts. With ``epochs`` (the partitions a load
     wrote), an epoch-partitioned table's statistics are refreshed in those partitions only (analyze_epochs)."""
-    for kind in (KINDS if kinds is None else kinds):
-        if epochs is not None and kind in ROUTED:
-            analyze_epochs(conn, f"rec.{KINDS[kind].table}", epochs)
-        else:
-            conn.execute(f"ANALYZE rec.{KINDS[kind].table}")
+    kinds = list(KINDS if kinds is None else kinds)
+    analyze_quickly(conn, [f"rec.{KINDS[kind].table}" for kind in kinds if epochs is None or kind not in ROUTED])
+    if epochs is not None:
+        for kind in kinds:
+            if kind in ROUTED:
+                analyze_epochs(conn, f"rec.{KINDS[kind].table}", epochs)
     if not conn.autocommit:
         conn.commit()
 

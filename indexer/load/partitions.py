@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import psycopg
 
+from indexer.db.quickstats import analyze_quickly
 from indexer.load.copytext import text
 from indexer.records import KINDS
 
@@ -136,15 +137,8 @@ def routed_column(kind: str) -> str:
 def analyze_epochs(conn: psycopg.Connection, parent: str, epochs) -> None:
     """ANALYZE the partitions of `parent` that hold `epochs`, not the parent: the replay and the rules plan one
     epoch at a time against a partition's own statistics, and ANALYZE of the parent samples the whole table and
-    then every partition. The statistics sample is split over the partitions, so together they cost one table's."""
-    tables = partition_names(conn, parent, sorted(epochs))
-    if not tables:
-        return
-    with conn.transaction():
-        conn.execute("SELECT set_config('default_statistics_target', greatest(10, "
-                     "current_setting('default_statistics_target')::int / %s)::text, true)", (len(tables),))
-        for table in tables:
-            conn.execute(f"ANALYZE {table}")
+    then every partition again. With the bulk load's small sample (indexer.db.quickstats)."""
+    analyze_quickly(conn, partition_names(conn, parent, sorted(epochs)))
 
 
 def partition_names(conn: psycopg.Connection, parent: str, epochs: list[int]) -> list[str]:

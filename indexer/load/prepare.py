@@ -13,11 +13,11 @@ import orjson
 
 from indexer.load.coerce import COERCE, Invalid, NeedsExactParse
 from indexer.load.copytext import FORMATTERS
-from indexer.load.fastpath import FAST
-from indexer.records import KINDS, VOTES
+from indexer.load.fastpath import PREPARE_ESCAPING, PREPARE_PLAIN
+from indexer.records import KINDS, U32, U64, VOTES
 from indexer import refusals
 from indexer.workers import no_cyclic_gc
-from indexer.sources.ndjson import Accepted, block_lines, classify_line, loads_exact
+from indexer.sources.ndjson import Accepted, block_lines, classify_line, key_count, loads_exact
 
 # Row positions (line number first) used by the general path.
 _SCOPE_AT = {name: 1 + kind.columns.index("escrow_id" if kind.scope == "escrow" else "epoch_index")
@@ -26,6 +26,10 @@ _SLOT_AT = {name: (1 + kind.columns.index(kind.slot_fields[0]), kind.slot_fields
                    kind.field(kind.slot_fields[0]).type == VOTES)
             for name, kind in KINDS.items() if kind.slot_fields}
 assert all(len(kind.slot_fields) <= 1 for kind in KINDS.values())  # one slot field per kind (SlotCheck's model)
+_NESTED = frozenset(name for name, kind in KINDS.items() if any(f.type == VOTES for f in kind.fields))
+# Kinds keyed by (escrow_id, an integer, ...): their batches carry key ranges per escrow (KindBatch.key_ranges).
+_RANGED = frozenset(name for name, kind in KINDS.items()
+                    if kind.scope == "escrow" and len(kind.key) >= 2 and kind.field(kind.key[1]).type in (U32, U64))
 _ESCROW_SLOTS_AT = 1 + KINDS["escrow"].columns.index("slots")
 _F_IN, _F_OUT, _F_PAYLOAD = (1 + KINDS["finish"].columns.index(c)
                              for c in ("input_tokens", "output_tokens", "response_payload"))
@@ -39,6 +43,9 @@ class KindBatch:
     scope: set                         # escrow ids or epochs to mark dirty
     slot_max: dict = field(default_factory=dict)  # escrow_id -> highest slot (or voter slot) named in the batch
     distinct_keys: bool = True         # no key twice in the batch (else only the upsert, last line wins, will do)
+    # escrow_id -> (lowest, highest) second key column (inference_id, slot_id) in the batch, for kinds keyed by
+    # more than the escrow: lets the commit ask whether any of the batch's keys may exist already (probe.py)
+    key_ranges: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -55,31 +62,22 @@ class Prepared:
     source_lines: Callable[[], Iterable[tuple[int, bytes]]] | None = None
 
 
-class _KindRows:
-    __slots__ = ("lines", "scope", "slot_max")
-
-    def __init__(self) -> None:
-        self.lines, self.scope, self.slot_max = [], set(), {}
-
-    def add(self, line: str, scope, slot) -> None:
-        self.lines.append(line)
-        self.scope.add(scope)
-        if slot is not None and slot > self.slot_max.get(scope, -1):
-            self.slot_max[scope] = slot
-
-
 def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:
     """Worker entry for a file: a block of whole lines numbered from `first_line`; lines at or before
     `resume_after` are already committed and only counted."""
-    lines = block_lines(first_line, block)
+    if b"\r" in block:  # CRLF line ends: block_lines strips them (rare, so the plain split below stays lean)
+        lines = block_lines(first_line, block)
+    else:  # blank lines are recognised inside the loop, where a line orjson refuses is looked at anyway
+        parts = block.split(b"\n")
+        lines = zip(range(first_line, first_line + len(parts)), parts)
     skipped = 0
     if resume_after >= first_line:
         kept = []
         for number, raw in lines:
-            if number <= resume_after:
-                skipped += 1
-            else:
+            if number > resume_after:
                 kept.append((number, raw))
+            elif raw.strip():
+                skipped += 1
         lines = kept
     prepared = prepare_batch(source_id, lines)
     prepared.skipped = skipped
@@ -87,41 +85,61 @@ def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: i
     return prepared
 
 
-def prepare_batch(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
+def prepare_batch(source_id: int, lines: Iterable[tuple[int, bytes]], objs: Iterable[dict] | None = None) -> Prepared:
+    """Type and render (line number, raw line) pairs. ``objs``, when given, are the lines already parsed, in the
+    same order (the poller's decoder has each record as a dict before it serializes it): they spare a JSON parse.
+    The general path still reads ``raw``, so a line and its object must say the same."""
+    loads = orjson.loads if objs is None else (lambda raw, nxt=iter(objs).__next__: nxt())
     with no_cyclic_gc():
-        return _prepare(source_id, lines)
+        return _prepare(source_id, lines, loads)
 
 
-def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]]) -> Prepared:
+def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads) -> Prepared:
     out = Prepared(0, 0, {}, [])
-    rows: dict[str, _KindRows] = {}
-    sid, loads = str(source_id), orjson.loads
+    rows: dict[str, list] = {}  # kind -> [(copy_line, scope, slot, key)], folded into a KindBatch at the end
+    sid, fast_plain, fast_escaping = str(source_id), PREPARE_PLAIN, PREPARE_ESCAPING
+    count = last = 0
     for number, raw in lines:
-        out.lines += 1
-        out.last_line = number
         try:
             obj = loads(raw)
             kind = obj["kind"]
-            fast = FAST[kind]
+            fast = fast_plain[kind]
         except (ValueError, KeyError, TypeError):
+            if not raw.strip():
+                continue  # a blank line: numbered, never counted or loaded
             fast = None
-        # A fast-path record is one flat object: each key brings one colon, so a line with more colons than keys
-        # (a duplicate key orjson dropped, or a colon inside a string) is left to the general path, which checks.
-        if (fast is not None and b"\\u0000" not in raw and raw.count(b":") == len(obj)
+        count += 1
+        last = number
+        # Each key brings one colon, so a line with more colons than parsed keys (a duplicate key orjson dropped,
+        # or a colon inside a string) is left to the general path, which checks. Fast-path records are flat
+        # objects, but for their vote lists (_NESTED): those keys are counted too.
+        # A line with a backslash may hold escapes: its strings are escaped for COPY, and \u0000 goes general.
+        if (fast is not None and ((colons := raw.count(b":")) == len(obj)
+                                  or (kind in _NESTED and colons == key_count(obj)))
+                and (b"\\" not in raw or (b"\\u0000" not in raw and (fast := fast_escaping[kind])))
                 and (got := fast(obj, number, sid)) is not None):
-            target = rows.get(kind) or rows.setdefault(kind, _KindRows())
-            target.add(*got)
+            target = rows.get(kind)
+            if target is None:
+                target = rows[kind] = []
+            target.append(got)
         else:
             _general(out, rows, source_id, sid, number, raw)
-    out.kinds = {k: KindBatch("".join(r.lines).encode(), len(r.lines), r.scope, r.slot_max,
-                              _distinct_keys(r.lines, len(KINDS[k].key))) for k, r in rows.items()}
+    out.lines, out.last_line = count, last
+    out.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
     return out
 
 
-def _distinct_keys(lines: list[str], n_key: int) -> bool:
-    """Whether no key repeats among COPY rows (line number, then the key columns first): counted here in the
-    worker, so the commit knows without asking the server."""
-    return len({tuple(line.split("\t", n_key + 1)[1:n_key + 1]) for line in lines}) == len(lines)
+def _kind_batch(kind: str, got: list) -> KindBatch:
+    # sorted pairs: dict() keeps each scope's last pair, i.e. its highest slot (or key column)
+    slots = sorted([(g[1], g[2]) for g in got if g[2] is not None])
+    keys = {g[3] for g in got}  # counted here in the worker, so the commit knows whether a key repeats
+    ranges = {}
+    if kind in _RANGED:
+        pairs = sorted([(k[0], k[1]) for k in keys])
+        low = dict(reversed(pairs))  # the first pair of each escrow wins here: its lowest
+        ranges = {scope: (low[scope], high) for scope, high in dict(pairs).items()}
+    return KindBatch("".join([g[0] for g in got]).encode(), len(got), {g[1] for g in got}, dict(slots),
+                     len(keys) == len(got), ranges)
 
 
 def _general(out: Prepared, rows: dict, source_id: int, sid: str, number: int, raw: bytes) -> None:
@@ -136,8 +154,8 @@ def _general(out: Prepared, rows: dict, source_id: int, sid: str, number: int, r
     except Invalid as exc:
         out.rejects.append((source_id, number, kind, str(exc), printable(raw)))
         return
-    target = rows.get(kind) or rows.setdefault(kind, _KindRows())
-    target.add(FORMATTERS[kind](row, sid), row[_SCOPE_AT[kind]], slot_of(kind, row))
+    rows.setdefault(kind, []).append((FORMATTERS[kind](row, sid), row[_SCOPE_AT[kind]], slot_of(kind, row),
+                                      row[1:1 + len(KINDS[kind].key)]))
     if kind == "escrow":
         out.escrow_sizes[row[1]] = len(row[_ESCROW_SLOTS_AT])
     elif kind == "finish" and row[_F_IN] == 0 and row[_F_OUT] == 0 and row[_F_PAYLOAD]:

@@ -9,12 +9,19 @@ After each escrow, the progress watchdog (``net.progress``) stores the host's sh
 beside our cursor. When the source is ahead and the cursor has not moved for ``STALL_CYCLES`` consecutive cycles (a
 host that stopped serving its log, a decode error at one nonce, …), it logs a warning, writes a ``net.failure`` row
 and sets ``last_error`` of ``escrow:<id>``; ``api.ingest_status.stalled_cycles`` shows the count.
+
+With leases (:mod:`indexer.poller.leases`, several pollers on one database) a fetch thread takes the escrow's
+``escrow:<id>`` lease before anything else and reads its cursor afresh (another poller may have moved it since the
+cycle listed its escrows); an escrow another poller holds, or did during this cycle, is handed over as
+:class:`Skipped`. Every commit is fenced by the leases of the escrows it carries, and an escrow's lease is released
+once its outcome is written.
 """
 from __future__ import annotations
 
 import logging
 import queue
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher, Settlement
 from indexer.poller.store import Store
@@ -33,9 +40,20 @@ STALL_CYCLES = 3              # watchdog: consecutive cycles without progress wh
 ESCROW_ERRORS = (FetchError, NormalizeError, WireDecodeError)
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """An escrow this poller did not fetch: ``held`` by another poller's live lease, or ``done`` (its lease was
+    released during this cycle, or it is final by now)."""
+    escrow_id: str
+    why: str
+
+
 class CommitPipeline:
-    def __init__(self, fetcher: EscrowFetcher, store: Store, summary, *, escrow_workers: int = ESCROW_WORKERS):
+    def __init__(self, fetcher: EscrowFetcher, store: Store, summary, *, escrow_workers: int = ESCROW_WORKERS,
+                 leases=None):
         self.fetcher, self.store, self.summary = fetcher, store, summary
+        self.leases = leases  # indexer.poller.leases.Leases, or None: a single poller takes no leases
+        self.skipped: dict[str, str] = {}  # escrow id -> why (Skipped.why), of the last run
         self._pool = ThreadPoolExecutor(max_workers=max(1, escrow_workers), thread_name_prefix="escrows")
 
     def close(self) -> None:
@@ -46,6 +64,7 @@ class CommitPipeline:
             cursors: dict[str, str]) -> dict[str, EscrowDone]:
         """Fetch and commit every (epoch, escrow id) job; return each escrow's outcome."""
         out: dict[str, EscrowDone] = {}
+        self.skipped = {}
         if not jobs:
             return out
         q: queue.Queue = queue.Queue(maxsize=QUEUE_CHUNKS)
@@ -62,7 +81,19 @@ class CommitPipeline:
                     continue
 
         def job(epoch: int, escrow_id: str) -> None:
-            done = EscrowDone(escrow_id, after=int(cursors.get(f"escrow:{escrow_id}") or 0))
+            after = int(cursors.get(f"escrow:{escrow_id}") or 0)
+            if self.leases is not None:
+                try:
+                    skip, after = self._lease(escrow_id)
+                except Exception as exc:  # noqa: BLE001 - a database failure: the committing thread ends the cycle
+                    skip = EscrowDone(escrow_id, slots=None, error=exc)
+                if skip is not None:
+                    try:
+                        put(skip)
+                    except Cancelled:
+                        pass
+                    return
+            done = EscrowDone(escrow_id, after=after)
             try:
                 self.fetcher.fetch(escrow_id, epoch, settlements.get(escrow_id), done.after, put, done)
             except Cancelled:
@@ -115,22 +146,43 @@ class CommitPipeline:
             f.result()
         return out
 
+    def _lease(self, escrow_id: str) -> tuple[Skipped | None, int]:
+        """Take the escrow's lease; return (None, its committed cursor) when this poller is to fetch it, else
+        (Skipped, 0)."""
+        taken = self.leases.take(f"escrow:{escrow_id}")
+        if taken.outcome != "taken":
+            return Skipped(escrow_id, taken.outcome), 0
+        after, final = self.leases.escrow_cursors(escrow_id)
+        if final:  # another poller finished it after this cycle listed it
+            self.leases.release([f"escrow:{escrow_id}"])
+            return Skipped(escrow_id, "done"), 0
+        return None, after
+
     def _prepare(self, batch: list[Chunk | EscrowDone]) -> list:
         """The chunks of a batch as one fetch (one rec.source, one COPY and upsert per kind), typed."""
         chunks = [c for c in batch if isinstance(c, Chunk)]
         if not chunks:
             return []
         uri = "devshard:escrow/" + ",".join(dict.fromkeys(c.escrow_id for c in chunks))
-        return self.store.prepare([([line for c in chunks for line in c.lines], uri)])
+        lines: list[bytes] = []
+        parts: list = []
+        untyped: list[int] = []
+        for c in chunks:  # one source: the chunks' lines in order, their typed parts shifted to where they land
+            parts.extend((len(lines) + offset, part) for offset, part in c.parts)
+            untyped.extend(len(lines) + pos for pos in c.untyped)
+            lines.extend(c.lines)
+        return self.store.prepare_typed(lines, uri, parts, untyped)
 
-    def _commit(self, batch: list[Chunk | EscrowDone], prepared: list, out: dict[str, EscrowDone]) -> None:
+    def _commit(self, batch: list[Chunk | EscrowDone | Skipped], prepared: list,
+                out: dict[str, EscrowDone]) -> None:
         """Commit a prepared batch with its cursors, then settle the escrows that finished in it."""
         chunks = [c for c in batch if isinstance(c, Chunk)]
         if chunks:
             cursors: dict[str, str] = {}
             for c in chunks:
                 cursors.update(c.cursors)  # chunks of one escrow arrive in order: the last one wins
-            res = self.store.commit(prepared, cursors)
+            fence = sorted({f"escrow:{c.escrow_id}" for c in chunks}) if self.leases is not None else ()
+            res = self.store.commit(prepared, cursors, fence=fence)
             s = self.summary
             s.records += res.lines
             s.loaded += res.loaded
@@ -140,6 +192,10 @@ class CommitPipeline:
         for item in batch:
             if isinstance(item, EscrowDone):
                 out[item.escrow_id] = self._finish_escrow(item)
+                if self.leases is not None:  # its rows, cursors and watchdog state are written by now
+                    self.leases.release([f"escrow:{item.escrow_id}"])
+            elif isinstance(item, Skipped):
+                self.skipped[item.escrow_id] = item.why
 
     def _finish_escrow(self, done: EscrowDone) -> EscrowDone:
         s = self.summary

@@ -13,6 +13,13 @@ Per escrow, the diff log is read from the ``escrow:<id>`` cursor (last ingested 
 last state root checked against a second host. An escrow whose settled log is complete gets an
 ``escrow-final:<id>`` cursor and is not fetched again. What is lost and what is recorded when a source is down for
 longer than the pruning window: see :mod:`indexer.poller`.
+
+Several pollers on one database split a cycle through leases (:mod:`indexer.poller.leases`): an epoch's chain work
+(snapshot, then host stats and state once its escrows are done) under ``epoch:<E>``, each escrow under
+``escrow:<id>``. Every poller lists every epoch's escrows and skips what another holds; it then waits, looking at
+the leases every :attr:`~indexer.poller.leases.Leases.tick`, until each skipped unit is released (done) or has
+expired (its holder died: this poller takes it over). So a cycle that returns has seen all of its work done once,
+by someone, and its replay and rules run on all of it.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from indexer.poller.commit import ESCROW_WORKERS, CommitPipeline
 from indexer.poller.decode import decode_pool
 from indexer.poller.fetch import EscrowFetcher
 from indexer.poller.finality import PRUNING_WINDOW, Epochs
+from indexer.poller.leases import DEFAULT_LEASE_SECONDS, Leases
 from indexer.poller.store import Store
 from indexer.settings import DEFAULT_VALIDATOR
 from indexer.sources.gonka import Gonka, RetryPolicy
@@ -35,7 +43,6 @@ from indexer.wire.normalize import current_epoch
 
 PAYLOAD_WORKERS = 4           # concurrent payload requests (0: each escrow thread fetches its own in turn)
 DECODE_WORKERS = 2            # processes decoding diff runs into NDJSON lines (0: decode in the fetch threads)
-POLLER_LOCK_KEY = 0x706F6C6C6572  # 'poller'
 
 
 @dataclass
@@ -56,7 +63,10 @@ class PollSummary:
     requests: int = 0
     replayed_escrows: int = 0
     rules_epochs: int = 0
-    locked_out: bool = False
+    holder: str = ""                # this poller's lease holder id (hostname:pid:random)
+    escrows_elsewhere: int = 0      # escrows another poller fetched (held, or done during this cycle)
+    epochs_elsewhere: int = 0       # epochs whose chain work another poller did
+    takeovers: int = 0              # expired leases of another (dead or stalled) poller taken over
     seconds: float = 0.0
     # breakdown (seconds): fetch and decode are summed over the fetch threads, the others are wall time
     t_fetch: float = 0.0
@@ -71,16 +81,18 @@ class PollSummary:
 class Poller:
     def __init__(self, gonka: Gonka, store: Store, *, validator: str = DEFAULT_VALIDATOR,
                  fetch_payloads: bool = True, payload_workers: int = PAYLOAD_WORKERS,
-                 escrow_workers: int = ESCROW_WORKERS, decode_workers: int = DECODE_WORKERS) -> None:
+                 escrow_workers: int = ESCROW_WORKERS, decode_workers: int = DECODE_WORKERS,
+                 leases: Leases | None = None) -> None:
         self.g, self.store = gonka, store
+        self.leases = leases
         self.summary = PollSummary()
         self._decoders = decode_pool(decode_workers)
         self._payloads = ThreadPoolExecutor(max_workers=max(1, payload_workers), thread_name_prefix="payloads")
         fetcher = EscrowFetcher(gonka, store.fail, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_pool=self._payloads if payload_workers > 0 else None,
                                 decoders=self._decoders)
-        self.pipeline = CommitPipeline(fetcher, store, self.summary, escrow_workers=escrow_workers)
-        self.epochs = Epochs(gonka, store, self.summary, self._payloads)
+        self.pipeline = CommitPipeline(fetcher, store, self.summary, escrow_workers=escrow_workers, leases=leases)
+        self.epochs = Epochs(gonka, store, self.summary, self._payloads, leases)
 
     def close(self) -> None:
         self.pipeline.close()
@@ -103,40 +115,109 @@ class Poller:
             else:
                 todo.append(epoch)
         if todo:
-            settlements = self.epochs.settlements(self.epochs.window_start_height(info))
-            # chain metadata of every epoch first, then all their escrows through one pipeline (oldest epoch
-            # first, so the fetch threads never idle at an epoch boundary), then each epoch's stats and state
-            plans = [self.epochs.plan(epoch, info if epoch == now else None) for epoch in todo]
-            cursors = self.store.cursors("escrow")
-            jobs = list({eid: (epoch, eid) for epoch, ids, pending in reversed(plans) for eid in pending}.values())
-            jobs.sort(key=lambda j: todo.index(j[0]))  # an id listed by two epochs is fetched once, with the older
-            done = self.pipeline.run(jobs, settlements, cursors)
-            for epoch, ids, pending in plans:
-                self.epochs.finish(epoch, ids, pending, done)
+            self._epochs(todo, now, info)
         self.store.load([], "poll", {"chain": str(now)})
         return s
+
+    def _epochs(self, todo: list[int], now: int, info: dict) -> None:
+        """Chain metadata of every epoch first, then all their escrows through one pipeline (oldest epoch first,
+        so the fetch threads never idle at an epoch boundary), then each epoch's stats and state — each piece by
+        whichever poller holds its lease; what others hold is waited for, or taken over once expired."""
+        s = self.summary
+        settlements = self.epochs.settlements(self.epochs.window_start_height(info))
+        plans: dict[int, tuple[list[str], list[str]]] = {}
+        mine: list[int] = []        # epochs whose chain work is this poller's
+        waiting: set[str] = set()   # leases of skipped work another poller holds
+        for epoch in todo:
+            outcome = self._take(f"epoch:{epoch}")
+            if outcome == "done":   # another poller did the whole epoch, its escrows included, during this cycle
+                s.epochs_elsewhere += 1
+                continue
+            if outcome == "taken":
+                self.epochs.snapshot(epoch, info if epoch == now else None)
+                mine.append(epoch)
+            else:
+                waiting.add(f"epoch:{epoch}")
+            _, ids, pending = self.epochs.listing(epoch)
+            plans[epoch] = (ids, pending)
+        owner: dict[str, int] = {}  # an id listed by two epochs is fetched once, with the older
+        for epoch in reversed(list(plans)):
+            owner.update({eid: epoch for eid in plans[epoch][1]})
+        jobs = sorted(((epoch, eid) for eid, epoch in owner.items()), key=lambda j: todo.index(j[0]))
+        done = self.pipeline.run(jobs, settlements, self.store.cursors("escrow"))
+        waiting |= self._skipped()
+        finished: set[int] = set()
+        while True:
+            # an epoch of this poller is finished once no escrow of it is in another poller's hands
+            for epoch in mine:
+                if epoch not in finished and not any(f"escrow:{e}" in waiting for e in plans[epoch][1]):
+                    self.epochs.finish(epoch, *plans[epoch], done)
+                    if self.leases is not None:
+                        self.leases.release([f"epoch:{epoch}"])
+                    finished.add(epoch)
+            if not waiting:
+                break
+            self.leases.wait(self.leases.tick)
+            retry: list[tuple[int, str]] = []
+            for resource, state in sorted(self.leases.status(waiting).items()):
+                if state == "done":
+                    waiting.discard(resource)
+                elif state == "free":  # expired: its holder died or stalled
+                    kind, key = resource.split(":", 1)
+                    if kind == "escrow":  # the pipeline takes it over (or finds it done meanwhile)
+                        waiting.discard(resource)
+                        retry.append((owner[key], key))
+                    elif (outcome := self._take(resource)) != "held":
+                        waiting.discard(resource)
+                        if outcome == "taken":
+                            self.epochs.snapshot(int(key), info if int(key) == now else None)
+                            mine.append(int(key))
+            if retry:
+                done.update(self.pipeline.run(retry, settlements, {}))
+                waiting |= self._skipped()
+        s.escrows_elsewhere = sum(1 for eid in owner if eid not in done)
+        s.epochs_elsewhere += len(plans) - len(mine)
+        s.takeovers = len(self.leases.takeovers) if self.leases else 0
+
+    def _take(self, resource: str) -> str:
+        return "taken" if self.leases is None else self.leases.take(resource).outcome
+
+    def _skipped(self) -> set[str]:
+        """Leases of the escrows the last pipeline run skipped because another poller holds them."""
+        return {f"escrow:{eid}" for eid, why in self.pipeline.skipped.items() if why == "held"}
 
 
 def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence[str], *,
               policy: RetryPolicy | None = None, process: bool = True, archive: bool = True,
               validator: str = DEFAULT_VALIDATOR, operator: Operator | None = None, fetch_payloads: bool = True,
               payload_workers: int = PAYLOAD_WORKERS, escrow_workers: int = ESCROW_WORKERS,
-              decode_workers: int = DECODE_WORKERS) -> PollSummary:
-    """One full cycle into the database at ``url``. A cycle that cannot take the poller lock does nothing."""
+              decode_workers: int = DECODE_WORKERS, lease_seconds: float = DEFAULT_LEASE_SECONDS,
+              holder: str | None = None) -> PollSummary:
+    """One full cycle into the database at ``url``, sharing the work with any other poller on it through leases of
+    ``lease_seconds`` (``holder``: this poller's lease holder id, default hostname:pid:random)."""
     from indexer.pipeline import process_changes
 
     start = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
-        if not conn.execute("SELECT pg_try_advisory_lock(%s)", (POLLER_LOCK_KEY,)).fetchone()[0]:
-            return PollSummary(locked_out=True)
+        leases = Leases(url, seconds=lease_seconds, holder=holder).start()
+        error = None
         try:
             store = Store(conn, archive=archive, side_url=url)
-            with Gonka(chain_urls, rpc_url, policy=policy, on_response=store.on_response,
-                       on_failure=store.on_failure, operator=operator) as gonka:
+            store.leases = leases
+            def on_response(*args) -> None:  # every answer or failed attempt is progress (leases stay renewed)
+                leases.touch()
+                store.on_response(*args)
+
+            def on_failure(*args, **kw) -> None:
+                leases.touch()
+                store.on_failure(*args, **kw)
+
+            with Gonka(chain_urls, rpc_url, policy=policy, on_response=on_response,
+                       on_failure=on_failure, operator=operator) as gonka:
                 poller = Poller(gonka, store, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_workers=payload_workers, escrow_workers=escrow_workers,
-                                decode_workers=decode_workers)
-                error = None
+                                decode_workers=decode_workers, leases=leases)
+                poller.summary.holder = leases.holder
                 try:
                     summary = poller.cycle()
                 except Exception as exc:
@@ -149,15 +230,16 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
                         store.finish_cycle(url, error)
                     finally:
                         store.close()
-            summary.t_load = store.seconds
-            summary.t_prepare, summary.transactions = store.t_prepare, store.transactions
-            if process:
-                downstream = process_changes(conn, url, loaded_rows=summary.loaded)
-                summary.replayed_escrows = downstream.replay.escrows
-                summary.rules_epochs = downstream.rules.epochs
-                summary.t_replay, summary.t_rules = downstream.replay.seconds, downstream.rules.seconds
         finally:
-            if not conn.broken:  # a dropped session released its advisory lock with it
-                conn.execute("SELECT pg_advisory_unlock(%s)", (POLLER_LOCK_KEY,))
+            # a failed cycle gives back what it still holds at once; a finished one holds nothing by now
+            leases.close(failed=error is not None)
+        summary.t_load = store.seconds
+        summary.t_prepare, summary.transactions = store.t_prepare, store.transactions
+        if process:
+            # several pollers may run this at once: replay and rules claim their dirty marks with SKIP LOCKED
+            downstream = process_changes(conn, url, loaded_rows=summary.loaded)
+            summary.replayed_escrows = downstream.replay.escrows
+            summary.rules_epochs = downstream.rules.epochs
+            summary.t_replay, summary.t_rules = downstream.replay.seconds, downstream.rules.seconds
     summary.seconds = time.perf_counter() - start
     return summary

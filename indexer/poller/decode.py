@@ -1,4 +1,4 @@
-"""Decoding a run of host diff-log entries into NDJSON lines, in worker processes.
+"""Decoding a run of host diff-log entries into NDJSON lines, typed for COPY, in worker processes.
 
 Protobuf decoding, normalizing and serializing are the poller's largest CPU cost and pure functions of the
 entries, so they run in a small process pool (``forkserver``: workers start from a clean process, never forked from
@@ -12,18 +12,27 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from indexer.load.assemble import PLACEHOLDER_SOURCE
+from indexer.load.prepare import Prepared, prepare_batch
 from indexer.workers import pool as workers_pool
 from indexer.wire.diffs import diff_messages_from_host_json
 from indexer.wire.normalize import dumps_record_bytes, normalize_diffs
 
-PRELOAD = ["indexer.poller.decode"]
+PRELOAD = ["indexer.poller.decode"]  # its imports compile the loader's typing functions once per worker
 
 
 @dataclass
 class Decoded:
-    lines: list[bytes | None]                  # None at the positions of held records
+    """A decoded run: its lines (:meth:`lines`), the refusals held for their payloads, and the typed part."""
+    blob: bytes                                # the NDJSON lines joined by newlines (one pickled object, not
+                                               # thousands), empty at the positions of held records
+    count: int                                 # lines in the blob
     held: list[tuple[int, dict[str, Any]]]     # (position, finish record waiting for its payload)
     txs: int                                   # protocol txs, modelled or not
+    typed: Prepared                            # the lines but the held ones, typed (indexer.load.assemble)
+
+    def lines(self) -> list[bytes]:
+        return self.blob.split(b"\n") if self.count else []
 
 
 def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool) -> Decoded:
@@ -34,14 +43,22 @@ def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, 
     out = normalize_diffs(escrow_id, diffs, version)
     lines: list[bytes | None] = []
     held: list[tuple[int, dict[str, Any]]] = []
+    ready: list[tuple[int, bytes]] = []
+    objs: list[dict[str, Any]] = []
     for rec in out.records:
         if hold_refusals and rec["kind"] == "finish" and rec.get("input_tokens") == 0 \
                 and rec.get("output_tokens") == 0:
             held.append((len(lines), rec))
             lines.append(None)
         else:
-            lines.append(dumps_record_bytes(rec))
-    return Decoded(lines, held, len(out.records) + sum(out.other.values()))
+            line = dumps_record_bytes(rec)
+            lines.append(line)
+            ready.append((len(lines), line))
+            objs.append(rec)
+    # typed here, from the dicts at hand: the poller's committing thread only renumbers the rows
+    typed = prepare_batch(PLACEHOLDER_SOURCE, ready, objs)
+    blob = b"\n".join([line or b"" for line in lines])
+    return Decoded(blob, len(lines), held, len(out.records) + sum(out.other.values()), typed)
 
 
 def decode_pool(workers: int) -> Executor | None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
+from indexer.load.assemble import PLACEHOLDER_SOURCE
+from indexer.load.prepare import prepare_batch
 from indexer.poller.decode import decode_entries
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
 from indexer.sources.gonka.host import PAGE_NONCES
@@ -29,12 +31,16 @@ FailureReport = Callable[[str, str, str, bool], None]  # (source, url, error, tr
 
 @dataclass
 class Chunk:
-    """What one fetch thread hands to the committing thread: NDJSON lines of one fetch and the cursors they move."""
+    """What one fetch thread hands to the committing thread: NDJSON lines of one fetch and the cursors they move.
+    Most lines come typed by the decode workers: ``parts`` are (position of a part's first line, its Prepared) and
+    ``untyped`` the positions of the rest (indexer.load.assemble)."""
     escrow_id: str
     lines: list[bytes]
     cursors: dict[str, str]
     diffs: int = 0
     txs: int = 0
+    parts: list = field(default_factory=list)
+    untyped: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -122,6 +128,8 @@ class EscrowFetcher:
         done.tip = tip
 
         pending: list[bytes] = [dumps_record_bytes(esc)]
+        parts: list = []
+        untyped: list[int] = [0]
         nonce = after
         complete = False
         diffs_n = txs_n = 0
@@ -135,13 +143,14 @@ class EscrowFetcher:
             diffs = group.page(first, last)  # headers only: nonce, state root, the entry
             if diffs:
                 try:
-                    lines, ntx = self._records(escrow_id, version, epoch, diffs, group, done)
+                    lines, ntx, typed = self._records(escrow_id, version, epoch, diffs, group, done)
                 except (WireDecodeError, NormalizeError) as exc:
                     # the serving member's txs do not decode: skip it and read the run from another member
                     if group.primary is None:
                         raise
                     group._skip(group.primary, f"diffs {first}..{diffs[-1]['nonce']}: {exc}", False)
                     continue
+                parts.extend((len(pending), part) for part in typed)
                 pending.extend(lines)
                 nonce = diffs[-1]["nonce"]
                 diffs_n += len(diffs)
@@ -149,26 +158,28 @@ class EscrowFetcher:
             if len(diffs) < last - first + 1:  # the end of what the hosts have
                 complete = tip is None or nonce >= tip
                 break
-            emit(self._chunk(escrow_id, pending, nonce, False, diffs_n, txs_n, done))
-            pending, diffs_n, txs_n = [], 0, 0
+            emit(self._chunk(escrow_id, pending, nonce, False, diffs_n, txs_n, done, parts, untyped))
+            pending, diffs_n, txs_n, parts, untyped = [], 0, 0, [], []
         if complete:
+            untyped.extend(range(len(pending), len(pending) + len(stats)))
             pending.extend(dumps_record_bytes(r) for r in stats)
         final = complete and settled and bool(stats)
-        emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done))
+        emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done, parts, untyped))
         done.nonce, done.final = nonce, final
 
     @staticmethod
     def _chunk(escrow_id: str, lines: list[bytes], nonce: int, final: bool, diffs: int, txs: int,
-               done: EscrowDone) -> Chunk:
+               done: EscrowDone, parts: list, untyped: list[int]) -> Chunk:
         done.nonce = nonce  # committed by the time the watchdog looks (chunks commit before their escrow's end)
         cursors = {f"escrow:{escrow_id}": str(nonce)}
         if final:
             cursors[f"escrow-final:{escrow_id}"] = str(nonce)
-        return Chunk(escrow_id, lines, cursors, diffs, txs)
+        return Chunk(escrow_id, lines, cursors, diffs, txs, parts, untyped)
 
     def _records(self, escrow_id: str, version: str, epoch: int, diffs: list[dict], group: HostGroup,
-                 done: EscrowDone) -> tuple[list[bytes], int]:
-        """NDJSON lines of a run of diffs (decoded in the process pool), 0/0 Finish payloads fetched and filled in."""
+                 done: EscrowDone) -> tuple[list[bytes], int, list[Any]]:
+        """NDJSON lines of a run of diffs (decoded and typed in the process pool), 0/0 Finish payloads fetched and
+        filled in; with their typed parts (numbered from the run's first line)."""
         t0 = time.perf_counter()
         entries = [d["entry"] for d in diffs]
         if self.decoders is not None:
@@ -176,7 +187,7 @@ class EscrowFetcher:
         else:
             dec = decode_entries(escrow_id, version, entries, self.fetch_payloads)
         done.t_decode += time.perf_counter() - t0
-        lines = dec.lines
+        lines = dec.lines()
         if dec.held:
             wanted = [rec["inference_id"] for _, rec in dec.held]
             # payload requests are independent and many: fetch them concurrently (the HTTP client is thread-safe)
@@ -186,7 +197,14 @@ class EscrowFetcher:
                 if body is not None:
                     rec["response_payload"] = body
                 lines[pos] = dumps_record_bytes(rec)
-        return lines, dec.txs  # type: ignore[return-value]
+            # refusals are typed (their payloads parsed) by a decode worker too, numbered like the rest of the run
+            held = [(pos + 1, lines[pos]) for pos, _ in dec.held]
+            if self.decoders is not None:
+                typed_held = self.decoders.submit(prepare_batch, PLACEHOLDER_SOURCE, held).result()
+            else:
+                typed_held = prepare_batch(PLACEHOLDER_SOURCE, held)
+            return lines, dec.txs, [dec.typed, typed_held]  # type: ignore[return-value]
+        return lines, dec.txs, [dec.typed]  # type: ignore[return-value]
 
     def _payload(self, group: HostGroup, version: str, escrow_id: str, inference_id: int, epoch: int) -> str | None:
         for address in group.candidates():

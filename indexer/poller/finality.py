@@ -36,8 +36,9 @@ PRUNING_WINDOW = 2            # DevshardPruningThreshold: the chain keeps the cu
 
 
 class Epochs:
-    def __init__(self, gonka: Gonka, store: Store, summary, pool: Executor) -> None:
+    def __init__(self, gonka: Gonka, store: Store, summary, pool: Executor, leases=None) -> None:
         self.g, self.store, self.summary = gonka, store, summary
+        self.leases = leases  # indexer.poller.leases.Leases: each epoch's writes under its ``epoch:<E>`` lease
         self._pool = pool  # host epoch stats are many small independent reads
         self._snapshot_complete: dict[int, bool] = {}  # epoch -> every chain read of its snapshot succeeded
 
@@ -48,20 +49,26 @@ class Epochs:
         keeps that state; else live values stand in, flagged inexact)."""
         final = self.store.cursors("escrow-final")
         for epoch in sorted(e for e, st in states.items() if st != "final" and e < now - PRUNING_WINDOW):
+            if not self.take(epoch):
+                continue  # another poller prunes it (if it dies, a later cycle does, once its lease expired)
             self.snapshot(epoch)
             ids = self.created_ids(epoch)
             lost = [eid for eid in ids if f"escrow-final:{eid}" not in final]
             self._lost(epoch, lost, f"epoch {epoch} pruned before escrow was final")
             if lost:
                 log.warning("epoch %s pruned while settling: %d escrow(s) not final", epoch, len(lost))
-            self.store.commit_epoch_state(epoch, "final", len(ids), len(ids) - len(lost), None, reason="pruned")
+            self.store.commit_epoch_state(epoch, "final", len(ids), len(ids) - len(lost), None, reason="pruned",
+                                          fence=self.fence(epoch))
             if lost:
                 self.store.error(f"epoch:{epoch}", f"pruned while settling: {len(lost)} of {len(ids)} escrow(s) "
                                                    f"not final")
             self.summary.epoch_states[epoch] = "final"
+            self.release(epoch)
         # epochs that came and went while the poller was away (its last cycle is older than the window)
         if states:
             for epoch in range(max(states) + 1, now - PRUNING_WINDOW):
+                if not self.take(epoch):
+                    continue
                 log.warning("epoch %s was pruned before the poller saw it", epoch)
                 msg = ("epoch pruned before the poller saw it (the poller or its sources were down longer than the "
                        "pruning window)")
@@ -69,9 +76,23 @@ class Epochs:
                 ids = self.created_ids(epoch)
                 self._lost(epoch, ids, f"epoch {epoch} pruned before the poller saw it")
                 self.store.fail(f"epoch:{epoch}", "", msg, False)
-                self.store.commit_epoch_state(epoch, "final", len(ids), 0, None, reason="missed")
+                self.store.commit_epoch_state(epoch, "final", len(ids), 0, None, reason="missed",
+                                              fence=self.fence(epoch))
                 self.store.error(f"epoch:{epoch}", msg)
                 self.summary.epoch_states[epoch] = "final"
+                self.release(epoch)
+
+    # -- the epoch:<E> lease (several pollers) ----------------------------------------------------------
+    def take(self, epoch: int) -> bool:
+        """Whether this poller does epoch E's chain work now (always, without leases)."""
+        return self.leases is None or self.leases.take(f"epoch:{epoch}").outcome == "taken"
+
+    def fence(self, epoch: int) -> tuple[str, ...]:
+        return () if self.leases is None else (f"epoch:{epoch}",)
+
+    def release(self, epoch: int) -> None:
+        if self.leases is not None:
+            self.leases.release([f"epoch:{epoch}"])
 
     def created_ids(self, epoch: int) -> list[str]:
         """The epoch's escrow ids from its creation events (blocks are not pruned, so these outlive the escrows);
@@ -132,7 +153,11 @@ class Epochs:
     def plan(self, epoch: int, info: dict | None) -> tuple[int, list[str], list[str]]:
         """Load the epoch's chain metadata; return (epoch, its escrow ids, the ids still to fetch)."""
         self.snapshot(epoch, info)
+        return self.listing(epoch)
 
+    def listing(self, epoch: int) -> tuple[int, list[str], list[str]]:
+        """(epoch, its escrow ids, the ids still to fetch), without writing anything (another poller may hold the
+        epoch's lease)."""
         ids = self.listed_ids(epoch)
         final = self.store.cursors("escrow-final")
         self.summary.escrows_skipped_final += sum(f"escrow-final:{e}" in final for e in ids)
@@ -152,20 +177,19 @@ class Epochs:
             log.warning("epoch %s %s: chain read failed on %s: %s", f.epoch, subject, f.host, f.error)
             self.store.fail(f.source, f.url, f.error, f.transient)
         self.store.load_many([([dumps_record_bytes(r) for r in records], f"chain:epoch_group_data/{epoch}")], None,
-                             after=lambda c: self.store.snapshot_outcome(c, cap.failures, cap.succeeded))
+                             after=lambda c: self.store.snapshot_outcome(c, cap.failures, cap.succeeded),
+                             fence=self.fence(epoch))
 
     def finish(self, epoch: int, ids: list[str], pending: list[str], done: dict[str, EscrowDone]) -> None:
         """Host epoch stats of the epoch's participants, and its finality state."""
         participants: dict[str, None] = {}
-        n_final = len(ids) - len(pending)
-        stored = self.store.stored_slots([e for e in ids if e not in done])  # final before this cycle
+        # final escrows as committed, by this poller or by another one that held their leases this cycle
+        final = self.store.cursors("escrow-final")
+        n_final = sum(f"escrow-final:{e}" in final for e in ids)
+        stored = self.store.stored_slots([e for e in ids if e not in done])  # final before, or another poller's
         for escrow_id in ids:
             d = done.get(escrow_id)
-            if d is None:
-                slots = stored.get(escrow_id, [])
-            else:
-                n_final += d.final
-                slots = d.slots or []
+            slots = stored.get(escrow_id, []) if d is None else d.slots or []
             for addr in slots:
                 participants[addr] = None
         stats = self.host_epoch_stats(epoch, list(participants))
@@ -181,7 +205,7 @@ class Epochs:
         self.store.load_many([([dumps_record_bytes(r) for r in stats], f"chain:devshard_host_epoch_stats/{epoch}")],
                              None, after=lambda c: self.store.set_epoch_state(
                                  c, epoch, state, len(ids), n_final, digest,
-                                 reason="complete" if state == "final" else None))
+                                 reason="complete" if state == "final" else None), fence=self.fence(epoch))
 
     def host_epoch_stats(self, epoch: int, participants: Sequence[str]) -> list[dict]:
         if epoch >= (self.summary.epoch or 0):

@@ -1,7 +1,7 @@
 """``indexer run``: the poll cycle on an APScheduler 3 interval job (max_instances=1), SIGTERM-safe.
 
-Two pollers on one database never double-ingest: each cycle takes a session-level advisory lock and a cycle that
-cannot take it does nothing (see :func:`indexer.poller.cycle.poll_once`).
+Several pollers on one database never double-ingest: they split each cycle's work through leases in the database
+(see :mod:`indexer.poller.leases` and :func:`indexer.poller.cycle.poll_once`).
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import psycopg
 
 from indexer.db.claims import claim
+from indexer.db.quickstats import analyze_quickly
 from indexer.db.marks import EPOCH_MARK
 from indexer.load.partitions import analyze_epochs
 from indexer.workers import no_cyclic_gc, pool as workers_pool
@@ -92,11 +93,10 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     else:
         _replay_loop(conn, chunk, summary, progress)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
-        for table in _DERIVED:
-            if table == "replay.inference":  # by epoch: the partitions the rules stage is about to read
-                analyze_epochs(conn, table, [r[0] for r in conn.execute("SELECT epoch_index FROM rules.dirty_epoch")])
-            else:
-                conn.execute(f"ANALYZE {table}")
+        analyze_quickly(conn, [t for t in _DERIVED if t != "replay.inference"])
+        # replay.inference by epoch: the partitions the rules stage is about to read
+        analyze_epochs(conn, "replay.inference",
+                       [r[0] for r in conn.execute("SELECT epoch_index FROM rules.dirty_epoch")])
         if not conn.autocommit:
             conn.commit()
     summary.seconds = time.perf_counter() - start

@@ -86,11 +86,12 @@ def _no_duplicates(pairs: list) -> dict:
     return obj
 
 
-def _key_count(value) -> int:
+def key_count(value) -> int:
+    """The keys of a parsed JSON value, nested objects' included."""
     if type(value) is dict:
-        return len(value) + sum(_key_count(v) for v in value.values())
+        return len(value) + sum(key_count(v) for v in value.values())
     if type(value) is list:
-        return sum(_key_count(v) for v in value)
+        return sum(key_count(v) for v in value)
     return 0
 
 
@@ -99,7 +100,7 @@ def duplicate_key(raw: bytes, obj) -> str | None:
     silently, so `{"kind":"bogus","kind":"start"}` would load as a start. Every key is followed by exactly one
     colon, so when the line holds no more colons than the parsed objects hold keys, no key was dropped: only
     lines with more colons (a duplicate, or colons inside strings such as timestamps) are parsed again."""
-    if raw.count(b":") <= _key_count(obj):
+    if raw.count(b":") <= key_count(obj):
         return None
     try:
         json.loads(raw.decode("utf-8", "replace"), object_pairs_hook=_no_duplicates)
@@ -160,20 +161,24 @@ class InputFile:
     _spooled: bool = False
 
     def open_blocks(self, lines_per_block: int, progress=None, *, max_bytes: int = BLOCK_BYTES,
-                    chunk_bytes: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
+                    chunk_bytes: int = _CHUNK, ramp_from: int | None = None) -> Iterator[tuple[int, bytes]]:
         """Yield (first_line_number, block): the file cut into blocks of whole lines, `lines_per_block` of them
         or, when lines are long, about `max_bytes` (so memory stays bounded whatever the lines hold); the last
-        block may be shorter. Lines are only counted here; `block_lines` splits a block where it is typed."""
+        block may be shorter. Lines are only counted here; `block_lines` splits a block where it is typed.
+        With `ramp_from`, the first block has that many lines and each next one twice as many, up to
+        `lines_per_block`: a pipeline's consumer gets its first block sooner."""
         first, pieces, have, size = 1, [], 0, 0
+        want = min(ramp_from or lines_per_block, lines_per_block)
         with open(self.path, "rb") as raw:
             stream: BinaryIO = gzip.GzipFile(fileobj=raw) if _is_gzip(self.path) else raw
             while chunk := self._read(stream, chunk_bytes, first + have):
                 newlines = chunk.count(b"\n")
-                while have + newlines >= lines_per_block:
-                    cut = _after_newlines(chunk, lines_per_block - have)
+                while have + newlines >= want:
+                    cut = _after_newlines(chunk, want - have)
                     pieces.append(chunk[:cut])
                     yield first, b"".join(pieces)
-                    first, pieces, have, size = first + lines_per_block, [], 0, 0
+                    first, pieces, have, size = first + want, [], 0, 0
+                    want = min(want * 2, lines_per_block)
                     chunk = chunk[cut:]
                     newlines = chunk.count(b"\n")
                 pieces.append(chunk)
@@ -183,6 +188,7 @@ class InputFile:
                     cut = data.rfind(b"\n") + 1
                     yield first, data[:cut]
                     first, pieces, have, size = first + have, [data[cut:]], 0, len(data) - cut
+                    want = min(want * 2, lines_per_block)
                 if progress is not None:
                     progress(raw.tell())
         if any(pieces):

@@ -1,0 +1,72 @@
+"""A throwaway stock PostgreSQL server for benchmarks: initdb in a temp dir, default settings, started with pg_ctl,
+stopped and deleted afterwards.
+
+Only where it listens is set: a Unix socket in the private temp dir (mode 0700) and no TCP, so with trust
+authentication nobody but its owner (and root) can connect, and nothing about its performance settings differs from
+a fresh `initdb`. Run as root, the server runs as the embedded cluster's system user (PostgreSQL refuses root).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+DEFAULT_BINDIR = Path("/usr/lib/postgresql/15/bin")
+
+
+class StockServerMissing(RuntimeError):
+    """No PostgreSQL binaries where asked: the caller skips that server."""
+
+
+def _server_user() -> dict:
+    """subprocess keyword arguments that run the server as an unprivileged user when we are root."""
+    if os.geteuid() != 0:
+        return {}
+    import pwd
+
+    from indexer.db.embedded import SYSTEM_USER
+
+    try:
+        entry = pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", SYSTEM_USER], check=True, capture_output=True)
+        entry = pwd.getpwnam(SYSTEM_USER)
+    return {"user": entry.pw_uid, "group": entry.pw_gid}
+
+
+def _run(args: list[str], as_user: dict, what: str) -> None:
+    res = subprocess.run(args, capture_output=True, text=True, cwd="/", **as_user)
+    if res.returncode != 0:
+        raise RuntimeError(f"{what} failed ({res.returncode}): {res.stderr.strip()[-2000:]}")
+
+
+@contextmanager
+def stock_postgres(bindir: Path = DEFAULT_BINDIR):
+    """Yield (server URL, version text) of a fresh server from `bindir`; StockServerMissing when it has no
+    initdb/pg_ctl."""
+    initdb, pg_ctl = bindir / "initdb", bindir / "pg_ctl"
+    if not (initdb.is_file() and pg_ctl.is_file()):
+        raise StockServerMissing(f"no initdb/pg_ctl in {bindir}")
+    as_user = _server_user()
+    home = Path(tempfile.mkdtemp(prefix="stock-pg-bench-"))  # mode 0700: the socket inside is private
+    data = home / "data"
+    try:
+        if as_user:
+            os.chown(home, as_user["user"], as_user["group"])
+        _run([str(initdb), "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-locale"],
+             as_user, f"{initdb}")
+        port = 5432 + (os.getpid() % 20000)  # only names the socket file, in our own directory
+        _run([str(pg_ctl), "-D", str(data), "-w", "-t", "60", "-l", str(home / "server.log"),
+              "-o", f"-c listen_addresses='' -c unix_socket_directories='{home}' -p {port}", "start"],
+             as_user, f"{pg_ctl} start")
+        try:
+            version = subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True,
+                                     text=True).stdout.strip()
+            yield f"postgresql://postgres@/postgres?host={home}&port={port}", version
+        finally:
+            _run([str(pg_ctl), "-D", str(data), "-m", "fast", "-w", "stop"], as_user, f"{pg_ctl} stop")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,46 @@
+"""Whether any key of a batch may exist already, asked before the batch is COPYed straight into its table.
+
+A file is cut into blocks that do not respect escrows: the escrow at a block's start usually has rows from the
+block before, so "has any of the batch's escrows rows of this kind?" sent nearly every block to the staged path
+(COPY into a temp table, a join against the table, INSERT ... SELECT: about twice the server's work). For kinds
+keyed by (escrow_id, integer, ...), the worker sends each escrow's lowest and highest second key column, and one
+index probe per escrow asks whether a row exists in that range: false means no key of the batch exists, so the
+direct COPY is safe; true (a reload, an amendment, a key range overlapping an earlier block) means maybe, and the
+staged path decides exactly. Other kinds (the escrow itself, epoch-level records) keep the scope probe.
+"""
+from __future__ import annotations
+
+from functools import cache
+
+import psycopg
+
+from indexer.records import KINDS, PG_TYPES
+
+
+def keys_may_exist(conn: psycopg.Connection, kind: str, batch) -> bool:
+    """False only when no key of `batch` (a prepare.KindBatch) can be in rec.<kind> yet."""
+    if batch.key_ranges:
+        scopes = list(batch.key_ranges)
+        lows, highs = zip(*batch.key_ranges.values())
+        # never prepared: a generic plan for arrays of unknown length may pick a sequential scan
+        return conn.execute(_range_probe(kind), (scopes, list(lows), list(highs)), prepare=False).fetchone()[0]
+    return conn.execute(_scope_probe(kind), (list(batch.scope),), prepare=False).fetchone()[0]
+
+
+@cache
+def _range_probe(kind: str) -> str:
+    spec = KINDS[kind]
+    first, second = spec.key[0], spec.key[1]
+    first_type, second_type = PG_TYPES[spec.field(first).type], PG_TYPES[spec.field(second).type]
+    return (f"SELECT EXISTS (SELECT 1 FROM unnest(%s::{first_type}[], %s::{second_type}[], %s::{second_type}[]) "
+            f"AS b(scope, low, high) WHERE EXISTS (SELECT 1 FROM rec.{spec.table} t "
+            f"WHERE t.{first} = b.scope AND t.{second} BETWEEN b.low AND b.high))")
+
+
+@cache
+def _scope_probe(kind: str) -> str:
+    """Whether any of the batch's escrows (or epochs: the key's first column) has rows of this kind already."""
+    spec = KINDS[kind]
+    column = spec.key[0]
+    return (f"SELECT EXISTS (SELECT 1 FROM rec.{spec.table} "
+            f"WHERE {column} = ANY(%s::{PG_TYPES[spec.field(column).type]}[]))")

@@ -1,0 +1,43 @@
+"""indexer.load.probe: a batch goes straight to COPY only when none of its keys can exist yet."""
+from __future__ import annotations
+
+import orjson
+
+from indexer.load.ingest import BatchLoader
+from indexer.load.prepare import prepare_batch
+from indexer.load.probe import keys_may_exist
+
+
+def _batch(records, first_line=1):
+    return prepare_batch(1, [(n, orjson.dumps(r)) for n, r in enumerate(records, start=first_line)])
+
+
+def _start(escrow_id, inference_id):
+    return {"kind": "start", "escrow_id": escrow_id, "inference_id": inference_id, "diff_nonce": inference_id}
+
+
+def test_key_ranges_per_escrow_decide_whether_keys_may_exist(conn):
+    conn.execute("INSERT INTO rec.source (source_id, digest, uri) VALUES (1, 'd', 'u')")
+    loader = BatchLoader(conn, 1)
+    first = _batch([_start("e1", i) for i in range(1, 6)] + [_start("e2", 1)])
+    assert first.kinds["start"].key_ranges == {"e1": (1, 5), "e2": (1, 1)}
+    assert not keys_may_exist(conn, "start", first.kinds["start"])
+    loader.commit(first)
+    # the next block continues escrow e1 past its committed keys: no key can exist, the direct COPY is safe
+    later = _batch([_start("e1", i) for i in range(6, 9)] + [_start("e3", 4)], first_line=7)
+    assert not keys_may_exist(conn, "start", later.kinds["start"])
+    # a range that covers a committed key (a reload, an amendment, blocks out of key order) may collide
+    overlapping = _batch([_start("e1", 9), _start("e1", 3)], first_line=20)
+    assert overlapping.kinds["start"].key_ranges == {"e1": (3, 9)}
+    assert keys_may_exist(conn, "start", overlapping.kinds["start"])
+    assert keys_may_exist(conn, "start", _batch([_start("e2", 1)]).kinds["start"])
+
+
+def test_kinds_keyed_by_the_escrow_alone_keep_the_scope_probe(conn):
+    escrow = {"kind": "escrow", "escrow_id": "e9", "epoch_index": 1, "model_id": "m", "slots": ["a", "b"]}
+    batch = _batch([escrow]).kinds["escrow"]
+    assert batch.key_ranges == {}
+    assert not keys_may_exist(conn, "escrow", batch)
+    conn.execute("INSERT INTO rec.source (source_id, digest, uri) VALUES (1, 'd', 'u')")
+    BatchLoader(conn, 1).commit(_batch([escrow]))
+    assert keys_may_exist(conn, "escrow", batch)
