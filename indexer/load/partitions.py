@@ -69,8 +69,14 @@ class EpochRouter:
         missing = sorted(e for e in epochs if e not in self.ready)
         if not missing:
             return
-        with conn.transaction():
-            conn.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", (missing,))
+        for attempt in range(1, 6):
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", (missing,))
+                break
+            except psycopg.errors.DeadlockDetected:  # with a concurrent batch reading the parents: try again
+                if attempt == 5 or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    raise
         self.ready.update(missing)
 
     @staticmethod
