@@ -15,6 +15,7 @@ import pytest
 from indexer.db import migrate
 from indexer.db.scratch import scratch_database
 from indexer.db.url import libpq_url
+from tests.partition_kit import three_epochs  # noqa: F401 - a fixture of the partition tests
 
 # `indexer run` serves /metrics on 127.0.0.1:9464 by default; test processes (and other suites on this machine) would
 # fight over it, so every `indexer run` a test starts binds a free port instead

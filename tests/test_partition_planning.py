@@ -5,39 +5,11 @@ partition."""
 from __future__ import annotations
 
 import psycopg
-import pytest
 
 from indexer.db.quickstats import BULK_STATISTICS_TARGET
 from indexer.load.partitions import analyze_epochs
 from indexer.rules import run as rules_run
-from indexer.synth import generate, write_ndjson
-from tests.helpers import ingest
-
-EPOCHS = (400, 401, 402)
-
-
-@pytest.fixture
-def three_epochs(db_url, tmp_path):
-    path = tmp_path / "synth.ndjson"
-    write_ndjson(str(path), generate(seed=3, escrows=4, inferences=120, epochs=len(EPOCHS), first_epoch=EPOCHS[0],
-                                     mix="adversarial"))
-    ingest(db_url, path, rules=True)
-    return db_url
-
-
-def _partitions(plan) -> set[str]:
-    """Every partition (schema `part`) a JSON plan names."""
-    out = set()
-    if isinstance(plan, dict):
-        if plan.get("Schema") == "part" and "Relation Name" in plan:
-            out.add(plan["Relation Name"])
-        for value in plan.values():
-            out |= _partitions(value)
-    elif isinstance(plan, list):
-        for value in plan:
-            out |= _partitions(value)
-    return out
-
+from tests.partition_kit import EPOCHS, plan_partitions
 
 def test_each_rules_statement_planned_for_one_epoch_keeps_that_epochs_partitions(three_epochs):
     epoch = EPOCHS[1]
@@ -48,7 +20,7 @@ def test_each_rules_statement_planned_for_one_epoch_keeps_that_epochs_partitions
         seen = set()
         for name, statement in rules_run.rule_statements():
             plan = conn.execute("EXPLAIN (FORMAT JSON, VERBOSE) " + statement, params, prepare=False).fetchone()[0]
-            partitions = _partitions(plan)
+            partitions = plan_partitions(plan)
             assert all(p.endswith(f"_e{epoch}") for p in partitions), (name, sorted(partitions))
             seen |= partitions
         conn.rollback()

@@ -11,10 +11,9 @@ import pytest
 from indexer.db import migrate
 from indexer.load.partitions import PARTITIONS_AHEAD, ensure_ahead
 from indexer.pipeline import process_changes
-from indexer.synth import generate, write_ndjson
 from tests.helpers import db_state, escrow, ingest, tx, write_lines
+from tests.partition_kit import plan_relations
 
-EPOCHS = (400, 401, 402)
 
 
 def _placement(conn, table: str) -> dict[str, int]:
@@ -88,28 +87,6 @@ def test_rows_in_the_default_partition_move_out_when_their_partition_is_made(con
     assert conn.execute("SELECT part.ensure_epochs(ARRAY[900]::bigint[], 1)").fetchone() == (0,)  # idempotent
 
 
-@pytest.fixture
-def three_epochs(db_url, tmp_path):
-    path = tmp_path / "synth.ndjson"
-    write_ndjson(str(path), generate(seed=3, escrows=4, inferences=120, epochs=len(EPOCHS), first_epoch=EPOCHS[0],
-                                     mix="adversarial"))
-    ingest(db_url, path, rules=True)
-    return db_url
-
-
-def _relations(plan) -> list[str]:
-    out = []
-    if isinstance(plan, dict):
-        if "Relation Name" in plan:
-            out.append(f"{plan.get('Schema', '')}.{plan['Relation Name']}")
-        for value in plan.values():
-            out += _relations(value)
-    elif isinstance(plan, list):
-        for value in plan:
-            out += _relations(value)
-    return out
-
-
 @pytest.mark.parametrize("view, partitioned", [
     ("api.disputable_penalties", {"rules_disputable"}),
     ("api.context_refusals", {"rules_context_refusal"}),
@@ -120,7 +97,7 @@ def test_one_epoch_query_reads_one_partition_per_table(three_epochs, view, parti
     with psycopg.connect(three_epochs) as c:
         assert c.execute(f"SELECT count(*) FROM {view} WHERE epoch_index = 401").fetchone()[0] > 0
         plan = c.execute(f"EXPLAIN (FORMAT JSON, VERBOSE) SELECT * FROM {view} WHERE epoch_index = 401").fetchone()[0]
-        partitions = [r for r in _relations(plan) if r.startswith("part.")]
+        partitions = [r for r in plan_relations(plan) if r.startswith("part.")]
     # every partitioned table the view reads is read in epoch 401's partition only (pruned at plan time)
     assert set(partitions) == {f"part.{table}_e401" for table in partitioned}, json.dumps(plan)[:3000]
 
