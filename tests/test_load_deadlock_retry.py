@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from indexer.load.ingest import DEADLOCK_ATTEMPTS
+from indexer.db.deadlocks import ATTEMPTS as DEADLOCK_ATTEMPTS
 from indexer.synth import generate
 from tests.helpers import db_state, ingest, write_lines
 

@@ -8,7 +8,6 @@ the rows of a clean run.
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from functools import cache
 import psycopg
 
 from indexer import workers
+from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.quickstats import analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER, PG_TYPES
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_epochs, routed_column
@@ -27,10 +27,7 @@ from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_s
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input
 
-log = logging.getLogger(__name__)
-
 BATCH_LINES = 50_000
-DEADLOCK_ATTEMPTS = 5
 PREPARE_WORKERS = 2
 ANALYZE_AFTER_ROWS = 10_000
 
@@ -92,19 +89,10 @@ class BatchLoader:
         return prepared
 
     def commit(self, prepared: Prepared) -> IngestSummary:
-        """The batch in one transaction. Another loader creating an epoch's partitions while this batch reads
-        their parents can deadlock with it (each waits for a lock the other holds, and the server cancels one):
-        the batch has then been rolled back whole, so it is simply tried again. Inside a caller's transaction
-        (the poller's) the deadlock is the caller's to handle."""
-        nested = self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
-        for attempt in itertools.count(1):
-            try:
-                return self._commit_once(prepared)
-            except psycopg.errors.DeadlockDetected:
-                if nested or attempt >= DEADLOCK_ATTEMPTS:
-                    raise
-                log.warning("batch ending at line %s: deadlock with a concurrent loader, trying again (%s of %s)",
-                            prepared.last_line, attempt + 1, DEADLOCK_ATTEMPTS)
+        """The batch in one transaction; tried again if the server cancels it as a deadlock victim (a concurrent
+        loader creating an epoch's partitions: indexer.db.deadlocks)."""
+        return retrying_deadlocks(self.conn, lambda: self._commit_once(prepared),
+                                  f"batch ending at line {prepared.last_line}")
 
     def _commit_once(self, prepared: Prepared) -> IngestSummary:
         out = IngestSummary(lines=prepared.lines)

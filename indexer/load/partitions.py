@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import psycopg
 
+from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.quickstats import analyze_quickly
 from indexer.load.copytext import text
 from indexer.records import KINDS
@@ -69,14 +70,11 @@ class EpochRouter:
         missing = sorted(e for e in epochs if e not in self.ready)
         if not missing:
             return
-        for attempt in range(1, 6):
-            try:
-                with conn.transaction():
-                    conn.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", (missing,))
-                break
-            except psycopg.errors.DeadlockDetected:  # with a concurrent batch reading the parents: try again
-                if attempt == 5 or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    raise
+        def create() -> None:
+            with conn.transaction():
+                conn.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", (missing,))
+
+        retrying_deadlocks(conn, create, f"partitions of epochs {missing}")
         self.ready.update(missing)
 
     @staticmethod
