@@ -14,6 +14,7 @@ from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import FAST, PREPARE_ESCAPING, PREPARE_PLAIN
 from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES
 from indexer.load.prepare import prepare_batch, prepare_block, slot_of
+from indexer.load.structs import STRUCT_KINDS, typed_line
 
 _ints = st.one_of(st.integers(-5, 5), st.integers(2**31 - 2, 2**31 + 1), st.integers(2**63 - 2, 2**64 + 1),
                   st.integers(-(2**63) - 1, -(2**63) + 1))
@@ -189,3 +190,81 @@ def test_a_newer_protocols_scalar_field_stays_on_the_fast_path():
     assert prepare_batch(7, [(1, orjson.dumps(plain))]).kinds["finish"].copy.decode() == _general("finish", plain, 1)[0]
     for odd in ({"nested": {"a": 1}}, {"f": 1.5}, {"big": 2**64}, {"list": [1]}):
         assert FAST["finish"]({**finish, **odd}, 1, "7") is None, odd
+
+
+def _as_line(obj: dict, draw) -> bytes:
+    """The record as a file line: compact, or with spaces, or its first key written twice (last one wins)."""
+    style, compact = draw(st.integers(0, 3)), json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    if style == 0:
+        return json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")).encode()
+    if style == 1 and len(obj) > 1:
+        return b'{"%s":"dup",' % next(iter(obj)).encode() + compact[1:]
+    return compact
+
+
+_PLAIN = {ID: st.text(st.characters(exclude_characters="\\:\"", exclude_categories=("Cs", "Cc")), min_size=1, max_size=8),
+          U64: st.integers(0, 2**63 - 1), I64: st.integers(-(2**63) + 1, 2**63 - 1), U32: st.integers(0, 2**31 - 1),
+          BOOL: st.booleans(), HEX: st.text("0123456789abcdefABCDEF", max_size=8)}
+_PLAIN[STR] = _PLAIN[ID]
+
+
+@st.composite
+def plain_records(draw):
+    """Records of the Struct decoder's kinds, mostly well typed (canonical decimal strings, big integers, nulls,
+    unknown fields and ill-typed values sometimes): the decoder's side of the comparison must often be taken."""
+    name = draw(st.sampled_from(STRUCT_KINDS))
+    obj = {"kind": name}
+    for f in KINDS[name].fields:
+        if not f.required and draw(st.integers(0, 3)) == 0:
+            continue
+        pick = draw(st.integers(0, 40))
+        obj[f.name] = (draw(_wrong) if pick == 0 else None if pick == 1 else draw(_decimal_texts) if pick == 2
+                       else draw(_PLAIN[f.type]))
+    if draw(st.integers(0, 10)) == 0:
+        obj["unknown_field"] = draw(st.one_of(_ints, _texts))
+    return name, obj
+
+
+@settings(max_examples=1500)
+@given(plain_records(), st.integers(1, 10**9), st.data())
+@example(("finish", {"kind": "finish", "escrow_id": "e", "inference_id": 1, "diff_nonce": 1, "executor_slot": 0,
+                     "input_tokens": "0", "output_tokens": 0, "response_payload": "context length"}), 3, None)
+def test_the_struct_decoder_takes_a_line_only_as_the_general_path_reads_it(record, n, data):
+    """indexer.load.structs: whatever line it types, the general path accepts with the same COPY line, scope, slot
+    and key; a line it cannot be sure of (an unknown field, an explicit null, a key twice, a 0/0 Finish with a
+    payload) it leaves to the other paths."""
+    name, obj = record
+    raw = _as_line(obj, data.draw) if data is not None else json.dumps(obj, ensure_ascii=False).encode()
+    got = typed_line(raw, n, "7")
+    if got is None:
+        return
+    assert got[0] == name
+    assert raw.count(b":") == len(obj) and set(obj) <= {"kind", *KINDS[name].columns}
+    assert all(value is not None for value in obj.values()) and json.loads(raw) == obj
+    assert got[1][:3] == _general(name, obj, n)
+    assert got[1][3] == (n, *COERCE[name](obj))[1:1 + len(KINDS[name].key)]
+
+
+def test_ordinary_lines_take_the_struct_decoder():
+    """The bulk kinds of a log, written plainly, must not silently fall back to the slower paths."""
+    for name, fields in {
+        "start": {"escrow_id": "e1", "inference_id": 7, "diff_nonce": 7, "prompt_hash": "AB01", "model": "m",
+                  "input_length": 10, "max_tokens": 20, "started_at": 1_700_000_000, "protocol_version": "v5"},
+        "confirm_start": {"escrow_id": "e1", "inference_id": 7, "diff_nonce": 8, "confirmed_at": 1},
+        "finish": {"escrow_id": "e1", "inference_id": 7, "diff_nonce": 9, "executor_slot": 1, "input_tokens": 5,
+                   "output_tokens": 6, "response_hash": "ff", "tx_index": "3"},
+        "validation": {"escrow_id": "e1", "inference_id": 7, "validator_slot": 2, "diff_nonce": 10, "valid": True},
+        "validation_vote": {"escrow_id": "e1", "inference_id": 7, "voter_slot": 3, "diff_nonce": 11,
+                            "vote_valid": False},
+    }.items():
+        obj = {"kind": name, **fields}
+        got = typed_line(orjson.dumps(obj), 1, "7")
+        assert got is not None and got[0] == name, name
+        assert got[1][:3] == _general(name, obj, 1)
+    start = {"kind": "start", "escrow_id": "e1", "inference_id": 7, "diff_nonce": 7}
+    refusal = {"kind": "finish", "escrow_id": "e1", "inference_id": 7, "diff_nonce": 9, "executor_slot": 1,
+               "input_tokens": 0, "output_tokens": 0, "response_payload": "too long"}  # parsed on the general path
+    for declined in ({**start, "model": None}, {**start, "served_hash": "ab"}, {**start, "model": "a:b"},
+                     {**start, "model": "a\\b"}, {**start, "escrow_id": 5}, {**start, "diff_nonce": 2**63},
+                     {**start, "diff_nonce": 7.0}, refusal, {**refusal, "input_tokens": "0"}):
+        assert typed_line(orjson.dumps(declined), 1, "7") is None, declined

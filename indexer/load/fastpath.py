@@ -32,7 +32,14 @@ _CHECK = {
 # A decimal string is accepted where the general path takes one (a non-negative integer field) when its text is
 # already what the general path writes (no sign, no leading zero) and short enough to be in range whatever its
 # digits: 9 digits < 2^31, 18 < 2^63, 19 < 2^64. Key and slot fields keep ints only: their values are compared.
-_DECIMAL = {U32: 9, U64: 18, U64N: 19}
+DECIMAL_DIGITS = {U32: 9, U64: 18, U64N: 19}
+
+
+def decimal_pattern(digits: int) -> str:
+    return r"^(?:0|[1-9][0-9]{0,%d})\Z" % (digits - 1)
+
+
+
 _SCALARS = (str, int, bool, type(None))  # unknown fields the fast path keeps (in `extra`)
 _RENDER = {  # the COPY text of a non-null, checked value (an f-string replacement field)
     ID: "esc({v})", STR: "esc({v})", HEX: "{v}.lower()",
@@ -75,8 +82,8 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
             cells.append("{NULL}")
             continue
         check = _CHECK[f.type].format(v=v)
-        if f.type in _DECIMAL and f.name not in kind.key and f.name not in kind.slot_fields:
-            check = f"({check} or (type({v}) is str and DEC{_DECIMAL[f.type]}({v})))"
+        if f.type in DECIMAL_DIGITS and f.name not in kind.key and f.name not in kind.slot_fields:
+            check = f"({check} or (type({v}) is str and DEC{DECIMAL_DIGITS[f.type]}({v})))"
         conds.append(check if f.required else f"({v} is None or {check})")
         if f.type == ID:  # an integer id is stored (and marks its scope) as its decimal text
             normalise.append(f"    {v} = {v} if type({v}) is str else str({v})")
@@ -88,7 +95,7 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         cells.append("{" + (expr if f.required else f"NULL if {v} is None else {expr}") + "}")
     at = {f.name: f"v{i}" for i, f in enumerate(kind.fields)}
     if kind.name == "finish":  # a 0/0 Finish with a payload is a refusal to parse: the general path does that
-        conds.append(f"not ({at['input_tokens']} == 0 and {at['output_tokens']} == 0 and {at['response_payload']})")
+        conds.append(f"not ({at['input_tokens']} in ZERO and {at['output_tokens']} in ZERO and {at['response_payload']})")
     cells += ["{x}", "{sid}"]  # extra (unknown fields of plain scalars, as the general path writes them), source_id
     scope = at["escrow_id" if kind.scope == "escrow" else "epoch_index"]
     slot = (slot_of if slot_of else at[kind.slot_fields[0]]) if kind.slot_fields else "None"
@@ -108,8 +115,8 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         f'    return (f"{line}", {scope}, {slot}{key})'])
     namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEXM": HEX_DIGITS.match, "esc": text,
                  "VOTE_LIST": _vote_list, "REASONS": _REASON_WORDS,
-                 **{f"DEC{n}": re.compile(r"(?:0|[1-9][0-9]{0,%d})\Z" % (n - 1)).match for n in _DECIMAL.values()},
-                 "NULL": "\\N", "KNOWN": frozenset(["kind", *kind.columns]), "SCALAR": _SCALARS, "dumps": orjson.dumps}
+                 **{f"DEC{n}": re.compile(decimal_pattern(n)).match for n in DECIMAL_DIGITS.values()},
+                 "NULL": "\\N", "ZERO": (0, "0"), "KNOWN": frozenset(["kind", *kind.columns]), "SCALAR": _SCALARS, "dumps": orjson.dumps}
     exec(src, namespace)  # noqa: S102 - generated from the static field table in kinds.py
     namespace["fast"].source = src
     return namespace["fast"]

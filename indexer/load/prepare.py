@@ -14,6 +14,7 @@ import orjson
 from indexer.load.coerce import COERCE, Invalid, NeedsExactParse
 from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import PREPARE_ESCAPING, PREPARE_PLAIN
+from indexer.load.structs import typed_line
 from indexer.records import KINDS, U32, U64, VOTES
 from indexer import refusals
 from indexer.workers import no_cyclic_gc
@@ -90,16 +91,24 @@ def prepare_batch(source_id: int, lines: Iterable[tuple[int, bytes]], objs: Iter
     same order (the poller's decoder has each record as a dict before it serializes it): they spare a JSON parse.
     The general path still reads ``raw``, so a line and its object must say the same."""
     loads = orjson.loads if objs is None else (lambda raw, nxt=iter(objs).__next__: nxt())
-    with no_cyclic_gc():
-        return _prepare(source_id, lines, loads)
+    with no_cyclic_gc():  # a line read from a file first tries the Struct decoder (indexer.load.structs)
+        return _prepare(source_id, lines, loads, typed_line if objs is None else None)
 
 
-def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads) -> Prepared:
+def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads, first_try) -> Prepared:
     out = Prepared(0, 0, {}, [])
     rows: dict[str, list] = {}  # kind -> [(copy_line, scope, slot, key)], folded into a KindBatch at the end
     sid, fast_plain, fast_escaping = str(source_id), PREPARE_PLAIN, PREPARE_ESCAPING
     count = last = 0
     for number, raw in lines:
+        if first_try is not None and (typed := first_try(raw, number, sid)) is not None:
+            count += 1
+            last = number
+            target = rows.get(typed[0])
+            if target is None:
+                target = rows[typed[0]] = []
+            target.append(typed[1])
+            continue
         try:
             obj = loads(raw)
             kind = obj["kind"]
@@ -130,15 +139,27 @@ def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads) -> Prepa
 
 
 def _kind_batch(kind: str, got: list) -> KindBatch:
-    # sorted pairs: dict() keeps each scope's last pair, i.e. its highest slot (or key column)
-    slots = sorted([(g[1], g[2]) for g in got if g[2] is not None])
+    """Fold one kind's (copy_line, scope, slot, key) tuples. One plain loop with dict lookups: the sorts of
+    (scope, value) pairs it replaced cost 2 µs a line (a third of the typing), this costs 0.6."""
     keys = {g[3] for g in got}  # counted here in the worker, so the commit knows whether a key repeats
-    ranges = {}
-    if kind in _RANGED:
-        pairs = sorted([(k[0], k[1]) for k in keys])
-        low = dict(reversed(pairs))  # the first pair of each escrow wins here: its lowest
-        ranges = {scope: (low[scope], high) for scope, high in dict(pairs).items()}
-    return KindBatch("".join([g[0] for g in got]).encode(), len(got), {g[1] for g in got}, dict(slots),
+    slot_max: dict = {}  # scope -> highest slot (or voter slot) named
+    ranges: dict = {}    # escrow_id -> (lowest, highest) second key column, for _RANGED kinds
+    slot_get, range_get, ranged = slot_max.get, ranges.get, kind in _RANGED
+    for _, scope, slot, key in got:
+        if slot is not None:
+            top = slot_get(scope)
+            if top is None or slot > top:
+                slot_max[scope] = slot
+        if ranged:
+            escrow, value = key[0], key[1]
+            seen = range_get(escrow)
+            if seen is None:
+                ranges[escrow] = (value, value)
+            elif value < seen[0]:
+                ranges[escrow] = (value, seen[1])
+            elif value > seen[1]:
+                ranges[escrow] = (seen[0], value)
+    return KindBatch("".join([g[0] for g in got]).encode(), len(got), {g[1] for g in got}, slot_max,
                      len(keys) == len(got), ranges)
 
 
