@@ -25,6 +25,7 @@ from indexer.db import migrate  # noqa: E402
 from indexer.db.scratch import scratch_database  # noqa: E402
 from indexer.db.url import resolve_database_url  # noqa: E402
 from indexer.synth import generate, write_ndjson  # noqa: E402
+from cpu import postgres_cpu  # noqa: E402
 from stock_postgres import DEFAULT_BINDIR, StockServerMissing, stock_postgres  # noqa: E402
 
 
@@ -36,22 +37,27 @@ def make_file(path: Path, records: int, mix: str) -> int:
                                             mix=mix))
 
 
-def baseline_copy(url: str, path: Path) -> float:
+def baseline_copy(url: str, path: Path) -> tuple[float, float]:
+    """(seconds, CPU seconds of the server) of a raw COPY of the file's lines into an unlogged jsonb table."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS bench_baseline")
         conn.execute("CREATE UNLOGGED TABLE bench_baseline (doc jsonb)")
+        server = postgres_cpu(url)
         start = time.perf_counter()
         with conn.cursor().copy("COPY bench_baseline (doc) FROM STDIN") as cp, open(path, "rb") as fh:
             while chunk := fh.read(1 << 20):
                 cp.write(chunk.replace(b"\\", b"\\\\"))
         elapsed = time.perf_counter() - start
+        server = postgres_cpu(url) - server
         conn.execute("DROP TABLE bench_baseline")
-    return elapsed
+    return elapsed, server
 
 
-def timed_ingest(url: str, path: Path) -> tuple[float, int, tuple | None]:
-    """Run `indexer ingest`; (seconds, peak RSS in kB of that process and the workers it waited for, stages)."""
+def timed_ingest(url: str, path: Path) -> tuple[float, int, tuple | None, float, float]:
+    """Run `indexer ingest`; (seconds, peak RSS in kB of that process and the workers it waited for, stages,
+    CPU seconds of that process with its workers, CPU seconds of the server)."""
     with tempfile.TemporaryFile() as out:
+        server = postgres_cpu(url)
         start = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", url, "ingest", str(path),
                                  "--no-progress"], stdout=out, stderr=subprocess.STDOUT,
@@ -59,12 +65,14 @@ def timed_ingest(url: str, path: Path) -> tuple[float, int, tuple | None]:
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's of the bench
         proc.returncode = os.waitstatus_to_exitcode(status)
         elapsed = time.perf_counter() - start
+        server = postgres_cpu(url) - server
         out.seek(0)
         text = out.read().decode("utf-8", "replace")
     if proc.returncode != 0:
         raise SystemExit(f"indexer ingest failed ({proc.returncode}):\n{text[-3000:]}")
     stages = re.search(r"seconds \(load / replay / rules\)\s*│\s*([0-9.]+) / ([0-9.]+) / ([0-9.]+)", text)
-    return elapsed, usage.ru_maxrss, tuple(float(x) for x in stages.groups()) if stages else None
+    return (elapsed, usage.ru_maxrss, tuple(float(x) for x in stages.groups()) if stages else None,
+            usage.ru_utime + usage.ru_stime, server)
 
 
 def measure(server: str, path: Path, lines: int, keep: bool) -> dict:
@@ -72,12 +80,12 @@ def measure(server: str, path: Path, lines: int, keep: bool) -> dict:
     database."""
     with scratch_database(server, "bench", keep=keep) as url:
         migrate.upgrade(url)
-        base = baseline_copy(url, path)
-        ingest_s, peak_kb, stages = timed_ingest(url, path)
+        base, base_cpu = baseline_copy(url, path)
+        ingest_s, peak_kb, stages, client_cpu, server_cpu = timed_ingest(url, path)
         with psycopg.connect(url) as c:
             inferences = c.execute("SELECT count(*) FROM replay.inference").fetchone()[0]
     load_s, replay_s, rules_s = stages or (ingest_s, 0.0, 0.0)
-    return dict(base=base, ingest=ingest_s, peak_kb=peak_kb, load=load_s, replay=replay_s, rules=rules_s,
+    return dict(base=base, base_cpu=base_cpu, client_cpu=client_cpu, server_cpu=server_cpu, ingest=ingest_s, peak_kb=peak_kb, load=load_s, replay=replay_s, rules=rules_s,
                 inferences=inferences, lines=lines)
 
 
@@ -92,6 +100,9 @@ def report(label: str, runs: list[dict]) -> None:
         print(f"ratio     load + replay / baseline     : {r['base'] / core:.2f}x  (target >= 0.5x); whole command "
               f"{r['base'] / r['ingest']:.2f}x")
         print(f"peak RSS  of the ingest process        : {r['peak_kb'] / 1024:.0f} MB  (target < 300 MB)")
+        print(f"cpu       baseline: server {r['base_cpu']:.2f}s; whole ingest command: its process and workers "
+              f"{r['client_cpu']:.2f}s, server {r['server_cpu']:.2f}s (both cores: "
+              f"{(r['client_cpu'] + r['server_cpu']) / r['ingest'] / 2:.0%} busy)")
     if len(runs) > 1:
         ratios = sorted(r["base"] / (r["load"] + r["replay"]) for r in runs)
         print(f"ratios of the {len(runs)} same-run pairs: {', '.join(f'{x:.2f}x' for x in ratios)}; "

@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import httpx
-import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.db import migrate  # noqa: E402
@@ -37,54 +36,7 @@ from indexer.db.url import resolve_database_url  # noqa: E402
 from indexer.poller import poll_once  # noqa: E402
 from indexer.poller.commit import ESCROW_WORKERS  # noqa: E402
 from indexer.poller.cycle import DECODE_WORKERS, PAYLOAD_WORKERS  # noqa: E402
-
-
-def _proc_cpu(pid: int, reaped: bool = False) -> float | None:
-    """user + system CPU seconds of a process (Linux /proc), with ``reaped`` those of its children that have exited
-    and were waited for; None when unreadable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
-        return ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _helpers_cpu(skip: int | None) -> float:
-    """CPU seconds of this process's descendants but ``skip`` (the devnet): the poller's decode processes and
-    their forkserver, with the children they have reaped."""
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    me, total = os.getpid(), 0.0
-    for pid in parents:
-        p, chain = pid, []
-        while p in parents and p != me and p > 1:
-            chain.append(p)
-            p = parents[p]
-        if p == me and chain and skip not in chain:  # not this process itself (counted on its own)
-            total += _proc_cpu(pid, reaped=True) or 0.0
-    return total
-
-
-def _pg_cpu(url: str) -> float:
-    """CPU seconds of every PostgreSQL process of the cluster (backends, WAL writer, checkpointer, …)."""
-    with psycopg.connect(url) as c:  # the backend's parent is the postmaster: read while the backend lives
-        pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
-        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    total = _proc_cpu(ppid, reaped=True) or 0.0  # backends that have exited (the poll's connections) count too
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == ppid:
-                    total += _proc_cpu(int(d.name)) or 0.0
-            except (OSError, IndexError, ValueError):
-                pass
-    return total
+from cpu import descendants_cpu, postgres_cpu, process_cpu  # noqa: E402
 
 
 class _Subprocess:
@@ -106,7 +58,7 @@ class _Subprocess:
         httpx.post(f"{self.url}/devnet/advance", timeout=60).raise_for_status()
 
     def cpu(self) -> float | None:
-        return _proc_cpu(self.proc.pid)
+        return process_cpu(self.proc.pid)
 
     def close(self) -> None:
         self.proc.terminate()
@@ -181,13 +133,13 @@ def _poll_and_compare(args, net, st: dict, gen: float, server: str) -> float | N
     """One poll of the whole devnet into a fresh database, then (unless --no-ndjson) the NDJSON baseline."""
     with scratch_database(server, "indexer_pbench", keep=args.keep) as url:
         migrate.upgrade(url)
-        dev0, pg0, dec0 = net.cpu(), _pg_cpu(url), _helpers_cpu(net.pid)
+        dev0, pg0, dec0 = net.cpu(), postgres_cpu(url), descendants_cpu(net.pid)
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         s = poll_once(url, net.chain_rest_url, net.rpc_url, archive=not args.no_archive,
                       process=not args.no_process, payload_workers=args.payload_workers,
                       escrow_workers=args.escrow_workers, decode_workers=args.decode_workers)
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        dev1, pg1, dec1 = net.cpu(), _pg_cpu(url), _helpers_cpu(net.pid)
+        dev1, pg1, dec1 = net.cpu(), postgres_cpu(url), descendants_cpu(net.pid)
         poller_cpu = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
         print(f"scenario: {st['escrows']} escrows, {st['diffs']} diffs, {st['txs']} txs "
               f"(devnet {'in-process' if args.in_process else 'subprocess'}, ready in {gen:.1f}s)")
