@@ -101,7 +101,7 @@ class BatchLoader:
             self.router.ensure(self.conn, named)
             out.epochs |= named  # an escrow's txs loaded before it move into its epoch's partition
         with self.conn.transaction():
-            bad = self.slots.check(self.conn, prepared, self.source_id)
+            bad, slot_rejects = self.slots.check(self.conn, prepared, self.source_id)
             epochs = targets = None
             for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
                 kb = prepared.kinds[kind]
@@ -125,12 +125,12 @@ class BatchLoader:
                 if kind == "escrow":
                     self.router.sync(self.conn, sorted(kb.scope))
             refusals.store(self.conn, prepared.parses)
-            if prepared.rejects:
+            if rejects := prepared.rejects + slot_rejects:
                 with self.conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO rec.quarantine (source_id, line, kind, reason, raw) VALUES (%s,%s,%s,%s,%s) "
-                        "ON CONFLICT (source_id, line) DO NOTHING", prepared.rejects)
-                out.quarantined += len(prepared.rejects)
+                        "ON CONFLICT (source_id, line) DO NOTHING", rejects)
+                out.quarantined += len(rejects)
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
                               (prepared.last_line, self.source_id))
         self.committed_line = prepared.last_line

@@ -77,6 +77,11 @@ class EpochRouter:
         retrying_deadlocks(conn, create, f"partitions of epochs {missing}")
         self.ready.update(missing)
 
+    def forget(self) -> None:
+        """After a caller's transaction rolled back: partitions this router made inside it are gone with it (a
+        poller's commit makes them in savepoints of its own transaction), so ask the catalog again next time."""
+        self.ready = {UNASSIGNED}
+
     @staticmethod
     def batch_epochs(escrow_copy: bytes) -> set[int]:
         """The epochs named by a batch's escrow rows (their COPY text: few rows, split in C)."""

@@ -16,8 +16,10 @@ class SlotCheck:
     def __init__(self) -> None:
         self.sizes: dict[str, int | None] = {}
 
-    def check(self, conn: psycopg.Connection, prepared: Prepared, source_id: int) -> dict[str, set[int]]:
-        """Quarantine contradicting rows (appended to prepared.rejects); returns the rejected lines per kind."""
+    def check(self, conn: psycopg.Connection, prepared: Prepared,
+              source_id: int) -> tuple[dict[str, set[int]], list[tuple]]:
+        """The contradicting rows: (the rejected lines per kind, their quarantine tuples). ``prepared`` is left as
+        it is, so a batch tried again (a deadlock victim) quarantines each line once."""
         self.sizes.update(prepared.escrow_sizes)
         needed = {e for kb in prepared.kinds.values() for e in kb.slot_max} - self.sizes.keys()
         if needed:
@@ -25,6 +27,7 @@ class SlotCheck:
                                       (sorted(needed),)).fetchall())
             self.sizes.update({escrow_id: found.get(escrow_id) for escrow_id in needed})
         bad: dict[str, set[int]] = {}
+        rejects: list[tuple] = []
         for kind, kb in prepared.kinds.items():
             exceeded = {e: size for e, top in kb.slot_max.items()
                         if (size := self.sizes.get(e)) is not None and top >= size}
@@ -32,5 +35,5 @@ class SlotCheck:
                 continue
             for line, raw, reason in slot_offenders(prepared.source_lines(), kind, exceeded):
                 bad.setdefault(kind, set()).add(line)
-                prepared.rejects.append((source_id, line, kind, reason, printable(raw)))
-        return bad
+                rejects.append((source_id, line, kind, reason, printable(raw)))
+        return bad, rejects

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import psycopg
 
+from indexer.db.deadlocks import retrying_deadlocks
 from indexer.load.ingest import BatchLoader, IngestSummary, register_source
 from indexer.load.assemble import assemble
 from indexer.load.prepare import prepare_batch
@@ -246,22 +247,33 @@ class Store:
         loader = self._loader
         if loader is None:
             loader = self._loader = BatchLoader(self.conn, 0)
-        self.transactions += 1
-        out = IngestSummary()
 
-        def body(conn: psycopg.Connection) -> None:
-            if fence and self.leases is not None:
-                self.leases.fence(conn, fence)
-            for source_id, prep in prepared:
-                loader.source_id = source_id
-                out.add(loader.commit(prep))
-                conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
-            for source, value in (cursors or {}).items():
-                conn.execute(UPSERT_CURSOR, (source, value))
-            if after is not None:
-                after(conn)
+        def attempt() -> IngestSummary:
+            out = IngestSummary()
 
-        self._in_transaction(self.conn, body)
+            def body(conn: psycopg.Connection) -> None:
+                if fence and self.leases is not None:
+                    self.leases.fence(conn, fence)
+                for source_id, prep in prepared:
+                    loader.source_id = source_id
+                    out.add(loader.commit(prep))
+                    conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
+                for source, value in (cursors or {}).items():
+                    conn.execute(UPSERT_CURSOR, (source, value))
+                if after is not None:
+                    after(conn)
+
+            self.transactions += 1
+            try:
+                self._in_transaction(self.conn, body)
+            except BaseException:
+                loader.router.forget()  # the partitions it made were rolled back with the transaction
+                raise
+            return out
+
+        # Two pollers making the same epoch's partitions inside their commits can deadlock (each holds what the
+        # other's partition creation waits for); the victim's transaction is rolled back whole, so it runs again.
+        out = retrying_deadlocks(self.conn, attempt, "poller commit")
         self.seconds += time.perf_counter() - t0
         return out
 
