@@ -4,6 +4,7 @@ decline."""
 from __future__ import annotations
 
 import json
+import random
 
 import orjson
 from hypothesis import example, given, settings
@@ -13,6 +14,7 @@ from indexer.load.coerce import COERCE, Invalid
 from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import FAST, PREPARE_ESCAPING, PREPARE_PLAIN
 from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES
+from indexer.synth import generate
 from indexer.load.prepare import prepare_batch, prepare_block, slot_of
 from indexer.load.structs import STRUCT_KINDS, typed_line
 
@@ -268,3 +270,47 @@ def test_ordinary_lines_take_the_struct_decoder():
                      {**start, "model": "a\\b"}, {**start, "escrow_id": 5}, {**start, "diff_nonce": 2**63},
                      {**start, "diff_nonce": 7.0}, refusal, {**refusal, "input_tokens": "0"}):
         assert typed_line(orjson.dumps(declined), 1, "7") is None, declined
+
+
+def _mutated_log(seed: int = 3) -> bytes:
+    """A synthetic log with one bulk-kind line in six bent the ways real files bend: a key twice, an explicit
+    null, an unknown field, upper-case hex, decimal strings (canonical or not), floats, integers beyond 64 bits,
+    colons and escapes inside strings, negative ids, booleans for numbers, a missing field, an integer escrow id."""
+    rng = random.Random(seed)
+    out = []
+    for obj in generate(seed, escrows=6, inferences=40, epochs=1):
+        line = orjson.dumps(obj)
+        if obj["kind"] in STRUCT_KINDS and rng.random() < 1 / 6:
+            field = rng.choice([k for k in obj if k != "kind"])
+            bent = {**obj}
+            match rng.randrange(13):
+                case 0: line = b'{"%s":"dup",' % field.encode() + line[1:]
+                case 1: bent["tx_index"] = None
+                case 2: bent["served_hash"] = "ab"
+                case 3: bent["prompt_hash"] = "ABCDEF"
+                case 4: bent["diff_nonce"] = str(obj["diff_nonce"])
+                case 5: bent["tx_index"] = "007"
+                case 6: bent["diff_nonce"] = float(obj["diff_nonce"])
+                case 7: bent["diff_nonce"] = 2**64 + 5
+                case 8: bent["protocol_version"] = "v5:beta"
+                case 9: bent["protocol_version"] = "v5\\x\t"
+                case 10: bent[field] = True
+                case 11: del bent[field]
+                case 12: bent["escrow_id"] = int(obj["escrow_id"]) if obj["escrow_id"].isdigit() else 5
+            if bent != obj:
+                line = json.dumps(bent, ensure_ascii=False).encode()
+        out.append(line)
+    return b"\n".join(out) + b"\n"
+
+
+def test_a_bent_log_types_the_same_with_and_without_the_struct_decoder(monkeypatch):
+    """The whole block path (prepare_block): rows, counts, scopes, slots, key ranges, key verdicts, rejects with
+    their reasons and refusal parses are the same whether the Struct decoder takes its lines or not."""
+    block = _mutated_log()
+    with_structs = prepare_block(7, 1, block)
+    monkeypatch.setattr("indexer.load.prepare.typed_line", lambda raw, number, sid: None)
+    without = prepare_block(7, 1, block)
+    assert with_structs.kinds == without.kinds
+    assert (with_structs.lines, with_structs.last_line) == (without.lines, without.last_line)
+    assert with_structs.rejects == without.rejects and len(without.rejects) > 20
+    assert with_structs.parses == without.parses and with_structs.escrow_sizes == without.escrow_sizes
