@@ -314,3 +314,15 @@ def test_a_bent_log_types_the_same_with_and_without_the_struct_decoder(monkeypat
     assert (with_structs.lines, with_structs.last_line) == (without.lines, without.last_line)
     assert with_structs.rejects == without.rejects and len(without.rejects) > 20
     assert with_structs.parses == without.parses and with_structs.escrow_sizes == without.escrow_sizes
+
+
+def test_a_refusal_with_token_counts_as_decimal_strings_is_left_to_the_general_path():
+    """A 0/0 Finish with a payload is parsed for its refusal on the general path, whether its counts are numbers
+    or canonical decimal strings (the fast path takes such strings for other counts)."""
+    refusal = {"kind": "finish", "escrow_id": "e1", "inference_id": 7, "diff_nonce": 9, "executor_slot": 1,
+               "input_tokens": "0", "output_tokens": "0", "response_payload": "context length exceeded"}
+    assert FAST["finish"](refusal, 1, "7") is None
+    assert FAST["finish"]({**refusal, "input_tokens": 0}, 1, "7") is None
+    assert FAST["finish"]({**refusal, "input_tokens": "12"}, 1, "7") is not None
+    prepared = prepare_batch(7, [(1, orjson.dumps(refusal))])
+    assert [(p[0], p[1]) for p in prepared.parses] == [("e1", 7)]

@@ -36,8 +36,8 @@ DECIMAL_DIGITS = {U32: 9, U64: 18, U64N: 19}
 
 
 def decimal_pattern(digits: int) -> str:
+    """The canonical decimal text of at most `digits` digits (also the Struct decoder's: indexer.load.structs)."""
     return r"^(?:0|[1-9][0-9]{0,%d})\Z" % (digits - 1)
-
 
 
 _SCALARS = (str, int, bool, type(None))  # unknown fields the fast path keeps (in `extra`)
@@ -95,7 +95,9 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         cells.append("{" + (expr if f.required else f"NULL if {v} is None else {expr}") + "}")
     at = {f.name: f"v{i}" for i, f in enumerate(kind.fields)}
     if kind.name == "finish":  # a 0/0 Finish with a payload is a refusal to parse: the general path does that
-        conds.append(f"not ({at['input_tokens']} in ZERO and {at['output_tokens']} in ZERO and {at['response_payload']})")
+        # (its token counts as numbers or as decimal strings)
+        conds.append(f"not ({at['input_tokens']} in ZERO and {at['output_tokens']} in ZERO "
+                     f"and {at['response_payload']})")
     cells += ["{x}", "{sid}"]  # extra (unknown fields of plain scalars, as the general path writes them), source_id
     scope = at["escrow_id" if kind.scope == "escrow" else "epoch_index"]
     slot = (slot_of if slot_of else at[kind.slot_fields[0]]) if kind.slot_fields else "None"
@@ -116,7 +118,8 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
     namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEXM": HEX_DIGITS.match, "esc": text,
                  "VOTE_LIST": _vote_list, "REASONS": _REASON_WORDS,
                  **{f"DEC{n}": re.compile(decimal_pattern(n)).match for n in DECIMAL_DIGITS.values()},
-                 "NULL": "\\N", "ZERO": (0, "0"), "KNOWN": frozenset(["kind", *kind.columns]), "SCALAR": _SCALARS, "dumps": orjson.dumps}
+                 "NULL": "\\N", "ZERO": (0, "0"), "KNOWN": frozenset(["kind", *kind.columns]), "SCALAR": _SCALARS,
+                 "dumps": orjson.dumps}
     exec(src, namespace)  # noqa: S102 - generated from the static field table in kinds.py
     namespace["fast"].source = src
     return namespace["fast"]
