@@ -80,13 +80,24 @@ def measure(server: str, path: Path, lines: int, keep: bool) -> dict:
     database."""
     with scratch_database(server, "bench", keep=keep) as url:
         migrate.upgrade(url)
+        settle(url)
         base, base_cpu = baseline_copy(url, path)
+        settle(url)
         ingest_s, peak_kb, stages, client_cpu, server_cpu = timed_ingest(url, path)
         with psycopg.connect(url) as c:
             inferences = c.execute("SELECT count(*) FROM replay.inference").fetchone()[0]
     load_s, replay_s, rules_s = stages or (ingest_s, 0.0, 0.0)
-    return dict(base=base, base_cpu=base_cpu, client_cpu=client_cpu, server_cpu=server_cpu, ingest=ingest_s, peak_kb=peak_kb, load=load_s, replay=replay_s, rules=rules_s,
-                inferences=inferences, lines=lines)
+    return dict(base=base, base_cpu=base_cpu, client_cpu=client_cpu, server_cpu=server_cpu, ingest=ingest_s,
+                peak_kb=peak_kb, load=load_s, replay=replay_s, rules=rules_s, inferences=inferences, lines=lines)
+
+
+def settle(url: str) -> None:
+    """Start each timed side from a quiet disk: the server's dirty buffers written (CHECKPOINT) and the kernel's
+    dirty pages flushed (sync). Otherwise the write-back of what came before (a 1.9 GB baseline table, a freshly
+    generated file) runs during the next side and is charged to it: at 10M records it added a quarter to the load."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    os.sync()
 
 
 def report(label: str, runs: list[dict]) -> None:
@@ -109,6 +120,30 @@ def report(label: str, runs: list[dict]) -> None:
               f"median {statistics.median(ratios):.2f}x")
 
 
+def scale_check(server: str, small: Path, small_lines: int, big: Path, big_lines: int) -> None:
+    """Linearity: each file loaded alone (no baseline beside it: at 10M records the baseline's 2 GB of writes just
+    before slowed the disk for the ingest that followed, by a third), in a fresh database from a quiet disk."""
+    runs = []
+    for path, lines in ((small, small_lines), (big, big_lines)):
+        with scratch_database(server, "bench_scale") as url:
+            migrate.upgrade(url)
+            settle(url)
+            ingest_s, peak_kb, stages, _, _ = timed_ingest(url, path)
+        load_s, replay_s, _ = stages or (ingest_s, 0.0, 0.0)
+        runs.append((load_s + replay_s, peak_kb))
+        print(f"alone     {lines:>12,} records: load + replay {load_s + replay_s:8.2f}s (load {load_s:.2f}s, "
+              f"replay {replay_s:.2f}s); peak RSS {peak_kb / 1024:.0f} MB")
+    (small_s, small_kb), (big_s, big_kb) = runs
+    expected = small_s * big_lines / small_lines
+    print(f"linearity {big_s:.2f}s against {big_lines / small_lines:.2f} x {small_s:.2f}s = {expected:.2f}s: "
+          f"{big_s / expected:.3f}x (target within 10%); peak RSS {small_kb / 1024:.0f} -> {big_kb / 1024:.0f} MB")
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as fh:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 24), b""))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="NDJSON ingest + replay throughput against raw COPY of the same lines "
                                              "into an unlogged jsonb table, measured side by side in one run.")
@@ -126,13 +161,15 @@ def main() -> int:
                                                            "repeat and read the median ratio)")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark database")
     ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet", help="synthetic record mix")
+    ap.add_argument("--scale-file", type=Path,
+                    help="also check linearity: load this file (generated there first with 10x --records if it does "
+                         "not exist) and the main file each alone, and compare their times and peak RSS")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = args.file or Path(tmp) / "bench.ndjson"
         t = time.perf_counter()
         if path.exists():
-            with open(path, "rb") as fh:
-                lines = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 24), b""))
+            lines = count_lines(path)
             print(f"using {path}: {lines:,} records ({path.stat().st_size / 1e6:.0f} MB)")
         else:
             lines = make_file(path, args.records, args.mix)
@@ -149,6 +186,11 @@ def main() -> int:
                            [measure(server, path, lines, args.keep) for _ in range(args.repeat)])
             except StockServerMissing as exc:
                 print(f"-- stock server skipped: {exc}")
+        if args.scale_file:
+            big = args.scale_file
+            big_lines = count_lines(big) if big.exists() else make_file(big, 10 * args.records, args.mix)
+            print(f"-- linearity, default server: {path.name} ({lines:,}) and {big.name} ({big_lines:,})")
+            scale_check(resolve_database_url(args.database_url), path, lines, big, big_lines)
     return 0
 
 
