@@ -96,7 +96,10 @@ def settle(url: str) -> None:
     dirty pages flushed (sync). Otherwise the write-back of what came before (a 1.9 GB baseline table, a freshly
     generated file) runs during the next side and is charged to it: at 10M records it added a quarter to the load."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CHECKPOINT")
+        try:
+            conn.execute("CHECKPOINT")
+        except psycopg.errors.InsufficientPrivilege:  # a --database-url without pg_checkpoint: the sync still helps
+            pass
     os.sync()
 
 
