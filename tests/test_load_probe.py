@@ -41,3 +41,22 @@ def test_kinds_keyed_by_the_escrow_alone_keep_the_scope_probe(conn):
     conn.execute("INSERT INTO rec.source (source_id, digest, uri) VALUES (1, 'd', 'u')")
     BatchLoader(conn, 1).commit(_batch([escrow]))
     assert keys_may_exist(conn, "escrow", batch)
+
+
+def test_the_probe_of_the_partition_a_batch_goes_to_finds_what_the_parent_finds(conn):
+    """The commit probes the one epoch partition a batch is routed to (EpochRouter.targets). An escrow's rows are
+    all in the partition its registry names, including the txs that arrived before it and were moved on its load,
+    so the answer is the parent's; the partition the rows left says no."""
+    conn.execute("INSERT INTO rec.source (source_id, digest, uri) VALUES (1, 'd', 'u')")
+    loader = BatchLoader(conn, 1)
+    loader.commit(_batch([_start("e1", i) for i in range(1, 6)]))  # before its escrow: the unassigned partition
+    escrow = {"kind": "escrow", "escrow_id": "e1", "epoch_index": 7, "model_id": "m", "slots": ["a", "b"]}
+    loader.commit(_batch([escrow], first_line=10))  # moves them to epoch 7's partition
+    assert conn.execute("SELECT DISTINCT tableoid::regclass::text FROM rec.start_tx").fetchall() == [
+        ("part.rec_start_tx_e7",)]
+    overlapping = _batch([_start("e1", 4), _start("e1", 9)], first_line=20).kinds["start"]
+    beyond = _batch([_start("e1", 6), _start("e1", 9)], first_line=20).kinds["start"]
+    for table in (None, "rec.start_tx", "part.rec_start_tx_e7"):
+        assert keys_may_exist(conn, "start", overlapping, table)
+        assert not keys_may_exist(conn, "start", beyond, table)
+    assert not keys_may_exist(conn, "start", overlapping, "part.rec_start_tx_unassigned")

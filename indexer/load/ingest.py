@@ -152,7 +152,7 @@ class BatchLoader:
         is where they go (the parent, or the one partition they all belong to: EpochRouter.targets)."""
         spec = KINDS[kind]
         stage = stage_table(spec)
-        direct = kb.distinct_keys and not keys_may_exist(self.conn, kind, kb)
+        direct = kb.distinct_keys and not keys_may_exist(self.conn, kind, kb, table)
         if direct:
             try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
                 with self.conn.transaction(), self.conn.cursor().copy(

@@ -17,30 +17,36 @@ import psycopg
 from indexer.records import KINDS, PG_TYPES
 
 
-def keys_may_exist(conn: psycopg.Connection, kind: str, batch) -> bool:
-    """False only when no key of `batch` (a prepare.KindBatch) can be in rec.<kind> yet."""
+def keys_may_exist(conn: psycopg.Connection, kind: str, batch, table: str | None = None) -> bool:
+    """False only when no key of `batch` (a prepare.KindBatch) can be in rec.<kind> yet. ``table``: where the
+    batch's rows go, when that is one epoch partition (indexer.load.partitions.EpochRouter.targets): every row of an
+    escrow is in the partition its registry row names, the one the batch routes to, so probing that partition is
+    exact, and planning a probe of one partition costs a fraction of planning it over the parent's (measured: most
+    of the 2 ms a probe took)."""
+    table = table or f"rec.{KINDS[kind].table}"
     if batch.key_ranges:
         scopes = list(batch.key_ranges)
         lows, highs = zip(*batch.key_ranges.values())
         # never prepared: a generic plan for arrays of unknown length may pick a sequential scan
-        return conn.execute(_range_probe(kind), (scopes, list(lows), list(highs)), prepare=False).fetchone()[0]
-    return conn.execute(_scope_probe(kind), (list(batch.scope),), prepare=False).fetchone()[0]
+        return conn.execute(_range_probe(kind, table), (scopes, list(lows), list(highs)),
+                            prepare=False).fetchone()[0]
+    return conn.execute(_scope_probe(kind, table), (list(batch.scope),), prepare=False).fetchone()[0]
 
 
 @cache
-def _range_probe(kind: str) -> str:
+def _range_probe(kind: str, table: str) -> str:
     spec = KINDS[kind]
     first, second = spec.key[0], spec.key[1]
     first_type, second_type = PG_TYPES[spec.field(first).type], PG_TYPES[spec.field(second).type]
     return (f"SELECT EXISTS (SELECT 1 FROM unnest(%s::{first_type}[], %s::{second_type}[], %s::{second_type}[]) "
-            f"AS b(scope, low, high) WHERE EXISTS (SELECT 1 FROM rec.{spec.table} t "
+            f"AS b(scope, low, high) WHERE EXISTS (SELECT 1 FROM {table} t "
             f"WHERE t.{first} = b.scope AND t.{second} BETWEEN b.low AND b.high))")
 
 
 @cache
-def _scope_probe(kind: str) -> str:
+def _scope_probe(kind: str, table: str) -> str:
     """Whether any of the batch's escrows (or epochs: the key's first column) has rows of this kind already."""
     spec = KINDS[kind]
     column = spec.key[0]
-    return (f"SELECT EXISTS (SELECT 1 FROM rec.{spec.table} "
+    return (f"SELECT EXISTS (SELECT 1 FROM {table} "
             f"WHERE {column} = ANY(%s::{PG_TYPES[spec.field(column).type]}[]))")
