@@ -18,12 +18,12 @@ import psycopg
 from indexer import workers
 from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.quickstats import analyze_quickly
-from indexer.records import KINDS, LOAD_ORDER, PG_TYPES
+from indexer.records import KINDS, LOAD_ORDER
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_epochs, routed_column
-from indexer.load.prepare import Prepared, prepare_batch, prepare_block
+from indexer.load.prepare import Prepared, prepare_block
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
-from indexer.load.statements import dirty_mark, stage_ddl, stage_table, upsert_statement
+from indexer.load.statements import mark_statement, stage_ddl, stage_table, upsert_statement
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input
 
@@ -83,11 +83,6 @@ class BatchLoader:
             conn.execute(stage_ddl(kind))
         conn.commit()
 
-    def prepare(self, batch: list[tuple[int, bytes]]) -> Prepared:
-        prepared = prepare_batch(self.source_id, batch)
-        prepared.source_lines = lambda: batch
-        return prepared
-
     def commit(self, prepared: Prepared) -> IngestSummary:
         """The batch in one transaction; tried again if the server cancels it as a deadlock victim (a concurrent
         loader creating an epoch's partitions: indexer.db.deadlocks)."""
@@ -103,6 +98,7 @@ class BatchLoader:
         with self.conn.transaction():
             bad, slot_rejects = self.slots.check(self.conn, prepared, self.source_id)
             epochs = targets = None
+            marks: dict[str, set] = {}  # mark_statement(kind) -> the scopes this batch's inserts dirtied
             for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
                 kb = prepared.kinds[kind]
                 copy = _without_lines(kb.copy, bad[kind]) if kind in bad else kb.copy
@@ -115,15 +111,20 @@ class BatchLoader:
                         targets = self.router.targets(self.conn, epochs)
                     copy = self.router.route(copy, epochs)
                     out.epochs.update(epochs.values())
-                if self._insert_new(kind, copy, kb, epochs if kind in ROUTED else None,
+                if self._insert_new(kind, copy, kb,
                                     targets[kind] if kind in ROUTED else f"rec.{KINDS[kind].table}"):
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
+                    marks.setdefault(mark_statement(kind), set()).update(kb.scope)
                 else:
-                    self._upsert(kind, out)
+                    self._upsert(kind, out)  # marks what it changed itself
                 if kind == "escrow":
                     self.router.sync(self.conn, sorted(kb.scope))
+            # one statement per mark table for the batch, not one per kind over mostly the same escrows; in sorted
+            # order, as every marker takes them
+            for statement, scope in marks.items():
+                self.conn.execute(statement, (sorted(scope),))
             refusals.store(self.conn, prepared.parses)
             if rejects := prepared.rejects + slot_rejects:
                 with self.conn.cursor() as cur:
@@ -136,7 +137,7 @@ class BatchLoader:
         self.committed_line = prepared.last_line
         return out
 
-    def _insert_new(self, kind: str, copy: bytes, kb, epochs: dict[str, int] | None, table: str) -> bool:
+    def _insert_new(self, kind: str, copy: bytes, kb, table: str) -> bool:
         """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs).
         Whether a key exists already (or twice in the batch) is found out first, never learnt from a unique
         violation (the server would log every such expected failure as an ERROR with the key's values):
@@ -148,7 +149,7 @@ class BatchLoader:
         * else the batch is staged and one join asks whether any key exists: if none, a plain INSERT from the stage.
 
         False: the batch is staged and the caller's upsert (which records amendments) takes it.
-        A routed kind's rows end with their epoch_index (``epochs``: the batch's escrows' partitions); ``table``
+        A routed kind's rows end with their epoch_index (routed by the caller); ``table``
         is where they go (the parent, or the one partition they all belong to: EpochRouter.targets)."""
         spec = KINDS[kind]
         stage = stage_table(spec)
@@ -172,11 +173,7 @@ class BatchLoader:
                     self.conn.execute(_insert_staged(kind, table), prepare=True)
             except psycopg.errors.UniqueViolation:
                 return False
-        target, column, on_conflict = dirty_mark(spec)
-        array = PG_TYPES[spec.field(column).type] + "[]"
-        self.conn.execute(f"INSERT INTO {target} SELECT unnest(%s::{array}) ON CONFLICT {on_conflict}",
-                          (sorted(kb.scope),))
-        return True
+        return True  # the caller marks the batch's scopes dirty
 
     def _upsert(self, kind: str, out: IngestSummary) -> None:
         row = self.conn.execute(upsert_statement(kind), {"source_id": self.source_id}).fetchone()

@@ -25,6 +25,14 @@ def dirty_mark(kind: Kind) -> tuple[str, str, str]:
     return "rules.dirty_epoch (epoch_index)", "epoch_index", WHOLE_EPOCH
 
 
+@cache
+def mark_statement(kind_name: str) -> str:
+    """Mark the scopes (one array parameter) of new `kind_name` records dirty (dirty_mark)."""
+    kind = KINDS[kind_name]
+    target, column, on_conflict = dirty_mark(kind)
+    return f"INSERT INTO {target} SELECT unnest(%s::{PG_TYPES[kind.field(column).type]}[]) ON CONFLICT {on_conflict}"
+
+
 def stage_table(kind: Kind) -> str:
     return f"pg_temp.stage_{kind.name}"
 
