@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psycopg
 
+from indexer.load.partitions import ensure_epochs
 from indexer.records import KINDS, LOAD_ORDER
 from indexer.settings import ConfigError
 
@@ -98,7 +99,7 @@ def candidate_epochs(conn: psycopg.Connection, before: int) -> list[int]:
     return sorted(epochs)
 
 
-def archive(url: str, before: int, out_dir: str, *, force: bool = False, progress=None) -> ArchiveSummary:
+def archive(url: str, before: int, out_dir: str, *, force: bool = False) -> ArchiveSummary:
     start, summary = time.perf_counter(), ArchiveSummary()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -123,8 +124,6 @@ def archive(url: str, before: int, out_dir: str, *, force: bool = False, progres
             (summary.written if written else summary.kept).append(epoch)
             summary.dropped.append(epoch)
             summary.records += sum(manifest["epochs"][str(epoch)]["records"].values())
-            if progress:
-                progress(epoch)
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -132,8 +131,7 @@ def archive(url: str, before: int, out_dir: str, *, force: bool = False, progres
 def _write_epoch(conn: psycopg.Connection, out: Path, manifest: dict, epoch: int) -> bool:
     """Write the epoch's file and manifest entry unless an intact one describes its current records. Rows of the
     epoch in a DEFAULT partition (no partition existed when they came) are moved into its partition first."""
-    with conn.transaction():
-        conn.execute("SELECT part.ensure_epochs(ARRAY[%s]::bigint[], 0)", (epoch,))
+    ensure_epochs(conn, [epoch])
     fingerprint = _fingerprint(conn, epoch)
     conn.commit()
     entry = manifest["epochs"].get(str(epoch))

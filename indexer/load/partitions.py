@@ -70,11 +70,8 @@ class EpochRouter:
         missing = sorted(e for e in epochs if e not in self.ready)
         if not missing:
             return
-        def create() -> None:
-            with conn.transaction():
-                conn.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", (missing,))
-
-        retrying_deadlocks(conn, create, f"partitions of epochs {missing}")
+        # not tried again here: the caller's batch (BatchLoader.commit, Store.commit) is, this creation included
+        _create(conn, "SELECT part.ensure_epochs(%s::bigint[], 0)", missing)
         self.ready.update(missing)
 
     def forget(self) -> None:
@@ -162,9 +159,21 @@ def partition_names(conn: psycopg.Connection, parent: str, epochs: list[int]) ->
     return sorted(set(found))
 
 
+def ensure_epochs(conn: psycopg.Connection, epochs: list[int]) -> int:
+    """Create the partitions of `epochs` (those missing), in a transaction of their own that is tried again as a
+    deadlock victim (another loader creating the same ones). Returns how many were created."""
+    return retrying_deadlocks(conn, lambda: _create(conn, "SELECT part.ensure_epochs(%s::bigint[], 0)", epochs),
+                              f"partitions of epochs {epochs}")
+
+
 def ensure_ahead(conn: psycopg.Connection, ahead: int = PARTITIONS_AHEAD) -> int:
     """Create the partitions of the current epoch (the newest in rec.escrow or net.epoch_state) and `ahead` after
     it, so the next epoch's first rows find theirs; one catalog probe per table when they exist. Returns how many
-    were created."""
+    were created; tried again as a deadlock victim, like ensure_epochs."""
+    return retrying_deadlocks(conn, lambda: _create(conn, "SELECT part.ensure_ahead(%s)", ahead),
+                              "partitions ahead of the current epoch")
+
+
+def _create(conn: psycopg.Connection, statement: str, argument) -> int:
     with conn.transaction():
-        return conn.execute("SELECT part.ensure_ahead(%s)", (ahead,)).fetchone()[0]
+        return conn.execute(statement, (argument,)).fetchone()[0]
