@@ -22,13 +22,15 @@ from pathlib import Path
 
 import psycopg
 
-from indexer.load.partitions import ensure_epochs
+from indexer.load.export import write_records
+from indexer.load.partitions import ROUTED, ensure_epochs
 from indexer.records import KINDS, LOAD_ORDER
 from indexer.settings import ConfigError
 
 MANIFEST = "manifest.json"
 RETRIES = 3  # an epoch whose records change between its file and its drop is written again, up to this often
 
+_UNROUTED = [k for k in KINDS.values() if k.name not in ROUTED]  # record tables not partitioned by epoch
 _EPOCH_TABLES = sorted({f"rec.{k.table}" for k in KINDS.values()} | {"rec.escrow_epoch"})
 _PARTITIONS = """
 SELECT n.nspname, c.relname FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partrelid
@@ -43,7 +45,7 @@ _DELETE = [
     *(f"DELETE FROM {t} WHERE epoch_index = %(e)s"
       for t in ("replay.escrow", "rules.escrow_limit", "rules.model_limit", "rules.suspect", "rules.dirty_escrow",
                 "rules.dirty_epoch",
-                *(f"rec.{k.table}" for k in KINDS.values() if k.scope == "epoch" or k.name == "escrow"),
+                *(f"rec.{k.table}" for k in _UNROUTED),
                 "rec.escrow_epoch")),
 ]
 
@@ -65,15 +67,6 @@ def epoch_file(epoch: int) -> str:
     return f"epoch-{epoch:06d}.ndjson.gz"
 
 
-def _record_sql(kind_name: str) -> str:
-    """One epoch's records of a kind as NDJSON lines (the shape of indexer.load.export), from its partition."""
-    kind = KINDS[kind_name]
-    pairs = ", ".join(f"'{c}', {c}" for c in kind.columns)
-    return (f"SELECT (jsonb_strip_nulls(jsonb_build_object('kind', '{kind.name}', {pairs})) "
-            f"|| coalesce(extra, '{{}}'))::text FROM rec.{kind.table} WHERE epoch_index = %(e)s "
-            f"ORDER BY {', '.join(kind.key)}")
-
-
 def _fingerprint(conn: psycopg.Connection, epoch: int) -> dict[str, list[int]]:
     """Records and the sum of their revisions per kind: a new record changes the count, an amendment the sum."""
     out = {}
@@ -86,8 +79,7 @@ def _fingerprint(conn: psycopg.Connection, epoch: int) -> dict[str, list[int]]:
 
 def candidate_epochs(conn: psycopg.Connection, before: int) -> list[int]:
     """Epochs below `before` with records or partitions."""
-    sources = " UNION ".join(f"SELECT epoch_index FROM rec.{k.table}" for k in KINDS.values()
-                             if k.scope == "epoch" or k.name == "escrow")
+    sources = " UNION ".join(f"SELECT epoch_index FROM rec.{k.table}" for k in _UNROUTED)
     rows = conn.execute(f"SELECT epoch_index FROM ({sources} UNION SELECT epoch_index FROM rec.escrow_epoch) s "
                         "WHERE epoch_index >= 0 AND epoch_index < %s", (before,)).fetchall()
     epochs = {r[0] for r in rows}
@@ -139,22 +131,14 @@ def _write_epoch(conn: psycopg.Connection, out: Path, manifest: dict, epoch: int
     if entry and entry["fingerprint"] == fingerprint and path.exists() and _sha256(path) == entry["sha256"]:
         return False
     tmp = path.with_name(path.name + ".tmp")
-    digest, counts = hashlib.sha256(), {}
+    digest = hashlib.sha256()
     with open(tmp, "wb") as raw:
         hashing = _Hashing(raw, digest)
         with gzip.GzipFile(fileobj=hashing, mode="wb", mtime=0) as gz:  # mtime 0: same records, same bytes
             with conn.transaction():  # one snapshot for the whole epoch
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 fingerprint = _fingerprint(conn, epoch)
-                for name in LOAD_ORDER:
-                    n = 0
-                    with conn.cursor(name=f"archive_{name}") as cur:
-                        cur.itersize = 10_000
-                        cur.execute(_record_sql(name), {"e": epoch})
-                        for (line,) in cur:
-                            gz.write(line.encode() + b"\n")
-                            n += 1
-                    counts[name] = n
+                counts = write_records(conn, gz, (epoch, epoch))
         raw.flush()
         os.fsync(raw.fileno())
     os.replace(tmp, path)

@@ -15,11 +15,8 @@ def export_statement(kind_name: str, epochs: tuple[int, int] | None) -> tuple[st
     pairs = ", ".join(f"'{c}', {c}" for c in kind.columns)
     where, params = "", ()
     if epochs is not None:
-        if kind.scope == "epoch" or kind.name == "escrow":
-            where = "WHERE epoch_index BETWEEN %s AND %s"
-        else:
-            where = "WHERE escrow_id IN (SELECT escrow_id FROM rec.escrow WHERE epoch_index BETWEEN %s AND %s)"
-        params = epochs
+        # every record table carries the epoch: escrow-keyed txs their escrow's (its partition, docs/partitioning.md)
+        where, params = "WHERE epoch_index BETWEEN %s AND %s", epochs
     sql = (f"SELECT (jsonb_strip_nulls(jsonb_build_object('kind', '{kind.name}', {pairs})) || coalesce(extra, '{{}}'))"
            f"::text FROM rec.{kind.table} {where} ORDER BY {', '.join(kind.key)}")
     return sql, params
@@ -38,16 +35,22 @@ def _open_out(path: str):
 
 
 def export_records(url: str, path: str, epochs: tuple[int, int] | None = None) -> dict[str, int]:
-    counts: dict[str, int] = {}
     with psycopg.connect(url) as conn, _open_out(path) as out:
-        for name in LOAD_ORDER:
-            sql, params = export_statement(name, epochs)
-            n = 0
-            with conn.cursor(name=f"export_{name}") as cur:
-                cur.itersize = 10_000
-                cur.execute(sql, params)
-                for (line,) in cur:
-                    out.write(line.encode() + b"\n")
-                    n += 1
-            counts[name] = n
+        return write_records(conn, out, epochs)
+
+
+def write_records(conn: psycopg.Connection, out, epochs: tuple[int, int] | None) -> dict[str, int]:
+    """Every record of the epochs (all with None) to `out` as NDJSON lines, kind by kind in load order; the count
+    of each kind. Also `indexer archive`'s writer, inside its snapshot."""
+    counts: dict[str, int] = {}
+    for name in LOAD_ORDER:
+        sql, params = export_statement(name, epochs)
+        n = 0
+        with conn.cursor(name=f"export_{name}") as cur:
+            cur.itersize = 10_000
+            cur.execute(sql, params)
+            for (line,) in cur:
+                out.write(line.encode() + b"\n")
+                n += 1
+        counts[name] = n
     return counts
