@@ -156,8 +156,7 @@ def test_settled_escrows_carry_their_settlement_height(db_url):
     steps follow the order the chain settled the escrows in, not their ids."""
     scn = _small()
     with DevnetServer(scn) as net:
-        while net.devnet.current_epoch < scn.epochs[-1].epoch_index:
-            net.advance_epoch()
+        net.advance_to_last_epoch()
         poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST))
         want = {eid: net.devnet.settle_height(esc) for eid, esc in scn.escrows.items() if net.devnet.settled(esc)}
     with psycopg.connect(db_url) as c:

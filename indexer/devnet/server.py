@@ -121,8 +121,8 @@ def _fault_response(status: int, retry_after: int) -> Response:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like real nodes behind a proxy
     disable_nagle_algorithm = True  # a response that outgrows the buffer is still two writes: no delayed-ACK stall
-    # buffered: the status line, headers and body leave in one send when the request ends (handle_one_request
-    # flushes), instead of one unbuffered write for the headers and another for the body
+    # buffered: the status line, headers and body leave in one send (_serve flushes), instead of one unbuffered
+    # write for the headers and another for the body
     wbufsize = 1 << 20
     server: "_Server"
 
@@ -166,6 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+            self.wfile.flush()  # the buffered send happens here, so a client that gave up is caught below
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (e.g. its read timeout fired during an injected delay)
 
