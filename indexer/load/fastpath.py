@@ -12,7 +12,7 @@ import re
 
 import orjson
 
-from indexer.load.coerce import HEX_DIGITS, MAX_I31, MAX_I63, MAX_U64
+from indexer.load.coerce import HEX_DIGITS, MAX_I31, MAX_I63, MAX_U64, c_reason
 from indexer.load.copytext import text
 from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES, Kind
 
@@ -41,14 +41,14 @@ def decimal_pattern(digits: int) -> str:
 
 
 _SCALARS = (str, int, bool, type(None))  # unknown fields the fast path keeps (in `extra`)
-_RENDER = {  # the COPY text of a non-null, checked value (an f-string replacement field)
+RENDER = {  # the COPY text of a non-null, checked value (an f-string replacement field)
     ID: "esc({v})", STR: "esc({v})", HEX: "{v}.lower()",
     U64: "{v}", U64N: "{v}", I64: "{v}", U32: "{v}", BOOL: "('t' if {v} else 'f')",
     VOTES: "w{v}[0]", REASON: "r{v}",  # JSON of ints and booleans, a fixed word: nothing to escape
 }
 # The general path's reason words (coerce.c_reason) for the spellings logs use; any other goes general.
-_REASON_WORDS = {"refused": "refused", "execution": "execution", "TIMEOUT_REASON_REFUSED": "refused",
-                 "TIMEOUT_REASON_EXECUTION": "execution"}
+_REASON_WORDS = {spelling: c_reason(spelling, "reason") for spelling in
+                 ("refused", "execution", "TIMEOUT_REASON_REFUSED", "TIMEOUT_REASON_EXECUTION")}
 
 
 def _vote_list(votes: list):
@@ -87,7 +87,7 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         conds.append(check if f.required else f"({v} is None or {check})")
         if f.type == ID:  # an integer id is stored (and marks its scope) as its decimal text
             normalise.append(f"    {v} = {v} if type({v}) is str else str({v})")
-        expr = _RENDER[f.type].format(v=v)
+        expr = RENDER[f.type].format(v=v)
         if f.type == VOTES and f.name in kind.slot_fields:
             slot_of = f"w{v}[1]"
         if not escape:

@@ -18,8 +18,8 @@ from typing import Annotated, Union
 
 import msgspec
 
-from indexer.load.coerce import MAX_I31, MAX_I63
-from indexer.load.fastpath import DECIMAL_DIGITS, decimal_pattern
+from indexer.load.coerce import HEX_DIGITS, MAX_I31, MAX_I63
+from indexer.load.fastpath import DECIMAL_DIGITS, RENDER as FAST_RENDER, decimal_pattern
 from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, Kind
 
 _TYPES = {
@@ -29,10 +29,10 @@ _TYPES = {
     U32: Annotated[int, msgspec.Meta(ge=0, le=MAX_I31)],
     BOOL: bool,
     STR: str,
-    HEX: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-fA-F]*\Z")],
+    HEX: Annotated[str, msgspec.Meta(pattern="^" + HEX_DIGITS.pattern)],
 }
-_RENDER = {ID: "{v}", STR: "{v}", HEX: "{v}.lower()", U64: "{v}", I64: "{v}", U32: "{v}",
-           BOOL: "('t' if {v} else 'f')"}
+# the fast path's renders, without COPY escaping: a line with a backslash never reaches a Struct
+_RENDER = {t: FAST_RENDER[t].replace("esc(", "(") for t in _TYPES}
 STRUCT_KINDS = ("start", "confirm_start", "finish", "validation", "validation_vote")
 
 
