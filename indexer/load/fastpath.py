@@ -110,9 +110,8 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         # (maybe a rounded big integer) or an integer beyond 64 bits is left to the general path
         "    if obj.keys() <= KNOWN:", "        x = NULL", "    else:",
         "        x = {k: v for k, v in obj.items() if k not in KNOWN}",
-        "        if not all(type(v) in SCALAR and (type(v) is not int or -MAX_I63 - 1 <= v <= MAX_U64)",
-        "                   for v in x.values()):", "            return None",
-        "        try:", "            x = " + ("esc(dumps(x).decode())" if escape else "dumps(x).decode()"),
+        "        if not all(type(v) in SCALAR for v in x.values()):", "            return None",
+        "        try:  # orjson refuses an integer beyond 64 bits (TypeError): the general path decides", "            x = " + ("esc(dumps(x).decode())" if escape else "dumps(x).decode()"),
         "        except TypeError:", "            return None", *normalise,
         f'    return (f"{line}", {scope}, {slot}{key})'])
     namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEXM": HEX_DIGITS.match, "esc": text,
