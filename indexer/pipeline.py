@@ -1,6 +1,6 @@
 """What happens downstream of new records, in one place for every caller (`indexer ingest`, `indexer replay`, the
-poller, the demo): fresh statistics when many rows arrived, the next epoch's partitions, replay of the dirty escrows, then the rules stage on the
-dirty epochs. Prints nothing; returns what it did."""
+poller, the demo): fresh statistics when many rows arrived, the next epoch's partitions, replay of the dirty
+escrows, then the rules stage on the dirty epochs. Prints nothing; returns what it did."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -7,9 +7,10 @@ from __future__ import annotations
 import psycopg
 
 from indexer.db.quickstats import BULK_STATISTICS_TARGET
-from indexer.load.partitions import analyze_epochs
+from indexer.load.partitions import EpochRouter, analyze_epochs
 from indexer.rules import run as rules_run
 from tests.partition_kit import EPOCHS, plan_partitions
+
 
 def test_each_rules_statement_planned_for_one_epoch_keeps_that_epochs_partitions(three_epochs):
     epoch = EPOCHS[1]
@@ -55,8 +56,6 @@ def test_analyze_after_a_load_refreshes_the_written_partitions_not_the_parent(th
 
 
 def test_a_one_epoch_batch_is_written_to_its_partition_and_a_dropped_one_to_the_parent(conn):
-    from indexer.load.partitions import EpochRouter
-
     conn.execute("SELECT part.ensure_epochs(ARRAY[800]::bigint[], 0)")
     targets = EpochRouter.targets(conn, {"a": 800, "b": 800})
     assert targets["finish"] == "part.rec_finish_tx_e800" and targets["start"] == "part.rec_start_tx_e800"
