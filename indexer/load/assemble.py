@@ -22,23 +22,23 @@ def assemble(source_id: int, lines: Sequence[bytes], parts: Sequence[tuple[int, 
              untyped: Sequence[int]) -> Prepared:
     """``lines`` is the whole source (line n is ``lines[n - 1]``); ``parts`` are (offset, part typed from line
     ``offset + 1`` on); ``untyped`` the 0-based positions that no part covers, typed here."""
-    pieces = [(offset, part) for offset, part in parts]
+    pieces = list(parts)
     if untyped:
         # numbered as in the source already: offset 0
         pieces.append((0, prepare_batch(PLACEHOLDER_SOURCE, [(i + 1, lines[i]) for i in untyped])))
     out = Prepared(len(lines), len(lines), {}, [])
     sid = str(source_id).encode()
     scope_total: dict[str, int] = {}
+    copies: dict[str, list[bytes]] = {}  # joined once at the end
     for offset, part in pieces:
         for kind, kb in part.kinds.items():
-            shifted = _shift(kb.copy, offset, sid)
+            copies.setdefault(kind, []).append(_shift(kb.copy, offset, sid))
             have = out.kinds.get(kind)
             scope_total[kind] = scope_total.get(kind, 0) + len(kb.scope)
             if have is None:
-                out.kinds[kind] = KindBatch(shifted, kb.count, set(kb.scope), dict(kb.slot_max), kb.distinct_keys,
+                out.kinds[kind] = KindBatch(b"", kb.count, set(kb.scope), dict(kb.slot_max), kb.distinct_keys,
                                             dict(kb.key_ranges))
                 continue
-            have.copy += shifted
             have.count += kb.count
             have.scope |= kb.scope
             for scope, slot in kb.slot_max.items():
@@ -52,6 +52,7 @@ def assemble(source_id: int, lines: Sequence[bytes], parts: Sequence[tuple[int, 
         out.parses.extend(part.parses)
         out.escrow_sizes.update(part.escrow_sizes)
     for kind, kb in out.kinds.items():
+        kb.copy = b"".join(copies[kind])
         # every key leads with its scope (escrow or epoch): parts whose scopes are disjoint cannot share a key; where
         # they overlap (two runs of one escrow, a refusal typed apart from its run) the keys are counted
         if kb.distinct_keys and len(kb.scope) != scope_total[kind]:
@@ -65,6 +66,8 @@ def _shift(copy: bytes, offset: int, sid: bytes) -> bytes:
     Each row is ``line \\t columns … \\t source_id \\n``; the placeholder id is the single character "0"."""
     if not copy:
         return copy
+    if offset == 0:  # numbered already: only the id changes ("\t0\n" ends every row, and only rows: COPY escapes)
+        return copy.replace(b"\t0\n", b"\t%s\n" % sid)
     rows = copy.split(b"\n")
     rows.pop()  # the text ends with a newline
     return b"".join([b"%d\t%s%s\n" % (int(n) + offset, rest[:-1], sid)
