@@ -182,10 +182,7 @@ class EscrowFetcher:
         filled in; with their typed parts (numbered from the run's first line)."""
         t0 = time.perf_counter()
         entries = [d["entry"] for d in diffs]
-        if self.decoders is not None:
-            dec = self.decoders.submit(decode_entries, escrow_id, version, entries, self.fetch_payloads).result()
-        else:
-            dec = decode_entries(escrow_id, version, entries, self.fetch_payloads)
+        dec = self._decoding(decode_entries, escrow_id, version, entries, self.fetch_payloads)
         done.t_decode += time.perf_counter() - t0
         lines = dec.lines()
         if dec.held:
@@ -199,12 +196,13 @@ class EscrowFetcher:
                 lines[pos] = dumps_record_bytes(rec)
             # refusals are typed (their payloads parsed) by a decode worker too, numbered like the rest of the run
             held = [(pos + 1, lines[pos]) for pos, _ in dec.held]
-            if self.decoders is not None:
-                typed_held = self.decoders.submit(prepare_batch, PLACEHOLDER_SOURCE, held).result()
-            else:
-                typed_held = prepare_batch(PLACEHOLDER_SOURCE, held)
+            typed_held = self._decoding(prepare_batch, PLACEHOLDER_SOURCE, held)
             return lines, dec.txs, [dec.typed, typed_held]  # type: ignore[return-value]
         return lines, dec.txs, [dec.typed]  # type: ignore[return-value]
+
+    def _decoding(self, fn, *args):
+        """``fn(*args)`` in a decode process, or on this thread without a pool."""
+        return fn(*args) if self.decoders is None else self.decoders.submit(fn, *args).result()
 
     def _payload(self, group: HostGroup, version: str, escrow_id: str, inference_id: int, epoch: int) -> str | None:
         for address in group.candidates():
