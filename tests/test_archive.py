@@ -11,24 +11,20 @@ import pytest
 
 from indexer import archive as archive_mod
 from indexer.archive import NotFinal, archive, epoch_file
-from indexer.synth import generate, write_ndjson
 from tests.helpers import ingest, table_snapshot
+from tests.partition_kit import EPOCHS
 
-EPOCHS = (400, 401, 402)
 RULES = ["rules.context_refusal", "rules.sibling_finding", "rules.suspect", "rules.challenge", "rules.escrow_limit",
          "rules.model_limit", "rules.refusal_parse"]
 
 
 @pytest.fixture
-def loaded(db_url, tmp_path):
-    path = tmp_path / "synth.ndjson"
-    write_ndjson(str(path), generate(seed=3, escrows=4, inferences=120, epochs=len(EPOCHS), first_epoch=EPOCHS[0],
-                                     mix="adversarial"))
-    ingest(db_url, path, rules=True)
-    with psycopg.connect(db_url) as c:
+def loaded(three_epochs):
+    """The partition tests' three epochs (loaded, replayed, rules run), the first two final."""
+    with psycopg.connect(three_epochs) as c:
         c.execute("INSERT INTO net.epoch_state (epoch_index, state) SELECT e, 'final' FROM unnest(%s::bigint[]) e",
                   (list(EPOCHS[:2]),))
-    return db_url
+    return three_epochs
 
 
 def _tables(url: str) -> list[str]:
