@@ -11,24 +11,20 @@ import pytest
 
 from indexer import archive as archive_mod
 from indexer.archive import NotFinal, archive, epoch_file
-from indexer.synth import generate, write_ndjson
-from tests.helpers import ingest, table_snapshot
+from tests.helpers import ingest, table_snapshot, write_lines
+from tests.partition_kit import EPOCHS
 
-EPOCHS = (400, 401, 402)
 RULES = ["rules.context_refusal", "rules.sibling_finding", "rules.suspect", "rules.challenge", "rules.escrow_limit",
          "rules.model_limit", "rules.refusal_parse"]
 
 
 @pytest.fixture
-def loaded(db_url, tmp_path):
-    path = tmp_path / "synth.ndjson"
-    write_ndjson(str(path), generate(seed=3, escrows=4, inferences=120, epochs=len(EPOCHS), first_epoch=EPOCHS[0],
-                                     mix="adversarial"))
-    ingest(db_url, path, rules=True)
-    with psycopg.connect(db_url) as c:
+def loaded(three_epochs):
+    """The partition tests' three epochs (loaded, replayed, rules run), the first two final."""
+    with psycopg.connect(three_epochs) as c:
         c.execute("INSERT INTO net.epoch_state (epoch_index, state) SELECT e, 'final' FROM unnest(%s::bigint[]) e",
                   (list(EPOCHS[:2]),))
-    return db_url
+    return three_epochs
 
 
 def _tables(url: str) -> list[str]:
@@ -125,3 +121,60 @@ def test_cli_archive(loaded, tmp_path):
     assert main(["--database-url", loaded, "archive", "--before", "401", "--to", str(tmp_path / "c")]) == 0
     assert _epochs_in_db(loaded) == {401, 402}
     assert (tmp_path / "c" / epoch_file(400)).exists()
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in gzip.decompress(path.read_bytes()).splitlines()]
+
+
+def _amend_a_finish(url: str, path, epoch: int, output_tokens: int) -> dict:
+    """Load, through the loader, a changed copy of the epoch's first Finish (a new revision), as a poller would."""
+    finish = next(r for r in _records(path) if r["kind"] == "finish")
+    amended = finish | {"output_tokens": output_tokens}
+    assert ingest(url, write_lines(path.with_name(f"amend-{epoch}-{output_tokens}.ndjson"), [amended])).amended == 1
+    return amended
+
+
+def _amending_writes(monkeypatch, url: str, epoch: int, times: int) -> tuple[list[int], list[dict]]:
+    """Wrap archive's `_write_epoch` so that after each of its first `times` writes of `epoch` (the file written,
+    not yet dropped) one of the epoch's records is amended; returns the epochs written, in order, and the amended
+    records."""
+    real_write, calls, amended = archive_mod._write_epoch, [], []
+
+    def write_then_amend(conn, out, manifest, e):
+        written = real_write(conn, out, manifest, e)
+        calls.append(e)
+        if e == epoch and calls.count(e) <= times:
+            amended.append(_amend_a_finish(url, out / epoch_file(e), e, 10_000_000 + calls.count(e)))
+        return written
+
+    monkeypatch.setattr(archive_mod, "_write_epoch", write_then_amend)
+    return calls, amended
+
+
+def test_records_changed_between_file_and_drop_are_written_again(loaded, tmp_path, monkeypatch):
+    out = tmp_path / "archive"
+    calls, amended = _amending_writes(monkeypatch, loaded, 400, times=1)
+    summary = archive(loaded, 402, str(out))
+    assert calls == [400, 400, 401]  # the drop refused the stale file once; the second write held
+    assert (summary.written, summary.dropped) == ([400, 401], [400, 401])
+    assert _epochs_in_db(loaded) == {402}
+    # the file has the amended record in place of the one first written, and the manifest describes that file
+    finishes = [r for r in _records(out / epoch_file(400)) if r["kind"] == "finish"]
+    key = (amended[0]["escrow_id"], amended[0]["inference_id"])
+    assert [r for r in finishes if (r["escrow_id"], r["inference_id"]) == key] == amended
+    entry = json.loads((out / "manifest.json").read_text())["epochs"]["400"]
+    assert hashlib.sha256((out / epoch_file(400)).read_bytes()).hexdigest() == entry["sha256"]
+    assert entry["records"]["finish"] == len(finishes)
+
+
+def test_records_changing_at_every_attempt_stop_the_archive_before_any_drop(loaded, tmp_path, monkeypatch):
+    calls, amended = _amending_writes(monkeypatch, loaded, 400, times=archive_mod.RETRIES)
+    with pytest.raises(RuntimeError, match=rf"epoch 400: .*\({archive_mod.RETRIES} attempts\)"):
+        archive(loaded, 402, str(tmp_path / "archive"))
+    assert calls == [400] * archive_mod.RETRIES and len(amended) == archive_mod.RETRIES
+    assert _epochs_in_db(loaded) == set(EPOCHS)  # nothing dropped: not 400, and 401 never reached
+    with psycopg.connect(loaded) as c:
+        assert c.execute("SELECT to_regclass('part.rec_finish_tx_e400') IS NOT NULL").fetchone() == (True,)
+        assert c.execute("SELECT max(output_tokens) FROM rec.finish_tx WHERE epoch_index = 400").fetchone() == (
+            10_000_000 + archive_mod.RETRIES,)

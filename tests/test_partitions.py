@@ -13,6 +13,8 @@ from indexer.load.partitions import PARTITIONS_AHEAD, ensure_ahead
 from indexer.pipeline import process_changes
 from tests.helpers import db_state, escrow, ingest, tx, write_lines
 from tests.partition_kit import plan_relations
+from indexer.rules.run import EPOCHS_PER_CLAIM
+from tests.rules_kit import GOV, Log, fam3, gov_snapshot, load, stored
 
 
 
@@ -66,6 +68,50 @@ def test_escrow_amended_to_another_epoch_takes_its_rows(db_url, tmp_path, conn):
     conn.rollback()
     assert _placement(conn, "rec.start_tx") == {"part.rec_start_tx_e600": 1}
     assert conn.execute("SELECT count(*) FROM rec.start_tx").fetchone() == (1,)
+
+
+# Both ways, with the old and the new epoch in different claims of the rules stage (EPOCHS_PER_CLAIM epochs each,
+# lowest first): moved to an earlier epoch, the new epoch's claim runs first and only the partitions of the escrow's
+# previous findings (indexer.rules.run._PARTS) reach its old rows; the old epoch, claimed next, no longer knows it.
+@pytest.mark.parametrize("old, new, invalidated", [
+    (408, 420, False), (420, 408, False), (408, 420, True),
+    # rules.challenge is epoch-wide: the escrow's old challenge row stays until the old epoch's claim, and
+    # 60_disputable.sql joins challenges on `epoch_index = ANY(parts)`, not on the refusal's epoch, so the new
+    # epoch's refusal meets both and its MERGE inserts the same disputable row twice (unique violation)
+    pytest.param(420, 408, True, marks=pytest.mark.xfail(
+        strict=True, raises=RuntimeError, reason="60_disputable.sql: challenge join not pinned to cr.epoch_index")),
+])
+def test_escrow_amended_to_another_epoch_takes_its_rule_findings(db_url, tmp_path, conn, old, new, invalidated):
+    # a 0/0 Finish whose executor's text shows the request over the governance limit (an over_limit refusal);
+    # invalidated, a disputable penalty besides the refusal's verdict
+    log = Log("mv", epoch=old)
+    refused = log.refusal(5, max_tokens=4096, payload=stored(fam3(GOV, GOV - 4095)))
+    if invalidated:
+        log.invalidate(refused)
+    findings = _FINDINGS + (("rules.disputable",) if invalidated else ())
+    load(db_url, tmp_path, [gov_snapshot(epoch=408), gov_snapshot(epoch=420), *log.records], name="a.ndjson")
+    assert _findings(conn, "mv", findings) == {table: {old} for table in findings}
+    assert conn.execute("SELECT epoch_index, inference_id, verdict FROM api.context_refusals").fetchall() == [
+        (old, refused, "over_limit")]
+
+    # the escrow, amended, and epochs from 409 up that fill the claim of epoch 408, so epoch 420 waits for the next
+    fill = [gov_snapshot(epoch=e) for e in range(409, 408 + EPOCHS_PER_CLAIM)]
+    load(db_url, tmp_path, [dict(log.records[0], epoch_index=new), *fill], name="b.ndjson")
+    conn.rollback()
+    # every finding is under the new epoch only: none left in the old epoch's partitions
+    assert _findings(conn, "mv", findings) == {table: {new} for table in findings}
+    assert conn.execute("SELECT epoch_index, inference_id, verdict FROM api.context_refusals").fetchall() == [
+        (new, refused, "over_limit")]
+    assert _placement(conn, "rules.context_refusal") == {f"part.rules_context_refusal_e{new}": 1}
+
+
+_FINDINGS = ("rules.escrow_limit", "rules.context_refusal")
+
+
+def _findings(conn, escrow_id: str, tables) -> dict[str, set[int]]:
+    """The epochs an escrow's findings are under, per rules table."""
+    return {table: {r[0] for r in conn.execute(f"SELECT epoch_index FROM {table} WHERE escrow_id = %s", (escrow_id,))}
+            for table in tables}
 
 
 def test_one_batch_mixing_epochs_routes_each_row(db_url, tmp_path, conn):
