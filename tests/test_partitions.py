@@ -75,11 +75,10 @@ def test_escrow_amended_to_another_epoch_takes_its_rows(db_url, tmp_path, conn):
 # previous findings (indexer.rules.run._PARTS) reach its old rows; the old epoch, claimed next, no longer knows it.
 @pytest.mark.parametrize("old, new, invalidated", [
     (408, 420, False), (420, 408, False), (408, 420, True),
-    # rules.challenge is epoch-wide: the escrow's old challenge row stays until the old epoch's claim, and
-    # 60_disputable.sql joins challenges on `epoch_index = ANY(parts)`, not on the refusal's epoch, so the new
-    # epoch's refusal meets both and its MERGE inserts the same disputable row twice (unique violation)
-    pytest.param(420, 408, True, marks=pytest.mark.xfail(
-        strict=True, raises=RuntimeError, reason="60_disputable.sql: challenge join not pinned to cr.epoch_index")),
+    # rules.challenge is rebuilt per epoch: the escrow's old challenge row stays until the old epoch's claim, so
+    # 60_disputable.sql joins it on the refusal's own epoch (joined on every epoch of `parts`, the refusal met both
+    # rows and the MERGE inserted the same disputable row twice)
+    (420, 408, True),
 ])
 def test_escrow_amended_to_another_epoch_takes_its_rule_findings(db_url, tmp_path, conn, old, new, invalidated):
     # a 0/0 Finish whose executor's text shows the request over the governance limit (an over_limit refusal);

@@ -46,8 +46,11 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
   FROM rules.context_refusal cr
   JOIN replay.inference i ON i.escrow_id = cr.escrow_id AND i.inference_id = cr.inference_id
                          AND i.epoch_index = cr.epoch_index AND i.epoch_index = ANY(%(parts)s)
+  -- the refusal's own epoch: rules.challenge is rebuilt per epoch, so an escrow moved to another epoch still has
+  -- its old epoch's row until that epoch is evaluated again
   LEFT JOIN rules.challenge challenge ON challenge.escrow_id = cr.escrow_id
                                      AND challenge.inference_id = cr.inference_id
+                                     AND challenge.epoch_index = cr.epoch_index
                                      AND challenge.epoch_index = ANY(%(parts)s)
   WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.penalty = 'invalid' AND i.penalty = 'invalid'  -- cr: copied by 20
     -- 'unknown': a 0/0 Finish without payload (fn.is_client_fault_finish NULL). The decision: it counts as a
@@ -67,7 +70,7 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
   JOIN replay.inference i ON i.escrow_id = sf.escrow_id AND i.inference_id = sf.inference_id
                          AND i.epoch_index = sf.epoch_index AND i.epoch_index = ANY(%(parts)s)
   LEFT JOIN rules.context_refusal cr ON cr.escrow_id = sf.escrow_id AND cr.inference_id = sf.inference_id
-                                     AND cr.epoch_index = ANY(%(parts)s)
+                                     AND cr.epoch_index = sf.epoch_index AND cr.epoch_index = ANY(%(parts)s)
   -- client_fault_basis: the Finish is a client fault, or a 0/0 one whose payload we lack. For the latter an
   -- acceptance is NULL (unknown) unless a sibling settles it (30); the decision here: the miss is disputable. The
   -- executor signs 0/0 only for a client fault (gonka-devshard.md §2.1), which verifiers reject without a
