@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher, Settlement
+from indexer.poller.leases import Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError
 from indexer.wire.normalize import NormalizeError
@@ -49,10 +50,10 @@ class Skipped:
 
 
 class CommitPipeline:
-    def __init__(self, fetcher: EscrowFetcher, store: Store, summary, *, escrow_workers: int = ESCROW_WORKERS,
-                 leases=None):
+    def __init__(self, fetcher: EscrowFetcher, store: Store, summary, *, leases: Leases,
+                 escrow_workers: int = ESCROW_WORKERS):
         self.fetcher, self.store, self.summary = fetcher, store, summary
-        self.leases = leases  # indexer.poller.leases.Leases, or None: a single poller takes no leases
+        self.leases = leases  # every escrow is fetched and committed under its ``escrow:<id>`` lease
         self.skipped: dict[str, str] = {}  # escrow id -> why (Skipped.why), of the last run
         self._pool = ThreadPoolExecutor(max_workers=max(1, escrow_workers), thread_name_prefix="escrows")
 
@@ -82,17 +83,16 @@ class CommitPipeline:
 
         def job(epoch: int, escrow_id: str) -> None:
             after = int(cursors.get(f"escrow:{escrow_id}") or 0)
-            if self.leases is not None:
+            try:
+                skip, after = self._lease(escrow_id)
+            except Exception as exc:  # noqa: BLE001 - a database failure: the committing thread ends the cycle
+                skip = EscrowDone(escrow_id, slots=None, error=exc)
+            if skip is not None:
                 try:
-                    skip, after = self._lease(escrow_id)
-                except Exception as exc:  # noqa: BLE001 - a database failure: the committing thread ends the cycle
-                    skip = EscrowDone(escrow_id, slots=None, error=exc)
-                if skip is not None:
-                    try:
-                        put(skip)
-                    except Cancelled:
-                        pass
-                    return
+                    put(skip)
+                except Cancelled:
+                    pass
+                return
             done = EscrowDone(escrow_id, after=after)
             try:
                 self.fetcher.fetch(escrow_id, epoch, settlements.get(escrow_id), done.after, put, done)
@@ -181,7 +181,7 @@ class CommitPipeline:
             cursors: dict[str, str] = {}
             for c in chunks:
                 cursors.update(c.cursors)  # chunks of one escrow arrive in order: the last one wins
-            fence = sorted({f"escrow:{c.escrow_id}" for c in chunks}) if self.leases is not None else ()
+            fence = sorted({f"escrow:{c.escrow_id}" for c in chunks})
             res = self.store.commit(prepared, cursors, fence=fence)
             s = self.summary
             s.records += res.lines
@@ -192,8 +192,8 @@ class CommitPipeline:
         for item in batch:
             if isinstance(item, EscrowDone):
                 out[item.escrow_id] = self._finish_escrow(item)
-                if self.leases is not None:  # its rows, cursors and watchdog state are written by now
-                    self.leases.release([f"escrow:{item.escrow_id}"])
+                # its rows, cursors and watchdog state are written by now
+                self.leases.release([f"escrow:{item.escrow_id}"])
             elif isinstance(item, Skipped):
                 self.skipped[item.escrow_id] = item.why
 

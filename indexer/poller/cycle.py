@@ -79,10 +79,9 @@ class PollSummary:
 
 
 class Poller:
-    def __init__(self, gonka: Gonka, store: Store, *, validator: str = DEFAULT_VALIDATOR,
+    def __init__(self, gonka: Gonka, store: Store, *, leases: Leases, validator: str = DEFAULT_VALIDATOR,
                  fetch_payloads: bool = True, payload_workers: int = PAYLOAD_WORKERS,
-                 escrow_workers: int = ESCROW_WORKERS, decode_workers: int = DECODE_WORKERS,
-                 leases: Leases | None = None) -> None:
+                 escrow_workers: int = ESCROW_WORKERS, decode_workers: int = DECODE_WORKERS) -> None:
         self.g, self.store = gonka, store
         self.leases = leases
         self.summary = PollSummary()
@@ -129,7 +128,7 @@ class Poller:
         mine: list[int] = []        # epochs whose chain work is this poller's
         waiting: set[str] = set()   # leases of skipped work another poller holds
         for epoch in todo:
-            outcome = self._take(f"epoch:{epoch}")
+            outcome = self.leases.take(f"epoch:{epoch}").outcome
             if outcome == "done":   # another poller did the whole epoch, its escrows included, during this cycle
                 s.epochs_elsewhere += 1
                 continue
@@ -152,8 +151,7 @@ class Poller:
             for epoch in mine:
                 if epoch not in finished and not any(f"escrow:{e}" in waiting for e in plans[epoch][1]):
                     self.epochs.finish(epoch, *plans[epoch], done)
-                    if self.leases is not None:
-                        self.leases.release([f"epoch:{epoch}"])
+                    self.epochs.release(epoch)
                     finished.add(epoch)
             if not waiting:
                 break
@@ -167,7 +165,7 @@ class Poller:
                     if kind == "escrow":  # the pipeline takes it over (or finds it done meanwhile)
                         waiting.discard(resource)
                         retry.append((owner[key], key))
-                    elif (outcome := self._take(resource)) != "held":
+                    elif (outcome := self.leases.take(resource).outcome) != "held":
                         waiting.discard(resource)
                         if outcome == "taken":
                             self.epochs.snapshot(int(key), info if int(key) == now else None)
@@ -177,10 +175,7 @@ class Poller:
                 waiting |= self._skipped()
         s.escrows_elsewhere = sum(1 for eid in owner if eid not in done)
         s.epochs_elsewhere += len(plans) - len(mine)
-        s.takeovers = len(self.leases.takeovers) if self.leases else 0
-
-    def _take(self, resource: str) -> str:
-        return "taken" if self.leases is None else self.leases.take(resource).outcome
+        s.takeovers = len(self.leases.takeovers)
 
     def _skipped(self) -> set[str]:
         """Leases of the escrows the last pipeline run skipped because another poller holds them."""

@@ -24,6 +24,7 @@ from concurrent.futures import Executor
 from typing import Sequence
 
 from indexer.poller.fetch import EscrowDone, Settlement
+from indexer.poller.leases import Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError, Gonka
 from indexer.sources.gonka.snapshots import capture_epoch
@@ -36,9 +37,9 @@ PRUNING_WINDOW = 2            # DevshardPruningThreshold: the chain keeps the cu
 
 
 class Epochs:
-    def __init__(self, gonka: Gonka, store: Store, summary, pool: Executor, leases=None) -> None:
+    def __init__(self, gonka: Gonka, store: Store, summary, pool: Executor, leases: Leases) -> None:
         self.g, self.store, self.summary = gonka, store, summary
-        self.leases = leases  # indexer.poller.leases.Leases: each epoch's writes under its ``epoch:<E>`` lease
+        self.leases = leases  # each epoch's writes under its ``epoch:<E>`` lease
         self._pool = pool  # host epoch stats are many small independent reads
         self._snapshot_complete: dict[int, bool] = {}  # epoch -> every chain read of its snapshot succeeded
 
@@ -84,15 +85,14 @@ class Epochs:
 
     # -- the epoch:<E> lease (several pollers) ----------------------------------------------------------
     def take(self, epoch: int) -> bool:
-        """Whether this poller does epoch E's chain work now (always, without leases)."""
-        return self.leases is None or self.leases.take(f"epoch:{epoch}").outcome == "taken"
+        """Whether this poller does epoch E's chain work now."""
+        return self.leases.take(f"epoch:{epoch}").outcome == "taken"
 
     def fence(self, epoch: int) -> tuple[str, ...]:
-        return () if self.leases is None else (f"epoch:{epoch}",)
+        return (f"epoch:{epoch}",)
 
     def release(self, epoch: int) -> None:
-        if self.leases is not None:
-            self.leases.release([f"epoch:{epoch}"])
+        self.leases.release([f"epoch:{epoch}"])
 
     def created_ids(self, epoch: int) -> list[str]:
         """The epoch's escrow ids from its creation events (blocks are not pruned, so these outlive the escrows);
