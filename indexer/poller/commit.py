@@ -61,9 +61,9 @@ class CommitPipeline:
         self.fetcher.stop.set()
         self._pool.shutdown(wait=True)
 
-    def run(self, jobs: list[tuple[int, str]], settlements: dict[str, Settlement],
-            cursors: dict[str, str]) -> dict[str, EscrowDone]:
-        """Fetch and commit every (epoch, escrow id) job; return each escrow's outcome."""
+    def run(self, jobs: list[tuple[int, str]], settlements: dict[str, Settlement]) -> dict[str, EscrowDone]:
+        """Fetch and commit every (epoch, escrow id) job; return each escrow's outcome. Each job reads its escrow's
+        cursor after taking its lease (:meth:`_lease`)."""
         out: dict[str, EscrowDone] = {}
         self.skipped = {}
         if not jobs:
@@ -82,7 +82,6 @@ class CommitPipeline:
                     continue
 
         def job(epoch: int, escrow_id: str) -> None:
-            after = int(cursors.get(f"escrow:{escrow_id}") or 0)
             try:
                 skip, after = self._lease(escrow_id)
             except Exception as exc:  # noqa: BLE001 - a database failure: the committing thread ends the cycle

@@ -143,7 +143,7 @@ class Poller:
         for epoch in reversed(list(plans)):
             owner.update({eid: epoch for eid in plans[epoch][1]})
         jobs = sorted(((epoch, eid) for eid, epoch in owner.items()), key=lambda j: todo.index(j[0]))
-        done = self.pipeline.run(jobs, settlements, self.store.cursors("escrow"))
+        done = self.pipeline.run(jobs, settlements)
         waiting |= self._skipped()
         finished: set[int] = set()
         while True:
@@ -171,7 +171,7 @@ class Poller:
                             self.epochs.snapshot(int(key), info if int(key) == now else None)
                             mine.append(int(key))
             if retry:
-                done.update(self.pipeline.run(retry, settlements, {}))
+                done.update(self.pipeline.run(retry, settlements))
                 waiting |= self._skipped()
         s.escrows_elsewhere = sum(1 for eid in owner if eid not in done)
         s.epochs_elsewhere += len(plans) - len(mine)
