@@ -137,8 +137,7 @@ class Poller:
                 mine.append(epoch)
             else:
                 waiting.add(f"epoch:{epoch}")
-            _, ids, pending = self.epochs.listing(epoch)
-            plans[epoch] = (ids, pending)
+            plans[epoch] = self.epochs.listing(epoch)
         owner: dict[str, int] = {}  # an id listed by two epochs is fetched once, with the older
         for epoch in reversed(list(plans)):
             owner.update({eid: epoch for eid in plans[epoch][1]})
@@ -150,7 +149,7 @@ class Poller:
             # an epoch of this poller is finished once no escrow of it is in another poller's hands
             for epoch in mine:
                 if epoch not in finished and not any(f"escrow:{e}" in waiting for e in plans[epoch][1]):
-                    self.epochs.finish(epoch, *plans[epoch], done)
+                    self.epochs.finish(epoch, plans[epoch][0], done)
                     self.epochs.release(epoch)
                     finished.add(epoch)
             if not waiting:

@@ -150,18 +150,13 @@ class Epochs:
                 out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height)
         return out
 
-    def plan(self, epoch: int, info: dict | None) -> tuple[int, list[str], list[str]]:
-        """Load the epoch's chain metadata; return (epoch, its escrow ids, the ids still to fetch)."""
-        self.snapshot(epoch, info)
-        return self.listing(epoch)
-
-    def listing(self, epoch: int) -> tuple[int, list[str], list[str]]:
-        """(epoch, its escrow ids, the ids still to fetch), without writing anything (another poller may hold the
-        epoch's lease)."""
+    def listing(self, epoch: int) -> tuple[list[str], list[str]]:
+        """(its escrow ids, the ids still to fetch), without writing anything (another poller may hold the epoch's
+        lease)."""
         ids = self.listed_ids(epoch)
         final = self.store.cursors("escrow-final")
         self.summary.escrows_skipped_final += sum(f"escrow-final:{e}" in final for e in ids)
-        return epoch, ids, [e for e in ids if f"escrow-final:{e}" not in final]
+        return ids, [e for e in ids if f"escrow-final:{e}" not in final]
 
     def snapshot(self, epoch: int, info: dict | None = None) -> None:
         """Capture and load the epoch's snapshot (heights, model args, parameters, participants); failed reads are
@@ -180,7 +175,7 @@ class Epochs:
                              after=lambda c: self.store.snapshot_outcome(c, cap.failures, cap.succeeded),
                              fence=self.fence(epoch))
 
-    def finish(self, epoch: int, ids: list[str], pending: list[str], done: dict[str, EscrowDone]) -> None:
+    def finish(self, epoch: int, ids: list[str], done: dict[str, EscrowDone]) -> None:
         """Host epoch stats of the epoch's participants, and its finality state."""
         participants: dict[str, None] = {}
         # final escrows as committed, by this poller or by another one that held their leases this cycle
