@@ -154,9 +154,9 @@ class Epochs:
         """(its escrow ids, the ids still to fetch), without writing anything (another poller may hold the epoch's
         lease)."""
         ids = self.listed_ids(epoch)
-        final = self.store.cursors("escrow-final")
-        self.summary.escrows_skipped_final += sum(f"escrow-final:{e}" in final for e in ids)
-        return ids, [e for e in ids if f"escrow-final:{e}" not in final]
+        final = self.store.final_escrows(ids)
+        self.summary.escrows_skipped_final += sum(e in final for e in ids)
+        return ids, [e for e in ids if e not in final]
 
     def snapshot(self, epoch: int, info: dict | None = None) -> None:
         """Capture and load the epoch's snapshot (heights, model args, parameters, participants); failed reads are
@@ -179,8 +179,8 @@ class Epochs:
         """Host epoch stats of the epoch's participants, and its finality state."""
         participants: dict[str, None] = {}
         # final escrows as committed, by this poller or by another one that held their leases this cycle
-        final = self.store.cursors("escrow-final")
-        n_final = sum(f"escrow-final:{e}" in final for e in ids)
+        final = self.store.final_escrows(ids)
+        n_final = sum(e in final for e in ids)
         stored = self.store.stored_slots([e for e in ids if e not in done])  # final before, or another poller's
         for escrow_id in ids:
             d = done.get(escrow_id)

@@ -106,6 +106,16 @@ class Store:
                                  (kind,)).fetchall()
         return dict(rows)
 
+    def final_escrows(self, escrow_ids: Iterable[str]) -> set[str]:
+        """The ids among ``escrow_ids`` whose settled log is complete (an ``escrow-final:<id>`` cursor): one keyed
+        read of those sources, not every escrow-final cursor ever written."""
+        sources = [f"escrow-final:{eid}" for eid in escrow_ids]
+        if not sources:
+            return set()
+        rows = self.conn.execute("SELECT source FROM net.cursor WHERE source = ANY(%s) AND cursor IS NOT NULL",
+                                 (sources,)).fetchall()
+        return {source.split(":", 1)[1] for (source,) in rows}
+
     # -- what was stored before ------------------------------------------------------------------
     def stored_slots(self, escrow_ids: list[str]) -> dict[str, list[str]]:
         rows = self.conn.execute("SELECT escrow_id, slots FROM rec.escrow WHERE escrow_id = ANY(%s)", (escrow_ids,))
