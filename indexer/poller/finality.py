@@ -48,13 +48,13 @@ class Epochs:
         snapshots are read once more first: the chain keeps epoch groups and performance summaries after devshard
         pruning, so heights and participants are complete (parameters at the epoch's height only while the node
         keeps that state; else live values stand in, flagged inexact)."""
-        final = self.store.cursors("escrow-final")
         for epoch in sorted(e for e, st in states.items() if st != "final" and e < now - PRUNING_WINDOW):
             if not self.take(epoch):
                 continue  # another poller prunes it (if it dies, a later cycle does, once its lease expired)
             self.snapshot(epoch)
             ids = self.created_ids(epoch)
-            lost = [eid for eid in ids if f"escrow-final:{eid}" not in final]
+            final = self.store.final_escrows(ids)
+            lost = [eid for eid in ids if eid not in final]
             self._lost(epoch, lost, f"epoch {epoch} pruned before escrow was final")
             if lost:
                 log.warning("epoch %s pruned while settling: %d escrow(s) not final", epoch, len(lost))

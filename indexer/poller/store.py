@@ -100,12 +100,6 @@ class Store:
             self.failures.append((source, url, error, transient))
 
     # -- cursors --------------------------------------------------------------------------------
-    def cursors(self, kind: str) -> dict[str, str]:
-        """source → cursor of every source of one kind ('escrow', 'escrow-final', …) that has a cursor."""
-        rows = self.conn.execute("SELECT source, cursor FROM net.cursor WHERE source_kind = %s AND cursor IS NOT NULL",
-                                 (kind,)).fetchall()
-        return dict(rows)
-
     def final_escrows(self, escrow_ids: Iterable[str]) -> set[str]:
         """The ids among ``escrow_ids`` whose settled log is complete (an ``escrow-final:<id>`` cursor): one keyed
         read of those sources, not every escrow-final cursor ever written."""
