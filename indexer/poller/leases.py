@@ -189,11 +189,9 @@ class Leases:
         self.touch()
         with self._lock:
             mine = sorted(set(resources) & self.held)
-        if not mine:
-            return
-        with self._lock:
-            self._conn.execute(_RELEASE, {"r": mine, "h": self.holder})
-            self.held.difference_update(mine)
+            if mine:
+                self._conn.execute(_RELEASE, {"r": mine, "h": self.holder})
+                self.held.difference_update(mine)
 
     def escrow_cursors(self, escrow_id: str) -> tuple[int, bool]:
         """The escrow's committed cursor and whether it is final, read after taking its lease (the cycle's own
