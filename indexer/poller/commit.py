@@ -10,11 +10,14 @@ beside our cursor. When the source is ahead and the cursor has not moved for ``S
 host that stopped serving its log, a decode error at one nonce, …), it logs a warning, writes a ``net.failure`` row
 and sets ``last_error`` of ``escrow:<id>``; ``api.ingest_status.stalled_cycles`` shows the count.
 
-With leases (:mod:`indexer.poller.leases`, several pollers on one database) a fetch thread takes the escrow's
+Leases (:mod:`indexer.poller.leases`: several pollers may share one database): a fetch thread takes the escrow's
 ``escrow:<id>`` lease before anything else and reads its cursor afresh (another poller may have moved it since the
 cycle listed its escrows); an escrow another poller holds, or did during this cycle, is handed over as
-:class:`Skipped`. Every commit is fenced by the leases of the escrows it carries, and an escrow's lease is released
-once its outcome is written.
+:class:`Skipped`. Every commit of rows and cursors is fenced by the leases of the escrows it carries; an escrow's
+lease is released once its outcome is written. The outcome writes themselves are not fenced: the
+``net.failure`` rows (:meth:`Store.fail`, queued and written with whichever transaction comes next),
+``last_error`` (:meth:`Store.error`) and the watchdog's ``net.progress`` row (:meth:`Store.set_progress`) that
+:meth:`CommitPipeline._finish_escrow` writes go to the database without a lease check.
 """
 from __future__ import annotations
 

@@ -84,6 +84,8 @@ WHERE resource = ANY(%(r)s) AND holder = %(h)s AND released_at IS NULL"""
 
 _FENCE = "SELECT resource, holder FROM net.lease WHERE resource = ANY(%s) ORDER BY resource FOR UPDATE"
 
+# the one net.cursor read outside Store: a fetch thread reads it on this connection right after taking the lease
+# (Store's connection belongs to the committing thread)
 _ESCROW_CURSORS = "SELECT source, cursor FROM net.cursor WHERE source = ANY(%s) AND cursor IS NOT NULL"
 
 

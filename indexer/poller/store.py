@@ -1,11 +1,14 @@
 """Database side of the poller: records through the NDJSON loader, cursors in the same transaction, archive, and
 every statement on the ``net.*`` tables (cursors, failures, epoch states, progress) — the poller's other modules
-hold no SQL, except :mod:`indexer.poller.leases` (the ``net.lease`` statements, whose fence runs inside
-:meth:`Store.commit`'s transaction).
+hold no SQL, except :mod:`indexer.poller.leases`: the ``net.lease`` statements (whose fence runs inside
+:meth:`Store.commit`'s transaction) and one read of ``net.cursor`` (an escrow's cursors, read afresh on the lease
+connection right after its lease is taken, from a fetch thread that has no handle on this one).
 
 Each fetch becomes a ``rec.source`` (digest = sha256 of its NDJSON lines, uri = the URL); its records are typed by
-:meth:`BatchLoader.prepare` and written by :meth:`Store.commit`, which wraps the loader's transaction so
-that the cursor updates, the archived raw responses and the failures commit together with the rows.
+:meth:`Store.prepare` / :meth:`Store.prepare_typed` (:func:`indexer.load.prepare.prepare_batch`, or the decode
+workers' parts put together by :func:`indexer.load.assemble.assemble`) and written by :meth:`Store.commit`, which
+wraps the loader's transaction so that the cursor updates, the archived raw responses and the failures commit
+together with the rows.
 """
 from __future__ import annotations
 
