@@ -10,11 +10,14 @@ beside our cursor. When the source is ahead and the cursor has not moved for ``S
 host that stopped serving its log, a decode error at one nonce, …), it logs a warning, writes a ``net.failure`` row
 and sets ``last_error`` of ``escrow:<id>``; ``api.ingest_status.stalled_cycles`` shows the count.
 
-With leases (:mod:`indexer.poller.leases`, several pollers on one database) a fetch thread takes the escrow's
+Leases (:mod:`indexer.poller.leases`: several pollers may share one database): a fetch thread takes the escrow's
 ``escrow:<id>`` lease before anything else and reads its cursor afresh (another poller may have moved it since the
 cycle listed its escrows); an escrow another poller holds, or did during this cycle, is handed over as
-:class:`Skipped`. Every commit is fenced by the leases of the escrows it carries, and an escrow's lease is released
-once its outcome is written.
+:class:`Skipped`. Every commit of rows and cursors is fenced by the leases of the escrows it carries; an escrow's
+lease is released once its outcome is written. The outcome writes themselves are not fenced: the
+``net.failure`` rows (:meth:`Store.fail`, queued and written with whichever transaction comes next),
+``last_error`` (:meth:`Store.error`) and the watchdog's ``net.progress`` row (:meth:`Store.set_progress`) that
+:meth:`CommitPipeline._finish_escrow` writes go to the database without a lease check.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher, Settlement
+from indexer.poller.leases import Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError
 from indexer.wire.normalize import NormalizeError
@@ -49,10 +53,10 @@ class Skipped:
 
 
 class CommitPipeline:
-    def __init__(self, fetcher: EscrowFetcher, store: Store, summary, *, escrow_workers: int = ESCROW_WORKERS,
-                 leases=None):
+    def __init__(self, fetcher: EscrowFetcher, store: Store, summary, *, leases: Leases,
+                 escrow_workers: int = ESCROW_WORKERS):
         self.fetcher, self.store, self.summary = fetcher, store, summary
-        self.leases = leases  # indexer.poller.leases.Leases, or None: a single poller takes no leases
+        self.leases = leases  # every escrow is fetched and committed under its ``escrow:<id>`` lease
         self.skipped: dict[str, str] = {}  # escrow id -> why (Skipped.why), of the last run
         self._pool = ThreadPoolExecutor(max_workers=max(1, escrow_workers), thread_name_prefix="escrows")
 
@@ -60,9 +64,9 @@ class CommitPipeline:
         self.fetcher.stop.set()
         self._pool.shutdown(wait=True)
 
-    def run(self, jobs: list[tuple[int, str]], settlements: dict[str, Settlement],
-            cursors: dict[str, str]) -> dict[str, EscrowDone]:
-        """Fetch and commit every (epoch, escrow id) job; return each escrow's outcome."""
+    def run(self, jobs: list[tuple[int, str]], settlements: dict[str, Settlement]) -> dict[str, EscrowDone]:
+        """Fetch and commit every (epoch, escrow id) job; return each escrow's outcome. Each job reads its escrow's
+        cursor after taking its lease (:meth:`_lease`)."""
         out: dict[str, EscrowDone] = {}
         self.skipped = {}
         if not jobs:
@@ -81,18 +85,16 @@ class CommitPipeline:
                     continue
 
         def job(epoch: int, escrow_id: str) -> None:
-            after = int(cursors.get(f"escrow:{escrow_id}") or 0)
-            if self.leases is not None:
+            try:
+                skip, after = self._lease(escrow_id)
+            except Exception as exc:  # noqa: BLE001 - a database failure: the committing thread ends the cycle
+                skip = EscrowDone(escrow_id, slots=None, error=exc)
+            if skip is not None:
                 try:
-                    skip, after = self._lease(escrow_id)
-                except Exception as exc:  # noqa: BLE001 - a database failure: the committing thread ends the cycle
-                    skip = EscrowDone(escrow_id, slots=None, error=exc)
-                if skip is not None:
-                    try:
-                        put(skip)
-                    except Cancelled:
-                        pass
-                    return
+                    put(skip)
+                except Cancelled:
+                    pass
+                return
             done = EscrowDone(escrow_id, after=after)
             try:
                 self.fetcher.fetch(escrow_id, epoch, settlements.get(escrow_id), done.after, put, done)
@@ -181,7 +183,7 @@ class CommitPipeline:
             cursors: dict[str, str] = {}
             for c in chunks:
                 cursors.update(c.cursors)  # chunks of one escrow arrive in order: the last one wins
-            fence = sorted({f"escrow:{c.escrow_id}" for c in chunks}) if self.leases is not None else ()
+            fence = sorted({f"escrow:{c.escrow_id}" for c in chunks})
             res = self.store.commit(prepared, cursors, fence=fence)
             s = self.summary
             s.records += res.lines
@@ -189,13 +191,19 @@ class CommitPipeline:
             s.amended += res.amended
             s.diffs += sum(c.diffs for c in chunks)
             s.txs += sum(c.txs for c in chunks)
-        for item in batch:
-            if isinstance(item, EscrowDone):
-                out[item.escrow_id] = self._finish_escrow(item)
-                if self.leases is not None:  # its rows, cursors and watchdog state are written by now
-                    self.leases.release([f"escrow:{item.escrow_id}"])
-            elif isinstance(item, Skipped):
-                self.skipped[item.escrow_id] = item.why
+        finished: list[str] = []
+        try:
+            for item in batch:
+                if isinstance(item, EscrowDone):
+                    out[item.escrow_id] = self._finish_escrow(item)
+                    finished.append(f"escrow:{item.escrow_id}")
+                elif isinstance(item, Skipped):
+                    self.skipped[item.escrow_id] = item.why
+        finally:
+            # their rows, cursors and watchdog state are written by now: one release for the batch's finished
+            # escrows (also those finished before a later one's outcome raised, as a release each did)
+            if finished:
+                self.leases.release(finished)
 
     def _finish_escrow(self, done: EscrowDone) -> EscrowDone:
         s = self.summary

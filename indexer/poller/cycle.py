@@ -79,10 +79,9 @@ class PollSummary:
 
 
 class Poller:
-    def __init__(self, gonka: Gonka, store: Store, *, validator: str = DEFAULT_VALIDATOR,
+    def __init__(self, gonka: Gonka, store: Store, *, leases: Leases, validator: str = DEFAULT_VALIDATOR,
                  fetch_payloads: bool = True, payload_workers: int = PAYLOAD_WORKERS,
-                 escrow_workers: int = ESCROW_WORKERS, decode_workers: int = DECODE_WORKERS,
-                 leases: Leases | None = None) -> None:
+                 escrow_workers: int = ESCROW_WORKERS, decode_workers: int = DECODE_WORKERS) -> None:
         self.g, self.store = gonka, store
         self.leases = leases
         self.summary = PollSummary()
@@ -129,7 +128,7 @@ class Poller:
         mine: list[int] = []        # epochs whose chain work is this poller's
         waiting: set[str] = set()   # leases of skipped work another poller holds
         for epoch in todo:
-            outcome = self._take(f"epoch:{epoch}")
+            outcome = self.leases.take(f"epoch:{epoch}").outcome
             if outcome == "done":   # another poller did the whole epoch, its escrows included, during this cycle
                 s.epochs_elsewhere += 1
                 continue
@@ -138,22 +137,20 @@ class Poller:
                 mine.append(epoch)
             else:
                 waiting.add(f"epoch:{epoch}")
-            _, ids, pending = self.epochs.listing(epoch)
-            plans[epoch] = (ids, pending)
+            plans[epoch] = self.epochs.listing(epoch)
         owner: dict[str, int] = {}  # an id listed by two epochs is fetched once, with the older
         for epoch in reversed(list(plans)):
             owner.update({eid: epoch for eid in plans[epoch][1]})
         jobs = sorted(((epoch, eid) for eid, epoch in owner.items()), key=lambda j: todo.index(j[0]))
-        done = self.pipeline.run(jobs, settlements, self.store.cursors("escrow"))
+        done = self.pipeline.run(jobs, settlements)
         waiting |= self._skipped()
         finished: set[int] = set()
         while True:
             # an epoch of this poller is finished once no escrow of it is in another poller's hands
             for epoch in mine:
                 if epoch not in finished and not any(f"escrow:{e}" in waiting for e in plans[epoch][1]):
-                    self.epochs.finish(epoch, *plans[epoch], done)
-                    if self.leases is not None:
-                        self.leases.release([f"epoch:{epoch}"])
+                    self.epochs.finish(epoch, plans[epoch][0], done)
+                    self.epochs.release(epoch)
                     finished.add(epoch)
             if not waiting:
                 break
@@ -167,20 +164,17 @@ class Poller:
                     if kind == "escrow":  # the pipeline takes it over (or finds it done meanwhile)
                         waiting.discard(resource)
                         retry.append((owner[key], key))
-                    elif (outcome := self._take(resource)) != "held":
+                    elif (outcome := self.leases.take(resource).outcome) != "held":
                         waiting.discard(resource)
                         if outcome == "taken":
                             self.epochs.snapshot(int(key), info if int(key) == now else None)
                             mine.append(int(key))
             if retry:
-                done.update(self.pipeline.run(retry, settlements, {}))
+                done.update(self.pipeline.run(retry, settlements))
                 waiting |= self._skipped()
         s.escrows_elsewhere = sum(1 for eid in owner if eid not in done)
         s.epochs_elsewhere += len(plans) - len(mine)
-        s.takeovers = len(self.leases.takeovers) if self.leases else 0
-
-    def _take(self, resource: str) -> str:
-        return "taken" if self.leases is None else self.leases.take(resource).outcome
+        s.takeovers = len(self.leases.takeovers)
 
     def _skipped(self) -> set[str]:
         """Leases of the escrows the last pipeline run skipped because another poller holds them."""

@@ -24,6 +24,7 @@ from concurrent.futures import Executor
 from typing import Sequence
 
 from indexer.poller.fetch import EscrowDone, Settlement
+from indexer.poller.leases import Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError, Gonka
 from indexer.sources.gonka.snapshots import capture_epoch
@@ -36,9 +37,9 @@ PRUNING_WINDOW = 2            # DevshardPruningThreshold: the chain keeps the cu
 
 
 class Epochs:
-    def __init__(self, gonka: Gonka, store: Store, summary, pool: Executor, leases=None) -> None:
+    def __init__(self, gonka: Gonka, store: Store, summary, pool: Executor, leases: Leases) -> None:
         self.g, self.store, self.summary = gonka, store, summary
-        self.leases = leases  # indexer.poller.leases.Leases: each epoch's writes under its ``epoch:<E>`` lease
+        self.leases = leases  # each epoch's writes under its ``epoch:<E>`` lease
         self._pool = pool  # host epoch stats are many small independent reads
         self._snapshot_complete: dict[int, bool] = {}  # epoch -> every chain read of its snapshot succeeded
 
@@ -47,13 +48,13 @@ class Epochs:
         snapshots are read once more first: the chain keeps epoch groups and performance summaries after devshard
         pruning, so heights and participants are complete (parameters at the epoch's height only while the node
         keeps that state; else live values stand in, flagged inexact)."""
-        final = self.store.cursors("escrow-final")
         for epoch in sorted(e for e, st in states.items() if st != "final" and e < now - PRUNING_WINDOW):
             if not self.take(epoch):
                 continue  # another poller prunes it (if it dies, a later cycle does, once its lease expired)
             self.snapshot(epoch)
             ids = self.created_ids(epoch)
-            lost = [eid for eid in ids if f"escrow-final:{eid}" not in final]
+            final = self.store.final_escrows(ids)
+            lost = [eid for eid in ids if eid not in final]
             self._lost(epoch, lost, f"epoch {epoch} pruned before escrow was final")
             if lost:
                 log.warning("epoch %s pruned while settling: %d escrow(s) not final", epoch, len(lost))
@@ -84,15 +85,14 @@ class Epochs:
 
     # -- the epoch:<E> lease (several pollers) ----------------------------------------------------------
     def take(self, epoch: int) -> bool:
-        """Whether this poller does epoch E's chain work now (always, without leases)."""
-        return self.leases is None or self.leases.take(f"epoch:{epoch}").outcome == "taken"
+        """Whether this poller does epoch E's chain work now."""
+        return self.leases.take(f"epoch:{epoch}").outcome == "taken"
 
     def fence(self, epoch: int) -> tuple[str, ...]:
-        return () if self.leases is None else (f"epoch:{epoch}",)
+        return (f"epoch:{epoch}",)
 
     def release(self, epoch: int) -> None:
-        if self.leases is not None:
-            self.leases.release([f"epoch:{epoch}"])
+        self.leases.release([f"epoch:{epoch}"])
 
     def created_ids(self, epoch: int) -> list[str]:
         """The epoch's escrow ids from its creation events (blocks are not pruned, so these outlive the escrows);
@@ -150,18 +150,13 @@ class Epochs:
                 out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height)
         return out
 
-    def plan(self, epoch: int, info: dict | None) -> tuple[int, list[str], list[str]]:
-        """Load the epoch's chain metadata; return (epoch, its escrow ids, the ids still to fetch)."""
-        self.snapshot(epoch, info)
-        return self.listing(epoch)
-
-    def listing(self, epoch: int) -> tuple[int, list[str], list[str]]:
-        """(epoch, its escrow ids, the ids still to fetch), without writing anything (another poller may hold the
-        epoch's lease)."""
+    def listing(self, epoch: int) -> tuple[list[str], list[str]]:
+        """(its escrow ids, the ids still to fetch), without writing anything (another poller may hold the epoch's
+        lease)."""
         ids = self.listed_ids(epoch)
-        final = self.store.cursors("escrow-final")
-        self.summary.escrows_skipped_final += sum(f"escrow-final:{e}" in final for e in ids)
-        return epoch, ids, [e for e in ids if f"escrow-final:{e}" not in final]
+        final = self.store.final_escrows(ids)
+        self.summary.escrows_skipped_final += sum(e in final for e in ids)
+        return ids, [e for e in ids if e not in final]
 
     def snapshot(self, epoch: int, info: dict | None = None) -> None:
         """Capture and load the epoch's snapshot (heights, model args, parameters, participants); failed reads are
@@ -180,12 +175,12 @@ class Epochs:
                              after=lambda c: self.store.snapshot_outcome(c, cap.failures, cap.succeeded),
                              fence=self.fence(epoch))
 
-    def finish(self, epoch: int, ids: list[str], pending: list[str], done: dict[str, EscrowDone]) -> None:
+    def finish(self, epoch: int, ids: list[str], done: dict[str, EscrowDone]) -> None:
         """Host epoch stats of the epoch's participants, and its finality state."""
         participants: dict[str, None] = {}
         # final escrows as committed, by this poller or by another one that held their leases this cycle
-        final = self.store.cursors("escrow-final")
-        n_final = sum(f"escrow-final:{e}" in final for e in ids)
+        final = self.store.final_escrows(ids)
+        n_final = sum(e in final for e in ids)
         stored = self.store.stored_slots([e for e in ids if e not in done])  # final before, or another poller's
         for escrow_id in ids:
             d = done.get(escrow_id)

@@ -84,6 +84,8 @@ WHERE resource = ANY(%(r)s) AND holder = %(h)s AND released_at IS NULL"""
 
 _FENCE = "SELECT resource, holder FROM net.lease WHERE resource = ANY(%s) ORDER BY resource FOR UPDATE"
 
+# the one net.cursor read outside Store: a fetch thread reads it on this connection right after taking the lease
+# (Store's connection belongs to the committing thread)
 _ESCROW_CURSORS = "SELECT source, cursor FROM net.cursor WHERE source = ANY(%s) AND cursor IS NOT NULL"
 
 
@@ -189,11 +191,9 @@ class Leases:
         self.touch()
         with self._lock:
             mine = sorted(set(resources) & self.held)
-        if not mine:
-            return
-        with self._lock:
-            self._conn.execute(_RELEASE, {"r": mine, "h": self.holder})
-            self.held.difference_update(mine)
+            if mine:
+                self._conn.execute(_RELEASE, {"r": mine, "h": self.holder})
+                self.held.difference_update(mine)
 
     def escrow_cursors(self, escrow_id: str) -> tuple[int, bool]:
         """The escrow's committed cursor and whether it is final, read after taking its lease (the cycle's own

@@ -1,11 +1,14 @@
 """Database side of the poller: records through the NDJSON loader, cursors in the same transaction, archive, and
 every statement on the ``net.*`` tables (cursors, failures, epoch states, progress) — the poller's other modules
-hold no SQL, except :mod:`indexer.poller.leases` (the ``net.lease`` statements, whose fence runs inside
-:meth:`Store.commit`'s transaction).
+hold no SQL, except :mod:`indexer.poller.leases`: the ``net.lease`` statements (whose fence runs inside
+:meth:`Store.commit`'s transaction) and one read of ``net.cursor`` (an escrow's cursors, read afresh on the lease
+connection right after its lease is taken, from a fetch thread that has no handle on this one).
 
 Each fetch becomes a ``rec.source`` (digest = sha256 of its NDJSON lines, uri = the URL); its records are typed by
-:meth:`BatchLoader.prepare` and written by :meth:`Store.commit`, which wraps the loader's transaction so
-that the cursor updates, the archived raw responses and the failures commit together with the rows.
+:meth:`Store.prepare` / :meth:`Store.prepare_typed` (:func:`indexer.load.prepare.prepare_batch`, or the decode
+workers' parts put together by :func:`indexer.load.assemble.assemble`) and written by :meth:`Store.commit`, which
+wraps the loader's transaction so that the cursor updates, the archived raw responses and the failures commit
+together with the rows.
 """
 from __future__ import annotations
 
@@ -100,11 +103,15 @@ class Store:
             self.failures.append((source, url, error, transient))
 
     # -- cursors --------------------------------------------------------------------------------
-    def cursors(self, kind: str) -> dict[str, str]:
-        """source → cursor of every source of one kind ('escrow', 'escrow-final', …) that has a cursor."""
-        rows = self.conn.execute("SELECT source, cursor FROM net.cursor WHERE source_kind = %s AND cursor IS NOT NULL",
-                                 (kind,)).fetchall()
-        return dict(rows)
+    def final_escrows(self, escrow_ids: Iterable[str]) -> set[str]:
+        """The ids among ``escrow_ids`` whose settled log is complete (an ``escrow-final:<id>`` cursor): one keyed
+        read of those sources, not every escrow-final cursor ever written."""
+        sources = [f"escrow-final:{eid}" for eid in escrow_ids]
+        if not sources:
+            return set()
+        rows = self.conn.execute("SELECT source FROM net.cursor WHERE source = ANY(%s) AND cursor IS NOT NULL",
+                                 (sources,)).fetchall()
+        return {source.split(":", 1)[1] for (source,) in rows}
 
     # -- what was stored before ------------------------------------------------------------------
     def stored_slots(self, escrow_ids: list[str]) -> dict[str, list[str]]:
