@@ -191,19 +191,13 @@ class CommitPipeline:
             s.amended += res.amended
             s.diffs += sum(c.diffs for c in chunks)
             s.txs += sum(c.txs for c in chunks)
-        finished: list[str] = []
-        try:
-            for item in batch:
-                if isinstance(item, EscrowDone):
-                    out[item.escrow_id] = self._finish_escrow(item)
-                    finished.append(f"escrow:{item.escrow_id}")
-                elif isinstance(item, Skipped):
-                    self.skipped[item.escrow_id] = item.why
-        finally:
-            # their rows, cursors and watchdog state are written by now: one release for the batch's finished
-            # escrows (also those finished before a later one's outcome raised, as a release each did)
-            if finished:
-                self.leases.release(finished)
+        for item in batch:
+            if isinstance(item, EscrowDone):
+                out[item.escrow_id] = self._finish_escrow(item)
+                # its rows, cursors and watchdog state are written by now
+                self.leases.release([f"escrow:{item.escrow_id}"])
+            elif isinstance(item, Skipped):
+                self.skipped[item.escrow_id] = item.why
 
     def _finish_escrow(self, done: EscrowDone) -> EscrowDone:
         s = self.summary
