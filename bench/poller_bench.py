@@ -87,10 +87,11 @@ class _InProcess:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--escrows-per-epoch", type=int, default=42)
-    p.add_argument("--inferences-per-escrow", type=int, default=200)
-    p.add_argument("--database-url")
+    p.add_argument("--epochs", type=int, default=3, help="devnet epochs in the scenario (default 3)")
+    p.add_argument("--escrows-per-epoch", type=int, default=42, help="devnet escrows per epoch (default 42)")
+    p.add_argument("--inferences-per-escrow", type=int, default=200,
+                   help="devnet inferences per escrow (default 200)")
+    p.add_argument("--database-url", help="server to measure (default: $DATABASE_URL, else the embedded PostgreSQL)")
     p.add_argument("--no-archive", action="store_true", help="do not archive raw responses")
     p.add_argument("--no-process", action="store_true", help="skip replay and rules")
     p.add_argument("--in-process", action="store_true", help="serve the devnet from a thread of this process")

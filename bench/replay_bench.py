@@ -97,15 +97,15 @@ def measure(tree: Path, url: str, workers: int, chunk: int | None, postmaster: i
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--escrows", type=int, default=479)
-    ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--escrows", type=int, default=479, help="synthetic escrows to replay (default 479)")
+    ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet", help="synthetic record mix")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each configuration (the median is reported, the minimum beside it)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="replay worker counts to measure (default 1 2)")
     ap.add_argument("--chunk", type=int, default=0, help="escrows per chunk (0: the module's default)")
     ap.add_argument("--perturb", type=float, default=0.0, help="share of txs to mutate (exercises rejections)")
     ap.add_argument("--baseline", help="git revision to compare with (extracted with git archive)")
-    ap.add_argument("--database-url")
+    ap.add_argument("--database-url", help="server to measure (default: $DATABASE_URL, else the embedded PostgreSQL)")
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))

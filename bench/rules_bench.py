@@ -60,10 +60,10 @@ def late_records(conn: psycopg.Connection, url: str, epoch: int, share: float = 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--inferences", type=int, default=1_000_000)
-    ap.add_argument("--database-url")
-    ap.add_argument("--keep", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--inferences", type=int, default=1_000_000, help="synthetic inferences (default 1,000,000)")
+    ap.add_argument("--database-url", help="server to measure (default: $DATABASE_URL, else the embedded PostgreSQL)")
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark database")
     ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet",
                     help="inference mix of the synthetic log (indexer.synth.MIXES)")
     args = ap.parse_args()
