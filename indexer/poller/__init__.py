@@ -39,6 +39,13 @@ Nothing is retried from an archive node (public nodes do not serve archive heigh
 what was captured, and the replay's tallies beside the network's ``host_stats`` (``api.host_stats_check``) show
 where a log is short.
 """
-from indexer.poller.cycle import PollSummary, poll_once
-
 __all__ = ["PollSummary", "poll_once"]
+
+
+def __getattr__(name: str):
+    # Imported on first use, not with the package: a decode process (indexer.poller.decode, in a forkserver) would
+    # otherwise import the whole poller (httpx, the commit pipeline, leases) before its first diff, every cycle.
+    if name in __all__:
+        from indexer.poller import cycle
+        return getattr(cycle, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
