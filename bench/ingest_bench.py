@@ -2,6 +2,7 @@
 one-column jsonb table. Prints throughput, the ratio to the baseline (target ≥ 0.5×) and the ingest's peak RSS.
 
     python bench/ingest_bench.py [--records 1000000] [--repeat 3] [--pg15] [--database-url URL] [--file F] [--keep]
+                                 [--floor] [--scale-file F]
 
 --pg15 also measures a stock PostgreSQL 15 with default settings, started by the bench in a temp dir
 (bench/stock_postgres.py), with the same file and the same side-by-side baseline.
@@ -75,9 +76,9 @@ def timed_ingest(url: str, path: Path) -> tuple[float, int, tuple | None, float,
             usage.ru_utime + usage.ru_stime, server)
 
 
-def measure(server: str, path: Path, lines: int, keep: bool) -> dict:
+def measure(server: str, path: Path, lines: int, keep: bool, floor: bool = False) -> dict:
     """One same-run pair on `server`: raw COPY baseline, then `indexer ingest` of the same file, in a fresh
-    database."""
+    database; with `floor`, then the written rows alone (floor_copy)."""
     with scratch_database(server, "bench", keep=keep) as url:
         migrate.upgrade(url)
         settle(url)
@@ -86,9 +87,45 @@ def measure(server: str, path: Path, lines: int, keep: bool) -> dict:
         ingest_s, peak_kb, stages, client_cpu, server_cpu = timed_ingest(url, path)
         with psycopg.connect(url) as c:
             inferences = c.execute("SELECT count(*) FROM replay.inference").fetchone()[0]
+        floors = floor_copy(server, url) if floor else None
     load_s, replay_s, rules_s = stages or (ingest_s, 0.0, 0.0)
     return dict(base=base, base_cpu=base_cpu, client_cpu=client_cpu, server_cpu=server_cpu, ingest=ingest_s,
-                peak_kb=peak_kb, load=load_s, replay=replay_s, rules=rules_s, inferences=inferences, lines=lines)
+                peak_kb=peak_kb, load=load_s, replay=replay_s, rules=rules_s, inferences=inferences, lines=lines,
+                floor=floors)
+
+
+def floor_copy(server: str, loaded_url: str) -> dict[str, tuple[float, float]]:
+    """What writing the ingest's own rows costs with no typing and no replay: every row the ingest wrote to the
+    rec and replay tables, taken out with COPY TO and written into a fresh database's same (partitioned, indexed,
+    logged) tables with one COPY per table, in one transaction. {schema: (seconds, server CPU seconds)}: the least
+    any ingest into this schema can spend on the server, beside the baseline's."""
+    with tempfile.TemporaryDirectory() as tmp, psycopg.connect(loaded_url) as src:
+        tables = [r[0] for r in src.execute(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname IN ('rec', 'replay') AND c.relkind IN ('r', 'p') AND NOT c.relispartition "
+            "AND c.relname <> 'dirty_escrow' ORDER BY n.nspname, c.relname <> 'source', c.relname")]
+        epochs = [r[0] for r in src.execute("SELECT DISTINCT epoch_index FROM rec.escrow WHERE epoch_index IS NOT NULL")]
+        for table in tables:
+            with open(Path(tmp) / table, "wb") as out, src.cursor().copy(f"COPY (SELECT * FROM {table}) TO STDOUT") as cp:
+                for chunk in cp:
+                    out.write(chunk)
+        with scratch_database(server, "bench_floor") as url:
+            migrate.upgrade(url)
+            with psycopg.connect(url) as dst:
+                dst.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", (epochs,))
+                dst.commit()
+            settle(url)
+            took: dict[str, tuple[float, float]] = {}
+            with psycopg.connect(url) as dst:
+                for schema in ("rec", "replay"):
+                    server_cpu, start = postgres_cpu(url), time.perf_counter()
+                    for table in (t for t in tables if t.startswith(schema + ".")):
+                        with dst.cursor().copy(f"COPY {table} FROM STDIN") as cp, open(Path(tmp) / table, "rb") as fh:
+                            while chunk := fh.read(1 << 20):
+                                cp.write(chunk)
+                    dst.commit()
+                    took[schema] = (time.perf_counter() - start, postgres_cpu(url) - server_cpu)
+    return took
 
 
 def settle(url: str) -> None:
@@ -117,6 +154,11 @@ def report(label: str, runs: list[dict]) -> None:
         print(f"cpu       baseline: server {r['base_cpu']:.2f}s; whole ingest command: its process and workers "
               f"{r['client_cpu']:.2f}s, server {r['server_cpu']:.2f}s (both cores: "
               f"{(r['client_cpu'] + r['server_cpu']) / r['ingest'] / 2:.0%} busy)")
+        if r["floor"]:
+            (rec_s, rec_cpu), (rep_s, rep_cpu) = r["floor"]["rec"], r["floor"]["replay"]
+            print(f"floor     the same rows, one COPY a table : {rec_s + rep_s:7.2f}s  (rec {rec_s:.2f}s, replay "
+                  f"{rep_s:.2f}s; server CPU {rec_cpu + rep_cpu:.2f}s): {r['base'] / (rec_s + rep_s):.2f}x the "
+                  f"baseline with no typing and no replay at all")
     if len(runs) > 1:
         ratios = sorted(r["base"] / (r["load"] + r["replay"]) for r in runs)
         print(f"ratios of the {len(runs)} same-run pairs: {', '.join(f'{x:.2f}x' for x in ratios)}; "
@@ -164,6 +206,9 @@ def main() -> int:
                                                            "repeat and read the median ratio)")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark database")
     ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet", help="synthetic record mix")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time writing the ingest's own rows alone (one COPY per rec/replay table into a fresh "
+                         "database): the server's share no typing or replay code can avoid")
     ap.add_argument("--scale-file", type=Path,
                     help="also check linearity: load this file (generated there first with 10x --records if it does "
                          "not exist) and the main file each alone, and compare their times and peak RSS")
@@ -181,12 +226,12 @@ def main() -> int:
         if not args.only_pg15:
             server = resolve_database_url(args.database_url)
             report("default server (" + ("--database-url" if args.database_url else "DATABASE_URL or embedded") + ")",
-                   [measure(server, path, lines, args.keep) for _ in range(args.repeat)])
+                   [measure(server, path, lines, args.keep, args.floor) for _ in range(args.repeat)])
         if args.pg15 or args.only_pg15:
             try:
                 with stock_postgres(args.pg15_bindir) as (server, version):
                     report(f"stock server, default settings: {version}",
-                           [measure(server, path, lines, args.keep) for _ in range(args.repeat)])
+                           [measure(server, path, lines, args.keep, args.floor) for _ in range(args.repeat)])
             except StockServerMissing as exc:
                 print(f"-- stock server skipped: {exc}")
         if args.scale_file:
