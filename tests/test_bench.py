@@ -65,9 +65,10 @@ def test_decode_bench_runs_and_both_codecs_agree():
 
 
 def test_ingest_bench_runs(pg_admin_url):
-    out = _run(["bench/ingest_bench.py", "--records", "2000", "--database-url", pg_admin_url])
+    out = _run(["bench/ingest_bench.py", "--records", "2000", "--floor", "--database-url", pg_admin_url])
     assert out.returncode == 0, out.stderr
     assert re.search(r"^ratio\s+load \+ replay / baseline\s+: [\d.]+x", out.stdout, re.M), out.stdout
+    assert re.search(r"^floor\s+the same rows, one COPY a table :\s+[\d.]+s", out.stdout, re.M), out.stdout
     assert "peak RSS" in out.stdout
 
 
