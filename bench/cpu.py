@@ -21,7 +21,18 @@ def process_cpu(pid: int, reaped: bool = False) -> float | None:
 
 def descendants_cpu(skip: int | None) -> float:
     """CPU seconds of this process's descendants but ``skip`` (the devnet): the poller's decode processes and
-    their forkserver, with the children they have reaped."""
+    their forkserver, with the children they have reaped. A worker reaped by its parent during the scan may be
+    missed or counted twice, so the scan is repeated until two in a row agree (the workers are idle by then)."""
+    previous = None
+    for _ in range(20):
+        total = _descendants_once(skip)
+        if previous is not None and abs(total - previous) < 0.015:
+            break
+        previous = total
+    return total
+
+
+def _descendants_once(skip: int | None) -> float:
     parents: dict[int, int] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
