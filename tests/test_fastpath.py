@@ -268,7 +268,10 @@ def test_ordinary_lines_take_the_struct_decoder():
                "input_tokens": 0, "output_tokens": 0, "response_payload": "too long"}  # parsed on the general path
     for declined in ({**start, "model": None}, {**start, "served_hash": "ab"}, {**start, "model": "a:b"},
                      {**start, "model": "a\\b"}, {**start, "escrow_id": 5}, {**start, "diff_nonce": 2**63},
-                     {**start, "diff_nonce": 7.0}, refusal, {**refusal, "input_tokens": "0"}):
+                     {**start, "diff_nonce": 7.0}, refusal, {**refusal, "input_tokens": "0"},
+                     {**start, "prompt_hash": "abz0"}, {**start, "prompt_hash": "ab cd"},
+                     {**start, "prompt_hash": "١٢"}, {**start, "prompt_hash": "0x12"},
+                     {**refusal, "input_tokens": 3, "response_hash": "g"}):
         assert typed_line(orjson.dumps(declined), 1, "7") is None, declined
 
 
