@@ -12,7 +12,7 @@ import re
 
 import orjson
 
-from indexer.load.coerce import HEX_DIGITS, MAX_I31, MAX_I63, MAX_U64, c_reason
+from indexer.load.coerce import HEX_BYTES, MAX_I31, MAX_I63, MAX_U64, NON_HEX, c_reason
 from indexer.load.copytext import text
 from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES, Kind
 
@@ -24,7 +24,7 @@ _CHECK = {
     U32: "(type({v}) is int and 0 <= {v} <= MAX_I31)",
     BOOL: "(type({v}) is bool)",
     STR: "(type({v}) is str)",
-    HEX: "(type({v}) is str and HEXM({v}))",
+    HEX: "(type({v}) is str and not " + NON_HEX + ")",
     # computed values (walrus): the normalised vote list and its highest slot; the stored reason
     VOTES: "(type({v}) is list and (w{v} := VOTE_LIST({v})) is not None)",
     REASON: "(type({v}) is str and (r{v} := REASONS.get({v})) is not None)",
@@ -114,7 +114,7 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         "        try:  # orjson refuses an integer beyond 64 bits (TypeError): the general path decides", "            x = " + ("esc(dumps(x).decode())" if escape else "dumps(x).decode()"),
         "        except TypeError:", "            return None", *normalise,
         f'    return (f"{line}", {scope}, {slot}{key})'])
-    namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEXM": HEX_DIGITS.match, "esc": text,
+    namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEX_BYTES": HEX_BYTES, "esc": text,
                  "VOTE_LIST": _vote_list, "REASONS": _REASON_WORDS,
                  **{f"DEC{n}": re.compile(decimal_pattern(n)).match for n in DECIMAL_DIGITS.values()},
                  "NULL": "\\N", "ZERO": (0, "0"), "KNOWN": frozenset(["kind", *kind.columns]), "SCALAR": _SCALARS,
