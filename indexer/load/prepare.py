@@ -125,7 +125,7 @@ def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads, first_tr
         # A line with a backslash may hold escapes: its strings are escaped for COPY, and \u0000 goes general.
         if (fast is not None and ((colons := raw.count(b":")) == len(obj)
                                   or (kind in _NESTED and colons == key_count(obj)))
-                and (b"\\" not in raw or (b"\\u0000" not in raw and (fast := fast_escaping[kind])))
+                and (raw.find(b"\\") < 0 or (raw.find(b"\\u0000") < 0 and (fast := fast_escaping[kind])))
                 and (got := fast(obj, number, sid)) is not None):
             target = rows.get(kind)
             if target is None:

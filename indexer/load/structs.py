@@ -83,7 +83,9 @@ _Refused = (msgspec.DecodeError, msgspec.ValidationError)
 
 def typed_line(raw: bytes, number: int, sid: str):
     """(kind, (copy_line, scope, slot, key)) of a canonical bulk-kind line, or None (the caller's paths decide)."""
-    if b"\\" in raw:
+    # find, not `in`: bytes.__contains__ first tries a bytes needle as an int and clears the error (0.24 µs a
+    # line against 0.11)
+    if raw.find(b"\\") >= 0:
         return None
     try:
         record = _DECODE(raw)
