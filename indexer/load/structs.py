@@ -2,13 +2,14 @@
 
 For the bulk tx kinds (start, confirm_start, finish, validation, validation_vote: 97 % of a mainnet file) a
 canonical line is decoded straight into a Struct whose field types carry the same bounds as the fast path's checks
-(indexer.load.fastpath), and a generated function writes its COPY line. That is ~2.5 µs a line cheaper than parsing
+(indexer.load.fastpath), and a generated function checks its hex fields (coerce.NON_HEX, cheaper than a msgspec
+pattern) and writes its COPY line. That is ~2.5 µs a line cheaper than parsing
 into a dict and checking every field in Python (bench/ingest_bench.py), and renders the same text.
 
 A line is taken here only when nothing about it needs a decision: no backslash (so no string needs COPY escaping and
 none can hold \\u0000), and exactly one colon per field the Struct holds, so the line names no unknown field, no
 field twice, no explicit null and no colon inside a string. Anything else (or anything msgspec refuses: a float, an
-integer out of range, an id given as a number, another kind) returns None and the line goes down the fast path and
+integer out of range, an id given as a number, a hash that is not hex, another kind) returns None and the line goes down the fast path and
 then the general path exactly as before, which give the precise reasons. tests/test_fastpath.py holds the three
 renders to the same text.
 """
@@ -57,8 +58,8 @@ def _compile(kind: Kind):
         expr = _RENDER[f.type].format(v=f"v{i}")
         cells.append("{" + (expr if f.required else f"NULL if v{i} is None else {expr}") + "}")
     cells += ["{NULL}", "{sid}"]  # extra (no unknown field reaches here), source_id
-    guard = "".join(f"    if {'' if f.required else at[f.name] + ' is not None and '}{NON_HEX.format(v=at[f.name])}:\n"
-                    "        return None\n" for f in kind.fields if f.type == HEX)
+    guard = "".join(f"    if {'' if f.required else at[f.name] + ' is not None and '}"
+                    f"{NON_HEX.format(v=at[f.name])}:\n        return None\n" for f in kind.fields if f.type == HEX)
     if kind.name == "finish":  # a 0/0 Finish with a payload is a refusal to parse (the general path
         # does that), its token counts given as numbers or as decimal strings
         guard += (f"    if {at['input_tokens']} in ZERO and {at['output_tokens']} in ZERO and {at['response_payload']}:\n"

@@ -43,8 +43,8 @@ __all__ = ["PollSummary", "poll_once"]
 
 
 def __getattr__(name: str):
-    # Imported on first use, not with the package: a decode process (indexer.poller.decode, in a forkserver) would
-    # otherwise import the whole poller (httpx, the commit pipeline, leases) before its first diff, every cycle.
+    # Imported on first use, not with the package: the decode processes' forkserver (indexer.poller.decode) would
+    # otherwise import the whole poller (httpx, the commit pipeline, leases) before its first diff.
     if name in __all__:
         from indexer.poller import cycle
         return getattr(cycle, name)

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from indexer.refusals.vllm import RefusalParse, parse_response_payload
 
-PARSER_VERSION = 2  # 2: the vLLM 0.1-0.33 wording survey (families 7, 7c, window; null codes)
-PARSE_FIELDS = tuple(f.name for f in dataclasses.fields(RefusalParse))
-COLUMNS = ("escrow_id", "inference_id", "payload_md5", "parser_version") + PARSE_FIELDS
 if TYPE_CHECKING:  # the loader's and the poller's typing processes parse rows here without a database driver
     import psycopg
 
+PARSER_VERSION = 2  # 2: the vLLM 0.1-0.33 wording survey (families 7, 7c, window; null codes)
+PARSE_FIELDS = tuple(f.name for f in dataclasses.fields(RefusalParse))
+COLUMNS = ("escrow_id", "inference_id", "payload_md5", "parser_version") + PARSE_FIELDS
 MESSAGE_CHARS = 2000  # the stored message is evidence, not an archive: the raw payload stays in rec.finish_tx
 
 
