@@ -40,6 +40,10 @@ def decimal_pattern(digits: int) -> str:
     return r"^(?:0|[1-9][0-9]{0,%d})\Z" % (digits - 1)
 
 
+# A 0/0 Finish with a payload is a refusal to parse, which only the general path does; its token counts may come as
+# numbers or as canonical decimal strings. One test for every generated path (here and indexer.load.structs).
+ZERO = (0, "0")
+REFUSAL = "{input_tokens} in ZERO and {output_tokens} in ZERO and {response_payload}"
 _SCALARS = (str, int, bool, type(None))  # unknown fields the fast path keeps (in `extra`)
 RENDER = {  # the COPY text of a non-null, checked value (an f-string replacement field)
     ID: "esc({v})", STR: "esc({v})", HEX: "{v}.lower()",
@@ -94,10 +98,8 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
             expr = expr.replace("esc(", "(")
         cells.append("{" + (expr if f.required else f"NULL if {v} is None else {expr}") + "}")
     at = {f.name: f"v{i}" for i, f in enumerate(kind.fields)}
-    if kind.name == "finish":  # a 0/0 Finish with a payload is a refusal to parse: the general path does that
-        # (its token counts as numbers or as decimal strings)
-        conds.append(f"not ({at['input_tokens']} in ZERO and {at['output_tokens']} in ZERO "
-                     f"and {at['response_payload']})")
+    if kind.name == "finish":
+        conds.append(f"not ({REFUSAL.format(**at)})")
     cells += ["{x}", "{sid}"]  # extra (unknown fields of plain scalars, as the general path writes them), source_id
     scope = at["escrow_id" if kind.scope == "escrow" else "epoch_index"]
     slot = (slot_of if slot_of else at[kind.slot_fields[0]]) if kind.slot_fields else "None"
@@ -111,13 +113,14 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
         "    if obj.keys() <= KNOWN:", "        x = NULL", "    else:",
         "        x = {k: v for k, v in obj.items() if k not in KNOWN}",
         "        if not all(type(v) in SCALAR for v in x.values()):", "            return None",
-        "        try:  # orjson refuses an integer beyond 64 bits (TypeError): the general path decides", "            x = " + ("esc(dumps(x).decode())" if escape else "dumps(x).decode()"),
+        "        try:  # orjson refuses an integer beyond 64 bits (TypeError): the general path decides",
+        "            x = " + ("esc(dumps(x).decode())" if escape else "dumps(x).decode()"),
         "        except TypeError:", "            return None", *normalise,
         f'    return (f"{line}", {scope}, {slot}{key})'])
     namespace = {"MAX_U64": MAX_U64, "MAX_I63": MAX_I63, "MAX_I31": MAX_I31, "HEX_BYTES": HEX_BYTES, "esc": text,
                  "VOTE_LIST": _vote_list, "REASONS": _REASON_WORDS,
                  **{f"DEC{n}": re.compile(decimal_pattern(n)).match for n in DECIMAL_DIGITS.values()},
-                 "NULL": "\\N", "ZERO": (0, "0"), "KNOWN": frozenset(["kind", *kind.columns]), "SCALAR": _SCALARS,
+                 "NULL": "\\N", "ZERO": ZERO, "KNOWN": frozenset(["kind", *kind.columns]), "SCALAR": _SCALARS,
                  "dumps": orjson.dumps}
     exec(src, namespace)  # noqa: S102 - generated from the static field table in kinds.py
     namespace["fast"].source = src

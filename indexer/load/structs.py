@@ -3,15 +3,15 @@
 For the bulk tx kinds (start, confirm_start, finish, validation, validation_vote: 97 % of a mainnet file) a
 canonical line is decoded straight into a Struct whose field types carry the same bounds as the fast path's checks
 (indexer.load.fastpath), and a generated function checks its hex fields (coerce.NON_HEX, cheaper than a msgspec
-pattern) and writes its COPY line. That is ~2.5 µs a line cheaper than parsing
-into a dict and checking every field in Python (bench/ingest_bench.py), and renders the same text.
+pattern) and writes its COPY line. That is ~2.5 µs a line cheaper than parsing into a dict and checking every field
+in Python (bench/ingest_bench.py), and renders the same text.
 
 A line is taken here only when nothing about it needs a decision: no backslash (so no string needs COPY escaping and
 none can hold \\u0000), and exactly one colon per field the Struct holds, so the line names no unknown field, no
 field twice, no explicit null and no colon inside a string. Anything else (or anything msgspec refuses: a float, an
-integer out of range, an id given as a number, a hash that is not hex, another kind) returns None and the line goes down the fast path and
-then the general path exactly as before, which give the precise reasons. tests/test_fastpath.py holds the three
-renders to the same text.
+integer out of range, an id given as a number; a hash that is not hex; a refusal; another kind) returns None and the
+line goes down the fast path and then the general path exactly as before, which give the precise reasons.
+tests/test_fastpath.py holds the three renders to the same text.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Annotated, Union
 import msgspec
 
 from indexer.load.coerce import HEX_BYTES, MAX_I31, MAX_I63, NON_HEX
-from indexer.load.fastpath import DECIMAL_DIGITS, RENDER as FAST_RENDER, decimal_pattern
+from indexer.load.fastpath import DECIMAL_DIGITS, REFUSAL, RENDER as FAST_RENDER, ZERO, decimal_pattern
 from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, Kind
 
 _TYPES = {
@@ -60,16 +60,14 @@ def _compile(kind: Kind):
     cells += ["{NULL}", "{sid}"]  # extra (no unknown field reaches here), source_id
     guard = "".join(f"    if {'' if f.required else at[f.name] + ' is not None and '}"
                     f"{NON_HEX.format(v=at[f.name])}:\n        return None\n" for f in kind.fields if f.type == HEX)
-    if kind.name == "finish":  # a 0/0 Finish with a payload is a refusal to parse (the general path
-        # does that), its token counts given as numbers or as decimal strings
-        guard += (f"    if {at['input_tokens']} in ZERO and {at['output_tokens']} in ZERO and {at['response_payload']}:\n"
-                 "        return None\n")
+    if kind.name == "finish":  # a refusal: the general path parses it
+        guard += f"    if {REFUSAL.format(**at)}:\n        return None\n"
     slot = at[kind.slot_fields[0]] if kind.slot_fields else "None"
     line = "\\t".join(cells) + "\\n"
     src = (f"def render(values, n, sid):\n    {', '.join(at.values())}, = values\n{guard}"
            f"    return (f\"{line}\", {at['escrow_id']}, {slot}, "
            f"({''.join(at[k] + ', ' for k in kind.key)}))\n")
-    namespace = {"NULL": "\\N", "ZERO": (0, "0"), "HEX_BYTES": HEX_BYTES}
+    namespace = {"NULL": "\\N", "ZERO": ZERO, "HEX_BYTES": HEX_BYTES}
     exec(src, namespace)  # noqa: S102 - generated from the static field table in records.py
     namespace["render"].source = src
     return struct, namespace["render"]
