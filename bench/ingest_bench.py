@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.db import migrate  # noqa: E402
 from indexer.db.scratch import scratch_database  # noqa: E402
 from indexer.db.url import resolve_database_url  # noqa: E402
+from indexer.load.partitions import ensure_epochs  # noqa: E402
 from indexer.synth import generate, write_ndjson  # noqa: E402
 from cpu import postgres_cpu  # noqa: E402
 from stock_postgres import DEFAULT_BINDIR, StockServerMissing, stock_postgres  # noqa: E402
@@ -112,8 +113,7 @@ def floor_copy(server: str, loaded_url: str) -> dict[str, tuple[float, float]]:
         with scratch_database(server, "bench_floor") as url:
             migrate.upgrade(url)
             with psycopg.connect(url) as dst:
-                dst.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", (epochs,))
-                dst.commit()
+                ensure_epochs(dst, epochs)
             settle(url)
             took: dict[str, tuple[float, float]] = {}
             with psycopg.connect(url) as dst:
