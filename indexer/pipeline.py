@@ -20,12 +20,13 @@ class Downstream:
 
 
 def process_changes(conn: psycopg.Connection, url: str, *, loaded_rows: int = 0,
-                    replay_workers: int = REPLAY_WORKERS) -> Downstream:
+                    replay_workers: int = REPLAY_WORKERS, replayed: ReplaySummary | None = None) -> Downstream:
     """Replay dirty escrows, then evaluate dirty epochs. ``loaded_rows``: rows the caller just loaded without
     analysing them (the poller); past ANALYZE_AFTER_ROWS the record tables are analysed first so the replay's and
-    the rules' plans see them (the NDJSON loader analyses what it grew itself)."""
+    the rules' plans see them (the NDJSON loader analyses what it grew itself). ``replayed``: what a replay that
+    followed the load did already (indexer.replay.follow), counted in the replay's summary."""
     if loaded_rows >= ANALYZE_AFTER_ROWS:
         analyze_records(conn)
     ensure_ahead(conn)  # the next epoch's partitions before its first records (docs/partitioning.md)
-    replay = replay_dirty(conn, url=url, workers=replay_workers)
+    replay = replay_dirty(conn, url=url, workers=replay_workers, prior=replayed)
     return Downstream(replay, run_rules(conn))

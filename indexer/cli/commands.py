@@ -48,24 +48,28 @@ def cmd_ingest(args, settings: Settings) -> int:
     from indexer.cli.summaries import ingest_progress, print_ingest_summary
     from indexer.load.ingest import ingest_paths
     from indexer.pipeline import process_changes
+    from indexer.replay.follow import ReplayFollower
     from indexer.sources.ndjson import InputError, check_input
 
     for name in args.files:  # a missing or unreadable file is bad usage before anything loads
         check_input(name)
     url = ready_database(args, settings)
     failure = None
-    try:
-        if args.no_progress or not console().is_terminal:
-            summary = ingest_paths(url, args.files, batch_lines=args.batch_lines)
-        else:
-            with ingest_progress() as progress:
-                summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, progress=progress)
-    except InputError as exc:
-        if getattr(exc, "partial", None) is None:
-            raise
-        failure, summary = exc, exc.partial  # what loaded before the bad file is committed: replay it anyway
+    with ReplayFollower(url) as follower:  # a long load's escrows are replayed while later batches load
+        try:
+            if args.no_progress or not console().is_terminal:
+                summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, on_commit=follower.committed)
+            else:
+                with ingest_progress() as progress:
+                    summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, progress=progress,
+                                           on_commit=follower.committed)
+        except InputError as exc:
+            if getattr(exc, "partial", None) is None:
+                raise
+            failure, summary = exc, exc.partial  # what loaded before the bad file is committed: replay it anyway
+        replayed = follower.finish()
     with psycopg.connect(url) as conn:
-        downstream = process_changes(conn, url)
+        downstream = process_changes(conn, url, replayed=replayed)
     print_ingest_summary(summary, downstream)
     if failure is not None:
         error(f"{failure} (the records loaded before it were replayed and evaluated)")

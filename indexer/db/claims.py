@@ -5,14 +5,16 @@ from __future__ import annotations
 import psycopg
 
 
-def claim(conn: psycopg.Connection, table: str, column: str, limit: int) -> list:
-    """Delete and return up to `limit` dirty keys inside the caller's transaction."""
-    return [r[0] for r in claim_rows(conn, table, column, limit, column)]
+def claim(conn: psycopg.Connection, table: str, column: str, limit: int, hold: list | tuple = ()) -> list:
+    """Delete and return up to `limit` dirty keys inside the caller's transaction; keys in `hold` stay dirty."""
+    return [r[0] for r in claim_rows(conn, table, column, limit, column, hold)]
 
 
-def claim_rows(conn: psycopg.Connection, table: str, column: str, limit: int, returning: str) -> list[tuple]:
+def claim_rows(conn: psycopg.Connection, table: str, column: str, limit: int, returning: str,
+               hold: list | tuple = ()) -> list[tuple]:
     """claim(), returning the `returning` columns of each claimed mark."""
+    held = f"WHERE {column} <> ALL(%s) " if hold else ""
     return conn.execute(
         f"""DELETE FROM {table} WHERE {column} IN (
-              SELECT {column} FROM {table} ORDER BY {column} LIMIT %s FOR UPDATE SKIP LOCKED)
-            RETURNING {returning}""", (limit,)).fetchall()
+              SELECT {column} FROM {table} {held}ORDER BY {column} LIMIT %s FOR UPDATE SKIP LOCKED)
+            RETURNING {returning}""", (list(hold), limit) if hold else (limit,)).fetchall()

@@ -206,14 +206,14 @@ def _without_lines(copy: bytes, lines: set[int]) -> bytes:
 
 
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,
-                on_progress=None) -> IngestSummary:
+                on_progress=None, on_commit=None) -> IngestSummary:
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
     total = IngestSummary(files=1)
     try:
         # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing
         blocks = inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8)
-        _pipelined(loader, blocks, resume_after, total)
+        _pipelined(loader, blocks, resume_after, total, on_commit)
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
                                 ) from None
@@ -231,10 +231,13 @@ def _stored_cursor(conn: psycopg.Connection, source_id: int, known: int) -> int:
         return known
 
 
-def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, progress=None) -> IngestSummary:
+def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, progress=None,
+                 on_commit=None) -> IngestSummary:
     """Load the files in order. Every file is checked before the first loads; a file that turns out bad while
     loading (a corrupt gzip stream) raises InputError with ``partial`` set to what the earlier files loaded: their
-    batches (and this file's batches before the bad spot) are committed and dirty, so the caller still replays them."""
+    batches (and this file's batches before the bad spot) are committed and dirty, so the caller still replays them.
+    ``on_commit(lines, escrows)`` is called after each batch commits, with the escrows it touched (the replay
+    that follows the load: indexer.replay.follow)."""
     for name in names:
         check_input(name)
     start = time.perf_counter()
@@ -246,7 +249,8 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
                 try:
                     task = progress.add_task(inp.uri, total=inp.size) if progress else None
                     hook = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
-                    summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook))
+                    summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook,
+                                            on_commit=on_commit))
                     summary.files += 1
                 finally:
                     inp.cleanup()
@@ -278,7 +282,7 @@ def analyze_records(conn: psycopg.Connection, kinds=None, epochs=None) -> None:
         conn.commit()
 
 
-def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary) -> None:
+def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary, on_commit=None) -> None:
     """Worker processes type and render blocks (pure CPU, in parallel) while this thread commits them strictly
     in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight."""
     blocks = iter(blocks)
@@ -290,12 +294,13 @@ def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSumm
         for first, block in itertools.chain([head], blocks):
             in_flight.append((pool.submit(prepare_block, loader.source_id, first, block, resume_after), first, block))
             if len(in_flight) > PREPARE_WORKERS:
-                _commit_next(loader, in_flight, resume_after, total)
+                _commit_next(loader, in_flight, resume_after, total, on_commit)
         while in_flight:
-            _commit_next(loader, in_flight, resume_after, total)
+            _commit_next(loader, in_flight, resume_after, total, on_commit)
 
 
-def _commit_next(loader: BatchLoader, in_flight: deque, resume_after: int, total: IngestSummary) -> None:
+def _commit_next(loader: BatchLoader, in_flight: deque, resume_after: int, total: IngestSummary,
+                 on_commit=None) -> None:
     future, first, block = in_flight.popleft()
     prepared = future.result()
     total.skipped_resumed += prepared.skipped
@@ -303,3 +308,6 @@ def _commit_next(loader: BatchLoader, in_flight: deque, resume_after: int, total
         return
     prepared.source_lines = lambda: block_lines(first, block)
     total.add(loader.commit(prepared))
+    if on_commit is not None:
+        on_commit(prepared.lines, set().union(*(kb.scope for kind, kb in prepared.kinds.items()
+                                                if KINDS[kind].scope == "escrow")))

@@ -39,6 +39,15 @@ _SOURCES = (
     ("rec.error_miss_tx", ("diff_nonce", KIND_ORDER["error_miss"], "inference_id", None, None, None, "votes")),
 )
 _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slot_stats", "replay.escrow")
+# The epoch-partitioned parents a chunk reads and writes, locked when its transaction starts, in the order
+# part.ensure_epochs locks them to create an epoch's partitions (schema, then name). A loader making a new epoch's
+# partitions meanwhile then waits for the chunk (or the chunk for it), instead of each holding one parent the other
+# needs next: a replay that took rec.start_tx and then waited for rec.confirm_start_tx, while the loader held
+# that one and waited for rec.start_tx, was a deadlock. ONLY: the partitions themselves are locked as the chunk
+# reaches them, always after their parent.
+_LOCK_PARENTS = ";".join(f"LOCK TABLE ONLY {table} IN {mode} MODE" for table, mode in sorted(
+    [(table, "ACCESS SHARE") for table, _ in _SOURCES] + [("replay.inference", "ROW EXCLUSIVE")],
+    key=lambda t: t[0].split(".")))
 
 
 # The rules re-evaluate each replayed escrow and the epoch-wide findings of its epoch, and of the epoch it left
@@ -81,17 +90,21 @@ class ReplaySummary:
 
 
 def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progress=None,
-                 url: str | None = None, workers: int = 1) -> ReplaySummary:
+                 url: str | None = None, workers: int = 1, prior: ReplaySummary | None = None) -> ReplaySummary:
     """Replay every dirty escrow. The machine is pure Python, so with `url` and workers > 1 the chunks are
-    spread over worker processes, each claiming its own with SKIP LOCKED on its own connection."""
+    spread over worker processes, each claiming its own with SKIP LOCKED on its own connection. ``prior``: what
+    was replayed already for the same change (indexer.replay.follow, during the load): counted in the result and in
+    the decision to refresh statistics; the result's seconds are this pass's own."""
     summary, start = ReplaySummary(), time.perf_counter()
+    if prior is not None:
+        summary.add(prior)
     dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
     if url is not None and workers > 1 and dirty > chunk:  # worker start-up only pays off beyond one chunk
         with workers_pool(workers) as pool:
             for part in pool.map(_replay_worker, [url] * workers, [chunk] * workers):
                 summary.add(part)
     else:
-        _replay_loop(conn, chunk, summary, progress)
+        replay_loop(conn, chunk, summary, progress)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
         analyze_quickly(conn, [t for t in _DERIVED if t != "replay.inference"])
         # replay.inference by epoch: the partitions the rules stage is about to read
@@ -103,11 +116,14 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     return summary
 
 
-def _replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, progress=None) -> None:
-    """Claim, replay and write chunks until none is dirty; each chunk is one transaction."""
+def replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, progress=None,
+                hold: list | tuple = ()) -> None:
+    """Claim, replay and write chunks until none is dirty (but the escrows in ``hold``); each chunk is one
+    transaction."""
     while True:
         with conn.transaction(), no_cyclic_gc():
-            ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk)
+            conn.execute(_LOCK_PARENTS)
+            ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk, hold)
             if not ids:
                 return
             _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
@@ -118,7 +134,7 @@ def _replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, p
 def _replay_worker(url: str, chunk: int) -> "ReplaySummary":
     summary = ReplaySummary()
     with psycopg.connect(url) as conn:
-        _replay_loop(conn, chunk, summary)
+        replay_loop(conn, chunk, summary)
     return summary
 
 

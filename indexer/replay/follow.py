@@ -1,0 +1,123 @@
+"""Replay that follows a long load, on the core the load leaves free.
+
+A load is one committing connection: while the server writes a batch, the replay of the escrows already loaded
+can run beside it instead of after the whole file. :class:`ReplayFollower` is a process that replays dirty escrows
+as batches commit. It never takes an escrow the newest committed batch touched (in a file ordered by escrow,
+that escrow's next lines may be in the next batch): it takes it once a later batch has moved past it. Whatever is
+still dirty when the load ends (those escrows, or anything the follower did not get to) is replayed by the usual
+pass afterwards (:func:`indexer.pipeline.process_changes`).
+
+Nothing depends on the follower: the work queue is ``replay.dirty_escrow`` (claims with SKIP LOCKED, a chunk a
+transaction), so a follower that fails or is killed leaves its unfinished chunk dirty, and the pass after the load
+replays it. The load never waits for it (a batch's escrows are sent over a pipe, and only the newest list counts);
+the end of the load waits for its last pass, which holds back only the last batch's escrows.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Iterable
+
+import psycopg
+
+from indexer.replay.run import CHUNK_ESCROWS, ReplaySummary, replay_loop
+from indexer.workers import exit_with_parent
+
+log = logging.getLogger(__name__)
+
+# Started once this many lines are committed: a shorter load gains less than a process start costs, and keeps the
+# simple order (load, then replay) that small inputs and most tests see.
+FOLLOW_AFTER_LINES = 100_000
+
+
+class ReplayFollower:
+    """``committed(lines, escrows)`` after each batch commit; ``finish()`` when the load is done (returns what the
+    follower replayed). A context manager: leaving it stops a follower still running."""
+
+    def __init__(self, url: str, *, after_lines: int = FOLLOW_AFTER_LINES, chunk: int = CHUNK_ESCROWS) -> None:
+        self.url, self.after_lines, self.chunk = url, after_lines, chunk
+        self.lines = 0
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._send = None
+        self._results = None
+
+    def __enter__(self) -> "ReplayFollower":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop(kill=True)
+
+    def committed(self, lines: int, escrows: Iterable[str]) -> None:
+        """A batch of ``lines`` touching ``escrows`` is committed: the escrows dirty before it may be replayed."""
+        self.lines += lines
+        if self._proc is None:
+            if self.lines < self.after_lines:
+                return
+            self._start()
+        try:
+            self._send.send(sorted(escrows))
+        except (BrokenPipeError, OSError):  # the follower is gone: the pass after the load does its work
+            pass
+
+    def finish(self) -> ReplaySummary:
+        """Stop the follower after its current chunk and return what it replayed (empty if it never started or
+        failed: then its escrows are still dirty)."""
+        return self._stop(kill=False)
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("fork")  # inherits the imported replay machine; never touches our conn
+        receive, self._send = ctx.Pipe(duplex=False)
+        self._results, report = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_follow, args=(self.url, self.chunk, receive, report, os.getpid()),
+                                 name="replay-follower", daemon=True)
+        self._proc.start()
+        receive.close()
+        report.close()
+
+    def _stop(self, *, kill: bool) -> ReplaySummary:
+        proc, summary = self._proc, ReplaySummary()
+        if proc is None:
+            return summary
+        self._proc = None
+        if kill:
+            proc.kill()
+        else:
+            try:
+                self._send.send(None)  # stop
+            except (BrokenPipeError, OSError):
+                pass
+            try:
+                summary = self._results.recv()
+            except (EOFError, OSError):
+                log.warning("replay follower ended without a result (exit code %s): its escrows are replayed after "
+                            "the load", proc.exitcode)
+        proc.join()
+        self._send.close()
+        self._results.close()
+        return summary
+
+
+def _follow(url: str, chunk: int, receive, report, owner: int) -> None:
+    """The follower process: after each batch message, replay what is dirty but that batch's escrows; after the
+    stop message (None), one last such pass for the newest batch before it, then report."""
+    exit_with_parent(owner)
+    summary = ReplaySummary()
+    try:
+        with psycopg.connect(url) as conn:
+            stopping = False
+            while not stopping:
+                held = receive.recv()
+                while held is not None and receive.poll():  # batches committed meanwhile: the newest one counts
+                    newer = receive.recv()
+                    if newer is None:
+                        stopping = True
+                        break
+                    held = newer
+                if held is None:
+                    break
+                replay_loop(conn, chunk, summary, hold=held)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the pass after the load replays what is left
+        log.warning("replay follower stopped: %s", exc)
+        return
+    report.send(summary)

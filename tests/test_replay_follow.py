@@ -1,0 +1,88 @@
+"""The replay that follows a long load (indexer.replay.follow): the same tables as load-then-replay, across an
+epoch boundary (the loader makes partitions while chunks replay), with a follower killed mid-load, and the hold that
+keeps it off the escrows the newest batch touched."""
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+from indexer.db.claims import claim
+from indexer.load.ingest import ingest_paths
+from indexer.pipeline import process_changes
+from indexer.replay.follow import ReplayFollower
+from indexer.synth import generate
+from tests.helpers import table_snapshot, write_lines
+
+REPLAYED = ["replay.inference", "replay.vote", "replay.slot_stats", "replay.escrow", "replay.rejected_tx"]
+
+
+def _corpus(tmp_path):
+    # two epochs, so the load creates the second epoch's partitions while the follower replays the first's escrows
+    return write_lines(tmp_path / "c.ndjson", generate(seed=11, escrows=6, inferences=60, epochs=2))
+
+
+def _serial(url: str, path) -> dict:
+    ingest_paths(url, [str(path)], batch_lines=97)
+    with psycopg.connect(url) as conn:
+        process_changes(conn, url)
+    return table_snapshot(url, REPLAYED)
+
+
+def _followed(url: str, path, on_commit=None):
+    with ReplayFollower(url, after_lines=1) as follower:
+        def committed(lines, escrows):
+            follower.committed(lines, escrows)
+            if on_commit:
+                on_commit(follower)
+        ingest_paths(url, [str(path)], batch_lines=97, on_commit=committed)
+        replayed = follower.finish()
+    with psycopg.connect(url) as conn:
+        downstream = process_changes(conn, url, replayed=replayed)
+    return replayed, downstream
+
+
+def test_follower_ends_with_the_tables_of_load_then_replay(db_url, second_db_url, tmp_path, caplog):
+    path = _corpus(tmp_path)
+    want = _serial(second_db_url, path)
+    with caplog.at_level(logging.WARNING):
+        replayed, downstream = _followed(db_url, path)
+    assert replayed.escrows > 0, "the follower replayed nothing during the load"
+    assert downstream.replay.escrows >= replayed.escrows  # the summary counts the follower's work too
+    assert table_snapshot(db_url, REPLAYED) == want
+    assert not [r for r in caplog.records if "deadlock" in r.getMessage()], "the loader and the follower deadlocked"
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0] == 0
+
+
+def test_a_killed_follower_loses_nothing(db_url, second_db_url, tmp_path, caplog):
+    path = _corpus(tmp_path)
+    want = _serial(second_db_url, path)
+    killed = []
+
+    def kill_once(follower):
+        if follower._proc is not None and not killed:
+            follower._proc.kill()  # SIGKILL, maybe mid-chunk: its chunk's claims roll back
+            follower._proc.join()
+            killed.append(follower._proc.exitcode)
+
+    with caplog.at_level(logging.WARNING):
+        replayed, _ = _followed(db_url, path, on_commit=kill_once)
+    assert killed == [-9]
+    assert replayed.escrows == 0  # nothing came back from it
+    assert any("replay follower ended without a result" in r.getMessage() for r in caplog.records)
+    assert table_snapshot(db_url, REPLAYED) == want
+
+
+def test_a_short_load_starts_no_follower(db_url, tmp_path):
+    path = write_lines(tmp_path / "s.ndjson", generate(seed=3, escrows=2, inferences=10, epochs=1))
+    with ReplayFollower(db_url) as follower:  # the default threshold: 100,000 lines
+        ingest_paths(db_url, [str(path)], on_commit=follower.committed)
+        assert follower._proc is None
+        assert follower.finish().escrows == 0
+
+
+def test_claim_leaves_held_keys_dirty(conn):
+    conn.execute("INSERT INTO replay.dirty_escrow (escrow_id) VALUES ('1'), ('2'), ('3')")
+    assert claim(conn, "replay.dirty_escrow", "escrow_id", 10, ["2"]) == ["1", "3"]
+    assert [r[0] for r in conn.execute("SELECT escrow_id FROM replay.dirty_escrow")] == ["2"]
