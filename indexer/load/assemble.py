@@ -28,26 +28,17 @@ def assemble(source_id: int, lines: Sequence[bytes], parts: Sequence[tuple[int, 
         pieces.append((0, prepare_batch(PLACEHOLDER_SOURCE, [(i + 1, lines[i]) for i in untyped])))
     out = Prepared(len(lines), len(lines), {}, [])
     sid = str(source_id).encode()
-    scope_total: dict[str, int] = {}
     copies: dict[str, list[bytes]] = {}  # joined once at the end
+    shared: set[str] = set()  # kinds whose parts share a scope
     for offset, part in pieces:
         for kind, kb in part.kinds.items():
             copies.setdefault(kind, []).append(_shift(kb.copy, offset, sid))
             have = out.kinds.get(kind)
-            scope_total[kind] = scope_total.get(kind, 0) + len(kb.scope)
             if have is None:
                 out.kinds[kind] = KindBatch(b"", kb.count, set(kb.scope), dict(kb.slot_max), kb.distinct_keys,
                                             dict(kb.key_ranges))
-                continue
-            have.count += kb.count
-            have.scope |= kb.scope
-            for scope, slot in kb.slot_max.items():
-                if slot > have.slot_max.get(scope, -1):
-                    have.slot_max[scope] = slot
-            have.distinct_keys = have.distinct_keys and kb.distinct_keys
-            for scope, (low, high) in kb.key_ranges.items():  # every part of a ranged kind has each scope's range
-                was = have.key_ranges.get(scope)
-                have.key_ranges[scope] = (low, high) if was is None else (min(was[0], low), max(was[1], high))
+            elif have.absorb(kb):
+                shared.add(kind)
         out.rejects.extend((source_id, number + offset, *rest) for _, number, *rest in part.rejects)
         out.parses.extend(part.parses)
         out.escrow_sizes.update(part.escrow_sizes)
@@ -55,7 +46,7 @@ def assemble(source_id: int, lines: Sequence[bytes], parts: Sequence[tuple[int, 
         kb.copy = b"".join(copies[kind])
         # every key leads with its scope (escrow or epoch): parts whose scopes are disjoint cannot share a key; where
         # they overlap (two runs of one escrow, a refusal typed apart from its run) the keys are counted
-        if kb.distinct_keys and len(kb.scope) != scope_total[kind]:
+        if kb.distinct_keys and kind in shared:
             kb.distinct_keys = _distinct_keys(kb.copy, len(KINDS[kind].key))
     out.source_lines = lambda: enumerate(lines, start=1)
     return out

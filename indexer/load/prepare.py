@@ -15,6 +15,7 @@ from indexer.load.coerce import COERCE, Invalid, NeedsExactParse
 from indexer.load.copytext import FORMATTERS
 from indexer.load.fastpath import PREPARE_ESCAPING, PREPARE_PLAIN
 from indexer.load.structs import typed_line
+from indexer.load.typer import TYPER_KINDS, type_block
 from indexer.records import KINDS, U32, U64, VOTES
 from indexer import refusals
 from indexer.workers import no_cyclic_gc
@@ -48,6 +49,21 @@ class KindBatch:
     # more than the escrow: lets the commit ask whether any of the batch's keys may exist already (probe.py)
     key_ranges: dict = field(default_factory=dict)
 
+    def absorb(self, other: "KindBatch") -> bool:
+        """Add another part's facts of the same kind (not its COPY text: the caller joins those). True when the
+        two parts share a scope, so a key may be in both: then only the joined rows tell (distinct_keys())."""
+        shared = not self.scope.isdisjoint(other.scope)
+        self.count += other.count
+        self.scope |= other.scope
+        for scope, slot in other.slot_max.items():
+            if slot > self.slot_max.get(scope, -1):
+                self.slot_max[scope] = slot
+        for scope, (low, high) in other.key_ranges.items():  # every part of a ranged kind has each scope's range
+            was = self.key_ranges.get(scope)
+            self.key_ranges[scope] = (low, high) if was is None else (min(was[0], low), max(was[1], high))
+        self.distinct_keys = self.distinct_keys and other.distinct_keys
+        return shared
+
 
 @dataclass
 class Prepared:
@@ -65,23 +81,39 @@ class Prepared:
 
 def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:
     """Worker entry for a file: a block of whole lines numbered from `first_line`; lines at or before
-    `resume_after` are already committed and only counted."""
-    if b"\r" in block:  # CRLF line ends: block_lines strips them (rare, so the plain split below stays lean)
-        lines = block_lines(first_line, block)
-    else:  # blank lines are recognised inside the loop, where a line orjson refuses is looked at anyway
-        parts = block.split(b"\n")
-        lines = zip(range(first_line, first_line + len(parts)), parts)
-    skipped = 0
-    if resume_after >= first_line:
-        kept = []
-        for number, raw in lines:
+    `resume_after` are already committed and only counted. The block typer (indexer.load.typer, in C) takes the
+    lines it can and hands every other line to the Python paths below."""
+    sid = str(source_id)
+    if b"\r" in block:  # CRLF line ends: block_lines strips them (rare), and the Python paths take every line
+        skipped, lines = 0, []
+        for number, raw in block_lines(first_line, block):
             if number > resume_after:
-                kept.append((number, raw))
+                lines.append((number, raw))
             elif raw.strip():
                 skipped += 1
-        lines = kept
-    prepared = prepare_batch(source_id, lines)
-    prepared.skipped = skipped
+        prepared = prepare_batch(source_id, lines)
+        prepared.skipped = skipped
+    else:
+        prepared, rows, handed = Prepared(0, 0, {}, []), {}, []
+
+        def emit(kind: str, got: tuple) -> None:  # a row of the block typer's kinds goes back to it, in line order
+            if kind in TYPER_KINDS:
+                handed.append((kind, got[0], got[3], got[2]))
+            else:
+                rows.setdefault(kind, []).append(got)
+
+        line = _line_typer(prepared, emit, source_id, orjson.loads, typed_line)
+
+        def fallback(number: int, raw: bytes):
+            counted = line(number, raw)
+            return handed.pop() if handed else counted
+
+        with no_cyclic_gc():
+            count, last, skipped, typed = type_block(block, first_line, resume_after, sid.encode(), fallback)
+            prepared.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
+        prepared.lines, prepared.last_line, prepared.skipped = count, last, skipped
+        for kind, copy, n, scopes, slot_max, ranges, distinct in typed:
+            prepared.kinds[kind] = KindBatch(copy, n, scopes, slot_max, distinct, ranges)
     prepared.last_line = max(prepared.last_line, first_line + block.count(b"\n", 0, len(block) - 1))
     return prepared
 
@@ -98,27 +130,35 @@ def prepare_batch(source_id: int, lines: Iterable[tuple[int, bytes]], objs: Iter
 def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads, first_try) -> Prepared:
     out = Prepared(0, 0, {}, [])
     rows: dict[str, list] = {}  # kind -> [(copy_line, scope, slot, key)], folded into a KindBatch at the end
-    sid, fast_plain, fast_escaping = str(source_id), PREPARE_PLAIN, PREPARE_ESCAPING
+    line = _line_typer(out, lambda kind, got: rows.setdefault(kind, []).append(got), source_id, loads, first_try)
     count = last = 0
     for number, raw in lines:
-        if first_try is not None and (typed := first_try(raw, number, sid)) is not None:
+        if line(number, raw):
             count += 1
             last = number
-            target = rows.get(typed[0])
-            if target is None:
-                target = rows[typed[0]] = []
-            target.append(typed[1])
-            continue
+    out.lines, out.last_line = count, last
+    out.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
+    return out
+
+
+def _line_typer(out: Prepared, emit, source_id: int, loads, first_try):
+    """line(number, raw) -> whether the line counts (not blank): types one line, by the Struct decoder
+    (``first_try``), the fast path or the general path, and hands its row to ``emit(kind, (copy_line, scope, slot,
+    key))``, or quarantines it in ``out``."""
+    sid, fast_plain, fast_escaping = str(source_id), PREPARE_PLAIN, PREPARE_ESCAPING
+
+    def line(number: int, raw: bytes) -> bool:
+        if first_try is not None and (typed := first_try(raw, number, sid)) is not None:
+            emit(*typed)
+            return True
         try:
             obj = loads(raw)
             kind = obj["kind"]
             fast = fast_plain[kind]
         except (ValueError, KeyError, TypeError):
             if not raw.strip():
-                continue  # a blank line: numbered, never counted or loaded
+                return False  # a blank line: numbered, never counted or loaded
             fast = None
-        count += 1
-        last = number
         # Each key brings one colon, so a line with more colons than parsed keys (a duplicate key orjson dropped,
         # or a colon inside a string) is left to the general path, which checks. Fast-path records are flat
         # objects, but for their vote lists (_NESTED): those keys are counted too.
@@ -127,15 +167,11 @@ def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads, first_tr
                                   or (kind in _NESTED and colons == key_count(obj)))
                 and (raw.find(b"\\") < 0 or (raw.find(b"\\u0000") < 0 and (fast := fast_escaping[kind])))
                 and (got := fast(obj, number, sid)) is not None):
-            target = rows.get(kind)
-            if target is None:
-                target = rows[kind] = []
-            target.append(got)
+            emit(kind, got)
         else:
-            _general(out, rows, source_id, sid, number, raw)
-    out.lines, out.last_line = count, last
-    out.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
-    return out
+            _general(out, emit, source_id, sid, number, raw)
+        return True
+    return line
 
 
 def _kind_batch(kind: str, got: list) -> KindBatch:
@@ -163,7 +199,7 @@ def _kind_batch(kind: str, got: list) -> KindBatch:
                      len(keys) == len(got), ranges)
 
 
-def _general(out: Prepared, rows: dict, source_id: int, sid: str, number: int, raw: bytes) -> None:
+def _general(out: Prepared, emit, source_id: int, sid: str, number: int, raw: bytes) -> None:
     """Any record the fast path declined: classify, type field by field (precise reasons), render."""
     verdict = classify_line(raw)
     if not isinstance(verdict, Accepted):
@@ -175,8 +211,7 @@ def _general(out: Prepared, rows: dict, source_id: int, sid: str, number: int, r
     except Invalid as exc:
         out.rejects.append((source_id, number, kind, str(exc), printable(raw)))
         return
-    rows.setdefault(kind, []).append((FORMATTERS[kind](row, sid), row[_SCOPE_AT[kind]], slot_of(kind, row),
-                                      row[1:1 + len(KINDS[kind].key)]))
+    emit(kind, (FORMATTERS[kind](row, sid), row[_SCOPE_AT[kind]], slot_of(kind, row), row[1:1 + len(KINDS[kind].key)]))
     if kind == "escrow":
         out.escrow_sizes[row[1]] = len(row[_ESCROW_SLOTS_AT])
     elif kind == "finish" and row[_F_IN] == 0 and row[_F_OUT] == 0 and row[_F_PAYLOAD]:
