@@ -114,7 +114,11 @@ def test_faults_give_identical_tables(db_url, second_db_url):
     faults = FaultConfig(seed=3, p_5xx=0.2, p_429=0.1, p_truncate=0.1, retry_after=0)
     with DevnetServer(_small(), faults=faults) as net:
         net.advance_to_last_epoch()
-        poll_once(second_db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        # Each attempt fails with p = 0.1 + 0.9 * 0.2 + 0.72 * 0.1 = 0.352 (429, 5xx, a cut body). With the usual 8
+        # attempts a request gives up with p = 0.352^8 = 2.4e-4, so one of a poll's few hundred requests did now and
+        # then (its escrow waits for the next cycle, and the tables differ); which request meets a run of faults
+        # depends on how the fetch threads interleave. 16 attempts: 5.7e-8 a request.
+        poll_once(second_db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**{**FAST, "attempts": 16}))
         injected = dict(net.faults.injected)
     assert injected["5xx"] and injected["429"] and injected["truncate"]
     assert _snapshot(second_db_url) == clean

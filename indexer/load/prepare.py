@@ -2,7 +2,8 @@
 will stream. Pure (no database), so it runs in worker processes; its result pickles as a few byte strings.
 
 A file batch travels to its worker as one block of bytes (whole lines) rather than a list of lines, so the
-committing process never splits, pickles or holds lines one by one.
+committing process never splits, pickles or holds lines one by one. In the worker, the block typer (C) takes the
+plain lines of the bulk tx kinds and hands every other line to the Python paths here, which define what a line means.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The file load's first try at a line: msgspec decodes, checks and types it in C, one Struct per kind.
+"""The file load's try at a line the block typer (indexer.load.typer) declined: msgspec decodes, checks and types it
+in C, one Struct per kind (a non-ASCII model name, say, which the block typer leaves to Python).
 
 For the bulk tx kinds (start, confirm_start, finish, validation, validation_vote: 97 % of a mainnet file) a
 canonical line is decoded straight into a Struct whose field types carry the same bounds as the fast path's checks
