@@ -49,6 +49,7 @@ def test_follower_ends_with_the_tables_of_load_then_replay(db_url, second_db_url
         replayed, downstream = _followed(db_url, path)
     assert replayed.escrows > 0, "the follower replayed nothing during the load"
     assert downstream.replay.escrows >= replayed.escrows  # the summary counts the follower's work too
+    assert downstream.replay.seconds >= replayed.seconds > 0  # and the time its end was waited for
     assert table_snapshot(db_url, REPLAYED) == want
     assert not [r for r in caplog.records if "deadlock" in r.getMessage()], "the loader and the follower deadlocked"
     with psycopg.connect(db_url) as conn:

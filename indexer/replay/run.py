@@ -94,7 +94,8 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     """Replay every dirty escrow. The machine is pure Python, so with `url` and workers > 1 the chunks are
     spread over worker processes, each claiming its own with SKIP LOCKED on its own connection. ``prior``: what
     was replayed already for the same change (indexer.replay.follow, during the load): counted in the result and in
-    the decision to refresh statistics; the result's seconds are this pass's own."""
+    the decision to refresh statistics; the result's seconds are this pass's plus the prior's (the time its end was
+    waited for after the load)."""
     summary, start = ReplaySummary(), time.perf_counter()
     if prior is not None:
         summary.add(prior)
@@ -112,7 +113,7 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
                        [r[0] for r in conn.execute("SELECT epoch_index FROM rules.dirty_epoch")])
         if not conn.autocommit:
             conn.commit()
-    summary.seconds = time.perf_counter() - start
+    summary.seconds = time.perf_counter() - start + (prior.seconds if prior is not None else 0.0)
     return summary
 
 
