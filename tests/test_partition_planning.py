@@ -64,3 +64,34 @@ def test_a_one_epoch_batch_is_written_to_its_partition_and_a_dropped_one_to_the_
     conn.execute("DROP TABLE part.rec_finish_tx_e800")  # as `archive` does; a loader may still think it exists
     targets = EpochRouter.targets(conn, {"a": 800})
     assert targets["finish"] == "rec.finish_tx" and targets["start"] == "part.rec_start_tx_e800"
+
+
+def test_a_sibling_lookup_probes_the_hash_index_of_escrow_and_prompt(three_epochs):
+    # migration 0016: fn.sibling_finishes states the indexed expression, so in a large escrow a lookup is one hash
+    # probe in the epoch's partition rather than a walk over the escrow's Starts (a small escrow may be walked: the
+    # planner's choice). 20,000 more Starts in the escrow, in this transaction only, make it large.
+    epoch = EPOCHS[1]
+    with psycopg.connect(three_epochs) as conn:
+        escrow_id, prompt_hash, inference_id = conn.execute(
+            "SELECT escrow_id, prompt_hash, inference_id FROM rec.start_tx WHERE epoch_index = %s AND prompt_hash <> '' "
+            "LIMIT 1", (epoch,)).fetchone()
+        conn.execute("INSERT INTO rec.start_tx (escrow_id, inference_id, diff_nonce, prompt_hash, epoch_index, "
+                     "source_id, source_line) SELECT %s, 10000000 + g, g, md5(g::text), %s, "
+                     "(SELECT min(source_id) FROM rec.source), g FROM generate_series(1, 20000) g", (escrow_id, epoch))
+        conn.execute(f"ANALYZE part.rec_start_tx_e{epoch}")
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN SELECT * FROM fn.sibling_finishes(%s, %s, %s, %s::bigint[])",
+            (escrow_id, prompt_hash, inference_id, [epoch]), prepare=False))
+        index = conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexdef LIKE '%%USING hash%%'",
+                             (f"rec_start_tx_e{epoch}",)).fetchone()[0]
+        assert f"using {index} on rec_start_tx_e{epoch}" in plan, plan
+        assert "Index Cond: (((escrow_id || '/'::text) || prompt_hash) =" in plan, plan
+        # the function still finds exactly the Finished siblings of the same escrow and prompt
+        got = {r[0] for r in conn.execute("SELECT sibling_inference_id FROM fn.sibling_finishes(%s, %s, %s, %s)",
+                                          (escrow_id, prompt_hash, inference_id, [epoch]))}
+        want = {r[0] for r in conn.execute(
+            "SELECT s.inference_id FROM rec.start_tx s JOIN rec.finish_tx f USING (escrow_id, inference_id) "
+            "WHERE s.escrow_id = %s AND s.prompt_hash = %s AND s.inference_id <> %s", (escrow_id, prompt_hash,
+                                                                                     inference_id))}
+        assert got == want
+        conn.rollback()

@@ -2,7 +2,8 @@
 -- prompt hash, with their signed Finish counts. A sibling's input_tokens is a signed count of the prompt that the
 -- rules trust above the executor's text and the gateway's estimate (interface.md §3, prompt_tokens_source).
 -- Both functions are single SQL SELECTs over the tables, STABLE and not STRICT, so the planner inlines them into the
--- calling query: a LATERAL call becomes the index probe on (escrow_id, prompt_hash) it replaces. `epochs` names the
+-- calling query: a LATERAL call becomes a probe of the hash index on escrow_id || '/' || prompt_hash (migration 0016:
+-- the one expression below is what the index holds; the column equalities keep the result exact). `epochs` names the
 -- epoch partitions of the tx tables to read (docs/partitioning.md), the escrow's among them: all rows of one escrow
 -- are in its epoch's partition, so the result is the same, and a caller passing constants (the rules' epoch list)
 -- has every other partition pruned when the call is planned instead of at each probe.
@@ -20,6 +21,8 @@ LANGUAGE sql STABLE AS $$
                                    AND sibling_finish.epoch_index = ANY(sibling_finishes.epochs)
   WHERE sibling_start.escrow_id = sibling_finishes.escrow_id
     AND sibling_start.epoch_index = ANY(sibling_finishes.epochs)
+    AND sibling_start.escrow_id || '/' || sibling_start.prompt_hash
+        = sibling_finishes.escrow_id || '/' || sibling_finishes.prompt_hash
     AND sibling_start.prompt_hash = sibling_finishes.prompt_hash AND sibling_finishes.prompt_hash <> ''
     AND sibling_start.inference_id <> sibling_finishes.inference_id
 $$;
