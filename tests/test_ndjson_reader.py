@@ -191,3 +191,41 @@ def test_gzip_is_detected_by_magic_not_by_name(tmp_path):
     disguised = tmp_path / "plain-name.ndjson"
     disguised.write_bytes(gzip.compress(b'{"x":1}\n\n{"y":2}\n'))
     assert _read(disguised) == [(1, b'{"x":1}'), (3, b'{"y":2}')]
+
+
+def test_read_ahead_keeps_order_raises_in_place_and_stops_its_reader():
+    import threading
+
+    import pytest
+
+    from indexer.sources.ndjson import InputError, read_ahead
+
+    assert list(read_ahead(iter([(1, b"a"), (2, b"b"), (3, b"c")]), depth=1)) == [(1, b"a"), (2, b"b"), (3, b"c")]
+
+    def broken():
+        yield 1, b"a\n"
+        yield 2, b"b\n"
+        raise InputError("x.ndjson.gz: corrupt gzip data near line 3")
+
+    got = []
+    with pytest.raises(InputError, match="near line 3"):
+        for item in read_ahead(broken()):
+            got.append(item)
+    assert got == [(1, b"a\n"), (2, b"b\n")]  # every block before the bad spot first
+
+    closed = threading.Event()
+
+    def endless():
+        try:
+            n = 0
+            while True:
+                n += 1
+                yield n, b"x\n"
+        finally:
+            closed.set()
+
+    stream = read_ahead(endless(), depth=2)
+    assert next(stream) == (1, b"x\n")
+    stream.close()  # the consumer stops early: the reader thread ends and the source is closed
+    assert closed.is_set()
+    assert not [t for t in threading.enumerate() if t.name == "block-reader"]

@@ -25,7 +25,7 @@ from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import mark_statement, stage_ddl, stage_table, upsert_statement
 from indexer import refusals
-from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input
+from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input, read_ahead
 
 BATCH_LINES = 50_000
 PREPARE_WORKERS = 2
@@ -212,7 +212,7 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     total = IngestSummary(files=1)
     try:
         # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing
-        blocks = inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8)
+        blocks = read_ahead(inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8))
         _pipelined(loader, blocks, resume_after, total, on_commit)
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))

@@ -13,7 +13,9 @@ import re
 import shutil
 import stat
 import sys
+import queue
 import tempfile
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +206,45 @@ class InputFile:
     def cleanup(self) -> None:
         if self._spooled:
             self.path.unlink(missing_ok=True)
+
+
+def read_ahead(blocks: Iterator[tuple[int, bytes]], depth: int = 2) -> Iterator[tuple[int, bytes]]:
+    """`blocks` read on a thread of their own, up to `depth` blocks ahead of the consumer. A load's committing
+    thread spends most of its time waiting for the server (the GIL released), and reading, counting and joining a
+    block was ~0.4 s of a 978k-line file on that thread, between commits: now it happens while the server works.
+    An error while reading (a corrupt gzip stream) reaches the consumer where the block would have, after every
+    block before it; a consumer that stops early stops the reader."""
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def read() -> None:
+        try:
+            for item in blocks:
+                ready.put(item)
+                if stop.is_set():
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+            ready.put(exc)
+            return
+        ready.put(end)
+
+    reader = threading.Thread(target=read, name="block-reader", daemon=True)
+    reader.start()
+    try:
+        while (item := ready.get()) is not end:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while reader.is_alive():  # free a put the reader may be blocked in, so it sees `stop` and ends
+            try:
+                ready.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        if hasattr(blocks, "close"):
+            blocks.close()  # the file is closed by the generator's own exit
 
 
 def block_lines(first_line: int, block: bytes) -> Iterator[tuple[int, bytes]]:
