@@ -36,7 +36,7 @@ def _followed(url: str, path, on_commit=None):
             if on_commit:
                 on_commit(follower)
         ingest_paths(url, [str(path)], batch_lines=97, on_commit=committed)
-        replayed = follower.finish()
+        replayed = follower.finish(catch_up=True)
     with psycopg.connect(url) as conn:
         downstream = process_changes(conn, url, replayed=replayed)
     return replayed, downstream

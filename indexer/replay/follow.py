@@ -61,12 +61,14 @@ class ReplayFollower:
         except (BrokenPipeError, OSError):  # the follower is gone: the pass after the load does its work
             pass
 
-    def finish(self) -> ReplaySummary:
-        """Stop the follower after its last pass and return what it replayed (empty if it never started or failed:
-        then its escrows are still dirty). The summary's seconds are how long this call waited: the part of the
-        follower's work that outlasted the load, which the replay's time must count."""
+    def finish(self, *, catch_up: bool = False) -> ReplaySummary:
+        """Stop the follower after the chunk it is replaying, and return what it replayed (empty if it never
+        started or failed: then its escrows are still dirty). What it has not reached is left to the pass after the
+        load, which replays with several workers. With ``catch_up``, it first replays everything dirty but the last
+        batch's escrows (a test's way to know it did work). The summary's seconds are how long this call waited:
+        the part of the follower's work that outlasted the load, which the replay's time must count."""
         start = time.perf_counter()
-        summary = self._stop(kill=False)
+        summary = self._stop(kill=False, catch_up=catch_up)
         summary.seconds = time.perf_counter() - start
         return summary
 
@@ -80,7 +82,7 @@ class ReplayFollower:
         receive.close()
         report.close()
 
-    def _stop(self, *, kill: bool) -> ReplaySummary:
+    def _stop(self, *, kill: bool, catch_up: bool = False) -> ReplaySummary:
         proc, summary = self._proc, ReplaySummary()
         if proc is None:
             return summary
@@ -89,7 +91,7 @@ class ReplayFollower:
             proc.kill()
         else:
             try:
-                self._send.send(None)  # stop
+                self._send.send(_CATCH_UP if catch_up else None)
             except (BrokenPipeError, OSError):
                 pass
             try:
@@ -103,25 +105,38 @@ class ReplayFollower:
         return summary
 
 
+_CATCH_UP = "catch up"  # the stop message that first finishes the pass over what was dirty before the last batch
+
+
 def _follow(url: str, chunk: int, receive, report, owner: int) -> None:
-    """The follower process: after each batch message, replay what is dirty but that batch's escrows; after the
-    stop message (None), one last such pass for the newest batch before it, then report."""
+    """The follower process: after each batch message (that batch's escrows), replay what is dirty but those, a
+    chunk at a time, taking newer batch messages between chunks; stop between chunks on None, or after a last such
+    pass on _CATCH_UP; then report."""
     exit_with_parent(owner)
     summary = ReplaySummary()
+    held: list | None = None
+    stop = catch_up = False
+
+    def take_messages() -> bool:
+        """Read what arrived; True when the current pass should end (a stop without catch-up)."""
+        nonlocal held, stop, catch_up
+        while not stop and receive.poll():
+            message = receive.recv()
+            if message is None or message == _CATCH_UP:
+                stop, catch_up = True, message == _CATCH_UP
+            else:
+                held = message
+        return stop and not catch_up
+
     try:
         with psycopg.connect(url) as conn:
-            stopping = False
-            while not stopping:
-                held = receive.recv()
-                while held is not None and receive.poll():  # batches committed meanwhile: the newest one counts
-                    newer = receive.recv()
-                    if newer is None:
-                        stopping = True
-                        break
-                    held = newer
-                if held is None:
+            while not stop:
+                if not receive.poll(None):  # block until the next message
                     break
-                replay_loop(conn, chunk, summary, hold=held)
+                if take_messages():
+                    break
+                if held is not None:
+                    replay_loop(conn, chunk, summary, hold=held, stop=take_messages)
     except Exception as exc:  # noqa: BLE001 - whatever it was, the pass after the load replays what is left
         log.warning("replay follower stopped: %s", exc)
         return

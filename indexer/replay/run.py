@@ -118,18 +118,26 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
 
 
 def replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, progress=None,
-                hold: list | tuple = ()) -> None:
-    """Claim, replay and write chunks until none is dirty (but the escrows in ``hold``); each chunk is one
-    transaction."""
-    while True:
-        with conn.transaction(), no_cyclic_gc():
-            conn.execute(_LOCK_PARENTS)
-            ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk, hold)
-            if not ids:
-                return
-            _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
+                hold: list | tuple = (), stop=None) -> None:
+    """Claim, replay and write chunks until none is dirty (but the escrows in ``hold``), or until ``stop()`` says
+    so between chunks; each chunk is one transaction."""
+    while replay_chunk(conn, chunk, summary, hold):
         if progress:
             progress(summary)
+        if stop is not None and stop():
+            return
+
+
+def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, hold: list | tuple = ()) -> bool:
+    """Claim up to ``chunk`` dirty escrows (not those in ``hold``), replay them and write their rows, in one
+    transaction. False when none was dirty."""
+    with conn.transaction(), no_cyclic_gc():
+        conn.execute(_LOCK_PARENTS)
+        ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk, hold)
+        if not ids:
+            return False
+        _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
+    return True
 
 
 def _replay_worker(url: str, chunk: int) -> "ReplaySummary":
