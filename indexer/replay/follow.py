@@ -10,7 +10,8 @@ pass afterwards (:func:`indexer.pipeline.process_changes`).
 Nothing depends on the follower: the work queue is ``replay.dirty_escrow`` (claims with SKIP LOCKED, a chunk a
 transaction), so a follower that fails or is killed leaves its unfinished chunk dirty, and the pass after the load
 replays it. The load never waits for it (a batch's escrows are sent over a pipe, and only the newest list counts);
-the end of the load waits for its last pass, which holds back only the last batch's escrows.
+the end of the load waits only for the chunk it is replaying, and leaves the rest to the pass after it, which
+replays with several workers.
 """
 from __future__ import annotations
 

@@ -216,21 +216,22 @@ def read_ahead(blocks: Iterator[tuple[int, bytes]], depth: int = 2) -> Iterator[
     block before it; a consumer that stops early stops the reader."""
     ready: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
-    end = object()
+    end = object()  # always the reader's last item, whatever ended it
 
     def read() -> None:
         try:
             for item in blocks:
-                ready.put(item)
                 if stop.is_set():
-                    return
+                    break
+                ready.put(item)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
             ready.put(exc)
-            return
-        ready.put(end)
+        finally:
+            ready.put(end)
 
     reader = threading.Thread(target=read, name="block-reader", daemon=True)
     reader.start()
+    item = None
     try:
         while (item := ready.get()) is not end:
             if isinstance(item, BaseException):
@@ -238,11 +239,9 @@ def read_ahead(blocks: Iterator[tuple[int, bytes]], depth: int = 2) -> Iterator[
             yield item
     finally:
         stop.set()
-        while reader.is_alive():  # free a put the reader may be blocked in, so it sees `stop` and ends
-            try:
-                ready.get(timeout=0.1)
-            except queue.Empty:
-                pass
+        while item is not end:  # take what the reader still puts (a put may be blocked) up to its end marker
+            item = ready.get()
+        reader.join()
         if hasattr(blocks, "close"):
             blocks.close()  # the file is closed by the generator's own exit
 
