@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from indexer.db.quickstats import Deferred
 from indexer.load.ingest import ANALYZE_AFTER_ROWS, analyze_records
 from indexer.load.partitions import ensure_ahead
 from indexer.replay.run import REPLAY_WORKERS, ReplaySummary, replay_dirty
@@ -20,13 +21,20 @@ class Downstream:
 
 
 def process_changes(conn: psycopg.Connection, url: str, *, loaded_rows: int = 0,
-                    replay_workers: int = REPLAY_WORKERS, replayed: ReplaySummary | None = None) -> Downstream:
+                    replay_workers: int = REPLAY_WORKERS, replayed: ReplaySummary | None = None,
+                    deferred_analyze: Deferred | None = None) -> Downstream:
     """Replay dirty escrows, then evaluate dirty epochs. ``loaded_rows``: rows the caller just loaded without
     analysing them (the poller); past ANALYZE_AFTER_ROWS the record tables are analysed first so the replay's and
     the rules' plans see them (the NDJSON loader analyses what it grew itself). ``replayed``: what a replay that
-    followed the load did already (indexer.replay.follow), counted in the replay's summary."""
+    followed the load did already (indexer.replay.follow), counted in the replay's summary. ``deferred_analyze``:
+    tables whose post-load ANALYZE was skipped while autovacuum held them; with those the replay skips, they are
+    analysed (unless autovacuum did it meanwhile) as the rules stage starts, which is the stage whose plans need
+    them (indexer.db.quickstats)."""
+    deferred = Deferred()
+    deferred.add(deferred_analyze)
     if loaded_rows >= ANALYZE_AFTER_ROWS:
-        analyze_records(conn)
+        deferred.add(analyze_records(conn))
     ensure_ahead(conn)  # the next epoch's partitions before its first records (docs/partitioning.md)
     replay = replay_dirty(conn, url=url, workers=replay_workers, prior=replayed)
-    return Downstream(replay, run_rules(conn))
+    deferred.add(replay.deferred_analyze)
+    return Downstream(replay, run_rules(conn, deferred_analyze=deferred))

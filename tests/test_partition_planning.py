@@ -95,3 +95,38 @@ def test_a_sibling_lookup_probes_the_hash_index_of_escrow_and_prompt(three_epoch
                                                                                      inference_id))}
         assert got == want
         conn.rollback()
+
+
+def test_analyze_after_a_load_skips_a_partition_autovacuum_holds_and_the_rules_stage_analyses_it(db_url, tmp_path,
+                                                                                                 monkeypatch):
+    """Autovacuum vacuuming a partition holds SHARE UPDATE EXCLUSIVE on it; the load's ANALYZE must not wait for it
+    (indexer.db.quickstats) but hand it on, and the rules stage analyses it before it plans."""
+    from indexer.load import ingest as ingest_module
+    from indexer.load.ingest import ingest_paths
+    from indexer.pipeline import process_changes
+    from indexer.synth import generate, write_ndjson
+
+    epoch = 900
+    path = tmp_path / "one_epoch.ndjson"
+    write_ndjson(str(path), generate(seed=5, escrows=3, inferences=60, epochs=1, first_epoch=epoch))
+    monkeypatch.setattr(ingest_module, "ANALYZE_AFTER_ROWS", 1)  # analyse every kind the small file grew
+    finish, start = f"part.rec_finish_tx_e{epoch}", f"part.rec_start_tx_e{epoch}"
+    with psycopg.connect(db_url, autocommit=True) as admin, psycopg.connect(db_url) as vacuum:
+        admin.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", ([epoch],))
+        vacuum.execute(f"LOCK TABLE {finish} IN SHARE UPDATE EXCLUSIVE MODE")  # the lock autovacuum takes
+        # a load that waited for the lock would fail here instead of hanging
+        summary = ingest_paths(db_url + ("&" if "?" in db_url else "?") + "options=-c%20lock_timeout%3D5000",
+                               [str(path)])
+        assert summary.deferred_analyze.tables == [finish]
+        assert summary.deferred_analyze.since is not None
+
+        def statistics(table: str) -> int:
+            return admin.execute("SELECT count(*) FROM pg_statistic WHERE starelid = %s::regclass",
+                                 (table,)).fetchone()[0]
+
+        assert statistics(finish) == 0 and statistics(start) > 0
+        vacuum.rollback()  # autovacuum is done with it
+        with psycopg.connect(db_url) as conn:
+            downstream = process_changes(conn, db_url, deferred_analyze=summary.deferred_analyze)
+        assert downstream.rules.epochs == 1
+        assert statistics(finish) > 0

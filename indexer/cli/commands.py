@@ -69,7 +69,7 @@ def cmd_ingest(args, settings: Settings) -> int:
             failure, summary = exc, exc.partial  # what loaded before the bad file is committed: replay it anyway
         replayed = follower.finish()
     with psycopg.connect(url) as conn:
-        downstream = process_changes(conn, url, replayed=replayed)
+        downstream = process_changes(conn, url, replayed=replayed, deferred_analyze=summary.deferred_analyze)
     print_ingest_summary(summary, downstream)
     if failure is not None:
         error(f"{failure} (the records loaded before it were replayed and evaluated)")

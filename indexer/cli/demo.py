@@ -16,7 +16,7 @@ def run_demo(url: str, args) -> int:
 
         summary = ingest_paths(url, [args.sample])
         with psycopg.connect(url) as conn:
-            process_changes(conn, url)
+            process_changes(conn, url, deferred_analyze=summary.deferred_analyze)
         say(f"demo: {summary.lines} records from {args.sample} ({summary.loaded} new)")
     else:
         _poll_devnet(url, epochs=args.epochs, seed=args.seed)

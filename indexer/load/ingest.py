@@ -17,7 +17,7 @@ import psycopg
 
 from indexer import workers
 from indexer.db.deadlocks import retrying_deadlocks
-from indexer.db.quickstats import analyze_quickly
+from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_epochs, routed_column
 from indexer.load.prepare import Prepared, prepare_block
@@ -44,6 +44,7 @@ class IngestSummary:
     by_kind: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     epochs: set = field(default_factory=set)  # the epoch partitions escrow-keyed rows went to (what to ANALYZE)
+    deferred_analyze: Deferred = field(default_factory=Deferred)  # skipped while autovacuum held them (quickstats)
 
     def add(self, other: "IngestSummary") -> None:
         for name in ("lines", "skipped_resumed", "loaded", "amended", "unchanged", "quarantined"):
@@ -265,21 +266,25 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
 
 
 def _analyze_if_grown(conn: psycopg.Connection, summary: IngestSummary) -> None:
-    analyze_records(conn, [kind for kind, n in summary.by_kind.items() if n >= ANALYZE_AFTER_ROWS], summary.epochs)
+    grown = [kind for kind, n in summary.by_kind.items() if n >= ANALYZE_AFTER_ROWS]
+    summary.deferred_analyze = analyze_records(conn, grown, summary.epochs)
 
 
-def analyze_records(conn: psycopg.Connection, kinds=None, epochs=None) -> None:
+def analyze_records(conn: psycopg.Connection, kinds=None, epochs=None) -> Deferred:
     """Refresh planner statistics after a bulk load instead of waiting for autovacuum: the replay and the rules
     run right after it, and their index choices depend on row counts. With ``epochs`` (the partitions a load
-    wrote), an epoch-partitioned table's statistics are refreshed in those partitions only (analyze_epochs)."""
+    wrote), an epoch-partitioned table's statistics are refreshed in those partitions only (analyze_epochs).
+    Returns the tables skipped because autovacuum held them (indexer.db.quickstats.analyze_deferred's work)."""
     kinds = list(KINDS if kinds is None else kinds)
-    analyze_quickly(conn, [f"rec.{KINDS[kind].table}" for kind in kinds if epochs is None or kind not in ROUTED])
+    deferred = analyze_quickly(conn, [f"rec.{KINDS[kind].table}" for kind in kinds
+                                      if epochs is None or kind not in ROUTED])
     if epochs is not None:
         for kind in kinds:
             if kind in ROUTED:
-                analyze_epochs(conn, f"rec.{KINDS[kind].table}", epochs)
+                deferred.add(analyze_epochs(conn, f"rec.{KINDS[kind].table}", epochs))
     if not conn.autocommit:
         conn.commit()
+    return deferred
 
 
 def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary, on_commit=None) -> None:

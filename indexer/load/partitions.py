@@ -14,7 +14,7 @@ from __future__ import annotations
 import psycopg
 
 from indexer.db.deadlocks import retrying_deadlocks
-from indexer.db.quickstats import analyze_quickly
+from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.load.copytext import text
 from indexer.records import KINDS
 
@@ -140,11 +140,12 @@ def routed_column(kind: str) -> str:
     return ", epoch_index" if kind in ROUTED else ""
 
 
-def analyze_epochs(conn: psycopg.Connection, parent: str, epochs) -> None:
+def analyze_epochs(conn: psycopg.Connection, parent: str, epochs) -> Deferred:
     """ANALYZE the partitions of `parent` that hold `epochs`, not the parent: the replay and the rules plan one
     epoch at a time against a partition's own statistics, and ANALYZE of the parent samples the whole table and
-    then every partition again. With the bulk load's small sample (indexer.db.quickstats)."""
-    analyze_quickly(conn, partition_names(conn, parent, sorted(epochs)))
+    then every partition again. With the bulk load's small sample; a partition autovacuum holds is skipped and
+    returned (indexer.db.quickstats)."""
+    return analyze_quickly(conn, partition_names(conn, parent, sorted(epochs)))
 
 
 def partition_names(conn: psycopg.Connection, parent: str, epochs: list[int]) -> list[str]:

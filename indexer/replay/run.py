@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import psycopg
 
 from indexer.db.claims import claim
-from indexer.db.quickstats import analyze_quickly
+from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.db.marks import EPOCH_MARK
 from indexer.load.partitions import analyze_epochs
 from indexer.workers import no_cyclic_gc, pool as workers_pool
@@ -81,6 +81,7 @@ class ReplaySummary:
     rejected: int = 0
     inferences: int = 0
     seconds: float = 0.0
+    deferred_analyze: Deferred | None = None  # tables skipped while autovacuum held them (indexer.db.quickstats)
 
     def add(self, other: "ReplaySummary") -> None:
         self.escrows += other.escrows
@@ -107,10 +108,10 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     else:
         replay_loop(conn, chunk, summary, progress)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
-        analyze_quickly(conn, [t for t in _DERIVED if t != "replay.inference"])
+        summary.deferred_analyze = analyze_quickly(conn, [t for t in _DERIVED if t != "replay.inference"])
         # replay.inference by epoch: the partitions the rules stage is about to read
-        analyze_epochs(conn, "replay.inference",
-                       [r[0] for r in conn.execute("SELECT epoch_index FROM rules.dirty_epoch")])
+        summary.deferred_analyze.add(analyze_epochs(
+            conn, "replay.inference", [r[0] for r in conn.execute("SELECT epoch_index FROM rules.dirty_epoch")]))
         if not conn.autocommit:
             conn.commit()
     summary.seconds = time.perf_counter() - start + (prior.seconds if prior is not None else 0.0)

@@ -15,6 +15,7 @@ import psycopg
 
 from indexer.db.claims import claim_rows
 from indexer.db.marks import WHOLE_EPOCH
+from indexer.db.quickstats import Deferred, analyze_deferred
 from indexer.db.paths import SQL_DIR
 from indexer import refusals
 
@@ -94,9 +95,12 @@ def mark_epochs(conn: psycopg.Connection, lo: int, hi: int) -> None:
                      ON CONFLICT {WHOLE_EPOCH}""", {"lo": lo, "hi": hi})
 
 
-def run_rules(conn: psycopg.Connection, epochs: tuple[int, int] | None = None) -> RulesSummary:
-    """Evaluate the dirty epochs (after marking the range `epochs`, when given, as dirty)."""
+def run_rules(conn: psycopg.Connection, epochs: tuple[int, int] | None = None, *,
+              deferred_analyze: Deferred | None = None) -> RulesSummary:
+    """Evaluate the dirty epochs (after marking the range `epochs`, when given, as dirty), after analysing the
+    tables an earlier stage had to skip (``deferred_analyze``, indexer.db.quickstats), counted in these seconds."""
     summary, start = RulesSummary(), time.perf_counter()
+    analyze_deferred(conn, deferred_analyze)
     with conn.transaction():
         mark_stale_versions(conn)
         if epochs is not None:
