@@ -58,11 +58,11 @@ def cmd_ingest(args, settings: Settings) -> int:
     with ReplayFollower(url) as follower:  # a long load's escrows are replayed while later batches load
         try:
             if args.no_progress or not console().is_terminal:
-                summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, on_commit=follower.committed)
+                summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, on_batch=follower.batch)
             else:
                 with ingest_progress() as progress:
                     summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, progress=progress,
-                                           on_commit=follower.committed)
+                                           on_batch=follower.batch)
         except InputError as exc:
             if getattr(exc, "partial", None) is None:
                 raise

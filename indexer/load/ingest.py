@@ -207,14 +207,14 @@ def _without_lines(copy: bytes, lines: set[int]) -> bytes:
 
 
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,
-                on_progress=None, on_commit=None) -> IngestSummary:
+                on_progress=None, on_batch=None) -> IngestSummary:
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
     total = IngestSummary(files=1)
     try:
         # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing
         blocks = read_ahead(inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8))
-        _pipelined(loader, blocks, resume_after, total, on_commit)
+        _pipelined(loader, blocks, resume_after, total, on_batch)
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
                                 ) from None
@@ -233,12 +233,12 @@ def _stored_cursor(conn: psycopg.Connection, source_id: int, known: int) -> int:
 
 
 def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, progress=None,
-                 on_commit=None) -> IngestSummary:
+                 on_batch=None) -> IngestSummary:
     """Load the files in order. Every file is checked before the first loads; a file that turns out bad while
     loading (a corrupt gzip stream) raises InputError with ``partial`` set to what the earlier files loaded: their
     batches (and this file's batches before the bad spot) are committed and dirty, so the caller still replays them.
-    ``on_commit(lines, escrows)`` is called after each batch commits, with the escrows it touched (the replay
-    that follows the load: indexer.replay.follow)."""
+    ``on_batch(lines, escrows)`` is called just before each batch commits, with the escrows it touches (the
+    replay that follows the load keeps off them: indexer.replay.follow)."""
     for name in names:
         check_input(name)
     start = time.perf_counter()
@@ -251,7 +251,7 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
                     task = progress.add_task(inp.uri, total=inp.size) if progress else None
                     hook = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
                     summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook,
-                                            on_commit=on_commit))
+                                            on_batch=on_batch))
                     summary.files += 1
                 finally:
                     inp.cleanup()
@@ -287,7 +287,7 @@ def analyze_records(conn: psycopg.Connection, kinds=None, epochs=None) -> Deferr
     return deferred
 
 
-def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary, on_commit=None) -> None:
+def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary, on_batch=None) -> None:
     """Worker processes type and render blocks (pure CPU, in parallel) while this thread commits them strictly
     in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight."""
     blocks = iter(blocks)
@@ -299,20 +299,20 @@ def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSumm
         for first, block in itertools.chain([head], blocks):
             in_flight.append((pool.submit(prepare_block, loader.source_id, first, block, resume_after), first, block))
             if len(in_flight) > PREPARE_WORKERS:
-                _commit_next(loader, in_flight, resume_after, total, on_commit)
+                _commit_next(loader, in_flight, resume_after, total, on_batch)
         while in_flight:
-            _commit_next(loader, in_flight, resume_after, total, on_commit)
+            _commit_next(loader, in_flight, resume_after, total, on_batch)
 
 
 def _commit_next(loader: BatchLoader, in_flight: deque, resume_after: int, total: IngestSummary,
-                 on_commit=None) -> None:
+                 on_batch=None) -> None:
     future, first, block = in_flight.popleft()
     prepared = future.result()
     total.skipped_resumed += prepared.skipped
     if prepared.last_line <= resume_after:  # wholly committed by an earlier run
         return
     prepared.source_lines = lambda: block_lines(first, block)
+    if on_batch is not None:
+        on_batch(prepared.lines, set().union(*(kb.scope for kind, kb in prepared.kinds.items()
+                                               if KINDS[kind].scope == "escrow")))
     total.add(loader.commit(prepared))
-    if on_commit is not None:
-        on_commit(prepared.lines, set().union(*(kb.scope for kind, kb in prepared.kinds.items()
-                                                if KINDS[kind].scope == "escrow")))

@@ -120,8 +120,9 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
 
 def replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, progress=None,
                 hold: list | tuple = (), stop=None) -> None:
-    """Claim, replay and write chunks until none is dirty (but the escrows in ``hold``), or until ``stop()`` says
-    so between chunks; each chunk is one transaction."""
+    """Claim, replay and write chunks until none is dirty (but the escrows in ``hold``, read at every claim: the
+    caller may change the list between chunks), or until ``stop()`` says so between chunks; each chunk is one
+    transaction."""
     while replay_chunk(conn, chunk, summary, hold):
         if progress:
             progress(summary)
