@@ -171,3 +171,35 @@ def test_ingest_marks_touched_epochs_and_replays_touched_escrows(db_url, tmp_pat
     ingest(db_url, path)
     assert conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone() == (0,)
     assert conn.execute("SELECT status FROM api.inferences").fetchone() == ("Pending",)
+
+
+def test_batches_commit_without_waiting_for_the_wal_and_leave_their_stages_empty(db_url, tmp_path):
+    """A file's batches commit with synchronous_commit off (the file is the durable copy; each batch's rows and
+    cursor are one transaction) and the file's completion with it on, so a finished load is durable; the stage
+    tables an upsert filled are emptied inside the batch, since they are not ON COMMIT DELETE ROWS (whose
+    truncation every commit that touches a temp table pays for every such table)."""
+    from indexer.load.ingest import ingest_file
+    from indexer.sources.ndjson import open_input
+
+    path = write_lines(tmp_path / "a.ndjson", _small_corpus())
+    ingest(db_url, path, batch_lines=100)  # the second load's batches take the upsert path, through the stages
+    settings = []
+    with psycopg.connect(db_url) as conn:
+        def batch(lines, escrows):
+            settings.append(conn.execute("SHOW synchronous_commit").fetchone()[0])
+            conn.commit()
+
+        inp = open_input(str(path))
+        try:
+            summary = ingest_file(conn, inp, batch_lines=100, on_batch=batch)
+        finally:
+            inp.cleanup()
+        assert summary.unchanged > 500
+        assert len(settings) > 3 and set(settings) == {"off"}
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        stages = [r[0] for r in conn.execute(
+            "SELECT c.relname FROM pg_class c WHERE c.relnamespace = pg_my_temp_schema() AND c.relkind = 'r' "
+            "AND c.relname LIKE 'stage\\_%'")]
+        assert "stage_start" in stages and "stage_finish" in stages
+        for stage in stages:
+            assert conn.execute(f"SELECT count(*) FROM pg_temp.{stage}").fetchone()[0] == 0, stage

@@ -32,7 +32,8 @@ def store(conn: psycopg.Connection, rows: list[tuple]) -> None:
     if not rows:
         return
     rows = list({(r[0], r[1]): r for r in rows}.values())
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS new_parse (LIKE rules.refusal_parse) ON COMMIT DELETE ROWS")
+    # emptied below, not ON COMMIT DELETE ROWS (indexer.load.statements.stage_ddl says why)
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS new_parse (LIKE rules.refusal_parse)")
     with conn.cursor().copy(f"COPY new_parse ({', '.join(COLUMNS)}) FROM STDIN") as cp:
         for row in rows:
             cp.write_row(row)
@@ -43,4 +44,4 @@ def store(conn: psycopg.Connection, rows: list[tuple]) -> None:
                      -- the same payload under the same parser parses the same: no rewrite on a reload
                      WHERE (refusal_parse.payload_md5, refusal_parse.parser_version)
                            IS DISTINCT FROM (excluded.payload_md5, excluded.parser_version)""")
-    conn.execute("DELETE FROM new_parse")
+    conn.execute("TRUNCATE new_parse")
