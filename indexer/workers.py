@@ -18,6 +18,9 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 
 _PR_SET_PDEATHSIG = 1
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+BULK_MMAP_THRESHOLD = 64 << 20
+BULK_TRIM_THRESHOLD = 256 << 20
 
 
 def pool(workers: int, context: str = "fork", preload: list[str] | None = None) -> ProcessPoolExecutor:
@@ -71,3 +74,18 @@ def no_cyclic_gc():
     finally:
         if enabled:
             gc.enable()
+
+
+def keep_freed_memory() -> bool:
+    """For a bulk load, before its worker processes fork (they inherit it): glibc malloc keeps buffers up to
+    BULK_MMAP_THRESHOLD on its heap and freed memory up to BULK_TRIM_THRESHOLD, instead of mapping each large
+    buffer (a block, its COPY text, their pickles: several MB each) afresh and unmapping it when freed. Every fresh
+    mapping is paid again in page faults and zeroed pages: measured over a 978k-line load, the ingest's processes
+    took 230-245k minor faults and 0.94-1.09 s of system time; with this, 100k and 0.58-0.82 s, peak RSS 164-165 ->
+    166-171 MB. False where there is no glibc mallopt (nothing changes)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, BULK_MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD,
+                                                                              BULK_TRIM_THRESHOLD))
