@@ -23,12 +23,20 @@ BULK_MMAP_THRESHOLD = 64 << 20
 BULK_TRIM_THRESHOLD = 256 << 20
 
 
-def pool(workers: int, context: str = "fork", preload: list[str] | None = None) -> ProcessPoolExecutor:
+def pool(workers: int, context: str = "fork", preload: list[str] | None = None, *,
+         bulk_memory: bool = False) -> ProcessPoolExecutor:
+    """``bulk_memory``: the workers pass large buffers all the time (keep_freed_memory)."""
     ctx = multiprocessing.get_context(context)
     if preload and context == "forkserver":
         ctx.set_forkserver_preload(preload)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=exit_with_parent,
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                               initializer=_bulk_worker if bulk_memory else exit_with_parent,
                                initargs=(os.getpid(),))
+
+
+def _bulk_worker(owner_pid: int) -> None:
+    exit_with_parent(owner_pid)
+    keep_freed_memory()
 
 
 def exit_with_parent(owner_pid: int) -> None:
@@ -77,12 +85,12 @@ def no_cyclic_gc():
 
 
 def keep_freed_memory() -> bool:
-    """For a bulk load, before its worker processes fork (they inherit it): glibc malloc keeps buffers up to
-    BULK_MMAP_THRESHOLD on its heap and freed memory up to BULK_TRIM_THRESHOLD, instead of mapping each large
-    buffer (a block, its COPY text, their pickles: several MB each) afresh and unmapping it when freed. Every fresh
-    mapping is paid again in page faults and zeroed pages: measured over a 978k-line load, the ingest's processes
-    took 230-245k minor faults and 0.94-1.09 s of system time; with this, 100k and 0.58-0.82 s, peak RSS 164-165 ->
-    166-171 MB. False where there is no glibc mallopt (nothing changes)."""
+    """In a process that passes large buffers all the time (a load's typing workers, the replay follower): glibc
+    malloc keeps buffers up to BULK_MMAP_THRESHOLD on its heap and freed memory up to BULK_TRIM_THRESHOLD, instead
+    of mapping each large buffer (a block, its COPY text, their pickles: several MB each) afresh and unmapping it
+    when freed; every fresh mapping is paid again in page faults and zeroed pages. Not in a load's main process:
+    its heap then kept growing with the file (peak RSS 174 -> 205 MB over 9.8M lines). False where there is no
+    glibc mallopt (nothing changes)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

@@ -50,12 +50,10 @@ def cmd_ingest(args, settings: Settings) -> int:
     from indexer.pipeline import process_changes
     from indexer.replay.follow import ReplayFollower
     from indexer.sources.ndjson import InputError, check_input
-    from indexer.workers import keep_freed_memory
 
     for name in args.files:  # a missing or unreadable file is bad usage before anything loads
         check_input(name)
     url = ready_database(args, settings)
-    keep_freed_memory()  # before the typing workers and the replay follower fork
     failure = None
     with ReplayFollower(url) as follower:  # a long load's escrows are replayed while later batches load
         try:

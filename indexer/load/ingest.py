@@ -312,7 +312,7 @@ def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSumm
     head = next(blocks, None)
     if head is None:  # nothing to load (an empty file, or wholly resumed past): no worker processes to start
         return
-    with workers.pool(PREPARE_WORKERS) as pool:  # forked: they inherit the compiled coercers, never touch `conn`
+    with workers.pool(PREPARE_WORKERS, bulk_memory=True) as pool:  # forked: they inherit the compiled coercers, never touch `conn`
         in_flight: deque = deque()
         for first, block in itertools.chain([head], blocks):
             in_flight.append((pool.submit(prepare_block, loader.source_id, first, block, resume_after), first, block))

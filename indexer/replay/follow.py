@@ -29,7 +29,7 @@ from collections.abc import Iterable
 import psycopg
 
 from indexer.replay.run import CHUNK_ESCROWS, ReplaySummary, replay_loop
-from indexer.workers import exit_with_parent
+from indexer.workers import exit_with_parent, keep_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ def _follow(url: str, chunk: int, receive, report, owner: int) -> None:
     the previous batch's, a chunk at a time, taking newer batch messages between chunks; stop between chunks on
     None, or after a last such pass on _CATCH_UP; then report."""
     exit_with_parent(owner)
+    keep_freed_memory()
     summary = ReplaySummary()
     batches: deque = deque(maxlen=2)  # the escrows of the batch being committed and of the one before it
     # their union, changed in place: replay_loop reads it at every claim, so a pass that outlives several batches
