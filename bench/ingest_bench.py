@@ -168,10 +168,13 @@ def report(label: str, runs: list[dict]) -> None:
 def scale_check(server: str, small: Path, small_lines: int, big: Path, big_lines: int) -> None:
     """Linearity: each file loaded alone (no baseline beside it: at 10M records the baseline's 2 GB of writes just
     before slowed the disk for the ingest that followed, by a third), in a fresh database from a quiet disk. The
-    small file is loaded three times and its median taken: one ~7 s load moves by ±20 % on a shared VM, which alone
-    would decide a ±10 % test; the big one averages that out over its ~70 s."""
+    small file is loaded four times and its median taken: one ~7 s load moves by ±20 % on a shared VM, which alone
+    would decide a ±10 % test; the big one averages that out over its ~60 s. Two small loads come before the big
+    one and two after it, so that a machine that drifts faster or slower over those minutes (the same 10M load took
+    41 to 74 s within one hour here) does not weigh on one side only."""
+    order = [(small, small_lines)] * 2 + [(big, big_lines)] + [(small, small_lines)] * 2
     runs = []
-    for path, lines in ((small, small_lines), (small, small_lines), (small, small_lines), (big, big_lines)):
+    for path, lines in order:
         with scratch_database(server, "bench_scale") as url:
             migrate.upgrade(url)
             settle(url)
@@ -180,8 +183,9 @@ def scale_check(server: str, small: Path, small_lines: int, big: Path, big_lines
         runs.append((load_s + replay_s, peak_kb))
         print(f"alone     {lines:>12,} records: load + replay {load_s + replay_s:8.2f}s (load {load_s:.2f}s, "
               f"replay {replay_s:.2f}s); peak RSS {peak_kb / 1024:.0f} MB")
-    small_s, small_kb = statistics.median(t for t, _ in runs[:3]), max(kb for _, kb in runs[:3])
-    big_s, big_kb = runs[3]
+    smalls = runs[:2] + runs[3:]
+    small_s, small_kb = statistics.median(t for t, _ in smalls), max(kb for _, kb in smalls)
+    big_s, big_kb = runs[2]
     expected = small_s * big_lines / small_lines
     print(f"linearity {big_s:.2f}s against {big_lines / small_lines:.2f} x {small_s:.2f}s = {expected:.2f}s: "
           f"{big_s / expected:.3f}x (target within 10%); peak RSS {small_kb / 1024:.0f} -> {big_kb / 1024:.0f} MB")
