@@ -222,8 +222,9 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     flushed its WAL (that flush was 1-28 ms of every batch, on the connection the whole load waits for, and more
     while the replay follower commits too). Safe for a file: a batch's rows and its resume cursor are one
     transaction and the file is the durable copy, so a server crash can only lose the last batches whole, with
-    their cursor, and the next run loads them again. The file's completion commits synchronously, which flushes
-    every batch before it: a load the command reports is durable."""
+    their cursor, and the next run loads them again. The file's completion commits with the session's own setting
+    (synchronous by default), which flushes every batch before it: a load the command reports is durable."""
+    durable = conn.execute("SELECT current_setting('synchronous_commit')").fetchone()[0]
     conn.execute("SELECT set_config('synchronous_commit', 'off', false)")
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
@@ -235,7 +236,8 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
                                 ) from None
-    conn.execute("SELECT set_config('synchronous_commit', 'on', false)")  # this commit flushes the batches' too
+    # this commit flushes the batches' too (when the setting is the default, on)
+    conn.execute("SELECT set_config('synchronous_commit', %s, false)", (durable,))
     conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
     conn.commit()
     return total
@@ -312,7 +314,8 @@ def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSumm
     head = next(blocks, None)
     if head is None:  # nothing to load (an empty file, or wholly resumed past): no worker processes to start
         return
-    with workers.pool(PREPARE_WORKERS, bulk_memory=True) as pool:  # forked: they inherit the compiled coercers, never touch `conn`
+    # forked: they inherit the compiled coercers, never touch `conn`
+    with workers.pool(PREPARE_WORKERS, bulk_memory=True) as pool:
         in_flight: deque = deque()
         for first, block in itertools.chain([head], blocks):
             in_flight.append((pool.submit(prepare_block, loader.source_id, first, block, resume_after), first, block))
