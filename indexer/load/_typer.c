@@ -11,8 +11,12 @@
  *
  * Taken only: no backslash on the line (so no string needs COPY escaping), only ASCII bytes (string lengths are byte
  * counts), no control byte inside a string, integers as plain JSON integers without sign tricks (no "-0", no
- * fraction or exponent, at most 19 digits), no null, no nested value, no unknown or repeated key, no decimal string
- * for a number (the Python paths take those), and for a kind with a refusal check, no 0/0 Finish with a payload.
+ * fraction or exponent, at most 19 digits), no null, no nested value, no repeated key, no decimal string for a
+ * number (the Python paths take those), and for a kind with a refusal check, no 0/0 Finish with a payload. A key the
+ * kind does not know (a newer protocol's scalar: a v5+ Finish carries served_hash) is kept as the Python paths keep
+ * it, in `extra`: the JSON object of the unknown members in line order, as orjson writes them. Taken for a string,
+ * true, false or an integer within the signed 64-bit range (orjson writes each back exactly as the line spells it,
+ * given no backslash and ASCII only); any other unknown value is declined.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -312,7 +316,8 @@ static int take_line(const char *p, Py_ssize_t len, long long number, const char
     if (k < 0) return 0;
     const KindSpec *ks = &kinds[k];
     const Member *at[MAX_FIELDS] = {0};
-    int hint = 0;
+    const Member *unknown[MAX_MEMBERS];
+    int hint = 0, n_unknown = 0;
     for (int i = 0; i < n; i++) {
         if (i == kind_at) continue;
         int f = -1;
@@ -323,7 +328,15 @@ static int take_line(const char *p, Py_ssize_t len, long long number, const char
                 break;
             }
         }
-        if (f < 0 || at[f]) return 0;  /* unknown or repeated */
+        if (f < 0) {  /* unknown: kept in extra if plain and not repeated */
+            if (m[i].vtype == V_NUM && m[i].mag > MAX_I63) return 0;
+            for (int u = 0; u < n_unknown; u++)
+                if (unknown[u]->key_len == m[i].key_len && memcmp(unknown[u]->key, m[i].key, m[i].key_len) == 0)
+                    return 0;
+            unknown[n_unknown++] = &m[i];
+            continue;
+        }
+        if (at[f]) return 0;  /* repeated */
         if (!type_ok(ks->fields[f].type, &m[i])) return 0;
         at[f] = &m[i];
         hint = f + 1;
@@ -336,6 +349,7 @@ static int take_line(const char *p, Py_ssize_t len, long long number, const char
 
     KindBatch *kb = &batches[k];
     Buf *b = &kb->copy;
+    /* the known values and the unknown members are disjoint spans of the line: together at most len bytes */
     if (buf_reserve(b, len + 24 + 3 * ks->n_fields + sid_len + 8) < 0) return -1;
     b->len = put_int(b->p + b->len, number) - b->p;
     for (int f = 0; f < ks->n_fields; f++) {
@@ -354,8 +368,36 @@ static int take_line(const char *p, Py_ssize_t len, long long number, const char
             }
         }
     }
-    memcpy(b->p + b->len, "\t\\N\t", 4);  /* extra (nothing unknown on the line), then the source id */
-    b->len += 4;
+    if (!n_unknown) {
+        memcpy(b->p + b->len, "\t\\N\t", 4);  /* extra (nothing unknown on the line), then the source id */
+        b->len += 4;
+    } else {
+        b->p[b->len++] = '\t';
+        for (int u = 0; u < n_unknown; u++) {
+            const Member *v = unknown[u];
+            b->p[b->len++] = u ? ',' : '{';
+            b->p[b->len++] = '"';
+            memcpy(b->p + b->len, v->key, v->key_len);
+            b->len += v->key_len;
+            memcpy(b->p + b->len, "\":", 2);
+            b->len += 2;
+            switch (v->vtype) {
+            case V_TRUE: memcpy(b->p + b->len, "true", 4); b->len += 4; break;
+            case V_FALSE: memcpy(b->p + b->len, "false", 5); b->len += 5; break;
+            case V_STR:
+                b->p[b->len++] = '"';
+                memcpy(b->p + b->len, v->val, v->val_len);
+                b->len += v->val_len;
+                b->p[b->len++] = '"';
+                break;
+            default:
+                memcpy(b->p + b->len, v->val, v->val_len);
+                b->len += v->val_len;
+            }
+        }
+        memcpy(b->p + b->len, "}\t", 2);
+        b->len += 2;
+    }
     memcpy(b->p + b->len, sid, sid_len);
     b->len += sid_len;
     b->p[b->len++] = '\n';

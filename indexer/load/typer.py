@@ -1,4 +1,5 @@
-"""The file load's block typer: the bulk tx kinds typed a block at a time in C (indexer/load/_typer.c).
+"""The block typer: the bulk tx kinds typed a block at a time in C (indexer/load/_typer.c), for the file load's
+workers and the poller's decode workers (indexer.poller.decode) alike.
 
 Why C: with the Struct decoder (indexer.load.structs) a start or finish line still cost ~4 µs of Python glue
 around ~0.7 µs of decoding (the tuple, the render call, the row tuple, the batch fold), and the typing workers
