@@ -204,3 +204,25 @@ def test_batches_commit_without_waiting_for_the_wal_and_leave_their_stages_empty
         assert "stage_start" in stages and "stage_finish" in stages
         for stage in stages:
             assert conn.execute(f"SELECT count(*) FROM pg_temp.{stage}").fetchone()[0] == 0, stage
+
+
+def test_a_v5_finishs_served_hash_is_stored_in_extra_and_exported_back(db_url, tmp_path, conn):
+    """Every v5 Finish carries served_hash, which no column holds. The block typer writes such lines in C (with a
+    second unknown scalar beside it, in line order): the database's extra holds them, and export writes the same
+    records back, so an archive of v5 data reloads identically."""
+    from indexer.load.export import export_records
+
+    served = "ab" * 32
+    recs = [escrow()] + [tx("start", i, i, prompt_hash="cd" * 32) for i in range(1, 41)]
+    recs += [tx("finish", i, 40 + i, executor_slot=i % 16, input_tokens=100 + i, output_tokens=7,
+                response_hash="ef" * 32, served_hash=served, tx_index=1, protocol_version="v5", zz=-i)
+             for i in range(1, 41)]
+    path = write_lines(tmp_path / "v5.ndjson", recs)
+    assert ingest(db_url, path).loaded == len(recs)
+    extras = conn.execute("SELECT inference_id, extra FROM rec.finish_tx ORDER BY inference_id").fetchall()
+    assert extras == [(i, {"served_hash": served, "zz": -i}) for i in range(1, 41)]
+    out = tmp_path / "out.ndjson"
+    export_records(db_url, str(out))
+    exported = [json.loads(line) for line in out.read_text().splitlines()]
+    finishes = sorted((r for r in exported if r["kind"] == "finish"), key=lambda r: r["inference_id"])
+    assert [(r["served_hash"], r["zz"], r["tx_index"]) for r in finishes] == [(served, -i, 1) for i in range(1, 41)]

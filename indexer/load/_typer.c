@@ -74,6 +74,12 @@ static int buf_reserve(Buf *b, Py_ssize_t extra) {
     return 0;
 }
 
+/* Append n bytes (room reserved by the caller). */
+static inline void put(Buf *b, const char *s, Py_ssize_t n) {
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
 /* ---- a set of 64-bit key hashes (open addressing); 0 marks an empty slot ---- */
 typedef struct { uint64_t *slots; Py_ssize_t cap, used; } HashSet;
 
@@ -363,43 +369,28 @@ static int take_line(const char *p, Py_ssize_t len, long long number, const char
             if (ks->fields[f].type == T_HEX) {
                 for (Py_ssize_t i = 0; i < v->val_len; i++) b->p[b->len++] = HEX_LOWER[(unsigned char)v->val[i]];
             } else {
-                memcpy(b->p + b->len, v->val, v->val_len);
-                b->len += v->val_len;
+                put(b, v->val, v->val_len);
             }
         }
     }
     if (!n_unknown) {
-        memcpy(b->p + b->len, "\t\\N\t", 4);  /* extra (nothing unknown on the line), then the source id */
-        b->len += 4;
-    } else {
-        b->p[b->len++] = '\t';
+        put(b, "\t\\N\t", 4);  /* extra (nothing unknown on the line), then the source id */
+    } else {  /* extra: the unknown members as one JSON object, in line order */
         for (int u = 0; u < n_unknown; u++) {
             const Member *v = unknown[u];
-            b->p[b->len++] = u ? ',' : '{';
-            b->p[b->len++] = '"';
-            memcpy(b->p + b->len, v->key, v->key_len);
-            b->len += v->key_len;
-            memcpy(b->p + b->len, "\":", 2);
-            b->len += 2;
+            put(b, u ? ",\"" : "\t{\"", u ? 2 : 3);
+            put(b, v->key, v->key_len);
+            put(b, "\":", 2);
             switch (v->vtype) {
-            case V_TRUE: memcpy(b->p + b->len, "true", 4); b->len += 4; break;
-            case V_FALSE: memcpy(b->p + b->len, "false", 5); b->len += 5; break;
-            case V_STR:
-                b->p[b->len++] = '"';
-                memcpy(b->p + b->len, v->val, v->val_len);
-                b->len += v->val_len;
-                b->p[b->len++] = '"';
-                break;
-            default:
-                memcpy(b->p + b->len, v->val, v->val_len);
-                b->len += v->val_len;
+            case V_TRUE: put(b, "true", 4); break;
+            case V_FALSE: put(b, "false", 5); break;
+            case V_STR: put(b, "\"", 1); put(b, v->val, v->val_len); put(b, "\"", 1); break;
+            default: put(b, v->val, v->val_len);  /* a number, as the line spells it */
             }
         }
-        memcpy(b->p + b->len, "}\t", 2);
-        b->len += 2;
+        put(b, "}\t", 2);
     }
-    memcpy(b->p + b->len, sid, sid_len);
-    b->len += sid_len;
+    put(b, sid, sid_len);
     b->p[b->len++] = '\n';
     kb->count++;
 

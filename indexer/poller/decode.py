@@ -54,7 +54,7 @@ def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, 
     # typed here, by the file load's block typer (C for the bulk kinds, ~1 µs a line against ~10 for typing the
     # dicts in Python): the poller's committing thread only renumbers the rows. A held record's place is a blank
     # line, numbered and never loaded, so every row keeps its position in the run.
-    typed = prepare_block(PLACEHOLDER_SOURCE, 1, blob + b"\n") if lines else Prepared(0, 0, {}, [])
+    typed = prepare_block(PLACEHOLDER_SOURCE, 1, blob + b"\n")  # a run without records: one blank line
     return Decoded(blob, len(lines), held, len(out.records) + sum(out.other.values()), typed)
 
 
