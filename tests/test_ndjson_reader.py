@@ -229,3 +229,25 @@ def test_read_ahead_keeps_order_raises_in_place_and_stops_its_reader():
     stream.close()  # the consumer stops early: the reader thread ends and the source is closed
     assert closed.is_set()
     assert not [t for t in threading.enumerate() if t.name == "block-reader"]
+
+
+def _close_and_exit(stream) -> None:
+    stream.close()
+
+
+def test_a_read_ahead_inherited_by_a_forked_child_closes_there_without_waiting_for_a_reader():
+    """A worker forked while a load's read-ahead was still open (left to the garbage collector) finalized its copy,
+    whose reader thread does not exist in the child: the child waited for that thread's end marker for ever."""
+    import multiprocessing
+
+    from indexer.sources.ndjson import read_ahead
+
+    stream = read_ahead(iter([(n, b"x\n") for n in range(1, 10)]), depth=1)
+    assert next(stream) == (1, b"x\n")  # the reader now waits to put the next blocks
+    child = multiprocessing.get_context("fork").Process(target=_close_and_exit, args=(stream,))
+    child.start()
+    child.join(timeout=60)  # the timeout only turns the old hang into a failure
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == 0
+    assert list(stream) == [(n, b"x\n") for n in range(2, 10)]  # the parent's copy is untouched

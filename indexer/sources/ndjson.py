@@ -9,11 +9,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
+import queue
 import re
 import shutil
 import stat
 import sys
-import queue
 import tempfile
 import threading
 import zlib
@@ -231,6 +232,7 @@ def read_ahead(blocks: Iterator[tuple[int, bytes]], depth: int = 2) -> Iterator[
 
     reader = threading.Thread(target=read, name="block-reader", daemon=True)
     reader.start()
+    owner = os.getpid()
     item = None
     try:
         while (item := ready.get()) is not end:
@@ -238,12 +240,15 @@ def read_ahead(blocks: Iterator[tuple[int, bytes]], depth: int = 2) -> Iterator[
                 raise item
             yield item
     finally:
-        stop.set()
-        while item is not end:  # take what the reader still puts (a put may be blocked) up to its end marker
-            item = ready.get()
-        reader.join()
-        if hasattr(blocks, "close"):
-            blocks.close()  # the file is closed by the generator's own exit
+        # A copy of this generator in a forked child (a worker forked while a load's generator awaited collection)
+        # has no reader thread: waiting for its end marker there would hang the child for ever (it did, in a test).
+        if os.getpid() == owner:
+            stop.set()
+            while item is not end:  # take what the reader still puts (a put may be blocked) up to its end marker
+                item = ready.get()
+            reader.join()
+            if hasattr(blocks, "close"):
+                blocks.close()  # the file is closed by the generator's own exit
 
 
 def block_lines(first_line: int, block: bytes) -> Iterator[tuple[int, bytes]]:
