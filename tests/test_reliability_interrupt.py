@@ -1,17 +1,26 @@
 """Issue 9 item 14: Ctrl-C during an ingest prints one line naming the file and the line up to which everything is
-committed, exits 130, and a rerun resumes from there."""
+committed, exits 130, and a rerun resumes from there; Ctrl-C during a parallel replay stops its workers after the
+chunks they are on."""
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
+from indexer import workers
+from indexer.load.ingest import IngestInterrupted, ingest_paths
+from indexer.replay.run import replay_dirty
 from indexer.synth import generate, write_ndjson
+from tests.helpers import table_snapshot, write_lines
+
+REPLAYED = ["replay.inference", "replay.vote", "replay.slot_stats", "replay.escrow", "replay.rejected_tx"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,3 +58,88 @@ def test_sigint_after_a_committed_batch_is_one_clear_line_and_exit_130(db_url, t
                           "--no-progress"], cwd=ROOT, env=env, capture_output=True, timeout=300)
     assert res.returncode == 0, res.stderr.decode()
     assert _committed(db_url) == total
+
+
+# In-process: Ctrl-C is held to safe points (indexer.workers.InterruptAtSafePoints). The CLI test above sends the
+# signal at whatever moment the database shows a commit; these send it at a chosen point, where a KeyboardInterrupt
+# raised on the spot would stop a batch half way, or (in a pool's submit) hang the pool's shutdown for ever.
+
+def _interrupting_load(url: str, path, signals: int):
+    """Ingest with ``signals`` SIGINTs sent to this process as the second batch is about to commit; returns
+    (the IngestInterrupted raised, the cursor stored when the signals were sent)."""
+    sent = []
+
+    def on_batch(lines, escrows):
+        if len(sent) == 1:
+            sent.append(_committed(url))
+            for _ in range(signals):
+                os.kill(os.getpid(), signal.SIGINT)
+        sent.append(None)
+
+    assert threading.current_thread() is threading.main_thread()  # signal handlers run in the main thread only
+    with pytest.raises(IngestInterrupted) as caught:
+        ingest_paths(url, [str(path)], batch_lines=800, on_batch=on_batch)
+    return caught.value, sent[1]
+
+
+def test_ctrl_c_as_a_batch_commits_lets_it_commit_and_stops_before_the_next(db_url, tmp_path):
+    path = write_lines(tmp_path / "c.ndjson", generate(seed=5, escrows=12, inferences=80, epochs=1))
+    stopped, before = _interrupting_load(db_url, path, signals=1)
+    assert stopped.line == _committed(db_url) > before > 0, "the batch under way when Ctrl-C came did not commit"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C is Ctrl-C again afterwards
+    ingest_paths(db_url, [str(path)])  # the rerun resumes after that batch
+    assert _committed(db_url) == sum(1 for _ in open(path, "rb"))
+
+
+def test_a_second_ctrl_c_stops_at_once(db_url, tmp_path):
+    path = write_lines(tmp_path / "c.ndjson", generate(seed=5, escrows=12, inferences=80, epochs=1))
+    stopped, before = _interrupting_load(db_url, path, signals=2)
+    assert stopped.line == _committed(db_url) == before  # the batch under way was not committed
+
+
+def _wait_forever_unless_stopped() -> bool:
+    workers._stop_event.wait()
+    return workers.stop_requested()
+
+
+def test_ctrl_c_asks_pool_workers_to_stop_and_raises_when_their_work_is_back():
+    with pytest.raises(KeyboardInterrupt):
+        with workers.pool(1) as pool, workers.InterruptAtSafePoints(on_request=pool.request_stop):
+            future = pool.submit(_wait_forever_unless_stopped)
+            os.kill(os.getpid(), signal.SIGINT)
+            assert future.result(timeout=60) is True  # the timeout only turns a missing feature into a failure
+
+
+def test_ctrl_c_stops_the_parallel_replay_after_the_chunks_under_way(db_url, second_db_url, tmp_path):
+    path = write_lines(tmp_path / "c.ndjson", generate(seed=7, escrows=40, inferences=120, epochs=1))
+    for url in (db_url, second_db_url):
+        ingest_paths(url, [str(path)])
+    with psycopg.connect(second_db_url) as conn:
+        replay_dirty(conn, url=second_db_url, workers=2, chunk=1)
+    with psycopg.connect(db_url) as conn:
+        dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
+    # both workers wait at their first chunk's lock while the signal is sent, so the stop cannot come too late
+    blocker = psycopg.connect(db_url)
+    blocker.execute("LOCK TABLE replay.inference IN SHARE MODE")
+
+    def interrupt_when_both_wait():
+        with psycopg.connect(db_url, autocommit=True) as watch:
+            while watch.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND wait_event_type = 'Lock'").fetchone()[0] < 2:
+                time.sleep(0.02)  # polling the server for the condition
+        os.kill(os.getpid(), signal.SIGINT)
+        blocker.rollback()
+
+    helper = threading.Thread(target=interrupt_when_both_wait)
+    helper.start()
+    try:
+        with psycopg.connect(db_url) as conn, pytest.raises(KeyboardInterrupt):
+            replay_dirty(conn, url=db_url, workers=2, chunk=1)
+    finally:
+        helper.join()
+        blocker.close()
+    with psycopg.connect(db_url) as conn:
+        left = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
+        assert 0 < left < dirty, f"{dirty - left} of {dirty} escrows replayed: the workers did not stop"
+        replay_dirty(conn, url=db_url, workers=2, chunk=1)  # the rest, as the next run does
+    assert table_snapshot(db_url, REPLAYED) == table_snapshot(second_db_url, REPLAYED)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter, deque
+from contextlib import closing
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -231,8 +232,10 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     total = IngestSummary(files=1)
     try:
         # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing
-        blocks = read_ahead(inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8))
-        _pipelined(loader, blocks, resume_after, total, on_batch)
+        # closed here, whatever ends the load: a reader left to the garbage collector could be collected in a
+        # forked child, or at interpreter exit when its thread can no longer run
+        with closing(read_ahead(inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8))) as blocks:
+            _pipelined(loader, blocks, resume_after, total, on_batch)
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
                                 ) from None
@@ -314,14 +317,17 @@ def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSumm
     head = next(blocks, None)
     if head is None:  # nothing to load (an empty file, or wholly resumed past): no worker processes to start
         return
-    # forked: they inherit the compiled coercers, never touch `conn`
-    with workers.pool(PREPARE_WORKERS, bulk_memory=True) as pool:
+    # forked: they inherit the compiled coercers, never touch `conn`. Ctrl-C is held to the points between a
+    # commit and the next submit: the batch being committed completes, and the pool is never interrupted inside
+    with workers.pool(PREPARE_WORKERS, bulk_memory=True) as pool, workers.InterruptAtSafePoints() as ctrl_c:
         in_flight: deque = deque()
         for first, block in itertools.chain([head], blocks):
+            ctrl_c.check()
             in_flight.append((pool.submit(prepare_block, loader.source_id, first, block, resume_after), first, block))
             if len(in_flight) > PREPARE_WORKERS:
                 _commit_next(loader, in_flight, resume_after, total, on_batch)
         while in_flight:
+            ctrl_c.check()
             _commit_next(loader, in_flight, resume_after, total, on_batch)
 
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 import psycopg
 
 from indexer.replay.run import CHUNK_ESCROWS, ReplaySummary, replay_loop
-from indexer.workers import exit_with_parent, keep_freed_memory
+from indexer.workers import exit_with_parent, keep_freed_memory, sigint_blocked
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,8 @@ class ReplayFollower:
         self._results, report = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_follow, args=(self.url, self.chunk, receive, report, os.getpid()),
                                  name="replay-follower", daemon=True)
-        self._proc.start()
+        with sigint_blocked():
+            self._proc.start()
         receive.close()
         report.close()
 

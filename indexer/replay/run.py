@@ -17,7 +17,7 @@ from indexer.db.claims import claim
 from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.db.marks import EPOCH_MARK
 from indexer.load.partitions import analyze_epochs
-from indexer.workers import no_cyclic_gc, pool as workers_pool
+from indexer.workers import InterruptAtSafePoints, no_cyclic_gc, pool as workers_pool, stop_requested
 from indexer.replay.machine import KIND_ORDER, EscrowConfig, replay_rows
 
 CHUNK_ESCROWS = 50  # bounds a worker's memory: one chunk's txs and results are held at once
@@ -102,7 +102,8 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
         summary.add(prior)
     dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
     if url is not None and workers > 1 and dirty > chunk:  # worker start-up only pays off beyond one chunk
-        with workers_pool(workers) as pool:
+        # Ctrl-C asks the workers to stop after their chunk (each is one transaction): what they replayed stays
+        with workers_pool(workers) as pool, InterruptAtSafePoints(on_request=pool.request_stop):
             for part in pool.map(_replay_worker, [url] * workers, [chunk] * workers):
                 summary.add(part)
     else:
@@ -145,7 +146,7 @@ def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, h
 def _replay_worker(url: str, chunk: int) -> "ReplaySummary":
     summary = ReplaySummary()
     with psycopg.connect(url) as conn:
-        replay_loop(conn, chunk, summary)
+        replay_loop(conn, chunk, summary, stop=stop_requested)
     return summary
 
 
