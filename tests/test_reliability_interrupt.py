@@ -15,11 +15,13 @@ import psycopg
 import pytest
 
 from indexer import workers
-from indexer.load.ingest import IngestInterrupted, ingest_paths
+from indexer.load.ingest import IngestFailed, IngestInterrupted, ingest_paths
+from indexer.records import KINDS
 from indexer.replay.run import replay_dirty
 from indexer.synth import generate, write_ndjson
 from tests.helpers import table_snapshot, write_lines
 
+LOADED = sorted(f"rec.{kind.table}" for kind in KINDS.values())
 REPLAYED = ["replay.inference", "replay.vote", "replay.slot_stats", "replay.escrow", "replay.rejected_tx"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,3 +145,49 @@ def test_ctrl_c_stops_the_parallel_replay_after_the_chunks_under_way(db_url, sec
         assert 0 < left < dirty, f"{dirty - left} of {dirty} escrows replayed: the workers did not stop"
         replay_dirty(conn, url=db_url, workers=2, chunk=1)  # the rest, as the next run does
     assert table_snapshot(db_url, REPLAYED) == table_snapshot(second_db_url, REPLAYED)
+
+
+def test_a_connection_lost_mid_load_names_the_file_and_line_and_a_rerun_completes_it(db_url, second_db_url, tmp_path):
+    """A database that drops the connection (the backend terminated as the second batch commits): the error names
+    the file and the last committed line, and the same command run again ends with a clean load's rows."""
+    path = write_lines(tmp_path / "c.ndjson", generate(seed=5, escrows=12, inferences=80, epochs=1))
+    ingest_paths(second_db_url, [str(path)])
+    batches = []
+
+    def on_batch(lines, escrows):
+        batches.append(_committed(db_url))
+        if len(batches) == 2:
+            with psycopg.connect(db_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                              "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+    with pytest.raises(IngestFailed) as caught:
+        ingest_paths(db_url, [str(path)], batch_lines=800, on_batch=on_batch)
+    assert caught.value.uri == str(path.resolve()) and caught.value.line == batches[1] == _committed(db_url) > 0
+    assert f"after line {batches[1]} was committed" in str(caught.value) and "run the same command again" in str(
+        caught.value)
+    ingest_paths(db_url, [str(path)])
+    assert _committed(db_url) == sum(1 for _ in open(path, "rb"))
+    assert table_snapshot(db_url, LOADED) == table_snapshot(second_db_url, LOADED)
+
+
+def test_the_cli_reports_a_lost_connection_with_the_file_and_line_and_exit_1(db_url, tmp_path):
+    path = tmp_path / "big.ndjson"
+    write_ndjson(str(path), generate(seed=3, escrows=60, inferences=300, epochs=2))
+    env = {**os.environ, "COLUMNS": "300"}
+    env.pop("DATABASE_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", db_url, "ingest", str(path),
+                             "--no-progress", "--batch-lines", "2000"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while _committed(db_url) == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the database for the condition, not a timed guess
+    assert proc.poll() is None, "the ingest finished before its connection could be dropped: make the file bigger"
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    out, err = proc.communicate(timeout=120)
+    lines = [line for line in err.decode().splitlines() if line.strip()]
+    assert proc.returncode == 1, err.decode()
+    assert len(lines) == 1 and str(path.resolve()) in lines[0] and "connection was lost" in lines[0], err.decode()
+    assert 0 <= int(lines[0].split("after line ")[1].split()[0]) <= _committed(db_url)

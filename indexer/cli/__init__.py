@@ -36,8 +36,11 @@ def main(argv: list[str] | None = None) -> int:
             warn("interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the CLI reports, logs carry the trace
+        from indexer.load.ingest import IngestFailed
+
         logging.getLogger("indexer").debug("failure", exc_info=True)
-        error(f"{type(exc).__name__}: {exc}")
+        # an IngestFailed's message names the file and the line to resume after
+        error(str(exc) if isinstance(exc, IngestFailed) else f"{type(exc).__name__}: {exc}")
         return EXIT_RUNTIME
 
 

@@ -73,6 +73,19 @@ class IngestInterrupted(KeyboardInterrupt):
         self.uri, self.line = uri, line
 
 
+class IngestFailed(RuntimeError):
+    """The database connection failed during a load (the server restarted, the backend was terminated, the network
+    dropped): says which file, and up to which line everything is committed, so the operator knows a rerun of the
+    same command resumes there."""
+
+    def __init__(self, uri: str, line: int, cause: BaseException):
+        # the server's primary message only: its CONTEXT line quotes the row being copied
+        reason = getattr(getattr(cause, "diag", None), "message_primary", None) or str(cause).split("\n", 1)[0]
+        super().__init__(f"{uri}: the database connection was lost after line {line} was committed ({reason}); "
+                         "run the same command again to resume from there")
+        self.uri, self.line = uri, line
+
+
 class BatchLoader:
     """Commits prepared batches of one source: records, quarantine and the resume cursor in one transaction."""
 
@@ -236,13 +249,18 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
         # forked child, or at interpreter exit when its thread can no longer run
         with closing(read_ahead(inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8))) as blocks:
             _pipelined(loader, blocks, resume_after, total, on_batch)
+        # this commit flushes the batches' too (when the setting is the default, on)
+        conn.execute("SELECT set_config('synchronous_commit', %s, false)", (durable,))
+        conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
+        conn.commit()
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
                                 ) from None
-    # this commit flushes the batches' too (when the setting is the default, on)
-    conn.execute("SELECT set_config('synchronous_commit', %s, false)", (durable,))
-    conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
-    conn.commit()
+    except psycopg.OperationalError as exc:
+        if not conn.broken:  # an error of a statement (a lock timeout, a deadlock), not of the connection
+            raise
+        # the cursor cannot be read back: the last commit the server confirmed
+        raise IngestFailed(inp.uri, max(loader.committed_line, resume_after), exc) from exc
     return total
 
 
