@@ -33,24 +33,40 @@ def _committed(url: str) -> int:
     return row[0] or 0
 
 
-def test_sigint_after_a_committed_batch_is_one_clear_line_and_exit_130(db_url, tmp_path):
+def _cli_ingest_past_its_first_commit(db_url: str, tmp_path):
+    """`indexer ingest` of a file that outlasts its first commit, in its own process group (so a signal reaches its
+    workers too, as Ctrl-C in a terminal does); returns (process, file, environment) once a batch is committed."""
     path = tmp_path / "big.ndjson"
     write_ndjson(str(path), generate(seed=3, escrows=60, inferences=300, epochs=2))
     env = {**os.environ, "COLUMNS": "300"}
     env.pop("DATABASE_URL", None)
-    # its own process group, so the signal reaches the workers too, as Ctrl-C in a terminal does
     proc = subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", db_url, "ingest", str(path),
                              "--no-progress", "--batch-lines", "2000"], cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while _committed(db_url) == 0 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)  # polling the database for the condition, not a timed guess
-    assert proc.poll() is None, "the ingest finished before it could be interrupted: make the file bigger"
+    assert proc.poll() is None, "the ingest finished before its first commit was seen: make the file bigger"
+    return proc, path, env
+
+
+def _stderr_lines(proc) -> tuple[list[str], str]:
+    err = proc.communicate(timeout=120)[1].decode()
+    return [line for line in err.splitlines() if line.strip()], err
+
+
+def _drop_other_connections(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+def test_sigint_after_a_committed_batch_is_one_clear_line_and_exit_130(db_url, tmp_path):
+    proc, path, env = _cli_ingest_past_its_first_commit(db_url, tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    lines = [line for line in err.decode().splitlines() if line.strip()]
-    assert proc.returncode == 130, err.decode()
-    assert len(lines) == 1, err.decode()
+    lines, err = _stderr_lines(proc)
+    assert proc.returncode == 130, err
+    assert len(lines) == 1, err
     assert "interrupted" in lines[0] and str(path.resolve()) in lines[0]
     stopped = int(lines[0].split("after line ")[1].split()[0])
     assert stopped == _committed(db_url) and stopped > 0
@@ -157,9 +173,7 @@ def test_a_connection_lost_mid_load_names_the_file_and_line_and_a_rerun_complete
     def on_batch(lines, escrows):
         batches.append(_committed(db_url))
         if len(batches) == 2:
-            with psycopg.connect(db_url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                              "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            _drop_other_connections(db_url)
 
     with pytest.raises(IngestFailed) as caught:
         ingest_paths(db_url, [str(path)], batch_lines=800, on_batch=on_batch)
@@ -172,22 +186,9 @@ def test_a_connection_lost_mid_load_names_the_file_and_line_and_a_rerun_complete
 
 
 def test_the_cli_reports_a_lost_connection_with_the_file_and_line_and_exit_1(db_url, tmp_path):
-    path = tmp_path / "big.ndjson"
-    write_ndjson(str(path), generate(seed=3, escrows=60, inferences=300, epochs=2))
-    env = {**os.environ, "COLUMNS": "300"}
-    env.pop("DATABASE_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", db_url, "ingest", str(path),
-                             "--no-progress", "--batch-lines", "2000"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while _committed(db_url) == 0 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # polling the database for the condition, not a timed guess
-    assert proc.poll() is None, "the ingest finished before its connection could be dropped: make the file bigger"
-    with psycopg.connect(db_url, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-    out, err = proc.communicate(timeout=120)
-    lines = [line for line in err.decode().splitlines() if line.strip()]
-    assert proc.returncode == 1, err.decode()
-    assert len(lines) == 1 and str(path.resolve()) in lines[0] and "connection was lost" in lines[0], err.decode()
+    proc, path, _ = _cli_ingest_past_its_first_commit(db_url, tmp_path)
+    _drop_other_connections(db_url)
+    lines, err = _stderr_lines(proc)
+    assert proc.returncode == 1, err
+    assert len(lines) == 1 and str(path.resolve()) in lines[0] and "connection was lost" in lines[0], err
     assert 0 <= int(lines[0].split("after line ")[1].split()[0]) <= _committed(db_url)
