@@ -46,8 +46,8 @@ class WorkerPool(ProcessPoolExecutor):
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             self.request_stop()
-            self.shutdown(wait=True, cancel_futures=True)
-        return super().__exit__(exc_type, exc, tb)
+        self.shutdown(wait=True, cancel_futures=exc_type is not None)
+        return False
 
 
 def pool(workers: int, context: str = "fork", preload: list[str] | None = None, *,

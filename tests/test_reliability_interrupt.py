@@ -82,22 +82,26 @@ def test_sigint_after_a_committed_batch_is_one_clear_line_and_exit_130(db_url, t
 # signal at whatever moment the database shows a commit; these send it at a chosen point, where a KeyboardInterrupt
 # raised on the spot would stop a batch half way, or (in a pool's submit) hang the pool's shutdown for ever.
 
-def _interrupting_load(url: str, path, signals: int):
-    """Ingest with ``signals`` SIGINTs sent to this process as the second batch is about to commit; returns
-    (the IngestInterrupted raised, the cursor stored when the signals were sent)."""
-    sent = []
+def _load_acting_at_the_second_batch(url: str, path, act, raises):
+    """Ingest, calling ``act()`` as the second batch is about to commit; returns (the ``raises`` exception the load
+    ended with, the cursor stored when ``act`` ran)."""
+    cursors = []
 
     def on_batch(lines, escrows):
-        if len(sent) == 1:
-            sent.append(_committed(url))
-            for _ in range(signals):
-                os.kill(os.getpid(), signal.SIGINT)
-        sent.append(None)
+        cursors.append(_committed(url))
+        if len(cursors) == 2:
+            act()
 
-    assert threading.current_thread() is threading.main_thread()  # signal handlers run in the main thread only
-    with pytest.raises(IngestInterrupted) as caught:
+    with pytest.raises(raises) as caught:
         ingest_paths(url, [str(path)], batch_lines=800, on_batch=on_batch)
-    return caught.value, sent[1]
+    return caught.value, cursors[1]
+
+
+def _interrupting_load(url: str, path, signals: int):
+    """``signals`` SIGINTs sent to this process as the second batch is about to commit."""
+    assert threading.current_thread() is threading.main_thread()  # signal handlers run in the main thread only
+    return _load_acting_at_the_second_batch(
+        url, path, lambda: [os.kill(os.getpid(), signal.SIGINT) for _ in range(signals)], IngestInterrupted)
 
 
 def test_ctrl_c_as_a_batch_commits_lets_it_commit_and_stops_before_the_next(db_url, tmp_path):
@@ -168,18 +172,10 @@ def test_a_connection_lost_mid_load_names_the_file_and_line_and_a_rerun_complete
     the file and the last committed line, and the same command run again ends with a clean load's rows."""
     path = write_lines(tmp_path / "c.ndjson", generate(seed=5, escrows=12, inferences=80, epochs=1))
     ingest_paths(second_db_url, [str(path)])
-    batches = []
-
-    def on_batch(lines, escrows):
-        batches.append(_committed(db_url))
-        if len(batches) == 2:
-            _drop_other_connections(db_url)
-
-    with pytest.raises(IngestFailed) as caught:
-        ingest_paths(db_url, [str(path)], batch_lines=800, on_batch=on_batch)
-    assert caught.value.uri == str(path.resolve()) and caught.value.line == batches[1] == _committed(db_url) > 0
-    assert f"after line {batches[1]} was committed" in str(caught.value) and "run the same command again" in str(
-        caught.value)
+    failed, before = _load_acting_at_the_second_batch(db_url, path, lambda: _drop_other_connections(db_url),
+                                                      IngestFailed)
+    assert failed.uri == str(path.resolve()) and failed.line == before == _committed(db_url) > 0
+    assert f"after line {before} was committed" in str(failed) and "run the same command again" in str(failed)
     ingest_paths(db_url, [str(path)])
     assert _committed(db_url) == sum(1 for _ in open(path, "rb"))
     assert table_snapshot(db_url, LOADED) == table_snapshot(second_db_url, LOADED)
