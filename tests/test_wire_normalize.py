@@ -79,6 +79,14 @@ def test_escrow_max_model_len_string_or_number(value):
 def test_escrow_zero_max_model_len_means_unknown_and_pruned_is_none():
     assert "max_model_len" not in escrow_record({"escrow": {**F3["escrow"], "max_model_len": "0"}})
     assert escrow_record({"found": False}) is None
+    assert escrow_record({"escrow": None, "found": False}) is None  # the gateway's rendering of a nil escrow
+
+
+def test_escrow_zero_validation_rate_is_the_default_not_a_rate():
+    # devshard_escrow.proto: "Zero values fall back to compiled defaults"; builds before the field send nothing
+    assert "validation_rate" not in escrow_record({"escrow": {**F3["escrow"], "validation_rate": 0}})
+    assert "validation_rate" not in escrow_record({"escrow": {k: v for k, v in F3["escrow"].items()
+                                                              if k != "validation_rate"}})
 
 
 def test_f10_host_epoch_stats():
@@ -86,6 +94,9 @@ def test_f10_host_epoch_stats():
         "kind": "host_epoch_stats", "epoch_index": 408, "participant": "gonka1hostB", "missed": 1, "invalid": 1,
         "cost": 912345670, "required_validations": 40, "completed_validations": 38, "escrow_count": 3}
     assert host_epoch_stats_record({"found": False}) is None
+    # newer builds add uint32 settlement counters (keeper/devshard_host_stats.go): kept, not dropped
+    newer = host_epoch_stats_record({"stats": {**F10["stats"], "validated": 30, "finished": 41}, "found": True})
+    assert (newer["validated"], newer["finished"]) == (30, 41)
 
 
 def test_f11_host_stats_per_slot_sorted():

@@ -264,11 +264,14 @@ def model_snapshot_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
     return rec
 
 
+_ZERO_IS_UNSET = frozenset({"validation_rate", "max_model_len"})
+
+
 def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) -> dict[str, Any] | None:
     """F3 ``devshard_escrow`` → ``escrow`` record; ``found:false`` (pruned/unknown) → None.
 
     Decoded by field name (numbers drift between chain versions). ``max_model_len`` (PR #1763) may be
-    a string or a number; 0 means unknown and is left out.
+    a string or a number; 0 means unknown and is left out, as is a ``validation_rate`` of 0 (the default applies).
     """
     esc = _unwrap(data, "escrow")
     if esc is None:
@@ -287,7 +290,8 @@ def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) 
     }
     for key in ("validation_rate", "max_model_len", "token_price"):
         value = _opt_u64(esc, key)
-        if value is not None and not (key == "max_model_len" and value == 0):
+        # 0 is proto3's unset: "zero values fall back to compiled defaults" (devshard_escrow.proto), not a rate of 0
+        if value is not None and not (key in _ZERO_IS_UNSET and value == 0):
             rec[key] = value
     if protocol_version:
         rec["protocol_version"] = protocol_version
@@ -297,6 +301,7 @@ def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) 
 
 
 _STAT_FIELDS = ("missed", "invalid", "cost", "required_validations", "completed_validations")
+_NEWER_STAT_FIELDS = ("validated", "finished")  # newer settlement stats (uint32), kept when a build sends them
 
 
 def host_epoch_stats_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -311,7 +316,14 @@ def host_epoch_stats_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
     }
     for key in (*_STAT_FIELDS, "escrow_count"):
         rec[key] = parse_u64(st.get(key, 0), key)  # proto3 JSON may omit zero counters
+    _newer_stats(rec, st)
     return rec
+
+
+def _newer_stats(rec: dict[str, Any], stats: Mapping[str, Any]) -> None:
+    for key in _NEWER_STAT_FIELDS:
+        if key in stats:
+            rec[key] = parse_u64(stats[key], key)
 
 
 def host_stats_records(data: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -324,9 +336,7 @@ def host_stats_records(data: Mapping[str, Any]) -> list[dict[str, Any]]:
         rec: dict[str, Any] = {"kind": "host_stats", "escrow_id": escrow_id, "slot_id": parse_u64(slot_key, "slot")}
         for key in _STAT_FIELDS:
             rec[key] = parse_u64(st.get(key, 0), key)
-        for key in ("validated", "finished"):  # newer settlement stats
-            if key in st:
-                rec[key] = parse_u64(st[key], key)
+        _newer_stats(rec, st)
         out.append(rec)
     return sorted(out, key=lambda r: r["slot_id"])
 
