@@ -9,6 +9,7 @@ import pytest
 
 from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
 from indexer.wire import diff_from_host_json, normalize_diffs
+from indexer.wire.diffs import state_root
 
 EPOCH_URL = "/chain-api/productscience/inference/inference/get_current_epoch"
 
@@ -80,7 +81,7 @@ def test_lying_host_serves_a_diverging_log(scenario):
 
         lie, truth = log(liar), log(honest)
     assert [d["nonce"] for d in lie] == [d["nonce"] for d in truth]
-    diverged = [a["nonce"] for a, b in zip(lie, truth) if a["post_state_root"] != b["post_state_root"]]
+    diverged = [a["nonce"] for a, b in zip(lie, truth) if state_root(a) != state_root(b)]
     assert diverged and diverged == list(range(diverged[0], len(truth) + 1))  # every later root differs
     assert all(a["user_sig"] == b["user_sig"] for a, b in zip(lie, truth))  # it cannot re-sign as the user
     assert normalize_diffs(esc.escrow_id, truth, "v5", esc.log.payloads).records == scenario.tx_records(esc.escrow_id)

@@ -4,12 +4,14 @@ from __future__ import annotations
 from collections import Counter
 
 import psycopg
+import pytest
 
 from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
 from indexer.records import KINDS
 from indexer.replay.machine import KIND_ORDER as TX_KINDS  # the tx kinds, in protocol order
 from indexer.poller import poll_once
 from indexer.sources.gonka import RetryPolicy
+from indexer.wire.diffs import diff_to_host_json
 
 FAST = dict(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=8)
 
@@ -143,7 +145,18 @@ def test_epochs_advance_with_pruning(db_url):
     assert settled >= len([e for e in scn.escrows.values() if e.epoch_index < scn.epochs[-1].epoch_index - 2])
 
 
-def test_lying_host_is_skipped(db_url):
+@pytest.mark.parametrize("signed_root", [True, False], ids=["post_state_root", "state_hash_only"])
+def test_lying_host_is_skipped(db_url, monkeypatch, signed_root):
+    """Hosts are compared on the signed post_state_root, or, from builds whose DiffToJSON leaves it out
+    (omitempty), on the state_hash each computed."""
+    if not signed_root:
+        from indexer.devnet import hostviews
+
+        def without_root(diff, version, user_sig, state_hash):
+            entry = diff_to_host_json(diff, version, user_sig, state_hash)
+            entry["diff"].pop("post_state_root")
+            return entry
+        monkeypatch.setattr(hostviews, "diff_to_host_json", without_root)
     scn = _small(epochs=1)
     liar = next(iter(scn.escrows.values())).slots[0]
     with DevnetServer(scn, faults=FaultConfig(lying_host=liar)) as net:

@@ -13,6 +13,7 @@ from indexer.wire import (
     VERSIONS,
     WireDecodeError,
     WireEncodeError,
+    decode_diff,
     decode_tx,
     diff_from_host_json,
     diff_to_host_json,
@@ -308,7 +309,7 @@ EXPECTED = [
 
 
 def _fixture_host_log():
-    """The fixtures as a host would serve them: one diff per nonce, txs base64 protobuf (Go JSON)."""
+    """The fixtures as a host would serve them: one diff per nonce, its DiffContent in base64 (Go JSON)."""
     entries = []
     for nonce, member, msg in FIXTURE_TXS:
         tx = {member: from_json(V5, V5.messages["DevshardTx"].by_name[member].message, msg)}
@@ -319,7 +320,8 @@ def _fixture_host_log():
 
 def test_fixtures_decode_to_normalized_records():
     entries = _fixture_host_log()
-    assert all(isinstance(base64.b64decode(t), bytes) for e in entries for t in e["diff"]["txs"])
+    assert all(decode_diff(base64.b64decode(e["diff"]["txs"], validate=True), "v5")["nonce"] == e["diff"]["nonce"]
+               for e in entries)
     diffs = [diff_from_host_json(e, "v5") for e in entries]
     out = normalize_diffs("1971", reversed(diffs), "v5", payloads={6149: F6_PAYLOAD})
     assert out.records == EXPECTED
@@ -340,10 +342,22 @@ def test_diff_of_another_escrow_is_rejected():
         normalize_diffs("1971", [{"nonce": 1, "escrow_id": "1972", "txs": []}], "v5")
 
 
+def _content(nonce: int, *raw_txs: bytes) -> str:
+    """A DiffContent with these raw DevshardTx bytes (field 2), in base64 as a host sends it."""
+    body = encode_diff({"nonce": nonce, "txs": []}, "v5") + b"".join(b"\x12" + bytes([len(t)]) + t for t in raw_txs)
+    return base64.b64encode(body).decode()
+
+
 def test_host_json_garbage_is_a_wire_error():
-    with pytest.raises(WireDecodeError, match="base64"):
-        diff_from_host_json({"diff": {"nonce": 1, "txs": ["***"]}}, "v5")
-    with pytest.raises(WireDecodeError, match="txs\\[0\\]"):
-        diff_from_host_json({"diff": {"nonce": 1, "txs": [base64.b64encode(b"\x0a\x05").decode()]}}, "v5")
+    with pytest.raises(WireDecodeError, match="diff 1 txs: invalid base64"):
+        diff_from_host_json({"diff": {"nonce": 1, "txs": "***"}}, "v5")
+    good = encode_tx({"heartbeat": {}}, "v5")
+    with pytest.raises(WireDecodeError, match=r"diff 1 txs\[1\]: truncated"):
+        diff_from_host_json({"diff": {"nonce": 1, "txs": _content(1, good, b"\x0a\x05")}}, "v5")
+    with pytest.raises(WireDecodeError, match="its DiffContent holds nonce 1"):
+        diff_from_host_json({"diff": {"nonce": 2, "txs": _content(1, good)}}, "v5")
+    # the devnet's old flattened form (a list of base64 txs) is not what hosts send: refused, not misread
+    with pytest.raises(WireDecodeError, match="a JSON list; a host sends one base64 DiffContent"):
+        diff_from_host_json({"diff": {"nonce": 1, "txs": [base64.b64encode(good).decode()]}}, "v5")
     with pytest.raises(WireDecodeError):
         diff_from_host_json({"nonce": 1}, "v5")

@@ -17,6 +17,7 @@ from indexer.wire import (
     WireDecodeError,
     decode_tx,
     diff_to_host_json,
+    encode_diff,
     newest,
     normalize_diffs,
     schema_for,
@@ -172,11 +173,13 @@ def test_an_unknown_version_is_an_error_naming_version_escrow_and_host():
 def test_malformed_tx_on_the_object_path_names_escrow_nonce_and_reason():
     good = diff_to_host_json({"nonce": 41, "txs": [{"heartbeat": {}}]}, "v5", b"s", bytes(32))
     assert diff_messages_from_host_json(good, "v5", "1971")["txs"][0].WhichOneof("tx") == "heartbeat"
-    bad = {"diff": {"nonce": 42, "txs": [base64.b64encode(b"\x0a\x05").decode()]}}
+    bad = {"diff": {"nonce": 42, "txs": base64.b64encode(encode_diff({"nonce": 42, "txs": []}, "v5")
+                                                        + b"\x12\x02\x0a\x05").decode()}}
     with pytest.raises(WireDecodeError, match=r"escrow 1971 diff 42 txs\[0\]: truncated"):
         diff_messages_from_host_json(bad, "v5", "1971")
     with pytest.raises(WireDecodeError, match=r"escrow 1971 diff 42 txs\[0\]"):
         decode_entries("1971", "v5", [bad], False)
     utf8 = SCHEMAS["v5"].encode("DevshardTx", {"start_inference": {"model": "m"}}).replace(b"m", b"\xff")
     with pytest.raises(WireDecodeError, match="in start_inference: field model: invalid UTF-8"):
-        diff_messages_from_host_json({"diff": {"nonce": 1, "txs": [base64.b64encode(utf8).decode()]}}, "v5", "1")
+        diff_messages_from_host_json({"diff": {"nonce": 1, "txs": base64.b64encode(
+            encode_diff({"nonce": 1, "txs": []}, "v5") + b"\x12" + bytes([len(utf8)]) + utf8).decode()}}, "v5", "1")

@@ -100,11 +100,14 @@ def signatures_json(esc: EscrowSim, nonce: int) -> dict[str, Any] | None:
 
 
 def payload_json(esc: EscrowSim, inference_id: int) -> dict[str, Any] | None:
-    """Stored prompt and response payloads (field names are not confirmed upstream, §8)."""
+    """A host's payload response, as ``validation.PayloadResponse`` is written (HostManager.HandlePayloads): the
+    inference id as a string, the stored prompt and response payloads as Go ``[]byte``, i.e. standard base64 in
+    JSON, and the executor's signature."""
     response = esc.log.payloads.get(inference_id)
     if response is None:
         return None
-    return {"inference_id": inference_id, "escrow_id": esc.escrow_id,
-            "prompt_payload": json.dumps(esc.log.prompts[inference_id], separators=(",", ":")),
-            "response_payload": response,
+    prompt = json.dumps(esc.log.prompts[inference_id], separators=(",", ":"))
+    return {"inference_id": str(inference_id),
+            "prompt_payload": base64.b64encode(prompt.encode()).decode(),
+            "response_payload": base64.b64encode(response.encode()).decode(),
             "executor_signature": base64.b64encode(fake_sig("receipt", esc.escrow_id, inference_id)).decode()}

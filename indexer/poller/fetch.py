@@ -17,8 +17,7 @@ from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import prepare_batch
 from indexer.poller.decode import decode_entries
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
-from indexer.sources.gonka.host import PAGE_NONCES
-from indexer.wire.diffs import b64encode
+from indexer.sources.gonka.host import PAGE_NONCES, PayloadShapeError
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
                                     parse_u64)
 from indexer.wire.errors import WireDecodeError
@@ -210,14 +209,13 @@ class EscrowFetcher:
                 host = self.g.host(address)
                 if host is None:
                     continue
-                data = host.payload(version, escrow_id, inference_id, validator=self.validator, epoch=epoch,
+                return host.payload(version, escrow_id, inference_id, validator=self.validator, epoch=epoch,
                                     members=group.members)
+            except PayloadShapeError as exc:  # a format, not an availability, problem: said once, not retried
+                self.report_failure(f"host:{address}", exc.url, str(exc), False)
+                return None
             except FetchError as exc:
                 if exc.transient:
                     continue
                 return None  # 401/403/404: not available to us
-            body = data.get("response_payload") if isinstance(data, dict) else None
-            if isinstance(body, (bytes, bytearray)):
-                body = b64encode(bytes(body))
-            return body if isinstance(body, str) else None
         return None

@@ -1,10 +1,14 @@
 """Devshard diffs: protobuf DiffContent / DevshardTx, and the host's JSON diff-log entries.
 
-A host answers ``GET …/sessions/{id}/diffs`` with
-``[{"diff":{nonce, txs:[base64 DevshardTx], user_sig, post_state_root[, escrow_id, sealed_inference_ids]}, "state_hash"}]``
-(Go ``encoding/json``: integers as numbers, ``[]byte`` as base64). Each ``txs`` element is one
-serialized ``DevshardTx`` (the framing is an open question in §8; this is the reading we implement).
-The raw tx bytes are kept next to the decoded form because the reference says: keep raw bytes.
+A host answers ``GET …/sessions/{id}/diffs`` with ``[{"diff":{nonce, txs, user_sig[, post_state_root]},
+"state_hash"}]``: gonka-ai/gonka devshard/transport/types.go @ 09473fe1 (``DiffJSON``, ``DiffToJSON``; the entry
+type ``diffRecordJSON`` is in devshard/transport/server.go)
+serialises a diff's txs "as a DiffContent proto (nonce + txs together) to preserve the exact bytes that were
+signed", and Go's encoding/json writes that ``[]byte`` (and ``user_sig``, ``state_hash``) in standard base64, a
+``uint64`` nonce as a JSON number, ``post_state_root`` only when set (omitempty). So ``txs`` is one base64 string
+of ``DiffContent{nonce, repeated DevshardTx txs, escrow_id, post_state_root, sealed_inference_ids}`` whose nonce is
+the entry's; the root a host computed after the diff is ``state_hash``. The content's bytes are kept as
+``raw_content`` (what the user signed).
 
 Two readings of an entry: :func:`diff_from_host_json` gives txs as dicts (the devnet, tests, tools);
 :func:`diff_messages_from_host_json` gives them as the version's protobuf ``DevshardTx`` objects, which the
@@ -17,7 +21,7 @@ import base64
 import binascii
 from typing import Any, Mapping
 
-from indexer.wire.protobuf import WireDecodeError, message_class, parse
+from indexer.wire.protobuf import I32, I64, LEN, VARINT, WireDecodeError, decode_varint, message_class, parse, to_dict
 from indexer.wire.schemas import schema_for
 
 
@@ -68,22 +72,28 @@ def _as_int(value: Any, what: str) -> int:
 
 
 def diff_header_from_host_json(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The cheap part of :func:`diff_from_host_json`: ``{nonce, post_state_root, entry}`` without decoding the
-    txs (enough to check a page's contiguity and compare state roots between hosts)."""
+    """The cheap part of :func:`diff_from_host_json`: ``{nonce, post_state_root, state_hash, entry}`` without
+    decoding the txs (enough to check a page's contiguity and compare state roots between hosts)."""
     if not isinstance(entry, Mapping) or not isinstance(entry.get("diff"), Mapping):
         raise WireDecodeError("diff entry: expected an object with a 'diff' object")
     diff = entry["diff"]
     nonce = _as_int(diff.get("nonce"), "diff.nonce")
     return {"nonce": nonce, "post_state_root": b64decode(diff.get("post_state_root"), f"diff {nonce} post_state_root"),
-            "entry": entry}
+            "state_hash": b64decode(entry.get("state_hash"), f"diff {nonce} state_hash"), "entry": entry}
+
+
+def state_root(diff: Mapping[str, Any]) -> bytes:
+    """The state root after a diff, to compare between hosts: the signed ``post_state_root`` when the host sends
+    it, else ``state_hash``, the root the host computed (current hosts leave the former out: omitempty)."""
+    return diff["post_state_root"] or diff["state_hash"]
 
 
 def diff_from_host_json(entry: Mapping[str, Any], version: str | None) -> dict[str, Any]:
     """One host diff-log entry → ``{nonce, txs, escrow_id, post_state_root, sealed_inference_ids,
-    user_sig, state_hash, raw_txs}`` with txs decoded (dicts) and all byte fields as ``bytes``."""
+    user_sig, state_hash, raw_content}`` with txs decoded (dicts) and all byte fields as ``bytes``."""
     _check_entry(entry, None)
     schema = schema_for(version)  # an unknown version fails here, even for a diff without txs
-    return _diff(entry, "diff", lambda raw: schema.decode("DevshardTx", raw))
+    return _diff(entry, "diff", schema, lambda content: to_dict(schema, "DevshardTx", content))
 
 
 def diff_messages_from_host_json(entry: Mapping[str, Any], version: str | None,
@@ -93,17 +103,7 @@ def diff_messages_from_host_json(entry: Mapping[str, Any], version: str | None,
     A malformed tx is a :class:`WireDecodeError` naming the escrow, the nonce and the tx's index; an unknown version
     an :class:`~indexer.wire.schemas.UnknownProtocolVersion` naming the escrow."""
     _check_entry(entry, escrow_id)
-    schema = schema_for(version, escrow=escrow_id)
-    from_string = message_class(schema, "DevshardTx").FromString
-
-    def decode(raw: bytes):
-        try:
-            return from_string(raw)
-        except Exception:  # the library's DecodeError: parse() names the offset and the reason
-            parse(schema, "DevshardTx", raw)
-            raise
-
-    return _diff(entry, f"escrow {escrow_id or '?'} diff", decode)
+    return _diff(entry, f"escrow {escrow_id or '?'} diff", schema_for(version, escrow=escrow_id), None)
 
 
 def _check_entry(entry: Any, escrow_id: str | None) -> None:
@@ -112,41 +112,76 @@ def _check_entry(entry: Any, escrow_id: str | None) -> None:
         raise WireDecodeError(f"{where}diff entry: expected an object with a 'diff' object")
 
 
-def _diff(entry: Mapping[str, Any], label: str, decode_tx) -> dict[str, Any]:
-    """The fields of a checked diff entry, its txs decoded by ``decode_tx``; errors name ``label``, nonce, field."""
+def _diff(entry: Mapping[str, Any], label: str, schema, tx_form) -> dict[str, Any]:
+    """The fields of a checked diff entry, its DiffContent parsed by the library and each tx given as
+    ``tx_form(message)`` (None: the message itself); errors name ``label``, the nonce and the field."""
     diff = entry["diff"]
     nonce = _as_int(diff.get("nonce"), "diff.nonce")
     where = f"{label} {nonce}"
-    raw_txs = [b64decode(t, f"{where} txs[{i}]") for i, t in enumerate(diff.get("txs") or [])]
-    txs = []
-    for i, raw in enumerate(raw_txs):
-        try:
-            txs.append(decode_tx(raw))
-        except WireDecodeError as exc:
-            raise WireDecodeError(f"{where} txs[{i}]: {exc}") from None
+    encoded = diff.get("txs")
+    if isinstance(encoded, list):
+        raise WireDecodeError(f"{where} txs: a JSON list; a host sends one base64 DiffContent (DiffToJSON)")
+    raw = b64decode(encoded, f"{where} txs")
+    try:
+        content = message_class(schema, "DiffContent").FromString(raw)
+    except Exception:  # the library's DecodeError: name the tx (or field) at fault and why
+        raise WireDecodeError(f"{where} {_content_fault(schema, raw)}") from None
+    if content.nonce != nonce:
+        raise WireDecodeError(f"{where}: its DiffContent holds nonce {content.nonce}")
     return {
         "nonce": nonce,
-        "txs": txs,
-        "escrow_id": str(diff.get("escrow_id") or ""),
-        "post_state_root": b64decode(diff.get("post_state_root"), f"{where} post_state_root"),
-        "sealed_inference_ids": [_as_int(x, "sealed_inference_ids") for x in diff.get("sealed_inference_ids") or []],
+        "txs": list(content.txs) if tx_form is None else [tx_form(tx) for tx in content.txs],
+        "escrow_id": content.escrow_id or str(diff.get("escrow_id") or ""),
+        "post_state_root": (b64decode(diff.get("post_state_root"), f"{where} post_state_root")
+                            or content.post_state_root),
+        "sealed_inference_ids": list(content.sealed_inference_ids),
         "user_sig": b64decode(diff.get("user_sig"), f"{where} user_sig"),
         "state_hash": b64decode(entry.get("state_hash"), f"{where} state_hash"),
-        "raw_txs": raw_txs,
+        "raw_content": raw,
     }
+
+
+def _content_fault(schema, raw: bytes) -> str:
+    """Why ``raw`` is no DiffContent: the first tx (``txs[i]``, field 2) the library refuses, else the content's
+    own fault (only run once parsing has failed)."""
+    pos, index = 0, 0
+    try:
+        while pos < len(raw):
+            key, pos = decode_varint(raw, pos)
+            wire_type = key & 7
+            if wire_type == VARINT:
+                _, pos = decode_varint(raw, pos)
+                continue
+            if wire_type in (I64, I32):
+                pos += 8 if wire_type == I64 else 4
+                continue
+            if wire_type != LEN:
+                break
+            size, pos = decode_varint(raw, pos)
+            if key >> 3 == 2:
+                try:
+                    parse(schema, "DevshardTx", raw[pos:pos + size])
+                except WireDecodeError as exc:
+                    return f"txs[{index}]: {exc}"
+                index += 1
+            pos += size
+    except WireDecodeError:
+        pass
+    try:
+        parse(schema, "DiffContent", raw)
+    except WireDecodeError as exc:
+        return f"txs: {exc}"
+    return "txs: malformed DiffContent"
 
 
 def diff_to_host_json(
     diff: Mapping[str, Any], version: str | None, user_sig: bytes, state_hash: bytes
 ) -> dict[str, Any]:
-    """The inverse of :func:`diff_from_host_json` (used by the devnet host)."""
-    body: dict[str, Any] = {
-        "nonce": diff["nonce"],
-        "txs": [b64encode(encode_tx(tx, version)) for tx in diff.get("txs", [])],
-        "user_sig": b64encode(user_sig),
-        "post_state_root": b64encode(diff.get("post_state_root", b"")),
-        "escrow_id": diff.get("escrow_id", ""),
-    }
-    if diff.get("sealed_inference_ids"):
-        body["sealed_inference_ids"] = list(diff["sealed_inference_ids"])
+    """A host's JSON entry for ``diff``, as ``DiffToJSON`` writes it (used by the devnet host): the DiffContent
+    of its nonce and txs, the user's signature, the signed root when there is one (omitempty), and the host's root
+    after the diff as ``state_hash``."""
+    content = encode_diff({"nonce": diff["nonce"], "txs": diff.get("txs", [])}, version)
+    body = {"nonce": diff["nonce"], "txs": b64encode(content), "user_sig": b64encode(user_sig)}
+    if diff.get("post_state_root"):
+        body["post_state_root"] = b64encode(diff["post_state_root"])
     return {"diff": body, "state_hash": b64encode(state_hash)}

@@ -2,19 +2,21 @@
 
 Any member of an escrow's group (the participants of its slots, found at ``participant/{addr}.inference_url``)
 keeps the escrow's diff log. :class:`HostGroup` reads runs of pages (≤ 64 nonces each) from one member and checks
-the last ``post_state_root`` of every run against a second member; on disagreement a third member decides (with
+the last state root of every run against a second member; on disagreement a third member decides (with
 none, the read fails and the escrow waits for a later cycle), and a member that failed or diverged is skipped for
 the rest of the escrow.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import time
 from typing import Any, Callable, Collection, Sequence
 
 from indexer.sources.gonka.http import Fetcher, FetchError
 from indexer.sources.gonka.signing import Operator
-from indexer.wire.diffs import diff_from_host_json, diff_header_from_host_json
+from indexer.wire.diffs import diff_from_host_json, diff_header_from_host_json, state_root
 from indexer.wire.errors import WireDecodeError
 from indexer.wire.schemas import version_key
 
@@ -54,24 +56,62 @@ class DevshardHost:
         return data
 
     def payload(self, version: str, escrow_id: str, inference_id: int, *, validator: str, epoch: int,
-                members: Collection[str] | None = None) -> dict:
-        """Stored payloads of one inference. Unsigned (refused by real hosts) unless an operator is configured and
-        the escrow's group (``members``, else ``groups(escrow_id)``) holds it; then ``X-Validator-Address`` is the
-        operator's address, not ``validator``."""
+                members: Collection[str] | None = None) -> str | None:
+        """The stored response payload of one inference, as text (:func:`stored_response_payload`); None when the
+        host stored none. Unsigned (refused by real hosts) unless an operator is configured and the escrow's group
+        (``members``, else ``groups(escrow_id)``) holds it; then ``X-Validator-Address`` is the operator's address,
+        not ``validator``. A body of another shape raises PayloadShapeError."""
         path, params = f"/devshard/{version}/sessions/{escrow_id}/payloads", {"inference_id": str(inference_id)}
         op = self.operator
         if members is None and op is not None and self.groups is not None:
             members = self.groups(str(escrow_id))
         if op is None or not op.signs_for(members):
             headers = {"X-Validator-Address": validator, "X-Timestamp": str(time.time_ns()), "X-Epoch-Id": str(epoch)}
-            return self.http.get_json(path, params, headers)
+            data = self.http.get_json(path, params, headers)
+        else:
+            try:
+                data = self.http.get_json(path, params, op.payload_headers(inference_id, epoch))
+            except FetchError as exc:
+                # retries after long timeouts can outlive the host's 60 s window: sign afresh once
+                if exc.status != 400 or "request timestamp" not in str(exc):
+                    raise
+                data = self.http.get_json(path, params, op.payload_headers(inference_id, epoch))
         try:
-            return self.http.get_json(path, params, op.payload_headers(inference_id, epoch))
-        except FetchError as exc:
-            # retries after long timeouts can outlive the host's 60 s window: sign afresh once
-            if exc.status != 400 or "request timestamp" not in str(exc):
-                raise
-            return self.http.get_json(path, params, op.payload_headers(inference_id, epoch))
+            return stored_response_payload(data)
+        except ValueError as exc:
+            raise PayloadShapeError(f"{self.http.base_urls[0]}{path}?inference_id={inference_id}",
+                                    f"payload response: {exc}", status=200, transient=False) from None
+
+
+class PayloadShapeError(FetchError):
+    """A payload response that is not validation.PayloadResponse: no payload is taken from it."""
+
+
+def stored_response_payload(data: Any) -> str | None:
+    """The stored response payload in a host's answer to ``GET …/payloads?inference_id=``, as the text whose bytes
+    the Finish's response_hash was taken over; None when the host stored none (JSON null). Hosts answer with
+    ``validation.PayloadResponse`` {inference_id, prompt_payload, response_payload, executor_signature}
+    (gonka-ai/gonka common/validation/payload_retrieval.go @ 41d3a072, written by HostManager.HandlePayloads in
+    devshard/cmd/devshardd/session/manager.go @ df69efb7), whose payloads are Go ``[]byte``: encoding/json writes
+    them in standard base64, so the JSON string is never the payload itself (the validator hashes the decoded bytes,
+    devshard/cmd/devshardd/inference/validate.go @ c6c474aa). Raises ValueError for any other shape, so that a
+    wrong text is never stored as the payload."""
+    if not isinstance(data, dict) or "response_payload" not in data:
+        raise ValueError("expected a JSON object with response_payload")
+    encoded = data["response_payload"]
+    if encoded is None:
+        return None
+    if not isinstance(encoded, str):
+        raise ValueError(f"response_payload is a JSON {type(encoded).__name__}, expected a base64 string")
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("response_payload is not standard base64 (Go's encoding of []byte)") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # a text column cannot hold it, and any replacement would no longer hash to response_hash
+        raise ValueError(f"the stored response payload is not UTF-8 text (byte {exc.start})") from None
 
 
 class HostGroup:
@@ -81,7 +121,7 @@ class HostGroup:
                  host_for: Callable[[str], DevshardHost | None],
                  on_skip: Callable[[str, str, bool], None] | None = None, *, full_decode: bool = True) -> None:
         self.escrow_id, self.version = escrow_id, version
-        # full_decode=False: pages hold only {nonce, post_state_root, entry} (the txs are decoded elsewhere)
+        # full_decode=False: pages hold only {nonce, post_state_root, state_hash, entry} (the txs are decoded elsewhere)
         self.decode = (lambda e: diff_from_host_json(e, self.version)) if full_decode else diff_header_from_host_json
         self.members = list(dict.fromkeys(members))
         self.host_for, self.on_skip = host_for, on_skip
@@ -162,20 +202,20 @@ class HostGroup:
         except (FetchError, WireDecodeError, ValueError, KeyError, TypeError) as exc:
             self._skip(address, str(exc), getattr(exc, "transient", False))
             return None
-        return page[0]["post_state_root"] if page else None
+        return state_root(page[0]) if page else None
 
     def page(self, first: int, last: int) -> list[dict]:
         """Decoded diffs ``first..last`` (fewer at the end of the log), agreed by two members when possible.
 
-        ``last − first`` may span several pages: they are read from one member and only the last
-        ``post_state_root`` is checked against a witness. The root commits to the whole state reached by the
-        log, so agreement at the end of a run of pages vouches for every page in it; on disagreement the whole
-        run is read again from the member the tie-breaker sides with."""
+        ``last − first`` may span several pages: they are read from one member and only the last state root
+        (:func:`~indexer.wire.diffs.state_root`) is checked against a witness. The root commits to the whole state
+        reached by the log, so agreement at the end of a run of pages vouches for every page in it; on disagreement
+        the whole run is read again from the member the tie-breaker sides with."""
         while True:
             diffs, source = self.call(lambda h: self._read(h, first, last))
             if not diffs:
                 return diffs
-            tip, root = diffs[-1]["nonce"], diffs[-1]["post_state_root"]
+            tip, root = diffs[-1]["nonce"], state_root(diffs[-1])
             witnesses = [m for m in self.candidates() if m != source]
             agreed = verdict = None
             for w in witnesses:
