@@ -94,8 +94,9 @@ def test_wording_table_in_released_envelope(row, stored):
     body, code = _as_released(row["envelope"], row["message"])
     got = parse_response_payload(_events(body) if stored else json.dumps(body))
     is_cl = row["expect"].get("is_context_length", False) or row["envelope"] == "openai_cl"
-    assert got.refusal_kind == ("context_length" if is_cl else "other_client_fault")
-    assert got.is_client_fault and got.is_terminal_error == stored and got.error_code == code
+    client = code == 400  # the chain's IsClientFaultError: a null or word code (flat_null, openai_*) is not one
+    assert got.refusal_kind == (("context_length" if is_cl else "other_client_fault") if client else "not_client_fault")
+    assert got.is_client_fault == client and got.is_terminal_error == stored and got.error_code == code
     assert (got.reported_limit, got.reported_prompt_tokens, got.reported_max_tokens) == tuple(
         row["expect"].get(k) for k in ("reported_limit", "reported_prompt_tokens", "reported_max_tokens"))
 
@@ -208,8 +209,9 @@ F3 = ("This model's maximum context length is 8192 tokens. However, your request
              {"error": {"code": 400, "message": F3}}), "context_length", True, True),
     (_events({"choices": [{"delta": {"content": "hi"}}]}), "not_client_fault", False, False),
     (_events({"error": {"code": 400, "message": F3}}).replace("[DONE]", "[DONE"), "not_client_fault", False, True),
+    # a data line that is JSON but not an object fails chunkCarriesOutput's decode: output, so not a client fault
     (json.dumps({"events": ["data: 42", "data: {\"error\":{\"code\":400,\"message\":\"x\"}}"]}),
-     "other_client_fault", True, True),
+     "not_client_fault", False, True),
     (json.dumps({"events": "data: [DONE]"}), "not_client_fault", False, False),
     (json.dumps({"events": [1, 2]}), "not_client_fault", False, False),
     (json.dumps([{"error": {"code": 400, "message": F3}}]), "not_client_fault", False, False),
@@ -222,6 +224,54 @@ F3 = ("This model's maximum context length is 8192 tokens. However, your request
 def test_envelopes(payload, kind, client, terminal):
     got = parse_response_payload(payload)
     assert (got.refusal_kind, got.is_client_fault, got.is_terminal_error) == (kind, client, terminal)
+
+
+E400 = {"error": {"code": 400, "message": F3, "type": "BadRequestError"}}
+
+
+@pytest.mark.parametrize("events, client, terminal", [
+    # chunkCarriesOutput: what counts as output besides text and content
+    ([{"choices": [{"logprobs": {"content": [{"token": "a"}]}}]}, E400], False, True),
+    ([{"choices": [{"logprobs": {"content": []}}]}, E400], True, True),
+    ([{"choices": [{"delta": {"refusal": "no"}}]}, E400], False, True),
+    ([{"choices": [{"message": {"function_call": {}}}]}, E400], False, True),
+    ([{"choices": [{"message": {"function_call": None}}]}, E400], True, True),
+    ([{"choices": [{"delta": {"role": "assistant", "content": None}}]}, E400], True, True),
+    # a field of the wrong type fails the decode: the chunk carries output (fail closed)
+    ([{"choices": "x"}, E400], False, True),
+    ([{"choices": [{"text": 5}]}, E400], False, True),
+    ([{"usage": {"completion_tokens": -1}}, E400], False, True),
+    ([{"usage": {"completion_tokens": 1.0}}, E400], False, True),
+    ([{"usage": {"completion_tokens": 0}}, E400], True, True),
+    # keys match case-insensitively, the last one winning
+    ([{"Choices": [{"Text": "x"}]}, E400], False, True),
+    ([{"ERROR": {"code": 400, "message": F3}}], True, True),
+    # codes print through float64: 400.0 and 4e2 are "400"; a word, null or 400.5 are not client faults
+    ([{"error": {"code": 400.0, "message": F3}}], True, True),
+    ([{"error": {"code": 4e2, "message": F3}}], True, True),
+    ([{"error": {"code": 400.5, "message": F3}}], False, True),
+    ([{"error": {"code": "context_length_exceeded", "message": F3}}], False, True),
+    # an error event the decoder cannot read is no error event
+    ([{"error": "plain string"}], False, False),
+    ([{"error": {"code": 400, "message": 5}}], False, False),
+    ([{"object": "error", "code": 400}], False, False),             # the flat form needs a message
+    ([{"object": "error", "message": F3, "code": 400, "type": 7}], False, False),
+])
+def test_the_chains_predicates_decide(events, client, terminal):
+    """IsClientFaultErrorResponse / IsTerminalErrorResponse as common/completionapi/terminal_error.go decides them."""
+    got = parse_response_payload(_events(*events))
+    assert (got.is_client_fault, got.is_terminal_error) == (client, terminal)
+
+
+@pytest.mark.parametrize("event, client, terminal", [
+    ("event: error\ndata: " + json.dumps(E400), False, False),    # one event is one line: not a data line
+    ("  data:" + json.dumps(E400) + "  ", True, True),             # trimmed; no space needed after the prefix
+    ("data: " + json.dumps(E400) + "\ndata: [DONE]", False, True),  # the rest of the event is the JSON: invalid
+    ("data: {\"x\": NaN}", False, True),                          # json.Valid refuses NaN: unparseable data
+])
+def test_event_lines_as_go_reads_them(event, client, terminal):
+    got = parse_response_payload(json.dumps({"events": [event]}))
+    assert (got.is_client_fault, got.is_terminal_error) == (client, terminal)
 
 
 def test_context_numbers_survive_in_non_client_fault():

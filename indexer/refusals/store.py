@@ -14,7 +14,8 @@ from indexer.refusals.vllm import RefusalParse, parse_response_payload
 if TYPE_CHECKING:  # the loader's and the poller's typing processes parse rows here without a database driver
     import psycopg
 
-PARSER_VERSION = 2  # 2: the vLLM 0.1-0.33 wording survey (families 7, 7c, window; null codes)
+PARSER_VERSION = 3  # 2: the vLLM 0.1-0.33 wording survey (families 7, 7c, window; null codes); 3: the chain's own
+# client-fault and terminal-error predicates (indexer.refusals.consensus)
 PARSE_FIELDS = tuple(f.name for f in dataclasses.fields(RefusalParse))
 COLUMNS = ("escrow_id", "inference_id", "payload_md5", "parser_version") + PARSE_FIELDS
 MESSAGE_CHARS = 2000  # the stored message is evidence, not an archive: the raw payload stays in rec.finish_tx

@@ -16,19 +16,15 @@ refusal_kind
                          ``family`` are still filled when the text holds a context-length
                          wording; the kind stays ``not_client_fault`` by design.
 
-is_client_fault mirrors IsClientFaultErrorResponse (§3.6): ≥ 1 event, every ``data:`` line but
-``[DONE]`` valid JSON, no chunk carries output, ≥ 1 top-level error, every error code ∈
-{400, 422} (number or numeric string). Deviations: the string code ``context_length_exceeded``
-(OpenAI, sent with HTTP 400) counts as 400; so does a null, missing or non-numeric code whose
-``type`` only a 400 carries (CLIENT_ERROR_TYPES: vLLM 0.1-0.2 sent every 4xx with code null and
-type invalid_request_error, OpenAI sends null or a word); error_code then stays None. A bare JSON
-body gets the same test on itself. Output = non-empty ``choices[].text`` or
-``choices[].delta|message.{content,reasoning_content,reasoning,tool_calls}``, or
-``usage.completion_tokens > 0``. A non-string event makes the envelope malformed (neither
-client fault nor terminal, though its error is still read). Lines starting ``{``/``[``
-without ``data:`` are read as data; other SSE fields are ignored.
-is_terminal_error mirrors IsTerminalErrorResponse (§3.5 pt 5): some event has a top-level
-error regardless of content, or some data line is invalid JSON; False for bare bodies.
+is_client_fault is IsClientFaultErrorResponse and is_terminal_error IsTerminalErrorResponse, decided by
+:mod:`indexer.refusals.consensus`, which follows the chain's Go code (common/completionapi/terminal_error.go)
+decision for decision: an events envelope, every ``data:`` line but ``[DONE]`` valid JSON, no chunk carrying output
+(text, content, reasoning, tool or function calls, a refusal, logprobs content, completion tokens, or a chunk that
+does not decode), ≥ 1 top-level error, and every error code printing as 400 or 422. A code given as a word
+(``context_length_exceeded``) or left null is not a client fault there, so it is not one here: family ``code``
+still records the word. A bare JSON body (an HTTP error body outside the envelope) gets the client-fault test on
+itself as one data line, and is never terminal.
+A non-string event makes the envelope malformed (neither client fault nor terminal, though its error is still read).
 
 family (None when nothing matched; every wording, its source and releases is a row of
 tests/data/vllm_wordings.json, see vllm_wordings.md there)
@@ -79,12 +75,11 @@ import json
 import re
 from dataclasses import dataclass, fields
 
+from indexer.refusals import consensus
+
 __all__ = ["MessageParse", "RefusalParse", "parse_error_message", "parse_response_payload"]
 
 INT63_MAX = 2**63 - 1
-CLIENT_FAULT_CODES = frozenset({400, 422})
-# Error types that only a 400 carries: OpenAI's (also vLLM 0.1-0.2's) and vLLM's own (0.3+).
-CLIENT_ERROR_TYPES = frozenset({"invalid_request_error", "badrequesterror", "bad_request_error", "bad request"})
 _SCAN_LIMIT = 1 << 20  # text scanning looks at the first 1 MiB
 _MESSAGE_KEEP = 8192  # a raw-text "message" is cut to this many characters
 
@@ -300,92 +295,48 @@ def _loads(text: str):
         raise ValueError("nesting too deep") from exc
 
 
-def _error_of(obj) -> _Err | None:
-    if not isinstance(obj, dict):
-        return None
-    err = obj.get("error")
-    if isinstance(err, dict):
-        src = err
-    elif isinstance(err, str) and err:
-        return _Err(None, False, False, None, err)
-    elif obj.get("object") == "error":
-        src = obj
-    else:
-        return None
-    raw, code, cl = src.get("code"), None, False
-    if isinstance(raw, int) and not isinstance(raw, bool):
+def _err(details: consensus.ErrorDetails) -> _Err:
+    """An error event with its code read as a number where it is one (error_code) and judged as the chain does."""
+    raw = details.code
+    if isinstance(raw, bool) or raw is None:
+        code = None
+    elif isinstance(raw, int):
         code = raw if 0 <= raw <= INT63_MAX else None
-    elif isinstance(raw, float) and raw.is_integer() and 0 <= raw <= INT63_MAX:
-        code = int(raw)
+    elif isinstance(raw, float):
+        code = int(raw) if raw.is_integer() and 0 <= raw <= INT63_MAX else None
     elif isinstance(raw, str):
         code = _int_text(raw)
-        cl = raw.strip().casefold() == "context_length_exceeded"
-    etype, msg = src.get("type"), src.get("message")
-    etype = etype if isinstance(etype, str) else None
-    code_ok = code in CLIENT_FAULT_CODES or cl
-    if not code_ok and (raw is None or (isinstance(raw, str) and code is None)):
-        # No numeric code at all (vLLM <= 0.2.7 sent code null with every 4xx; OpenAI sends null or a
-        # word): the error type is then the only trace of the HTTP 400 the body came with.
-        code_ok = etype is not None and etype.strip().casefold() in CLIENT_ERROR_TYPES
-    return _Err(code, code_ok, cl, etype, msg if isinstance(msg, str) else None)
-
-
-def _nonempty(v) -> bool:
-    return isinstance(v, (str, list, dict)) and bool(v)
-
-
-def _has_output(obj) -> bool:
-    if not isinstance(obj, dict):
-        return False
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        ct = usage.get("completion_tokens")
-        if isinstance(ct, (int, float)) and not isinstance(ct, bool) and ct > 0:
-            return True
-    choices = obj.get("choices")
-    for ch in choices if isinstance(choices, list) else ():
-        if not isinstance(ch, dict):
-            continue
-        if _nonempty(ch.get("text")):
-            return True
-        for part in (ch.get("delta"), ch.get("message")):
-            if isinstance(part, dict) and any(
-                _nonempty(part.get(k)) for k in ("content", "reasoning_content", "reasoning", "tool_calls")
-            ):
-                return True
-    return False
-
-
-def _data_lines(event: str):
-    for line in event.split("\n"):
-        line = line.rstrip("\r")
-        if line.startswith("data:"):
-            yield line[5:].strip()
-        elif line.lstrip().startswith(("{", "[")):
-            yield line.strip()
+    else:
+        code = None
+    cl = isinstance(raw, str) and raw.strip().casefold() == "context_length_exceeded"
+    return _Err(code, consensus.is_client_fault_code(raw), cl, details.type, details.message)
 
 
 def _from_events(events: list) -> RefusalParse:
+    """An events envelope, judged by the chain's predicates (:mod:`indexer.refusals.consensus`): terminal is
+    IsTerminalErrorResponse, client IsClientFaultErrorResponse. Events that are not strings make the envelope
+    malformed (both False, as Go's Unmarshal fails); an error object among them is still read for its wording."""
+    lines = consensus.event_lines(events)
+    malformed = lines is None
     errors: list[_Err] = []
     bad: list[str] = []
-    output = malformed = False
-    for ev in events:
-        objs = []
-        if isinstance(ev, str):
-            for data in _data_lines(ev):
-                if data != "[DONE]":
-                    try:
-                        objs.append(_loads(data))
-                    except ValueError:
-                        bad.append(data)
-        else:  # the Go side decodes events as strings: anything else spoils the envelope
-            malformed = True
-            objs.append(ev)
-        for obj in objs:
-            err = _error_of(obj)
-            if err is not None:
-                errors.append(err)
-            output = output or _has_output(obj)
+    output = False
+    objs = []
+    for line in lines if lines is not None else [e for e in events if isinstance(e, str)]:
+        data = consensus.sse_data(line)
+        if data is None:
+            continue
+        try:
+            objs.append(consensus.loads(data))
+        except ValueError:
+            bad.append(data)
+    if malformed:
+        objs += [e for e in events if not isinstance(e, str) and e is not None]
+    for obj in objs:
+        details = consensus.error_event(obj)
+        if details is not None:
+            errors.append(_err(details))
+        output = output or consensus.carries_output(obj)
     terminal = not malformed and bool(errors or bad)
     client = not (malformed or bad or output) and bool(errors) and all(e.code_ok for e in errors)
     return _finish(errors, client, terminal, "\n".join(bad)[:_SCAN_LIMIT])
@@ -444,9 +395,12 @@ def _parse_payload(payload) -> RefusalParse:
         doc = _loads(text)
     except ValueError:
         return _from_text(text)
-    if isinstance(doc, dict) and isinstance(doc.get("events"), list):
-        return _from_events(doc["events"])
-    err = _error_of(doc)
-    if err is None:
+    if isinstance(doc, dict) and isinstance(consensus.field(doc, "events"), list):
+        return _from_events(consensus.field(doc, "events"))
+    # a bare body (an HTTP error body given as the payload, outside the devshard envelope): the chain's test
+    # applied to it as one data line; never terminal (IsTerminalErrorResponse needs the envelope)
+    details = consensus.error_event(doc)
+    if details is None:
         return _from_text(text)
-    return _finish([err], err.code_ok and not _has_output(doc), False)
+    err = _err(details)
+    return _finish([err], err.code_ok and not consensus.carries_output(doc), False)
