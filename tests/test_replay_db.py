@@ -307,4 +307,4 @@ def test_database_read_path_replays_like_the_machine_on_txs(db_url, tmp_path, co
         reasons |= {r.reason.split(":")[0] for r in result.rejections + result.ignored}
         drained += sum(rec.drained for rec in result.inferences.values())
     # the log took the unusual paths
-    assert {"unknown_inference", "wrong_status", "duplicate_voter", "ignored_resolved"} <= reasons and drained
+    assert {"unknown_inference", "wrong_status", "ignored_duplicate", "ignored_resolved"} <= reasons and drained

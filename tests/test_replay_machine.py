@@ -323,10 +323,12 @@ def test_validation_none_valid_reads_as_false():
     assert res.inferences[1].status == "Challenged"
 
 
-def test_duplicate_validator_address_rejected():
+def test_a_validation_from_an_address_that_validated_is_a_no_op():
+    # applyValidation: "Idempotent: duplicate validation from same address is always a no-op" (before its status
+    # gate), so the tx is accepted without effect, not refused
     txs = finished_log(6149) + [validation(6160, 6149, 11, True), validation(6161, 6149, 15, False)]
     res = replay(cfg(SLOTS_1971), txs)
-    assert [(r.reason, r.slot) for r in res.rejections] == [("duplicate_voter", 15)]
+    assert res.rejections == [] and [(r.reason, r.slot) for r in res.ignored] == [("ignored_duplicate", 15)]
     rec = res.inferences[6149]
     assert (rec.status, rec.votes_valid, rec.votes_invalid) == ("Finished", 5, 0)
 
@@ -686,7 +688,7 @@ def test_lookalike_txs_in_one_diff_have_a_total_order():
     pair = [validation(9, 1, 3, True), validation(9, 1, 3, False)]
     one, two = (replay(cfg(), finished_log(1) + p) for p in (pair, pair[::-1]))
     assert one == two
-    assert reasons(one) == ["duplicate_voter"]
+    assert reasons(one) == [] and [r.reason for r in one.ignored] == ["ignored_duplicate"]
     weak, strong = timeout(9, 2, "refused", [3]), timeout(9, 2, "refused", range(3, 12))
     one, two = (replay(cfg(), [start(2)] + p) for p in ([weak, strong], [strong, weak]))
     assert one == two

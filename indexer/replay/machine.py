@@ -11,6 +11,9 @@ Judgement calls where the reference is silent (strict, protocol-faithful):
     'ignored_resolved'.
   * A MsgValidation on Challenged/Validated/Invalidated is accepted: it adds no weight but sets
     the validator's validated_by bit (so that address can no longer vote). It is not "ignored".
+  * A MsgValidation from an address that already validated or voted is a no-op, whatever the status
+    ('ignored_duplicate': applyValidation dedups before its status gate); a duplicate
+    MsgValidationVote is refused ('duplicate_voter', ErrDuplicateVote).
   * Only validator_slot == executor_slot is refused for MsgValidation (the reference compares
     slots, not addresses); MsgValidationVote has no executor exclusion in the reference.
   * Timeout / error-miss votes: one vote per address whether it accepts or not.
@@ -227,7 +230,7 @@ class _Machine:
             elif (why := rare[code](rec, row)) is None:
                 continue
             entry = Rejection(nonce, kinds[code], inference_id, slot, why)
-            if why == "ignored_resolved":  # accepted by the protocol, no effect
+            if why.startswith("ignored"):  # accepted by the protocol, no effect
                 self.ignored.append(entry)
             else:
                 self.rejections.append(entry)
@@ -276,14 +279,16 @@ class _Machine:
     # -- the rarer kinds (slot already checked to be in range) -----------------------------------
 
     def _validation(self, rec: InferenceState, row: tuple) -> str | None:
-        if rec.status not in _VALIDATION_OK:
-            return f"wrong_status:{rec.status}"
+        # applyValidation's order (devshard/state/machine.go): self-validation, then the address dedup, which is
+        # "always a no-op" (an accepted tx without effect), then the status gate
         nonce, slot, valid = row[0], row[3], row[4]
         if slot == rec.executor_slot:
             return "validator_is_executor"
         address = self.slots[slot]
         if address in rec.voted_addresses:
-            return "duplicate_voter"
+            return "ignored_duplicate"
+        if rec.status not in _VALIDATION_OK:
+            return f"wrong_status:{rec.status}"
         rec.voted_addresses.add(address)
         finished = rec.status == "Finished"
         self._record_vote(rec, row, address, "weight" if finished else "no_weight")
