@@ -107,5 +107,7 @@ def response_hash(payload: str) -> bytes:
 
 
 def served_hash(payload: str) -> bytes:
-    # the real preimage is unknown (§8): the devnet uses a distinct, deterministic one
-    return hashlib.sha256(b"served-view:" + payload.encode("utf-8")).digest()
+    """``served_hash`` as GetServedHash computes it (gonka-ai/gonka common/completionapi/served_projection.go):
+    sha256 of the served view, the stored envelope with every data line's ``logprobs`` dropped. The devnet's
+    payloads carry no logprobs, so their served view is the stored body and the hash is response_hash."""
+    return response_hash(payload)
