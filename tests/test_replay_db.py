@@ -308,3 +308,15 @@ def test_database_read_path_replays_like_the_machine_on_txs(db_url, tmp_path, co
         drained += sum(rec.drained for rec in result.inferences.values())
     # the log took the unusual paths
     assert {"unknown_inference", "wrong_status", "ignored_duplicate", "ignored_resolved"} <= reasons and drained
+
+
+def test_the_database_path_replays_a_diff_in_its_tx_index_order(db_url, tmp_path, conn):
+    # Two validations of inference 16 (executor slot 0, host A) in one diff: listed invalid first (slot 11, E), the
+    # record is Challenged before the valid one (slot 9, D) lands, which then adds no weight; slot order would have
+    # applied D's valid one first, while the record was Finished (2 valid).
+    records = [escrow(), start(16), confirm(16, 17), finish(16, 18, 0),
+               {**validation(16, 19, 11, False), "tx_index": 0}, {**validation(16, 19, 9, True), "tx_index": 1}]
+    load(db_url, tmp_path, records)
+    row = conn.execute("SELECT status, votes_valid, votes_invalid FROM replay.inference WHERE escrow_id = '1971' "
+                       "AND inference_id = 16").fetchone()
+    assert row == ("Challenged", 0, 5)

@@ -668,7 +668,8 @@ def test_sort_key_primary_fields():
     c = Tx(2, "error_miss", 50)
     d = Tx(3, "validation_vote", 1, slot=None, valid=True)
     assert sorted([a, b, c, d], key=sort_key) == [c, b, d, a]
-    assert sort_key(a)[:4] == (3, KIND_ORDER["validation_vote"], "validation_vote", 1)
+    assert sort_key(a)[:5] == (3, (0,), KIND_ORDER["validation_vote"], "validation_vote", 1)  # no tx_index
+    assert sort_key(a._replace(tx_index=1)) < sort_key(b._replace(tx_index=2))  # tx_index before kind
 
 
 def test_within_diff_vote_order_by_slot_decides_tally():
@@ -863,3 +864,19 @@ def test_result_types_are_the_interface_ones():
     assert isinstance(res.rejections[0], Rejection)
     with pytest.raises(AttributeError):
         res.rejections[0].reason = "x"  # frozen
+
+
+def test_txs_of_one_diff_apply_in_their_tx_index_order():
+    # applyCore runs a diff's txs as listed. Five single-slot hosts, threshold 5 * 50 // 100 = 2; inference 5 run
+    # by slot 0. One diff lists an invalid validation (slot 2) before a valid one (slot 1): the first challenges,
+    # so the second lands on Challenged and adds no weight; two valid votes then make 2, not > 2.
+    slots = ("A", "B", "C", "D", "E")
+    log = [start(5), confirm(6, 5), finish(7, 5, 0),
+           validation(8, 5, 2, False)._replace(tx_index=0), validation(8, 5, 1, True)._replace(tx_index=1),
+           vote(9, 5, 3, True), vote(10, 5, 4, True)]
+    rec = replay(cfg(slots), log).inferences[5]
+    assert (rec.status, rec.votes_valid, rec.votes_invalid) == ("Challenged", 2, 1)
+    # listed the other way round, the valid one counts while Finished and the votes validate
+    log[3:5] = [validation(8, 5, 1, True)._replace(tx_index=0), validation(8, 5, 2, False)._replace(tx_index=1)]
+    rec = replay(cfg(slots), log).inferences[5]
+    assert (rec.status, rec.votes_valid, rec.votes_invalid) == ("Validated", 3, 1)

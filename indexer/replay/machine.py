@@ -64,6 +64,7 @@ class Tx(NamedTuple):  # a NamedTuple: immutable like a frozen dataclass, severa
     votes: tuple[tuple[int, bool], ...] = ()  # timeout / error_miss: (voter_slot, accept)
     input_tokens: int | None = None
     output_tokens: int | None = None
+    tx_index: int | None = None  # position inside its diff: the order the hosts applied it in
 
 
 @dataclass(slots=True)
@@ -137,10 +138,13 @@ def _opt(value: object) -> tuple:
 
 
 def sort_key(tx: Tx) -> tuple:
-    """Replay order: (diff_nonce, kind order, inference_id, slot), then the remaining fields so
-    that even look-alike txs in one diff get a total, input-order-independent order."""
+    """Replay order: (diff_nonce, tx_index), the order the hosts applied the txs in (applyCore runs a diff's txs
+    as listed, and two validations of one inference in one diff end differently in the other order); for txs
+    without a tx_index, (kind order, inference_id, slot), then the remaining fields so that even look-alike txs in
+    one diff get a total, input-order-independent order."""
     return (
         tx.diff_nonce,
+        _opt(tx.tx_index),
         KIND_ORDER.get(tx.kind, len(KIND_ORDER)),
         tx.kind,
         tx.inference_id,
@@ -370,15 +374,15 @@ def replay(config: EscrowConfig, txs: Iterable[Tx], *, presorted: bool = False,
         if code is None:  # an unknown kind is only rejected; its code just names it
             code = codes[tx.kind] = len(kinds)
             kinds.append(tx.kind)
-        rows.append((tx.diff_nonce, code, *tx[2:]))
+        rows.append((tx.diff_nonce, code, *tx[2:-1]))
     return _replay(config, rows, transitions, tuple(kinds))
 
 
 def replay_rows(config: EscrowConfig, rows: Iterable[tuple], *, transitions: bool = True) -> ReplayResult:
     """`replay` for callers that hold rows rather than Txs (the database path): each row is a Tx with the kind's
     code (KIND_ORDER) in place of its name, fields after the last one its kind reads may be left out (slot always
-    present), and the rows come in protocol order. When (diff_nonce, code, inference_id, slot) is unique, as the
-    database's keys make it, plain tuple order is `sort_key` order, so `rows.sort()` suffices."""
+    present), and the rows come in protocol order (`sort_key`: the database path sorts by diff_nonce and tx_index
+    first, indexer.replay.run._escrow_logs)."""
     return _replay(config, rows, transitions, KINDS)
 
 

@@ -186,21 +186,26 @@ def _write_chunk(conn: psycopg.Connection, ids: list[str], results, summary: Rep
 
 
 def _escrow_logs(conn: psycopg.Connection, ids: list[str], epochs: list[int]) -> dict[str, list[tuple]]:
-    """Each escrow's rows in protocol order. One query per tx table returns each escrow's txs as column arrays
-    (all aggregates of a group consume its rows in the same order, so the arrays line up) and zip makes the rows
-    in C. The tables' keys make (diff_nonce, kind code, inference_id, slot) unique within an escrow, so a plain
-    sort is protocol order and never compares past the slot. The tx tables are partitioned by the escrows' epochs
+    """Each escrow's rows in protocol order (machine.sort_key): by diff_nonce and tx_index, the order the hosts
+    applied them in, then (for records without a tx_index) by kind code, inference_id and slot, which the tables'
+    keys make unique within an escrow. One query per tx table returns each escrow's txs as column arrays (all
+    aggregates of a group consume its rows in the same order, so the arrays line up) and zip makes the rows in C,
+    each behind its (diff_nonce, tx_index) for the sort. The tx tables are partitioned by the escrows' epochs
     (docs/partitioning.md): naming them reads only those partitions."""
-    logs: dict[str, list[tuple]] = {}
+    keyed: dict[str, list[tuple]] = {}
     with conn.cursor(binary=True) as cur:
         for table, fields in _SOURCES:
             columns = [f for f in fields if isinstance(f, str)]
-            cur.execute(f"SELECT escrow_id, {', '.join(f'array_agg({c})' for c in columns)} FROM {table} "
+            cur.execute(f"SELECT escrow_id, {', '.join(f'array_agg({c})' for c in columns)}, "
+                        f"array_agg(coalesce(tx_index, -1)) FROM {table} "
                         "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) GROUP BY escrow_id", (ids, epochs))
             for escrow_id, *arrays in cur:
-                logs.setdefault(escrow_id, []).extend(_rows(fields, dict(zip(columns, arrays))))
-    for rows in logs.values():
+                by_name = dict(zip(columns, arrays))
+                keyed.setdefault(escrow_id, []).extend(zip(by_name["diff_nonce"], arrays[-1], _rows(fields, by_name)))
+    logs: dict[str, list[tuple]] = {}
+    for escrow_id, rows in keyed.items():
         rows.sort()
+        logs[escrow_id] = [row for _, _, row in rows]
     return logs
 
 
