@@ -84,7 +84,8 @@ def diff_header_from_host_json(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 def state_root(diff: Mapping[str, Any]) -> bytes:
     """The state root after a diff, to compare between hosts: the signed ``post_state_root`` when the host sends
-    it, else ``state_hash``, the root the host computed (current hosts leave the former out: omitempty)."""
+    it, else ``state_hash``, the root the host computed (the former is omitempty, and versions of DiffToJSON that
+    do not copy it leave it out)."""
     return diff["post_state_root"] or diff["state_hash"]
 
 
