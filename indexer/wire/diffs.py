@@ -21,7 +21,7 @@ import base64
 import binascii
 from typing import Any, Mapping
 
-from indexer.wire.protobuf import I32, I64, LEN, VARINT, WireDecodeError, decode_varint, message_class, parse, to_dict
+from indexer.wire.protobuf import WireDecodeError, parse, to_dict
 from indexer.wire.schemas import schema_for
 
 
@@ -124,9 +124,9 @@ def _diff(entry: Mapping[str, Any], label: str, schema, tx_form) -> dict[str, An
         raise WireDecodeError(f"{where} txs: a JSON list; a host sends one base64 DiffContent (DiffToJSON)")
     raw = b64decode(encoded, f"{where} txs")
     try:
-        content = message_class(schema, "DiffContent").FromString(raw)
-    except Exception:  # the library's DecodeError: name the tx (or field) at fault and why
-        raise WireDecodeError(f"{where} {_content_fault(schema, raw)}") from None
+        content = parse(schema, "DiffContent", raw)
+    except WireDecodeError as exc:  # "in txs[i]: why" names the tx at fault
+        raise WireDecodeError(f"{where} {str(exc).removeprefix('in ')}") from None
     if content.nonce != nonce:
         raise WireDecodeError(f"{where}: its DiffContent holds nonce {content.nonce}")
     return {
@@ -140,39 +140,6 @@ def _diff(entry: Mapping[str, Any], label: str, schema, tx_form) -> dict[str, An
         "state_hash": b64decode(entry.get("state_hash"), f"{where} state_hash"),
         "raw_content": raw,
     }
-
-
-def _content_fault(schema, raw: bytes) -> str:
-    """Why ``raw`` is no DiffContent: the first tx (``txs[i]``, field 2) the library refuses, else the content's
-    own fault (only run once parsing has failed)."""
-    pos, index = 0, 0
-    try:
-        while pos < len(raw):
-            key, pos = decode_varint(raw, pos)
-            wire_type = key & 7
-            if wire_type == VARINT:
-                _, pos = decode_varint(raw, pos)
-                continue
-            if wire_type in (I64, I32):
-                pos += 8 if wire_type == I64 else 4
-                continue
-            if wire_type != LEN:
-                break
-            size, pos = decode_varint(raw, pos)
-            if key >> 3 == 2:
-                try:
-                    parse(schema, "DevshardTx", raw[pos:pos + size])
-                except WireDecodeError as exc:
-                    return f"txs[{index}]: {exc}"
-                index += 1
-            pos += size
-    except WireDecodeError:
-        pass
-    try:
-        parse(schema, "DiffContent", raw)
-    except WireDecodeError as exc:
-        return f"txs: {exc}"
-    return "txs: malformed DiffContent"
 
 
 def diff_to_host_json(

@@ -149,9 +149,11 @@ def _encode_unknown(items: Any) -> bytes:
 
 
 def _diagnose(schema: Schema, message: str, data: bytes) -> str | None:
-    """Why the library refused ``data`` as ``message``: the first problem found, or None."""
+    """Why the library refused ``data`` as ``message``: the first problem found, or None. A fault inside an element
+    of a repeated message field names the element (``in txs[3]: …``)."""
     mt = schema.messages.get(message)
     pos, n = 0, len(data)
+    seen: dict[int, int] = {}  # repeated message field number -> elements read so far
     try:
         while pos < n:
             start = pos
@@ -180,8 +182,9 @@ def _diagnose(schema: Schema, message: str, data: bytes) -> str | None:
                         return f"field {f.name}: invalid UTF-8 ({exc.reason})"
                 elif f is not None and f.type == "message":
                     inner = _diagnose(schema, f.message or "", payload)
+                    index = seen[number] = seen.get(number, -1) + 1
                     if inner:
-                        return f"in {f.name}: {inner}"
+                        return f"in {f.name}[{index}]: {inner}" if f.repeated else f"in {f.name}: {inner}"
                 elif f is not None and f.type in _VARINT_TYPES:  # packed repeated scalars
                     p = 0
                     while p < len(payload):
