@@ -76,16 +76,15 @@ def main() -> None:
     scenario = Scenario(ScenarioConfig(epochs=args.epochs, escrows_per_epoch=args.escrows_per_epoch,
                                        inferences_per_escrow=args.inferences_per_escrow))
     version = scenario.config.protocol_version
-    logs = {eid: [diff_to_host_json(d, version, sig, root) for d, sig, root in scenario.host_diff_log(esc)]
-            for eid, esc in scenario.escrows.items()}
+    host_logs = {eid: list(scenario.host_diff_log(esc)) for eid, esc in scenario.escrows.items()}
+    logs = {eid: [diff_to_host_json(d, version, sig, root) for d, sig, root in log] for eid, log in host_logs.items()}
     # the old codec read an earlier reading of the host's framing (a list of base64 DevshardTx, one per tx): the
     # same txs in that framing, so both sides decode the same messages
-    old_logs = {eid: [{"diff": {"nonce": d["nonce"], "escrow_id": eid, "user_sig": e["diff"]["user_sig"],
+    old_logs = {eid: [{"diff": {"nonce": d["nonce"], "escrow_id": eid,
                                 "txs": [base64.b64encode(SCHEMAS[version].encode("DevshardTx", tx)).decode()
-                                        for tx in d["txs"]]},
-                       "state_hash": e["state_hash"]}
-                      for (d, _, _), e in zip(scenario.host_diff_log(esc), logs[eid])]
-                for eid, esc in scenario.escrows.items()}
+                                        for tx in d["txs"]]}}
+                      for d, _, _ in log]
+                for eid, log in host_logs.items()}
     raws = [SCHEMAS[version].encode("DevshardTx", tx) for esc in scenario.escrows.values() for d in esc.diffs
             for tx in d["txs"]]
     n = len(raws)

@@ -56,15 +56,6 @@ def event_lines(events: Any) -> list[str] | None:
     return [e or "" for e in events]
 
 
-def envelope_events(doc: Any) -> list[str] | None:
-    """``SerializedStreamedResponse.Events`` of a decoded payload, or None when it does not decode as one."""
-    if doc is None:
-        return []
-    if not isinstance(doc, dict):
-        return None
-    return event_lines(field(doc, "events"))
-
-
 def sse_data(line: str) -> str | None:
     """sseDataJSON: the JSON text of a ``data:`` line, or None (not data, empty, or [DONE])."""
     trimmed = go_trim(line)

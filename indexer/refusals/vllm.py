@@ -316,22 +316,23 @@ def _from_events(events: list) -> RefusalParse:
     """An events envelope, judged by the chain's predicates (:mod:`indexer.refusals.consensus`): terminal is
     IsTerminalErrorResponse, client IsClientFaultErrorResponse. Events that are not strings make the envelope
     malformed (both False, as Go's Unmarshal fails); an error object among them is still read for its wording."""
-    lines = consensus.event_lines(events)
-    malformed = lines is None
+    malformed = consensus.event_lines(events) is None
     errors: list[_Err] = []
     bad: list[str] = []
     output = False
     objs = []
-    for line in lines if lines is not None else [e for e in events if isinstance(e, str)]:
-        data = consensus.sse_data(line)
+    for event in events:
+        if not isinstance(event, str):  # null is an empty line; anything else only in a malformed envelope
+            if event is not None:
+                objs.append(event)
+            continue
+        data = consensus.sse_data(event)
         if data is None:
             continue
         try:
             objs.append(consensus.loads(data))
         except ValueError:
             bad.append(data)
-    if malformed:
-        objs += [e for e in events if not isinstance(e, str) and e is not None]
     for obj in objs:
         details = consensus.error_event(obj)
         if details is not None:

@@ -8,15 +8,13 @@ the rest of the escrow.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import time
 from typing import Any, Callable, Collection, Sequence
 
 from indexer.sources.gonka.http import Fetcher, FetchError
 from indexer.sources.gonka.signing import Operator
-from indexer.wire.diffs import diff_from_host_json, diff_header_from_host_json, state_root
+from indexer.wire.diffs import b64decode, diff_from_host_json, diff_header_from_host_json, state_root
 from indexer.wire.errors import WireDecodeError
 from indexer.wire.schemas import version_key
 
@@ -104,8 +102,8 @@ def stored_response_payload(data: Any) -> str | None:
     if not isinstance(encoded, str):
         raise ValueError(f"response_payload is a JSON {type(encoded).__name__}, expected a base64 string")
     try:
-        raw = base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError):
+        raw = b64decode(encoded, "response_payload")
+    except WireDecodeError:
         raise ValueError("response_payload is not standard base64 (Go's encoding of []byte)") from None
     try:
         return raw.decode("utf-8")
