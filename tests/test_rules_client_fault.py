@@ -16,6 +16,10 @@ CASES = {  # payload, is it a client fault (None: unknown), is it (or may it be)
     "b_other_client_fault": (stored(TOOL_CHOICE), True, False),
     "c_server_error": (stored("Internal Server Error", code=500), False, False),
     "d_no_payload": (None, None, True),
+    # the chain's IsClientFaultError takes only codes printing as 400 or 422: a context-length wording with a null
+    # code (vLLM 0.1-0.2's flat body) is not a client fault there, so the penalties on it stand
+    "e_null_code": (stored(fam6_at_least(GOV, 4096), code=None, etype="invalid_request_error", flat=True), False,
+                    False),
 }
 
 
