@@ -217,3 +217,53 @@ def test_base64_events_and_max_model_len_knobs(client, scenario):
         assert esc["escrow"]["max_model_len"] == "180000" and escrow_record(esc)["max_model_len"] == 180000
     with DevnetServer(scenario, escrow_max_model_len="number") as net:
         assert chain(client, net, "devshard_escrow/1971")["escrow"]["max_model_len"] == 400000
+
+
+def _raw_exchange(net, data: bytes) -> bytes:
+    """Send ``data`` on one fresh connection and read until the server closes it."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(net.url)
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(data)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_http_framing_keep_alive_close_and_bad_requests(net):
+    """The devnet reads requests itself (not BaseHTTPRequestHandler's parser): two requests on one connection get
+    two answers in order, ``Connection: close`` ends the connection after its answer, HTTP/1.0 closes by default,
+    a POST body is drained (the next request on the connection still parses), and a request line that is not
+    HTTP gets a 400 and a closed connection."""
+    host = net.scenario.hosts[0].name
+    two = (f"GET /hosts/{host}/devshard/healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+           f"POST /devnet/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+           f"GET /chain-rpc/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").encode()
+    answers = _raw_exchange(net, two)
+    assert answers.count(b"HTTP/1.1 ") == 3
+    first, second, third = answers.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200 OK\r\n") and b"Content-Type: application/json\r\n" in first
+    assert second.startswith(b"404 Not Found\r\n")
+    assert third.startswith(b"200 OK\r\n") and b"Connection: close\r\n" in third
+    assert b"\r\nDate: " in first
+    head, _, body = third.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.startswith(b"Content-Length")))
+    assert len(body) == length and body.startswith(b"{")
+
+    old = _raw_exchange(net, b"GET /chain-rpc/status HTTP/1.0\r\nHost: x\r\n\r\n")  # closes without Connection
+    assert old.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert _raw_exchange(net, b"hello there\r\n\r\n").startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert _raw_exchange(net, b"GET / HTTP/1.1\r\nno colon here\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+
+
+def test_request_headers_reach_the_app_as_sent(client, net, scenario):
+    """Header names keep the client's case for the routes (the payload route reads X-Validator-Address, any case)."""
+    esc = next(iter(scenario.escrows.values()))
+    host = scenario.hosts_by_address[esc.slots[0]].name
+    iid = next(iter(esc.log.payloads))
+    url = f"{net.url}/hosts/{host}/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}/payloads"
+    for name in ("X-Validator-Address", "x-validator-address"):
+        assert client.get(url, params={"inference_id": iid}, headers={name: "gonka1v"}).status_code == 200

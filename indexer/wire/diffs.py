@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Mapping
+from collections.abc import Mapping  # not typing.Mapping: its isinstance costs ~1.5 µs, per diff and tx
+from typing import Any
 
 from indexer.wire.protobuf import WireDecodeError, parse, to_dict
 from indexer.wire.schemas import schema_for

@@ -13,7 +13,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping  # not typing's: its isinstance costs ~1.5 µs a tx
+from typing import Any
 
 import orjson
 from google.protobuf.unknown_fields import UnknownFieldSet
