@@ -253,6 +253,10 @@ def test_http_framing_keep_alive_close_and_bad_requests(net):
     length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.startswith(b"Content-Length")))
     assert len(body) == length and body.startswith(b"{")
 
+    head = _raw_exchange(net, b"HEAD /chain-rpc/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n")  # the length, not the body
+    assert b"Content-Length: " in head and b"Content-Length: 0\r\n" not in head
+
     old = _raw_exchange(net, b"GET /chain-rpc/status HTTP/1.0\r\nHost: x\r\n\r\n")  # closes without Connection
     assert old.startswith(b"HTTP/1.1 200 OK\r\n")
     assert _raw_exchange(net, b"hello there\r\n\r\n").startswith(b"HTTP/1.1 400 Bad Request\r\n")

@@ -185,3 +185,44 @@ def test_chain_version_heights_and_override(db_url, tmp_path, conn):
         assert c.execute("SELECT chain_version FROM api.epoch_chain_versions WHERE epoch_index = 380"
                          ).fetchone() == ("v0.2.11",)
         assert c.execute("SELECT count(*) FROM api.chain_versions").fetchone()[0] == 14
+
+
+def test_settlement_pass_count_functions_match_the_chains_tests(conn):
+    """fn.devshard_sprt_pass_cap / fn.devshard_sampled_passes against gonka-ai/gonka keeper/devshard_host_stats_test.go
+    (TestDevshardSprtPassCap; the sampled cases of TestAggregateDevshardHostStats_*: assigned 8000, 16 slots,
+    missed 0, so completed 8000), and the cap's uint64 wrap."""
+    cap = lambda finished, bps: one(conn, "SELECT fn.devshard_sprt_pass_cap(%s, %s)", finished, bps)[0]  # noqa: E731
+    assert [cap(0, 1000), cap(1000, 0), cap(1000, 1000), cap(1000, 10000)] == [2, 2, 202, 2002]
+    assert cap(2**32 - 1, 2**32 - 1) == ((2 * (2**32 - 1) ** 2) % 2**64) // 10000 + 2  # 2·f·bps wraps at 2^64
+    sampled = lambda v, f, c, bps: one(conn, "SELECT fn.devshard_sampled_passes(%s, %s, %s, %s)",  # noqa: E731
+                                       v, f, c, bps)[0]
+    assert sampled(90, 100, 8000, 1000) == 22         # capped HostStats.validated, not derived 7990
+    assert sampled(90, 100, 8000, 10000) == 90        # within the cap the reported count is used
+    assert sampled(0, 0, 8000, 1000) == 0             # omitted validated/finished credits 0
+    assert sampled(0, 50, 8000, 1000) == 0            # a sampled version reporting no passes gets none
+    assert sampled(4, 0, 8000, 1000) == 2             # finished not extra-verified: the cap is the slack
+    assert sampled(99999, 99999, 8000, 1000) == 1602  # finished above completed is clamped in the cap
+    assert sampled(2, 5, 5, 10000) == 2               # within cap 12
+    assert one(conn, "SELECT fn.devshard_sampled_passes(NULL, 1, 1, 1)")[0] is None  # unknown stays unknown
+
+
+def test_restitution_reports_the_epochs_pass_count_flags(db_url, tmp_path, conn):
+    """The evidence says which pass count the SPRT inputs use and what the epoch's params say about the chain's
+    per-name policies: the flags as captured, {} when the snapshot has none, unknown without a snapshot."""
+    on = {**params(380), "devshard_escrow_params": {"apply_sampled_pass_count": True, "validation_rate": 1000}}
+    off = {**params(381), "devshard_escrow_params": {"validation_rate": 1000}}
+    recs = [gov_snapshot(epoch=380), on, gov_snapshot(epoch=381), off, gov_snapshot(epoch=382), params(382)]
+    load(db_url, tmp_path, recs + small_escrow("9801", 380, invalid=1, served=9)
+         + small_escrow("9802", 381, invalid=1, served=9) + small_escrow("9803", 382, invalid=1, served=9))
+    got = {e: p for e, p in conn.execute(
+        "SELECT epoch_index, evidence -> 'pass_count_policy' FROM api.restitution_impact "
+        "WHERE participant = %s AND epoch_index BETWEEN 380 AND 382", (X,))}
+    assert got[380]["flags"] == {"apply_sampled_pass_count": True}
+    assert got[381]["flags"] == {} and "flags_unknown" not in got[381]
+    assert "flags" not in got[382] and got[382]["flags_unknown"].startswith("no devshard_escrow_params")
+    assert all("assigned - missed - invalid" in p["note"] for p in got.values())
+    # the SPRT inputs stay the DERIVED count whatever the flag: 9 passes, 1 failure in each epoch
+    passes = {e: v for e, v in conn.execute(
+        "SELECT epoch_index, validated FROM api.restitution_impact WHERE participant = %s "
+        "AND epoch_index BETWEEN 380 AND 382", (X,))}
+    assert passes == {380: 9, 381: 9, 382: 9}

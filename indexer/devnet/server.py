@@ -153,6 +153,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(method, target, headers.raw)
 
     def _serve(self, method: str, target: str, headers: dict[str, str]) -> None:
+        head_only = method == "HEAD"  # answered as GET without the body (Go's net/http does the same)
+        if head_only:
+            method = "GET"
         url = urlsplit(target)
         path, node = url.path, None
         m = _NODE_PATH.match(path)
@@ -175,17 +178,17 @@ class _Handler(BaseHTTPRequestHandler):
         if decision.truncate and resp.status == 200 and len(body) > 1:
             body = body[: max(1, int(len(body) * decision.truncate))]
             self.server.faults.count("truncate")
-        self._answer(resp, body)
+        self._answer(resp, body, head_only)
 
-    def _answer(self, resp: Response, body: bytes) -> None:
-        """Status line, headers and body in one send."""
+    def _answer(self, resp: Response, body: bytes, head_only: bool = False) -> None:
+        """Status line, headers and body (none for HEAD) in one send."""
         head = [f"HTTP/1.1 {resp.status} {_REASONS.get(resp.status, '')}", f"Date: {_http_date()}"]
         head.extend(f"{key}: {value}" for key, value in resp.headers.items())
         head.append(f"Content-Length: {len(body)}")
         if self.close_connection:
             head.append("Connection: close")
         try:
-            self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (b"" if head_only else body))
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (e.g. its read timeout fired during an injected delay)
 

@@ -123,6 +123,7 @@ WITH steps AS (
 ), epochs AS (
   SELECT h.epoch_index, c.chain_version, c.version_source, c.lower_bound, c.changed_in_epoch,
          ep.validation_params, ep.params_exact, ep.params_height, ep.total_weight, ep.bitcoin_reward_params,
+         fn.pass_count_flags(ep.devshard_escrow_params) AS pass_count_flags,
          fn.chain_decimal(ep.validation_params -> 'false_positive_rate') AS sprt_p0,
          fn.chain_decimal(ep.validation_params -> 'bad_participant_invalidation_rate') AS sprt_p1,
          fn.chain_decimal(ep.validation_params -> 'invalidation_h_threshold') AS sprt_threshold,
@@ -159,6 +160,7 @@ SELECT b.*, e.chain_version, e.version_source, e.lower_bound AS chain_version_lo
        e.changed_in_epoch AS chain_version_changed_in_epoch, e.params_exact, e.params_height,
        e.params_changed_by_next_epoch, e.validation_params IS NOT NULL AS params_captured,
        e.total_weight, e.bitcoin_reward_params, e.sprt_p0, e.sprt_p1, e.sprt_threshold, e.binom_test_p0,
+       e.pass_count_flags,
        dt.passes AS downtime_passes, dt.p0 AS downtime_p0, dt.skipped AS downtime_skipped,
        CASE WHEN NOT b.summary_captured THEN 'no epoch_performance_summary captured for this host and epoch'
             WHEN b.downtime_total IS NULL THEN 'the captured summary has no inference_count / missed_requests'
@@ -243,6 +245,14 @@ SELECT epoch_index, participant,
          'pass_count', 'validated += assigned - missed - invalid per settled escrow (chain v0.2.12 on); the chain '
            || 'takes assigned from devshardAssignedUpperBoundForSlot(settle nonce), the indexer counts the host''s '
            || 'replayed inferences',
+         'pass_count_policy', jsonb_build_object(
+             'flags', pass_count_flags,
+             'note', 'passes here are assigned - missed - invalid (policy DERIVED); chain revisions with per-name '
+               || 'pass-count policies (v0.2.16 on) credit a SAMPLED protocol name, when its flag applies it, '
+               || 'min(validated, 2 * min(finished, completed) * validation_rate_bps / 10000 + 2) per slot '
+               || '(fn.devshard_sampled_passes); the policy store is not captured',
+             'flags_unknown', CASE WHEN pass_count_flags IS NULL
+               THEN 'no devshard_escrow_params snapshot captured for the epoch' END),
          'replay_counts', jsonb_build_object('assigned', assigned, 'missed', replay_missed,
                                              'invalid', replay_invalid, 'validated', replay_validated),
          'chain_counts', CASE WHEN summary_captured THEN jsonb_build_object(
