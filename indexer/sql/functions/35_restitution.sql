@@ -4,12 +4,20 @@
 
 -- fn.chain_version_at(epoch_index): the chain version in force for an epoch.
 --   1. the newest chain.version_override covering the epoch (version_source 'override'), else
---   2. the version of the last upgrade at or before the epoch's evaluation height (its end_height, else its
---      start_height, from rec.epoch) when every later upgrade's height is known ('upgrade_heights'), else
+--   2. the last upgrade at or before the epoch's evaluation height (its end_height, else its start_height, from
+--      rec.epoch), whether the chain math knows its version or not, when no later version (a chain.upgrade row, or
+--      a version of fn.chain_versions()) lacks a height ('upgrade_heights'); a version the math does not know then
+--      makes every chain-math function report it (an unknown version is an error), never a silent stand-in; else
 --   3. NULL = the newest version the chain math knows ('assumed_newest'), with lower_bound the version the known
 --      heights establish (an upgrade of unknown height may or may not precede the epoch).
+-- Versions are ordered by their numbers (fn.version_key: v0.2.9 < v0.2.13), upgrades by height.
 -- changed_in_epoch: an upgrade of known height falls inside the epoch (its tests ran under two versions).
 -- SECURITY DEFINER: the reader role may execute fn.* but not read schema chain or rec.
+CREATE OR REPLACE FUNCTION fn.version_key(version text)
+RETURNS int[] LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT array_agg(m[1]::int ORDER BY n) FROM regexp_matches(version, '([0-9]{1,9})', 'g') WITH ORDINALITY t(m, n)
+$$;
+
 CREATE OR REPLACE FUNCTION fn.chain_version_at(epoch bigint,
                                                OUT chain_version text, OUT version_source text,
                                                OUT lower_bound text, OUT changed_in_epoch boolean)
@@ -17,7 +25,6 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
   h bigint;
   h_start bigint;
-  found_ordinal int;
 BEGIN
   SELECT o.chain_version INTO chain_version FROM chain.version_override o
   WHERE o.first_epoch <= epoch AND (o.last_epoch IS NULL OR o.last_epoch >= epoch)
@@ -33,12 +40,15 @@ BEGIN
     version_source := 'assumed_newest';
     RETURN;
   END IF;
-  SELECT v.ordinal, v.chain_version INTO found_ordinal, lower_bound
-  FROM chain.upgrade u JOIN fn.chain_versions() v ON v.chain_version = u.chain_version
-  WHERE u.height <= h ORDER BY v.ordinal DESC LIMIT 1;
-  IF found_ordinal IS NOT NULL AND NOT EXISTS (
-       SELECT 1 FROM fn.chain_versions() v LEFT JOIN chain.upgrade u ON u.chain_version = v.chain_version
-       WHERE v.ordinal > found_ordinal AND u.height IS NULL) THEN
+  SELECT u.chain_version INTO lower_bound FROM chain.upgrade u
+  WHERE u.height <= h ORDER BY u.height DESC, fn.version_key(u.chain_version) DESC LIMIT 1;
+  IF lower_bound IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM (SELECT u.chain_version FROM chain.upgrade u WHERE u.height IS NULL
+                      UNION
+                      SELECT v.chain_version FROM fn.chain_versions() v
+                      WHERE NOT EXISTS (SELECT 1 FROM chain.upgrade u WHERE u.chain_version = v.chain_version
+                                                                       AND u.height IS NOT NULL)) later
+       WHERE fn.version_key(later.chain_version) > fn.version_key(lower_bound)) THEN
     chain_version := lower_bound;
     version_source := 'upgrade_heights';
     RETURN;

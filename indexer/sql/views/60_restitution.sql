@@ -2,11 +2,13 @@
 -- the disputable penalties, and under each rule variant, computed with the chain's own tests (fn.*) and the
 -- parameters in force for the epoch (its root epoch_group_data snapshot, rec.epoch_params).
 
--- The chain versions the chain math knows, with the upgrade heights recorded for them (chain.upgrade).
+-- The chain versions the chain math knows and the upgrades recorded (chain.upgrade), with their heights; an upgrade
+-- whose version the math does not reproduce has no ordinal and chain_math = false.
 CREATE VIEW api.chain_versions AS
-SELECT v.ordinal, v.chain_version, u.upgrade_name, u.height, u.source AS height_source, v.git_ref, v.git_commit,
-       v.released, v.missed_stat_test, v.invalidation_sprt, v.epoch_reward
-FROM fn.chain_versions() v LEFT JOIN chain.upgrade u ON u.chain_version = v.chain_version;
+SELECT v.ordinal, COALESCE(v.chain_version, u.chain_version) AS chain_version, u.upgrade_name, u.height,
+       u.source AS height_source, v.git_ref, v.git_commit, v.released, v.missed_stat_test, v.invalidation_sprt,
+       v.epoch_reward, v.chain_version IS NOT NULL AS chain_math
+FROM fn.chain_versions() v FULL JOIN chain.upgrade u ON u.chain_version = v.chain_version;
 
 CREATE VIEW api.chain_version_overrides AS
 SELECT override_id, first_epoch, last_epoch, chain_version, reason, set_at FROM chain.version_override;
