@@ -170,7 +170,7 @@ def test_chain_version_heights_and_override(db_url, tmp_path, conn):
     assert one(conn, "SELECT chain_version, version_source FROM api.epoch_chain_versions "
                      "WHERE epoch_index = 380") == (None, "assumed_newest")
     conn.execute("UPDATE chain.upgrade SET height = 5_000_000 + ordinal * 10 FROM fn.chain_versions() v "
-                 "WHERE v.chain_version = upgrade.chain_version")
+                 "WHERE v.chain_version = upgrade.chain_version AND v.ordinal <= 14")  # up to v0.2.13
     conn.execute("UPDATE chain.upgrade SET height = 5_710_000 WHERE chain_version = 'v0.2.13'")
     # the upgrades after v0.2.13 (seeded by migration 0017, heights unknown) may precede the epoch: not v0.2.13
     # on the strength of the older heights, but the newest known math, said as an assumption, with its lower bound
@@ -182,15 +182,20 @@ def test_chain_version_heights_and_override(db_url, tmp_path, conn):
     r = one(conn, "SELECT chain_version, version_source, changed_in_epoch FROM api.epoch_chain_versions "
                   "WHERE epoch_index = 380")
     assert r == ("v0.2.13", "upgrade_heights", True)
-    # an upgrade the chain math does not reproduce, in force for the epoch: named, and the math refuses it
     conn.execute("UPDATE chain.upgrade SET height = 5_712_000 WHERE chain_version = 'v0.2.14'")
+    assert one(conn, "SELECT chain_version, version_source FROM api.epoch_chain_versions WHERE epoch_index = 380"
+               ) == ("v0.2.14", "upgrade_heights")
+    # an upgrade the chain math does not reproduce (an operator records v0.2.19), in force for the epoch: named,
+    # and the math refuses it by name instead of evaluating with another version's rules
+    conn.execute("INSERT INTO chain.upgrade (chain_version, upgrade_name, height, source) "
+                 "VALUES ('v0.2.19', 'v0.2.19', 5_713_000, 'operator: applied_plan/v0.2.19')")
     r = one(conn, "SELECT chain_version, version_source, lower_bound FROM api.epoch_chain_versions "
                   "WHERE epoch_index = 380")
-    assert r == ("v0.2.14", "upgrade_heights", "v0.2.14")
-    assert "unknown chain version v0.2.14" in one(
-        conn, "SELECT error FROM fn.sprt_steps_safe(ARRAY[1]::bigint[], ARRAY[9]::bigint[], 0.05, 0.10, 4, 'v0.2.14')")[0]
-    assert one(conn, "SELECT ordinal, chain_math, height FROM api.chain_versions WHERE chain_version = 'v0.2.14'") == (
-        None, False, 5_712_000)
+    assert r == ("v0.2.19", "upgrade_heights", "v0.2.19")
+    assert "unknown chain version v0.2.19" in one(
+        conn, "SELECT error FROM fn.sprt_steps_safe(ARRAY[1]::bigint[], ARRAY[9]::bigint[], 0.05, 0.10, 4, 'v0.2.19')")[0]
+    assert one(conn, "SELECT ordinal, chain_math, height FROM api.chain_versions WHERE chain_version = 'v0.2.19'") == (
+        None, False, 5_713_000)
     # versions order by their numbers, not as text
     assert one(conn, "SELECT fn.version_key('v0.2.9') < fn.version_key('v0.2.13')")[0] is True
     conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
@@ -203,7 +208,7 @@ def test_chain_version_heights_and_override(db_url, tmp_path, conn):
         assert c.execute("SELECT chain_version FROM api.epoch_chain_versions WHERE epoch_index = 380"
                          ).fetchone() == ("v0.2.11",)
         assert c.execute("SELECT count(*) FILTER (WHERE chain_math), count(*) FROM api.chain_versions"
-                         ).fetchone() == (14, 19)
+                         ).fetchone() == (19, 20)
 
 
 def test_settlement_pass_count_functions_match_the_chains_tests(conn):

@@ -2,11 +2,9 @@
 
 gonka-ai/gonka has upgrade handlers for v0.2.14 … v0.2.18 (inference-chain/app/upgrades/v0_2_14 … v0_2_18; the
 UpgradeName constants of v0_2_17 and v0_2_18 at ffd9dff006f6911683577d1f4eb467cb8742453b, "MUST exactly match the
-on-chain governance proposal name"). The chain math (fn.chain_versions) follows v0.2.13; an epoch after one of these
-upgrades must not be attributed to v0.2.13 on the strength of the older heights alone. With these rows and their
-heights unknown, such epochs read 'assumed_newest' (the math's newest, said as an assumption); an operator who sets
-a height makes the epochs after it carry that version, which the chain math then reports as unknown rather than
-silently evaluating with another version's rules. Rows an operator inserted already are left as they are.
+on-chain governance proposal name"). Without rows for them, an epoch after one of these upgrades was attributed to
+v0.2.13 on the strength of the older heights alone ('upgrade_heights'). With them and their heights unknown, such
+epochs read 'assumed_newest' until an operator sets the heights. Rows an operator inserted already are kept.
 
 Revision ID: 0017_later_chain_upgrades
 Revises: 0016_start_sibling_hash_index

@@ -2,7 +2,8 @@
 -- Every chain-math function takes an optional last argument chain_version ('v0.2.10' or '0.2.10'); NULL or
 -- omitted means the newest version listed here. Commits are those of the release/<version> tags (v0.2.12 and
 -- v0.2.13 have no release tag in the public history: the squash-merge commits "Upgrade v0.2.12 (#948)" and
--- "v0.2.13: microrelease (#1143)" on main stand for them). See docs/chain-math.md.
+-- "v0.2.13: microrelease (#1143)" on main stand for them; v0.2.14 .. v0.2.18 are known by their upgrade handlers).
+-- See docs/chain-math.md.
 CREATE OR REPLACE FUNCTION fn.chain_versions()
 RETURNS TABLE (ordinal int, chain_version text, git_ref text, git_commit text, released date,
                missed_stat_test text, invalidation_sprt text, epoch_reward text)
@@ -35,7 +36,21 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     (13, 'v0.2.12', 'main: Upgrade v0.2.12 (#948)', 'd8b8e9073d1a420d344d3ecc33ef23957f4142b1', date '2026-04-29',
          'per-p0 tables (p0=0.10 n<=10 relaxed) + binomial', 'SPRT precomputed, p in [0,1]', 'exp(decay) table, exact power'),
     (14, 'v0.2.13', 'main: v0.2.13: microrelease (#1143)', '17808620293b57112896bcbb7f99c4c2f554d6c8', date '2026-05-26',
-         'per-p0 tables (p0=0.10 n<=10 relaxed) + binomial', 'SPRT precomputed, p in [0,1]', 'exp(decay) table, exact power')
+         'per-p0 tables (p0=0.10 n<=10 relaxed) + binomial', 'SPRT precomputed, p in [0,1]', 'exp(decay) table, exact power'),
+    -- v0.2.14 .. v0.2.18: no release tag read; the upgrade handler's commit stands for each. Their math was compared
+    -- with the newest stored sources (docs/chain-math.md "After v0.2.13"): the downtime test, getDynamicP0, the SPRT
+    -- terms and the epoch reward formula are v0.2.13's; what changed is who receives the reward (delegation
+    -- transfers from v0.2.14), which fn.reward_share does not model in any version.
+    (15, 'v0.2.14', 'upgrade handler app/upgrades/v0_2_14', '8ca9be379e5f5cafe551473a47337f79c6a4129c', NULL,
+         'as v0.2.13', 'as v0.2.13', 'as v0.2.13'),
+    (16, 'v0.2.15', 'upgrade handler app/upgrades/v0_2_15', '7f6cbbb93cd50850938c3829a27f3e43bee70c72', NULL,
+         'as v0.2.13', 'as v0.2.13', 'as v0.2.13'),
+    (17, 'v0.2.16', 'upgrade handler app/upgrades/v0_2_16', '36fb3ce3a8fa45cd6f6409b9f4ac68d9997224cb', NULL,
+         'as v0.2.13', 'as v0.2.13', 'as v0.2.13'),
+    (18, 'v0.2.17', 'upgrade handler app/upgrades/v0_2_17', 'ffd9dff006f6911683577d1f4eb467cb8742453b', NULL,
+         'as v0.2.13', 'as v0.2.13', 'as v0.2.13'),
+    (19, 'v0.2.18', 'upgrade handler app/upgrades/v0_2_18', 'ffd9dff006f6911683577d1f4eb467cb8742453b', NULL,
+         'as v0.2.13', 'as v0.2.13', 'as v0.2.13')
 $$;
 COMMENT ON FUNCTION fn.chain_versions() IS
   'Chain versions the fn.* chain-math functions reproduce, with the git tag/commit each follows (docs/chain-math.md).';

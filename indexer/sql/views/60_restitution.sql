@@ -287,6 +287,8 @@ SELECT epoch_index, participant,
              'not_computed', jsonb_build_array(
                'delegation transfers (poc_delegation): a delegating host keeps only its share after the transfer',
                '30 percent power cap on active weight: exclusions can move other hosts through the cap',
+               'the effective-weight rescale by the ML nodes'' coefficients (confirmation_weight x weight / the '
+                 || 'nodes'' coefficient-weighted total; dynamic coefficients from chain v0.2.16)',
                'confirmation_weight is the last stored value, which may predate later confirmation rounds'),
              'not_included', jsonb_build_array('work coins', 'collateral slash', 'reputation reset'))
        )) AS evidence
