@@ -250,3 +250,28 @@ def test_restitution_reports_the_epochs_pass_count_flags(db_url, tmp_path, conn)
         "SELECT epoch_index, validated FROM api.restitution_impact WHERE participant = %s "
         "AND epoch_index BETWEEN 380 AND 382", (X,))}
     assert passes == {380: 9, 381: 9, 382: 9}
+
+
+def test_escrows_settled_after_the_epoch_are_not_sprt_steps(db_url, tmp_path, conn):
+    """MsgSettleDevshardEscrow adds a settlement's host stats to the epoch's counters only while the escrow's epoch
+    is the effective one: an escrow of epoch 383 settled after its last block (height 1000) is paid, never counted.
+    Here it holds the 7 invalidations that would cross H = 4; counted only the escrows settled in time, X stays
+    below. An escrow without a settlement height is counted (as before)."""
+    on_time = small_escrow("9901", 383, invalid=0, served=9)
+    on_time[0]["settled_height"] = 900
+    late = small_escrow("9902", 383, invalid=7, served=0)  # 7 ln 2 - 9 x 0.054 = 4.37 >= 4 if counted
+    late[0]["settled_height"] = 1100
+    unknown = small_escrow("9903", 383, invalid=0, served=3)
+    recs = [gov_snapshot(epoch=383), params(383), {"kind": "epoch", "epoch_index": 383, "start_height": 500,
+                                                   "end_height": 1000}]
+    load(db_url, tmp_path, recs + on_time + late + unknown)
+    crossed, evidence = one(conn, "SELECT sprt_crossed, evidence FROM api.restitution_impact "
+                                  "WHERE epoch_index = 383 AND participant = %s", X)
+    assert crossed is False
+    assert evidence["sprt_escrows"] == ["9901", "9903"]
+    assert evidence["escrows_settled_after_epoch"]["escrows"] == ["9902"]
+    assert {r[0] for r in conn.execute("SELECT DISTINCT escrow_id FROM api.restitution_steps "
+                                       "WHERE epoch_index = 383")} == {"9901", "9903"}
+    assert [one(conn, "SELECT fn.settled_after_epoch(%s, %s)", h, end)[0]
+            for h, end in ((1001, 1000), (1000, 1000), (None, 1000), (1001, 0), (1001, None))] == [
+        True, False, False, False, False]

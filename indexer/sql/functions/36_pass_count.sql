@@ -33,3 +33,15 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            COALESCE((SELECT jsonb_object_agg(key, value) FROM jsonb_each(devshard_escrow_params)
                      WHERE key ~ '^apply_[a-z_]+_pass_count$'), '{}'::jsonb) END
 $$;
+
+-- Does a settlement at settled_height miss its epoch's host counters? MsgSettleDevshardEscrow
+-- (keeper/msg_server_settle_devshard_escrow.go, every stored revision) adds an escrow's host stats to a host's
+-- CurrentEpochStats (the SPRT's and the downtime test's inputs) only while the escrow's epoch is the effective one
+-- (treatAsCurrentEpochSettle; later revisions also require that the host's epoch is not settled yet). An escrow
+-- settled in the next epoch is paid but never counted. The epoch's end is its group's last_block_height
+-- (rec.epoch.end_height; 0 or NULL while it runs): a settlement above it was in the next epoch. Unknown heights
+-- give false (counted, as before the rule was known); the restitution evidence says whether heights were known.
+CREATE OR REPLACE FUNCTION fn.settled_after_epoch(settled_height bigint, epoch_end_height bigint)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT COALESCE(settled_height > NULLIF(epoch_end_height, 0), false)
+$$;

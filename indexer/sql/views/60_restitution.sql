@@ -62,7 +62,8 @@ FROM p;
 -- One row per epoch, variant, host and escrow: the status update the chain makes when the escrow settles
 -- (README "Restitution impact and policy what-if", "SPRT order"). Steps are numbered in settlement order: the escrow record's settled_height
 -- when given (an unknown field kept in rec.escrow.extra), else the numeric escrow id (creation order). Escrows
--- known unsettled (settled = false) have reached no chain counter and are left out. Per the chain's settlement
+-- known unsettled (settled = false) have reached no chain counter and are left out, and so are escrows settled in
+-- the next epoch (fn.settled_after_epoch: the chain pays them but adds nothing to the epoch's counters). Per the chain's settlement
 -- (v0.2.12 on, AggregateDevshardHostStatsIntoCurrentEpochStats): inference_count += assigned - missed,
 -- validated += assigned - missed - invalid; an excused miss or invalidation becomes a validation.
 CREATE VIEW api.restitution_steps AS
@@ -93,8 +94,10 @@ WITH variants(variant) AS (
   FROM host_escrow h
   CROSS JOIN variants v
   LEFT JOIN rec.escrow e ON e.escrow_id = h.escrow_id
+  LEFT JOIN rec.epoch ep ON ep.epoch_index = h.epoch_index
   LEFT JOIN excused x ON x.escrow_id = h.escrow_id AND x.participant = h.participant AND x.variant = v.variant
   WHERE e.settled IS DISTINCT FROM false
+    AND NOT fn.settled_after_epoch((e.extra ->> 'settled_height')::bigint, ep.end_height)
 )
 SELECT epoch_index, variant, participant, escrow_id,
        row_number() OVER (PARTITION BY epoch_index, variant, participant
@@ -116,6 +119,14 @@ WITH steps AS (
          sum(passes)::bigint AS validated, sum(excused_missed)::bigint AS excused_missed,
          sum(excused_invalid)::bigint AS excused_invalid
   FROM api.restitution_steps GROUP BY 1, 2, 3
+), settled_late AS (  -- escrows of the epoch a host held a slot in, settled after it (not in its counters)
+  SELECT e.epoch_index, slot.participant, array_agg(DISTINCT e.escrow_id ORDER BY e.escrow_id) AS escrows
+  FROM rec.escrow e
+  JOIN rec.epoch ep ON ep.epoch_index = e.epoch_index
+  CROSS JOIN LATERAL unnest(e.slots) AS slot(participant)
+  WHERE e.settled IS DISTINCT FROM false
+    AND fn.settled_after_epoch((e.extra ->> 'settled_height')::bigint, ep.end_height)
+  GROUP BY 1, 2
 ), variants AS (
   SELECT DISTINCT variant FROM (VALUES ('current'), ('without_disputable'), ('issue_2078'), ('tokenize_2093'),
                                        ('narrow_prompt_ge_limit'), ('hardened_sibling')) v(variant)
@@ -148,11 +159,13 @@ WITH steps AS (
          pe.excluded_height,
          -- the downtime counts the settlement passes (total = inference_count + missed_requests); an excused
          -- miss becomes a completed inference, so the total stays and missed drops
+         sl.escrows AS escrows_settled_late,
          pe.missed_requests - LEAST(COALESCE(s.excused_missed, 0), pe.missed_requests) AS downtime_missed,
          pe.inference_count + pe.missed_requests AS downtime_total
   FROM hosts h CROSS JOIN variants v
   LEFT JOIN steps s ON s.epoch_index = h.epoch_index AND s.participant = h.participant AND s.variant = v.variant
   LEFT JOIN rec.participant_epoch pe ON pe.epoch_index = h.epoch_index AND pe.participant = h.participant
+  LEFT JOIN settled_late sl ON sl.epoch_index = h.epoch_index AND sl.participant = h.participant
 ), sums AS (  -- getDynamicP0's epoch-wide inputs, over participants with requests, under the same variant
   SELECT epoch_index, variant, sum(downtime_total) AS epoch_total, sum(downtime_missed) AS epoch_missed,
          count(*)::int AS epoch_participants
@@ -240,6 +253,10 @@ SELECT epoch_index, participant,
            || 'checks LLR >= H after each); escrows in settlement order: settled_height when recorded, else escrow '
            || 'id (creation order), so an escrow created earlier but settled later is misordered',
          'sprt_settle_heights_known', settle_heights_known,
+         'escrows_settled_after_epoch', CASE WHEN escrows_settled_late IS NOT NULL THEN jsonb_build_object(
+             'escrows', to_jsonb(escrows_settled_late),
+             'rule', 'settled after the epoch''s last block: the chain paid them but added nothing to the epoch''s '
+               || 'counters (MsgSettleDevshardEscrow treatAsCurrentEpochSettle), so they are not SPRT steps here') END,
          'sprt_escrows', to_jsonb(escrows),
          'sprt_crossed_at_escrow', sprt_crossed_at_escrow,
          'sprt_crossed_at_escrow_without_disputable', sprt_crossed_at_escrow_without,
