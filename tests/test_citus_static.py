@@ -142,9 +142,13 @@ INTERMEDIATES = {
     ("views/60_restitution.sql", "the right branch of a set operation"): "the epochs that have replayed escrows",
     ("views/60_restitution.sql", "view api.restitution_steps restitution_steps"):
         "settlement order per (epoch, variant, host): a window over hosts' escrow rows, not over inferences",
+    ("views/60_restitution.sql", "CTE settled_late sl"):
+        "escrows settled after their epoch, per (epoch, host): a few ids from the escrow rows, not from inferences",
     ("alerts/disputable_penalty.sql", "subquery per_rule"): "disputable counts per (epoch, host, rule)",
     ("alerts/downtime_by_disputable.sql", "view api.restitution_steps restitution_steps"): "as in the view",
     ("alerts/sprt_within_reach.sql", "view api.restitution_steps restitution_steps"): "as in the view",
+    ("alerts/downtime_by_disputable.sql", "CTE settled_late sl"): "as in the view",
+    ("alerts/sprt_within_reach.sql", "CTE settled_late sl"): "as in the view",
 }
 
 
