@@ -184,3 +184,34 @@ def test_settled_escrows_carry_their_settlement_height(db_url):
                           (scn.epochs[-1].epoch_index - 1,)).fetchone()[0]
     assert want and got == want
     assert known == [True]  # every settled epoch's SPRT steps are ordered by recorded settlement heights
+
+
+def test_unsettled_escrows_decode_with_the_version_their_session_is_bound_to(db_url):
+    """Hosts run every approved version side by side and a session binds to one of them on its first request. Here
+    the hosts also run a v6 the indexer has no table for (a rollout in progress) while the sessions are bound to v5.
+    An unsettled escrow has no settlement event naming its version, so the poller reads it from the escrow's shard
+    detail (``version``, the runtime bind) instead of taking the newest the host runs: without that every unsettled
+    escrow failed as an unknown version v6; now its v5 diffs are decoded with v5's table."""
+    scn = _small(epochs=2)
+    with DevnetServer(scn, host_versions=("v6", "v5")) as net:
+        net.advance_to_last_epoch()
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+    ids = _visible(scn, scn.epochs[-1].epoch_index)
+    unsettled = [e for e in ids if scn.escrows[e].epoch_index == scn.epochs[-1].epoch_index]
+    with psycopg.connect(db_url) as c:
+        versions = dict(c.execute("SELECT escrow_id, protocol_version FROM rec.escrow").fetchall())
+        failures = c.execute("SELECT count(*) FROM net.failure WHERE error LIKE '%%v6%%'").fetchone()[0]
+    assert unsettled and {versions.get(e) for e in unsettled} == {"v5"}
+    assert failures == 0
+    assert _tx_counts(db_url) == _expected_counts(scn, ids)
+    assert _statuses(db_url) == _expected_statuses(scn, ids)
+
+
+def test_bound_version_prefers_the_details_known_names():
+    from indexer.poller.fetch import bound_version
+
+    assert bound_version({"version": "v4", "protocol_version": "v4.1"}, "v5") == "v4.1"  # newer hosts' field first
+    assert bound_version({"version": "v4"}, "v5") == "v4"
+    assert bound_version({"version": "v1"}, "v5") == "v5"  # the legacy path's tag has no wire table: keep the guess
+    assert bound_version({"version": "", "protocol_version": None}, "v5") == "v5"
+    assert bound_version({}, "v6") == "v6"  # nothing better known: the unknown guess stays (and is reported)

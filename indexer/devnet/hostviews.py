@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from bisect import bisect_left, bisect_right
-from typing import Any
+from typing import Any, Sequence
 
 from indexer.devnet.engine import fake_sig
 from indexer.devnet.models import HostSpec
@@ -23,15 +23,16 @@ def host_escrows(net: Devnet, host: HostSpec) -> list[EscrowSim]:
     return [e for e in net.scenario.escrows.values() if net.live(e) and host.address in e.slots]
 
 
-def session(net: Devnet, host: HostSpec, escrow_id: str, version: str) -> EscrowSim | None:
+def session(net: Devnet, host: HostSpec, escrow_id: str, version: str | None) -> EscrowSim | None:
+    """The host's live session of ``escrow_id`` bound to ``version`` (None: whatever version it is bound to)."""
     esc = net.escrow(escrow_id)
-    if esc is None or not net.live(esc) or host.address not in esc.slots or esc.protocol_version != version:
+    if esc is None or not net.live(esc) or host.address not in esc.slots:
         return None
-    return esc
+    return esc if version is None or esc.protocol_version == version else None
 
 
-def healthz_json(net: Devnet) -> list[dict[str, str]]:
-    return [{"name": net.scenario.config.protocol_version, "status": "ok"}]
+def healthz_json(net: Devnet, versions: Sequence[str] = ()) -> list[dict[str, str]]:
+    return [{"name": name, "status": "ok"} for name in (versions or (net.scenario.config.protocol_version,))]
 
 
 def shards_json(net: Devnet, host: HostSpec, version: str) -> dict[str, Any]:

@@ -63,6 +63,8 @@ class AppOptions:
                                 # X-Validator-Address header is enough (the unsigned flows of tests and the demo)
     state_retain_blocks: int | None = None  # chain state kept for heights this far below the tip (None: one epoch)
     failing_models: tuple[str, ...] = ()  # epoch_group_data?model_id=… of these models answers 500 (a failed read)
+    host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
+                                         # side); () = the scenario's version only
 
 
 Handler = Callable[..., Response]
@@ -221,7 +223,7 @@ class App:
     def healthz(self, q: Mapping, hd: Mapping, host: str) -> Response:
         if self._host(host) is None:
             return Response.text("404 page not found", 404)
-        return Response.json(hv.healthz_json(self.net))
+        return Response.json(hv.healthz_json(self.net, self.options.host_versions))
 
     def shards_newest(self, q: Mapping, hd: Mapping, host: str) -> Response:
         return self.shards(q, hd, host, self.net.scenario.config.protocol_version)
@@ -232,16 +234,25 @@ class App:
             return Response.text("404 page not found", 404)
         return Response.json(hv.shards_json(self.net, spec, version))
 
-    def _session(self, host: str, version: str, escrow: str):
+    def _session(self, host: str, version: str, escrow: str, observability: bool = False):
+        """(host spec, session). Observability routes (stats/shards/{id}, sessions/{id}/diffs|signatures) are
+        versionless on real hosts: a versioned URL of them is rewritten to the versionless form and answered by the
+        child the session is bound to (devshard IsVersionlessObsPath), so any version the host runs will do there;
+        the protocol routes (payloads) answer only under the session's own version."""
         spec = self._host(host)
-        return spec, (hv.session(self.net, spec, escrow, version) if spec else None)
+        if spec is None:
+            return spec, None
+        if observability:
+            runs = self.options.host_versions or (self.net.scenario.config.protocol_version,)
+            return spec, (hv.session(self.net, spec, escrow, None) if version in runs else None)
+        return spec, hv.session(self.net, spec, escrow, version)
 
     def shard_detail(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
-        _, esc = self._session(host, version, escrow)
+        _, esc = self._session(host, version, escrow, observability=True)
         return Response.json(hv.shard_detail_json(self.net, esc)) if esc else Response.text("shard not found", 404)
 
     def diffs(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
-        spec, esc = self._session(host, version, escrow)
+        spec, esc = self._session(host, version, escrow, observability=True)
         if esc is None:
             return Response.text("session not found", 404)
         try:
@@ -259,7 +270,7 @@ class App:
         return Response.raw_json(hv.diffs_body(self.net, esc, first, last, lying))
 
     def signatures(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
-        _, esc = self._session(host, version, escrow)
+        _, esc = self._session(host, version, escrow, observability=True)
         nonce = _param(q, "nonce") or ""
         body = hv.signatures_json(esc, int(nonce)) if esc and nonce.isdigit() else None
         return Response.json(body) if body else Response.text("signatures not found", 404)

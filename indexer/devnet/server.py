@@ -269,14 +269,15 @@ class DevnetServer:
 
     def __init__(self, network: Devnet | Scenario | None = None, *, faults: FaultConfig | None = None,
                  b64_events: bool = False, escrow_max_model_len: str | None = None,
-                 host: str = "127.0.0.1", port: int = 0, warm: bool = False, payload_auth: bool = False) -> None:
+                 host: str = "127.0.0.1", port: int = 0, warm: bool = False, payload_auth: bool = False,
+                 host_versions: tuple[str, ...] = ()) -> None:
         if network is None:
             network = Scenario()
         self.devnet = network if isinstance(network, Devnet) else Devnet(network)
         self.faults = Faults(faults or FaultConfig())
         self.faults.host_addresses = {h.name: h.address for h in self.devnet.scenario.hosts}
         options = AppOptions(b64_events, escrow_max_model_len, self.faults.config.lying_host,
-                             self.faults.config.serve_upto, payload_auth)
+                             self.faults.config.serve_upto, payload_auth, host_versions=tuple(host_versions))
         self.app = App(self.devnet, options)
         if warm:  # pre-encode every diff log (otherwise each log is encoded on its first request)
             hostviews.warm(self.devnet, self.faults.config.lying_host)

@@ -68,5 +68,10 @@ class Devnet:
         return start_time + (self.latest_height() - start_height) * self.scenario.config.seconds_per_block
 
     def settle_height(self, esc: EscrowSim) -> int:
-        index = next(i for i, e in enumerate(self.scenario.epoch(esc.epoch_index).escrows) if e is esc)
-        return self.scenario.epoch_start(esc.epoch_index + 1)[0] + 3 + index
+        """The block of the escrow's settlement: in its epoch's last blocks, in escrow order. The chain adds a
+        settlement's host stats to the epoch's counters only while the escrow's epoch is the effective one
+        (MsgSettleDevshardEscrow treatAsCurrentEpochSettle), so users settle before the epoch ends; the clock shows
+        the settlement once it has moved past the epoch."""
+        escrows = self.scenario.epoch(esc.epoch_index).escrows
+        index = next(i for i, e in enumerate(escrows) if e is esc)
+        return self.scenario.epoch_start(esc.epoch_index + 1)[0] - 1 - 2 * (len(escrows) - index)

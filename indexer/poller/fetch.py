@@ -21,7 +21,7 @@ from indexer.sources.gonka.host import PAGE_NONCES, PayloadShapeError
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
                                     parse_u64)
 from indexer.wire.errors import WireDecodeError
-from indexer.wire.schemas import schema_for
+from indexer.wire.schemas import SCHEMAS, schema_for
 
 PAGES_PER_CHUNK = 16          # 1024 nonces per run of pages (one witness check, one unit of commit)
 
@@ -65,6 +65,19 @@ class Settlement:
     height: int | None
 
 
+def bound_version(detail: dict, guess: str) -> str:
+    """The protocol version an unsettled escrow's session is bound to, from its shard detail: ``protocol_version``
+    (newer hosts), else ``version`` ("versiond runtime bind", devshard statsShardDetailResponse). A host runs every
+    approved version side by side and a session binds to one of them on its first request, so the newest version
+    the host reports (``guess``) is only a guess: diffs decoded with another version's table come out wrong. Only a
+    version with a wire table replaces the guess (an older host's "v1" tag, say, is not one)."""
+    for key in ("protocol_version", "version"):
+        named = detail.get(key)
+        if isinstance(named, str) and named in SCHEMAS:
+            return named
+    return guess
+
+
 class Cancelled(Exception):
     """The cycle is stopping: a fetch thread abandons its escrow (its committed cursor is where the rerun resumes)."""
 
@@ -103,25 +116,28 @@ class EscrowFetcher:
     def _escrow_log(self, escrow_id: str, epoch: int, version: str | None, after: int,
                     emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict,
                     group: HostGroup, settled_height: int | None) -> None:
-        if not version:
+        guessed = not version
+        if guessed:
             versions, _ = group.call(lambda h: h.versions())
             if not versions:
                 raise FetchError(f"escrow:{escrow_id}", "no host reports a protocol version", transient=True)
             version = versions[0]  # newest first
             group.version = version
+
+        detail = None
+        try:  # observability routes answer from the child the session is bound to, whatever version the URL names
+            detail, _ = group.call(lambda h: h.shard_detail(version, escrow_id))
+        except FetchError as exc:
+            self.report_failure(f"escrow:{escrow_id}", exc.url, f"shard detail: {exc}", exc.transient)
+            group.bad.clear()  # the log itself may still be served
+        if guessed and detail:
+            version = group.version = bound_version(detail, version)
         # a version without a wire table is recorded against this escrow and host, never decoded with another table
         schema_for(version, escrow=escrow_id, host=group.primary)
         esc = escrow_record(data, version)
         if settled_height is not None:  # an extra field of the record (rec.escrow.extra): the restitution's SPRT order
             esc["settled_height"] = settled_height
         settled = bool(esc.get("settled"))
-
-        detail = None
-        try:
-            detail, _ = group.call(lambda h: h.shard_detail(version, escrow_id))
-        except FetchError as exc:
-            self.report_failure(f"escrow:{escrow_id}", exc.url, f"shard detail: {exc}", exc.transient)
-            group.bad.clear()  # the log itself may still be served
         tip = parse_u64(detail["nonce"], "nonce") if detail and detail.get("nonce") is not None else None
         stats = host_stats_records(detail) if detail else []
         done.tip = tip
