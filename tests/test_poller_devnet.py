@@ -170,7 +170,7 @@ def test_lying_host_is_skipped(db_url, monkeypatch, signed_root):
 
 def test_settled_escrows_carry_their_settlement_height(db_url):
     """The settlement event's height travels with the escrow record (rec.escrow.extra), so the restitution's SPRT
-    steps follow the order the chain settled the escrows in, not their ids."""
+    steps follow the order the chain settled the escrows in, not their ids; so does the settled nonce."""
     scn = _small()
     with DevnetServer(scn) as net:
         net.advance_to_last_epoch()
@@ -182,8 +182,12 @@ def test_settled_escrows_carry_their_settlement_height(db_url):
         known = c.execute("SELECT array_agg(DISTINCT (evidence ->> 'sprt_settle_heights_known')::boolean) "
                           "FROM api.restitution_impact WHERE epoch_index < %s AND evidence ? 'sprt_settle_heights_known'",
                           (scn.epochs[-1].epoch_index - 1,)).fetchone()[0]
+        nonces = dict(c.execute("SELECT escrow_id, (extra ->> 'settle_nonce')::bigint FROM rec.escrow "
+                                "WHERE extra ? 'settle_nonce'").fetchall())
     assert want and got == want
     assert known == [True]  # every settled epoch's SPRT steps are ordered by recorded settlement heights
+    # the settled session's nonce travels too: the chain's assigned bound per slot is taken at it
+    assert nonces == {eid: scn.escrows[eid].last_nonce for eid in want}
 
 
 def test_unsettled_escrows_decode_with_the_version_their_session_is_bound_to(db_url):

@@ -275,3 +275,23 @@ def test_escrows_settled_after_the_epoch_are_not_sprt_steps(db_url, tmp_path, co
     assert [one(conn, "SELECT fn.settled_after_epoch(%s, %s)", h, end)[0]
             for h, end in ((1001, 1000), (1000, 1000), (None, 1000), (1001, 0), (1001, None))] == [
         True, False, False, False, False]
+
+
+def test_passes_count_the_chains_assigned_bound_at_the_settled_nonce(db_url, tmp_path, conn):
+    """The chain credits a slot assigned - missed - invalid passes with assigned = devshardAssignedUpperBoundForSlot
+    (settle nonce): every nonce of the slot's residue class up to the settled nonce, not the inferences that ran.
+    X (slot 0 of 5) ran 6 inferences, all invalidated: 6 ln 2 = 4.16 >= 4 counting only what ran; with the escrow
+    settled at nonce 130, slot 0's bound is 1 + (130 - 5) / 5 = 26, so 20 passes and LLR 3.08 < 4."""
+    bare = small_escrow("9951", 384, invalid=6, served=0)
+    bound = small_escrow("9952", 385, invalid=6, served=0)
+    bound[0]["settle_nonce"] = 130
+    load(db_url, tmp_path, [gov_snapshot(epoch=384), params(384), gov_snapshot(epoch=385), params(385)]
+         + bare + bound)
+    got = {e: r for e, *r in conn.execute(
+        "SELECT epoch_index, sprt_crossed, validated, (evidence ->> 'assigned_from_settle_nonce')::boolean "
+        "FROM api.restitution_impact WHERE participant = %s AND epoch_index IN (384, 385)", (X,))}
+    assert got[384] == [True, 0, False]
+    assert got[385] == [False, 20, True]
+    assert [one(conn, "SELECT fn.devshard_assigned_upper_bound(%s, %s, %s)", n, size, slot)[0]
+            for n, size, slot in ((0, 16, 0), (15, 16, 0), (16, 16, 0), (14, 16, 15), (15, 16, 15), (100, 16, 4),
+                                  (130, 5, 0))] == [0, 0, 1, 0, 1, 7, 26]

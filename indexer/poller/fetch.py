@@ -139,6 +139,10 @@ class EscrowFetcher:
             esc["settled_height"] = settled_height
         settled = bool(esc.get("settled"))
         tip = parse_u64(detail["nonce"], "nonce") if detail and detail.get("nonce") is not None else None
+        if settled and tip is not None:
+            # the settled session's nonce, which the settlement signs: the chain counts each slot's assigned
+            # inferences up to it (devshardAssignedUpperBoundForSlot), an extra field like settled_height
+            esc["settle_nonce"] = tip
         stats = host_stats_records(detail) if detail else []
         done.tip = tip
 

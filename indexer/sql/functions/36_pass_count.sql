@@ -45,3 +45,26 @@ CREATE OR REPLACE FUNCTION fn.settled_after_epoch(settled_height bigint, epoch_e
 RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT COALESCE(settled_height > NULLIF(epoch_end_height, 0), false)
 $$;
+
+-- devshardAssignedUpperBoundForSlot (keeper/devshard_settlement.go, every stored revision): the inferences a slot
+-- may have been assigned up to the settled nonce, by the executor routing inference_id == nonce and
+-- executor_slot = inference_id mod slot_count (nonce 0 is no inference, so slot 0 starts at slot_count). The chain
+-- credits assigned - missed as completed and assigned - missed - invalid as passes (DERIVED) from this bound, not
+-- from the inferences that ran: every nonce of the slot's residue class counts.
+CREATE OR REPLACE FUNCTION fn.devshard_assigned_upper_bound(settle_nonce bigint, slot_count int, slot_id int)
+RETURNS bigint LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  first_assigned bigint := CASE WHEN slot_id = 0 THEN slot_count ELSE slot_id END;
+BEGIN
+  IF slot_count <= 0 THEN
+    RAISE EXCEPTION USING MESSAGE = 'slot count cannot be zero', ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF slot_id < 0 OR slot_id >= slot_count THEN
+    RAISE EXCEPTION USING MESSAGE = 'slot ' || slot_id || ' out of range for slot count ' || slot_count,
+                          ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF settle_nonce < first_assigned THEN
+    RETURN 0;
+  END IF;
+  RETURN 1 + (settle_nonce - first_assigned) / slot_count;  -- integer division truncates, as Go's on uint64
+END $$;

@@ -65,18 +65,32 @@ FROM p;
 -- known unsettled (settled = false) have reached no chain counter and are left out, and so are escrows settled in
 -- the next epoch (fn.settled_after_epoch: the chain pays them but adds nothing to the epoch's counters). Per the chain's settlement
 -- (v0.2.12 on, AggregateDevshardHostStatsIntoCurrentEpochStats): inference_count += assigned - missed,
--- validated += assigned - missed - invalid; an excused miss or invalidation becomes a validation.
+-- validated += assigned - missed - invalid, assigned = fn.devshard_assigned_upper_bound over the host's slots at the
+-- settled nonce (the escrow record's settle_nonce; without it, the host's replayed inferences); an excused miss or
+-- invalidation becomes a validation.
 CREATE VIEW api.restitution_steps AS
 WITH variants(variant) AS (
   VALUES ('current'), ('without_disputable'), ('issue_2078'), ('tokenize_2093'), ('narrow_prompt_ge_limit'),
          ('hardened_sibling')
-), host_escrow AS (
-  SELECT i.epoch_index, i.executor_address AS participant, i.escrow_id, count(*) AS assigned,
+), replayed AS (
+  SELECT i.epoch_index, i.executor_address AS participant, i.escrow_id, count(*) AS ran,
          count(*) FILTER (WHERE i.penalty = 'missed') AS missed,
          count(*) FILTER (WHERE i.penalty = 'invalid') AS invalid
   FROM replay.inference i
   WHERE i.executor_address IS NOT NULL AND i.epoch_index IS NOT NULL
   GROUP BY 1, 2, 3
+), host_escrow AS (  -- assigned: the chain's bound over the host's slots when the settled nonce is known
+  SELECT r.epoch_index, r.participant, r.escrow_id, COALESCE(b.assigned, r.ran) AS assigned, r.missed, r.invalid,
+         b.assigned IS NOT NULL AS assigned_from_settle_nonce
+  FROM replayed r
+  LEFT JOIN rec.escrow e ON e.escrow_id = r.escrow_id
+  LEFT JOIN LATERAL (
+    SELECT sum(fn.devshard_assigned_upper_bound((e.extra ->> 'settle_nonce')::bigint, cardinality(e.slots),
+                                                s.slot_id::int - 1))::bigint AS assigned
+    FROM unnest(e.slots) WITH ORDINALITY AS s(address, slot_id)
+    WHERE s.address = r.participant AND e.extra ? 'settle_nonce'
+    HAVING count(*) > 0
+  ) b ON true
 ), excused AS (
   SELECT p.escrow_id, p.participant, v.variant,
          count(*) FILTER (WHERE p.penalty = 'missed') AS excused_missed,
@@ -104,7 +118,8 @@ SELECT epoch_index, variant, participant, escrow_id,
                           ORDER BY settled_height NULLS LAST,
                                    CASE WHEN escrow_id ~ '^[0-9]+$' THEN escrow_id::numeric END NULLS LAST,
                                    escrow_id)::int AS step,
-       settled_height, assigned, missed - excused_missed AS missed, invalid - excused_invalid AS invalid,
+       settled_height, assigned, assigned_from_settle_nonce, missed - excused_missed AS missed,
+       invalid - excused_invalid AS invalid,
        assigned - (missed - excused_missed) - (invalid - excused_invalid) AS passes,
        excused_missed, excused_invalid
 FROM ordered;
@@ -115,6 +130,7 @@ WITH steps AS (
   SELECT epoch_index, variant, participant,
          array_agg(invalid ORDER BY step) AS failures, array_agg(passes ORDER BY step) AS passes,
          array_agg(escrow_id ORDER BY step) AS escrows, bool_and(settled_height IS NOT NULL) AS settle_heights_known,
+         bool_and(assigned_from_settle_nonce) AS assigned_from_settle_nonce,
          sum(assigned)::bigint AS assigned, sum(missed)::bigint AS missed, sum(invalid)::bigint AS invalid,
          sum(passes)::bigint AS validated, sum(excused_missed)::bigint AS excused_missed,
          sum(excused_invalid)::bigint AS excused_invalid
@@ -151,6 +167,7 @@ WITH steps AS (
   LEFT JOIN rec.epoch_params nx ON nx.epoch_index = h.epoch_index + 1
 ), base AS (
   SELECT h.epoch_index, v.variant, h.participant, s.failures, s.passes, s.escrows, s.settle_heights_known,
+         s.assigned_from_settle_nonce,
          s.assigned, s.missed AS replay_missed, s.invalid AS replay_invalid, s.validated AS replay_validated,
          COALESCE(s.excused_missed, 0) AS excused_missed, COALESCE(s.excused_invalid, 0) AS excused_invalid,
          pe.participant IS NOT NULL AS summary_captured, pe.inference_count AS chain_inference_count,
@@ -261,9 +278,11 @@ SELECT epoch_index, participant,
          'sprt_crossed_at_escrow', sprt_crossed_at_escrow,
          'sprt_crossed_at_escrow_without_disputable', sprt_crossed_at_escrow_without,
          'sprt_null_reason', sprt_null_reason,
-         'pass_count', 'validated += assigned - missed - invalid per settled escrow (chain v0.2.12 on); the chain '
-           || 'takes assigned from devshardAssignedUpperBoundForSlot(settle nonce), the indexer counts the host''s '
-           || 'replayed inferences',
+         'pass_count', 'validated += assigned - missed - invalid per settled escrow (chain v0.2.12 on), assigned = '
+           || 'devshardAssignedUpperBoundForSlot(settle nonce) over the host''s slots (fn.devshard_assigned_upper_bound)'
+           || CASE WHEN assigned_from_settle_nonce IS NOT FALSE THEN '' ELSE '; some escrows lack the settled nonce: for them the '
+           || 'indexer counts the host''s replayed inferences, fewer than the chain''s bound' END,
+         'assigned_from_settle_nonce', assigned_from_settle_nonce,
          'pass_count_policy', jsonb_build_object(
              'flags', pass_count_flags,
              'note', 'passes here are assigned - missed - invalid (policy DERIVED); chain revisions with per-name '
