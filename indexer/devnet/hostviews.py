@@ -31,8 +31,8 @@ def session(net: Devnet, host: HostSpec, escrow_id: str, version: str | None) ->
     return esc if version is None or esc.protocol_version == version else None
 
 
-def healthz_json(net: Devnet, versions: Sequence[str] = ()) -> list[dict[str, str]]:
-    return [{"name": name, "status": "ok"} for name in (versions or (net.scenario.config.protocol_version,))]
+def healthz_json(versions: Sequence[str]) -> list[dict[str, str]]:
+    return [{"name": name, "status": "ok"} for name in versions]
 
 
 def shards_json(net: Devnet, host: HostSpec, version: str) -> dict[str, Any]:

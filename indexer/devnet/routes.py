@@ -223,7 +223,7 @@ class App:
     def healthz(self, q: Mapping, hd: Mapping, host: str) -> Response:
         if self._host(host) is None:
             return Response.text("404 page not found", 404)
-        return Response.json(hv.healthz_json(self.net, self.options.host_versions))
+        return Response.json(hv.healthz_json(self._host_versions()))
 
     def shards_newest(self, q: Mapping, hd: Mapping, host: str) -> Response:
         return self.shards(q, hd, host, self.net.scenario.config.protocol_version)
@@ -234,6 +234,10 @@ class App:
             return Response.text("404 page not found", 404)
         return Response.json(hv.shards_json(self.net, spec, version))
 
+    def _host_versions(self) -> tuple[str, ...]:
+        """The protocol versions every host runs: options.host_versions, else the scenario's one."""
+        return self.options.host_versions or (self.net.scenario.config.protocol_version,)
+
     def _session(self, host: str, version: str, escrow: str, observability: bool = False):
         """(host spec, session). Observability routes (stats/shards/{id}, sessions/{id}/diffs|signatures) are
         versionless on real hosts: a versioned URL of them is rewritten to the versionless form and answered by the
@@ -243,8 +247,7 @@ class App:
         if spec is None:
             return spec, None
         if observability:
-            runs = self.options.host_versions or (self.net.scenario.config.protocol_version,)
-            return spec, (hv.session(self.net, spec, escrow, None) if version in runs else None)
+            return spec, (hv.session(self.net, spec, escrow, None) if version in self._host_versions() else None)
         return spec, hv.session(self.net, spec, escrow, version)
 
     def shard_detail(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:

@@ -138,19 +138,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         request = _read_request(self.rfile)
-        if request is None:  # the client closed the connection (or sent garbage, answered 400 below)
+        if request is None:  # the client closed the connection
             self.close_connection = True
             return
-        if isinstance(request, int):
+        if isinstance(request, int):  # a request that cannot be read: its status, and the connection ends
+            self.close_connection = True
             self._answer(Response.text("bad request", request), b"")
-            self.close_connection = True
             return
-        method, target, headers, keep_alive = request
+        method, target, headers, length, keep_alive = request
         self.close_connection = not keep_alive
-        length = headers.get("content-length", "0")
-        if length.strip() not in ("", "0"):
-            self.rfile.read(int(length))  # drain, so keep-alive framing stays intact
-        self._serve(method, target, headers.raw)
+        if length:
+            self.rfile.read(length)  # drain, so keep-alive framing stays intact
+        self._serve(method, target, headers)
 
     def _serve(self, method: str, target: str, headers: dict[str, str]) -> None:
         head_only = method == "HEAD"  # answered as GET without the body (Go's net/http does the same)
@@ -193,25 +192,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client gave up (e.g. its read timeout fired during an injected delay)
 
 
-class _Headers:
-    """Request headers as sent (``raw``, the case the client used, for the app) and by lower-case name."""
-    __slots__ = ("raw", "lower")
-
-    def __init__(self) -> None:
-        self.raw: dict[str, str] = {}
-        self.lower: dict[str, str] = {}
-
-    def get(self, name: str, default: str) -> str:
-        return self.lower.get(name, default)
-
-
 _MAX_LINE = 65536
 _MAX_HEADERS = 100
 
 
-def _read_request(rfile) -> tuple[str, str, _Headers, bool] | int | None:
-    """(method, target, headers, keep-alive) of the next request on the connection; None at its end; an HTTP
-    status (400, 414, 431) for a request that cannot be read."""
+def _read_request(rfile) -> tuple[str, str, dict[str, str], int, bool] | int | None:
+    """(method, target, headers as sent, body length, keep-alive) of the next request on the connection; None at
+    its end; an HTTP status (400, 414, 431) for a request that cannot be read."""
     try:
         line = rfile.readline(_MAX_LINE + 1)
     except (ConnectionResetError, TimeoutError, OSError):
@@ -224,7 +211,8 @@ def _read_request(rfile) -> tuple[str, str, _Headers, bool] | int | None:
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
         return 400
     method, target, version = parts
-    headers = _Headers()
+    headers: dict[str, str] = {}  # the client's case, for the app (its lookups ignore case, as Go's Header.Get)
+    length, connection = "0", ""
     for _ in range(_MAX_HEADERS):
         h = rfile.readline(_MAX_LINE + 1)
         if h in (b"\r\n", b"\n", b""):
@@ -233,13 +221,20 @@ def _read_request(rfile) -> tuple[str, str, _Headers, bool] | int | None:
         if not sep:
             return 400
         name, value = name.strip(), value.strip()
-        headers.raw.setdefault(name, value)
-        headers.lower.setdefault(name.lower(), value)
+        if name in headers:
+            continue  # the first value, as Header.Get
+        headers[name] = value
+        lower = name.lower()
+        if lower == "content-length":
+            length = value
+        elif lower == "connection":
+            connection = value.lower()
     else:
         return 431
-    connection = headers.get("connection", "").lower()
+    if not length.isdigit():
+        return 400
     keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return method, target, headers, keep_alive
+    return method, target, headers, int(length), keep_alive
 
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}

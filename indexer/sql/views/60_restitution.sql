@@ -79,11 +79,13 @@ WITH variants(variant) AS (
   FROM replay.inference i
   WHERE i.executor_address IS NOT NULL AND i.epoch_index IS NOT NULL
   GROUP BY 1, 2, 3
-), host_escrow AS (  -- assigned: the chain's bound over the host's slots when the settled nonce is known
-  SELECT r.epoch_index, r.participant, r.escrow_id, COALESCE(b.assigned, r.ran) AS assigned, r.missed, r.invalid,
+), host_escrow AS (  -- the settled escrows the chain counted; assigned: its bound at the settled nonce when known
+  SELECT r.epoch_index, r.participant, r.escrow_id, (e.extra ->> 'settled_height')::bigint AS settled_height,
+         COALESCE(b.assigned, r.ran) AS assigned, r.missed, r.invalid,
          b.assigned IS NOT NULL AS assigned_from_settle_nonce
   FROM replayed r
   LEFT JOIN rec.escrow e ON e.escrow_id = r.escrow_id
+  LEFT JOIN rec.epoch ep ON ep.epoch_index = r.epoch_index
   LEFT JOIN LATERAL (
     SELECT sum(fn.devshard_assigned_upper_bound((e.extra ->> 'settle_nonce')::bigint, cardinality(e.slots),
                                                 s.slot_id::int - 1))::bigint AS assigned
@@ -91,6 +93,8 @@ WITH variants(variant) AS (
     WHERE s.address = r.participant AND e.extra ? 'settle_nonce'
     HAVING count(*) > 0
   ) b ON true
+  WHERE e.settled IS DISTINCT FROM false
+    AND NOT fn.settled_after_epoch((e.extra ->> 'settled_height')::bigint, ep.end_height)
 ), excused AS (
   SELECT p.escrow_id, p.participant, v.variant,
          count(*) FILTER (WHERE p.penalty = 'missed') AS excused_missed,
@@ -103,15 +107,11 @@ WITH variants(variant) AS (
   WHERE v.excused
   GROUP BY 1, 2, 3
 ), ordered AS (
-  SELECT h.*, v.variant, (e.extra ->> 'settled_height')::bigint AS settled_height,
+  SELECT h.*, v.variant,
          COALESCE(x.excused_missed, 0) AS excused_missed, COALESCE(x.excused_invalid, 0) AS excused_invalid
   FROM host_escrow h
   CROSS JOIN variants v
-  LEFT JOIN rec.escrow e ON e.escrow_id = h.escrow_id
-  LEFT JOIN rec.epoch ep ON ep.epoch_index = h.epoch_index
   LEFT JOIN excused x ON x.escrow_id = h.escrow_id AND x.participant = h.participant AND x.variant = v.variant
-  WHERE e.settled IS DISTINCT FROM false
-    AND NOT fn.settled_after_epoch((e.extra ->> 'settled_height')::bigint, ep.end_height)
 )
 SELECT epoch_index, variant, participant, escrow_id,
        row_number() OVER (PARTITION BY epoch_index, variant, participant
