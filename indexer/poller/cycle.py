@@ -89,7 +89,7 @@ class Poller:
         self._payloads = ThreadPoolExecutor(max_workers=max(1, payload_workers), thread_name_prefix="payloads")
         fetcher = EscrowFetcher(gonka, store.fail, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_pool=self._payloads if payload_workers > 0 else None,
-                                decoders=self._decoders)
+                                decoders=self._decoders, payload_concurrency=payload_workers)
         self.pipeline = CommitPipeline(fetcher, store, self.summary, escrow_workers=escrow_workers, leases=leases)
         self.epochs = Epochs(gonka, store, self.summary, self._payloads, leases)
 

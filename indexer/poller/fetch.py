@@ -24,6 +24,7 @@ from indexer.wire.errors import WireDecodeError
 from indexer.wire.schemas import SCHEMAS, schema_for
 
 PAGES_PER_CHUNK = 16          # 1024 nonces per run of pages (one witness check, one unit of commit)
+PAYLOAD_PIPELINE = 32         # payload requests written back to back on one connection (HTTP/1.1 pipelining)
 
 FailureReport = Callable[[str, str, str, bool], None]  # (source, url, error, transient)
 
@@ -84,11 +85,12 @@ class Cancelled(Exception):
 
 class EscrowFetcher:
     def __init__(self, gonka: Gonka, report_failure: FailureReport, *, validator: str, fetch_payloads: bool,
-                 payload_pool: Executor | None, decoders: Executor | None) -> None:
+                 payload_pool: Executor | None, decoders: Executor | None, payload_concurrency: int = 1) -> None:
         self.g = gonka
         self.report_failure = report_failure
         self.validator, self.fetch_payloads = validator, fetch_payloads
         self.payload_pool = payload_pool  # None: each escrow thread fetches its own payloads in turn
+        self.payload_concurrency = max(1, payload_concurrency)  # the pool's threads: an escrow's batches spread on them
         self.decoders = decoders          # None: decode on the fetch thread
         self.stop = threading.Event()
 
@@ -206,9 +208,13 @@ class EscrowFetcher:
         lines = dec.lines()
         if dec.held:
             wanted = [rec["inference_id"] for _, rec in dec.held]
-            # payload requests are independent and many: fetch them concurrently (the HTTP client is thread-safe)
-            fetch = lambda iid: self._payload(group, version, escrow_id, iid, epoch)  # noqa: E731
-            bodies = map(fetch, wanted) if self.payload_pool is None else self.payload_pool.map(fetch, wanted)
+            # payload requests are independent and many: batches of them pipelined on one connection each, the
+            # batches fetched concurrently (the HTTP client is thread-safe)
+            size = max(1, min(PAYLOAD_PIPELINE, -(-len(wanted) // self.payload_concurrency)))
+            batches = [wanted[i:i + size] for i in range(0, len(wanted), size)]
+            fetch = lambda ids: self._payloads(group, version, escrow_id, ids, epoch)  # noqa: E731
+            done_batches = map(fetch, batches) if self.payload_pool is None else self.payload_pool.map(fetch, batches)
+            bodies = [body for batch in done_batches for body in batch]
             for (pos, rec), body in zip(dec.held, bodies):
                 if body is not None:
                     rec["response_payload"] = body
@@ -223,19 +229,31 @@ class EscrowFetcher:
         """``fn(*args)`` in a decode process, or on this thread without a pool."""
         return fn(*args) if self.decoders is None else self.decoders.submit(fn, *args).result()
 
-    def _payload(self, group: HostGroup, version: str, escrow_id: str, inference_id: int, epoch: int) -> str | None:
+    def _payloads(self, group: HostGroup, version: str, escrow_id: str, inference_ids: list[int],
+                  epoch: int) -> list[str | None]:
+        """The stored payloads of ``inference_ids`` (None where unavailable): asked of the group's members in turn,
+        each member only for those that failed transiently at the one before."""
+        found: dict[int, str | None] = {}
+        todo = list(inference_ids)
         for address in group.candidates():
+            if not todo:
+                break
             try:
                 host = self.g.host(address)
-                if host is None:
-                    continue
-                return host.payload(version, escrow_id, inference_id, validator=self.validator, epoch=epoch,
+            except FetchError:
+                continue
+            if host is None:
+                continue
+            answers = host.payloads(version, escrow_id, todo, validator=self.validator, epoch=epoch,
                                     members=group.members)
-            except PayloadShapeError as exc:  # a format, not an availability, problem: said once, not retried
-                self.report_failure(f"host:{address}", exc.url, str(exc), False)
-                return None
-            except FetchError as exc:
-                if exc.transient:
-                    continue
-                return None  # 401/403/404: not available to us
-        return None
+            retry = []
+            for iid, answer in zip(todo, answers):
+                if isinstance(answer, PayloadShapeError):  # a format, not an availability, problem: said once
+                    self.report_failure(f"host:{address}", answer.url, str(answer), False)
+                elif isinstance(answer, FetchError):
+                    if answer.transient:
+                        retry.append(iid)  # 401/403/404 are not: not available to us
+                else:
+                    found[iid] = answer
+            todo = retry
+        return [found.get(iid) for iid in inference_ids]

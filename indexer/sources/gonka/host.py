@@ -59,26 +59,44 @@ class DevshardHost:
         host stored none. Unsigned (refused by real hosts) unless an operator is configured and the escrow's group
         (``members``, else ``groups(escrow_id)``) holds it; then ``X-Validator-Address`` is the operator's address,
         not ``validator``. A body of another shape raises PayloadShapeError."""
-        path, params = f"/devshard/{version}/sessions/{escrow_id}/payloads", {"inference_id": str(inference_id)}
+        answer = self.payloads(version, escrow_id, [inference_id], validator=validator, epoch=epoch,
+                               members=members)[0]
+        if isinstance(answer, FetchError):
+            raise answer
+        return answer
+
+    def payloads(self, version: str, escrow_id: str, inference_ids: Sequence[int], *, validator: str, epoch: int,
+                 members: Collection[str] | None = None) -> list[str | None | FetchError]:
+        """:meth:`payload` of each of ``inference_ids``, pipelined on one connection (Fetcher.get_json_many): one
+        entry per id, its payload, None, or the FetchError (a PayloadShapeError for a body of another shape) it
+        ended with, returned rather than raised."""
+        path = f"/devshard/{version}/sessions/{escrow_id}/payloads"
+        params = [{"inference_id": str(iid)} for iid in inference_ids]
         op = self.operator
         if members is None and op is not None and self.groups is not None:
             members = self.groups(str(escrow_id))
-        if op is None or not op.signs_for(members):
-            headers = {"X-Validator-Address": validator, "X-Timestamp": str(time.time_ns()), "X-Epoch-Id": str(epoch)}
-            data = self.http.get_json(path, params, headers)
+        signed = op is not None and op.signs_for(members)
+        if signed:
+            headers = [op.payload_headers(iid, epoch) for iid in inference_ids]
         else:
-            try:
-                data = self.http.get_json(path, params, op.payload_headers(inference_id, epoch))
-            except FetchError as exc:
+            stamp = str(time.time_ns())
+            headers = [{"X-Validator-Address": validator, "X-Timestamp": stamp, "X-Epoch-Id": str(epoch)}
+                       for _ in inference_ids]
+        answers = self.http.get_json_many(path, params, headers)
+        out: list[str | None | FetchError] = []
+        for iid, p, data in zip(inference_ids, params, answers):
+            if signed and isinstance(data, FetchError) and data.status == 400 and "request timestamp" in str(data):
                 # retries after long timeouts can outlive the host's 60 s window: sign afresh once
-                if exc.status != 400 or "request timestamp" not in str(exc):
-                    raise
-                data = self.http.get_json(path, params, op.payload_headers(inference_id, epoch))
-        try:
-            return stored_response_payload(data)
-        except ValueError as exc:
-            raise PayloadShapeError(f"{self.http.base_urls[0]}{path}?inference_id={inference_id}",
-                                    f"payload response: {exc}", status=200, transient=False) from None
+                data = self.http.get_json_many(path, [p], [op.payload_headers(iid, epoch)])[0]
+            if isinstance(data, FetchError):
+                out.append(data)
+                continue
+            try:
+                out.append(stored_response_payload(data))
+            except ValueError as exc:
+                out.append(PayloadShapeError(f"{self.http.base_urls[0]}{path}?inference_id={iid}",
+                                             f"payload response: {exc}", status=200, transient=False))
+        return out
 
 
 class PayloadShapeError(FetchError):

@@ -118,16 +118,42 @@ class Fetcher:
                  headers: Mapping[str, str] | None = None) -> Any:
         return self.get_json_meta(path, params, headers)[0]
 
+    def get_json_many(self, path: str, params: Sequence[Mapping[str, Any] | None],
+                      headers: Sequence[Mapping[str, str] | None]) -> list[Any]:
+        """:meth:`get_json` of ``path`` with each of ``params`` / ``headers``: one entry per request, its JSON or
+        the :class:`FetchError` it ended with (returned, not raised). With a client that pipelines (FastClient's
+        ``get_many``), the first attempts go to the first base URL at once, back to back on one connection; every
+        answer then takes the path of a single request's first attempt (retries, backoff, failover, hooks), and a
+        request the connection closed on before answering is sent again. Other clients: one request at a time."""
+        many = getattr(self.client, "get_many", None)
+        firsts: list[Any] = [None] * len(params)
+        base = self.base_urls[0]
+        if many is not None and len(params) > 1:
+            extra = {"Authorization": self._auth[base]} if base in self._auth else {}
+            firsts = many([(base + path, p, {**(h or {}), **extra}) for p, h in zip(params, headers)],
+                          self.policy.timeout)
+            self.requests += sum(1 for f in firsts if f is not None)  # the unanswered are counted when sent again
+        out: list[Any] = []
+        for p, h, first in zip(params, headers, firsts):
+            try:
+                out.append(self.get_json_meta(path, p, h, first=None if first is None else (base, first))[0])
+            except FetchError as exc:
+                out.append(exc)
+        return out
+
     def get_json_meta(self, path: str, params: Mapping[str, Any] | None = None,
                       headers: Mapping[str, str] | None = None,
-                      permanent: Callable[[int, bytes], bool] | None = None) -> tuple[Any, Mapping[str, str]]:
+                      permanent: Callable[[int, bytes], bool] | None = None,
+                      first: Any = None) -> tuple[Any, Mapping[str, str]]:
         """(JSON, response headers). ``permanent(status, body)``: an error answer it accepts is raised at once as
         deterministic (e.g. a node saying a height is pruned: retrying or failing over cannot help), and is not
-        reported to ``on_failure`` (the caller expects it and handles it)."""
+        reported to ``on_failure`` (the caller expects it and handles it). ``first``: the answer (response or
+        transport error) to the first attempt at a base URL, already sent: (base URL, answer) (:meth:`get_json_many`)."""
         last: FetchError | None = None
         for base in list(self.base_urls):
             try:
-                result = self._get_from(base, path, params, headers, permanent)
+                result = self._get_from(base, path, params, headers, permanent,
+                                        first[1] if first is not None and first[0] == base else None)
             except FetchError as exc:
                 if not exc.transient:
                     raise
@@ -140,7 +166,8 @@ class Fetcher:
         assert last is not None
         raise last
 
-    def _get_from(self, base: str, path: str, params, headers, permanent=None) -> tuple[Any, Mapping[str, str]]:
+    def _get_from(self, base: str, path: str, params, headers, permanent=None,
+                  first: Any = None) -> tuple[Any, Mapping[str, str]]:
         url = base + path
         policy = self.policy
         if base in self._auth:
@@ -149,8 +176,13 @@ class Fetcher:
         for attempt in range(policy.attempts):
             wait = None
             try:
-                self.requests += 1
-                resp = self.client.get(url, params=params, headers=headers, timeout=policy.timeout)
+                if attempt == 0 and first is not None:  # sent already, with others (get_json_many)
+                    resp = first
+                    if isinstance(resp, Exception):
+                        raise resp
+                else:
+                    self.requests += 1
+                    resp = self.client.get(url, params=params, headers=headers, timeout=policy.timeout)
             except httpx.HTTPError as exc:  # timeouts, refused connections, broken keep-alive
                 last = FetchError(url, f"{type(exc).__name__}: {exc}", transient=True)
             else:
