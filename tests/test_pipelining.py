@@ -1,6 +1,7 @@
-"""HTTP/1.1 pipelining of payload requests: FastClient.get_many writes a batch of GETs back to back on one
-connection and reads the answers in order; Fetcher.get_json_many gives every answer the single request's path
-(retries, failover, hooks); the poller asks a group's members in turn, each only for what failed at the one before.
+"""The poller's fetch concurrency. Payload requests pipelined (HTTP/1.1): FastClient.get_many writes a batch of
+GETs back to back on one connection and reads the answers in order; Fetcher.get_json_many gives every answer the
+single request's path (retries, failover, hooks); the poller asks a group's members in turn, each only for what
+failed at the one before. And the decode pool, started before the first escrow needs it.
 
 The servers are real sockets on loopback. The first one answers only once every request of the batch has arrived,
 so a client that waits for each answer before sending the next request times out there."""
@@ -22,8 +23,8 @@ from indexer.sources.gonka.http import Fetcher, FetchError, RetryPolicy
 class BatchOnlyServer:
     """Reads until ``expect`` whole requests have arrived on the connection, then answers each with its target."""
 
-    def __init__(self, expect: int) -> None:
-        self.expect = expect
+    def __init__(self, expect: int, answer=lambda target: target) -> None:
+        self.expect, self.answer = expect, answer
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -39,11 +40,29 @@ class BatchOnlyServer:
                     return
                 data += chunk
             for head in data.split(b"\r\n\r\n")[:self.expect]:
-                target = head.split(b"\r\n", 1)[0].split()[1]
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(target), target))
+                body = self.answer(head.split(b"\r\n", 1)[0].split()[1])
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
     def close(self) -> None:
         self.sock.close()
+
+
+def test_a_run_of_diff_pages_is_asked_for_at_once_and_read_to_the_end_of_the_log() -> None:
+    from indexer.sources.gonka import DevshardHost, HostGroup
+
+    def page(target: bytes) -> bytes:  # the log ends at nonce 150
+        q = {k: int(v[0]) for k, v in parse_qs(urlsplit(target.decode()).query).items()}
+        return json.dumps([{"diff": {"nonce": n}} for n in range(q["from"], min(q["to"], 150) + 1)]).encode()
+
+    server = BatchOnlyServer(expect=3, answer=page)
+    try:
+        host = DevshardHost("a", Fetcher(f"http://127.0.0.1:{server.port}", client=FastClient(timeout=5)))
+        group = HostGroup("e1", "v5", ["a"], {"a": host}.get, full_decode=False)
+        diffs = group._read(host, 1, 192)  # pages 1..64, 65..128, 129..192
+        assert [d["nonce"] for d in diffs] == list(range(1, 151))
+        assert host.http.requests == 3
+    finally:
+        server.close()
 
 
 def test_get_many_sends_the_batch_before_reading_any_answer() -> None:
@@ -56,6 +75,49 @@ def test_get_many_sends_the_batch_before_reading_any_answer() -> None:
         assert [a.status_code for a in answers] == [200] * 5
         assert [a.content for a in answers] == [b"/payloads?inference_id=%d" % i for i in range(5)]
         assert answers[3].url == f"http://127.0.0.1:{server.port}/payloads?inference_id=3"
+        client.close()
+    finally:
+        server.close()
+
+
+class OneAtATimeServer:
+    """A server (or proxy) that does not take pipelines: each read answers the first request in what it got and
+    drops the rest, then waits for more."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _connection(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(65536):
+                target = data.split(b"\r\n", 1)[0].split()[1]
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(target), target))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_an_origin_that_drops_pipelined_requests_gets_one_at_a_time_after_the_first_timeout() -> None:
+    server = OneAtATimeServer()
+    try:
+        client = FastClient(timeout=1)
+        urls = [(f"http://127.0.0.1:{server.port}/p", {"inference_id": str(i)}, None) for i in range(3)]
+        first = client.get_many(urls)
+        assert first[0].content == b"/p?inference_id=0"
+        assert isinstance(first[1], httpx.ReadTimeout) and first[2] is None
+        again = client.get_many(urls)  # one request at a time now: every one answered
+        assert [a.content for a in again] == [b"/p?inference_id=%d" % i for i in range(3)]
         client.close()
     finally:
         server.close()
@@ -205,3 +267,18 @@ def test_each_member_is_asked_only_for_what_failed_transiently_at_the_one_before
     assert fetcher._payloads(group, "v5", "e1", [1, 2, 3, 4, 5], 7) == ["p1", "p2", None, None, None]
     assert hosts["a"].asked == [[1, 2, 3, 4, 5]] and hosts["b"].asked == [[2]] and hosts["c"].asked == []
     assert reported == [("host:a", "http://a/p?inference_id=4", str(shape), False)]
+
+
+def test_the_decode_pool_starts_its_workers_before_the_first_escrow_needs_them() -> None:
+    """The forkserver's imports (~0.3 s) happen while the cycle reads the chain, not on the first fetch thread."""
+    from indexer.poller.decode import decode_pool
+
+    pool = decode_pool(2)
+    try:
+        pool.started.join(timeout=60)
+        assert not pool.started.is_alive()
+        assert len(pool._processes) == 2  # no task of ours was submitted
+        assert all(p.is_alive() for p in pool._processes.values())
+    finally:
+        pool.shutdown(wait=True)
+    assert decode_pool(0) is None

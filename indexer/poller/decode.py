@@ -8,6 +8,7 @@ and goes into the record before it is serialized.
 """
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -59,7 +60,26 @@ def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, 
 
 
 def decode_pool(workers: int) -> Executor | None:
-    """A process pool of ``workers`` decoders, or None (decode in the calling thread) when workers ≤ 0."""
+    """A process pool of ``workers`` decoders, or None (decode in the calling thread) when workers ≤ 0.
+
+    The workers are started at once, from a thread of their own: a forkserver imports the decoders' modules before
+    it forks the first worker (~0.3 s), and a pool started by its first task would have the first escrow's fetch
+    thread wait for that, while the cycle is still reading the chain and the cores have room."""
     if workers <= 0:
         return None
-    return workers_pool(workers, context="forkserver", preload=PRELOAD)
+    pool = workers_pool(workers, context="forkserver", preload=PRELOAD)
+    pool.started = threading.Thread(target=_start, args=(pool, workers), name="decoders-start", daemon=True)
+    pool.started.start()
+    return pool
+
+
+def _ready() -> None:
+    """A task that only makes its pool start a worker."""
+
+
+def _start(pool: Executor, workers: int) -> None:
+    try:
+        for started in [pool.submit(_ready) for _ in range(workers)]:
+            started.result()
+    except Exception:  # the pool was shut down first (a cycle that failed at once): nothing to start
+        pass

@@ -143,6 +143,7 @@ class FastClient:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: list[_Conn] = []
+        self._serial: set[tuple[str, str]] = set()  # origins found not to answer pipelined requests
         self._ssl: ssl.SSLContext | None = ssl_context
 
     def _conn(self, scheme: str, netloc: str, timeout: float) -> tuple[_Conn, bool]:
@@ -185,6 +186,11 @@ class FastClient:
         origins = {(scheme, netloc) for scheme, netloc, _, _, _ in prepared}
         if len(origins) > 1:
             raise ValueError(f"get_many takes requests to one origin, got {sorted(origins)}")
+        if len(prepared) > 1 and origins <= self._serial:  # a server (or proxy) that does not answer pipelines
+            return [self._pipeline([one], timeout)[0] for one in prepared]
+        return self._pipeline(prepared, timeout)
+
+    def _pipeline(self, prepared: list, timeout: float | None) -> list[Response | httpx.HTTPError | None]:
         results: list[Response | httpx.HTTPError | None] = [None] * len(prepared)
         if not prepared:
             return results
@@ -207,6 +213,11 @@ class FastClient:
                 return results
             except (socket.timeout, TimeoutError) as exc:
                 error: httpx.HTTPError = httpx.ReadTimeout(f"timed out: {exc}")
+                if answered:
+                    # answered the first requests of the batch and then nothing: a server or proxy that reads one
+                    # request at a time and drops what came with it. Its origin gets one request at a time from now
+                    with self._lock:
+                        self._serial.add((scheme, netloc))
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
                     ConnectionAbortedError) as exc:
                 self._drop(scheme, netloc)

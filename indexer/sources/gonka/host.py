@@ -45,13 +45,21 @@ class DevshardHost:
         return self.http.get_json(f"/devshard/{version}/stats/shards/{escrow_id}")
 
     def diffs(self, version: str, escrow_id: str, first: int, last: int) -> list:
-        if last - first + 1 > PAGE_NONCES:
+        page = self.diff_pages(version, escrow_id, [(first, last)])[0]
+        if isinstance(page, FetchError):
+            raise page
+        return page
+
+    def diff_pages(self, version: str, escrow_id: str, ranges: Sequence[tuple[int, int]]) -> list[list | FetchError]:
+        """The diff-log pages ``first..last`` of each range, pipelined on one connection (Fetcher.get_json_many):
+        one entry per range, its entries or the FetchError it ended with, returned rather than raised."""
+        if any(last - first + 1 > PAGE_NONCES for first, last in ranges):
             raise ValueError(f"a diff page holds at most {PAGE_NONCES} nonces")
-        data = self.http.get_json(f"/devshard/{version}/sessions/{escrow_id}/diffs",
-                                  {"from": str(first), "to": str(last)})
-        if not isinstance(data, list):
-            raise FetchError(self.http.base_urls[0], "diffs: expected a JSON array", transient=False)
-        return data
+        pages = self.http.get_json_many(f"/devshard/{version}/sessions/{escrow_id}/diffs",
+                                        [{"from": str(first), "to": str(last)} for first, last in ranges],
+                                        [None] * len(ranges))
+        return [page if isinstance(page, (list, FetchError)) else
+                FetchError(self.http.base_urls[0], "diffs: expected a JSON array", transient=False) for page in pages]
 
     def payload(self, version: str, escrow_id: str, inference_id: int, *, validator: str, epoch: int,
                 members: Collection[str] | None = None) -> str | None:
@@ -186,28 +194,33 @@ class HostGroup:
         raise FetchError(f"escrow:{self.escrow_id}", "no member of the group answered", transient=True)
 
     def _decoded_page(self, host: DevshardHost, first: int, last: int) -> list[dict]:
+        return self._decoded_pages(host, [(first, last)])[0]
+
+    def _decoded_pages(self, host: DevshardHost, ranges: list[tuple[int, int]]) -> list[list[dict]]:
+        """The pages of ``ranges`` (asked at once), decoded up to the first short one (the end of the log: later
+        pages are left out); a page that failed raises its error."""
         t0 = time.perf_counter()
-        entries = host.diffs(self.version, self.escrow_id, first, last)
+        pages = host.diff_pages(self.version, self.escrow_id, ranges)
         t1 = time.perf_counter()
-        out = [self.decode(e) for e in entries]
-        for i, d in enumerate(out):
-            if d["nonce"] != first + i:
-                raise WireDecodeError(f"diff page not contiguous: nonce {d['nonce']}, expected {first + i}")
+        out: list[list[dict]] = []
+        for (first, last), entries in zip(ranges, pages):
+            if isinstance(entries, FetchError):
+                raise entries
+            page = [self.decode(e) for e in entries]
+            for i, d in enumerate(page):
+                if d["nonce"] != first + i:
+                    raise WireDecodeError(f"diff page not contiguous: nonce {d['nonce']}, expected {first + i}")
+            out.append(page)
+            if len(page) < last - first + 1:
+                break
         self.t_fetch += t1 - t0
         self.t_decode += time.perf_counter() - t1
         return out
 
     def _read(self, host: DevshardHost, first: int, last: int) -> list[dict]:
-        """``first..last`` from one member, page by page; stops early at the end of what it has."""
-        out: list[dict] = []
-        while first <= last:
-            end = min(last, first + PAGE_NONCES - 1)
-            page = self._decoded_page(host, first, end)
-            out.extend(page)
-            if len(page) < end - first + 1:
-                break
-            first = end + 1
-        return out
+        """``first..last`` from one member, its pages asked for at once; stops at the end of what it has."""
+        ranges = [(start, min(last, start + PAGE_NONCES - 1)) for start in range(first, last + 1, PAGE_NONCES)]
+        return [diff for page in self._decoded_pages(host, ranges) for diff in page]
 
     def _root(self, address: str, nonce: int) -> bytes | None:
         host = self._host(address)
