@@ -74,10 +74,6 @@ class _Conn:
         finally:
             self.sock.close()
 
-    def request(self, target: str, headers: Mapping[str, str], timeout: float) -> tuple[int, Headers, bytes, bool]:
-        self.send([(target, headers)], timeout)
-        return self.response()
-
     def send(self, requests: Sequence[tuple[str, Mapping[str, str]]], timeout: float) -> None:
         """Write GET requests (target, headers) back to back, in one send."""
         if timeout != self.timeout:

@@ -44,12 +44,6 @@ class DevshardHost:
     def shard_detail(self, version: str, escrow_id: str) -> dict:
         return self.http.get_json(f"/devshard/{version}/stats/shards/{escrow_id}")
 
-    def diffs(self, version: str, escrow_id: str, first: int, last: int) -> list:
-        page = self.diff_pages(version, escrow_id, [(first, last)])[0]
-        if isinstance(page, FetchError):
-            raise page
-        return page
-
     def diff_pages(self, version: str, escrow_id: str, ranges: Sequence[tuple[int, int]]) -> list[list | FetchError]:
         """The diff-log pages ``first..last`` of each range, pipelined on one connection (Fetcher.get_json_many):
         one entry per range, its entries or the FetchError it ended with, returned rather than raised."""

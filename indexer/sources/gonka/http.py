@@ -129,8 +129,7 @@ class Fetcher:
         firsts: list[Any] = [None] * len(params)
         base = self.base_urls[0]
         if many is not None and len(params) > 1:
-            extra = {"Authorization": self._auth[base]} if base in self._auth else {}
-            firsts = many([(base + path, p, {**(h or {}), **extra}) for p, h in zip(params, headers)],
+            firsts = many([(base + path, p, self._authorized(base, h)) for p, h in zip(params, headers)],
                           self.policy.timeout)
             self.requests += sum(1 for f in firsts if f is not None)  # the unanswered are counted when sent again
         out: list[Any] = []
@@ -170,8 +169,7 @@ class Fetcher:
                   first: Any = None) -> tuple[Any, Mapping[str, str]]:
         url = base + path
         policy = self.policy
-        if base in self._auth:
-            headers = {**(headers or {}), "Authorization": self._auth[base]}
+        headers = self._authorized(base, headers)
         last: FetchError | None = None
         for attempt in range(policy.attempts):
             wait = None
@@ -214,6 +212,12 @@ class Fetcher:
                 policy.sleep(min(policy.retry_after_max, wait) if wait is not None else policy.backoff(attempt))
         assert last is not None
         raise last
+
+    def _authorized(self, base: str, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        """``headers`` plus the HTTP Basic credentials of ``base`` when its URL carried some."""
+        if base not in self._auth:
+            return headers
+        return {**(headers or {}), "Authorization": self._auth[base]}
 
     def _failed(self, err: FetchError) -> None:
         if self.on_failure is not None:
