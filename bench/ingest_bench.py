@@ -128,6 +128,25 @@ def floor_copy(server: str, loaded_url: str) -> dict[str, tuple[float, float]]:
     return took
 
 
+def wal_position(url: str) -> tuple[int, int] | None:
+    """(WAL bytes written so far, checkpoints started so far) of the server, or None where they are not readable.
+    A load that crosses a checkpoint writes a full image of every existing page it touches next (full_page_writes),
+    so WAL per record, and time, jump where a load is long enough to cross one: the scale check shows both."""
+    stats = ("SELECT num_timed + num_requested FROM pg_stat_checkpointer" if _server_version(url) >= 170000 else
+             "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            wal = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()[0]
+            return wal, conn.execute(stats).fetchone()[0]
+    except psycopg.Error:
+        return None
+
+
+def _server_version(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.info.server_version
+
+
 def settle(url: str) -> None:
     """Start each timed side from a quiet disk: the server's dirty buffers written (CHECKPOINT) and the kernel's
     dirty pages flushed (sync). Otherwise the write-back of what came before (a 1.9 GB baseline table, a freshly
@@ -178,17 +197,26 @@ def scale_check(server: str, small: Path, small_lines: int, big: Path, big_lines
         with scratch_database(server, "bench_scale") as url:
             migrate.upgrade(url)
             settle(url)
+            before = wal_position(url)
             ingest_s, peak_kb, stages, _, _ = timed_ingest(url, path)
+            after = wal_position(url)
         load_s, replay_s, _ = stages or (ingest_s, 0.0, 0.0)
-        runs.append((load_s + replay_s, peak_kb))
+        wal_bytes = after[0] - before[0] if before and after else None
+        runs.append((load_s + replay_s, peak_kb, wal_bytes))
+        wal = (f"; WAL {wal_bytes / 1e6:,.0f} MB, {after[1] - before[1]} checkpoint(s) during it"
+               if wal_bytes is not None else "")
         print(f"alone     {lines:>12,} records: load + replay {load_s + replay_s:8.2f}s (load {load_s:.2f}s, "
-              f"replay {replay_s:.2f}s); peak RSS {peak_kb / 1024:.0f} MB")
+              f"replay {replay_s:.2f}s); peak RSS {peak_kb / 1024:.0f} MB{wal}")
     smalls = runs[:2] + runs[3:]
-    small_s, small_kb = statistics.median(t for t, _ in smalls), max(kb for _, kb in smalls)
-    big_s, big_kb = runs[2]
+    small_s, small_kb = statistics.median(t for t, _, _ in smalls), max(kb for _, kb, _ in smalls)
+    big_s, big_kb, big_wal = runs[2]
     expected = small_s * big_lines / small_lines
+    small_wal = [w for _, _, w in smalls if w]
+    wal = (f"; WAL a record {big_wal / big_lines / (statistics.median(small_wal) / small_lines):.2f}x the small "
+           f"loads'" if big_wal and small_wal else "")
     print(f"linearity {big_s:.2f}s against {big_lines / small_lines:.2f} x {small_s:.2f}s = {expected:.2f}s: "
-          f"{big_s / expected:.3f}x (target within 10%); peak RSS {small_kb / 1024:.0f} -> {big_kb / 1024:.0f} MB")
+          f"{big_s / expected:.3f}x (target within 10%); peak RSS {small_kb / 1024:.0f} -> {big_kb / 1024:.0f} MB"
+          f"{wal}")
 
 
 def count_lines(path: Path) -> int:
