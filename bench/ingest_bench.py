@@ -2,7 +2,7 @@
 one-column jsonb table. Prints throughput, the ratio to the baseline (target ≥ 0.5×) and the ingest's peak RSS.
 
     python bench/ingest_bench.py [--records 1000000] [--repeat 3] [--pg15] [--database-url URL] [--file F] [--keep]
-                                 [--floor] [--scale-file F]
+                                 [--floor] [--scale-file F [--scale-rounds N]]
 
 --pg15 also measures a stock PostgreSQL 15 with default settings, started by the bench in a temp dir
 (bench/stock_postgres.py), with the same file and the same side-by-side baseline.
@@ -184,15 +184,16 @@ def report(label: str, runs: list[dict]) -> None:
               f"median {statistics.median(ratios):.2f}x")
 
 
-def scale_check(server: str, small: Path, small_lines: int, big: Path, big_lines: int) -> None:
+def scale_check(server: str, small: Path, small_lines: int, big: Path, big_lines: int, rounds: int = 1) -> None:
     """Linearity: each file loaded alone (no baseline beside it: at 10M records the baseline's 2 GB of writes just
     before slowed the disk for the ingest that followed, by a third), in a fresh database from a quiet disk. The
-    small file is loaded four times and its median taken: one ~7 s load moves by ±20 % on a shared VM, which alone
-    would decide a ±10 % test; the big one averages that out over its ~60 s. Two small loads come before the big
-    one and two after it, so that a machine that drifts faster or slower over those minutes (the same 10M load took
-    41 to 74 s within one hour here) does not weigh on one side only."""
-    order = [(small, small_lines)] * 2 + [(big, big_lines)] + [(small, small_lines)] * 2
-    runs = []
+    small file is loaded twice before each big load and twice after the last: one ~7 s load moves by ±20 % on a
+    shared VM, which alone would decide a ±10 % test, so the small side is a median. Small loads on both sides of
+    every big one keep a machine that drifts faster or slower over those minutes from weighing on one side only.
+    The same 10M load took 41 to 74 s within one hour here, and 60 to 99 s within another: ``rounds`` > 1 loads the
+    big file that many times and compares the medians."""
+    order = ([(small, small_lines)] * 2 + [(big, big_lines)]) * rounds + [(small, small_lines)] * 2
+    smalls, bigs = [], []
     for path, lines in order:
         with scratch_database(server, "bench_scale") as url:
             migrate.upgrade(url)
@@ -202,21 +203,21 @@ def scale_check(server: str, small: Path, small_lines: int, big: Path, big_lines
             after = wal_position(url)
         load_s, replay_s, _ = stages or (ingest_s, 0.0, 0.0)
         wal_bytes = after[0] - before[0] if before and after else None
-        runs.append((load_s + replay_s, peak_kb, wal_bytes))
+        (bigs if path == big else smalls).append((load_s + replay_s, peak_kb, wal_bytes))
         wal = (f"; WAL {wal_bytes / 1e6:,.0f} MB, {after[1] - before[1]} checkpoint(s) during it"
                if wal_bytes is not None else "")
         print(f"alone     {lines:>12,} records: load + replay {load_s + replay_s:8.2f}s (load {load_s:.2f}s, "
               f"replay {replay_s:.2f}s); peak RSS {peak_kb / 1024:.0f} MB{wal}")
-    smalls = runs[:2] + runs[3:]
     small_s, small_kb = statistics.median(t for t, _, _ in smalls), max(kb for _, kb, _ in smalls)
-    big_s, big_kb, big_wal = runs[2]
+    big_s, big_kb = statistics.median(t for t, _, _ in bigs), max(kb for _, kb, _ in bigs)
     expected = small_s * big_lines / small_lines
-    small_wal = [w for _, _, w in smalls if w]
-    wal = (f"; WAL a record {big_wal / big_lines / (statistics.median(small_wal) / small_lines):.2f}x the small "
-           f"loads'" if big_wal and small_wal else "")
+    small_wal, big_wal = [w for _, _, w in smalls if w], [w for _, _, w in bigs if w]
+    wal = (f"; WAL a record {statistics.median(big_wal) / big_lines / (statistics.median(small_wal) / small_lines):.2f}x"
+           f" the small loads'" if big_wal and small_wal else "")
+    each = f" (each: {', '.join(f'{t / expected:.3f}x' for t, _, _ in bigs)})" if len(bigs) > 1 else ""
     print(f"linearity {big_s:.2f}s against {big_lines / small_lines:.2f} x {small_s:.2f}s = {expected:.2f}s: "
-          f"{big_s / expected:.3f}x (target within 10%); peak RSS {small_kb / 1024:.0f} -> {big_kb / 1024:.0f} MB"
-          f"{wal}")
+          f"{big_s / expected:.3f}x{each} (target within 10%); peak RSS {small_kb / 1024:.0f} -> "
+          f"{big_kb / 1024:.0f} MB{wal}")
 
 
 def count_lines(path: Path) -> int:
@@ -247,6 +248,9 @@ def main() -> int:
     ap.add_argument("--scale-file", type=Path,
                     help="also check linearity: load this file (generated there first with 10x --records if it does "
                          "not exist) and the main file each alone, and compare their times and peak RSS")
+    ap.add_argument("--scale-rounds", type=int, default=1,
+                    help="with --scale-file: load the big file this many times (each after two small loads) and "
+                         "compare the medians (default 1)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = args.file or Path(tmp) / "bench.ndjson"
@@ -273,7 +277,8 @@ def main() -> int:
             big = args.scale_file
             big_lines = count_lines(big) if big.exists() else make_file(big, 10 * args.records, args.mix)
             print(f"-- linearity, default server: {path.name} ({lines:,}) and {big.name} ({big_lines:,})")
-            scale_check(resolve_database_url(args.database_url), path, lines, big, big_lines)
+            scale_check(resolve_database_url(args.database_url), path, lines, big, big_lines,
+                        max(1, args.scale_rounds))
     return 0
 
 
