@@ -79,6 +79,12 @@ def test_poll_once_matches_scenario(db_url):
                  if r["kind"] == "finish" and r.get("response_payload") is not None
                  and r["input_tokens"] == 0 and r["output_tokens"] == 0}  # the poller fetches 0/0 payloads only
         lags = dict(c.execute("SELECT source, lag_seconds FROM api.ingest_status").fetchall())
+        # provenance: every record names its own line of its fetch's source (the decode workers number their rows
+        # as in the source), and within a source an escrow's txs come in log order
+        provenance = c.execute(" UNION ALL ".join(
+            f"SELECT source_id, source_line, "
+            f"{'escrow_id, diff_nonce, tx_index' if k in TX_KINDS else 'NULL, NULL::bigint, NULL::int'}"
+            f" FROM rec.{KINDS[k].table}" for k in KINDS)).fetchall()
         stats = {}
         for eid, slot, *counters in c.execute("SELECT escrow_id, slot_id, missed, invalid, cost, required_validations,"
                                               " completed_validations FROM rec.host_stats ORDER BY 1, 2"):
@@ -86,6 +92,13 @@ def test_poll_once_matches_scenario(db_url):
                                                        "completed_validations"), counters)))
     # the hosts' own counters, as the devnet's reference machine counted them, reach rec.host_stats intact
     assert stats and all(stats[eid] == scn.escrows[eid].host_stats() for eid in stats)
+    assert len({(sid, line) for sid, line, *_ in provenance}) == len(provenance)
+    assert all(line >= 1 for _, line, *_ in provenance)
+    logs: dict = {}
+    for sid, line, escrow, nonce, index in sorted(provenance, key=lambda p: p[:2]):
+        if nonce is not None:
+            logs.setdefault((sid, escrow), []).append((nonce, index))
+    assert logs and all(txs == sorted(txs) for txs in logs.values())
     assert truth and {(e, int(i)): p for e, i, p in payloads} == truth
     for eid in ids:
         assert status[f"escrow:{eid}"] == str(scn.escrows[eid].last_nonce)
