@@ -112,10 +112,11 @@ def test_wording_table_payloads(row):
     assert got == _defaults(REFUSAL_FIELDS, row["expect"])
 
 
-@pytest.mark.parametrize("row", PAYLOAD_ROWS, ids=[r["id"] for r in PAYLOAD_ROWS])
+TEXT_ROWS = [r for r in PAYLOAD_ROWS if r["payload"] is not None]  # a null payload has no bytes form
+
+
+@pytest.mark.parametrize("row", TEXT_ROWS, ids=[r["id"] for r in TEXT_ROWS])
 def test_payload_bytes_equal_str(row):
-    if row["payload"] is None:
-        pytest.skip("no payload")
     assert parse_response_payload(row["payload"].encode("utf-8")) == parse_response_payload(row["payload"])
 
 
