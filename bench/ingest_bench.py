@@ -132,19 +132,15 @@ def wal_position(url: str) -> tuple[int, int] | None:
     """(WAL bytes written so far, checkpoints started so far) of the server, or None where they are not readable.
     A load that crosses a checkpoint writes a full image of every existing page it touches next (full_page_writes),
     so WAL per record, and time, jump where a load is long enough to cross one: the scale check shows both."""
-    stats = ("SELECT num_timed + num_requested FROM pg_stat_checkpointer" if _server_version(url) >= 170000 else
-             "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
     try:
         with psycopg.connect(url, autocommit=True) as conn:
+            stats = ("SELECT num_timed + num_requested FROM pg_stat_checkpointer"  # PostgreSQL 17 moved them here
+                     if conn.info.server_version >= 170000 else
+                     "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
             wal = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()[0]
             return wal, conn.execute(stats).fetchone()[0]
     except psycopg.Error:
         return None
-
-
-def _server_version(url: str) -> int:
-    with psycopg.connect(url) as conn:
-        return conn.info.server_version
 
 
 def settle(url: str) -> None:

@@ -5,7 +5,6 @@ refusal parses."""
 from __future__ import annotations
 
 import orjson
-import pytest
 
 from indexer.devnet import Scenario, ScenarioConfig
 from indexer.load.assemble import PLACEHOLDER_SOURCE, assemble
@@ -25,11 +24,9 @@ def _as_dict(prep):
             "lines": prep.lines}
 
 
-def _source(runs_per_escrow: int = 2, numbered: bool = False):
+def _source(runs_per_escrow: int = 2):
     """A poller-like source: for each escrow its record (untyped), its log in runs (typed by 'workers'), the
-    refusals of each run filled with a payload and typed apart, then a host-stats line (untyped). ``numbered``:
-    the workers number each run's rows as in the source (``first_line``, as the poller does) and the parts say
-    offset 0; else each run is numbered from 1 and its part carries its position."""
+    refusals of each run filled with a payload and typed apart, then a host-stats line (untyped)."""
     scn = Scenario(ScenarioConfig(seed=2078, epochs=1, escrows_per_epoch=3, inferences_per_escrow=60))
     version = scn.config.protocol_version
     lines, parts, untyped = [], [], []
@@ -40,17 +37,15 @@ def _source(runs_per_escrow: int = 2, numbered: bool = False):
         entries = [diff_to_host_json(d, version, sig, root) for d, sig, root in scn.host_diff_log(esc)]
         step = max(1, len(entries) // runs_per_escrow)
         for i in range(0, len(entries), step):
-            first = len(lines) + 1 if numbered else 1
-            dec = decode_entries(eid, version, entries[i:i + step], True, first)
+            dec = decode_entries(eid, version, entries[i:i + step], True)
             run = dec.lines()
             for pos, rec in dec.held:
                 rec["response_payload"] = orjson.dumps({"object": "error", "message": (
                     "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
                     "(4000 in the messages, 1000 in the completion)."), "code": 400}).decode()
                 run[pos] = dumps_record_bytes(rec)
-            held = prepare_batch(PLACEHOLDER_SOURCE, [(pos + first, run[pos]) for pos, _ in dec.held])
-            offset = 0 if numbered else len(lines)
-            parts += [(offset, dec.typed), (offset, held)]
+            held = prepare_batch(PLACEHOLDER_SOURCE, [(pos + 1, run[pos]) for pos, _ in dec.held])
+            parts += [(len(lines), dec.typed), (len(lines), held)]
             lines += run
         untyped.append(len(lines))
         lines.append(dumps_record_bytes({"kind": "host_stats", "escrow_id": eid, "slot_id": 3, "missed": -1}))
@@ -62,11 +57,8 @@ def _source(runs_per_escrow: int = 2, numbered: bool = False):
     return lines, parts, untyped
 
 
-@pytest.mark.parametrize("numbered", [False, True], ids=["run-relative", "numbered-by-the-worker"])
-def test_assembled_parts_equal_typing_the_source_whole(numbered):
-    lines, parts, untyped = _source(numbered=numbered)
-    if numbered:
-        assert len(parts) > 6 and all(offset == 0 for offset, _ in parts[:2])
+def test_assembled_parts_equal_typing_the_source_whole():
+    lines, parts, untyped = _source()
     whole = prepare_batch(42, list(enumerate(lines, start=1)))
     got = assemble(42, lines, parts, untyped)
     assert whole.parses and len(whole.rejects) == 6  # refusals parsed; a bad stats line and a bad timeout each

@@ -79,8 +79,9 @@ def test_poll_once_matches_scenario(db_url):
                  if r["kind"] == "finish" and r.get("response_payload") is not None
                  and r["input_tokens"] == 0 and r["output_tokens"] == 0}  # the poller fetches 0/0 payloads only
         lags = dict(c.execute("SELECT source, lag_seconds FROM api.ingest_status").fetchall())
-        # provenance: every record names its own line of its fetch's source (the decode workers number their rows
-        # as in the source), and within a source an escrow's txs come in log order
+        # provenance: every record names its own line of its batch's source (the workers number a run from 1, the
+        # committing thread shifts each part to where it lands: indexer.load.assemble), and within a source an
+        # escrow's txs come in log order
         provenance = c.execute(" UNION ALL ".join(
             f"SELECT source_id, source_line, "
             f"{'escrow_id, diff_nonce, tx_index' if k in TX_KINDS else 'NULL, NULL::bigint, NULL::int'}"

@@ -36,10 +36,7 @@ class Decoded:
         return self.blob.split(b"\n") if self.count else []
 
 
-def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool,
-                   first_line: int = 1) -> Decoded:
-    """``first_line``: the number the run's first line will have in its source, so that the typed rows carry their
-    final numbers and the committing thread only puts in the source id (indexer.load.assemble: offset 0)."""
+def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool) -> Decoded:
     diffs = [diff_messages_from_host_json(e, version, escrow_id) for e in entries]
     for i, d in enumerate(diffs[1:], start=1):
         if d["nonce"] != diffs[0]["nonce"] + i:  # checked on the headers already; the full decode agrees
@@ -58,7 +55,7 @@ def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, 
     # typed here, by the file load's block typer (C for the bulk kinds, ~1 µs a line against ~10 for typing the
     # dicts in Python): the poller's committing thread only renumbers the rows. A held record's place is a blank
     # line, numbered and never loaded, so every row keeps its position in the run.
-    typed = prepare_block(PLACEHOLDER_SOURCE, first_line, blob + b"\n")  # no records: one blank line
+    typed = prepare_block(PLACEHOLDER_SOURCE, 1, blob + b"\n")  # a run without records: one blank line
     return Decoded(blob, len(lines), held, len(out.records) + sum(out.other.values()), typed)
 
 

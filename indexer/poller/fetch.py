@@ -32,9 +32,8 @@ FailureReport = Callable[[str, str, str, bool], None]  # (source, url, error, tr
 @dataclass
 class Chunk:
     """What one fetch thread hands to the committing thread: NDJSON lines of one fetch and the cursors they move.
-    Most lines come typed by the decode workers: ``parts`` are (0, its Prepared), its rows numbered as in the chunk
-    already (indexer.load.assemble has nothing to renumber, ~1.4 µs a row on the committing thread), and
-    ``untyped`` the positions of the rest."""
+    Most lines come typed by the decode workers: ``parts`` are (position of a part's first line, its Prepared) and
+    ``untyped`` the positions of the rest (indexer.load.assemble)."""
     escrow_id: str
     lines: list[bytes]
     cursors: dict[str, str]
@@ -165,15 +164,14 @@ class EscrowFetcher:
             diffs = group.page(first, last)  # headers only: nonce, state root, the entry
             if diffs:
                 try:
-                    lines, ntx, typed = self._records(escrow_id, version, epoch, diffs, group, done,
-                                                      first_line=len(pending) + 1)
+                    lines, ntx, typed = self._records(escrow_id, version, epoch, diffs, group, done)
                 except (WireDecodeError, NormalizeError) as exc:
                     # the serving member's txs do not decode: skip it and read the run from another member
                     if group.primary is None:
                         raise
                     group._skip(group.primary, f"diffs {first}..{diffs[-1]['nonce']}: {exc}", False)
                     continue
-                parts.extend((0, part) for part in typed)
+                parts.extend((len(pending), part) for part in typed)
                 pending.extend(lines)
                 nonce = diffs[-1]["nonce"]
                 diffs_n += len(diffs)
@@ -200,12 +198,12 @@ class EscrowFetcher:
         return Chunk(escrow_id, lines, cursors, diffs, txs, parts, untyped)
 
     def _records(self, escrow_id: str, version: str, epoch: int, diffs: list[dict], group: HostGroup,
-                 done: EscrowDone, first_line: int = 1) -> tuple[list[bytes], int, list[Any]]:
+                 done: EscrowDone) -> tuple[list[bytes], int, list[Any]]:
         """NDJSON lines of a run of diffs (decoded and typed in the process pool), 0/0 Finish payloads fetched and
-        filled in; with their typed parts (numbered from ``first_line``, the run's first line in its chunk)."""
+        filled in; with their typed parts (numbered from the run's first line)."""
         t0 = time.perf_counter()
         entries = [d["entry"] for d in diffs]
-        dec = self._decoding(decode_entries, escrow_id, version, entries, self.fetch_payloads, first_line)
+        dec = self._decoding(decode_entries, escrow_id, version, entries, self.fetch_payloads)
         done.t_decode += time.perf_counter() - t0
         lines = dec.lines()
         if dec.held:
@@ -222,7 +220,7 @@ class EscrowFetcher:
                     rec["response_payload"] = body
                 lines[pos] = dumps_record_bytes(rec)
             # refusals are typed (their payloads parsed) by a decode worker too, numbered like the rest of the run
-            held = [(pos + first_line, lines[pos]) for pos, _ in dec.held]
+            held = [(pos + 1, lines[pos]) for pos, _ in dec.held]
             typed_held = self._decoding(prepare_batch, PLACEHOLDER_SOURCE, held)
             return lines, dec.txs, [dec.typed, typed_held]  # type: ignore[return-value]
         return lines, dec.txs, [dec.typed]  # type: ignore[return-value]
