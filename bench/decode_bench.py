@@ -12,7 +12,9 @@ fields and numbers). Figures are µs per tx, best of ``--repeat`` passes over al
 * ``decode``: one serialized DevshardTx → the codec's form (old: dict; new: upb message object);
 * ``decode → dict``: the new path's dict form (devnet, tests, tools), for comparison with the old dict;
 * ``decode + record``: decode, then the normalizer's record for the tx (what the poller does per tx);
-* ``entries``: whole host diff-log entries (JSON objects, base64 txs) → records, per tx — the poller's decode step.
+* ``entries → records``: whole host diff-log entries (JSON objects, base64 txs) → record dicts, per tx;
+* ``entries → lines``: the same entries → NDJSON lines, the poller's decode step (before: the records serialized;
+  after: :mod:`indexer.wire.txlines`, lines written from the message objects).
 """
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ LAST_HAND_CODEC = "294e0c8^"
 sys.path.insert(0, str(ROOT))
 from indexer.devnet import Scenario, ScenarioConfig  # noqa: E402
 from indexer.wire import SCHEMAS, normalize_diffs  # noqa: E402
-from indexer.wire.diffs import diff_messages_from_host_json, diff_to_host_json  # noqa: E402
-from indexer.wire.normalize import tx_record  # noqa: E402
+from indexer.wire.diffs import (diff_contents_from_host_json, diff_messages_from_host_json,  # noqa: E402
+                                diff_to_host_json)
+from indexer.wire.txlines import TxLines  # noqa: E402
+from indexer.wire.normalize import dumps_record_bytes, tx_record  # noqa: E402
 
 
 def _git(*args: str) -> str:
@@ -125,8 +129,21 @@ def main() -> None:
             for eid, entries in logs.items():
                 normalize_diffs(eid, [diff_messages_from_host_json(e, version, eid) for e in entries], version)
 
+        def old_lines():
+            for eid, entries in old_logs.items():
+                out = old_norm.normalize_diffs(eid, [old_diffs.diff_from_host_json(e, old_version) for e in entries],
+                                               old_version)
+                [dumps_record_bytes(r) for r in out.records]
+
+        def new_lines():  # the poller's decode (indexer.poller.decode): the lines written from the messages
+            for eid, entries in logs.items():
+                lines = TxLines(eid, version)
+                for nonce, content, _ in diff_contents_from_host_json(entries, version, eid):
+                    lines.diff(nonce, content.txs)
+
         rows = [("decode", old_decode, new_decode), ("decode → dict", old_decode, new_dict),
-                ("decode + record", old_records, new_records), ("entries → records", old_entries, new_entries)]
+                ("decode + record", old_records, new_records), ("entries → records", old_entries, new_entries),
+                ("entries → lines", old_lines, new_lines)]
         print(f"{n} DevshardTx from {len(logs)} devnet escrows; old codec at {rev[:12]}; best of {args.repeat}")
         print(f"{'µs per tx':<20}{'before':>10}{'after':>10}{'speed-up':>10}")
         for label, before, after in rows:

@@ -62,6 +62,7 @@ def test_decode_bench_runs_and_both_codecs_agree():
                 "--repeat", "1"])
     assert out.returncode == 0, out.stderr
     assert re.search(r"^entries → records\s+[\d.]+\s+[\d.]+", out.stdout, re.M), out.stdout
+    assert re.search(r"^entries → lines\s+[\d.]+\s+[\d.]+", out.stdout, re.M), out.stdout  # the poller's decode
 
 
 def test_ingest_bench_runs(pg_admin_url, tmp_path):

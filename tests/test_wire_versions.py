@@ -24,6 +24,8 @@ from indexer.wire import (
     version_key,
 )
 from indexer.wire.diffs import diff_from_host_json, diff_messages_from_host_json
+from indexer.wire.normalize import NormalizeError, dumps_record_bytes, tx_record
+from indexer.wire.txlines import TxLines
 
 # --------------------------------------------------------------------------- an independent encoder
 # Written from the protobuf encoding spec, sharing nothing with indexer.wire: what the library parses must be
@@ -129,6 +131,64 @@ def test_library_parse_matches_an_independent_encoder(case):
     assert (by_object.records, by_object.other) == (by_dict.records, by_dict.other)
 
 
+@st.composite
+def _run_case(draw):
+    version = draw(st.sampled_from(VERSIONS))
+    txs = draw(st.lists(_message(SCHEMAS[version], "DevshardTx"), min_size=0, max_size=4))
+    # real escrow ids are u64 digits; the others check that the templates keep any text as JSON, "%" included
+    escrow = draw(st.one_of(st.sampled_from(["7", "18446744073709551615"]), st.text(max_size=6)))
+    return version, escrow, txs
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(_run_case(), st.booleans())
+def test_lines_written_from_messages_are_the_records_lines(case, hold):
+    """The poller's lines (indexer.wire.txlines, byte templates) are byte for byte what dumps_record_bytes writes
+    of tx_record's dict, for every kind and version; a held Finish is that dict at a blank line's place."""
+    version, escrow, txs = case
+    schema = SCHEMAS[version]
+    objs = [schema.cls("DevshardTx").FromString(_oracle_encode(schema, "DevshardTx", tx)) for tx in txs]
+    got = TxLines(escrow, version, (lambda m: m.input_tokens == 0) if hold else None)
+    assert got.diff(11, objs) == len(objs)
+    lines, held, other = [], [], {}
+    for index, obj in enumerate(objs):
+        rec, name = tx_record(escrow, 11, index, obj, version)
+        if rec is None:
+            other[name] = other.get(name, 0) + 1
+        elif hold and rec["kind"] == "finish" and rec["input_tokens"] == 0:
+            held.append((len(lines), rec))
+            lines.append(b"")
+        else:
+            lines.append(dumps_record_bytes(rec))
+    assert (got.lines, got.held, dict(got.other)) == (lines, held, other)
+
+
+def test_decoded_runs_are_the_normalized_records_of_the_devnet():
+    """decode_entries (the poller's decode) against the dict path, normalize_diffs, over a devnet scenario's logs:
+    the same lines, the same held refusals at the same places, the same tx count."""
+    from indexer.devnet import Scenario, ScenarioConfig
+
+    scn = Scenario(ScenarioConfig(seed=7, epochs=1, escrows_per_epoch=3, inferences_per_escrow=60))
+    version = scn.config.protocol_version
+    held_any = 0
+    for eid, esc in scn.escrows.items():
+        entries = [diff_to_host_json(d, version, sig, root) for d, sig, root in scn.host_diff_log(esc)]
+        want = normalize_diffs(eid, [diff_messages_from_host_json(e, version, eid) for e in entries], version)
+        lines, held = [], []
+        for rec in want.records:
+            if rec["kind"] == "finish" and rec["input_tokens"] == 0 and rec["output_tokens"] == 0:
+                held.append((len(lines), rec))
+                lines.append(b"")
+            else:
+                lines.append(dumps_record_bytes(rec))
+        got = decode_entries(eid, version, entries, True)
+        assert (got.lines(), got.held) == (lines, held)
+        assert got.txs == len(want.records) + sum(want.other.values())
+        assert decode_entries(eid, version, entries, False).lines() == [dumps_record_bytes(r) for r in want.records]
+        held_any += len(held)
+    assert held_any  # the scenario has refusals: the held path ran
+
+
 def test_unknown_fields_survive_the_object_path_byte_for_byte():
     newer = SCHEMAS["v5"].encode("DevshardTx", {"finish_inference": {"inference_id": 9, "served_hash": b"\x01" * 32,
                                                                       "executor_slot": 3}})
@@ -183,3 +243,24 @@ def test_malformed_tx_on_the_object_path_names_escrow_nonce_and_reason():
     with pytest.raises(WireDecodeError, match="in start_inference: field model: invalid UTF-8"):
         diff_messages_from_host_json({"diff": {"nonce": 1, "txs": base64.b64encode(
             encode_diff({"nonce": 1, "txs": []}, "v5") + b"\x12" + bytes([len(utf8)]) + utf8).decode()}}, "v5", "1")
+
+
+def test_the_poller_decode_refuses_what_the_dict_path_refuses():
+    """decode_entries reads entries its own way (indexer.wire.diffs.diff_contents_from_host_json): a bad signature
+    or root, a diff of another escrow, a gap in the run are still errors naming the diff and the field."""
+    good = diff_to_host_json({"nonce": 5, "txs": [{"heartbeat": {}}]}, "v5", b"sig", bytes(32))
+    assert decode_entries("1971", "v5", [good], False).txs == 1
+    for field, where in (("user_sig", "diff"), ("post_state_root", "diff"), ("state_hash", None)):
+        bad = {"diff": dict(good["diff"]), "state_hash": good["state_hash"]}
+        (bad["diff"] if where else bad)[field] = "not base64!"
+        with pytest.raises(WireDecodeError, match=rf"escrow 1971 diff 5 {field}: invalid base64"):
+            decode_entries("1971", "v5", [bad], False)
+        with pytest.raises(WireDecodeError, match=rf"escrow 1971 diff 5 {field}: invalid base64"):
+            diff_messages_from_host_json(bad, "v5", "1971")
+    other = {"diff": {"nonce": 5, "txs": base64.b64encode(SCHEMAS["v5"].encode(
+        "DiffContent", {"nonce": 5, "escrow_id": "1972"})).decode()}}
+    with pytest.raises(NormalizeError, match="diff 5 belongs to escrow 1972, not 1971"):
+        decode_entries("1971", "v5", [other], False)
+    later = diff_to_host_json({"nonce": 7, "txs": []}, "v5", b"sig", bytes(32))
+    with pytest.raises(ValueError, match="not contiguous at nonce 7"):
+        decode_entries("1971", "v5", [good, later], False)

@@ -1,7 +1,7 @@
 """Decoding a run of host diff-log entries into NDJSON lines, typed for COPY, in worker processes.
 
-Protobuf decoding, normalizing and serializing are the poller's largest CPU cost and pure functions of the
-entries, so they run in a small process pool (``forkserver``: workers start from a clean process, never forked from
+Protobuf decoding, writing the records' lines (:mod:`indexer.wire.txlines`, straight from the message objects) and
+typing them are the poller's largest CPU cost and pure functions of the entries, so they run in a small process pool (``forkserver``: workers start from a clean process, never forked from
 the threaded poller) and the poller process keeps the GIL for HTTP and loading. Finish records with 0 input and
 0 output tokens are handed back as dicts (``held``), because their stored response payload is fetched afterwards
 and goes into the record before it is serialized.
@@ -16,8 +16,9 @@ from typing import Any, Mapping, Sequence
 from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import Prepared, prepare_block
 from indexer.workers import pool as workers_pool
-from indexer.wire.diffs import diff_messages_from_host_json
-from indexer.wire.normalize import dumps_record_bytes, normalize_diffs
+from indexer.wire.diffs import diff_contents_from_host_json
+from indexer.wire.normalize import NormalizeError
+from indexer.wire.txlines import TxLines
 
 PRELOAD = ["indexer.poller.decode"]  # its imports compile the loader's typing functions once per worker
 
@@ -37,26 +38,26 @@ class Decoded:
 
 
 def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool) -> Decoded:
-    diffs = [diff_messages_from_host_json(e, version, escrow_id) for e in entries]
-    for i, d in enumerate(diffs[1:], start=1):
-        if d["nonce"] != diffs[0]["nonce"] + i:  # checked on the headers already; the full decode agrees
-            raise ValueError(f"diff run not contiguous at nonce {d['nonce']}")
-    out = normalize_diffs(escrow_id, diffs, version)
-    lines: list[bytes] = []
-    held: list[tuple[int, dict[str, Any]]] = []
-    for rec in out.records:
-        if hold_refusals and rec["kind"] == "finish" and rec.get("input_tokens") == 0 \
-                and rec.get("output_tokens") == 0:
-            held.append((len(lines), rec))
-            lines.append(b"")
-        else:
-            lines.append(dumps_record_bytes(rec))
-    blob = b"\n".join(lines)
+    contents = diff_contents_from_host_json(entries, version, escrow_id)
+    out = TxLines(escrow_id, version, _refusal if hold_refusals else None)
+    txs = 0
+    for i, (nonce, content, owner) in enumerate(contents):
+        if nonce != contents[0][0] + i:  # checked on the headers already; the full decode agrees
+            raise ValueError(f"diff run not contiguous at nonce {nonce}")
+        if owner and owner != escrow_id:
+            raise NormalizeError(f"diff {nonce} belongs to escrow {owner}, not {escrow_id}")
+        txs += out.diff(nonce, content.txs)
+    blob = b"\n".join(out.lines)
     # typed here, by the file load's block typer (C for the bulk kinds, ~1 µs a line against ~10 for typing the
     # dicts in Python): the poller's committing thread only renumbers the rows. A held record's place is a blank
     # line, numbered and never loaded, so every row keeps its position in the run.
     typed = prepare_block(PLACEHOLDER_SOURCE, 1, blob + b"\n")  # a run without records: one blank line
-    return Decoded(blob, len(lines), held, len(out.records) + sum(out.other.values()), typed)
+    return Decoded(blob, len(out.lines), out.held, txs, typed)
+
+
+def _refusal(finish: Any) -> bool:
+    """A Finish with 0 input and 0 output tokens: its stored response payload is fetched before it is typed."""
+    return finish.input_tokens == 0 and finish.output_tokens == 0
 
 
 def decode_pool(workers: int) -> Executor | None:

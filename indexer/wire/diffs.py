@@ -10,16 +10,17 @@ of ``DiffContent{nonce, repeated DevshardTx txs, escrow_id, post_state_root, sea
 the entry's; the root a host computed after the diff is ``state_hash``. The content's bytes are kept as
 ``raw_content`` (what the user signed).
 
-Two readings of an entry: :func:`diff_from_host_json` gives txs as dicts (the devnet, tests, tools);
+Readings of an entry: :func:`diff_from_host_json` gives txs as dicts (the devnet, tests, tools);
 :func:`diff_messages_from_host_json` gives them as the version's protobuf ``DevshardTx`` objects, which the
-normalizer reads directly (the poller's hot path).
+normalizer reads directly; :func:`diff_contents_from_host_json` reads a run of entries for the poller's decode, with
+the same checks, keeping only the parsed content (:mod:`indexer.wire.txlines` writes its lines).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping  # not typing.Mapping: its isinstance costs ~1.5 µs, per diff and tx
+from collections.abc import Mapping, Sequence  # not typing.Mapping: its isinstance costs ~1.5 µs, per diff and tx
 from typing import Any
 
 from indexer.wire.protobuf import WireDecodeError, parse, to_dict
@@ -44,17 +45,22 @@ def encode_diff(diff: Mapping[str, Any], version: str | None) -> bytes:
     return schema_for(version).encode("DiffContent", diff)
 
 
-def b64decode(value: Any, what: str) -> bytes:
-    """Strict standard base64 as Go emits it; anything else is a wire error, not a crash."""
+def b64decode(value: Any, what: str, *where: Any) -> bytes:
+    """Strict standard base64 as Go emits it; anything else is a wire error, not a crash. The error names ``what``
+    followed by ``where`` (joined only then: per diff and field, the label cost more than the decode)."""
     if value is None or value == "":
         return b""
     if not isinstance(value, str):
-        raise WireDecodeError(f"{what}: expected a base64 string, got {type(value).__name__}")
+        raise WireDecodeError(f"{_named(what, where)}: expected a base64 string, got {type(value).__name__}")
     try:
         # strict_mode: the same strictness as b64decode(validate=True) without its per-call regex
         return binascii.a2b_base64(value, strict_mode=True)
     except (binascii.Error, ValueError):
-        raise WireDecodeError(f"{what}: invalid base64") from None
+        raise WireDecodeError(f"{_named(what, where)}: invalid base64") from None
+
+
+def _named(what: str, where: tuple) -> str:
+    return " ".join([what, *map(str, where)])
 
 
 def b64encode(data: bytes) -> str:
@@ -79,8 +85,8 @@ def diff_header_from_host_json(entry: Mapping[str, Any]) -> dict[str, Any]:
         raise WireDecodeError("diff entry: expected an object with a 'diff' object")
     diff = entry["diff"]
     nonce = _as_int(diff.get("nonce"), "diff.nonce")
-    return {"nonce": nonce, "post_state_root": b64decode(diff.get("post_state_root"), f"diff {nonce} post_state_root"),
-            "state_hash": b64decode(entry.get("state_hash"), f"diff {nonce} state_hash"), "entry": entry}
+    return {"nonce": nonce, "post_state_root": b64decode(diff.get("post_state_root"), "diff", nonce, "post_state_root"),
+            "state_hash": b64decode(entry.get("state_hash"), "diff", nonce, "state_hash"), "entry": entry}
 
 
 def state_root(diff: Mapping[str, Any]) -> bytes:
@@ -114,31 +120,56 @@ def _check_entry(entry: Any, escrow_id: str | None) -> None:
         raise WireDecodeError(f"{where}diff entry: expected an object with a 'diff' object")
 
 
-def _diff(entry: Mapping[str, Any], label: str, schema, tx_form) -> dict[str, Any]:
-    """The fields of a checked diff entry, its DiffContent parsed by the library and each tx given as
-    ``tx_form(message)`` (None: the message itself); errors name ``label``, the nonce and the field."""
+def diff_contents_from_host_json(entries: Sequence[Any], version: str | None,
+                                 escrow_id: str | None = None) -> list[tuple[int, Any, str]]:
+    """The poller's reading of a run of entries: ``(nonce, parsed DiffContent, escrow id)`` each, with every check
+    of :func:`diff_messages_from_host_json` (the signature and roots are checked as base64, not kept), and the same
+    errors. The txs are ``content.txs``, read where they are."""
+    schema = schema_for(version, escrow=escrow_id)
+    label = f"escrow {escrow_id or '?'} diff"
+    out = []
+    for entry in entries:
+        _check_entry(entry, escrow_id)
+        nonce, content, _ = _content(entry, label, schema)
+        diff = entry["diff"]
+        b64decode(diff.get("post_state_root"), label, nonce, "post_state_root")
+        b64decode(diff.get("user_sig"), label, nonce, "user_sig")
+        b64decode(entry.get("state_hash"), label, nonce, "state_hash")
+        out.append((nonce, content, content.escrow_id or str(diff.get("escrow_id") or "")))
+    return out
+
+
+def _content(entry: Mapping[str, Any], label: str, schema) -> tuple[int, Any, bytes]:
+    """(nonce, parsed DiffContent, its bytes) of a checked entry; errors name ``label``, the nonce and the field."""
     diff = entry["diff"]
     nonce = _as_int(diff.get("nonce"), "diff.nonce")
-    where = f"{label} {nonce}"
     encoded = diff.get("txs")
     if isinstance(encoded, list):
-        raise WireDecodeError(f"{where} txs: a JSON list; a host sends one base64 DiffContent (DiffToJSON)")
-    raw = b64decode(encoded, f"{where} txs")
+        raise WireDecodeError(f"{label} {nonce} txs: a JSON list; a host sends one base64 DiffContent (DiffToJSON)")
+    raw = b64decode(encoded, label, nonce, "txs")
     try:
         content = parse(schema, "DiffContent", raw)
     except WireDecodeError as exc:  # "in txs[i]: why" names the tx at fault
-        raise WireDecodeError(f"{where} {str(exc).removeprefix('in ')}") from None
+        raise WireDecodeError(f"{label} {nonce} {str(exc).removeprefix('in ')}") from None
     if content.nonce != nonce:
-        raise WireDecodeError(f"{where}: its DiffContent holds nonce {content.nonce}")
+        raise WireDecodeError(f"{label} {nonce}: its DiffContent holds nonce {content.nonce}")
+    return nonce, content, raw
+
+
+def _diff(entry: Mapping[str, Any], label: str, schema, tx_form) -> dict[str, Any]:
+    """The fields of a checked diff entry, its DiffContent parsed by the library and each tx given as
+    ``tx_form(message)`` (None: the message itself); errors name ``label``, the nonce and the field."""
+    nonce, content, raw = _content(entry, label, schema)
+    diff = entry["diff"]
     return {
         "nonce": nonce,
         "txs": list(content.txs) if tx_form is None else [tx_form(tx) for tx in content.txs],
         "escrow_id": content.escrow_id or str(diff.get("escrow_id") or ""),
-        "post_state_root": (b64decode(diff.get("post_state_root"), f"{where} post_state_root")
+        "post_state_root": (b64decode(diff.get("post_state_root"), label, nonce, "post_state_root")
                             or content.post_state_root),
         "sealed_inference_ids": list(content.sealed_inference_ids),
-        "user_sig": b64decode(diff.get("user_sig"), f"{where} user_sig"),
-        "state_hash": b64decode(entry.get("state_hash"), f"{where} state_hash"),
+        "user_sig": b64decode(diff.get("user_sig"), label, nonce, "user_sig"),
+        "state_hash": b64decode(entry.get("state_hash"), label, nonce, "state_hash"),
         "raw_content": raw,
     }
 
