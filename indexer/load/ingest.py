@@ -18,6 +18,7 @@ import psycopg
 
 from indexer import workers
 from indexer.db.deadlocks import retrying_deadlocks
+from indexer.db.durability import commit_without_flush_wait
 from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_epochs, routed_column
@@ -238,8 +239,7 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     transaction and the file is the durable copy, so a server crash can only lose the last batches whole, with
     their cursor, and the next run loads them again. The file's completion commits with the session's own setting
     (synchronous by default), which flushes every batch before it: a load the command reports is durable."""
-    durable = conn.execute("SELECT current_setting('synchronous_commit')").fetchone()[0]
-    conn.execute("SELECT set_config('synchronous_commit', 'off', false)")
+    durable = commit_without_flush_wait(conn)
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
     total = IngestSummary(files=1)

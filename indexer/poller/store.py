@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import psycopg
 
 from indexer.db.deadlocks import retrying_deadlocks
+from indexer.db.durability import commit_without_flush_wait, flush_at_commit
 from indexer.load.ingest import BatchLoader, IngestSummary, register_source
 from indexer.load.assemble import assemble
 from indexer.load.prepare import prepare_batch
@@ -75,6 +76,9 @@ ON CONFLICT (source) DO UPDATE SET host = excluded.host, url = excluded.url, err
 class Store:
     def __init__(self, conn: psycopg.Connection, *, archive: bool = True, side_url: str | None = None) -> None:
         self.conn = conn
+        # the cycle's commits (hundreds: chunks, cursors, the watchdog's rows) do not wait for the WAL flush; the
+        # last one, finish_cycle's, does, and with it every one before it (indexer.db.durability)
+        self.durable = commit_without_flush_wait(conn)
         self.side_url = side_url  # a second connection for registering sources while the main one commits
         self._side: psycopg.Connection | None = None
         self.archive = archive
@@ -179,12 +183,14 @@ class Store:
 
     def finish_cycle(self, url: str, error: str | None) -> None:
         """Write what is still queued and, for a failed cycle, its error on ``chain`` (``api.ingest_status``) and
-        in ``net.failure``. When the database dropped the main connection, this goes through a fresh one, so a
+        in ``net.failure``, in a commit that waits for the WAL flush: the cycle's work is durable when it returns. When the database dropped the main connection, this goes through a fresh one, so a
         cycle that died of it is still visible; a drop that happens here fails the cycle."""
         if error is not None:
             self.fail("chain", "", f"cycle failed: {error}", True)
 
         def record(conn: psycopg.Connection, message: str | None) -> None:
+            if conn is self.conn:
+                flush_at_commit(conn, self.durable)  # a fresh connection has its own setting
             if message is not None:
                 conn.execute(_CURSOR_ERROR, ("chain", message[:2000], 60.0))
 
@@ -289,6 +295,7 @@ class Store:
             return self.conn
         if self._side is None:
             self._side = psycopg.connect(self.side_url, autocommit=True)
+            commit_without_flush_wait(self._side)  # sources registered here commit before their rows anyway
         return self._side
 
     @property

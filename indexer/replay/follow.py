@@ -28,6 +28,7 @@ from collections.abc import Iterable
 
 import psycopg
 
+from indexer.db.durability import commit_without_flush_wait
 from indexer.replay.run import CHUNK_ESCROWS, ReplaySummary, replay_loop
 from indexer.workers import exit_with_parent, keep_freed_memory, sigint_blocked
 
@@ -145,7 +146,7 @@ def _follow(url: str, chunk: int, receive, report, owner: int) -> None:
         with psycopg.connect(url) as conn:
             # a chunk's rows and the claims of its marks are one transaction: a server crash that loses its
             # unflushed commit leaves those escrows dirty for the next replay (ingest_file says why it is off)
-            conn.execute("SELECT set_config('synchronous_commit', 'off', false)")
+            commit_without_flush_wait(conn)
             conn.commit()
             while not stop:
                 if not receive.poll(None):  # block until the next message
