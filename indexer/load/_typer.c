@@ -594,11 +594,54 @@ static PyObject *configure(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* shift_rows(copy, offset, sid) -> bytes: COPY rows typed with the placeholder source and part-relative line
+ * numbers ("line \t columns ... \t 0 \n", as type_block writes them with sid b"0") given their line numbers in the
+ * source (+ offset) and its id (indexer.load.assemble). COPY text escapes newlines inside values, so every raw
+ * newline ends a row. */
+static PyObject *shift_rows(PyObject *self, PyObject *args) {
+    Py_buffer copy, sid;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "y*Ly*:shift_rows", &copy, &offset, &sid)) return NULL;
+    Buf out = {0};
+    PyObject *result = NULL;
+    const char *p = copy.buf, *end = p + copy.len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', end - p);
+        unsigned long long n = 0;
+        const char *q = p;
+        while (q < end && *q >= '0' && *q <= '9' && q - p < 18) n = n * 10 + (unsigned long long)(*q++ - '0');
+        if (!nl || q == p || *q != '\t' || nl - q < 2 || nl[-1] != '0' || nl[-2] != '\t') {
+            PyErr_Format(PyExc_ValueError, "shift_rows: not a placeholder row at byte %zd",
+                         (Py_ssize_t)(p - (const char *)copy.buf));
+            goto done;
+        }
+        char num[24];
+        int num_len = snprintf(num, sizeof num, "%lld", (long long)n + offset);
+        Py_ssize_t middle = (nl - 1) - q;  /* "\t columns ... \t", the placeholder left out */
+        if (buf_reserve(&out, num_len + middle + sid.len + 1) < 0) goto done;
+        memcpy(out.p + out.len, num, num_len);
+        memcpy(out.p + out.len + num_len, q, middle);
+        memcpy(out.p + out.len + num_len + middle, sid.buf, sid.len);
+        out.len += num_len + middle + sid.len;
+        out.p[out.len++] = '\n';
+        p = nl + 1;
+    }
+    result = PyBytes_FromStringAndSize(out.p ? out.p : "", out.len);
+done:
+    PyMem_Free(out.p);
+    PyBuffer_Release(&copy);
+    PyBuffer_Release(&sid);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"type_block", type_block, METH_VARARGS,
      "type_block(block, first_line, resume_after, sid, fallback) -> (count, last, skipped, [(kind, copy, n, scopes, "
      "slot_max, ranges, distinct_keys)])"},
     {"configure", configure, METH_O, "configure(kind specs): the kinds type_block takes (indexer.load.typer)"},
+    {"shift_rows", shift_rows, METH_VARARGS,
+     "shift_rows(copy, offset, sid) -> placeholder rows renumbered by offset, with source id sid "
+     "(indexer.load.assemble)"},
     {NULL, NULL, 0, NULL},
 };
 

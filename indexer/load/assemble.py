@@ -1,18 +1,19 @@
 """One source's prepared batch, assembled from parts typed elsewhere.
 
-The poller decodes diff logs in worker processes, and those workers also type the records they decode (the dicts
-are at hand there, so no line is parsed again, and the typing leaves the poller's busiest thread). A worker does not
-know which source its lines will belong to, nor where in it: it types them with the placeholder source id
-``PLACEHOLDER_SOURCE`` and line numbers counted from its first line. :func:`assemble` gives every part its place (the
-line offset of its first line in the source) and the source's id, types the few lines no worker saw (escrow
-records, host stats, refusals whose payload arrived later), and merges the parts into the :class:`Prepared` that
-:meth:`indexer.load.ingest.BatchLoader.commit` takes, as if the whole source had been typed in one piece.
+The poller decodes diff logs in worker processes, and those workers also type the lines they write (the typing
+leaves the poller's busiest thread). A worker does not know which source its lines will belong to, nor where in it:
+it types them with the placeholder source id ``PLACEHOLDER_SOURCE`` and line numbers counted from its first line.
+:func:`assemble` gives every part its place (the line offset of its first line in the source) and the source's id,
+types the few lines no worker saw (escrow records, host stats, refusals whose payload arrived later), and merges the
+parts into the :class:`Prepared` that :meth:`indexer.load.ingest.BatchLoader.commit` takes, as if the whole source
+had been typed in one piece.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from indexer.load.prepare import KindBatch, Prepared, prepare_batch
+from indexer.load.typer import shift_rows
 from indexer.records import KINDS
 
 PLACEHOLDER_SOURCE = 0  # rendered as the last column of each row ("\t0\n"); replaced by the real id here
@@ -54,15 +55,9 @@ def assemble(source_id: int, lines: Sequence[bytes], parts: Sequence[tuple[int, 
 
 def _shift(copy: bytes, offset: int, sid: bytes) -> bytes:
     """COPY rows typed with the placeholder source and part-relative line numbers → the source's numbers and id.
-    Each row is ``line \\t columns … \\t source_id \\n``; the placeholder id is the single character "0"."""
-    if not copy:
-        return copy
-    if offset == 0:  # numbered already: only the id changes ("\t0\n" ends every row, and only rows: COPY escapes)
-        return copy.replace(b"\t0\n", b"\t%s\n" % sid)
-    rows = copy.split(b"\n")
-    rows.pop()  # the text ends with a newline
-    return b"".join([b"%d\t%s%s\n" % (int(n) + offset, rest[:-1], sid)
-                     for n, rest in (row.split(b"\t", 1) for row in rows)])
+    Each row is ``line \\t columns … \\t source_id \\n``; the placeholder id is the single character "0". In C
+    (``shift_rows``): in Python this was ~1.4 µs a row, every row of a poll, on the thread that gathers batches."""
+    return shift_rows(copy, offset, sid) if copy else copy
 
 
 def _distinct_keys(copy: bytes, n_key: int) -> bool:

@@ -35,3 +35,4 @@ def _spec(name: str) -> tuple:
 TYPER_KINDS = frozenset(STRUCT_KINDS)
 _typer.configure([_spec(name) for name in STRUCT_KINDS])
 type_block = _typer.type_block
+shift_rows = _typer.shift_rows  # a typed part's rows renumbered and given their source (indexer.load.assemble)

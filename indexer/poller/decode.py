@@ -1,10 +1,11 @@
 """Decoding a run of host diff-log entries into NDJSON lines, typed for COPY, in worker processes.
 
 Protobuf decoding, writing the records' lines (:mod:`indexer.wire.txlines`, straight from the message objects) and
-typing them are the poller's largest CPU cost and pure functions of the entries, so they run in a small process pool (``forkserver``: workers start from a clean process, never forked from
-the threaded poller) and the poller process keeps the GIL for HTTP and loading. Finish records with 0 input and
-0 output tokens are handed back as dicts (``held``), because their stored response payload is fetched afterwards
-and goes into the record before it is serialized.
+typing them are the poller's largest CPU cost and pure functions of the entries, so they run in a small process pool
+(``forkserver``: workers start from a clean process, never forked from the threaded poller) and the poller process
+keeps the GIL for HTTP and loading. Finish records with 0 input and 0 output tokens are handed back as dicts
+(``held``), because their stored response payload is fetched afterwards and goes into the record before it is
+serialized.
 """
 from __future__ import annotations
 

@@ -182,9 +182,10 @@ class Store:
         self._in_transaction(self.conn, body)
 
     def finish_cycle(self, url: str, error: str | None) -> None:
-        """Write what is still queued and, for a failed cycle, its error on ``chain`` (``api.ingest_status``) and
-        in ``net.failure``, in a commit that waits for the WAL flush: the cycle's work is durable when it returns. When the database dropped the main connection, this goes through a fresh one, so a
-        cycle that died of it is still visible; a drop that happens here fails the cycle."""
+        """Write what is still queued and, for a failed cycle, its error on ``chain`` (``api.ingest_status``) and in
+        ``net.failure``, in a commit that waits for the WAL flush: the cycle's work is durable when it returns. When
+        the database dropped the main connection, this goes through a fresh one, so a cycle that died of it is still
+        visible; a drop that happens here fails the cycle."""
         if error is not None:
             self.fail("chain", "", f"cycle failed: {error}", True)
 

@@ -32,9 +32,10 @@ def _template(escrow_id: bytes, version: bytes, kind: bytes, slot_key: bytes | N
 
 
 class TxLines:
-    """The lines of one escrow's txs under one protocol version, appended to ``lines``; a record the caller wants
-    as a dict instead (a finish whose message ``hold`` is true for: a refusal whose payload comes later) goes to ``held`` at its
-    line's position, which gets an empty line. ``other`` counts the txs that make no record, by name."""
+    """The lines of one escrow's txs under one protocol version, appended to ``lines``; a record the caller wants as
+    a dict instead (a finish whose message ``hold`` is true for: a refusal whose payload comes later) goes to
+    ``held`` at its line's position, which gets an empty line. ``other`` counts the txs that make no record, by
+    name."""
 
     def __init__(self, escrow_id: str, protocol_version: str,
                  hold: Callable[[Any], bool] | None = None) -> None:
