@@ -9,8 +9,9 @@ from decimal import Decimal
 from urllib.parse import unquote
 
 import psycopg
+import pytest
 
-from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
+from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
 from indexer.devnet.epochviews import end_height
 from indexer.devnet.models import MINIMAX
 from indexer.poller import poll_once
@@ -136,3 +137,55 @@ def test_epoch_without_escrows_becomes_final(db_url):
 def _states(url) -> dict[int, str]:
     with psycopg.connect(url) as c:
         return dict(c.execute("SELECT epoch_index, state FROM api.epochs WHERE state IS NOT NULL"))
+
+
+def test_snapshot_reads_run_beside_the_escrows(db_url):
+    """An epoch's snapshot (dozens of chain reads an epoch) is read on a thread of its own while the escrows are
+    fetched and committed, and loaded after them: slow group-data reads hold back no escrow. Every escrow source
+    of the cycle is registered before the first snapshot source (before, the snapshots came first)."""
+    scn = _scn()
+    slow = FaultConfig(p_delay=1.0, delay_seconds=0.05, paths=("/chain-api/productscience/inference/inference/"
+                                                                "epoch_group_data",))
+    with DevnetServer(scn, faults=slow) as net:
+        net.advance_to_last_epoch()
+        summary = _poll(db_url, net)
+        assert net.faults.injected["delay"] > 0
+    assert summary.escrows == len(scn.escrows) and len(summary.epochs) == 3
+    with psycopg.connect(db_url) as c:
+        ids = c.execute("SELECT uri LIKE 'chain:epoch_group_data/%%', min(source_id), max(source_id) FROM rec.source "
+                        "WHERE uri LIKE 'chain:epoch_group_data/%%' OR uri LIKE 'devshard:escrow/%%' GROUP BY 1"
+                        ).fetchall()
+        epochs = c.execute("SELECT count(*) FROM api.epochs WHERE params_height IS NOT NULL").fetchone()[0]
+    spans = {is_snapshot: (lo, hi) for is_snapshot, lo, hi in ids}
+    assert spans[False][1] < spans[True][0]
+    assert epochs == 3  # and every snapshot loaded
+
+
+def test_a_snapshot_read_that_breaks_fails_the_cycle_after_its_escrows(db_url, monkeypatch):
+    """An unexpected error in a snapshot's reads (not a failed chain read, which is recorded and retried) ends the
+    cycle with that error, once the escrows fetched beside it are committed; the next cycle starts from there."""
+    from indexer.poller.finality import Epochs
+
+    scn = _scn()
+    real = Epochs.capture
+
+    def capture(self, epoch):
+        if epoch == scn.epochs[-1].epoch_index:
+            raise RuntimeError("snapshot reader broke")
+        return real(self, epoch)
+
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        monkeypatch.setattr(Epochs, "capture", capture)
+        with pytest.raises(RuntimeError, match="snapshot reader broke"):
+            _poll(db_url, net)
+        with psycopg.connect(db_url) as c:
+            cursors = c.execute("SELECT count(*) FROM net.cursor WHERE source LIKE 'escrow:%%' "
+                                "AND cursor IS NOT NULL").fetchone()[0]
+            chain = c.execute("SELECT last_error FROM net.cursor WHERE source = 'chain'").fetchone()[0]
+        assert cursors == len(scn.escrows)  # the escrows fetched beside the broken read are in
+        assert chain == "RuntimeError: snapshot reader broke"  # on api.ingest_status's chain row
+        monkeypatch.setattr(Epochs, "capture", real)
+        assert _poll(db_url, net).escrows_failed == 0
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT count(*) FROM api.epochs WHERE params_height IS NOT NULL").fetchone()[0] == 3

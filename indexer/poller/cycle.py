@@ -3,7 +3,8 @@
 Epochs are visited oldest first (current − 2, current − 1, current), so escrows about to be pruned
 (``DevshardPruningThreshold = 2``) are captured before newer work. The pieces:
 
-* :mod:`indexer.poller.finality` — each epoch's chain metadata, its escrows still to fetch, its finality state;
+* :mod:`indexer.poller.finality` — each epoch's chain metadata (its snapshot read on a thread of its own while the
+  escrows are fetched, and loaded after them), its escrows still to fetch, its finality state;
 * :mod:`indexer.poller.fetch` — one escrow's log, payloads and stats, on fetch threads, with no database handle;
 * :mod:`indexer.poller.commit` — chunks committed in order with their cursors; the progress watchdog;
 * :mod:`indexer.poller.store` — every statement on the database;
@@ -87,6 +88,7 @@ class Poller:
         self.summary = PollSummary()
         self._decoders = decode_pool(decode_workers)
         self._payloads = ThreadPoolExecutor(max_workers=max(1, payload_workers), thread_name_prefix="payloads")
+        self._chain_reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshots")
         fetcher = EscrowFetcher(gonka, store.fail, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_pool=self._payloads if payload_workers > 0 else None,
                                 decoders=self._decoders, payload_concurrency=payload_workers)
@@ -95,6 +97,7 @@ class Poller:
 
     def close(self) -> None:
         self.pipeline.close()
+        self._chain_reads.shutdown(wait=True)
         self._payloads.shutdown(wait=True)
         if self._decoders is not None:
             self._decoders.shutdown(wait=True)
@@ -127,13 +130,14 @@ class Poller:
         plans: dict[int, tuple[list[str], list[str]]] = {}
         mine: list[int] = []        # epochs whose chain work is this poller's
         waiting: set[str] = set()   # leases of skipped work another poller holds
+        captures = []               # (epoch, its snapshot's chain reads, running beside the escrows)
         for epoch in todo:
             outcome = self.leases.take(f"epoch:{epoch}").outcome
             if outcome == "done":   # another poller did the whole epoch, its escrows included, during this cycle
                 s.epochs_elsewhere += 1
                 continue
             if outcome == "taken":
-                self.epochs.snapshot(epoch, info if epoch == now else None)
+                captures.append((epoch, self._chain_reads.submit(self.epochs.capture, epoch)))
                 mine.append(epoch)
             else:
                 waiting.add(f"epoch:{epoch}")
@@ -142,7 +146,15 @@ class Poller:
         for epoch in reversed(list(plans)):
             owner.update({eid: epoch for eid in plans[epoch][1]})
         jobs = sorted(((epoch, eid) for eid, epoch in owner.items()), key=lambda j: todo.index(j[0]))
-        done = self.pipeline.run(jobs, settlements)
+        try:
+            done = self.pipeline.run(jobs, settlements)
+        finally:  # a failed pipeline still waits for the reads (they hold the epochs' leases), never loads them
+            for _, read in captures:
+                read.exception()
+        # the snapshots load after the escrows: nothing in the load of an escrow reads them, and the reads (dozens
+        # of chain requests an epoch) no longer hold back the first escrow's fetch
+        for epoch, read in captures:
+            self.epochs.load_snapshot(epoch, read.result(), info if epoch == now else None)
         waiting |= self._skipped()
         finished: set[int] = set()
         while True:

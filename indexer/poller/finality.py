@@ -27,7 +27,7 @@ from indexer.poller.fetch import EscrowDone, Settlement
 from indexer.poller.leases import Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError, Gonka
-from indexer.sources.gonka.snapshots import capture_epoch
+from indexer.sources.gonka.snapshots import EpochCapture, capture_epoch
 from indexer.wire.chain_records import epoch_info_parts
 from indexer.wire.normalize import NormalizeError, dumps_record_bytes, epoch_record, host_epoch_stats_record
 
@@ -161,7 +161,14 @@ class Epochs:
     def snapshot(self, epoch: int, info: dict | None = None) -> None:
         """Capture and load the epoch's snapshot (heights, model args, parameters, participants); failed reads are
         logged, recorded and shown in api.ingest_status."""
-        cap = capture_epoch(self.g.chain, epoch, ended=epoch < (self.summary.epoch or 0), mapper=self._pool.map)
+        self.load_snapshot(epoch, self.capture(epoch), info)
+
+    def capture(self, epoch: int) -> EpochCapture:
+        """The chain reads of the epoch's snapshot, without the database (a cycle runs them beside its escrows)."""
+        return capture_epoch(self.g.chain, epoch, ended=epoch < (self.summary.epoch or 0), mapper=self._pool.map)
+
+    def load_snapshot(self, epoch: int, cap: EpochCapture, info: dict | None = None) -> None:
+        """Load a captured snapshot under the epoch's lease; its failed reads logged and recorded."""
         records = cap.records
         if info is not None and not any(r["kind"] == "epoch" for r in records):
             records.insert(0, epoch_record(info))  # the root group failed: the current epoch's start is still known
