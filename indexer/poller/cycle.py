@@ -146,11 +146,7 @@ class Poller:
         for epoch in reversed(list(plans)):
             owner.update({eid: epoch for eid in plans[epoch][1]})
         jobs = sorted(((epoch, eid) for eid, epoch in owner.items()), key=lambda j: todo.index(j[0]))
-        try:
-            done = self.pipeline.run(jobs, settlements)
-        finally:  # a failed pipeline still waits for the reads (they hold the epochs' leases), never loads them
-            for _, read in captures:
-                read.exception()
+        done = self.pipeline.run(jobs, settlements)  # a failed one leaves the reads to close(), which waits for them
         # the snapshots load after the escrows: nothing in the load of an escrow reads them, and the reads (dozens
         # of chain requests an epoch) no longer hold back the first escrow's fetch
         for epoch, read in captures:

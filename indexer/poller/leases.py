@@ -133,8 +133,8 @@ class Leases:
     def start(self) -> "Leases":
         self._conn = psycopg.connect(self.url, autocommit=True)
         # taken and released per escrow, a few hundred commits a cycle: none waits for the WAL flush. A server
-        # crash loses the last commits in order, a lease never without the rows committed after it
-        # (indexer.db.durability); the cycle's end flushes them all (Store.finish_cycle)
+        # crash can lose only the last commits, in order (indexer.db.durability); the cycle's end flushes them all
+        # (Store.finish_cycle)
         commit_without_flush_wait(self._conn)
         self.since = self._conn.execute("SELECT now()").fetchone()[0]
         self._heartbeat = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)

@@ -296,7 +296,7 @@ class Store:
             return self.conn
         if self._side is None:
             self._side = psycopg.connect(self.side_url, autocommit=True)
-            commit_without_flush_wait(self._side)  # sources registered here commit before their rows anyway
+            commit_without_flush_wait(self._side)  # a source a crash loses is registered again, by its digest
         return self._side
 
     @property
