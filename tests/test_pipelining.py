@@ -7,6 +7,7 @@ The servers are real sockets on loopback. The first one answers only once every 
 so a client that waits for each answer before sending the next request times out there."""
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -58,8 +59,8 @@ def test_a_run_of_diff_pages_is_asked_for_at_once_and_read_to_the_end_of_the_log
     try:
         host = DevshardHost("a", Fetcher(f"http://127.0.0.1:{server.port}", client=FastClient(timeout=5)))
         group = HostGroup("e1", "v5", ["a"], {"a": host}.get, full_decode=False)
-        diffs = group._read(host, 1, 192)  # pages 1..64, 65..128, 129..192
-        assert [d["nonce"] for d in diffs] == list(range(1, 151))
+        diffs, root = group._read(host, 1, 192)  # pages 1..64, 65..128, 129..192
+        assert [d["nonce"] for d in diffs] == list(range(1, 151)) and root == b""  # the last diff sends no root
         assert host.http.requests == 3
     finally:
         server.close()
@@ -282,3 +283,34 @@ def test_the_decode_pool_starts_its_workers_before_the_first_escrow_needs_them()
     finally:
         pool.shutdown(wait=True)
     assert decode_pool(0) is None
+
+
+class _Pages:
+    """A member's diff log as DevshardHost.diff_pages gives it: entries 1..n, the last one's root as given."""
+
+    def __init__(self, n: int, last_root: str) -> None:
+        self.n, self.last_root = n, last_root
+
+    def diff_pages(self, version, escrow_id, ranges):
+        good = base64.b64encode(b"\x01" * 32).decode()
+        return [[{"diff": {"nonce": k, "post_state_root": self.last_root if k == self.n else good}}
+                 for k in range(first, min(last, self.n) + 1)] for first, last in ranges]
+
+
+def test_a_run_whose_last_root_does_not_decode_is_read_from_another_member() -> None:
+    """Headers leave the roots in the entry (state_root reads the one a run is compared by): a root that is not
+    base64 still fails its member, as the source of a run or as a witness, and the run comes from another."""
+    from indexer.sources.gonka import HostGroup
+
+    root = base64.b64encode(b"\x02" * 32).decode()
+    skipped = []
+    members = {"bad": _Pages(3, "not base64!"), "good": _Pages(3, root), "other": _Pages(3, root)}
+    group = HostGroup("e1", "v5", ["bad", "good", "other"], members.get, lambda a, why, t: skipped.append((a, why)),
+                      full_decode=False)
+    assert [d["nonce"] for d in group.page(1, 3)] == [1, 2, 3] and group.primary == "good"
+    assert skipped == [("bad", "diff 3 post_state_root: invalid base64")]
+    skipped.clear()
+    witness_bad = HostGroup("e1", "v5", ["good", "bad"], members.get, lambda a, why, t: skipped.append((a, why)),
+                            full_decode=False)
+    assert [d["nonce"] for d in witness_bad.page(1, 3)] == [1, 2, 3]  # no witness could answer: the only log
+    assert skipped == [("bad", "diff 3 post_state_root: invalid base64")]

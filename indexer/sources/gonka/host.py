@@ -139,7 +139,7 @@ class HostGroup:
                  host_for: Callable[[str], DevshardHost | None],
                  on_skip: Callable[[str, str, bool], None] | None = None, *, full_decode: bool = True) -> None:
         self.escrow_id, self.version = escrow_id, version
-        # full_decode=False: pages hold only {nonce, post_state_root, state_hash, entry} (the txs are decoded elsewhere)
+        # full_decode=False: pages hold only {nonce, entry} (the txs are decoded elsewhere, the roots by state_root)
         self.decode = (lambda e: diff_from_host_json(e, self.version)) if full_decode else diff_header_from_host_json
         self.members = list(dict.fromkeys(members))
         self.host_for, self.on_skip = host_for, on_skip
@@ -211,10 +211,12 @@ class HostGroup:
         self.t_decode += time.perf_counter() - t1
         return out
 
-    def _read(self, host: DevshardHost, first: int, last: int) -> list[dict]:
-        """``first..last`` from one member, its pages asked for at once; stops at the end of what it has."""
+    def _read(self, host: DevshardHost, first: int, last: int) -> tuple[list[dict], bytes | None]:
+        """``first..last`` from one member, its pages asked for at once (it stops at the end of what it has), and the
+        state root after its last diff (None without diffs): a root that does not decode fails this member."""
         ranges = [(start, min(last, start + PAGE_NONCES - 1)) for start in range(first, last + 1, PAGE_NONCES)]
-        return [diff for page in self._decoded_pages(host, ranges) for diff in page]
+        diffs = [diff for page in self._decoded_pages(host, ranges) for diff in page]
+        return diffs, (state_root(diffs[-1]) if diffs else None)
 
     def _root(self, address: str, nonce: int) -> bytes | None:
         host = self._host(address)
@@ -222,10 +224,10 @@ class HostGroup:
             return None
         try:
             page = self._decoded_page(host, nonce, nonce)
+            return state_root(page[0]) if page else None
         except (FetchError, WireDecodeError, ValueError, KeyError, TypeError) as exc:
             self._skip(address, str(exc), getattr(exc, "transient", False))
             return None
-        return state_root(page[0]) if page else None
 
     def page(self, first: int, last: int) -> list[dict]:
         """Decoded diffs ``first..last`` (fewer at the end of the log), agreed by two members when possible.
@@ -235,10 +237,10 @@ class HostGroup:
         reached by the log, so agreement at the end of a run of pages vouches for every page in it; on disagreement
         the whole run is read again from the member the tie-breaker sides with."""
         while True:
-            diffs, source = self.call(lambda h: self._read(h, first, last))
+            (diffs, root), source = self.call(lambda h: self._read(h, first, last))
             if not diffs:
                 return diffs
-            tip, root = diffs[-1]["nonce"], state_root(diffs[-1])
+            tip = diffs[-1]["nonce"]
             witnesses = [m for m in self.candidates() if m != source]
             agreed = verdict = None
             for w in witnesses:
