@@ -14,7 +14,7 @@ fields and numbers). Figures are µs per tx, best of ``--repeat`` passes over al
 * ``decode + record``: decode, then the normalizer's record for the tx (what the poller does per tx);
 * ``entries → records``: whole host diff-log entries (JSON objects, base64 txs) → record dicts, per tx;
 * ``entries → lines``: the same entries → NDJSON lines, the poller's decode step (before: the records serialized;
-  after: :mod:`indexer.wire.txlines`, lines written from the message objects).
+  after: :func:`indexer.poller.decode.run_lines`, lines written from the message objects).
 """
 from __future__ import annotations
 
@@ -34,9 +34,8 @@ LAST_HAND_CODEC = "294e0c8^"
 sys.path.insert(0, str(ROOT))
 from indexer.devnet import Scenario, ScenarioConfig  # noqa: E402
 from indexer.wire import SCHEMAS, normalize_diffs  # noqa: E402
-from indexer.wire.diffs import (diff_contents_from_host_json, diff_messages_from_host_json,  # noqa: E402
-                                diff_to_host_json)
-from indexer.wire.txlines import TxLines  # noqa: E402
+from indexer.poller.decode import run_lines  # noqa: E402
+from indexer.wire.diffs import diff_messages_from_host_json, diff_to_host_json  # noqa: E402
 from indexer.wire.normalize import dumps_record_bytes, tx_record  # noqa: E402
 
 
@@ -137,9 +136,7 @@ def main() -> None:
 
         def new_lines():  # the poller's decode (indexer.poller.decode): the lines written from the messages
             for eid, entries in logs.items():
-                lines = TxLines(eid, version)
-                for nonce, content, _ in diff_contents_from_host_json(entries, version, eid):
-                    lines.diff(nonce, content.txs)
+                run_lines(eid, version, entries, False)
 
         rows = [("decode", old_decode, new_decode), ("decode → dict", old_decode, new_dict),
                 ("decode + record", old_records, new_records), ("entries → records", old_entries, new_entries),

@@ -18,7 +18,7 @@ from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import Prepared, prepare_block
 from indexer.workers import pool as workers_pool
 from indexer.wire.diffs import diff_contents_from_host_json
-from indexer.wire.normalize import NormalizeError
+from indexer.wire.normalize import check_diff_escrow
 from indexer.wire.txlines import TxLines
 
 PRELOAD = ["indexer.poller.decode"]  # its imports compile the loader's typing functions once per worker
@@ -39,21 +39,27 @@ class Decoded:
 
 
 def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool) -> Decoded:
-    contents = diff_contents_from_host_json(entries, version, escrow_id)
-    out = TxLines(escrow_id, version, _refusal if hold_refusals else None)
-    txs = 0
-    for i, (nonce, content, owner) in enumerate(contents):
-        if nonce != contents[0][0] + i:  # checked on the headers already; the full decode agrees
-            raise ValueError(f"diff run not contiguous at nonce {nonce}")
-        if owner and owner != escrow_id:
-            raise NormalizeError(f"diff {nonce} belongs to escrow {owner}, not {escrow_id}")
-        txs += out.diff(nonce, content.txs)
+    out, txs = run_lines(escrow_id, version, entries, hold_refusals)
     blob = b"\n".join(out.lines)
     # typed here, by the file load's block typer (C for the bulk kinds, ~1 µs a line against ~10 for typing the
     # dicts in Python): the poller's committing thread only renumbers the rows. A held record's place is a blank
     # line, numbered and never loaded, so every row keeps its position in the run.
     typed = prepare_block(PLACEHOLDER_SOURCE, 1, blob + b"\n")  # a run without records: one blank line
     return Decoded(blob, len(out.lines), out.held, txs, typed)
+
+
+def run_lines(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]],
+              hold_refusals: bool) -> tuple[TxLines, int]:
+    """A contiguous run of entries → its records' lines (and held refusals), and how many txs it had."""
+    contents = diff_contents_from_host_json(entries, version, escrow_id)
+    out = TxLines(escrow_id, version, _refusal if hold_refusals else None)
+    txs = 0
+    for i, (nonce, content, owner) in enumerate(contents):
+        if nonce != contents[0][0] + i:  # checked on the headers already; the full decode agrees
+            raise ValueError(f"diff run not contiguous at nonce {nonce}")
+        check_diff_escrow(escrow_id, nonce, owner)
+        txs += out.diff(nonce, content.txs)
+    return out, txs
 
 
 def _refusal(finish: Any) -> bool:

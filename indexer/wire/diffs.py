@@ -133,12 +133,17 @@ def diff_contents_from_host_json(entries: Sequence[Any], version: str | None,
     for entry in entries:
         _check_entry(entry, escrow_id)
         nonce, content, _ = _content(entry, label, schema)
-        diff = entry["diff"]
-        b64decode(diff.get("post_state_root"), label, nonce, "post_state_root")
-        b64decode(diff.get("user_sig"), label, nonce, "user_sig")
-        b64decode(entry.get("state_hash"), label, nonce, "state_hash")
-        out.append((nonce, content, content.escrow_id or str(diff.get("escrow_id") or "")))
+        _signed(entry, label, nonce)
+        out.append((nonce, content, content.escrow_id or str(entry["diff"].get("escrow_id") or "")))
     return out
+
+
+def _signed(entry: Mapping[str, Any], label: str, nonce: int) -> tuple[bytes, bytes, bytes]:
+    """(post_state_root, user_sig, state_hash) of an entry as sent, each checked as strict base64."""
+    diff = entry["diff"]
+    return (b64decode(diff.get("post_state_root"), label, nonce, "post_state_root"),
+            b64decode(diff.get("user_sig"), label, nonce, "user_sig"),
+            b64decode(entry.get("state_hash"), label, nonce, "state_hash"))
 
 
 def _content(entry: Mapping[str, Any], label: str, schema) -> tuple[int, Any, bytes]:
@@ -162,16 +167,16 @@ def _diff(entry: Mapping[str, Any], label: str, schema, tx_form) -> dict[str, An
     """The fields of a checked diff entry, its DiffContent parsed by the library and each tx given as
     ``tx_form(message)`` (None: the message itself); errors name ``label``, the nonce and the field."""
     nonce, content, raw = _content(entry, label, schema)
-    diff = entry["diff"]
+    txs = list(content.txs) if tx_form is None else [tx_form(tx) for tx in content.txs]
+    post_state_root, user_sig, state_hash = _signed(entry, label, nonce)
     return {
         "nonce": nonce,
-        "txs": list(content.txs) if tx_form is None else [tx_form(tx) for tx in content.txs],
-        "escrow_id": content.escrow_id or str(diff.get("escrow_id") or ""),
-        "post_state_root": (b64decode(diff.get("post_state_root"), label, nonce, "post_state_root")
-                            or content.post_state_root),
+        "txs": txs,
+        "escrow_id": content.escrow_id or str(entry["diff"].get("escrow_id") or ""),
+        "post_state_root": post_state_root or content.post_state_root,
         "sealed_inference_ids": list(content.sealed_inference_ids),
-        "user_sig": b64decode(diff.get("user_sig"), label, nonce, "user_sig"),
-        "state_hash": b64decode(entry.get("state_hash"), label, nonce, "state_hash"),
+        "user_sig": user_sig,
+        "state_hash": state_hash,
         "raw_content": raw,
     }
 

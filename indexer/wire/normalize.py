@@ -159,8 +159,7 @@ def normalize_diffs(
     escrow_id = str(escrow_id)
     out = DiffRecords()
     for diff in sorted(diffs, key=lambda d: d["nonce"]):
-        if diff.get("escrow_id") and str(diff["escrow_id"]) != escrow_id:
-            raise NormalizeError(f"diff {diff['nonce']} belongs to escrow {diff['escrow_id']}, not {escrow_id}")
+        check_diff_escrow(escrow_id, diff["nonce"], diff.get("escrow_id"))
         for index, tx in enumerate(diff.get("txs") or []):
             rec, name = tx_record(escrow_id, diff["nonce"], index, tx, protocol_version)
             if rec is None:
@@ -170,6 +169,12 @@ def normalize_diffs(
                 rec["response_payload"] = payloads[rec["inference_id"]]
             out.records.append(rec)
     return out
+
+
+def check_diff_escrow(escrow_id: str, nonce: int, owner: Any) -> None:
+    """A diff that names an escrow (DiffContent.escrow_id, or the entry's) must name the one whose log it is in."""
+    if owner and str(owner) != escrow_id:
+        raise NormalizeError(f"diff {nonce} belongs to escrow {owner}, not {escrow_id}")
 
 
 # --------------------------------------------------------------------------- scalar parsing
