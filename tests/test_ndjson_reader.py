@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from indexer.records import KINDS
-from indexer.sources.ndjson import Accepted, Rejected, block_lines, classify_line, open_input
+from indexer.sources.ndjson import Accepted, Rejected, block_lines, classify_line, key_count, open_input
 
 # JSON values json.dumps can write and json.loads reads back. Text never holds NUL: PostgreSQL jsonb cannot store
 # it, so a record with one is quarantined by design (tested separately below).
@@ -86,6 +86,15 @@ def test_nul_character_is_rejected_not_accepted(kind, before, after):
 def test_malformed_json_is_rejected_as_malformed(raw):
     verdict = classify_line(raw)
     assert isinstance(verdict, Rejected) and "malformed JSON" in verdict.reason
+
+
+@given(_json)
+def test_key_count_counts_every_key_of_every_object(value):
+    # counted independently: the object hook sees each object's pairs once, nested ones included (the fast path
+    # and duplicate_key compare this count with a line's colons)
+    pairs = []
+    json.loads(json.dumps(value), object_pairs_hook=lambda p: pairs.append(len(p)) or dict(p))
+    assert key_count(value) == sum(pairs)
 
 
 # -- InputFile.open_blocks + block_lines -----------------------------------------------------------------------------------------

@@ -92,10 +92,16 @@ def _no_duplicates(pairs: list) -> dict:
 def key_count(value) -> int:
     """The keys of a parsed JSON value, nested objects' included."""
     if type(value) is dict:
-        return len(value) + sum(key_count(v) for v in value.values())
-    if type(value) is list:
-        return sum(key_count(v) for v in value)
-    return 0
+        n, values = len(value), value.values()
+    elif type(value) is list:
+        n, values = 0, value
+    else:
+        return 0
+    for v in values:  # no call (nor generator) for a scalar: most values are (~11 -> ~4 us for a timeout's line)
+        t = type(v)
+        if t is dict or t is list:
+            n += key_count(v)
+    return n
 
 
 def duplicate_key(raw: bytes, obj) -> str | None:
