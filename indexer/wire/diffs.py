@@ -82,8 +82,7 @@ def diff_header_from_host_json(entry: Mapping[str, Any]) -> dict[str, Any]:
     """The cheap part of :func:`diff_from_host_json`: ``{nonce, entry}`` without decoding the txs, enough to check a
     page's contiguity. The state roots are read from the entry by :func:`state_root`, for the one diff of a run that
     is compared between hosts (the decode of the whole entry checks every diff's)."""
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("diff"), Mapping):
-        raise WireDecodeError("diff entry: expected an object with a 'diff' object")
+    _check_entry(entry, None)
     return {"nonce": _as_int(entry["diff"].get("nonce"), "diff.nonce"), "entry": entry}
 
 
