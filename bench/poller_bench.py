@@ -28,6 +28,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+def _children_cpu(devnet_pid: int | None) -> float:
+    """CPU seconds of this process's descendants but the devnet, live or reaped (the file load's typing workers are
+    this process's children, reaped when the load ends)."""
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return descendants_cpu(devnet_pid) + reaped.ru_utime + reaped.ru_stime
+
+
 if __name__ == "__main__":
     # Not when a decode process runs this script again as ``__mp_main__`` (multiprocessing prepares every worker
     # that way): these imports cost each worker ~0.6 CPU-s, charged to the poll, while under `indexer run` the
@@ -163,10 +170,11 @@ def _poll_and_compare(args, net, st: dict, gen: float, server: str) -> float | N
             print(f"WARNING: polled {s.txs} txs, the scenario has {st['txs']}")
         if args.no_ndjson:
             return None
-        return _compare_with_ndjson(server, url, s.txs, ingest)
+        return _compare_with_ndjson(server, url, s.txs, ingest, net.pid)
 
 
-def _compare_with_ndjson(server: str, polled_url: str, txs: int, poll_ingest_seconds: float) -> float:
+def _compare_with_ndjson(server: str, polled_url: str, txs: int, poll_ingest_seconds: float,
+                         devnet_pid: int | None) -> float:
     """The baseline of issue 14: the records the poll stored, exported as NDJSON and loaded into a fresh database by
     the NDJSON loader (load only, as the poll's ingest figure excludes replay and rules), in the same run."""
     import tempfile
@@ -178,12 +186,26 @@ def _compare_with_ndjson(server: str, polled_url: str, txs: int, poll_ingest_sec
         path = str(Path(tmp) / "polled.ndjson")
         export_records(polled_url, path, None)
         migrate.upgrade(url)
+        pg0, kids0 = postgres_cpu(url), _children_cpu(devnet_pid)
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         ingest_paths(url, [path])
         seconds = time.perf_counter() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        pg1, kids1 = postgres_cpu(url), _children_cpu(devnet_pid)
+    loader = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
     print(f"NDJSON ingest of the same records: {seconds:.2f}s = {txs / seconds:,.0f} txs/s; poller ingest / NDJSON "
           f"ingest = {seconds / poll_ingest_seconds:.2f}x (issue 14 target >= 0.5x)")
+    print(f"cpu of the NDJSON ingest: loader {loader:.2f}s (+ typing workers {kids1 - kids0:.2f}s), "
+          f"PostgreSQL {pg1 - pg0:.2f}s")
     return seconds / poll_ingest_seconds
+
+
+def _children_cpu(devnet_pid: int | None) -> float:
+    """CPU seconds of this process's descendants but the devnet, live or reaped (the file load's typing workers are
+    this process's children, reaped when the load ends)."""
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return descendants_cpu(devnet_pid) + reaped.ru_utime + reaped.ru_stime
 
 
 if __name__ == "__main__":

@@ -85,6 +85,9 @@ def test_poller_bench_runs(pg_admin_url):
                 "--database-url", pg_admin_url])
     assert out.returncode == 0, out.stderr
     assert re.search(r"poller ingest / NDJSON ingest = [\d.]+x", out.stdout), out.stdout
+    # the two sides' CPU, so a ratio can be read by where the time went and not only by the wall clock
+    assert re.search(r"^cpu of the NDJSON ingest: loader [\d.]+s \(\+ typing workers [\d.]+s\), PostgreSQL [\d.]+s$",
+                     out.stdout, re.M), out.stdout
 
 
 def test_replay_bench_runs_and_finds_its_tables_identical(pg_admin_url):
