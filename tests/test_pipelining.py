@@ -278,8 +278,8 @@ def test_the_decode_pool_starts_its_workers_before_the_first_escrow_needs_them()
     try:
         pool.started.join(timeout=60)
         assert not pool.started.is_alive()
-        assert len(pool._processes) == 2  # no task of ours was submitted
-        assert all(p.is_alive() for p in pool._processes.values())
+        assert len(pool.processes) == 2  # no task of ours was submitted
+        assert all(p.is_alive() for p in pool.processes.values())
     finally:
         pool.shutdown(wait=True)
     assert decode_pool(0) is None

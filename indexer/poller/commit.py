@@ -26,6 +26,7 @@ import queue
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from indexer.poller.decode import DecodeWorkerLost
 from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher, Settlement
 from indexer.poller.leases import Leases
 from indexer.poller.store import Store
@@ -41,7 +42,7 @@ QUEUE_CHUNKS = 64             # chunks waiting for a commit before the fetchers 
 STALL_CYCLES = 3              # watchdog: consecutive cycles without progress while the source is ahead
 # Errors that belong to one escrow: it is recorded as failed and the cycle goes on. Anything else is a bug or a
 # database failure and ends the cycle.
-ESCROW_ERRORS = (FetchError, NormalizeError, WireDecodeError)
+ESCROW_ERRORS = (FetchError, NormalizeError, WireDecodeError, DecodeWorkerLost)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ serialized.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Executor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -20,6 +22,8 @@ from indexer.workers import pool as workers_pool
 from indexer.wire.diffs import diff_contents_from_host_json
 from indexer.wire.normalize import check_diff_escrow
 from indexer.wire.txlines import TxLines
+
+log = logging.getLogger(__name__)
 
 PRELOAD = ["indexer.poller.decode"]  # its imports compile the loader's typing functions once per worker
 
@@ -67,18 +71,65 @@ def _refusal(finish: Any) -> bool:
     return finish.input_tokens == 0 and finish.output_tokens == 0
 
 
-def decode_pool(workers: int) -> Executor | None:
-    """A process pool of ``workers`` decoders, or None (decode in the calling thread) when workers ≤ 0.
+class DecodeWorkerLost(Exception):
+    """A decode process died under a run (killed, out of memory, a crash in native code) on the run's first try and
+    again on a fresh pool: that escrow fails this cycle, as a transient failure, and the others go on."""
+    transient = True
+    url = ""
 
-    The workers are started at once, from a thread of their own: a forkserver imports the decoders' modules before
-    it forks the first worker (~0.3 s), and a pool started by its first task would have the first escrow's fetch
-    thread wait for that, while the cycle is still reading the chain and the cores have room."""
-    if workers <= 0:
-        return None
-    pool = workers_pool(workers, context="forkserver", preload=PRELOAD)
-    pool.started = threading.Thread(target=_start, args=(pool, workers), name="decoders-start", daemon=True)
-    pool.started.start()
-    return pool
+
+class DecodePool:
+    """The poller's decode processes. A process that dies breaks a ``ProcessPoolExecutor`` for good: every task then
+    fails, so one bad moment would end the cycle and every escrow in it. Here a broken pool is replaced at once (by
+    the first thread to see it) and the run is tried once more on the new one; the runs of other escrows that were
+    in flight when it broke get the same second try. A run that breaks its second pool too is its escrow's failure
+    (:class:`DecodeWorkerLost`), recorded and retried by the next cycle from the committed cursor."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.replaced = 0  # pools replaced after a worker died (for the log and the tests)
+        self._lock = threading.Lock()
+        self._pool = self._new()
+
+    def _new(self) -> Executor:
+        pool = workers_pool(self.workers, context="forkserver", preload=PRELOAD)
+        # started at once, from a thread of their own: a forkserver imports the decoders' modules before it forks
+        # the first worker (~0.3 s), and a pool started by its first task would have the first escrow's fetch
+        # thread wait for that, while the cycle is still reading the chain and the cores have room
+        self.started = threading.Thread(target=_start, args=(pool, self.workers), name="decoders-start", daemon=True)
+        self.started.start()
+        return pool
+
+    @property
+    def processes(self) -> dict:
+        return self._pool._processes  # type: ignore[attr-defined]
+
+    def run(self, fn, *args):
+        """``fn(*args)`` in a decode process."""
+        for _ in range(2):
+            pool = self._pool
+            try:
+                return pool.submit(fn, *args).result()
+            except BrokenProcessPool:
+                self._replace(pool)
+        raise DecodeWorkerLost(f"a decode process died twice decoding this run ({getattr(fn, '__name__', fn)})")
+
+    def _replace(self, broken: Executor) -> None:
+        with self._lock:
+            if self._pool is not broken:
+                return  # another thread saw it first
+            log.warning("a decode process died: replacing the decode pool (its runs in flight are tried again)")
+            self._pool = self._new()
+            self.replaced += 1
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait)
+
+
+def decode_pool(workers: int) -> DecodePool | None:
+    """A pool of ``workers`` decode processes, or None (decode in the calling thread) when workers ≤ 0."""
+    return DecodePool(workers) if workers > 0 else None
 
 
 def _ready() -> None:
@@ -89,5 +140,5 @@ def _start(pool: Executor, workers: int) -> None:
     try:
         for started in [pool.submit(_ready) for _ in range(workers)]:
             started.result()
-    except Exception:  # the pool was shut down first (a cycle that failed at once): nothing to start
+    except Exception:  # the pool was shut down first (a cycle that failed at once), or a worker died: nothing to start
         pass

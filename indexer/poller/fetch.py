@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import prepare_batch
-from indexer.poller.decode import decode_entries
+from indexer.poller.decode import DecodePool, decode_entries
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
 from indexer.sources.gonka.host import PAGE_NONCES, PayloadShapeError
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
@@ -85,7 +85,7 @@ class Cancelled(Exception):
 
 class EscrowFetcher:
     def __init__(self, gonka: Gonka, report_failure: FailureReport, *, validator: str, fetch_payloads: bool,
-                 payload_pool: Executor | None, decoders: Executor | None, payload_concurrency: int = 1) -> None:
+                 payload_pool: Executor | None, decoders: DecodePool | None, payload_concurrency: int = 1) -> None:
         self.g = gonka
         self.report_failure = report_failure
         self.validator, self.fetch_payloads = validator, fetch_payloads
@@ -227,7 +227,7 @@ class EscrowFetcher:
 
     def _decoding(self, fn, *args):
         """``fn(*args)`` in a decode process, or on this thread without a pool."""
-        return fn(*args) if self.decoders is None else self.decoders.submit(fn, *args).result()
+        return fn(*args) if self.decoders is None else self.decoders.run(fn, *args)
 
     def _payloads(self, group: HostGroup, version: str, escrow_id: str, inference_ids: list[int],
                   epoch: int) -> list[str | None]:
