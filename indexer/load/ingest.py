@@ -22,9 +22,10 @@ from indexer.db.durability import commit_without_flush_wait
 from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_epochs, routed_column
-from indexer.load.prepare import Prepared, prepare_block
+from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
+from indexer.load.typists import Typists, TypingWorkerLost
 from indexer.load.statements import mark_statement, stage_ddl, stage_table, upsert_statement
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input, read_ahead
@@ -79,10 +80,10 @@ class IngestFailed(RuntimeError):
     dropped): says which file, and up to which line everything is committed, so the operator knows a rerun of the
     same command resumes there."""
 
-    def __init__(self, uri: str, line: int, cause: BaseException):
+    def __init__(self, uri: str, line: int, cause: BaseException, what: str = "the database connection was lost"):
         # the server's primary message only: its CONTEXT line quotes the row being copied
         reason = getattr(getattr(cause, "diag", None), "message_primary", None) or str(cause).split("\n", 1)[0]
-        super().__init__(f"{uri}: the database connection was lost after line {line} was committed ({reason}); "
+        super().__init__(f"{uri}: {what} after line {line} was committed ({reason}); "
                          "run the same command again to resume from there")
         self.uri, self.line = uri, line
 
@@ -256,6 +257,9 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     except KeyboardInterrupt:
         raise IngestInterrupted(inp.uri, _stored_cursor(conn, source_id, max(loader.committed_line, resume_after))
                                 ) from None
+    except TypingWorkerLost as exc:
+        raise IngestFailed(inp.uri, max(loader.committed_line, resume_after), exc,
+                           f"a typing process died twice on lines {exc.first}-{exc.last}") from exc
     except psycopg.OperationalError as exc:
         if not conn.broken:  # an error of a statement (a lock timeout, a deadlock), not of the connection
             raise
@@ -337,22 +341,22 @@ def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSumm
         return
     # forked: they inherit the compiled coercers, never touch `conn`. Ctrl-C is held to the points between a
     # commit and the next submit: the batch being committed completes, and the pool is never interrupted inside
-    with workers.pool(PREPARE_WORKERS, bulk_memory=True) as pool, workers.InterruptAtSafePoints() as ctrl_c:
+    with Typists(PREPARE_WORKERS, loader.source_id, resume_after) as typists, workers.InterruptAtSafePoints() as ctrl_c:
         in_flight: deque = deque()
         for first, block in itertools.chain([head], blocks):
             ctrl_c.check()
-            in_flight.append((pool.submit(prepare_block, loader.source_id, first, block, resume_after), first, block))
+            in_flight.append(typists.submit(first, block))
             if len(in_flight) > PREPARE_WORKERS:
-                _commit_next(loader, in_flight, resume_after, total, on_batch)
+                _commit_next(loader, typists, in_flight, resume_after, total, on_batch)
         while in_flight:
             ctrl_c.check()
-            _commit_next(loader, in_flight, resume_after, total, on_batch)
+            _commit_next(loader, typists, in_flight, resume_after, total, on_batch)
 
 
-def _commit_next(loader: BatchLoader, in_flight: deque, resume_after: int, total: IngestSummary,
+def _commit_next(loader: BatchLoader, typists: Typists, in_flight: deque, resume_after: int, total: IngestSummary,
                  on_batch=None) -> None:
-    future, first, block = in_flight.popleft()
-    prepared = future.result()
+    prepared = typists.typed(in_flight)
+    _, first, block = in_flight.popleft()
     total.skipped_resumed += prepared.skipped
     if prepared.last_line <= resume_after:  # wholly committed by an earlier run
         return

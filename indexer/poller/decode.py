@@ -72,8 +72,8 @@ def _refusal(finish: Any) -> bool:
 
 
 class DecodeWorkerLost(Exception):
-    """A decode process died under a run (killed, out of memory, a crash in native code) on the run's first try and
-    again on a fresh pool: that escrow fails this cycle, as a transient failure, and the others go on."""
+    """A decode process died under a run (killed, out of memory, a crash in native code) in the pool and again when
+    the run was tried alone: that escrow fails this cycle, as a transient failure, and the others go on."""
     transient = True
     url = ""
 
@@ -81,9 +81,10 @@ class DecodeWorkerLost(Exception):
 class DecodePool:
     """The poller's decode processes. A process that dies breaks a ``ProcessPoolExecutor`` for good: every task then
     fails, so one bad moment would end the cycle and every escrow in it. Here a broken pool is replaced at once (by
-    the first thread to see it) and the run is tried once more on the new one; the runs of other escrows that were
-    in flight when it broke get the same second try. A run that breaks its second pool too is its escrow's failure
-    (:class:`DecodeWorkerLost`), recorded and retried by the next cycle from the committed cursor."""
+    the first thread to see it), and each run that was in it is tried again alone, in a process of its own: the
+    runs that were only beside the one that killed the worker succeed there, and a run that dies alone too is its
+    escrow's failure (:class:`DecodeWorkerLost`), recorded and retried by the next cycle from the committed
+    cursor, while the cycle and every other escrow go on."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -106,13 +107,21 @@ class DecodePool:
 
     def run(self, fn, *args):
         """``fn(*args)`` in a decode process."""
-        for _ in range(2):
-            pool = self._pool
-            try:
-                return pool.submit(fn, *args).result()
-            except BrokenProcessPool:
-                self._replace(pool)
-        raise DecodeWorkerLost(f"a decode process died twice decoding this run ({getattr(fn, '__name__', fn)})")
+        pool = self._pool
+        try:
+            return pool.submit(fn, *args).result()
+        except BrokenProcessPool:
+            self._replace(pool)
+        # tried again alone, in a process of its own: a run that dies there is the one that kills its worker (not
+        # one that was beside it), and it takes no other run with it
+        alone = workers_pool(1, context="forkserver", preload=PRELOAD)
+        try:
+            return alone.submit(fn, *args).result()
+        except BrokenProcessPool as exc:
+            raise DecodeWorkerLost(f"a decode process died twice on this run, the second time alone "
+                                   f"({getattr(fn, '__name__', 'decode')})") from exc
+        finally:
+            alone.shutdown(wait=True)
 
     def _replace(self, broken: Executor) -> None:
         with self._lock:

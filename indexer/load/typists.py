@@ -1,0 +1,68 @@
+"""The file load's typing processes (indexer.load.ingest): blocks of lines typed by :func:`prepare_block` in a
+pool that outlives a process that dies under it."""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+
+from indexer import workers
+from indexer.load.prepare import Prepared, prepare_block
+
+log = logging.getLogger(__name__)
+
+
+class TypingWorkerLost(RuntimeError):
+    """A typing process died (killed, out of memory, a crash in native code) on the same block twice."""
+
+    def __init__(self, first: int, last: int):
+        super().__init__("killed, out of memory or crashed")
+        self.first, self.last = first, last
+
+
+class Typists:
+    """The typing processes of one file. A process that dies breaks its pool for good (every block in flight
+    fails): :meth:`typed` then starts a new pool and types the blocks in flight again."""
+
+    def __init__(self, processes: int, source_id: int, resume_after: int) -> None:
+        self.processes, self.source_id, self.resume_after = processes, source_id, resume_after
+        self.pool = workers.pool(processes, bulk_memory=True)
+
+    def __enter__(self) -> "Typists":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return self.pool.__exit__(*exc)
+
+    def submit(self, first: int, block: bytes) -> tuple:
+        """(future, first, block): ``block`` (lines numbered from ``first``) typed in a worker."""
+        try:
+            future = self.pool.submit(prepare_block, self.source_id, first, block, self.resume_after)
+        except BrokenProcessPool as exc:  # a worker died since the last block: typed() finds out and types it again
+            future = Future()
+            future.set_exception(exc)
+        return future, first, block
+
+    def typed(self, in_flight: deque) -> Prepared:
+        """The oldest block in flight, typed. When a worker died, the block is typed alone on a new pool (so a death
+        is put on the block that causes it, not on the blocks beside it), then the rest in flight are given to that
+        pool. A block that kills its worker when alone, twice, ends the load: the batches before it are committed,
+        and a rerun resumes after them (a worker killed for the machine's memory may well live the next time)."""
+        try:
+            return in_flight[0][0].result()
+        except BrokenProcessPool:
+            log.warning("a typing process died: starting new ones for the %d block(s) in flight", len(in_flight))
+        _, first, block = in_flight[0]
+        for attempt in range(2):
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = workers.pool(self.processes, bulk_memory=True)
+            try:
+                prepared = self.submit(first, block)[0].result()
+                break
+            except BrokenProcessPool as exc:
+                if attempt:
+                    raise TypingWorkerLost(first, first + block.count(b"\n", 0, len(block) - 1)) from exc
+        for i in range(1, len(in_flight)):
+            in_flight[i] = self.submit(*in_flight[i][1:])
+        return prepared
