@@ -11,8 +11,11 @@ import httpx
 import pytest
 import trustme
 
-from indexer.sources.gonka.fastclient import FastClient
+from indexer.sources.gonka import fastclient
+from indexer.sources.gonka.fastclient import FastClient, ResponseTooLarge
 
+OVERSIZE = ("/huge-length", "/endless-chunked", "/endless-unframed", "/endless-headers")
+LIMIT, SENT = 1 << 20, 8 << 20  # the client's limit in these tests, and what the server sends at most
 BODY = b'{"escrow":{"slots":["gonka1a","gonka1b"]},"found":true}' * 50
 
 
@@ -47,6 +50,8 @@ class Handler(BaseHTTPRequestHandler):
             body = self.path.encode()
             self._send_head(200, {"Content-Length": str(len(body))})
             self.wfile.write(body)
+        elif path in OVERSIZE:
+            self._oversize(path)
         elif path == "/close-after":
             # answers, then closes the kept-alive connection without saying so (as idle-timeout servers do)
             self._send_head(200, {"Content-Length": "2"})
@@ -54,6 +59,35 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             self._send_head(404, {"Content-Length": "0"})
+
+    def _oversize(self, path: str) -> None:
+        """An answer past the client's limit (the tests set it to LIMIT), in each framing; it stops at SENT bytes,
+        so a client without a limit gets it whole instead of hanging."""
+        try:
+            self._send_oversize(path)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client refused the answer and hung up: what it should do
+        self.close_connection = True
+
+    def _send_oversize(self, path: str) -> None:
+        w = self.wfile
+        w.write(b"HTTP/1.1 200 OK\r\n")
+        if path == "/endless-headers":
+            for i in range(SENT // 16):
+                w.write(b"X-H%08d: y\r\n" % i)
+            w.write(b"Content-Length: 0\r\n\r\n")
+        elif path == "/huge-length":  # announced, never sent: refused without reading (nor waiting for) it
+            w.write(b"Content-Length: %d\r\n\r\n" % (1 << 40))
+            w.flush()
+            self.rfile.read(1)  # until the client hangs up
+        elif path == "/endless-chunked":
+            w.write(b"Transfer-Encoding: chunked\r\n\r\n")
+            part = b"x" * 65536
+            for _ in range(SENT // len(part)):
+                w.write(b"%x\r\n" % len(part) + part + b"\r\n")
+            w.write(b"0\r\n\r\n")
+        else:  # /endless-unframed
+            w.write(b"Connection: close\r\n\r\n" + b"x" * SENT)
 
     def _send_head(self, status: int, headers: dict) -> None:
         self.send_response(status)
@@ -153,4 +187,24 @@ def test_wrong_hostname_is_refused(ca, https_base):
     fast = FastClient(timeout=5, ssl_context=_trusting(ca))
     with pytest.raises(httpx.TransportError, match="IP address mismatch|doesn't match|CERTIFICATE_VERIFY_FAILED"):
         fast.get(f"https://127.0.0.1:{port}/length")
+    fast.close()
+
+
+@pytest.mark.parametrize("path", OVERSIZE)
+def test_an_answer_past_the_size_limit_is_refused_and_the_client_goes_on(http_base, path, monkeypatch):
+    """A peer that announces or streams more than MAX_RESPONSE_BYTES (a broken or hostile host) costs a transport
+    error after at most that much is read, never the poller's memory; the next request gets a fresh connection."""
+    monkeypatch.setattr(fastclient, "MAX_RESPONSE_BYTES", LIMIT)
+    monkeypatch.setattr(fastclient, "MAX_HEADER_LINES", 64)
+    fast = FastClient(timeout=10)
+    with pytest.raises(ResponseTooLarge, match="response refused"):
+        fast.get(http_base + path)
+    assert fast.get(http_base + "/length").content == BODY
+    fast.close()
+
+
+def test_an_answer_at_the_size_limit_is_read(http_base, monkeypatch):
+    monkeypatch.setattr(fastclient, "MAX_RESPONSE_BYTES", len(BODY))
+    fast = FastClient(timeout=10)
+    assert [fast.get(http_base + p).content for p in ("/length", "/chunked", "/unframed")] == [BODY] * 3
     fast.close()

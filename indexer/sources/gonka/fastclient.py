@@ -24,6 +24,21 @@ from urllib.parse import quote, urlencode, urlsplit
 import httpx
 
 USER_AGENT = "devshard-indexer"
+# The largest answer the network gives is a few MB (a tx_search page of 100 txs, a diff-log page of 64 diffs, a
+# stored response payload). A peer that announces or sends more is broken or hostile, and reading its answer whole
+# would take the poller's memory and with it every other escrow's capture: it is refused instead, without reading it.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+MAX_HEADER_LINES = 256
+
+
+class ResponseTooLarge(httpx.TransportError):
+    """An answer over :data:`MAX_RESPONSE_BYTES` (or with more than :data:`MAX_HEADER_LINES` header lines), refused
+    after reading at most that much. The Fetcher treats it as any transport error: tried again, then another node
+    or group member, each try bounded in memory."""
+
+
+class _TooLarge(http.client.HTTPException):
+    """Raised while reading an answer; the connection is dropped and the request gets a ResponseTooLarge."""
 
 
 class Headers(dict):
@@ -97,12 +112,14 @@ class _Conn:
             raise http.client.BadStatusLine(status_line.decode("latin-1", "replace").strip())
         status = int(parts[1])
         out = Headers()
-        while True:
+        for _ in range(MAX_HEADER_LINES + 1):
             line = rfile.readline(65537)
             if line in (b"\r\n", b"\n", b""):
                 break
             name, _, value = line.decode("latin-1").partition(":")
             out[name.strip().lower()] = value.strip()
+        else:
+            raise _TooLarge(f"more than {MAX_HEADER_LINES} header lines")
         close = out.get("connection", "").lower() == "close" or parts[0] == b"HTTP/1.0"
         if status in (204, 304) or 100 <= status < 200:
             return status, out, b"", close
@@ -113,6 +130,8 @@ class _Conn:
                 if not size_line:
                     raise http.client.IncompleteRead(bytes(body))
                 size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+                if len(body) + size > MAX_RESPONSE_BYTES:
+                    raise _TooLarge(f"a chunked body past {MAX_RESPONSE_BYTES} bytes")
                 if size == 0:
                     while rfile.readline(65537) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
@@ -125,11 +144,16 @@ class _Conn:
         length = out.get("content-length")
         if length is not None:
             n = int(length)
+            if n > MAX_RESPONSE_BYTES:
+                raise _TooLarge(f"Content-Length {n} over {MAX_RESPONSE_BYTES} bytes")
             body = rfile.read(n)
             if len(body) < n:
                 raise http.client.IncompleteRead(body, n - len(body))
             return status, out, body, close
-        return status, out, rfile.read(), True  # no framing: the body ends with the connection
+        body = rfile.read(MAX_RESPONSE_BYTES + 1)  # no framing: the body ends with the connection
+        if len(body) > MAX_RESPONSE_BYTES:
+            raise _TooLarge(f"an unframed body past {MAX_RESPONSE_BYTES} bytes")
+        return status, out, body, True
 
 
 class FastClient:
@@ -222,6 +246,8 @@ class FastClient:
                 if reused and attempt == 0:
                     continue  # the server closed an idle keep-alive connection: once more on a new one
                 error = httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}")
+            except _TooLarge as exc:
+                error = ResponseTooLarge(f"response refused: {exc}")
             except (ConnectionRefusedError, socket.gaierror) as exc:
                 error = httpx.ConnectError(f"{type(exc).__name__}: {exc}")
             except (OSError, ValueError, http.client.HTTPException) as exc:
