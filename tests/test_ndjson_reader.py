@@ -9,7 +9,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from indexer.records import KINDS
-from indexer.sources.ndjson import Accepted, Rejected, block_lines, classify_line, key_count, open_input
+from indexer.sources import ndjson
+from indexer.sources.ndjson import (Accepted, LongLine, Rejected, block_lines, classify_line, key_count,
+                                     open_input)
 
 # JSON values json.dumps can write and json.loads reads back. Text never holds NUL: PostgreSQL jsonb cannot store
 # it, so a record with one is quarantined by design (tested separately below).
@@ -260,3 +262,43 @@ def test_a_read_ahead_inherited_by_a_forked_child_closes_there_without_waiting_f
         child.kill()
     assert child.exitcode == 0
     assert list(stream) == [(n, b"x\n") for n in range(2, 10)]  # the parent's copy is untouched
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(["", "a", '{"kind":"epoch","epoch_index":1}'])
+                | st.integers(1, 300).map(lambda n: "x" * n), max_size=30),
+       st.booleans(), st.integers(1, 9), st.integers(4, 40), st.integers(1, 16), st.integers(4, 60))
+@example(["a", "x" * 200, "b"], False, 3, 8, 4, 10)  # a long line last, without a newline
+def test_a_line_past_the_limit_is_read_past_not_held(tmp_path, lines, final_newline, per_block, max_bytes,
+                                                     chunk_bytes, limit):
+    """A line longer than MAX_LINE_BYTES (by more than a read) comes out as a LongLine (its number, length and first
+    bytes) in place of a block, never held whole; every other line keeps its number; no block holds more than the
+    limit, the cap and a read."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(ndjson, "MAX_LINE_BYTES", limit)
+        m.setattr(ndjson, "LONG_LINE_KEPT", 6)
+        data = ("\n".join(lines) + ("\n" if final_newline and lines else "")).encode()
+        path = tmp_path / "in.ndjson"
+        path.write_bytes(data)
+        items = list(open_input(str(path)).open_blocks(per_block, max_bytes=max_bytes, chunk_bytes=chunk_bytes))
+    bound = limit + chunk_bytes
+    got = []
+    for first, item in items:
+        if isinstance(item, LongLine):
+            assert item.line == first
+            got.append((first, item))
+        else:
+            assert len(item) <= limit + max_bytes + 2 * chunk_bytes
+            got.extend(block_lines(first, item))
+    numbered = dict(got)
+    for number, line in enumerate(lines, start=1):
+        raw = line.encode()
+        if len(raw) > bound:
+            assert numbered[number] == LongLine(number, len(raw), raw[:6])
+        elif len(raw) <= limit and raw.strip():
+            assert numbered[number] == raw
+        elif not raw.strip():
+            assert number not in numbered
+    assert sorted(numbered) == [n for n, line in enumerate(lines, start=1) if line.strip()]

@@ -1,9 +1,12 @@
-"""A typing process that dies under `indexer ingest` (killed, out of memory, a crash in native code): its pool is
-replaced and the blocks in flight typed again, so one death loses nothing and stops nothing; a block that kills its
-worker twice ends the load with one clear error naming the file and its lines, and a rerun resumes after the lines
-committed before it."""
+"""Bad moments and bad lines under `indexer ingest` that must not cost the load its memory or its work.
+
+A typing process that dies (killed, out of memory, a crash in native code): its pool is replaced and the blocks in
+flight typed again, so one death loses nothing and stops nothing; a block that kills its worker twice ends the load
+with one clear error naming the file and its lines, and a rerun resumes after the lines committed before it. A line
+past the size limit is quarantined without being held."""
 from __future__ import annotations
 
+import orjson
 import psycopg
 import pytest
 
@@ -71,4 +74,28 @@ def test_a_block_that_kills_its_worker_twice_ends_the_load_naming_file_and_lines
     crashing(0, once=False)  # the machine has its memory back: the same command resumes and completes the load
     ingest_paths(db_url, [str(path)], batch_lines=BATCH)
     assert _committed(db_url) == lines
+    assert table_snapshot(db_url, LOADED) == table_snapshot(second_db_url, LOADED)
+
+
+def test_a_line_past_the_size_limit_is_quarantined_and_the_load_goes_on(db_url, second_db_url, tmp_path, monkeypatch):
+    """A line past MAX_LINE_BYTES (a file without newlines, a corrupt or hostile record) is read past, never held:
+    one quarantine row names its line, its length and the limit, with its first bytes; every other line loads as
+    if it were not there."""
+    from indexer.sources import ndjson
+
+    monkeypatch.setattr(ndjson, "MAX_LINE_BYTES", 1 << 20)
+    records = [orjson.dumps(r) for r in generate(seed=12, escrows=6, inferences=60, epochs=1)]
+    long = b'{"kind":"start","escrow_id":"' + b"x" * (3 << 20) + b'"}'
+    at = len(records) // 2
+    write_lines(tmp_path / "without.ndjson", records)
+    path = write_lines(tmp_path / "with.ndjson", records[:at] + [long] + records[at:])
+    ingest_paths(second_db_url, [str(tmp_path / "without.ndjson")], batch_lines=BATCH)
+    summary = ingest_paths(db_url, [str(path)], batch_lines=BATCH)
+    assert summary.quarantined == 1 and _committed(db_url) == len(records) + 1
+    with psycopg.connect(db_url) as c:
+        line, reason, raw = c.execute("SELECT line, reason, raw FROM rec.quarantine").fetchone()
+    assert line == at + 1
+    assert reason == f"line of {len(long)} bytes, over the {1 << 20}-byte limit: read past, not loaded"
+    assert raw.startswith('{"kind":"start","escrow_id":"xxx') and raw.endswith("more bytes not kept)")
+    assert len(raw) < 5000
     assert table_snapshot(db_url, LOADED) == table_snapshot(second_db_url, LOADED)

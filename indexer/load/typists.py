@@ -8,7 +8,9 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
 from indexer import workers
-from indexer.load.prepare import Prepared, prepare_block
+from indexer.load.prepare import Prepared, prepare_block, printable
+from indexer.sources import ndjson
+from indexer.sources.ndjson import LongLine
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +37,12 @@ class Typists:
     def __exit__(self, *exc) -> bool:
         return self.pool.__exit__(*exc)
 
-    def submit(self, first: int, block: bytes) -> tuple:
+    def submit(self, first: int, block: bytes | LongLine) -> tuple:
         """(future, first, block): ``block`` (lines numbered from ``first``) typed in a worker."""
+        if isinstance(block, LongLine):  # nothing to type: the line is quarantined as it is
+            future = Future()
+            future.set_result(long_line_prepared(self.source_id, block, self.resume_after))
+            return future, first, block
         try:
             future = self.pool.submit(prepare_block, self.source_id, first, block, self.resume_after)
         except BrokenProcessPool as exc:  # a worker died since the last block: typed() finds out and types it again
@@ -66,3 +72,14 @@ class Typists:
         for i in range(1, len(in_flight)):
             in_flight[i] = self.submit(*in_flight[i][1:])
         return prepared
+
+
+def long_line_prepared(source_id: int, long_line: LongLine, resume_after: int) -> Prepared:
+    """The batch of a line past MAX_LINE_BYTES: its quarantine row, with the line's first bytes (or, at or before
+    the resume cursor, only its count)."""
+    number = long_line.line
+    if number <= resume_after:
+        return Prepared(0, number, {}, [], skipped=1)
+    reason = f"line of {long_line.size} bytes, over the {ndjson.MAX_LINE_BYTES}-byte limit: read past, not loaded"
+    raw = printable(long_line.head) + f" … ({long_line.size - len(long_line.head)} more bytes not kept)"
+    return Prepared(1, number, {}, [(source_id, number, None, reason, raw)])

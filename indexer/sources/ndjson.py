@@ -30,6 +30,20 @@ GZIP_MAGIC = b"\x1f\x8b"
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _CHUNK = 1 << 20
 BLOCK_BYTES = 8 << 20  # a block's size when its lines are long; ~50,000 lines of a usual log fit in 10 MB
+# No record comes near this (the longest are Finishes with a stored response payload, kilobytes to a few MB). A line
+# past it (a file without newlines, a corrupt or hostile record) is read past, not held: it is quarantined with its
+# first bytes, and the load keeps its memory and goes on (LongLine).
+MAX_LINE_BYTES = 64 << 20
+LONG_LINE_KEPT = 4096  # the first bytes of such a line kept for its quarantine row
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """In place of a block: one line past MAX_LINE_BYTES, read past without being held (its number, its length
+    without the newline, its first LONG_LINE_KEPT bytes)."""
+    line: int
+    size: int
+    head: bytes
 # a \u0000 escape itself, not the text "\u0000" behind an escaped backslash ("\\u0000" in the JSON)
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -170,18 +184,24 @@ class InputFile:
     _spooled: bool = False
 
     def open_blocks(self, lines_per_block: int, progress=None, *, max_bytes: int = BLOCK_BYTES,
-                    chunk_bytes: int = _CHUNK, ramp_from: int | None = None) -> Iterator[tuple[int, bytes]]:
+                    chunk_bytes: int = _CHUNK,
+                    ramp_from: int | None = None) -> Iterator[tuple[int, bytes | LongLine]]:
         """Yield (first_line_number, block): the file cut into blocks of whole lines, `lines_per_block` of them
         or, when lines are long, about `max_bytes` (so memory stays bounded whatever the lines hold); the last
-        block may be shorter. Lines are only counted here; `block_lines` splits a block where it is typed.
+        block may be shorter. A line past MAX_LINE_BYTES comes alone, as (its number, :class:`LongLine`). Lines
+        are only counted here; `block_lines` splits a block where it is typed.
         With `ramp_from`, the first block has that many lines and each next one twice as many, up to
         `lines_per_block`: a pipeline's consumer gets its first block sooner."""
         first, pieces, have, size = 1, [], 0, 0
+        open_line = 0  # bytes of the last line in `pieces`, not ended yet
         want = min(ramp_from or lines_per_block, lines_per_block)
         with open(self.path, "rb") as raw:
             stream: BinaryIO = gzip.GzipFile(fileobj=raw) if _is_gzip(self.path) else raw
-            while chunk := self._read(stream, chunk_bytes, first + have):
+            chunk = self._read(stream, chunk_bytes, first)
+            while chunk:
                 newlines = chunk.count(b"\n")
+                # (the cuts below fall on newlines, so they leave the open line as it is)
+                open_line = len(chunk) - chunk.rfind(b"\n") - 1 if newlines else open_line + len(chunk)
                 while have + newlines >= want:
                     cut = _after_newlines(chunk, want - have)
                     pieces.append(chunk[:cut])
@@ -192,16 +212,39 @@ class InputFile:
                     newlines = chunk.count(b"\n")
                 pieces.append(chunk)
                 have, size = have + newlines, size + len(chunk)
-                if size >= max_bytes and have:  # cut after the last whole line so far
+                if have and (size >= max_bytes or open_line > MAX_LINE_BYTES):  # cut after the last whole line
                     data = b"".join(pieces)
                     cut = data.rfind(b"\n") + 1
                     yield first, data[:cut]
                     first, pieces, have, size = first + have, [data[cut:]], 0, len(data) - cut
                     want = min(want * 2, lines_per_block)
+                if open_line > MAX_LINE_BYTES:  # the open line is past the limit: read past it
+                    long_line, chunk = self._past_long_line(stream, chunk_bytes, first, pieces, size)
+                    yield first, long_line
+                    first, pieces, have, size, open_line = first + 1, [], 0, 0, 0
+                    chunk = chunk or self._read(stream, chunk_bytes, first)  # its newline ended the last read
+                else:
+                    chunk = self._read(stream, chunk_bytes, first + have)
                 if progress is not None:
                     progress(raw.tell())
         if any(pieces):
             yield first, b"".join(pieces)
+
+    def _past_long_line(self, stream: BinaryIO, chunk_bytes: int, line: int, pieces: list[bytes],
+                        size: int) -> tuple[LongLine, bytes]:
+        """Read to the end of the open line ``line`` (``pieces``, ``size`` bytes so far, no newline among them),
+        keeping only its first bytes; returns it as a :class:`LongLine` and what follows its newline."""
+        head, kept = bytearray(), LONG_LINE_KEPT
+        for piece in pieces:
+            head += piece[:kept - len(head)]
+        pieces.clear()
+        while chunk := self._read(stream, chunk_bytes, line):
+            end = chunk.find(b"\n")
+            head += (chunk if end < 0 else chunk[:end])[:kept - len(head)]
+            if end >= 0:
+                return LongLine(line, size + end, bytes(head)), chunk[end + 1:]
+            size += len(chunk)
+        return LongLine(line, size, bytes(head)), b""  # the file ends inside the line
 
     def _read(self, stream: BinaryIO, size: int, line: int) -> bytes:
         """The next chunk; a corrupt or truncated gzip stream is bad input naming the file and where it broke."""
