@@ -25,8 +25,8 @@ from indexer.load.partitions import ROUTED, EpochRouter, analyze_epochs, routed_
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
-from indexer.load.typists import Typists, TypingWorkerLost
 from indexer.load.statements import mark_statement, stage_ddl, stage_table, upsert_statement
+from indexer.load.typists import Typists, TypingWorkerLost
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input, read_ahead
 
