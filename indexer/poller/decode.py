@@ -127,7 +127,8 @@ class DecodePool:
         with self._lock:
             if self._pool is not broken:
                 return  # another thread saw it first
-            log.warning("a decode process died: replacing the decode pool (its runs in flight are tried again)")
+            log.warning("a decode process died: replacing the decode pool (its runs in flight are tried again, "
+                        "each alone)")
             self._pool = self._new()
             self.replaced += 1
         broken.shutdown(wait=False, cancel_futures=True)
