@@ -28,12 +28,6 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-def _children_cpu(devnet_pid: int | None) -> float:
-    """CPU seconds of this process's descendants but the devnet, live or reaped (the file load's typing workers are
-    this process's children, reaped when the load ends)."""
-    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return descendants_cpu(devnet_pid) + reaped.ru_utime + reaped.ru_stime
-
 
 if __name__ == "__main__":
     # Not when a decode process runs this script again as ``__mp_main__`` (multiprocessing prepares every worker

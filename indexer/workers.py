@@ -59,6 +59,17 @@ def pool(workers: int, context: str = "fork", preload: list[str] | None = None, 
     return WorkerPool(workers, ctx, _bulk_worker if bulk_memory else exit_with_parent, (os.getpid(),))
 
 
+def run_alone(fn, *args, context: str = "fork", preload: list[str] | None = None, bulk_memory: bool = False):
+    """``fn(*args)`` in a worker process of its own (a pool of one, shut down after). For a task tried again after
+    a worker died beside it, in a pool now broken: a death here is this task's own doing and takes no other task
+    with it. Raises ``BrokenProcessPool`` when the process dies."""
+    alone = pool(1, context, preload, bulk_memory=bulk_memory)
+    try:
+        return alone.submit(fn, *args).result()
+    finally:
+        alone.shutdown(wait=True)
+
+
 _stop_event = None  # in a pool worker: its pool's stop request (WorkerPool.request_stop)
 
 

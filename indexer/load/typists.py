@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class TypingWorkerLost(RuntimeError):
-    """A typing process died (killed, out of memory, a crash in native code) on the same block twice."""
+    """A typing process died (killed, out of memory, a crash in native code) on the same block twice, the second
+    time typing it alone."""
 
     def __init__(self, first: int, last: int):
         super().__init__("killed, out of memory or crashed")
@@ -51,27 +52,23 @@ class Typists:
         return future, first, block
 
     def typed(self, in_flight: deque) -> Prepared:
-        """The oldest block in flight, typed. When a worker died, the block is typed alone on a new pool (so a death
-        is put on the block that causes it, not on the blocks beside it), then the rest in flight are given to that
-        pool. A block that kills its worker when alone, twice, ends the load: the batches before it are committed,
+        """The oldest block in flight, typed. When a worker died, the block is typed again alone, in a process of its
+        own (so a death is put on the block that causes it, not on the blocks beside it), and the rest in flight go
+        to a new pool. A block that kills its worker alone too ends the load: the batches before it are committed,
         and a rerun resumes after them (a worker killed for the machine's memory may well live the next time)."""
         try:
             return in_flight[0][0].result()
         except BrokenProcessPool:
             log.warning("a typing process died: starting new ones for the %d block(s) in flight", len(in_flight))
-        _, first, block = in_flight[0]
-        for attempt in range(2):
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = workers.pool(self.processes, bulk_memory=True)
-            try:
-                prepared = self.submit(first, block)[0].result()
-                break
-            except BrokenProcessPool as exc:
-                if attempt:
-                    raise TypingWorkerLost(first, first + block.count(b"\n", 0, len(block) - 1)) from exc
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = workers.pool(self.processes, bulk_memory=True)
         for i in range(1, len(in_flight)):
             in_flight[i] = self.submit(*in_flight[i][1:])
-        return prepared
+        _, first, block = in_flight[0]
+        try:
+            return workers.run_alone(prepare_block, self.source_id, first, block, self.resume_after, bulk_memory=True)
+        except BrokenProcessPool as exc:
+            raise TypingWorkerLost(first, first + block.count(b"\n", 0, len(block) - 1)) from exc
 
 
 def long_line_prepared(source_id: int, long_line: LongLine, resume_after: int) -> Prepared:

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import Prepared, prepare_block
-from indexer.workers import pool as workers_pool
+from indexer.workers import pool as workers_pool, run_alone
 from indexer.wire.diffs import diff_contents_from_host_json
 from indexer.wire.normalize import check_diff_escrow
 from indexer.wire.txlines import TxLines
@@ -112,16 +112,11 @@ class DecodePool:
             return pool.submit(fn, *args).result()
         except BrokenProcessPool:
             self._replace(pool)
-        # tried again alone, in a process of its own: a run that dies there is the one that kills its worker (not
-        # one that was beside it), and it takes no other run with it
-        alone = workers_pool(1, context="forkserver", preload=PRELOAD)
-        try:
-            return alone.submit(fn, *args).result()
+        try:  # a run that dies alone too is the one that kills its worker, not one that was beside it
+            return run_alone(fn, *args, context="forkserver", preload=PRELOAD)
         except BrokenProcessPool as exc:
             raise DecodeWorkerLost(f"a decode process died twice on this run, the second time alone "
                                    f"({getattr(fn, '__name__', 'decode')})") from exc
-        finally:
-            alone.shutdown(wait=True)
 
     def _replace(self, broken: Executor) -> None:
         with self._lock:

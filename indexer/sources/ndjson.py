@@ -36,6 +36,9 @@ BLOCK_BYTES = 8 << 20  # a block's size when its lines are long; ~50,000 lines o
 MAX_LINE_BYTES = 64 << 20
 LONG_LINE_KEPT = 4096  # the first bytes of such a line kept for its quarantine row
 
+# a \u0000 escape itself, not the text "\u0000" behind an escaped backslash ("\\u0000" in the JSON)
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
 
 @dataclass(frozen=True)
 class LongLine:
@@ -44,8 +47,6 @@ class LongLine:
     line: int
     size: int
     head: bytes
-# a \u0000 escape itself, not the text "\u0000" behind an escaped backslash ("\\u0000" in the JSON)
-_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class InputError(Exception):
