@@ -99,6 +99,54 @@ def test_key_count_counts_every_key_of_every_object(value):
     assert key_count(value) == sum(pairs)
 
 
+class _Pairs(list):
+    """An object written with its pairs as given, repeated keys included (json.dumps cannot write those)."""
+
+
+_colon_text = st.text(st.sampled_from(["a", ":", "\\", '"', "\u00e9", "\n", "b"]), max_size=6)
+_colon_json = st.recursive(st.none() | st.integers() | _colon_text,
+                           lambda inner: st.lists(inner, max_size=3) | st.lists(st.tuples(_colon_text, inner),
+                                                                                   max_size=4).map(_Pairs),
+                           max_leaves=10)
+
+
+def _write(value, how: str) -> str:
+    """JSON text of ``value``; ``how``: "utf8", "ascii" (non-ASCII as \\u escapes), or "colons" (every colon inside
+    a string as \\u003a, which the line then does not show as a colon)."""
+    if isinstance(value, _Pairs):
+        return "{" + ",".join(_write(k, how) + ":" + _write(v, how) for k, v in value) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_write(v, how) for v in value) + "]"
+    text = json.dumps(value, ensure_ascii=how == "ascii")
+    return text.replace(":", "\\u003a") if how == "colons" else text
+
+
+def _first_repeat(raw: bytes) -> str | None:
+    """The reference: the stdlib's parse with a hook that sees every object's pairs."""
+    found = []
+
+    def hook(pairs):
+        keys = [k for k, _ in pairs]
+        repeats = [k for i, k in enumerate(keys) if k in keys[:i]]
+        if repeats and not found:
+            found.append(repeats[0])
+        return dict(pairs)
+    json.loads(raw, object_pairs_hook=hook)
+    return found[0] if found else None
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_colon_text, _colon_json), min_size=1, max_size=5).map(_Pairs),
+       st.sampled_from(["utf8", "ascii", "colons"]))
+def test_duplicate_key_is_found_whatever_the_strings_hold(pairs, how):
+    # colons inside keys and values, escapes (\u00e9 written as an escape or as UTF-8): the count of the strings'
+    # colons lets most lines skip the second parse, never one that repeats a key
+    from indexer.sources.ndjson import duplicate_key
+    import orjson
+    raw = _write(pairs, how).encode()
+    assert (duplicate_key(raw, orjson.loads(raw)) is None) == (_first_repeat(raw) is None)
+
+
 # -- InputFile.open_blocks + block_lines -----------------------------------------------------------------------------------------
 
 # Lines are text (UTF-8) without newlines; they may hold a stray CR, spaces or be empty.

@@ -453,3 +453,69 @@ def test_case_folding_of_k(ks):
     text = f"This model's maximum context length is 100 to{ks[0]}ens. However, your request has 200 input to{ks[1]}ens."
     got = parse_error_message(text.upper() if ks[2] == "K" else text)
     assert (got.family, got.reported_limit, got.reported_prompt_tokens) == ("3", 100, 200)
+
+
+# -- the parse's shortcuts give what the plain formulas give ------------------------------------------------------------
+_SPACES_AND_APOSTROPHES = st.text(st.sampled_from(
+    [" ", "\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1f", "\x85", "\xa0", "\u2000", "\u2028", "\u3000", "`", "'",
+     "\u2018", "\u2019", "\u02bc", "\u0149", "\u212a", "a", "B", "0", ".", "(", "é"]), max_size=40)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(_SPACES_AND_APOSTROPHES, st.text(max_size=40)))
+def test_fold_equals_the_plain_formula(text):
+    # _fold skips the translation and the white space substitution when they cannot change the text
+    from indexer.refusals.vllm import _APOSTROPHES, _WS, _fold
+    assert _fold(text) == _WS.sub(" ", text.casefold().translate(_APOSTROPHES))
+
+
+def test_the_facts_fold_relies_on():
+    import re
+    import sys
+
+    from indexer.refusals.vllm import _APOSTROPHE_CHARS
+    white = [c for c in map(chr, range(sys.maxunicode + 1)) if re.fullmatch(r"\s", c)]
+    assert [c for c in white if c.isprintable()] == [" "]  # every other white space character is unprintable
+    assert [c for c in _APOSTROPHE_CHARS if c.isascii()] == ["`"]
+
+
+_json_text = st.one_of(
+    st.text(max_size=30),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                 max_leaves=8).map(json.dumps),
+    st.sampled_from(["\ufeff{}", "NaN", "[Infinity]", "-Infinity", " 1 ", "1 x", '"\\ud800"', "{\"a\":1,\"a\":2}"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_json_text, _json_text.map(lambda t: t.encode("utf-8", "surrogatepass"))))
+def test_one_decoder_reads_as_json_loads(text):
+    # consensus.json_loads keeps one decoder instead of json.loads building one per call: same value, same error
+    from indexer.refusals import consensus, vllm
+
+    def outcome(fn):
+        try:
+            return "value", repr(fn())
+        except (ValueError, RecursionError) as exc:
+            return "error", type(exc).__name__, str(exc)
+
+    for decoder in (consensus._DECODER, vllm._DECODER):
+        options = dict(parse_int=decoder.parse_int, parse_constant=decoder.parse_constant)
+        assert outcome(lambda: consensus.json_loads(text, decoder)) == outcome(lambda: json.loads(text, **options))
+
+
+_keys = st.text(st.sampled_from(["e", "E", "r", "o", "k", "K", "\u212a", "s", "S", "\u017f", "_"]), max_size=4) | \
+    st.sampled_from(["error", "Error", "ERROR", "code", "Code", "message", "MESSAGE", "type", "object", "choices"])
+
+
+@given(st.lists(st.tuples(_keys, st.integers()), max_size=8),
+       st.sampled_from(["error", "code", "message", "type", "object", "choices", "usage", "k", "s", "ss"]))
+def test_fields_reads_as_gos_decoder(pairs, name):
+    # the value of the last key equal to the tag, exactly or case-insensitively (the loop this replaced)
+    from indexer.refusals.consensus import field
+    obj = dict(pairs)
+    want = None
+    for key, item in obj.items():
+        if key == name or key.casefold() == name:
+            want = item
+    assert field(obj, name) == want

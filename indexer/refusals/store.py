@@ -18,14 +18,16 @@ PARSER_VERSION = 3  # 2: the vLLM 0.1-0.33 wording survey (families 7, 7c, windo
 # client-fault and terminal-error predicates (indexer.refusals.consensus)
 PARSE_FIELDS = tuple(f.name for f in dataclasses.fields(RefusalParse))
 COLUMNS = ("escrow_id", "inference_id", "payload_md5", "parser_version") + PARSE_FIELDS
+_MESSAGE_AT = PARSE_FIELDS.index("message")
 MESSAGE_CHARS = 2000  # the stored message is evidence, not an archive: the raw payload stays in rec.finish_tx
 
 
 def parse_row(escrow_id: str, inference_id: int, payload: str, md5: str | None = None) -> tuple:
     parse = parse_response_payload(payload)
     md5 = md5 or hashlib.md5(payload.encode("utf-8", "surrogatepass")).hexdigest()
-    fields = dataclasses.replace(parse, message=(parse.message or "")[:MESSAGE_CHARS] or None)
-    return (escrow_id, inference_id, md5, PARSER_VERSION) + tuple(getattr(fields, name) for name in PARSE_FIELDS)
+    values = [getattr(parse, name) for name in PARSE_FIELDS]
+    values[_MESSAGE_AT] = (parse.message or "")[:MESSAGE_CHARS] or None
+    return (escrow_id, inference_id, md5, PARSER_VERSION, *values)
 
 
 def store(conn: psycopg.Connection, rows: list[tuple]) -> None:
