@@ -455,7 +455,7 @@ def test_case_folding_of_k(ks):
     assert (got.family, got.reported_limit, got.reported_prompt_tokens) == ("3", 100, 200)
 
 
-# -- the parse's shortcuts give what the plain formulas give ------------------------------------------------------------
+# -- the parse's shortcuts give what the plain formulas give -----------------------------------------------------------
 _SPACES_AND_APOSTROPHES = st.text(st.sampled_from(
     [" ", "\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1f", "\x85", "\xa0", "\u2000", "\u2028", "\u3000", "`", "'",
      "\u2018", "\u2019", "\u02bc", "\u0149", "\u212a", "a", "B", "0", ".", "(", "é"]), max_size=40)

@@ -1,12 +1,13 @@
 """Tx records as NDJSON lines written straight from the parsed ``DevshardTx`` messages: the poller's hot path.
 
 :func:`indexer.wire.normalize.tx_record` builds a record dict and :func:`~indexer.wire.normalize.dumps_record_bytes`
-serializes it, ~6 µs a tx between them. The poller only needs the line, so for the five bulk kinds (start,
-confirm_start, finish, validation, validation_vote: nearly every tx of a log) :class:`TxLines` writes it from a byte
-template instead, ~2.5 µs. A template is not a second definition of the record: it must give, byte for byte, what
-``dumps_record_bytes(tx_record(…))`` gives (key order, orjson's escaping of the model name, lowercase hex), and
-tests/test_wire_versions.py checks that over random messages of every kind and version. Everything else (timeouts,
-error misses, unknown members, txs given as dicts) goes through ``tx_record``.
+serializes it, ~6 µs a tx between them (~24 for a timeout's or an error miss's, with their vote lists). The poller
+only needs the line, so for the seven kinds of records a log is made of (start, confirm_start, finish, validation,
+validation_vote, timeout, error_miss) :class:`TxLines` writes it from a byte template instead, ~2.5 µs. A template
+is not a second definition of the record: it must give, byte for byte, what ``dumps_record_bytes(tx_record(…))``
+gives (key order, orjson's escaping of the model name, lowercase hex), and tests/test_wire_versions.py checks that
+over random messages of every kind and version. Everything else (a timeout without a reason word, heartbeats and
+the other txs that make no record, unknown members, txs given as dicts) goes through ``tx_record``.
 """
 from __future__ import annotations
 
@@ -16,9 +17,15 @@ from typing import Any, Callable
 
 import orjson
 
-from indexer.wire.normalize import dumps_record_bytes, tx_record
+from indexer.wire.normalize import _REASONS, dumps_record_bytes, tx_record
 
 _BOOL = (b"false", b"true")
+_REASON_TEXT = {number: word.encode() for number, word in _REASONS.items()}  # tx_record's reason words
+
+
+def _votes(votes: Any) -> bytes:
+    """A vote list as tx_record's ``_votes`` gives it to orjson: ``[{"voter_slot":N,"accept":B},…]``."""
+    return b"[" + b",".join([b'{"voter_slot":%d,"accept":%s}' % (v.voter_slot, _BOOL[v.accept]) for v in votes]) + b"]"
 
 
 def _template(escrow_id: bytes, version: bytes, kind: bytes, slot_key: bytes | None, body: bytes) -> bytes:
@@ -52,6 +59,8 @@ class TxLines:
                                  b'"response_hash":"%s"%s')
         self._validation = _template(e, pv, b"validation", b"validator_slot", b'"valid":%s')
         self._vote = _template(e, pv, b"validation_vote", b"voter_slot", b'"vote_valid":%s')
+        self._timeout = _template(e, pv, b"timeout", None, b'"reason":"%s","votes":%s')
+        self._error_miss = _template(e, pv, b"error_miss", None, b'"votes":%s')
 
     def diff(self, nonce: int, txs: Any) -> int:
         """Append the records of one diff's txs (message objects, in order); return how many txs it had."""
@@ -83,6 +92,12 @@ class TxLines:
             elif name == "validation_vote":
                 m = tx.validation_vote
                 out.append(self._vote % (m.inference_id, m.voter_slot, nonce, index, _BOOL[m.vote_valid]))
+            elif name == "timeout_inference" and (reason := _REASON_TEXT.get(tx.timeout_inference.reason)):
+                m = tx.timeout_inference  # an unspecified reason (or v3–v4.1's ERROR) makes no record: tx_record
+                out.append(self._timeout % (m.inference_id, nonce, index, reason, _votes(m.votes)))
+            elif name == "error_miss":
+                m = tx.error_miss
+                out.append(self._error_miss % (m.inference_id, nonce, index, _votes(m.votes)))
             else:
                 self._record(nonce, index, tx)
         return index + 1
