@@ -65,6 +65,17 @@ def test_decode_bench_runs_and_both_codecs_agree():
     assert re.search(r"^entries → lines\s+[\d.]+\s+[\d.]+", out.stdout, re.M), out.stdout  # the poller's decode
 
 
+def test_refusal_bench_runs_both_sides():
+    base = re.search(r'^BASE_REV = "([^"]+)"', (ROOT / "bench/refusal_bench.py").read_text(), re.M).group(1)
+    if not _has_revision(base):
+        pytest.skip(f"SKIPPED: this clone lacks {base} (a shallow clone?); the bench needs its history")
+    out = _run(["bench/refusal_bench.py", "--epochs", "1", "--escrows-per-epoch", "2", "--inferences-per-escrow",
+                "60", "--repeat", "1"])
+    assert out.returncode == 0, out.stderr
+    for row in ("payload parse", "parse row", "line typed"):  # each side typed every line (the bench asserts it)
+        assert re.search(rf"^{row}\s+[\d.]+\s+[\d.]+\s+[\d.]+×$", out.stdout, re.M), out.stdout
+
+
 def test_ingest_bench_runs(pg_admin_url, tmp_path):
     out = _run(["bench/ingest_bench.py", "--records", "2000", "--floor", "--database-url", pg_admin_url,
                 "--scale-file", str(tmp_path / "scale.ndjson"), "--scale-rounds", "2"])
