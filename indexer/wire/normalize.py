@@ -27,7 +27,7 @@ class NormalizeError(ValueError):
     """Input JSON or decoded data that cannot be mapped (wrong types, mixed escrows)."""
 
 
-_REASONS = {1: "refused", 2: "execution"}
+TIMEOUT_REASONS = {1: "refused", 2: "execution"}  # TimeoutReason numbers -> the record's reason word
 
 
 @dataclass
@@ -122,7 +122,7 @@ def tx_record(
     if msg is None:
         return None, name
     if name == "timeout_inference":
-        reason = _REASONS.get(msg.reason)
+        reason = TIMEOUT_REASONS.get(msg.reason)
         if reason is None:  # UNSPECIFIED, or the old TIMEOUT_REASON_ERROR of v3–v4.1
             names = schema_for(protocol_version).enums["TimeoutReason"]
             label = names.get(msg.reason, f"TIMEOUT_REASON_{msg.reason}")

@@ -17,10 +17,10 @@ from typing import Any, Callable
 
 import orjson
 
-from indexer.wire.normalize import _REASONS, dumps_record_bytes, tx_record
+from indexer.wire.normalize import TIMEOUT_REASONS, dumps_record_bytes, tx_record
 
 _BOOL = (b"false", b"true")
-_REASON_TEXT = {number: word.encode() for number, word in _REASONS.items()}  # tx_record's reason words
+_REASON_TEXT = {number: word.encode() for number, word in TIMEOUT_REASONS.items()}
 
 
 def _votes(votes: Any) -> bytes:
