@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from indexer.cli.output import EXIT_INPUT, EXIT_OK, console, error, say, warn
+from indexer.cli.output import EXIT_INPUT, EXIT_OK, EXIT_RUNTIME, console, error, say, warn
 from indexer.db.migrate import ensure_schema
 from indexer.db.url import redact, resolve_database_url
 from indexer.settings import Settings
@@ -45,7 +45,7 @@ def cmd_db(args, settings: Settings) -> int:
 def cmd_ingest(args, settings: Settings) -> int:
     import psycopg
 
-    from indexer.cli.summaries import ingest_progress, print_ingest_summary
+    from indexer.cli.summaries import held_escrows, ingest_progress, print_ingest_summary
     from indexer.load.ingest import ingest_paths
     from indexer.pipeline import process_changes
     from indexer.replay.follow import ReplayFollower
@@ -74,6 +74,9 @@ def cmd_ingest(args, settings: Settings) -> int:
     if failure is not None:
         error(f"{failure} (the records loaded before it were replayed and evaluated)")
         return EXIT_INPUT
+    if downstream.replay.held:
+        error(held_escrows(downstream.replay.held))
+        return EXIT_RUNTIME
     if summary.quarantined and not args.allow_quarantine:
         warn(f"{summary.quarantined} line(s) quarantined; see api.quarantine")
         return EXIT_INPUT
@@ -83,6 +86,7 @@ def cmd_ingest(args, settings: Settings) -> int:
 def cmd_replay(args, settings: Settings) -> int:
     import psycopg
 
+    from indexer.cli.summaries import held_escrows
     from indexer.pipeline import process_changes
     from indexer.replay.run import mark_all_dirty
 
@@ -92,6 +96,9 @@ def cmd_replay(args, settings: Settings) -> int:
             mark_all_dirty(conn)
         r = process_changes(conn, url).replay
     say(f"replayed {r.escrows} escrows, {r.txs} txs ({r.rejected} rejected) in {r.seconds:.2f}s")
+    if r.held:
+        error(held_escrows(r.held))
+        return EXIT_RUNTIME
     return EXIT_OK
 
 

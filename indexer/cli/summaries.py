@@ -21,9 +21,18 @@ def print_ingest_summary(summary, downstream) -> None:
             ("txs replayed", replay.txs), ("txs rejected by the state machine", replay.rejected),
             ("seconds (load / replay / rules)", f"{summary.seconds:.2f} / {replay.seconds:.2f} / {rules.seconds:.2f}"),
             ("epochs re-evaluated", rules.epochs)]
+    if replay.held:
+        rows.append(("escrows left dirty (their replay kills its process)", len(replay.held)))
     for name, value in rows:
         t.add_row(name, str(value))
     console().print(t)
+
+
+def held_escrows(ids: list[str]) -> str:
+    """The error line for escrows whose replay killed its process, the last time alone (ReplaySummary.held)."""
+    shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    return (f"replay: {len(ids)} escrow(s) kill their replay process even alone and were left dirty: {shown}; "
+            "every other escrow was replayed and evaluated, and the next replay tries these again")
 
 
 def format_poll_summary(s) -> str:

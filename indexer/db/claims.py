@@ -5,16 +5,27 @@ from __future__ import annotations
 import psycopg
 
 
-def claim(conn: psycopg.Connection, table: str, column: str, limit: int, hold: list | tuple = ()) -> list:
-    """Delete and return up to `limit` dirty keys inside the caller's transaction; keys in `hold` stay dirty."""
-    return [r[0] for r in claim_rows(conn, table, column, limit, column, hold)]
+def claim(conn: psycopg.Connection, table: str, column: str, limit: int, hold: list | tuple = (),
+          only: list | tuple | None = None) -> list:
+    """Delete and return up to `limit` dirty keys inside the caller's transaction; keys in `hold` stay dirty. With
+    `only`, just those keys (the ones still dirty), waiting for a mark another transaction holds instead of
+    skipping it: the caller wants these keys, not whichever are free."""
+    return [r[0] for r in claim_rows(conn, table, column, limit, column, hold, only)]
 
 
 def claim_rows(conn: psycopg.Connection, table: str, column: str, limit: int, returning: str,
-               hold: list | tuple = ()) -> list[tuple]:
+               hold: list | tuple = (), only: list | tuple | None = None) -> list[tuple]:
     """claim(), returning the `returning` columns of each claimed mark."""
-    held = f"WHERE {column} <> ALL(%s) " if hold else ""
+    conditions, params = [], []
+    if hold:
+        conditions.append(f"{column} <> ALL(%s)")
+        params.append(list(hold))
+    if only is not None:
+        conditions.append(f"{column} = ANY(%s)")
+        params.append(list(only))
+    where = f"WHERE {' AND '.join(conditions)} " if conditions else ""
+    lock = "FOR UPDATE" if only is not None else "FOR UPDATE SKIP LOCKED"
     return conn.execute(
         f"""DELETE FROM {table} WHERE {column} IN (
-              SELECT {column} FROM {table} {held}ORDER BY {column} LIMIT %s FOR UPDATE SKIP LOCKED)
-            RETURNING {returning}""", (list(hold), limit) if hold else (limit,)).fetchall()
+              SELECT {column} FROM {table} {where}ORDER BY {column} LIMIT %s {lock})
+            RETURNING {returning}""", (*params, limit)).fetchall()

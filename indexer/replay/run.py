@@ -8,8 +8,13 @@ next pass replays it again.
 from __future__ import annotations
 
 import itertools
+import logging
+import os
+import tempfile
 import time
-from dataclasses import dataclass
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 
@@ -17,12 +22,20 @@ from indexer.db.claims import claim
 from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.db.marks import EPOCH_MARK
 from indexer.load.partitions import analyze_epochs
-from indexer.workers import InterruptAtSafePoints, no_cyclic_gc, pool as workers_pool, stop_requested
+from indexer.workers import InterruptAtSafePoints, no_cyclic_gc, pool as workers_pool, run_alone, stop_requested
 from indexer.replay.machine import KIND_ORDER, EscrowConfig, replay_rows
+
+log = logging.getLogger(__name__)
 
 CHUNK_ESCROWS = 50  # bounds a worker's memory: one chunk's txs and results are held at once
 REPLAY_WORKERS = 2
 ANALYZE_AFTER_ROWS = 10_000
+FRUITLESS_POOLS = 3  # broken pools in a row that no escrow could be blamed for: then the pass fails
+MAX_HELD = 20  # more escrows than this killing their replay process alone is a broken machine, not bad escrows
+
+
+class ReplayWorkersLost(RuntimeError):
+    """Replay processes keep dying in a way no few escrows explain: the pass stops (what it committed stays)."""
 
 # Where each tx kind's rows come from: its table, then the row fields in `replay_rows` order (diff_nonce, kind
 # code, inference_id, slot, valid, reason, votes, input_tokens, output_tokens) as column names or constants.
@@ -82,12 +95,15 @@ class ReplaySummary:
     inferences: int = 0
     seconds: float = 0.0
     deferred_analyze: Deferred | None = None  # tables skipped while autovacuum held them (indexer.db.quickstats)
+    # escrows whose replay killed its worker process, the last time alone: left dirty, skipped by the rest of the pass
+    held: list[str] = field(default_factory=list)
 
     def add(self, other: "ReplaySummary") -> None:
         self.escrows += other.escrows
         self.txs += other.txs
         self.rejected += other.rejected
         self.inferences += other.inferences
+        self.held += other.held
 
 
 def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progress=None,
@@ -102,10 +118,7 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
         summary.add(prior)
     dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
     if url is not None and workers > 1 and dirty > chunk:  # worker start-up only pays off beyond one chunk
-        # Ctrl-C asks the workers to stop after their chunk (each is one transaction): what they replayed stays
-        with workers_pool(workers) as pool, InterruptAtSafePoints(on_request=pool.request_stop):
-            for part in pool.map(_replay_worker, [url] * workers, [chunk] * workers):
-                summary.add(part)
+        _replay_in_workers(url, chunk, workers, summary)
     else:
         replay_loop(conn, chunk, summary, progress)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
@@ -120,33 +133,103 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
 
 
 def replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, progress=None,
-                hold: list | tuple = (), stop=None) -> None:
+                hold: list | tuple = (), stop=None, on_claim=None) -> None:
     """Claim, replay and write chunks until none is dirty (but the escrows in ``hold``, read at every claim: the
     caller may change the list between chunks), or until ``stop()`` says so between chunks; each chunk is one
-    transaction."""
-    while replay_chunk(conn, chunk, summary, hold):
+    transaction. ``on_claim(ids)`` is told each chunk's escrows before they are replayed."""
+    while replay_chunk(conn, chunk, summary, hold, on_claim=on_claim):
         if progress:
             progress(summary)
         if stop is not None and stop():
             return
 
 
-def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, hold: list | tuple = ()) -> bool:
-    """Claim up to ``chunk`` dirty escrows (not those in ``hold``), replay them and write their rows, in one
-    transaction. False when none was dirty."""
+def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, hold: list | tuple = (), *,
+                 only: list | tuple | None = None, on_claim=None) -> bool:
+    """Claim up to ``chunk`` dirty escrows (not those in ``hold``; with ``only``, only those), replay them and
+    write their rows, in one transaction. False when none was dirty."""
     with conn.transaction(), no_cyclic_gc():
         conn.execute(_LOCK_PARENTS)
-        ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk, hold)
+        ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk, hold, only)
         if not ids:
             return False
+        if on_claim is not None:
+            on_claim(ids)
         _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
     return True
 
 
-def _replay_worker(url: str, chunk: int) -> "ReplaySummary":
+def _replay_in_workers(url: str, chunk: int, workers: int, summary: ReplaySummary) -> None:
+    """The pass in worker processes, each claiming its own chunks. A worker that dies (killed, out of memory, a crash
+    in native code) breaks the pool, and a broken pool used to end the pass, and with it the rules stage after it:
+    an escrow whose replay kills its process would have stopped every later pass as well. Each worker writes the
+    escrows of the chunk in its hands to a file before replaying them, so after a death those chunks (rolled back,
+    still dirty) are replayed again, each part in a process of its own and halved while its process dies, down to
+    the escrow that kills a process alone: that one stays dirty and is held out of the rest of the pass (``held``),
+    and a new pool goes on with the others. Ctrl-C asks the workers to stop after their chunk (each is one
+    transaction): what they replayed stays."""
+    fruitless = 0
+    with tempfile.TemporaryDirectory(prefix="indexer-replay-") as hands:
+        while True:
+            try:
+                with workers_pool(workers) as pool, InterruptAtSafePoints(on_request=pool.request_stop):
+                    hold = tuple(summary.held)
+                    for part in pool.map(_replay_worker, [url] * workers, [chunk] * workers, [hands] * workers,
+                                         [hold] * workers):
+                        summary.add(part)
+                return
+            except BrokenProcessPool:
+                in_hand = sorted({eid for hand in Path(hands).iterdir() for eid in hand.read_text().split()})
+                for hand in Path(hands).iterdir():
+                    hand.unlink()
+                log.warning("a replay process died: the %d escrows of the chunks in hand are replayed again, in "
+                            "processes of their own", len(in_hand))
+                killers = _isolate(url, in_hand, summary)
+                for escrow_id in killers:
+                    log.error("escrow %s kills its replay process (twice, the second time alone): left dirty, "
+                              "held out of this pass", escrow_id)
+                summary.held += killers
+                if len(summary.held) > MAX_HELD:
+                    raise ReplayWorkersLost(f"{len(summary.held)} escrows kill their replay process even alone "
+                                            f"({', '.join(summary.held[:5])}, …): a broken machine, not bad escrows; "
+                                            "the pass stops, what it committed stays") from None
+                fruitless = 0 if killers else fruitless + 1
+                if fruitless >= FRUITLESS_POOLS:
+                    raise ReplayWorkersLost(f"replay processes died {fruitless} times in a row and no escrow killed "
+                                            "one alone: the pass stops, what it committed stays") from None
+
+
+def _isolate(url: str, ids: list[str], summary: ReplaySummary) -> list[str]:
+    """Replay ``ids`` (those still dirty) in a process of its own; if it dies, each half the same way. Returns the
+    escrows that killed a process alone."""
+    if not ids:
+        return []
+    try:
+        summary.add(run_alone(_replay_only, url, ids))
+        return []
+    except BrokenProcessPool:
+        if len(ids) == 1:
+            return list(ids)
+        half = len(ids) // 2
+        return _isolate(url, ids[:half], summary) + _isolate(url, ids[half:], summary)
+
+
+def _replay_worker(url: str, chunk: int, hands: str, hold: tuple) -> "ReplaySummary":
+    summary = ReplaySummary()
+    hand = Path(hands) / str(os.getpid())
+    with psycopg.connect(url) as conn:
+        replay_loop(conn, chunk, summary, hold=hold, stop=stop_requested,
+                    on_claim=lambda ids: hand.write_text("\n".join(ids)))
+    hand.unlink(missing_ok=True)
+    return summary
+
+
+def _replay_only(url: str, ids: list[str]) -> "ReplaySummary":
+    """Replay the escrows of ``ids`` that are still dirty, in one chunk. Their marks are waited for, not skipped:
+    a mark may still be locked by the dead worker's transaction until the server has seen its connection close."""
     summary = ReplaySummary()
     with psycopg.connect(url) as conn:
-        replay_loop(conn, chunk, summary, stop=stop_requested)
+        replay_chunk(conn, len(ids), summary, only=ids)
     return summary
 
 
