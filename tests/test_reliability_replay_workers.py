@@ -58,12 +58,14 @@ def _replayed(url: str) -> list[str]:
         return [r[0] for r in conn.execute("SELECT escrow_id FROM replay.escrow ORDER BY 1")]
 
 
+@pytest.mark.parametrize("chunk", [2, 50], ids=["six-chunks-two-workers", "one-chunk-one-worker"])
 def test_an_escrow_that_kills_its_replay_process_is_held_and_the_pass_goes_on(db_url, second_db_url, loaded,
-                                                                              monkeypatch):
+                                                                              monkeypatch, chunk):
+    # one chunk too runs in a process of its own: in this one (the command's) the death would be the command's
     victim = loaded[6]
     monkeypatch.setattr(run, "replay_rows", _dying({victim}))
     with psycopg.connect(db_url) as conn:
-        summary = replay_dirty(conn, url=db_url, workers=2, chunk=2)
+        summary = replay_dirty(conn, url=db_url, workers=2, chunk=chunk)
     assert summary.held == [victim]
     assert _dirty(db_url) == [victim]  # left for the next pass, nothing lost
     assert _replayed(db_url) == [eid for eid in loaded if eid != victim]

@@ -108,8 +108,10 @@ class ReplaySummary:
 
 def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progress=None,
                  url: str | None = None, workers: int = 1, prior: ReplaySummary | None = None) -> ReplaySummary:
-    """Replay every dirty escrow. The machine is pure Python, so with `url` and workers > 1 the chunks are
-    spread over worker processes, each claiming its own with SKIP LOCKED on its own connection. ``prior``: what
+    """Replay every dirty escrow. With `url` the pass runs in worker processes (up to `workers`, one a chunk), each
+    claiming its own chunks with SKIP LOCKED on its own connection: the machine is pure Python, and a process that
+    dies then costs its escrow, not this command (:func:`_replay_in_workers`); a pass of one chunk still takes a
+    process, ~50 ms, because the command's own process is the one thing nothing can be isolated from. ``prior``: what
     was replayed already for the same change (indexer.replay.follow, during the load): counted in the result and in
     the decision to refresh statistics; the result's seconds are this pass's plus the prior's (the time its end was
     waited for after the load)."""
@@ -117,8 +119,8 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     if prior is not None:
         summary.add(prior)
     dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
-    if url is not None and workers > 1 and dirty > chunk:  # worker start-up only pays off beyond one chunk
-        _replay_in_workers(url, chunk, workers, summary)
+    if url is not None and workers > 0 and dirty:
+        _replay_in_workers(url, chunk, min(workers, -(-dirty // chunk)), summary)
     else:
         replay_loop(conn, chunk, summary, progress)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
@@ -161,8 +163,8 @@ def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, h
 
 def _replay_in_workers(url: str, chunk: int, workers: int, summary: ReplaySummary) -> None:
     """The pass in worker processes, each claiming its own chunks. A worker that dies (killed, out of memory, a crash
-    in native code) breaks the pool, and a broken pool used to end the pass, and with it the rules stage after it:
-    an escrow whose replay kills its process would have stopped every later pass as well. Each worker writes the
+    in native code) breaks the pool for good; ending the pass there would end the rules stage after it too, and an
+    escrow whose replay kills its process would then stop every later pass the same way. Each worker writes the
     escrows of the chunk in its hands to a file before replaying them, so after a death those chunks (rolled back,
     still dirty) are replayed again, each part in a process of its own and halved while its process dies, down to
     the escrow that kills a process alone: that one stays dirty and is held out of the rest of the pass (``held``),
