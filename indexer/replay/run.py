@@ -172,33 +172,38 @@ def _replay_in_workers(url: str, chunk: int, workers: int, summary: ReplaySummar
     transaction): what they replayed stays."""
     fruitless = 0
     with tempfile.TemporaryDirectory(prefix="indexer-replay-") as hands:
-        while True:
-            try:
-                with workers_pool(workers) as pool, InterruptAtSafePoints(on_request=pool.request_stop):
-                    hold = tuple(summary.held)
-                    for part in pool.map(_replay_worker, [url] * workers, [chunk] * workers, [hands] * workers,
-                                         [hold] * workers):
-                        summary.add(part)
-                return
-            except BrokenProcessPool:
-                in_hand = sorted({eid for hand in Path(hands).iterdir() for eid in hand.read_text().split()})
-                for hand in Path(hands).iterdir():
-                    hand.unlink()
-                log.warning("a replay process died: the %d escrows of the chunks in hand are replayed again, in "
-                            "processes of their own", len(in_hand))
-                killers = _isolate(url, in_hand, summary)
-                for escrow_id in killers:
-                    log.error("escrow %s kills its replay process (twice, the second time alone): left dirty, "
-                              "held out of this pass", escrow_id)
-                summary.held += killers
-                if len(summary.held) > MAX_HELD:
-                    raise ReplayWorkersLost(f"{len(summary.held)} escrows kill their replay process even alone "
-                                            f"({', '.join(summary.held[:5])}, …): a broken machine, not bad escrows; "
-                                            "the pass stops, what it committed stays") from None
-                fruitless = 0 if killers else fruitless + 1
-                if fruitless >= FRUITLESS_POOLS:
-                    raise ReplayWorkersLost(f"replay processes died {fruitless} times in a row and no escrow killed "
-                                            "one alone: the pass stops, what it committed stays") from None
+        while not _pool_pass(url, chunk, workers, hands, summary):
+            in_hand = sorted({eid for hand in Path(hands).iterdir() for eid in hand.read_text().split()})
+            for hand in Path(hands).iterdir():
+                hand.unlink()
+            log.warning("a replay process died: the %d escrows of the chunks in hand are replayed again, in "
+                        "processes of their own", len(in_hand))
+            killers = _isolate(url, in_hand, summary)
+            for escrow_id in killers:
+                log.error("escrow %s kills its replay process (twice, the second time alone): left dirty, "
+                          "held out of this pass", escrow_id)
+            summary.held += killers
+            if len(summary.held) > MAX_HELD:
+                raise ReplayWorkersLost(f"{len(summary.held)} escrows kill their replay process even alone "
+                                        f"({', '.join(summary.held[:5])}, …): a broken machine, not bad escrows; "
+                                        "the pass stops, what it committed stays")
+            fruitless = 0 if killers else fruitless + 1
+            if fruitless >= FRUITLESS_POOLS:
+                raise ReplayWorkersLost(f"replay processes died {fruitless} times in a row and no escrow killed "
+                                        "one alone: the pass stops, what it committed stays")
+
+
+def _pool_pass(url: str, chunk: int, workers: int, hands: str, summary: ReplaySummary) -> bool:
+    """One pool's go at the dirty escrows, but those in ``summary.held``; False when a worker died and broke it."""
+    try:
+        with workers_pool(workers) as pool, InterruptAtSafePoints(on_request=pool.request_stop):
+            hold = tuple(summary.held)
+            for part in pool.map(_replay_worker, [url] * workers, [chunk] * workers, [hands] * workers,
+                                 [hold] * workers):
+                summary.add(part)
+        return True
+    except BrokenProcessPool:
+        return False
 
 
 def _isolate(url: str, ids: list[str], summary: ReplaySummary) -> list[str]:
