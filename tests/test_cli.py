@@ -103,3 +103,20 @@ def test_db_url_starts_the_embedded_server_and_db_stop_stops_it(tmp_path):
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=3)
     shutil.rmtree(home, ignore_errors=True)
+
+
+def test_replay_all_replays_every_escrow_the_first_time(db_url, tmp_path, conn):
+    # the marks must be committed before the pass: its worker processes claim them on their own connections
+    lines = [escrow(), escrow("1972"), tx("start", 100, 100), tx("confirm_start", 100, 101),
+             tx("start", 7, 1, escrow_id="1972")]
+    path = tmp_path / "a.ndjson"
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in lines))
+    assert run("--database-url", db_url, "ingest", str(path), "--no-progress", home=tmp_path).returncode == 0
+    before = dict(conn.execute("SELECT escrow_id, replayed_at FROM replay.escrow").fetchall())
+    conn.commit()
+    res = run("--database-url", db_url, "replay", "--all", home=tmp_path)
+    assert res.returncode == 0, res.stderr.decode()
+    assert b"replayed 2 escrows, 3 txs" in res.stdout + res.stderr
+    after = dict(conn.execute("SELECT escrow_id, replayed_at FROM replay.escrow").fetchall())
+    assert sorted(after) == ["1971", "1972"] and all(after[e] > before[e] for e in after)
+    assert conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone() == (0,)

@@ -114,12 +114,15 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     process (~35 ms more: 51 against 17 ms for four small escrows), because the command's own process is the one
     thing nothing can be isolated from. ``prior``: what was replayed already for the same change
     (indexer.replay.follow, during the load): counted in the result and in the decision to refresh statistics; the
-    result's seconds are this pass's plus the prior's (the time its end was waited for after the load)."""
+    result's seconds are this pass's plus the prior's (the time its end was waited for after the load). A pass in
+    worker processes commits the caller's transaction first, so that the dirty marks it holds are theirs to claim."""
     summary, start = ReplaySummary(), time.perf_counter()
     if prior is not None:
         summary.add(prior)
     dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
     if url is not None and workers > 0 and dirty:
+        if not conn.autocommit:  # the workers claim on connections of their own: they must see this one's marks
+            conn.commit()        # (``indexer replay --all`` marks every escrow, then replays)
         _replay_in_workers(url, chunk, min(workers, -(-dirty // chunk)), summary)
     else:
         replay_loop(conn, chunk, summary, progress)
