@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from indexer.alerts.engine import Policy, evaluate
 from indexer.alerts.rules import load_rules
 from indexer.observe.server import MetricsServer, parse_addr
+from indexer.records import KINDS
 from indexer.settings import ConfigError
 from indexer.synth import generate, write_ndjson
 from tests.helpers import ingest
@@ -44,12 +45,17 @@ def test_metrics_carry_the_interface_names_with_database_values(db_url, tmp_path
                      "('escrow:1', 'http://h/x', 'timeout', true), ('escrow:2', 'http://h/y', 'timeout', true)")
         evaluate(conn, load_rules(), [], Policy())
         by_rule = dict(conn.execute("SELECT rule, count(*) FROM api.disputable_penalties GROUP BY 1").fetchall())
+        stored = {kind.name: conn.execute(f"SELECT count(*) FROM rec.{kind.table}").fetchone()[0]
+                  for kind in KINDS.values()}
+        stored = {name: n for name, n in stored.items() if n}
         firing = conn.execute("SELECT count(*) FROM api.alerts WHERE rule = 'disputable_penalty'").fetchone()[0]
     server.metrics.observe_cycle(1.5)
     m = _samples(server)
     assert 99 <= m[("indexer_source_lag_seconds", (("source", "chain"),))] < 200
     assert m[("indexer_source_errors_total", (("source", "escrow"),))] == 2
-    assert m[("indexer_rows_ingested_total", (("kind", "escrow"),))] >= 2
+    # every kind as stored: the tx kinds' rows are in their epoch partitions (part.*), not in rec.*
+    assert {kind: m.get(("indexer_rows_ingested_total", (("kind", kind),))) for kind in stored} == stored
+    assert stored["escrow"] >= 2 and stored["start"] > 0 and stored["finish"] > 0
     assert by_rule and all(m[("indexer_disputable_penalties", (("rule", r),))] == n for r, n in by_rule.items())
     assert firing and m[("indexer_alerts_firing", (("rule", "disputable_penalty"),))] == firing
     assert m[("indexer_cycle_seconds_count", ())] == 1 and m[("indexer_cycle_seconds_sum", ())] == 1.5

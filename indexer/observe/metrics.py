@@ -27,7 +27,11 @@ _KIND_OF_TABLE = {kind.table: kind.name for kind in KINDS.values()}
 _LAG = """SELECT source_kind, max(lag_seconds) FROM api.ingest_status
           WHERE lag_seconds IS NOT NULL GROUP BY 1"""
 _ERRORS = "SELECT source_kind, count(*) FROM net.failure GROUP BY 1"
-_ROWS = """SELECT relname, n_tup_ins FROM pg_stat_user_tables WHERE schemaname = 'rec'"""  # every writer's inserts
+# every writer's inserts, per record table: a partitioned table's rows are its partitions' (part.*), counted under
+# the table they belong to (the partitioned table itself never counts any)
+_ROWS = """SELECT root.relname, sum(s.n_tup_ins)::bigint FROM pg_stat_user_tables s
+           JOIN pg_class root ON root.oid = coalesce(pg_partition_root(s.relid), s.relid)
+           WHERE root.relnamespace = 'rec'::regnamespace GROUP BY root.relname"""
 _DISPUTABLE = "SELECT rule, count(*) FROM api.disputable_penalties GROUP BY 1"
 _FIRING = """SELECT rule, count(*) FILTER (WHERE status = 'firing') FROM alert.state GROUP BY 1"""
 _LAGGING = """SELECT source, lag_seconds FROM api.ingest_status WHERE lag_seconds > %s
