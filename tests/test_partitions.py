@@ -132,6 +132,32 @@ def test_rows_in_the_default_partition_move_out_when_their_partition_is_made(con
     assert conn.execute("SELECT part.ensure_epochs(ARRAY[900]::bigint[], 1)").fetchone() == (0,)  # idempotent
 
 
+LAST_EPOCH = 2 ** 63 - 1  # the largest epoch_index a record can carry
+
+
+def test_the_largest_epoch_gets_its_partition_and_the_views_read_it(db_url, tmp_path, conn):
+    # its partition's upper bound is MAXVALUE (not e + 1, which overflows), and no epoch is made ahead of it; an
+    # escrow of it stored, later loads (whose ensure_ahead starts from the largest epoch) still go on
+    outcome = {"kind": "participant_epoch", "epoch_index": LAST_EPOCH, "participant": "gonka1hostA", "weight": 10}
+    params = {"kind": "epoch_params", "epoch_index": LAST_EPOCH, "validation_params": {}, "params_exact": True}
+    ingest(db_url, write_lines(tmp_path / "last.ndjson", [escrow("13", epoch=LAST_EPOCH), *_txs("13"), outcome,
+                                                          params]), rules=True)
+    assert _placement(conn, "rec.finish_tx") == {f"part.rec_finish_tx_e{LAST_EPOCH}": 1}
+    assert conn.execute("SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = %s",
+                        (f"rec_finish_tx_e{LAST_EPOCH}",)).fetchone() == (
+        f"FOR VALUES FROM ('{LAST_EPOCH}') TO (MAXVALUE)",)
+    assert ensure_ahead(conn) == 0
+    ingest(db_url, write_lines(tmp_path / "next.ndjson", [escrow("14", epoch=700), *_txs("14")]), rules=True)
+    conn.rollback()
+    assert conn.execute("SELECT escrow_id, epoch_index, status FROM api.inferences ORDER BY 1").fetchall() == [
+        ("13", LAST_EPOCH, "Finished"), ("14", 700, "Finished")]
+    for (view,) in conn.execute("SELECT table_schema || '.' || table_name FROM information_schema.views "
+                                "WHERE table_schema = 'api'").fetchall():
+        conn.execute(f"SELECT * FROM {view}").fetchall()  # every column: none computes past the last epoch
+    assert conn.execute("SELECT params_changed_by_next_epoch FROM api.restitution_outcomes WHERE epoch_index = %s",
+                        (LAST_EPOCH,)).fetchall()
+
+
 @pytest.mark.parametrize("view, partitioned", [
     ("api.disputable_penalties", {"rules_disputable"}),
     ("api.context_refusals", {"rules_context_refusal"}),

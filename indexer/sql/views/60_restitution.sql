@@ -164,7 +164,7 @@ WITH steps AS (
   FROM (SELECT DISTINCT epoch_index FROM hosts) h
   CROSS JOIN LATERAL fn.chain_version_at(h.epoch_index) c
   LEFT JOIN rec.epoch_params ep ON ep.epoch_index = h.epoch_index
-  LEFT JOIN rec.epoch_params nx ON nx.epoch_index = h.epoch_index + 1
+  LEFT JOIN rec.epoch_params nx ON nx.epoch_index - 1 = h.epoch_index  -- not h + 1: the last epoch has no next
 ), base AS (
   SELECT h.epoch_index, v.variant, h.participant, s.failures, s.passes, s.escrows, s.settle_heights_known,
          s.assigned_from_settle_nonce,
