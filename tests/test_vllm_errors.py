@@ -448,6 +448,20 @@ def test_huge_numbers_cap(L, P):
 
 
 @settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=INT63_MAX), st.integers(min_value=0, max_value=INT63_MAX))
+def test_a_computed_total_past_63_bits_is_no_signal_as_a_stated_one(P, M):
+    # rules.refusal_parse.requested_total is a bigint: P + M past it had failed the load's COPY (one refusal line
+    # stopped the whole file)
+    for text in (f"You passed {P} input tokens and requested {M} output tokens. However, the model's context length "
+                 f"is only 100 tokens, resulting in a maximum input length of 1 tokens.",
+                 f"This model's maximum context length is 100 tokens. However, you requested {M} output tokens and "
+                 f"your prompt contains at least {P} input tokens."):
+        got = parse_error_message(text)
+        assert (got.reported_prompt_tokens, got.reported_max_tokens) == (P, M)
+        assert got.requested_total == (P + M if P + M <= INT63_MAX else None)
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.sampled_from("Kk\u212a"), min_size=6, max_size=6))
 def test_case_folding_of_k(ks):
     text = f"This model's maximum context length is 100 to{ks[0]}ens. However, your request has 200 input to{ks[1]}ens."

@@ -66,7 +66,7 @@ bounds the prompt (not the legacy "(at least 1)" output count), or the truncatio
 §6.3: P == L - M + 1 for families 5 and 6, P == L + 1 for family 7 (0.32+ truncates at L + 1).
 Character variants: P None, requested_total None, flag False, count in reported_prompt_chars.
 requested_total: stated total (for 2/6 the "for a total of at least T" value when present),
-else P + M, else P for the prompt-only families.
+else P + M (None past 2**63-1, as a stated number), else P for the prompt-only families.
 """
 
 from __future__ import annotations
@@ -275,7 +275,7 @@ def _parse_message(message: str) -> MessageParse:
         total = None
     elif total is None and prompt is not None:
         if max_tok is not None and family in _WITH_M:
-            total = prompt + max_tok
+            total = prompt + max_tok if prompt + max_tok <= INT63_MAX else None  # as a stated one past it: no signal
         elif family in _PROMPT_ONLY:
             total = prompt
     lower = prompt is not None and not chars_family and at_least
