@@ -50,3 +50,29 @@ def test_bounds_open_only_what_can_qualify_and_hide_nothing(db_url, tmp_path, co
     assert rows(conn, "SELECT participant, escrow_id, inference_id, observed_tokens FROM rules.suspect "
                       "WHERE evidence_kind = 'served_above_limit' AND escrow_id = 'served'") \
         == [(D, "served", ids["served_above"], GOV + 1)]
+
+
+TOP = 2 ** 63 - 1  # the largest count a record carries
+
+
+def test_counts_at_the_top_of_their_range_add_without_stopping_the_rules(db_url, tmp_path, conn):
+    # prompt + max_tokens and input + output are sums of two counts up to 2^63 - 1: in bigint they overflowed and
+    # the rules stage of the epoch failed on every run. The limit is TOP too (the escrow's own max_model_len), so
+    # only the exact sums decide.
+    ids: dict[str, int] = {}
+    log = Log("top", max_model_len=TOP)
+    ids["served_past"] = log.served(9, input_tokens=TOP, output_tokens=TOP)           # a suspect, sum unknown
+    ids["served_at"] = log.served(9, input_tokens=TOP - 1, output_tokens=1)          # exactly the limit: none
+    ids["refused_over"] = log.refusal(5, max_tokens=TOP - 1, input_length=TOP - 1)    # shown over by the sum
+    h = new_hash()
+    ids["sibling"] = log.served(6, h, input_tokens=TOP - 1, output_tokens=10)       # its sibling (a suspect too)
+    ids["timeout"] = log.start(5, h, max_tokens=TOP - 1)
+    log.timeout(ids["timeout"], "refused")
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+
+    assert rows(conn, "SELECT governance_limit, max_served_tokens FROM rules.escrow_limit") == [(TOP, TOP)]
+    assert rows(conn, "SELECT inference_id, observed_tokens FROM api.raised_limit_suspects "
+                      "WHERE evidence_kind = 'served_above_limit' ORDER BY 1") == [
+        (ids["served_past"], None), (ids["sibling"], None)]
+    verdicts = dict(rows(conn, "SELECT inference_id, verdict FROM api.disputable_penalties"))
+    assert verdicts.get(ids["timeout"]) == "over_limit"

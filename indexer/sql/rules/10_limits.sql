@@ -20,7 +20,10 @@ SELECT e.escrow_id, e.epoch_index, e.model_id,
 FROM rec.escrow e
 LEFT JOIN args a ON a.epoch_index = e.epoch_index AND a.model_id = e.model_id
 CROSS JOIN LATERAL (  -- the one walk over the epoch's Finishes: bounds for the suspect and timeout rules
-  SELECT max(input_tokens) AS max_input, max(input_tokens + output_tokens) AS max_served
+  -- served in numeric (two counts up to 2^63 - 1 each), kept at most 2^63 - 1: only compared with limits, which are
+  -- bigints, and 40_suspects compares each Finish's exact sum
+  SELECT max(input_tokens) AS max_input,
+         least(max(input_tokens::numeric + output_tokens), 9223372036854775807)::bigint AS max_served
   FROM rec.finish_tx WHERE escrow_id = e.escrow_id AND epoch_index = e.epoch_index
     AND epoch_index = ANY(%(parts)s)) t  -- its epoch's partition, pruned at plan time (indexer.rules.run)
 WHERE e.escrow_id = ANY(%(escrows)s) AND e.epoch_index IS NOT NULL;

@@ -44,7 +44,7 @@ SELECT j.escrow_id, j.inference_id, j.epoch_index, j.diff_nonce, COALESCE(j.appl
        CASE WHEN j.has_finish THEN NOT j.client_fault OR candidate.sibling_inference_id IS NOT NULL END,
        CASE WHEN j.has_finish THEN NOT j.client_fault
                                    OR (candidate.sibling_inference_id IS NOT NULL
-                                       AND candidate.input_tokens + j.max_tokens <= j.governance_limit) END,
+                                       AND candidate.input_tokens::numeric + j.max_tokens <= j.governance_limit) END,
        %(version)s
 FROM judged j
 LEFT JOIN LATERAL (
@@ -60,7 +60,7 @@ LEFT JOIN LATERAL (
     AND (sibling_record.challenged_nonce IS NULL OR sibling_record.challenged_nonce > j.diff_nonce
          OR (sibling_record.status = 'Validated' AND sibling_record.resolved_nonce <= j.diff_nonce))
   -- one that passes the hardened rule if any (it decides both rules), else the smallest served prompt
-  ORDER BY (sibling.input_tokens + j.max_tokens <= j.governance_limit) DESC NULLS LAST, sibling.input_tokens,
+  ORDER BY (sibling.input_tokens::numeric + j.max_tokens <= j.governance_limit) DESC NULLS LAST, sibling.input_tokens,
            sibling.sibling_inference_id
   LIMIT 1
 ) candidate ON true;

@@ -6,14 +6,15 @@ DELETE FROM rules.suspect WHERE epoch_index = ANY(%(epochs)s);
 INSERT INTO rules.suspect (epoch_index, participant, model_id, evidence_kind, observed_tokens, governance_limit,
                            escrow_id, inference_id, rule_version)
 SELECT el.epoch_index, e.slots[f.executor_slot + 1], el.model_id, 'served_above_limit',
-       f.served, el.governance_limit, el.escrow_id, f.inference_id, %(version)s
+       CASE WHEN f.served <= 9223372036854775807 THEN f.served END,  -- past bigint: unknown, not capped
+       el.governance_limit, el.escrow_id, f.inference_id, %(version)s
 FROM rules.escrow_limit el
 JOIN rec.escrow e ON e.escrow_id = el.escrow_id
 CROSS JOIN LATERAL (  -- per escrow, and only escrows whose largest Finish (10_limits) served above the limit
-  SELECT inference_id, executor_slot, input_tokens + output_tokens AS served FROM rec.finish_tx
+  SELECT inference_id, executor_slot, input_tokens::numeric + output_tokens AS served FROM rec.finish_tx
   WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
-    AND input_tokens + output_tokens > el.governance_limit) f
-WHERE el.epoch_index = ANY(%(epochs)s) AND el.max_served_tokens > el.governance_limit
+    AND input_tokens::numeric + output_tokens > el.governance_limit) f
+WHERE el.epoch_index = ANY(%(epochs)s) AND el.max_served_tokens >= el.governance_limit  -- >=: capped at 2^63 - 1
   AND f.executor_slot < cardinality(e.slots)
 UNION ALL
 SELECT cr.epoch_index, cr.executor_address, cr.model_id, 'stated_limit_above', cr.reported_limit,
