@@ -42,3 +42,29 @@ def test_ingested_snapshot_shows_in_api_epochs(db_url, tmp_path):
                    4136542, True)
     assert reason and "validation_params" in reason[0] and "float" in reason[0]
     assert n[0] == 51 and n[1] == sum(w["confirmation_weight"] for w in cr.validation_weights(group).values())
+
+
+@pytest.mark.parametrize("decimal, fault", [
+    ({"value": "5", "exponent": 2 ** 63 - 1}, "exponent must be an integer in -16383..131053, got 9223372036854775807"),
+    ({"value": "5", "exponent": -16384}, "exponent must be an integer in -16383..131053, got -16384"),
+    ({"value": "5", "exponent": True}, "exponent must be an integer"),
+    ({"value": "5x", "exponent": -2}, "value must be a 64-bit integer, got '5x'"),
+    ({"value": str(2 ** 63), "exponent": -2}, "value must be a 64-bit integer"),
+])
+def test_a_decimal_the_views_cannot_read_is_quarantined_with_its_path(db_url, tmp_path, decimal, fault):
+    # fn.chain_decimal reads {value, exponent} as numeric: past numeric's range it raised in every view over the
+    # epoch (api.epochs, the restitution views), for every reader. Refused at the load, with where it is.
+    good = {"value": "5", "exponent": -2}
+    records = [{"kind": "epoch_params", "epoch_index": 270, "params_exact": True,
+                "validation_params": {"false_positive_rate": good, "nested": [good, {"x": decimal}]}},
+               {"kind": "epoch_params", "epoch_index": 271, "params_exact": True,
+                "validation_params": {"false_positive_rate": {"value": "5", "exponent": "-2"}, "binom_test_p0": good,
+                                      "zero": {"exponent": 0}, "missing_exponent": {"value": "7"}}}]
+    summary = ingest(db_url, write_lines(tmp_path / "d.ndjson", records))
+    assert summary.quarantined == 1
+    with psycopg.connect(db_url) as c:
+        reason, = c.execute("SELECT reason FROM rec.quarantine WHERE kind = 'epoch_params'").fetchone()
+        got = c.execute("SELECT epoch_index, false_positive_rate, binom_test_p0 FROM api.epochs").fetchall()
+    assert reason == f"field validation_params.nested[1].x: a decimal's {fault}" or \
+        reason.startswith(f"field validation_params.nested[1].x: a decimal's {fault}")
+    assert got == [(271, Decimal("0.05"), Decimal("0.05"))]

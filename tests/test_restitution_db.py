@@ -295,3 +295,17 @@ def test_passes_count_the_chains_assigned_bound_at_the_settled_nonce(db_url, tmp
     assert [one(conn, "SELECT fn.devshard_assigned_upper_bound(%s, %s, %s)", n, size, slot)[0]
             for n, size, slot in ((0, 16, 0), (15, 16, 0), (16, 16, 0), (14, 16, 15), (15, 16, 15), (100, 16, 4),
                                   (130, 5, 0))] == [0, 0, 1, 0, 1, 7, 26]
+
+
+def test_counters_whose_sum_passes_bigint_leave_the_downtime_unknown_not_the_views_broken(db_url, tmp_path, conn):
+    # the chain's counters are uint64 and the downtime test's total is inference_count + missed_requests: past
+    # 2^63 - 1 that sum stopped every restitution view (bigint out of range) for every reader
+    top = 2 ** 63 - 1
+    recs = [gov_snapshot(epoch=374), params(374), summary(374, X, inference_count=top, missed_requests=top),
+            summary(374, B, inference_count=10, missed_requests=0)]
+    load(db_url, tmp_path, recs + small_escrow("9401", 374, invalid=0, served=3))
+    for view in ("api.restitution_outcomes", "api.restitution_impact", "api.policy_whatif"):
+        assert conn.execute(f"SELECT * FROM {view}").fetchall()
+    assert one(conn, "SELECT downtime_total, downtime_passes, downtime_null_reason FROM api.restitution_outcomes "
+                     "WHERE epoch_index = 374 AND participant = %s AND variant = 'current'", X) == (
+        None, None, "the captured summary's inference_count + missed_requests is past 2^63 - 1")

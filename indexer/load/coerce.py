@@ -6,6 +6,7 @@ reason naming the field. Checks that need other records (slot range against the 
 """
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -41,6 +42,34 @@ def _has_float(value) -> bool:
     if type(value) is list:
         return any(_has_float(v) for v in value)
     return False
+
+
+# inference.Decimal {value: int64, exponent: int32} (JSON: value a string or number, either key left out when 0). The
+# views read it as numeric (fn.chain_decimal), which holds 131072 digits before the point and 16383 after: an
+# exponent past those would stop every view over the epoch, so such a record is refused here with its path.
+_DECIMAL_KEYS = frozenset({"value", "exponent"})
+_DECIMAL_INT = re.compile(r"-?[0-9]{1,19}\Z")
+_EXPONENTS = range(-16383, 131072 - 19 + 1)  # any int64 value times 10^exponent fits numeric
+
+
+def _decimal_fault(value, path: str) -> str | None:
+    """Where and why a chain decimal inside a published object cannot be read as one, or None."""
+    if type(value) is list:
+        return next((f for i, v in enumerate(value) if (f := _decimal_fault(v, f"{path}[{i}]"))), None)
+    if type(value) is not dict:
+        return None
+    if "exponent" in value and value.keys() <= _DECIMAL_KEYS:
+        exp, val = value["exponent"], value.get("value", 0)
+        if type(exp) is str and _DECIMAL_INT.match(exp):  # an encoder that writes int32 as a string, as int64
+            exp = int(exp)
+        if type(exp) is not int or exp not in _EXPONENTS:
+            return f"{path}: a decimal's exponent must be an integer in {_EXPONENTS.start}..{_EXPONENTS.stop - 1}, " \
+                   f"got {_show(exp)}"
+        if val is not None and not ((type(val) is int and abs(val) <= MAX_I63)
+                                    or (type(val) is str and _DECIMAL_INT.match(val) and abs(int(val)) <= MAX_I63)):
+            return f"{path}: a decimal's value must be a 64-bit integer, got {_show(val)}"
+        return None
+    return next((f for k, v in value.items() if (f := _decimal_fault(v, f"{path}.{k}"))), None)
 
 
 def _int(v, name: str, lo: int, hi: int) -> int:
@@ -169,6 +198,8 @@ def c_obj(v, name):
         raise Invalid(f"field {name}: not a JSON object: {_show(v)}")
     if _has_float(v):
         raise Invalid(f"field {name}: holds a float; write decimals as {{value, exponent}} or decimal strings")
+    if fault := _decimal_fault(v, name):
+        raise Invalid(f"field {fault}")
     return _dumps(v)
 
 

@@ -178,7 +178,9 @@ WITH steps AS (
          -- miss becomes a completed inference, so the total stays and missed drops
          sl.escrows AS escrows_settled_late,
          pe.missed_requests - LEAST(COALESCE(s.excused_missed, 0), pe.missed_requests) AS downtime_missed,
-         pe.inference_count + pe.missed_requests AS downtime_total
+         -- (past 2^63 - 1 the chain's uint64 sum has no bigint: unknown, not an error that stops the view)
+         CASE WHEN pe.inference_count::numeric + pe.missed_requests <= 9223372036854775807
+              THEN pe.inference_count + pe.missed_requests END AS downtime_total
   FROM hosts h CROSS JOIN variants v
   LEFT JOIN steps s ON s.epoch_index = h.epoch_index AND s.participant = h.participant AND s.variant = v.variant
   LEFT JOIN rec.participant_epoch pe ON pe.epoch_index = h.epoch_index AND pe.participant = h.participant
@@ -195,6 +197,8 @@ SELECT b.*, e.chain_version, e.version_source, e.lower_bound AS chain_version_lo
        e.pass_count_flags,
        dt.passes AS downtime_passes, dt.p0 AS downtime_p0, dt.skipped AS downtime_skipped,
        CASE WHEN NOT b.summary_captured THEN 'no epoch_performance_summary captured for this host and epoch'
+            WHEN b.downtime_total IS NULL AND b.chain_inference_count IS NOT NULL AND b.chain_missed IS NOT NULL
+              THEN 'the captured summary''s inference_count + missed_requests is past 2^63 - 1'
             WHEN b.downtime_total IS NULL THEN 'the captured summary has no inference_count / missed_requests'
             ELSE dt.error END AS downtime_null_reason,
        sp.max_llr AS sprt_max_llr, sp.crossed AS sprt_crossed, sp.crossed_at AS sprt_crossed_at_step,
