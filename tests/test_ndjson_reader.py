@@ -246,6 +246,16 @@ def test_line_numbers_count_blank_lines_and_crlf_is_stripped(tmp_path):
     assert _read(path) == [(1, b'{"a":1}'), (4, b'{"b":2}'), (6, b'{"c":3}')]
 
 
+def test_a_byte_order_mark_before_the_first_line_is_ignored_and_one_inside_is_not(tmp_path):
+    # RFC 8259 §8.1: a parser may ignore a BOM; editors on Windows write one. Inside the file it stays the line's.
+    bom = b"\xef\xbb\xbf"
+    body = b'{"a":1}\n' + bom + b'{"b":2}\n'
+    for name, data in (("f.ndjson", bom + body), ("f.ndjson.gz", gzip.compress(bom + body))):
+        (tmp_path / name).write_bytes(data)
+        assert _read(tmp_path / name) == [(1, b'{"a":1}'), (2, bom + b'{"b":2}')]
+    assert isinstance(classify_line(bom + b'{"b":2}'), Rejected)
+
+
 def test_gzip_is_detected_by_magic_not_by_name(tmp_path):
     disguised = tmp_path / "plain-name.ndjson"
     disguised.write_bytes(gzip.compress(b'{"x":1}\n\n{"y":2}\n'))

@@ -34,6 +34,7 @@ BLOCK_BYTES = 8 << 20  # a block's size when its lines are long; ~50,000 lines o
 # past it (a file without newlines, a corrupt or hostile record) is read past, not held: it is quarantined with its
 # first bytes, and the load keeps its memory and goes on (LongLine).
 MAX_LINE_BYTES = 64 << 20
+UTF8_BOM = b"\xef\xbb\xbf"
 LONG_LINE_KEPT = 4096  # the first bytes of such a line kept for its quarantine row
 
 # a \u0000 escape itself, not the text "\u0000" behind an escaped backslash ("\\u0000" in the JSON)
@@ -211,6 +212,8 @@ class InputFile:
         with open(self.path, "rb") as raw:
             stream: BinaryIO = gzip.GzipFile(fileobj=raw) if _is_gzip(self.path) else raw
             chunk = self._read(stream, chunk_bytes, first)
+            if chunk.startswith(UTF8_BOM):  # a byte order mark some editors write first: RFC 8259 §8.1 lets a
+                chunk = chunk[len(UTF8_BOM):]  # parser ignore it (one inside the file stays the line's error)
             while chunk:
                 newlines = chunk.count(b"\n")
                 # (the cuts below fall on newlines, so they leave the open line as it is)
