@@ -120,3 +120,12 @@ def test_replay_all_replays_every_escrow_the_first_time(db_url, tmp_path, conn):
     after = dict(conn.execute("SELECT escrow_id, replayed_at FROM replay.escrow").fetchall())
     assert sorted(after) == ["1971", "1972"] and all(after[e] > before[e] for e in after)
     assert conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone() == (0,)
+
+
+def test_a_byte_order_mark_before_stdin_s_first_line_is_ignored(db_url, tmp_path, conn):
+    lines = [escrow(), tx("start", 100, 100)]
+    data = b"\xef\xbb\xbf" + b"".join(json.dumps(r).encode() + b"\n" for r in lines)
+    res = run("--database-url", db_url, "ingest", "-", "--no-progress", stdin=data, home=tmp_path)
+    assert res.returncode == 0, res.stderr.decode()
+    assert conn.execute("SELECT count(*) FROM rec.quarantine").fetchone() == (0,)
+    assert conn.execute("SELECT escrow_id, inference_id FROM rec.start_tx").fetchall() == [("1971", 100)]

@@ -65,6 +65,5 @@ def test_a_decimal_the_views_cannot_read_is_quarantined_with_its_path(db_url, tm
     with psycopg.connect(db_url) as c:
         reason, = c.execute("SELECT reason FROM rec.quarantine WHERE kind = 'epoch_params'").fetchone()
         got = c.execute("SELECT epoch_index, false_positive_rate, binom_test_p0 FROM api.epochs").fetchall()
-    assert reason == f"field validation_params.nested[1].x: a decimal's {fault}" or \
-        reason.startswith(f"field validation_params.nested[1].x: a decimal's {fault}")
+    assert reason.startswith(f"field validation_params.nested[1].x: a decimal's {fault}")
     assert got == [(271, Decimal("0.05"), Decimal("0.05"))]

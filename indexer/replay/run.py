@@ -176,9 +176,7 @@ def _replay_in_workers(url: str, chunk: int, workers: int, summary: ReplaySummar
     fruitless = 0
     with tempfile.TemporaryDirectory(prefix="indexer-replay-") as hands:
         while not _pool_pass(url, chunk, workers, hands, summary):
-            in_hand = sorted({eid for hand in Path(hands).iterdir() for eid in hand.read_text().split()})
-            for hand in Path(hands).iterdir():
-                hand.unlink()
+            in_hand = _take_hands(Path(hands))
             log.warning("a replay process died: the %d escrows of the chunks in hand are replayed again, in "
                         "processes of their own", len(in_hand))
             killers = _isolate(url, in_hand, summary)
@@ -207,6 +205,15 @@ def _pool_pass(url: str, chunk: int, workers: int, hands: str, summary: ReplaySu
         return True
     except BrokenProcessPool:
         return False
+
+
+def _take_hands(hands: Path) -> list[str]:
+    """The escrows the workers' hands files name (the chunks they held when the pool broke), the files removed."""
+    in_hand: set[str] = set()
+    for hand in hands.iterdir():
+        in_hand.update(hand.read_text().split())
+        hand.unlink()
+    return sorted(in_hand)
 
 
 def _isolate(url: str, ids: list[str], summary: ReplaySummary) -> list[str]:

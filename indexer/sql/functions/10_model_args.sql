@@ -3,7 +3,7 @@
 -- human-readable suffixes: k/m/g = 10^3/10^6/10^9, K/M/G = 2^10/2^20/2^30 (e.g. 25.6k = 25600).
 -- Also reports how often the flag occurs and whether both forms occur (the MergeModelArgs loophole, #1911).
 CREATE FUNCTION fn.parse_token_count(v text) RETURNS bigint LANGUAGE sql IMMUTABLE STRICT AS $$
-  SELECT CASE WHEN x = trunc(x) AND x <= 9223372036854775807 THEN x::bigint END
+  SELECT CASE WHEN x = trunc(x) THEN fn.bigint_or_null(x) END
   FROM (SELECT m[1]::numeric * CASE m[3] WHEN 'k' THEN 1000 WHEN 'm' THEN 1000000 WHEN 'g' THEN 1000000000
                                          WHEN 'K' THEN 1024 WHEN 'M' THEN 1048576 WHEN 'G' THEN 1073741824
                                          ELSE 1 END AS x

@@ -6,7 +6,7 @@ DELETE FROM rules.suspect WHERE epoch_index = ANY(%(epochs)s);
 INSERT INTO rules.suspect (epoch_index, participant, model_id, evidence_kind, observed_tokens, governance_limit,
                            escrow_id, inference_id, rule_version)
 SELECT el.epoch_index, e.slots[f.executor_slot + 1], el.model_id, 'served_above_limit',
-       CASE WHEN f.served <= 9223372036854775807 THEN f.served END,  -- past bigint: unknown, not capped
+       fn.bigint_or_null(f.served),  -- past bigint: unknown, not capped
        el.governance_limit, el.escrow_id, f.inference_id, %(version)s
 FROM rules.escrow_limit el
 JOIN rec.escrow e ON e.escrow_id = el.escrow_id

@@ -179,8 +179,7 @@ WITH steps AS (
          sl.escrows AS escrows_settled_late,
          pe.missed_requests - LEAST(COALESCE(s.excused_missed, 0), pe.missed_requests) AS downtime_missed,
          -- (past 2^63 - 1 the chain's uint64 sum has no bigint: unknown, not an error that stops the view)
-         CASE WHEN pe.inference_count::numeric + pe.missed_requests <= 9223372036854775807
-              THEN pe.inference_count + pe.missed_requests END AS downtime_total
+         fn.bigint_or_null(pe.inference_count::numeric + pe.missed_requests) AS downtime_total
   FROM hosts h CROSS JOIN variants v
   LEFT JOIN steps s ON s.epoch_index = h.epoch_index AND s.participant = h.participant AND s.variant = v.variant
   LEFT JOIN rec.participant_epoch pe ON pe.epoch_index = h.epoch_index AND pe.participant = h.participant
