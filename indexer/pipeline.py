@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import psycopg
 
 from indexer.db.quickstats import Deferred
-from indexer.load.ingest import ANALYZE_AFTER_ROWS, analyze_records
+from indexer.load.ingest import IngestSummary, analyze_grown
 from indexer.load.partitions import ensure_ahead
 from indexer.replay.run import REPLAY_WORKERS, ReplaySummary, replay_dirty
 from indexer.rules.run import RulesSummary, run_rules
@@ -20,20 +20,20 @@ class Downstream:
     rules: RulesSummary
 
 
-def process_changes(conn: psycopg.Connection, url: str, *, loaded_rows: int = 0,
+def process_changes(conn: psycopg.Connection, url: str, *, loaded: IngestSummary | None = None,
                     replay_workers: int = REPLAY_WORKERS, replayed: ReplaySummary | None = None,
                     deferred_analyze: Deferred | None = None) -> Downstream:
-    """Replay dirty escrows, then evaluate dirty epochs. ``loaded_rows``: rows the caller just loaded without
-    analysing them (the poller); past ANALYZE_AFTER_ROWS the record tables are analysed first so the replay's and
-    the rules' plans see them (the NDJSON loader analyses what it grew itself). ``replayed``: what a replay that
+    """Replay dirty escrows, then evaluate dirty epochs. ``loaded``: what the caller just loaded without analysing
+    it (the poller's commits, added up); what it grew is analysed first (:func:`analyze_grown`, the rule the NDJSON
+    loader applies to its own load) so the replay's and the rules' plans see the new rows. ``replayed``: what a replay that
     followed the load did already (indexer.replay.follow), counted in the replay's summary. ``deferred_analyze``:
     tables whose post-load ANALYZE was skipped while autovacuum held them; with those the replay skips, they are
     analysed (unless autovacuum did it meanwhile) as the rules stage starts, which is the stage whose plans need
     them (indexer.db.quickstats)."""
     deferred = Deferred()
     deferred.add(deferred_analyze)
-    if loaded_rows >= ANALYZE_AFTER_ROWS:
-        deferred.add(analyze_records(conn))
+    if loaded is not None:
+        deferred.add(analyze_grown(conn, loaded))
     ensure_ahead(conn)  # the next epoch's partitions before its first records (docs/partitioning.md)
     replay = replay_dirty(conn, url=url, workers=replay_workers, prior=replayed)
     deferred.add(replay.deferred_analyze)

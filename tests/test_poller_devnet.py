@@ -233,3 +233,27 @@ def test_bound_version_prefers_the_details_known_names():
     assert bound_version({"version": "v1"}, "v5") == "v5"  # the legacy path's tag has no wire table: keep the guess
     assert bound_version({"version": "", "protocol_version": None}, "v5") == "v5"
     assert bound_version({}, "v6") == "v6"  # nothing better known: the unknown guess stays (and is reported)
+
+
+def test_poll_analyses_only_the_partitions_it_grew(db_url, monkeypatch):
+    """The cycle's ANALYZE covers what the cycle loaded (each kind it grew, in the epochs it wrote), never the whole
+    history: ANALYZE of a partitioned parent samples every partition again, and on an archive of years of epochs
+    every cycle would pay for all of them (the poller analysed every record table whole once a cycle loaded 10,000
+    rows)."""
+    import indexer.load.ingest as ingest_module
+    from indexer.load.partitions import ensure_epochs
+
+    monkeypatch.setattr(ingest_module, "ANALYZE_AFTER_ROWS", 1)  # the small scenario grows every kind it writes
+    with psycopg.connect(db_url, autocommit=True) as c:
+        ensure_epochs(c, [900])  # an archived epoch's partitions, which this cycle writes nothing to
+    scn = _small()
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+    with psycopg.connect(db_url) as c:
+        analysed = dict(c.execute(
+            "SELECT relname, last_analyze IS NOT NULL FROM pg_stat_user_tables "
+            "WHERE schemaname = 'part' AND relname LIKE 'rec\\_start\\_tx\\_e%'").fetchall())
+        written = [e for (e,) in c.execute("SELECT DISTINCT epoch_index FROM rec.start_tx ORDER BY 1")]
+    assert written and all(analysed[f"rec_start_tx_e{e}"] for e in written)
+    assert analysed["rec_start_tx_e900"] is False

@@ -305,14 +305,18 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
             summary.seconds = time.perf_counter() - start
             exc.partial = summary
             raise
-        _analyze_if_grown(conn, summary)
+        summary.deferred_analyze = analyze_grown(conn, summary)
     summary.seconds = time.perf_counter() - start
     return summary
 
 
-def _analyze_if_grown(conn: psycopg.Connection, summary: IngestSummary) -> None:
+def analyze_grown(conn: psycopg.Connection, summary: IngestSummary) -> Deferred:
+    """ANALYZE what a load grew: each kind it wrote at least ANALYZE_AFTER_ROWS rows of, in the epoch partitions it
+    wrote them to. Never the whole history: ANALYZE of a partitioned parent samples every partition again, which on
+    an archive of many epochs costs more each cycle and tells the replay and the rules (which plan one epoch at a
+    time) nothing they need."""
     grown = [kind for kind, n in summary.by_kind.items() if n >= ANALYZE_AFTER_ROWS]
-    summary.deferred_analyze = analyze_records(conn, grown, summary.epochs)
+    return analyze_records(conn, grown, summary.epochs)
 
 
 def analyze_records(conn: psycopg.Connection, kinds=None, epochs=None) -> Deferred:

@@ -239,7 +239,7 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
         summary.t_prepare, summary.transactions = store.t_prepare, store.transactions
         if process:
             # several pollers may run this at once: replay and rules claim their dirty marks with SKIP LOCKED
-            downstream = process_changes(conn, url, loaded_rows=summary.loaded)
+            downstream = process_changes(conn, url, loaded=store.loaded)
             summary.replayed_escrows = downstream.replay.escrows
             summary.rules_epochs = downstream.rules.epochs
             summary.t_replay, summary.t_rules = downstream.replay.seconds, downstream.rules.seconds

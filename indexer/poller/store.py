@@ -88,6 +88,7 @@ class Store:
         self.seconds = 0.0  # wall time spent loading (benchmark breakdown)
         self.t_prepare = 0.0  # of which registering sources and typing lines (CPU)
         self.transactions = 0
+        self.loaded = IngestSummary()  # every commit's rows by kind and epoch, for the ANALYZE after the cycle
         self._lock = threading.Lock()  # the HTTP hooks run on fetch threads; flushing swaps the lists under it
         self.leases = None  # indexer.poller.leases.Leases: commits with a ``fence`` check them in their transaction
 
@@ -288,6 +289,7 @@ class Store:
         # Two pollers making the same epoch's partitions inside their commits can deadlock (each holds what the
         # other's partition creation waits for); the victim's transaction is rolled back whole, so it runs again.
         out = retrying_deadlocks(self.conn, attempt, "poller commit")
+        self.loaded.add(out)
         self.seconds += time.perf_counter() - t0
         return out
 
