@@ -25,11 +25,11 @@ def process_changes(conn: psycopg.Connection, url: str, *, loaded: IngestSummary
                     deferred_analyze: Deferred | None = None) -> Downstream:
     """Replay dirty escrows, then evaluate dirty epochs. ``loaded``: what the caller just loaded without analysing
     it (the poller's commits, added up); what it grew is analysed first (:func:`analyze_grown`, the rule the NDJSON
-    loader applies to its own load) so the replay's and the rules' plans see the new rows. ``replayed``: what a replay that
-    followed the load did already (indexer.replay.follow), counted in the replay's summary. ``deferred_analyze``:
-    tables whose post-load ANALYZE was skipped while autovacuum held them; with those the replay skips, they are
-    analysed (unless autovacuum did it meanwhile) as the rules stage starts, which is the stage whose plans need
-    them (indexer.db.quickstats)."""
+    loader applies to its own load) so the replay's and the rules' plans see the new rows. ``replayed``: what a
+    replay that followed the load did already (indexer.replay.follow), counted in the replay's summary.
+    ``deferred_analyze``: tables whose post-load ANALYZE was skipped while autovacuum held them; with those the
+    replay skips, they are analysed (unless autovacuum did it meanwhile) as the rules stage starts, which is the
+    stage whose plans need them (indexer.db.quickstats)."""
     deferred = Deferred()
     deferred.add(deferred_analyze)
     if loaded is not None:

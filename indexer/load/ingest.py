@@ -311,26 +311,17 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
 
 
 def analyze_grown(conn: psycopg.Connection, summary: IngestSummary) -> Deferred:
-    """ANALYZE what a load grew: each kind it wrote at least ANALYZE_AFTER_ROWS rows of, in the epoch partitions it
-    wrote them to. Never the whole history: ANALYZE of a partitioned parent samples every partition again, which on
-    an archive of many epochs costs more each cycle and tells the replay and the rules (which plan one epoch at a
-    time) nothing they need."""
+    """Refresh planner statistics after a bulk load instead of waiting for autovacuum (the replay and the rules run
+    right after it, and their index choices depend on row counts): each kind the load wrote at least
+    ANALYZE_AFTER_ROWS rows of, an epoch-partitioned one in the partitions it wrote (analyze_epochs). Never the whole
+    history: ANALYZE of a partitioned parent samples every partition again, which on an archive of many epochs costs
+    more each time and tells the replay and the rules (which plan one epoch at a time) nothing they need. Returns
+    the tables skipped because autovacuum held them (indexer.db.quickstats.analyze_deferred's work)."""
     grown = [kind for kind, n in summary.by_kind.items() if n >= ANALYZE_AFTER_ROWS]
-    return analyze_records(conn, grown, summary.epochs)
-
-
-def analyze_records(conn: psycopg.Connection, kinds=None, epochs=None) -> Deferred:
-    """Refresh planner statistics after a bulk load instead of waiting for autovacuum: the replay and the rules
-    run right after it, and their index choices depend on row counts. With ``epochs`` (the partitions a load
-    wrote), an epoch-partitioned table's statistics are refreshed in those partitions only (analyze_epochs).
-    Returns the tables skipped because autovacuum held them (indexer.db.quickstats.analyze_deferred's work)."""
-    kinds = list(KINDS if kinds is None else kinds)
-    deferred = analyze_quickly(conn, [f"rec.{KINDS[kind].table}" for kind in kinds
-                                      if epochs is None or kind not in ROUTED])
-    if epochs is not None:
-        for kind in kinds:
-            if kind in ROUTED:
-                deferred.add(analyze_epochs(conn, f"rec.{KINDS[kind].table}", epochs))
+    deferred = analyze_quickly(conn, [f"rec.{KINDS[kind].table}" for kind in grown if kind not in ROUTED])
+    for kind in grown:
+        if kind in ROUTED:
+            deferred.add(analyze_epochs(conn, f"rec.{KINDS[kind].table}", summary.epochs))
     if not conn.autocommit:
         conn.commit()
     return deferred
