@@ -171,6 +171,7 @@ def cmd_run(args, settings: Settings) -> int:
     from indexer.cli.alerting import alert_job, metrics_server, timed
     from indexer.cli.summaries import format_poll_summary
     from indexer.poller.cycle import poll_once
+    from indexer.poller.freezing import freeze_job
     from indexer.poller.schedule import run_forever
     from indexer.settings import split_urls
 
@@ -205,8 +206,10 @@ def cmd_run(args, settings: Settings) -> int:
             if metrics:
                 metrics.observe_cycle(0.0, "error")
 
-        run_forever(url, chain, rpc, interval=args.interval, on_cycle=on_cycle, on_failure=on_failure,
-                    jobs=alerts.scheduled(args.alerts_interval) if alerts else (), **options)
+        # beside the cycle: settled epochs' partitions frozen once (indexer.poller.freezing), and the alert jobs
+        jobs = [freeze_job(url), *(alerts.scheduled(args.alerts_interval) if alerts else ())]
+        run_forever(url, chain, rpc, interval=args.interval, on_cycle=on_cycle, on_failure=on_failure, jobs=jobs,
+                    **options)
     finally:
         if server:
             server.close()

@@ -19,7 +19,7 @@ def run_forever(url: str, chain_urls: Sequence[str], rpc_urls: Sequence[str], *,
                 on_failure: Callable[[Exception], None] | None = None,
                 jobs: Sequence[Job] = (), **kw) -> None:
     """Poll every ``interval`` seconds until SIGTERM/SIGINT; a failed cycle is logged and the next one retries.
-    ``jobs``: more (callable, seconds, id) interval jobs on the same scheduler (the alert jobs)."""
+    ``jobs``: more (callable, seconds, id) interval jobs on the same scheduler (freezing, alerts)."""
 
     def job() -> None:
         try:
