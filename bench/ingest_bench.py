@@ -1,5 +1,6 @@
 """Ingest + replay benchmark against the same-run baseline: raw COPY of the file's lines into an unlogged
-one-column jsonb table. Prints throughput, the ratio to the baseline (target ≥ 0.5×) and the ingest's peak RSS.
+one-column jsonb table, timed before and after the ingest (their mean is the baseline). Prints throughput, the
+ratio to the baseline (target ≥ 0.5×) and the ingest's peak RSS.
 
     python bench/ingest_bench.py [--records 1000000] [--repeat 3] [--pg15] [--database-url URL] [--file F] [--keep]
                                  [--floor] [--scale-file F [--scale-rounds N]]
@@ -78,21 +79,27 @@ def timed_ingest(url: str, path: Path) -> tuple[float, int, tuple | None, float,
 
 
 def measure(server: str, path: Path, lines: int, keep: bool, floor: bool = False) -> dict:
-    """One same-run pair on `server`: raw COPY baseline, then `indexer ingest` of the same file, in a fresh
-    database; with `floor`, then the written rows alone (floor_copy)."""
+    """One same-run triple on `server`: raw COPY baseline, `indexer ingest` of the same file in a fresh database,
+    then the baseline again in another fresh database; the ingest is compared with the mean of the two baselines,
+    so a machine that drifts faster or slower over the minute does not weigh on one side only (the baseline alone
+    scatters by ±15 % from one run to the next on this shared VM). With `floor`, then the written rows alone
+    (floor_copy)."""
     with scratch_database(server, "bench", keep=keep) as url:
         migrate.upgrade(url)
         settle(url)
-        base, base_cpu = baseline_copy(url, path)
+        before, before_cpu = baseline_copy(url, path)
         settle(url)
         ingest_s, peak_kb, stages, client_cpu, server_cpu = timed_ingest(url, path)
         with psycopg.connect(url) as c:
             inferences = c.execute("SELECT count(*) FROM replay.inference").fetchone()[0]
         floors = floor_copy(server, url) if floor else None
+    with scratch_database(server, "bench_after") as url:
+        settle(url)
+        after, after_cpu = baseline_copy(url, path)
     load_s, replay_s, rules_s = stages or (ingest_s, 0.0, 0.0)
-    return dict(base=base, base_cpu=base_cpu, client_cpu=client_cpu, server_cpu=server_cpu, ingest=ingest_s,
-                peak_kb=peak_kb, load=load_s, replay=replay_s, rules=rules_s, inferences=inferences, lines=lines,
-                floor=floors)
+    return dict(base=(before + after) / 2, bases=(before, after), base_cpu=(before_cpu + after_cpu) / 2,
+                client_cpu=client_cpu, server_cpu=server_cpu, ingest=ingest_s, peak_kb=peak_kb, load=load_s,
+                replay=replay_s, rules=rules_s, inferences=inferences, lines=lines, floor=floors)
 
 
 def floor_copy(server: str, loaded_url: str) -> dict[str, tuple[float, float]]:
@@ -159,14 +166,15 @@ def report(label: str, runs: list[dict]) -> None:
     print(f"-- {label}")
     for r in runs:
         core = r["load"] + r["replay"]
-        print(f"baseline  raw COPY into unlogged jsonb : {r['base']:7.2f}s  {r['lines'] / r['base']:10,.0f} lines/s")
+        print(f"baseline  raw COPY into unlogged jsonb : {r['base']:7.2f}s  {r['lines'] / r['base']:10,.0f} lines/s "
+              f"(mean of {r['bases'][0]:.2f}s before the ingest and {r['bases'][1]:.2f}s after it)")
         print(f"indexer   load + replay                : {core:7.2f}s  {r['lines'] / core:10,.0f} lines/s "
               f"(load {r['load']:.2f}s, replay {r['replay']:.2f}s; {r['inferences']:,} inferences)")
         print(f"          whole `indexer ingest` command : {r['ingest']:7.2f}s  (+ rules {r['rules']:.2f}s, start-up)")
         print(f"ratio     load + replay / baseline     : {r['base'] / core:.2f}x  (target >= 0.5x); whole command "
               f"{r['base'] / r['ingest']:.2f}x")
         print(f"peak RSS  of the ingest process        : {r['peak_kb'] / 1024:.0f} MB  (target < 300 MB)")
-        print(f"cpu       baseline: server {r['base_cpu']:.2f}s; whole ingest command: its process and workers "
+        print(f"cpu       baseline: server {r['base_cpu']:.2f}s (mean); whole ingest command: its process and workers "
               f"{r['client_cpu']:.2f}s, server {r['server_cpu']:.2f}s (both cores: "
               f"{(r['client_cpu'] + r['server_cpu']) / r['ingest'] / 2:.0%} busy)")
         if r["floor"]:
