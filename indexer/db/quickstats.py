@@ -18,14 +18,44 @@ ANALYZE), by when the VACUUM has usually ended.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
+from psycopg import pq
 
 BULK_STATISTICS_TARGET = 10
-LOCK_NOT_AVAILABLE = "55P03"  # the SQLSTATE of ANALYZE (SKIP_LOCKED)'s "skipping analyze of ..." warning
+LOCK_NOT_AVAILABLE = "55P03"  # the SQLSTATE of ANALYZE/VACUUM (SKIP_LOCKED)'s "skipping ... lock not available"
+
+
+@contextmanager
+def maintenance_session(conn: psycopg.Connection, **settings: str) -> Iterator[list[tuple[str | None, str]]]:
+    """For a block of maintenance commands (ANALYZE, VACUUM) on ``conn``: the session's ``settings`` (name=value)
+    and ``client_min_messages = warning``, restored after; yields the list that every notice the server sends
+    meanwhile is appended to, as (SQLSTATE, primary message). A relation such a command skips (SKIP_LOCKED, not
+    the owner) is only a WARNING, which a session that silences warnings would never see. The fields are copied
+    in the handler: the notice they come from is freed when it returns."""
+    names = [*settings, "client_min_messages"]
+    values = [*settings.values(), "warning"]
+    previous = conn.execute("SELECT " + ", ".join(["current_setting(%s)"] * len(names)), names).fetchone()
+
+    def apply(wanted) -> None:
+        conn.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(names)),
+                     [x for pair in zip(names, wanted) for x in pair])
+
+    notices: list[tuple[str | None, str]] = []
+    handler = lambda diag: notices.append((diag.sqlstate, diag.message_primary or ""))  # noqa: E731
+    apply(values)
+    conn.add_notice_handler(handler)
+    try:
+        yield notices
+    finally:
+        conn.remove_notice_handler(handler)
+        # a failed transaction puts them back itself when it is rolled back (and takes no statement before)
+        if not conn.broken and conn.info.transaction_status != pq.TransactionStatus.INERROR:
+            apply(previous)
 
 
 @dataclass
@@ -48,24 +78,12 @@ def analyze_quickly(conn: psycopg.Connection, tables: Iterable[str], *, wait: bo
     tables, deferred = list(tables), Deferred()
     if not tables:
         return deferred
-    skipped: list[bool] = []
-    notice = lambda diag: skipped.append(diag.sqlstate == LOCK_NOT_AVAILABLE)  # noqa: E731
-    # the skip is a WARNING: make sure a session that silences warnings still sends it
-    previous = conn.execute("SELECT current_setting('default_statistics_target'), "
-                            "current_setting('client_min_messages')").fetchone()
-    conn.execute("SELECT set_config('default_statistics_target', %s, false), "
-                 "set_config('client_min_messages', 'warning', false)", (str(BULK_STATISTICS_TARGET),))
-    conn.add_notice_handler(notice)
-    try:
+    with maintenance_session(conn, default_statistics_target=str(BULK_STATISTICS_TARGET)) as notices:
         for table in tables:
-            skipped.clear()
+            notices.clear()
             conn.execute(f"ANALYZE {table}" if wait else f"ANALYZE (SKIP_LOCKED) {table}")
-            if any(skipped):
+            if any(state == LOCK_NOT_AVAILABLE for state, _ in notices):
                 deferred.tables.append(table)
-    finally:
-        conn.remove_notice_handler(notice)
-        conn.execute("SELECT set_config('default_statistics_target', %s, false), "
-                     "set_config('client_min_messages', %s, false)", previous)
     if deferred.tables:
         deferred.since = conn.execute("SELECT clock_timestamp()").fetchone()[0]
     return deferred

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from indexer.db.quickstats import LOCK_NOT_AVAILABLE
+from indexer.db.quickstats import LOCK_NOT_AVAILABLE, maintenance_session
 from indexer.poller.finality import PRUNING_WINDOW
 
 log = logging.getLogger(__name__)
@@ -84,34 +84,22 @@ def freeze_settled(conn: psycopg.Connection, *, window: int = PRUNING_WINDOW,
     if not todo:
         out.seconds = time.perf_counter() - start
         return out
-    warnings: list[tuple[str | None, str]] = []
-    notice = lambda diag: warnings.append((diag.sqlstate, diag.message_primary or ""))  # noqa: E731
-    # a skipped relation is only a WARNING (lock not available: 55P03; not the owner: one that names the relation,
-    # in any server language): make sure it is sent
-    previous = conn.execute("SELECT current_setting('vacuum_cost_delay'), current_setting('client_min_messages')"
-                            ).fetchone()
-    conn.execute("SELECT set_config('vacuum_cost_delay', %s, false), set_config('client_min_messages', 'warning', "
-                 "false)", (str(cost_delay_ms),))
-    conn.add_notice_handler(notice)
-    try:
+    # a skipped relation is only a WARNING: lock not available (55P03), or not the owner (a message that names
+    # the relation, in any server language)
+    with maintenance_session(conn, vacuum_cost_delay=str(cost_delay_ms)) as notices:
         for relid, relname, epoch in todo:
             name = f'part."{relname}"'
-            warnings.clear()
+            notices.clear()
             try:
                 conn.execute(f"VACUUM (FREEZE, SKIP_LOCKED) {name}")
             except psycopg.errors.UndefinedTable:  # dropped since the list was read (a concurrent archive)
                 out.skipped.append(name)
                 continue
-            if any(state == LOCK_NOT_AVAILABLE or relname in text for state, text in warnings):
+            if any(state == LOCK_NOT_AVAILABLE or relname in text for state, text in notices):
                 out.skipped.append(name)
                 continue
             conn.execute(_RECORD, (relid, relname, epoch))
             out.frozen.append(name)
-    finally:
-        conn.remove_notice_handler(notice)
-        if not conn.broken:
-            conn.execute("SELECT set_config('vacuum_cost_delay', %s, false), set_config('client_min_messages', %s, "
-                         "false)", previous)
     out.seconds = time.perf_counter() - start
     return out
 
