@@ -56,6 +56,23 @@ def test_freezes_final_epochs_once_and_leaves_the_others(three_epochs):  # noqa:
         assert recorded == (len(first.frozen), EPOCHS[1], EPOCHS[1])
 
 
+def test_a_settled_epoch_gets_statistics_at_the_servers_target(three_epochs):  # noqa: F811
+    from indexer.db.quickstats import analyze_quickly
+
+    def bounds(conn, table: str) -> int:  # histogram bounds of source_line, distinct in every row
+        return conn.execute("SELECT cardinality(histogram_bounds::text::text[]) FROM pg_stats WHERE schemaname = "
+                            "'part' AND tablename = %s AND attname = 'source_line'", (table,)).fetchone()[0]
+
+    with psycopg.connect(three_epochs, autocommit=True) as conn:
+        table = f"rec_start_tx_e{EPOCHS[1]}"
+        assert conn.execute(f'SELECT count(DISTINCT source_line) FROM part."{table}"').fetchone()[0] > 101
+        analyze_quickly(conn, [f'part."{table}"'])  # what a load leaves: the small sample (target 10)
+        assert bounds(conn, table) == 11
+        _final(conn, EPOCHS[1])
+        freeze_settled(conn)
+        assert bounds(conn, table) == 101  # default_statistics_target 100
+
+
 def test_epochs_past_the_pruning_window_are_settled(three_epochs):  # noqa: F811
     with psycopg.connect(three_epochs, autocommit=True) as conn:
         # the poller has seen epoch 404: 400 and 401 are more than two epochs behind it, 402 is not

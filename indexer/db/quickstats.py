@@ -4,8 +4,10 @@ The stages that run right after a load (replay, rules) need the new row counts a
 columns (how many escrows, how many rows each) to pick index scans; they do not need fine histograms. ANALYZE's
 cost is in its sample (300 rows per unit of statistics target: 30,000 rows by default, sorted per column), so a
 target of 10 gives the same row counts and distinct-value estimates good enough for those plans at about a
-seventh of the cost (measured after a 294k-line load: 0.27 s -> 0.035 s for the four tx tables). Autovacuum's own
-ANALYZE, with the server's target, follows soon after such a load and refines the statistics.
+seventh of the cost (measured after a 294k-line load: 0.27 s -> 0.035 s for the four tx tables). That ANALYZE
+resets the modification count autovacuum's own ANALYZE waits for, so a partition that stops growing keeps these
+statistics until its epoch settles: `indexer run` then analyses it at the server's target, once
+(indexer.poller.freezing).
 
 Autovacuum visits a database every ``autovacuum_naptime`` / (number of databases) and vacuums every partition a
 load has grown past its insert threshold, often while the load still writes to it. A plain ANALYZE of a partition

@@ -1,4 +1,5 @@
-"""Freezing settled epochs: each epoch's partitions get one ``VACUUM (FREEZE)`` once the poller is done with them.
+"""Settling epochs for good: each epoch's partitions get one ``VACUUM (FREEZE, ANALYZE)`` once the poller is done
+with them.
 
 The archive only grows, and a settled epoch's rows never change again, but they keep the transaction ids that wrote
 them. Once the database is autovacuum_freeze_max_age transactions older (200M by default; a poller commits hundreds
@@ -6,6 +7,12 @@ of transactions a cycle), autovacuum must freeze every such page, in every epoch
 anti-wraparound pass that cannot be cancelled: on a years-long archive, a rewrite of all of history at a moment
 nobody chose. Frozen once, right after its epoch settles (its pages are still recent in the cache), a partition is
 marked all-frozen in the visibility map, and every later pass skips it.
+
+The same pass gives the partition statistics at the server's own target. A load analyses what it wrote with a
+small sample (indexer.db.quickstats: enough for the replay and the rules, which plan one epoch at a time), and that
+ANALYZE resets the count autovacuum waits on, so a partition that stops growing would keep the small sample's
+statistics for good (and an autovacuum ANALYZE in the middle of a load is overwritten by the load's own). History
+is what analysts query, over many epochs and by any column: its statistics are refined here, once.
 
 An epoch is settled when ``net.epoch_state`` says ``final`` (every escrow final, or pruned) or when it is more than
 the chain's pruning window (:data:`~indexer.poller.finality.PRUNING_WINDOW`) behind the newest epoch the indexer has
@@ -72,7 +79,8 @@ class FreezeSummary:
 
 def freeze_settled(conn: psycopg.Connection, *, window: int = PRUNING_WINDOW,
                    cost_delay_ms: int = VACUUM_COST_DELAY_MS) -> FreezeSummary:
-    """VACUUM (FREEZE) every partition of a settled epoch not frozen yet, oldest epoch first, and record each.
+    """VACUUM (FREEZE, ANALYZE) every partition of a settled epoch not frozen yet, oldest epoch first, and record
+    each.
     ``conn`` must be in autocommit mode (VACUUM runs outside a transaction). Cheap when there is nothing to do:
     one catalog query."""
     if not conn.autocommit:
@@ -91,7 +99,7 @@ def freeze_settled(conn: psycopg.Connection, *, window: int = PRUNING_WINDOW,
             name = f'part."{relname}"'
             notices.clear()
             try:
-                conn.execute(f"VACUUM (FREEZE, SKIP_LOCKED) {name}")
+                conn.execute(f"VACUUM (FREEZE, ANALYZE, SKIP_LOCKED) {name}")
             except psycopg.errors.UndefinedTable:  # dropped since the list was read (a concurrent archive)
                 out.skipped.append(name)
                 continue
