@@ -130,3 +130,50 @@ def test_analyze_after_a_load_skips_a_partition_autovacuum_holds_and_the_rules_s
             downstream = process_changes(conn, db_url, deferred_analyze=summary.deferred_analyze)
         assert downstream.rules.epochs == 1
         assert statistics(finish) > 0
+
+
+def test_rec_epoch_partitions_leave_their_analyze_to_the_loader(conn):
+    """Autovacuum's ANALYZE of a rec partition still being filled was overwritten by the load's own (migration
+    0020): a rec epoch partition is made with autovacuum's analyze threshold out of reach; the replay's and the
+    rules' partitions, and the unassigned and default ones, keep autovacuum's."""
+    conn.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", ([950],))
+    options = dict(conn.execute(
+        "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = 'part' AND c.relkind = 'r'").fetchall())
+    epoch_950 = {name: opts for name, opts in options.items() if name.endswith("_e950")}
+    rec = [name for name in epoch_950 if name.startswith("rec_")]
+    assert len(rec) >= 8 and all(epoch_950[name] == ["autovacuum_analyze_threshold=2147483647"] for name in rec)
+    assert all(opts is None for name, opts in epoch_950.items() if not name.startswith("rec_"))
+    assert all(opts is None for name, opts in options.items() if not name.endswith(("_e950",)) and "_e" not in name)
+
+
+def test_the_loader_analyses_a_written_partition_when_autovacuum_would(db_url, tmp_path):
+    """The loader applies autovacuum's ANALYZE rule to the rec partitions it writes, whatever the size of the load
+    (a poll cycle's trickle included): a partition without statistics, or grown by a tenth since them, is
+    analysed; one that a load left as it was is not."""
+    import json
+
+    from indexer.load.ingest import ANALYZE_AFTER_ROWS, ingest_paths
+    from indexer.synth import generate
+
+    epoch = 950
+    records = list(generate(seed=5, escrows=2, inferences=60, epochs=1, first_epoch=epoch))
+    first, second = sorted({r["escrow_id"] for r in records if r.get("escrow_id")})
+
+    def file(name: str, escrow: str):
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in records if r.get("escrow_id", escrow) == escrow))
+        return str(path)
+
+    def analyses() -> int:  # manual ANALYZEs are counted in shared memory at once (not flushed later)
+        with psycopg.connect(db_url) as c:
+            return c.execute("SELECT analyze_count FROM pg_stat_all_tables "
+                             "WHERE relid = 'part.rec_start_tx_e950'::regclass").fetchone()[0]
+
+    a, b = file("a.ndjson", first), file("b.ndjson", second)
+    summary = ingest_paths(db_url, [a])
+    assert 0 < summary.by_kind["start"] < ANALYZE_AFTER_ROWS and analyses() == 1  # no statistics yet
+    ingest_paths(db_url, [a])  # the same records again: nothing changed
+    assert analyses() == 1
+    ingest_paths(db_url, [b])  # another escrow of the epoch: twice the rows
+    assert analyses() == 2

@@ -6,7 +6,8 @@ cost is in its sample (300 rows per unit of statistics target: 30,000 rows by de
 target of 10 gives the same row counts and distinct-value estimates good enough for those plans at about a
 seventh of the cost (measured after a 294k-line load: 0.27 s -> 0.035 s for the four tx tables). That ANALYZE
 resets the modification count autovacuum's own ANALYZE waits for, so a partition that stops growing keeps these
-statistics until its epoch settles: `indexer run` then analyses it at the server's target, once
+statistics until its epoch settles (for rec epoch partitions autovacuum's ANALYZE is off altogether, migration
+0020): `indexer run` then analyses it at the server's target, once
 (indexer.poller.freezing).
 
 Autovacuum visits a database every ``autovacuum_naptime`` / (number of databases) and vacuums every partition a

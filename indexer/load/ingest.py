@@ -21,7 +21,7 @@ from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.durability import commit_without_flush_wait
 from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER
-from indexer.load.partitions import ROUTED, EpochRouter, analyze_epochs, routed_column
+from indexer.load.partitions import ROUTED, EpochRouter, analyze_written, routed_column
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
@@ -311,17 +311,17 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
 
 
 def analyze_grown(conn: psycopg.Connection, summary: IngestSummary) -> Deferred:
-    """Refresh planner statistics after a bulk load instead of waiting for autovacuum (the replay and the rules run
-    right after it, and their index choices depend on row counts): each kind the load wrote at least
-    ANALYZE_AFTER_ROWS rows of, an epoch-partitioned one in the partitions it wrote (analyze_epochs). Never the whole
-    history: ANALYZE of a partitioned parent samples every partition again, which on an archive of many epochs costs
-    more each time and tells the replay and the rules (which plan one epoch at a time) nothing they need. Returns
-    the tables skipped because autovacuum held them (indexer.db.quickstats.analyze_deferred's work)."""
-    grown = [kind for kind, n in summary.by_kind.items() if n >= ANALYZE_AFTER_ROWS]
-    deferred = analyze_quickly(conn, [f"rec.{KINDS[kind].table}" for kind in grown if kind not in ROUTED])
-    for kind in grown:
-        if kind in ROUTED:
-            deferred.add(analyze_epochs(conn, f"rec.{KINDS[kind].table}", summary.epochs))
+    """Refresh planner statistics after a load instead of waiting for autovacuum (the replay and the rules run
+    right after it, and their index choices depend on row counts): each small table the load wrote at least
+    ANALYZE_AFTER_ROWS rows of, and each epoch partition it wrote that autovacuum's rule says is due
+    (indexer.load.partitions.analyze_written: autovacuum leaves those to the loader). Never the whole history:
+    ANALYZE of a partitioned parent samples every partition again, which on an archive of many epochs costs more
+    each time and tells the replay and the rules (which plan one epoch at a time) nothing they need. Returns the
+    tables skipped because autovacuum held them (indexer.db.quickstats.analyze_deferred's work)."""
+    grown = [kind for kind, n in summary.by_kind.items() if n >= ANALYZE_AFTER_ROWS and kind not in ROUTED]
+    deferred = analyze_quickly(conn, [f"rec.{KINDS[kind].table}" for kind in grown])
+    written = sorted(kind for kind, n in summary.by_kind.items() if n > 0 and kind in ROUTED)
+    deferred.add(analyze_written(conn, [f"rec.{KINDS[kind].table}" for kind in written], summary.epochs))
     if not conn.autocommit:
         conn.commit()
     return deferred

@@ -148,6 +148,31 @@ def analyze_epochs(conn: psycopg.Connection, parent: str, epochs) -> Deferred:
     return analyze_quickly(conn, partition_names(conn, parent, sorted(epochs)))
 
 
+# Autovacuum's ANALYZE rule, applied by the loader to the rec epoch partitions it writes (autovacuum's own is off for
+# them: migration 0020): a partition with no statistics yet, or whose heap grew by more than a tenth since they were
+# taken (the relation's size against the pages its last ANALYZE or VACUUM counted; an amendment writes a new row
+# version, so it grows the heap too). Exact, where autovacuum's count of changes since the last ANALYZE is not: a
+# load's own inserts can reach the statistics collector after the ANALYZE that followed them.
+_NEEDS_ANALYZE = """
+SELECT t FROM unnest(%s::text[]) t
+JOIN pg_class c ON c.oid = to_regclass(t)
+WHERE NOT EXISTS (SELECT 1 FROM pg_stats p WHERE p.schemaname = 'part' AND p.tablename = c.relname)
+   OR pg_relation_size(c.oid) > (c.relpages + greatest(1, c.relpages / 10))::bigint
+                                * current_setting('block_size')::bigint
+ORDER BY t
+"""
+
+
+def analyze_written(conn: psycopg.Connection, parents: list[str], epochs) -> Deferred:
+    """ANALYZE, with the bulk load's small sample, the partitions of ``parents`` (rec tables) that hold ``epochs``
+    and that autovacuum's rule says are due (see above). Autovacuum leaves these partitions' statistics to the
+    loader: its ANALYZE of a partition still being filled was overwritten by the load's own and only took the
+    load's cores. A settled epoch is analysed at the server's target by indexer.poller.freezing."""
+    written = [name for parent in parents for name in partition_names(conn, parent, sorted(epochs))]
+    due = [t for (t,) in conn.execute(_NEEDS_ANALYZE, (written,))] if written else []
+    return analyze_quickly(conn, due)
+
+
 def partition_names(conn: psycopg.Connection, parent: str, epochs: list[int]) -> list[str]:
     """The existing partitions of `parent` (schema.table) that hold the given epochs (-1: the unassigned one), as
     quoted names; an epoch without its own partition is in the DEFAULT one."""

@@ -11,7 +11,7 @@ marked all-frozen in the visibility map, and every later pass skips it.
 The same pass gives the partition statistics at the server's own target. A load analyses what it wrote with a
 small sample (indexer.db.quickstats: enough for the replay and the rules, which plan one epoch at a time), and that
 ANALYZE resets the count autovacuum waits on, so a partition that stops growing would keep the small sample's
-statistics for good (and an autovacuum ANALYZE in the middle of a load is overwritten by the load's own). History
+statistics for good (autovacuum's ANALYZE is off for rec epoch partitions: migration 0020). History
 is what analysts query, over many epochs and by any column: its statistics are refined here, once.
 
 An epoch is settled when ``net.epoch_state`` says ``final`` (every escrow final, or pruned) or when it is more than
