@@ -10,8 +10,8 @@ VACUUMs it, and prevents wraparound, as before); the indexer applies autovacuum'
 writes (grown by a tenth since its statistics), and analyses a settled epoch at the server's target
 (indexer.poller.freezing). The replay and rules tables keep autovacuum's ANALYZE.
 
-part.ensure_epochs is 0018's with the storage parameter where it makes a partition; existing rec epoch partitions get it
-too. Downgrade puts 0018's function back and resets the parameter.
+part.ensure_epochs is 0018's with the storage parameter where it makes a partition; existing rec epoch partitions
+get it too. Downgrade puts 0018's function back and resets the parameter.
 
 Revision ID: 0020_rec_partition_statistics
 Revises: 0019_frozen_partitions
