@@ -177,3 +177,14 @@ def test_the_loader_analyses_a_written_partition_when_autovacuum_would(db_url, t
     assert analyses() == 1
     ingest_paths(db_url, [b])  # another escrow of the epoch: twice the rows
     assert analyses() == 2
+
+
+def test_an_empty_written_partition_is_not_analysed_again_and_again(conn):
+    from indexer.load.partitions import analyze_written
+
+    conn.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", ([951],))
+    before = conn.execute("SELECT analyze_count FROM pg_stat_all_tables "
+                          "WHERE relid = 'part.rec_timeout_tx_e951'::regclass").fetchone()[0]
+    analyze_written(conn, ["rec.timeout_tx"], {951})  # a load that wrote timeouts of other epochs only
+    assert conn.execute("SELECT analyze_count FROM pg_stat_all_tables "
+                        "WHERE relid = 'part.rec_timeout_tx_e951'::regclass").fetchone()[0] == before

@@ -156,7 +156,8 @@ def analyze_epochs(conn: psycopg.Connection, parent: str, epochs) -> Deferred:
 _NEEDS_ANALYZE = """
 SELECT t FROM unnest(%s::text[]) t
 JOIN pg_class c ON c.oid = to_regclass(t)
-WHERE NOT EXISTS (SELECT 1 FROM pg_stats p WHERE p.schemaname = 'part' AND p.tablename = c.relname)
+WHERE (pg_relation_size(c.oid) > 0  -- an empty partition has nothing to sample, and no statistics after it either
+       AND NOT EXISTS (SELECT 1 FROM pg_stats p WHERE p.schemaname = 'part' AND p.tablename = c.relname))
    OR pg_relation_size(c.oid) > (c.relpages + greatest(1, c.relpages / 10))::bigint
                                 * current_setting('block_size')::bigint
 ORDER BY t
