@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 
 from indexer.load.export import write_records
-from indexer.load.partitions import ROUTED, ensure_epochs
+from indexer.load.partitions import EPOCH_PARTITIONS, ROUTED, ensure_epochs
 from indexer.records import KINDS, LOAD_ORDER
 from indexer.settings import ConfigError
 
@@ -85,11 +85,8 @@ def candidate_epochs(conn: psycopg.Connection, before: int) -> list[int]:
     rows = conn.execute(f"SELECT epoch_index FROM ({sources} UNION SELECT epoch_index FROM rec.escrow_epoch) s "
                         "WHERE epoch_index >= 0 AND epoch_index < %s", (before,)).fetchall()
     epochs = {r[0] for r in rows}
-    for (name,) in conn.execute("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                                "WHERE n.nspname = 'part' AND c.relkind = 'r' AND c.relname ~ '_e[0-9]+$'"):
-        epoch = int(name.rsplit("_e", 1)[1])
-        if epoch < before:
-            epochs.add(epoch)
+    epochs.update(r[0] for r in conn.execute(f"SELECT epoch_index FROM ({EPOCH_PARTITIONS}) p WHERE epoch_index < %s",
+                                             (before,)))
     return sorted(epochs)
 
 

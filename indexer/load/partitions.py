@@ -145,7 +145,7 @@ def analyze_epochs(conn: psycopg.Connection, parent: str, epochs) -> Deferred:
     epoch at a time against a partition's own statistics, and ANALYZE of the parent samples the whole table and
     then every partition again. With the bulk load's small sample; a partition autovacuum holds is skipped and
     returned (indexer.db.quickstats)."""
-    return analyze_quickly(conn, partition_names(conn, parent, sorted(epochs)))
+    return analyze_quickly(conn, partition_names(conn, [parent], epochs))
 
 
 # Autovacuum's ANALYZE rule, applied by the loader to the rec epoch partitions it writes (autovacuum's own is off for
@@ -156,10 +156,10 @@ def analyze_epochs(conn: psycopg.Connection, parent: str, epochs) -> Deferred:
 _NEEDS_ANALYZE = """
 SELECT t FROM unnest(%s::text[]) t
 JOIN pg_class c ON c.oid = to_regclass(t)
-WHERE (pg_relation_size(c.oid) > 0  -- an empty partition has nothing to sample, and no statistics after it either
+CROSS JOIN LATERAL (SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages) now
+WHERE (now.pages > 0  -- an empty partition has nothing to sample, and no statistics after it either
        AND NOT EXISTS (SELECT 1 FROM pg_stats p WHERE p.schemaname = 'part' AND p.tablename = c.relname))
-   OR pg_relation_size(c.oid) > (c.relpages + greatest(1, c.relpages / 10))::bigint
-                                * current_setting('block_size')::bigint
+   OR now.pages > c.relpages + greatest(1, c.relpages / 10)
 ORDER BY t
 """
 
@@ -169,21 +169,33 @@ def analyze_written(conn: psycopg.Connection, parents: list[str], epochs) -> Def
     and that autovacuum's rule says are due (see above). Autovacuum leaves these partitions' statistics to the
     loader: its ANALYZE of a partition still being filled was overwritten by the load's own and only took the
     load's cores. A settled epoch is analysed at the server's target by indexer.poller.freezing."""
-    written = [name for parent in parents for name in partition_names(conn, parent, sorted(epochs))]
+    written = partition_names(conn, parents, epochs) if parents and epochs else []
     due = [t for (t,) in conn.execute(_NEEDS_ANALYZE, (written,))] if written else []
     return analyze_quickly(conn, due)
 
 
-def partition_names(conn: psycopg.Connection, parent: str, epochs: list[int]) -> list[str]:
-    """The existing partitions of `parent` (schema.table) that hold the given epochs (-1: the unassigned one), as
-    quoted names; an epoch without its own partition is in the DEFAULT one."""
-    schema, table = parent.split(".")
-    names = [f"{schema}_{table}_unassigned" if epoch < 0 else f"{schema}_{table}_e{epoch}" for epoch in epochs]
-    found = [row[0] for row in conn.execute("SELECT to_regclass(format('part.%%I', n))::text "
-                                            "FROM unnest(%s::text[]) n", (names,)) if row[0] is not None]
-    if len(found) < len(names):
-        found.append(f"part.{schema}_{table}_default")
-    return sorted(set(found))
+def partition_names(conn: psycopg.Connection, parents: list[str], epochs) -> list[str]:
+    """The existing partitions of each of `parents` (schema.table) that hold the given epochs (-1: the unassigned
+    one), as quoted names, in one query; an epoch without its own partition is in its parent's DEFAULT one."""
+    wanted, fallback = [], []
+    for parent in parents:
+        schema, table = parent.split(".")
+        for epoch in sorted(epochs):
+            wanted.append(f"{schema}_{table}_unassigned" if epoch < 0 else f"{schema}_{table}_e{epoch}")
+            fallback.append(f"{schema}_{table}_default")
+    rows = conn.execute("SELECT DISTINCT coalesce(to_regclass(format('part.%%I', n)), "
+                        "to_regclass(format('part.%%I', d)))::text FROM unnest(%s::text[], %s::text[]) w(n, d)",
+                        (wanted, fallback))
+    return sorted(name for (name,) in rows if name is not None)
+
+
+# Every epoch partition (part.<schema>_<table>_e<epoch>, as part.ensure_epochs names them) with its epoch: the one
+# reading of the catalog for the jobs that go by epoch (indexer.archive, indexer.poller.freezing)
+EPOCH_PARTITIONS = r"""
+SELECT c.oid AS relid, c.relname, substring(c.relname FROM '_e([0-9]+)$')::bigint AS epoch_index
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'part' AND c.relkind = 'r' AND c.relispartition AND c.relname ~ '_e[0-9]+$'
+"""
 
 
 def ensure_epochs(conn: psycopg.Connection, epochs: list[int]) -> int:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from indexer.db.quickstats import LOCK_NOT_AVAILABLE, maintenance_session
+from indexer.load.partitions import EPOCH_PARTITIONS
 from indexer.poller.finality import PRUNING_WINDOW
 
 log = logging.getLogger(__name__)
@@ -44,15 +45,11 @@ VACUUM_COST_DELAY_MS = 2     # autovacuum's default throttle (autovacuum_vacuum_
 
 # The epoch partitions of settled epochs that are not recorded as frozen under their current name. "The newest
 # epoch" is the one part.ensure_ahead makes partitions after (rec.escrow, net.epoch_state).
-_SETTLED_UNFROZEN = r"""
+_SETTLED_UNFROZEN = f"""
 WITH newest AS (
   SELECT max(x) AS epoch FROM (SELECT max(epoch_index) FROM rec.escrow
                                UNION ALL SELECT max(epoch_index) FROM net.epoch_state) s(x)
-), partitions AS (
-  SELECT c.oid AS relid, c.relname, substring(c.relname FROM '_e([0-9]+)$')::bigint AS epoch_index
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = 'part' AND c.relkind = 'r' AND c.relispartition AND c.relname ~ '_e[0-9]+$'
-)
+), partitions AS ({EPOCH_PARTITIONS})
 SELECT p.relid, p.relname, p.epoch_index
 FROM partitions p, newest
 WHERE (p.epoch_index < newest.epoch - %(window)s
@@ -80,18 +77,14 @@ class FreezeSummary:
 def freeze_settled(conn: psycopg.Connection, *, window: int = PRUNING_WINDOW,
                    cost_delay_ms: int = VACUUM_COST_DELAY_MS) -> FreezeSummary:
     """VACUUM (FREEZE, ANALYZE) every partition of a settled epoch not frozen yet, oldest epoch first, and record
-    each.
-    ``conn`` must be in autocommit mode (VACUUM runs outside a transaction). Cheap when there is nothing to do:
-    one catalog query."""
+    each. ``conn`` must be in autocommit mode (VACUUM runs outside a transaction). Cheap when there is nothing to do:
+    a catalog query and the session's settings set and put back."""
     if not conn.autocommit:
         raise ValueError("freeze_settled needs an autocommit connection (VACUUM cannot run in a transaction)")
     start = time.perf_counter()
     out = FreezeSummary()
     conn.execute(_FORGET_DROPPED)
     todo = conn.execute(_SETTLED_UNFROZEN, {"window": window}).fetchall()
-    if not todo:
-        out.seconds = time.perf_counter() - start
-        return out
     # a skipped relation is only a WARNING: lock not available (55P03), or not the owner (a message that names
     # the relation, in any server language)
     with maintenance_session(conn, vacuum_cost_delay=str(cost_delay_ms)) as notices:
