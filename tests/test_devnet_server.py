@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import httpx
 import pytest
 
@@ -271,3 +273,36 @@ def test_request_headers_reach_the_app_as_sent(client, net, scenario):
     url = f"{net.url}/hosts/{host}/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}/payloads"
     for name in ("X-Validator-Address", "x-validator-address"):
         assert client.get(url, params={"inference_id": iid}, headers={name: "gonka1v"}).status_code == 200
+
+
+def test_requests_split_across_reads_and_answers_ahead_of_a_slow_one(net):
+    """A request is answered whatever the reads cut it into (its line, its headers and its body each arriving
+    apart, as over a slow link), and the answers queued for a pipelined batch leave before a slow request of
+    that batch waits: the client reads the first answer while the second is still being held back."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(net.url)
+    pieces = [b"POST /devnet/noth", b"ing HTTP/1.1\r\nHost: x\r\nContent-", b"Length: 5\r\n\r\nhel",
+              b"lo", b"GET /chain-rpc/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"]
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        for piece in pieces:
+            s.sendall(piece)
+        answers = b""
+        while chunk := s.recv(65536):
+            answers += chunk
+    assert answers.startswith(b"HTTP/1.1 404 ") and answers.count(b"HTTP/1.1 ") == 2
+    assert b"HTTP/1.1 200 OK\r\n" in answers and b"Connection: close\r\n" in answers
+
+    slow = net.scenario.hosts[0]
+    net.faults.slow_hosts.add(slow.address)
+    net.faults.config = dataclasses.replace(net.faults.config, slow_seconds=30.0)
+    try:
+        with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+            s.sendall(("GET /chain-rpc/status HTTP/1.1\r\nHost: x\r\n\r\n"
+                       f"GET /hosts/{slow.name}/devshard/healthz HTTP/1.1\r\nHost: x\r\n\r\n").encode())
+            first = s.recv(65536)  # within the socket's 10 s, while the slow answer waits 30 s
+            assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.count(b"HTTP/1.1 ") == 1
+    finally:
+        net.faults.slow_hosts.discard(slow.address)

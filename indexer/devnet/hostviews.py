@@ -77,12 +77,15 @@ def encoded_log(net: Devnet, esc: EscrowSim, lying: bool) -> tuple[list[int], li
 
 
 def warm(net: Devnet, lying: str | None = None) -> None:
-    """Encode every host's view of every diff log now (a real host serves stored bytes), so that serving a page
-    never pays for protobuf encoding. ``lying``: the lying host's address, whose view differs."""
+    """Encode every host's view of every diff log, and every stored payload, now (a real host serves stored
+    bytes), so that serving a page or a payload never pays for encoding. ``lying``: the lying host's address,
+    whose view of the log differs (its payloads do not)."""
     for esc in net.scenario.escrows.values():
         encoded_log(net, esc, False)
         if lying is not None and lying in esc.slots:
             encoded_log(net, esc, True)
+        for inference_id in esc.log.payloads:
+            payload_body(net, esc, inference_id)
 
 
 def diffs_body(net: Devnet, esc: EscrowSim, first: int, last: int, lying: bool) -> bytes:
@@ -98,6 +101,18 @@ def signatures_json(esc: EscrowSim, nonce: int) -> dict[str, Any] | None:
     root = esc.roots[nonce - 1]
     return {"signatures": {str(i): base64.b64encode(fake_sig("state", root, esc.escrow_id, nonce, addr)).decode()
                            for i, addr in enumerate(esc.slots)}}
+
+
+def payload_body(net: Devnet, esc: EscrowSim, inference_id: int) -> bytes | None:
+    """The JSON body of :func:`payload_json`, encoded once (a stored payload never changes), or None."""
+    key = (esc.escrow_id, inference_id)
+    body = net.encoded_payloads.get(key)
+    if body is None:
+        obj = payload_json(esc, inference_id)
+        if obj is None:
+            return None
+        body = net.encoded_payloads.setdefault(key, json.dumps(obj, separators=(",", ":")).encode())
+    return body
 
 
 def payload_json(esc: EscrowSim, inference_id: int) -> dict[str, Any] | None:

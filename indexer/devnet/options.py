@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="probability a response body is cut short (default 0)")
     parser.add_argument("--lying-host", default=None, help="participant address serving a diverging diff log")
     parser.add_argument("--no-warm", dest="warm", action="store_false",
-                        help="encode each diff log on its first request instead of before serving")
+                        help="encode each diff log and payload on its first request instead of before serving")
     parser.add_argument("--payload-auth", action="store_true",
                         help="the payload route authenticates like real hosts (signed group-member requests only)")
     parser.add_argument("--operator", default=None, metavar="ADDRESS",

@@ -286,8 +286,8 @@ class App:
             return Response.text("missing validator authentication", 401)
         _, esc = self._session(host, version, escrow)
         iid = _param(q, "inference_id") or ""
-        body = hv.payload_json(esc, int(iid)) if esc and iid.isdigit() else None
-        return Response.json(body) if body else Response.text("payload not found", 404)
+        body = hv.payload_body(self.net, esc, int(iid)) if esc and iid.isdigit() else None
+        return Response.raw_json(body) if body else Response.text("payload not found", 404)
 
     def authenticated_payloads(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
         """``HandlePayloads``: inference_id, then ``authenticatePayloadRequest`` against the session's group."""
@@ -299,9 +299,9 @@ class App:
         if refusal is None:
             if not iid.isdigit():
                 return Response.json({"message": f"invalid inference_id {iid!r}"}, 500)
-            body = hv.payload_json(esc, int(iid))
+            body = hv.payload_body(self.net, esc, int(iid))
             if body is not None:
-                return Response.json(body)
+                return Response.raw_json(body)
             refusal = "payload_not_found"
         status, message = REFUSALS[refusal]
         return Response.json({"message": message}, status)  # echo's rendering of echo.NewHTTPError

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import random
 import re
+import socket
+import socketserver
 import threading
 import time
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from indexer.devnet import hostviews
@@ -127,31 +129,59 @@ def _fault_response(status: int, retry_after: int) -> Response:
                           503: "upstream connect error or disconnect/reset before headers"}[status], status)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """One keep-alive connection. The request is read and the answer written here rather than by
-    ``BaseHTTPRequestHandler``'s own parsing (email-style header parsing, a log line formatted per request): that
-    cost ≈ 250 µs of CPU a request, and the devnet shares the benchmark machine's cores with the poller it serves,
-    which a real host on its own machine does not."""
-    protocol_version = "HTTP/1.1"  # keep-alive, like real nodes behind a proxy
-    disable_nagle_algorithm = True  # a response that outgrows the buffer is still two writes: no delayed-ACK stall
+class _Handler(socketserver.BaseRequestHandler):
+    """One keep-alive connection, read and answered here rather than by ``BaseHTTPRequestHandler`` (email-style
+    header parsing, a log line formatted per request, one write per answer: ≈ 250 µs of CPU a request, and the devnet
+    shares the benchmark machine's cores with the poller it serves, which a real host on its own machine does not).
+    Requests are cut out of what each ``recv`` brought, so a pipelined batch (the poller's payload requests) is
+    parsed from one or two reads, and their answers leave in one send once no whole request is left to answer, as a
+    Go server's buffered writer flushes when its reader would block. An injected delay or outage sends the answers
+    before it first, so every earlier request is answered on time."""
     server: "_Server"
 
-    def handle_one_request(self) -> None:
-        request = _read_request(self.rfile)
-        if request is None:  # the client closed the connection
-            self.close_connection = True
-            return
-        if isinstance(request, int):  # a request that cannot be read: its status, and the connection ends
-            self.close_connection = True
-            self._answer(Response.text("bad request", request), b"")
-            return
-        method, target, headers, length, keep_alive = request
-        self.close_connection = not keep_alive
-        if length:
-            self.rfile.read(length)  # drain, so keep-alive framing stays intact
-        self._serve(method, target, headers)
+    def setup(self) -> None:
+        # a response that outgrows the buffer is still two writes: no delayed-ACK stall
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        self.out: list[bytes] = []
 
-    def _serve(self, method: str, target: str, headers: dict[str, str]) -> None:
+    def handle(self) -> None:
+        sock, buf, pos = self.request, b"", 0
+        while True:
+            request = _parse_request(buf, pos)
+            if request is None:  # no whole request left: answer what was asked, then wait for more
+                if not self._flush():
+                    return
+                try:
+                    data = sock.recv(_RECV_BYTES)
+                except OSError:  # reset by the client, or the server is stopping
+                    return
+                if not data:  # the client closed the connection
+                    return
+                buf, pos = buf[pos:] + data, 0
+                continue
+            if isinstance(request, int):  # a request that cannot be read: its status, and the connection ends
+                self.out.append(_answer(Response.text("bad request", request), b"", close=True))
+                self._flush()
+                return
+            method, target, headers, keep_alive, pos = request
+            if not self._serve(method, target, headers, close=not keep_alive) or not keep_alive:
+                self._flush()
+                return
+
+    def _flush(self) -> bool:
+        """Send the answers not yet sent; False if the client is gone (its read timeout fired during an injected
+        delay, say)."""
+        if not self.out:
+            return True
+        data, self.out = b"".join(self.out), []
+        try:
+            self.request.sendall(data)
+        except OSError:
+            return False
+        return True
+
+    def _serve(self, method: str, target: str, headers: dict[str, str], close: bool) -> bool:
+        """Answer one request (queued in ``self.out``); False when the connection must end unanswered (an outage)."""
         head_only = method == "HEAD"  # answered as GET without the body (Go's net/http does the same)
         if head_only:
             method = "GET"
@@ -160,64 +190,68 @@ class _Handler(BaseHTTPRequestHandler):
         m = _NODE_PATH.match(path)
         if m:
             node, path = int(m.group(1)), m.group(2)
-        down, wait = self.server.faults.outage(path, node)
+        faults = self.server.faults
+        down, wait = faults.outage(path, node)
         if down:
-            self.close_connection = True  # no status line: the client sees the connection closed unanswered
-            return
-        if wait:
-            time.sleep(wait)
-        decision = self.server.faults.draw(path)
-        if decision.delay:
-            time.sleep(decision.delay)
+            return False  # no status line: the client sees the connection closed unanswered
+        decision = faults.draw(path)
+        if wait or decision.delay:
+            if not self._flush():
+                return False
+            time.sleep(wait + decision.delay)
         if decision.status:
-            resp = _fault_response(decision.status, self.server.faults.config.retry_after)
+            resp = _fault_response(decision.status, faults.config.retry_after)
         else:
             resp = self.server.app.handle(method, path, parse_qs(url.query, keep_blank_values=True), headers)
         body = resp.body
         if decision.truncate and resp.status == 200 and len(body) > 1:
             body = body[: max(1, int(len(body) * decision.truncate))]
-            self.server.faults.count("truncate")
-        self._answer(resp, body, head_only)
-
-    def _answer(self, resp: Response, body: bytes, head_only: bool = False) -> None:
-        """Status line, headers and body (none for HEAD) in one send."""
-        head = [f"HTTP/1.1 {resp.status} {_REASONS.get(resp.status, '')}", f"Date: {_http_date()}"]
-        head.extend(f"{key}: {value}" for key, value in resp.headers.items())
-        head.append(f"Content-Length: {len(body)}")
-        if self.close_connection:
-            head.append("Connection: close")
-        try:
-            self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (b"" if head_only else body))
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True  # the client gave up (e.g. its read timeout fired during an injected delay)
+            faults.count("truncate")
+        self.out.append(_answer(resp, body, close, head_only))
+        return True
 
 
+def _answer(resp: Response, body: bytes, close: bool, head_only: bool = False) -> bytes:
+    """Status line, headers and body (none for HEAD)."""
+    head = [f"HTTP/1.1 {resp.status} {_REASONS.get(resp.status, '')}", f"Date: {_http_date()}"]
+    head.extend(f"{key}: {value}" for key, value in resp.headers.items())
+    head.append(f"Content-Length: {len(body)}")
+    if close:
+        head.append("Connection: close")
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (b"" if head_only else body)
+
+
+_RECV_BYTES = 65536
 _MAX_LINE = 65536
 _MAX_HEADERS = 100
 
 
-def _read_request(rfile) -> tuple[str, str, dict[str, str], int, bool] | int | None:
-    """(method, target, headers as sent, body length, keep-alive) of the next request on the connection; None at
-    its end; an HTTP status (400, 414, 431) for a request that cannot be read."""
-    try:
-        line = rfile.readline(_MAX_LINE + 1)
-    except (ConnectionResetError, TimeoutError, OSError):
-        return None
-    if not line:
-        return None
-    if len(line) > _MAX_LINE:
+def _parse_request(buf: bytes, pos: int) -> tuple[str, str, dict[str, str], bool, int] | int | None:
+    """(method, target, headers as sent, keep-alive, where the next request starts) of the request at ``pos`` of
+    ``buf``; None if it has not all arrived yet; an HTTP status (400, 414, 431) for a request that cannot be read.
+    Lines end in CRLF or a bare LF (Go accepts both); a body (Content-Length) is skipped."""
+    end = buf.find(b"\n", pos)
+    if end < 0:
+        return 414 if len(buf) - pos > _MAX_LINE else None
+    if end - pos > _MAX_LINE:
         return 414
-    parts = line.decode("latin-1").split()
+    parts = buf[pos:end].decode("latin-1").split()
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
         return 400
     method, target, version = parts
     headers: dict[str, str] = {}  # the client's case, for the app (its lookups ignore case, as Go's Header.Get)
     length, connection = "0", ""
     for _ in range(_MAX_HEADERS):
-        h = rfile.readline(_MAX_LINE + 1)
-        if h in (b"\r\n", b"\n", b""):
+        start = end + 1
+        end = buf.find(b"\n", start)
+        if end < 0:
+            return 431 if len(buf) - start > _MAX_LINE else None
+        if end - start > _MAX_LINE:
+            return 431
+        line = buf[start:end]
+        if line in (b"", b"\r"):
             break
-        name, sep, value = h.decode("latin-1").partition(":")
+        name, sep, value = line.decode("latin-1").partition(":")
         if not sep:
             return 400
         name, value = name.strip(), value.strip()
@@ -233,8 +267,11 @@ def _read_request(rfile) -> tuple[str, str, dict[str, str], int, bool] | int | N
         return 431
     if not length.isdigit():
         return 400
+    after = end + 1 + int(length)  # the body is drained, so keep-alive framing stays intact
+    if after > len(buf):
+        return None
     keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return method, target, headers, int(length), keep_alive
+    return method, target, headers, keep_alive, after
 
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
@@ -274,7 +311,7 @@ class DevnetServer:
         options = AppOptions(b64_events, escrow_max_model_len, self.faults.config.lying_host,
                              self.faults.config.serve_upto, payload_auth, host_versions=tuple(host_versions))
         self.app = App(self.devnet, options)
-        if warm:  # pre-encode every diff log (otherwise each log is encoded on its first request)
+        if warm:  # pre-encode every diff log and payload (otherwise each is encoded on its first request)
             hostviews.warm(self.devnet, self.faults.config.lying_host)
         self._address = (host, port)
         self._httpd: _Server | None = None

@@ -28,6 +28,7 @@ class Devnet:
         self.current_epoch = scenario.config.first_epoch if current_epoch is None else current_epoch
         self.lock = threading.RLock()
         self.encoded_logs: dict[tuple[str, bool], tuple[list[int], list[bytes]]] = {}  # see hostviews.diffs_body
+        self.encoded_payloads: dict[tuple[str, int], bytes] = {}  # see hostviews.payload_body
         self.pruned_escrows: set[str] = set()  # pruned ahead of the epoch rule (prune_escrow)
 
     def advance_epoch(self) -> int:
