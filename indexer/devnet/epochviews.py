@@ -128,6 +128,11 @@ def epoch_group_data_json(net: Devnet, epoch_index: int, model_id: str | None) -
 
 
 def _executed(net: Devnet, epoch_index: int) -> dict[str, dict[str, int]]:
+    """Per participant: inferences it executed in the epoch, and how many of them ended validated."""
+    return net.scenario.epoch_sums("executed", epoch_index, lambda e: _count_executed(net, e))
+
+
+def _count_executed(net: Devnet, epoch_index: int) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     epoch = net.scenario.epoch(epoch_index)
     for esc in epoch.escrows if epoch else []:

@@ -104,6 +104,7 @@ class Scenario:
             next_id += len(epoch.escrows)
             self.epochs.append(epoch)
         self.escrows = {e.escrow_id: e for ep in self.epochs for e in ep.escrows}
+        self._epoch_sums: dict[tuple[str, int], dict[str, dict[str, int]]] = {}  # see epoch_sums
 
     # -- lookups --------------------------------------------------------------------------------
     def epoch(self, epoch_index: int) -> EpochSim | None:
@@ -164,8 +165,21 @@ class Scenario:
         roots, _ = seal_diffs(diffs, escrow.escrow_id, escrow.protocol_version)
         return list(zip(diffs, escrow.user_sigs, roots))  # it cannot forge the user's signatures
 
+    def epoch_sums(self, name: str, epoch_index: int, compute) -> dict[str, dict[str, int]]:
+        """``compute(epoch_index)``, worked out once: the escrows' final states never change after generation, and
+        the chain views that sum them over an epoch (a participant's epoch stats or performance) are asked once
+        for every participant of the epoch. Callers read the result, never change it."""
+        key = (name, epoch_index)
+        sums = self._epoch_sums.get(key)
+        if sums is None:
+            sums = self._epoch_sums.setdefault(key, compute(epoch_index))
+        return sums
+
     def host_epoch_stats(self, epoch_index: int) -> dict[str, dict[str, int]]:
         """Per participant: settlement sums over all its slots in all escrows of the epoch (§1.3)."""
+        return self.epoch_sums("stats", epoch_index, self._host_epoch_stats)
+
+    def _host_epoch_stats(self, epoch_index: int) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         epoch = self.epoch(epoch_index)
         for esc in epoch.escrows if epoch else []:
