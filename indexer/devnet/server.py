@@ -145,7 +145,7 @@ class _Handler(socketserver.BaseRequestHandler):
         self.out: list[bytes] = []
 
     def handle(self) -> None:
-        sock, buf, pos = self.request, b"", 0
+        sock, buf, pos = self.request, bytearray(), 0
         while True:
             request = _parse_request(buf, pos)
             if request is None:  # no whole request left: answer what was asked, then wait for more
@@ -157,7 +157,9 @@ class _Handler(socketserver.BaseRequestHandler):
                     return
                 if not data:  # the client closed the connection
                     return
-                buf, pos = buf[pos:] + data, 0
+                del buf[:pos]  # what was answered; a request that came in pieces grows in place
+                buf += data
+                pos = 0
                 continue
             if isinstance(request, int):  # a request that cannot be read: its status, and the connection ends
                 self.out.append(_answer(Response.text("bad request", request), b"", close=True))
@@ -226,7 +228,7 @@ _MAX_LINE = 65536
 _MAX_HEADERS = 100
 
 
-def _parse_request(buf: bytes, pos: int) -> tuple[str, str, dict[str, str], bool, int] | int | None:
+def _parse_request(buf: bytearray, pos: int) -> tuple[str, str, dict[str, str], bool, int] | int | None:
     """(method, target, headers as sent, keep-alive, where the next request starts) of the request at ``pos`` of
     ``buf``; None if it has not all arrived yet; an HTTP status (400, 414, 431) for a request that cannot be read.
     Lines end in CRLF or a bare LF (Go accepts both); a body (Content-Length) is skipped."""
