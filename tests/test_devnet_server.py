@@ -306,3 +306,22 @@ def test_requests_split_across_reads_and_answers_ahead_of_a_slow_one(net):
             assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.count(b"HTTP/1.1 ") == 1
     finally:
         net.faults.slow_hosts.discard(slow.address)
+
+
+def test_a_route_that_raises_loses_only_its_own_answer(net):
+    """Answers queued for a pipelined batch are sent even when a later request of the batch crashes its route
+    (the connection then closes, as the stdlib server's did): the client gets every answer before the crash."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("route crashed")
+
+    for i, (method, pattern, handler) in enumerate(net.app._routes):
+        if "signatures" in pattern.pattern:
+            net.app._routes[i] = (method, pattern, broken)  # this test's server only
+    esc = next(iter(net.scenario.escrows.values()))
+    host = net.scenario.hosts_by_address[esc.slots[0]].name
+    answers = _raw_exchange(net, (
+        "GET /chain-rpc/status HTTP/1.1\r\nHost: x\r\n\r\n"
+        "GET /chain-rpc/status HTTP/1.1\r\nHost: x\r\n\r\n"
+        f"GET /hosts/{host}/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}/signatures?nonce=1 HTTP/1.1\r\n"
+        "Host: x\r\n\r\n").encode())
+    assert answers.count(b"HTTP/1.1 200 OK\r\n") == 2

@@ -166,7 +166,12 @@ class _Handler(socketserver.BaseRequestHandler):
                 self._flush()
                 return
             method, target, headers, keep_alive, pos = request
-            if not self._serve(method, target, headers, close=not keep_alive) or not keep_alive:
+            try:
+                served = self._serve(method, target, headers, close=not keep_alive)
+            except BaseException:
+                self._flush()  # a route that raised loses its own answer only, not those queued before it
+                raise
+            if not served or not keep_alive:
                 self._flush()
                 return
 
