@@ -18,6 +18,11 @@ MAX_DIFFS_PER_PAGE = 64
 BINARY_VERSION = "devshard-v7.3.1-devnet"
 
 
+def compact_json(obj: Any) -> bytes:
+    """A body as Go's ``encoding/json`` writes it: no space after separators."""
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
 def host_escrows(net: Devnet, host: HostSpec) -> list[EscrowSim]:
     """Sessions this host keeps: live escrows where it holds a slot."""
     return [e for e in net.scenario.escrows.values() if net.live(e) and host.address in e.slots]
@@ -70,8 +75,7 @@ def encoded_log(net: Devnet, esc: EscrowSim, lying: bool) -> tuple[list[int], li
         nonces, entries = [], []
         for d, sig, root in net.scenario.host_diff_log(esc, lying=lying):
             nonces.append(d["nonce"])
-            entries.append(json.dumps(diff_to_host_json(d, esc.protocol_version, sig, root),
-                                      separators=(",", ":")).encode())
+            entries.append(compact_json(diff_to_host_json(d, esc.protocol_version, sig, root)))
         cached = net.encoded_logs.setdefault(key, (nonces, entries))
     return cached
 
@@ -111,7 +115,7 @@ def payload_body(net: Devnet, esc: EscrowSim, inference_id: int) -> bytes | None
         obj = payload_json(esc, inference_id)
         if obj is None:
             return None
-        body = net.encoded_payloads.setdefault(key, json.dumps(obj, separators=(",", ":")).encode())
+        body = net.encoded_payloads.setdefault(key, compact_json(obj))
     return body
 
 

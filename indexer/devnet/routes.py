@@ -11,7 +11,6 @@ URL layout (one listener for the whole network):
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -35,7 +34,7 @@ class Response:
 
     @classmethod
     def json(cls, obj: Any, status: int = 200) -> "Response":
-        return cls(status, json.dumps(obj, separators=(",", ":")).encode(), {"Content-Type": "application/json"})
+        return cls.raw_json(hv.compact_json(obj), status)
 
     @classmethod
     def raw_json(cls, body: bytes, status: int = 200) -> "Response":

@@ -15,7 +15,7 @@ import copy
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from indexer.devnet.engine import EscrowContext, EscrowLog, fake_sig
 from indexer.devnet.flows import EscrowGenerator
@@ -165,7 +165,8 @@ class Scenario:
         roots, _ = seal_diffs(diffs, escrow.escrow_id, escrow.protocol_version)
         return list(zip(diffs, escrow.user_sigs, roots))  # it cannot forge the user's signatures
 
-    def epoch_sums(self, name: str, epoch_index: int, compute) -> dict[str, dict[str, int]]:
+    def epoch_sums(self, name: str, epoch_index: int,
+                   compute: Callable[[int], dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
         """``compute(epoch_index)``, worked out once: the escrows' final states never change after generation, and
         the chain views that sum them over an epoch (a participant's epoch stats or performance) are asked once
         for every participant of the epoch. Callers read the result, never change it."""
