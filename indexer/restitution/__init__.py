@@ -2,7 +2,7 @@
 took from them, the evidence and the parameters in force (api.restitution_impact, api.policy_whatif).
 
 `collect` reads only the api views; `render` turns one epoch's case into Markdown, CSV, or an HTML fragment plus
-chart data (README "Restitution impact and policy what-if")."""
+chart data (docs/restitution.md)."""
 from indexer.restitution.collect import EpochCase, collect
 from indexer.restitution.render import html_block, html_section, markdown, restitution_line, rows_csv, write_reports
 

@@ -120,7 +120,7 @@ def markdown(case: EpochCase) -> str:
         lines += [""] + [f"> {n}" for n in notes if n] + [""]
     lines += ["## What this report does not claim", ""] + [f"- {t}" for t in NOT_CLAIMED] + [""]
     lines += ["## Rule variants", "", "Penalties each variant would assign and the resulting outcomes "
-              "(the indexer README gives each variant as a formula).", ""]
+              "(docs/restitution.md in the indexer gives each variant as a formula).", ""]
     lines += _table(["participant", "variant", "missed", "invalid", "downtime passes", "SPRT crossed"],
                     [[f"`{v['participant']}`", v["variant"], v["missed"], v["invalid"], v["downtime_passes"],
                       v["sprt_crossed"]] for v in case.variants])
