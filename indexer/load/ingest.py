@@ -235,8 +235,8 @@ def _without_lines(copy: bytes, lines: set[int]) -> bytes:
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,
                 on_progress=None, on_batch=None) -> IngestSummary:
     """Load one file. Its batches commit with ``synchronous_commit = off``: a commit returns before the server has
-    flushed its WAL (that flush was 1-28 ms of every batch, on the connection the whole load waits for, and more
-    while the replay follower commits too). Safe for a file: a batch's rows and its resume cursor are one
+    flushed its WAL (a flush costs 1-28 ms a batch, on the connection the whole load waits for, and more while the
+    replay follower commits too). Safe for a file: a batch's rows and its resume cursor are one
     transaction and the file is the durable copy, so a server crash can only lose the last batches whole, with
     their cursor, and the next run loads them again. The file's completion commits with the session's own setting
     (synchronous by default), which flushes every batch before it: a load the command reports is durable."""

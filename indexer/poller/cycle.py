@@ -148,7 +148,7 @@ class Poller:
         jobs = sorted(((epoch, eid) for eid, epoch in owner.items()), key=lambda j: todo.index(j[0]))
         done = self.pipeline.run(jobs, settlements)  # a failed one leaves the reads to close(), which waits for them
         # the snapshots load after the escrows: nothing in the load of an escrow reads them, and the reads (dozens
-        # of chain requests an epoch) no longer hold back the first escrow's fetch
+        # of chain requests an epoch) would otherwise hold back the first escrow's fetch
         for epoch, read in captures:
             self.epochs.load_snapshot(epoch, read.result(), info if epoch == now else None)
         waiting |= self._skipped()
