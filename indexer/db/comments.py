@@ -84,32 +84,36 @@ def catalog() -> tuple[View, ...]:
     return tuple(parse(COMMENTS_FILE.read_text(), str(COMMENTS_FILE)))
 
 
+_LIVE = """
+SELECT c.relname, obj_description(c.oid, 'pg_class'), array_agg(a.attname::text ORDER BY a.attnum)
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relnamespace = 'api'::regnamespace AND c.relkind = 'v'
+GROUP BY c.oid, c.relname"""
+
+
 def apply(conn: Connection, views=None) -> None:
-    """Comment every described view and column that exists in schema api. A view or column the source names but the
-    database lacks is skipped here; tests/test_interface.py requires the two to agree."""
+    """Comment every described view and column that exists in schema api, in one round trip. A view or column the
+    source names but the database lacks is skipped here; tests/test_interface.py requires the two to agree."""
     from psycopg import sql
 
     raw = conn.connection.driver_connection
     with raw.cursor() as cur:
+        cur.execute(_LIVE)
+        live = {name: (comment or "", set(columns)) for name, comment, columns in cur.fetchall()}
+        statements = []
         for view in catalog() if views is None else views:
-            cur.execute("SELECT to_regclass(%s)::oid", (f"api.{view.name}",))
-            oid = cur.fetchone()[0]
-            if oid is None:
+            if view.name not in live:
                 continue
-            cur.execute("SELECT obj_description(%s::oid, 'pg_class')", (oid,))
-            current = cur.fetchone()[0] or ""
+            current, columns = live[view.name]
             marker = [line for line in current.splitlines() if line.startswith(MARKER)]
             comment = view.description + ("\n\n" + marker[-1] if marker else "")
-            cur.execute(sql.SQL("COMMENT ON VIEW {}.{} IS {}").format(
+            statements.append(sql.SQL("COMMENT ON VIEW {}.{} IS {}").format(
                 sql.Identifier("api"), sql.Identifier(view.name), sql.Literal(comment)))
-            cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::oid AND attnum > 0 "
-                        "AND NOT attisdropped", (oid,))
-            live = {r[0] for r in cur.fetchall()}
-            for column, text_ in view.columns.items():
-                if column in live:
-                    cur.execute(sql.SQL("COMMENT ON COLUMN {}.{}.{} IS {}").format(
-                        sql.Identifier("api"), sql.Identifier(view.name), sql.Identifier(column),
-                        sql.Literal(text_)))
+            statements += [sql.SQL("COMMENT ON COLUMN {}.{}.{} IS {}").format(
+                sql.Identifier("api"), sql.Identifier(view.name), sql.Identifier(column), sql.Literal(text_))
+                for column, text_ in view.columns.items() if column in columns]
+        if statements:
+            cur.execute(sql.SQL("; ").join(statements))
 
 
 def _cell(text: str) -> str:
