@@ -9,6 +9,11 @@ from indexer.scheduling import run_jobs
 from indexer.settings import ConfigError, Settings, split_urls
 
 
+NO_CHANNEL = ("no alert channel configured here (--webhook, --slack-webhook, --telegram-chat): notifications are "
+              "kept in the outbox (api.alerts) and delivered by any `indexer alerts` or `indexer run` that has "
+              "channels: what is still firing then, and the resolutions of what it was sent")
+
+
 def channels_from(args: argparse.Namespace, settings: Settings):
     from indexer.alerts.channels import build_channels
 
@@ -49,8 +54,7 @@ def cmd_alerts(args, settings: Settings, url: str) -> int:
         return EXIT_OK
     job = alert_job(url, args, settings, on_evaluation=lambda s: say(format_evaluation(s)))
     if not job.channels:
-        say("no alert channel configured (--webhook, --slack-webhook, --telegram-chat): notifications stay in "
-            "the outbox (api.alerts)")
+        say(NO_CHANNEL)
     if args.once:
         job.evaluate()
         say(format_delivery(job.deliver()))
