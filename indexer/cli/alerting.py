@@ -70,7 +70,13 @@ def metrics_server(args, settings: Settings, url: str):
     addr = parse_addr(args.metrics_addr or settings.metrics_addr)
     if addr is None:
         return None
-    server = MetricsServer(addr, url, args.ready_max_lag or settings.ready_max_lag).start()
+    from indexer.alerts.rules import RuleError, load_rules
+
+    try:
+        rules = [r.name for r in load_rules(getattr(args, "rules_dir", []))]  # each gets a firing series, 0 or more
+    except RuleError as exc:
+        raise ConfigError(str(exc)) from None
+    server = MetricsServer(addr, url, args.ready_max_lag or settings.ready_max_lag, rules=rules).start()
     say(f"metrics on http://{server.address}/metrics (/health, /ready)")
     return server
 
