@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from indexer.cli.output import EXIT_OK, say
@@ -42,16 +43,10 @@ def alert_job(url: str, args: argparse.Namespace, settings: Settings, **kw):
 
 
 def cmd_alerts(args, settings: Settings, url: str) -> int:
-    import psycopg
-
-    from indexer.alerts.engine import silence
     from indexer.alerts.job import format_delivery, format_evaluation
 
-    if args.silence:
-        with psycopg.connect(url) as conn:
-            kind, ends = silence(conn, args.silence, args.silence_for, args.reason)
-        say(f"silenced {kind.replace('_', ' ')} {args.silence} until {ends.isoformat(timespec='seconds')}")
-        return EXIT_OK
+    if args.silence or args.silences or args.unsilence:
+        return _silences(args, url)
     job = alert_job(url, args, settings, on_evaluation=lambda s: say(format_evaluation(s)))
     if not job.channels:
         say(NO_CHANNEL)
@@ -60,6 +55,39 @@ def cmd_alerts(args, settings: Settings, url: str) -> int:
         say(format_delivery(job.deliver()))
         return EXIT_OK
     run_jobs(job.scheduled(args.alerts_interval))
+    return EXIT_OK
+
+
+def _silences(args, url: str) -> int:
+    """--silence, --silences, --unsilence: change or list silences, then exit."""
+    from pathlib import Path
+
+    import psycopg
+
+    from indexer.alerts.engine import check_target, live_silences, silence, unsilence
+    from indexer.alerts.messages import plain
+    from indexer.alerts.rules import RuleError, load_rules
+
+    with psycopg.connect(url) as conn:
+        if args.silence:
+            try:
+                check_target(args.silence, [r.name for r in load_rules([Path(d) for d in args.rules_dir])])
+            except (RuleError, ValueError) as exc:
+                raise ConfigError(str(exc)) from None
+            kind, ends = silence(conn, args.silence, args.silence_for, args.reason)
+            say(f"silenced {kind.replace('_', ' ')} {args.silence} until {ends.isoformat(timespec='seconds')}")
+        elif args.unsilence:
+            lifted = unsilence(conn, args.unsilence)
+            if not lifted:
+                live = ", ".join(sorted({plain(t) for _, t, _, _ in live_silences(conn)})) or "none"
+                raise ConfigError(f"no silence in force for {args.unsilence!r} (in force: {live})")
+            say(f"lifted {lifted} silence(s) of {args.unsilence}")
+        else:
+            rows = live_silences(conn)
+            for kind, target, ends, reason in rows:
+                sys.stdout.write(f"{kind}\t{plain(target)}\tuntil {ends.isoformat(timespec='seconds')}"
+                                 f"{chr(9) + plain(reason) if reason else ''}\n")
+            say(f"{len(rows)} silence(s) in force")
     return EXIT_OK
 
 
