@@ -84,9 +84,10 @@ def _silences(args, url: str) -> int:
             say(f"lifted {lifted} silence(s) of {args.unsilence}")
         else:
             rows = live_silences(conn)
-            for kind, target, ends, reason in rows:
-                sys.stdout.write(f"{kind}\t{plain(target)}\tuntil {ends.isoformat(timespec='seconds')}"
-                                 f"{chr(9) + plain(reason) if reason else ''}\n")
+            for kind, target, ends, reason in rows:  # one tab-separated line each; the reason only when given
+                fields = [kind, plain(target), f"until {ends.isoformat(timespec='seconds')}"]
+                fields += [plain(reason)] if reason else []
+                sys.stdout.write("\t".join(fields) + "\n")
             say(f"{len(rows)} silence(s) in force")
     return EXIT_OK
 
