@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("--for", dest="silence_for", type=parse_duration, default=parse_duration("1h"), metavar="DURATION",
                     help="how long --silence lasts: 90s, 30m, 2h, 7d (default 1h)")
     al.add_argument("--reason", default="", help="why (stored with the silence)")
+    al.add_argument("--silences", action="store_true", help="list the silences in force, then exit")
+    al.add_argument("--unsilence", metavar="KEY_OR_RULE",
+                    help="end the silences of one alert key or rule now, then exit")
 
     from indexer.devnet.options import add_arguments as devnet_arguments
 
