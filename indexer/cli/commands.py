@@ -32,10 +32,20 @@ def cmd_migrate(args, settings: Settings) -> int:
 
 
 def cmd_db(args, settings: Settings) -> int:
+    from indexer.db.embedded import EmbeddedCluster
+
+    if args.reader and (args.action != "url" or args.database_url or settings.database_url):
+        error("--reader goes with `db url` on the embedded server; on another server, indexer_reader logs in with "
+              "the password its administrator set (deploy/: the reader_db_password secret)")
+        return EXIT_INPUT
+    if args.reader:  # the schema first: the migrations grant the reader schema api
+        cluster = EmbeddedCluster(settings.indexer_home)
+        ensure_schema(cluster.url())
+        print(cluster.reader_url())
+        return EXIT_OK
     if args.action == "url":
         print(database_url(args, settings))
         return EXIT_OK
-    from indexer.db.embedded import EmbeddedCluster
 
     stopped = EmbeddedCluster(settings.indexer_home).stop()
     say("embedded PostgreSQL stopped" if stopped else "embedded PostgreSQL was not running")

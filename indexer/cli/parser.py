@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="embedded database: url | stop")
     db.add_argument("action", choices=["url", "stop"],
                     help="url: print the URL (starting the embedded server if needed); stop: stop it")
+    db.add_argument("--reader", action="store_true",
+                    help="url: the embedded server's URL for the read-only role indexer_reader (schema api only)")
 
     rp = sub.add_parser("report", help="findings per epoch and per host; --html writes a page with charts")
     rp.add_argument("--epochs", type=parse_epochs, help=EPOCHS_HELP + " to report (default: all)")

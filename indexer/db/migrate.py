@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from indexer.db.paths import MIGRATIONS_DIR
+from indexer.db.roles import READER_ROLE
 from indexer.db.schema import current_stamp, expected_stamp, replaceable_object_files
 from indexer.db.url import sqlalchemy_url
 
@@ -14,7 +15,6 @@ if TYPE_CHECKING:
     from alembic.config import Config
     from sqlalchemy.engine import Connection
 
-READER_ROLE = "indexer_reader"
 _LOCK_KEY = 0x6465767368617264  # 'devshard'
 
 
