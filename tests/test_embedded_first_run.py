@@ -234,6 +234,7 @@ def test_the_port_survives_a_stop_and_moves_only_when_taken(home, caplog):
     assert urlsplit(res.stdout.strip()).port == first and "taken" not in res.stderr
     assert cluster.stop()
     with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the server's closed connections linger
         squatter.bind(("127.0.0.1", first))
         squatter.listen()
         with caplog.at_level(logging.WARNING, logger="indexer.db.embedded"):

@@ -6,7 +6,7 @@ import argparse
 
 from indexer.cli.output import EXIT_INPUT, EXIT_OK, EXIT_RUNTIME, console, error, say, warn
 from indexer.db.migrate import ensure_schema
-from indexer.db.url import redact, resolve_database_url
+from indexer.db.url import embedded_finder, redact, resolve_database_url
 from indexer.settings import Settings
 
 
@@ -216,10 +216,20 @@ def cmd_run(args, settings: Settings) -> int:
             if metrics:
                 metrics.observe_cycle(0.0, "error")
 
+        current = {"url": url}
+
+        def on_url(new: str) -> None:  # the embedded server came back on another port: every job follows
+            current["url"] = new
+            if server:
+                server.retarget(new)
+            if alerts:
+                alerts.url = new
+            say(f"the embedded PostgreSQL is now at {redact(new)}")
+
         # beside the cycle: settled epochs' partitions frozen once (indexer.poller.freezing), and the alert jobs
-        jobs = [freeze_job(url), *(alerts.scheduled(args.alerts_interval) if alerts else ())]
+        jobs = [freeze_job(lambda: current["url"]), *(alerts.scheduled(args.alerts_interval) if alerts else ())]
         run_forever(url, chain, rpc, interval=args.interval, on_cycle=on_cycle, on_failure=on_failure, jobs=jobs,
-                    **options)
+                    find_url=embedded_finder(args.database_url, settings), on_url=on_url, **options)
     finally:
         if server:
             server.close()

@@ -104,6 +104,12 @@ class DatabaseReader:
         with self._lock:
             self._drop()
 
+    def retarget(self, url: str) -> None:
+        """Read `url` from the next refresh on (the embedded server came back on another port)."""
+        with self._lock:
+            self.url, self._last = url, None
+            self._drop()
+
     def _refresh(self) -> Snapshot:
         started = time.monotonic()
         body: dict = {"ready": False, "max_lag_seconds": self.max_lag}

@@ -60,6 +60,11 @@ class MetricsServer:
         host, port = self.httpd.server_address[:2]
         return f"{host}:{port}"
 
+    def retarget(self, url: str) -> None:
+        """Read another database URL from now on (the embedded server restarted on another port)."""
+        self.url = url
+        self.metrics.reader.retarget(url)
+
     def start(self) -> "MetricsServer":
         self._thread.start()
         return self
