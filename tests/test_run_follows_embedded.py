@@ -31,7 +31,15 @@ class Output:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
-        threading.Thread(target=lambda: [self.lines.put(line) for line in proc.stdout], daemon=True).start()
+        self.reader = threading.Thread(target=lambda: [self.lines.put(line) for line in proc.stdout], daemon=True)
+        self.reader.start()
+
+    def drain(self) -> str:
+        """Everything written, once the process has exited."""
+        self.reader.join(timeout=30)
+        while not self.lines.empty():
+            self.seen.append(self.lines.get_nowait())
+        return "".join(self.seen)
 
     def wait_for(self, pattern: str, seconds: float = 120) -> re.Match:
         deadline = time.monotonic() + seconds
@@ -101,8 +109,9 @@ def test_run_finds_the_embedded_server_again_after_a_stop_and_a_move():
                 assert _until(lambda: _ready(address) == 200), "/ready did not turn 200 on the new port"
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
-        text = "".join(out.seen)
+        text = out.drain()
         assert "Traceback" not in text, text[-4000:]
+        assert re.search(r"alert (evaluation|delivery) failed: the database is unreachable", text), text[-4000:]
     finally:
         if proc and proc.poll() is None:
             proc.kill()
