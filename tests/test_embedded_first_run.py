@@ -115,6 +115,28 @@ def test_an_older_root_cluster_under_indexer_home_stays_there(private):
 
 
 @as_root
+def test_a_fresh_system_dir_is_laid_out_under_a_strict_umask(private):
+    """Binaries copied and directories made under umask 077 are still readable by the server user."""
+    private.chmod(0o711)  # the system dir's parent must be reachable, as /var/lib is
+    system_dir = private / "devshard"
+    cluster = EmbeddedCluster(private / "checkout" / ".indexer", system_dir=system_dir)
+    before = os.umask(0o077)
+    try:
+        url = cluster.url()
+    finally:
+        os.umask(before)
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    copies = list((system_dir / "postgresql").iterdir())
+    assert len(copies) == 1 and (copies[0] / ".complete").exists()
+    assert all(_mode(p) & 0o005 == 0o005 for p in copies[0].rglob("*") if p.is_dir() and not p.is_symlink())
+    assert _mode(system_dir) == 0o755 and _mode(system_dir / "clusters") == 0o711
+    assert cluster.data_dir.parent == system_dir / "clusters"
+    cluster.destroy()
+    assert not cluster.data_dir.exists()
+
+
+@as_root
 def test_a_system_dir_the_server_user_cannot_reach_is_an_error(private):
     with pytest.raises(EmbeddedError, match=f"cannot reach .*{private} is not searchable"):
         EmbeddedCluster(private / "home", system_dir=private / "var" / "devshard").url()

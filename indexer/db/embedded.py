@@ -163,7 +163,7 @@ class EmbeddedCluster:
             log.warning("removing the embedded cluster %s: its INDEXER_HOME %s was removed", self.data_dir, self.home)
             self._stop()
             shutil.rmtree(self.data_dir)
-        system.make_dir(self.system_dir / "clusters", 0o711)
+        system.make_dir(system.make_dir(self.system_dir, 0o755) / "clusters", 0o711)
         system.check_reachable(self.system_dir / "clusters", "its data directory")
         if not self.data_dir.exists():
             system.make_dir(self.data_dir, 0o700, ids)
