@@ -282,7 +282,7 @@ class EmbeddedCluster:
     def _bin(self, name: str, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
         if self.as_root:
             if self.in_home:  # an older release's cluster under INDEXER_HOME: the server user reaches it already
-                system.check_reachable(self.home, "INDEXER_HOME")
+                system.check_reachable(self.home.parent, "INDEXER_HOME")
             uid, gid = self._server_ids()
             bin_dir, ids = system.server_binaries(self.system_dir, POSTGRES_BIN_PATH), {"user": uid, "group": gid}
         else:
