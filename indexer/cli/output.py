@@ -37,13 +37,15 @@ def redact_text(text: str) -> str:
     return _USERINFO.sub(r"\1***@", text)
 
 
+# A message is one logical line: soft_wrap leaves the wrapping to the terminal, so a log file or a pipe gets it whole
+# (Rich would otherwise break it at the console's width, 80 columns when stderr is not a terminal).
 def error(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[red]error:[/] {escape(redact_text(text))}", highlight=False)
+    console().print(f"[red]error:[/] {escape(redact_text(text))}", highlight=False, soft_wrap=True)
 
 
 def warn(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[yellow]{escape(text)}[/]", highlight=False)
+    console().print(f"[yellow]{escape(text)}[/]", highlight=False, soft_wrap=True)

@@ -73,8 +73,34 @@ def add_alert_arguments(p: argparse.ArgumentParser) -> None:
                    help="more alert rules: *.sql files, one rule each (repeatable; same name replaces a packaged one)")
 
 
+def package_version() -> str:
+    """The installed distribution's version; the package's own ``__version__`` when run from a source tree that
+    was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("devshard-indexer")
+    except PackageNotFoundError:
+        from indexer import __version__
+
+        return __version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version is looked up only when asked for (reading package metadata costs every command
+    a few milliseconds otherwise)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):  # noqa: A002
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"indexer {package_version()}")  # stdout, as argparse's own version action
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="indexer", description="Gonka devshard chain-state indexer")
+    p.add_argument("--version", action=_VersionAction, help="print the package version and exit")
     p.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL, else the embedded PostgreSQL)")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress and debug details to stderr")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
