@@ -23,6 +23,9 @@ def test_demo_polls_the_devnet_and_finds_every_rule_family(db_url):
     assert "Disputable penalties by rule family" in run.stdout + run.stderr
     # the devnet has hosts whose epoch outcome flips without the disputable penalties; the demo ends with them
     assert flips and all(n > 0 for *_, n in flips)
-    last = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()][-1]
+    lines = (run.stdout + run.stderr).splitlines()
+    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("restitution: ")):]
     epoch, host, _, _ = flips[0]
-    assert last.startswith("restitution: ") and f"epoch {epoch} {host}:" in last and "GONKA" in last
+    assert f"  epoch {epoch} {host}" in summary and "GONKA" in summary[-1]
+    assert len(summary) == 1 + 3 * len(flips)  # a heading, then three lines per host: readable in a terminal
+    assert all(len(line) <= 100 for line in summary), max(summary, key=len)

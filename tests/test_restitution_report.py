@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from indexer.restitution import collect, html_section, markdown, restitution_line, rows_csv
+from indexer.restitution import collect, html_section, markdown, restitution_summary, rows_csv
 from tests.rules_kit import load
 from tests.test_restitution_db import X, gov_snapshot, params, small_escrow, summary
 
@@ -38,8 +38,10 @@ def test_markdown_csv_and_line(db_url, tmp_path):
     assert len(rows) == 1
     assert (rows[0]["amount_gonka"], rows[0]["amount_ngonka"], rows[0]["flipped_test"]) == \
         ("37609.316890", "37609316890103", "sprt")
-    line = restitution_line([case])
-    assert line.startswith("restitution: epoch 366 gonka1hostX: SPRT max LLR 4.46 → ") and "37,609.316890 GONKA" in line
+    lines = restitution_summary([case]).splitlines()
+    assert lines[0] == "restitution: 1 host epoch outcome(s) flip without the disputable penalties"
+    assert lines[1] == "  epoch 366 gonka1hostX" and lines[2].startswith("    SPRT max LLR 4.46 → ")
+    assert lines[3] == "    at stake: 37,609.316890 GONKA (37,609,316,890,103 ngonka)"
     fragment, data = html_section([case])
     assert "<svg" in fragment and "H = 4" in fragment
     series = data["366"][X]
@@ -55,7 +57,7 @@ def test_cli_writes_files(db_url, tmp_path):
                           "--epochs", "366", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, timeout=120)
     assert res.returncode == 0, res.stderr.decode()
     assert sorted(p.name for p in out.iterdir()) == ["restitution-366.csv", "restitution-366.md"]
-    assert "restitution: epoch 366 gonka1hostX" in res.stdout.decode() + res.stderr.decode()
+    assert "  epoch 366 gonka1hostX\n" in res.stdout.decode() + res.stderr.decode()
     page = tmp_path / "page.html"
     res = subprocess.run([sys.executable, "-m", "indexer", "--database-url", db_url, "report", "--html", str(page)],
                          cwd=ROOT, env=env, capture_output=True, timeout=120)

@@ -152,12 +152,12 @@ def cmd_report(args, settings: Settings) -> int:
 
     url = ready_database(args, settings)
     if args.restitution:
-        from indexer.restitution import collect as restitution_cases, restitution_line, write_reports
+        from indexer.restitution import collect as restitution_cases, restitution_summary, write_reports
 
         cases = restitution_cases(url, args.epochs)
         for path in write_reports(cases, args.out):
             say(f"wrote {path}")
-        say(restitution_line(cases))
+        say(restitution_summary(cases))
         return EXIT_OK
     if args.html:
         from indexer.restitution import collect as restitution_cases, html_block

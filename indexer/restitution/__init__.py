@@ -4,6 +4,6 @@ took from them, the evidence and the parameters in force (api.restitution_impact
 `collect` reads only the api views; `render` turns one epoch's case into Markdown, CSV, or an HTML fragment plus
 chart data (docs/restitution.md)."""
 from indexer.restitution.collect import EpochCase, collect
-from indexer.restitution.render import html_block, html_section, markdown, restitution_line, rows_csv, write_reports
+from indexer.restitution.render import html_block, html_section, markdown, restitution_summary, rows_csv, write_reports
 
-__all__ = ["EpochCase", "collect", "html_block", "html_section", "markdown", "restitution_line", "rows_csv", "write_reports"]
+__all__ = ["EpochCase", "collect", "html_block", "html_section", "markdown", "restitution_summary", "rows_csv", "write_reports"]

@@ -150,20 +150,22 @@ def write_reports(cases: list[EpochCase], out_dir: str | Path) -> list[Path]:
     return written
 
 
-def restitution_line(cases: list[EpochCase]) -> str:
+def restitution_summary(cases: list[EpochCase]) -> str:
+    """The closing summary of `demo` and `report --restitution`: a heading, then per host its epoch, the test that
+    flips and the amount at stake, each on its own short line (one line per host ran to hundreds of characters)."""
     found = [(c.epoch, r) for c in cases for r in c.candidates]
     if not found:
         return "restitution: no host's epoch outcome flips without the disputable penalties"
-    parts = []
+    lines = [f"restitution: {len(found)} host epoch outcome(s) flip without the disputable penalties"]
     for epoch, r in found:
         if "sprt" in (r["flipped_test"] or ""):
             why = (f"SPRT max LLR {r['sprt_max_llr']:.2f} → {r['sprt_max_llr_without_disputable']:.2f} "
                    f"(H {_fmt(r['sprt_threshold'])}) without {r['disputable_invalid']} disputable invalidation(s)")
         else:
             why = f"downtime test fails → passes without {r['disputable_missed']} disputable miss(es)"
-        parts.append(f"epoch {epoch} {r['participant']}: {why}; {gonka(r['reward_at_stake'])} GONKA "
-                     f"({_fmt(r['reward_at_stake'])} ngonka) at stake")
-    return "restitution: " + "; ".join(parts)
+        lines += [f"  epoch {epoch} {r['participant']}", f"    {why}",
+                  f"    at stake: {gonka(r['reward_at_stake'])} GONKA ({_fmt(r['reward_at_stake'])} ngonka)"]
+    return "\n".join(lines)
 
 
 def _svg(series: dict[str, list[tuple[str, Decimal]]], threshold: Decimal | None) -> str:
