@@ -62,14 +62,16 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced by ***, for printing."""
+    """The URL with any password replaced by ***, for printing: the userinfo's and a ``password=`` query
+    parameter's (libpq takes either)."""
+    import re
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else ""))
+    return urlunsplit(parts._replace(query=query))
