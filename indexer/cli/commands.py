@@ -242,6 +242,14 @@ def cmd_alerts(args, settings: Settings) -> int:
     return run_alerts(args, settings, ready_database(args, settings))
 
 
+def cmd_status(args, settings: Settings) -> int:
+    from indexer.cli.status import run_status
+
+    if args.ready_max_lag is None:
+        args.ready_max_lag = settings.ready_max_lag
+    return run_status(database_url(args, settings), args)  # read only: no migration
+
+
 def _operator(args, settings: Settings):
     """Operator mode from --gonka-operator-* options over GONKA_OPERATOR_* settings (None when not configured)."""
     from indexer.sources.gonka.signing import operator_from_env

@@ -98,6 +98,22 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+# the health rule is indexer.observe.health's; this is its user-facing statement
+STATUS_HELP = """\
+One screen: the database in use (password redacted), whether it is healthy and why not, the last poll cycle and its
+outcome, the sources (cursor and lag; per class, then the chain, the epochs not final yet and every lagging or
+erroring source), the epochs per state and the alerts firing.
+
+Healthy means all of:
+  - the schema exists (`indexer migrate` creates it);
+  - no source lags more than --ready-max-lag seconds (the rule of `indexer run`'s /ready);
+  - the last poll cycle did not fail (a failed cycle's error stays on the `chain` source until one succeeds);
+  - no alert at --fail-on severity or above is firing, unless silenced.
+An empty, migrated database is healthy (nothing is late yet).
+
+Exit status: 0 healthy; 1 not healthy (the reasons are listed); 2 bad usage or the database cannot be reached."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="indexer", description="Gonka devshard chain-state indexer")
     p.add_argument("--version", action=_VersionAction, help="print the package version and exit")
@@ -196,6 +212,15 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("--silences", action="store_true", help="list the silences in force, then exit")
     al.add_argument("--unsilence", metavar="KEY_OR_RULE",
                     help="end the silences of one alert key or rule now, then exit")
+
+    st = sub.add_parser("status", help="one screen: sources, last cycle, epochs, alerts; exit 1 when not healthy",
+                        description=STATUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    st.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the screen")
+    st.add_argument("--ready-max-lag", type=positive_float, metavar="SECONDS",
+                    help="a source lagging more than this is not healthy ($INDEXER_READY_MAX_LAG, default 900)")
+    st.add_argument("--fail-on", choices=["info", "warning", "critical", "none"], default="warning",
+                    help="firing alerts of this severity or above make the status not healthy (default warning; "
+                         "none: alerts never do)")
 
     from indexer.devnet.options import add_arguments as devnet_arguments
 

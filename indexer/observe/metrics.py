@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from indexer.alerts.rules import load_rules
+from indexer.observe import health
 from indexer.records import KINDS
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,6 @@ _DISPUTABLE = "SELECT rule, count(*) FROM api.disputable_penalties GROUP BY 1"
 _FIRING = """SELECT rule, count(*) FILTER (WHERE status = 'firing')
              FROM (SELECT rule, status FROM alert.state UNION ALL SELECT unnest(%s::text[]), NULL) AS known
              GROUP BY 1"""
-_LAGGING = """SELECT source, lag_seconds FROM api.ingest_status WHERE lag_seconds > %s
-              ORDER BY lag_seconds DESC, source LIMIT 20"""
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,7 @@ class DatabaseReader:
                                              application_name=APPLICATION_NAME,
                                              options=f"-c statement_timeout={CONNECT_TIMEOUT * 1000}")
             conn = self._conn
-            lagging = conn.execute(_LAGGING, (self.max_lag,)).fetchall()
+            lagging = health.lagging(conn, self.max_lag)  # the readiness rule `indexer status` shares
             rows = {"lag": conn.execute(_LAG).fetchall(), "errors": conn.execute(_ERRORS).fetchall(),
                     "rows": conn.execute(_ROWS).fetchall(), "disputable": conn.execute(_DISPUTABLE).fetchall(),
                     "firing": conn.execute(_FIRING, (self.rules,)).fetchall()}
