@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 from indexer.db.url import first_line, is_unreachable
 from indexer.poller.cycle import PollSummary, poll_once
+from indexer.poller.leases import LeaseLost
 from indexer.scheduling import Job, run_jobs
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,13 @@ def run_forever(url: str, chain_urls: Sequence[str], rpc_urls: Sequence[str], *,
                     on_url(found)
         try:
             summary = poll_once(state["url"], chain_urls, rpc_urls, **kw)
+        except LeaseLost as exc:  # fenced out after a pause past the lease: the designed outcome, nothing to debug
+            state["lost"] = False
+            log.warning("poll cycle ended early: %s; the poller that took the work over goes on from the committed "
+                        "cursors, and this one's next cycle takes new leases", exc)
+            if on_failure:
+                on_failure(exc)
+            return
         except Exception as exc:  # noqa: BLE001 - the next cycle retries; the error is in net.cursor
             state["lost"] = is_unreachable(exc)
             if state["lost"]:

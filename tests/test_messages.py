@@ -1,0 +1,89 @@
+"""What the indexer says when things go the designed way but not the happy one: one clear line each, no
+tracebacks for expected outcomes, no message repeated on every tick, and the file and line where input broke."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import psycopg
+
+from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
+from indexer.poller import schedule
+from indexer.poller.leases import Leases
+from indexer.sources.gonka import RetryPolicy
+
+FAST = RetryPolicy(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=8)
+DEADLINE = 60  # seconds: a wait that takes longer than this is a failure, not a slow machine
+
+
+def test_a_poller_fenced_out_of_its_lease_says_so_in_one_warning_line(db_url, monkeypatch, caplog):
+    scn = Scenario(ScenarioConfig(seed=17, epochs=2, escrows_per_epoch=2, inferences_per_escrow=16))
+    stolen = sorted(scn.escrows, key=int)[0]
+    fresh_cursors = Leases.escrow_cursors
+
+    def then_stolen(self, escrow_id):  # the poller "pauses" past its lease and another one takes the escrow over
+        out = fresh_cursors(self, escrow_id)
+        if escrow_id == stolen:
+            with psycopg.connect(db_url) as c:
+                c.execute("UPDATE net.lease SET holder = 'thief:3:x', expires_at = now() + interval '1 hour' "
+                          "WHERE resource = %s", (f"escrow:{stolen}",))
+        return out
+
+    monkeypatch.setattr(Leases, "escrow_cursors", then_stolen)
+    failures = []
+    # one tick of the scheduler: the job runs once, in this thread
+    monkeypatch.setattr(schedule, "run_jobs", lambda jobs: [fn() for fn, _, job_id in jobs if job_id == "poll"])
+    caplog.set_level(logging.INFO)
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        schedule.run_forever(db_url, net.chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30,
+                             holder="stale:4:y", on_failure=failures.append)
+    mine = [r for r in caplog.records if r.name == "indexer.poller.schedule"]
+    assert [(r.levelname, r.exc_info) for r in mine] == [("WARNING", None)]
+    text = mine[0].getMessage()
+    assert text.startswith(f"poll cycle ended early: lease escrow:{stolen} lost to thief:3:x") and "\n" not in text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [type(f).__name__ for f in failures] == ["LeaseLost"]  # still counted as a failed cycle (metrics)
+
+
+def test_a_run_that_outlasts_its_interval_is_said_once_not_on_every_tick(caplog):
+    from indexer.scheduling import run_jobs
+
+    caplog.set_level(logging.INFO)
+    overrun_said, ticks_after = threading.Event(), threading.Event()
+    ticks = []
+
+    class Said(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "longer than its" in record.getMessage():
+                overrun_said.set()
+
+    def slow() -> None:  # outlasts its interval until the ticker has run three times after the overrun was said
+        assert overrun_said.wait(DEADLINE), "no overrun message"
+        assert ticks_after.wait(DEADLINE), "the ticker stopped"
+        os.kill(os.getpid(), signal.SIGTERM)  # run_jobs stops as under `indexer run`: after the running jobs end
+
+    def ticker() -> None:  # same interval as slow: each of its runs is a tick at which slow was skipped
+        if overrun_said.is_set():
+            ticks.append(1)
+            if len(ticks) >= 3:
+                ticks_after.set()
+
+    said = Said()
+    logging.getLogger("indexer.scheduling").addHandler(said)
+    try:
+        run_jobs([(slow, 0.05, "poll"), (ticker, 0.05, "ticker")])
+    finally:
+        logging.getLogger("indexer.scheduling").removeHandler(said)
+    messages = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert not [m for m in messages if "maximum number of running instances" in m[2]], messages
+    warnings = [m for m in messages if m[0] == "indexer.scheduling" and m[1] == "WARNING"]
+    assert warnings == [("indexer.scheduling", "WARNING", "poll: a run is taking longer than its 0.05 s interval; "
+                         "runs never overlap, the next one starts at the first tick after it ends")]
+    ended = [m[2] for m in messages if m[0] == "indexer.scheduling" and "tick(s) skipped" in m[2]]
+    assert len(ended) == 1 and ended[0].startswith("poll: the run that outlasted its interval ended; ")
+    assert int(ended[0].split("; ")[1].split()[0]) >= 2
+    # the filter is gone with the scheduler: APScheduler's own logger is as it was
+    assert not logging.getLogger("apscheduler.scheduler").filters
