@@ -87,3 +87,48 @@ def test_a_run_that_outlasts_its_interval_is_said_once_not_on_every_tick(caplog)
     assert int(ended[0].split("; ")[1].split()[0]) >= 2
     # the filter is gone with the scheduler: APScheduler's own logger is as it was
     assert not logging.getLogger("apscheduler.scheduler").filters
+
+
+def _truncated_gz(path, lines: int = 5000, keep: float = 0.6) -> int:
+    """A gzip file cut short, as an interrupted copy leaves it; returns the line the cut falls in."""
+    import gzip
+    import zlib
+
+    body = b"".join(f'{{"kind":"start","escrow_id":"9","inference_id":{i},"diff_nonce":{i}}}\n'.encode()
+                    for i in range(lines))
+    packed = gzip.compress(body)
+    cut = packed[: int(len(packed) * keep)]
+    path.write_bytes(cut)
+    whole = zlib.decompressobj(wbits=31).decompress(cut)  # everything before the cut that can be read
+    return whole.count(b"\n") + 1
+
+
+def test_a_truncated_gzip_file_is_reported_at_the_line_it_breaks_in(tmp_path):
+    import pytest
+
+    from indexer.sources.ndjson import InputError, open_input
+
+    path = tmp_path / "capture.ndjson.gz"
+    line = _truncated_gz(path)
+    assert line > 2000  # well past the first line: the whole file fits in one read chunk
+    blocks = []
+    with pytest.raises(InputError) as caught:
+        for first, block in open_input(str(path)).open_blocks(50_000):
+            blocks.append((first, block))
+    assert str(caught.value) == (f"{path}: corrupt or truncated gzip data in line {line}: Compressed file ended "
+                                 "before the end-of-stream marker was reached")
+    # every whole line before the break was handed over first (the broken line is not)
+    assert sum(block.count(b"\n") for _, block in blocks) == line - 1
+
+
+def test_ingest_of_a_truncated_gzip_file_names_the_file_and_line(db_url, tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "capture.ndjson.gz"
+    line = _truncated_gz(path)
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    res = subprocess.run([sys.executable, "-m", "indexer", "ingest", str(path), "--no-progress", "--database-url",
+                          db_url], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2
+    assert f"capture.ndjson.gz: corrupt or truncated gzip data in line {line}: Compressed file" in res.stderr
