@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import psycopg
@@ -13,6 +15,7 @@ from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
 from indexer.poller import schedule
 from indexer.poller.leases import Leases
 from indexer.sources.gonka import RetryPolicy
+from tests.test_archive import loaded  # noqa: F401 - the archive tests' fixture: three epochs, two final
 
 FAST = RetryPolicy(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=8)
 DEADLINE = 60  # seconds: a wait that takes longer than this is a failure, not a slow machine
@@ -122,9 +125,6 @@ def test_a_truncated_gzip_file_is_reported_at_the_line_it_breaks_in(tmp_path):
 
 
 def test_ingest_of_a_truncated_gzip_file_names_the_file_and_line(db_url, tmp_path):
-    import subprocess
-    import sys
-
     path = tmp_path / "capture.ndjson.gz"
     line = _truncated_gz(path)
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
@@ -132,3 +132,43 @@ def test_ingest_of_a_truncated_gzip_file_names_the_file_and_line(db_url, tmp_pat
                           db_url], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 2
     assert f"capture.ndjson.gz: corrupt or truncated gzip data in line {line}: Compressed file" in res.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    return subprocess.run([sys.executable, "-m", "indexer", *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_archive_rerun_names_an_archived_file_that_was_deleted(loaded, tmp_path):
+    from indexer.archive import epoch_file
+
+    out = tmp_path / "archive"
+    first = _cli("--database-url", loaded, "archive", "--before", "402", "--to", str(out))
+    assert first.returncode == 0, first.stderr
+    (out / epoch_file(400)).unlink()
+    (out / epoch_file(401)).write_bytes(b"\x1f\x8b cut short")
+    again = _cli("--database-url", loaded, "archive", "--before", "402", "--to", str(out))
+    assert again.returncode == 1
+    assert "archived 0 epoch(s)" in again.stderr
+    line = [x for x in again.stderr.splitlines() if x.startswith("error:")]
+    assert len(line) == 1 and f"2 file(s) listed in its manifest are missing or damaged: {epoch_file(400)} (epoch " \
+        "400, " in line[0] and ": missing; " in line[0] and f"{epoch_file(401)} (epoch 401, " in line[0]
+
+
+def test_ingest_checks_an_archived_file_against_its_manifest(loaded, db_url, tmp_path):
+    from indexer.archive import epoch_file
+
+    out = tmp_path / "archive"
+    assert _cli("--database-url", loaded, "archive", "--before", "402", "--to", str(out)).returncode == 0
+    good = _cli("--database-url", db_url, "ingest", str(out / epoch_file(400)), "--no-progress")
+    assert good.returncode == 0, good.stderr
+    damaged = out / epoch_file(401)
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    res = _cli("--database-url", db_url, "ingest", str(damaged), "--no-progress")
+    assert res.returncode == 2
+    assert f"{damaged}: sha256 " in res.stderr and "the archived file was changed or damaged" in res.stderr
+    with psycopg.connect(db_url) as c:  # nothing of it loaded
+        assert c.execute("SELECT count(*) FROM rec.escrow WHERE epoch_index = 401").fetchone() == (0,)

@@ -61,8 +61,11 @@ def cmd_ingest(args, settings: Settings) -> int:
     from indexer.replay.follow import ReplayFollower
     from indexer.sources.ndjson import InputError, check_input
 
-    for name in args.files:  # a missing or unreadable file is bad usage before anything loads
+    from indexer.archive import verify_archived
+
+    for name in args.files:  # a missing, unreadable or damaged archive file is bad input before anything loads
         check_input(name)
+        verify_archived(name)
     url = ready_database(args, settings)
     failure = None
     with ReplayFollower(url) as follower:  # a long load's escrows are replayed while later batches load
@@ -141,6 +144,11 @@ def cmd_archive(args, settings: Settings) -> int:
     summary = archive(url, args.before, args.to, force=args.force)
     say(f"archived {len(summary.dropped)} epoch(s) before {args.before} to {args.to}: {summary.records} records "
         f"({len(summary.written)} file(s) written, {len(summary.kept)} already there) in {summary.seconds:.2f}s")
+    if summary.damaged:
+        error(f"{args.to}: {len(summary.damaged)} file(s) listed in its manifest are missing or damaged: "
+              + "; ".join(summary.damaged[:20]) + (" …" if len(summary.damaged) > 20 else "")
+              + " (an epoch dropped from the database comes back only from a copy of its file)")
+        return EXIT_RUNTIME
     return EXIT_OK
 
 
