@@ -172,3 +172,37 @@ def test_ingest_checks_an_archived_file_against_its_manifest(loaded, db_url, tmp
     assert f"{damaged}: sha256 " in res.stderr and "the archived file was changed or damaged" in res.stderr
     with psycopg.connect(db_url) as c:  # nothing of it loaded
         assert c.execute("SELECT count(*) FROM rec.escrow WHERE epoch_index = 401").fetchone() == (0,)
+
+
+_DISK_FULL = """
+CREATE FUNCTION public.disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.source_line > 1200 THEN  -- what the server says when a write finds the disk full
+        RAISE EXCEPTION 'could not extend file "base/16384/2619": No space left on device'
+            USING ERRCODE = 'disk_full', HINT = 'Check free disk space.';
+    END IF;
+    RETURN NEW;
+END $$;
+"""
+
+
+def test_a_full_disk_names_the_file_and_the_last_committed_line_like_a_lost_connection(db_url, conn, tmp_path):
+    from tests.helpers import escrow, tx, write_lines
+
+    path = write_lines(tmp_path / "many.ndjson", [escrow()] + [tx("start", i, i) for i in range(1, 3000)])
+    # the server's own error, SQLSTATE 53100, raised as the rows of line 1201 on reach the table
+    conn.execute(_DISK_FULL)
+    conn.execute("CREATE TRIGGER disk_full BEFORE INSERT ON rec.start_tx FOR EACH ROW EXECUTE FUNCTION "
+                 "public.disk_full()")
+    res = _cli("--database-url", db_url, "ingest", str(path), "--no-progress", "--batch-lines", "400")
+    assert res.returncode == 1
+    lines = res.stderr.splitlines()
+    committed = conn.execute("SELECT lines_committed FROM rec.source").fetchone()[0]
+    assert 0 < committed <= 1200
+    assert lines == [f"error: {path.resolve()}: the database server's disk is full after line {committed} was "
+                     "committed (could not extend file \"base/16384/2619\": No space left on device); run the same "
+                     "command again to resume from there"], res.stderr
+    conn.execute("DROP TRIGGER disk_full ON rec.start_tx")  # space freed: the same command finishes the load
+    again = _cli("--database-url", db_url, "ingest", str(path), "--no-progress", "--batch-lines", "400")
+    assert again.returncode == 0, again.stderr
+    assert conn.execute("SELECT count(*) FROM rec.start_tx").fetchone() == (2999,)
