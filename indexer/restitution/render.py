@@ -152,7 +152,7 @@ def write_reports(cases: list[EpochCase], out_dir: str | Path) -> list[Path]:
 
 def restitution_summary(cases: list[EpochCase]) -> str:
     """The closing summary of `demo` and `report --restitution`: a heading, then per host its epoch, the test that
-    flips and the amount at stake, each on its own short line (one line per host ran to hundreds of characters)."""
+    flips and the amount at stake, each on its own short line (a terminal or a log shows it unwrapped)."""
     found = [(c.epoch, r) for c in cases for r in c.candidates]
     if not found:
         return "restitution: no host's epoch outcome flips without the disputable penalties"

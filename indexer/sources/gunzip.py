@@ -8,9 +8,9 @@ import zlib
 class GzipUntilBroken:
     """A gzip stream whose ``read(size)`` returns every byte decompressed before a corruption or truncation, then
     ends (``b""``) with the error kept in ``error`` for the reader to report at the line it broke in.
-    GzipFile.read(size) raises at once and drops what it had decompressed in that call (up to a whole 1 MiB chunk:
-    a file truncated at line 2,775 was reported near line 1, and the lines before it were never loaded); reading
-    through read1, one decompression step at a time, keeps them."""
+    GzipFile.read(size) raises at once and drops what it decompressed in that call (up to a whole chunk of many
+    lines): the break would be placed at the chunk's first line and the whole lines before it never read.
+    Reading through read1, one decompression step at a time, keeps them."""
 
     def __init__(self, stream: gzip.GzipFile) -> None:
         self.stream = stream
