@@ -9,7 +9,7 @@ import json
 import psycopg
 
 from indexer.cli.output import EXIT_INPUT, EXIT_OK, EXIT_RUNTIME, error, one_line
-from indexer.db.url import redact
+from indexer.db.url import first_line, redact
 from indexer.observe.health import Health, ago, check, iso
 
 CONNECT_TIMEOUT = 5  # seconds: a status check must answer even when the server does not
@@ -19,8 +19,7 @@ def run_status(url: str, args) -> int:
     try:
         conn = psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT, autocommit=True)
     except psycopg.OperationalError as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        error(f"cannot connect to {redact(url)}: {first}")
+        error(f"cannot connect to {redact(url)}: {first_line(exc)}")
         return EXIT_INPUT
     fail_on = None if args.fail_on == "none" else args.fail_on
     with conn:
