@@ -10,7 +10,8 @@
   ``bitcoin_reward_params`` and ``devshard_escrow_params``. Governance changes live params later (proposal 96
   raised invalidation_h_threshold after epoch 366 had ended), so live values are only a stand-in: when the node
   has pruned that height, or the epoch is still running, the live values are stored with the height they were
-  read at and ``params_exact = false``, and a later capture of an ended epoch replaces them where it can;
+  read at and ``params_exact = false``, and a later capture of an ended epoch replaces them where it can (an
+  exact snapshot is never replaced by an inexact one: the load's upsert keeps it, indexer.load.statements);
 * once the epoch has ended: ``excluded_participants/E`` and ``epoch_performance_summary/E/{participant}`` for
   every participant of the root group or of the exclusions: ``participant_epoch`` records.
 
