@@ -23,7 +23,7 @@ import logging
 from concurrent.futures import Executor
 from typing import Sequence
 
-from indexer.poller.fetch import EscrowDone, Settlement
+from indexer.poller.fetch import EscrowDone, Settlement, settlements_from
 from indexer.poller.leases import Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError, Gonka
@@ -143,12 +143,7 @@ class Epochs:
         except (FetchError, NormalizeError) as exc:
             self.store.error("rpc:settled", str(exc))
             return {}
-        out = {}
-        for ev in events:
-            v = ev.attributes.get("state_root_and_protocol_version", "")
-            if ev.attributes.get("escrow_id") and v.startswith("v"):
-                out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height)
-        return out
+        return settlements_from(events)
 
     def listing(self, epoch: int) -> tuple[list[str], list[str]]:
         """(its escrow ids, the ids still to fetch), without writing anything (another poller may hold the epoch's
