@@ -135,3 +135,47 @@ def test_an_exact_snapshot_survives_a_later_capture(db_url, scn, clean):
     assert row == (True, end)
     mine = {r for r in _rows(db_url, "rec.epoch_params") if r[0] == str(first)}
     assert mine and mine == {r for r in clean["rec.epoch_params"] if r[0] == str(first)}
+
+
+def _snapshot_status(url, epoch):
+    with psycopg.connect(url) as c:
+        status = c.execute("SELECT last_error FROM api.ingest_status WHERE source = %s",
+                           (f"snapshot:{epoch}:root",)).fetchone()
+        failures = c.execute("SELECT url, error FROM net.failure WHERE source = %s",
+                             (f"snapshot:{epoch}:root",)).fetchall()
+        state = c.execute("SELECT state FROM net.epoch_state WHERE epoch_index = %s", (epoch,)).fetchone()
+    return status, failures, state
+
+
+@pytest.mark.parametrize("earlier", ["answered", "stored"])
+def test_an_epoch_missing_between_two_that_answer_is_a_failure_retried(db_url, earlier):
+    """A 404 for epoch_group_data/<E> while a later epoch answers and an earlier one answered in the same cycle
+    (or, out of the window now, is stored): a failed read naming the epoch and URL in net.failure and
+    api.ingest_status, the epoch not final; resolved once the node answers. Epochs with nothing before them (before
+    the chain's first) stay silent."""
+    scn = Scenario(ScenarioConfig(seed=7, epochs=4, escrows_per_epoch=1, inferences_per_escrow=8))
+    first = scn.epochs[0].epoch_index
+    missing = first + 1
+    with DevnetServer(scn) as net:
+        if earlier == "answered":  # the first cycle at first + 2: first answers in it, nothing is stored
+            net.advance_epoch(), net.advance_epoch()
+        else:  # a cycle per epoch up to first + 3: first left the window, stored
+            _poll(db_url, net)
+            for before_genesis in (first - 2, first - 1):  # no epoch answers before them: not a failure
+                assert _snapshot_status(db_url, before_genesis)[:2] == (None, [])
+            for _ in range(2):
+                net.advance_epoch()
+                _poll(db_url, net)
+            net.advance_epoch()
+        net.app.options.missing_epochs = (missing,)
+        for _ in range(3):  # stats stable, escrows final: only the missing group keeps it from being final
+            _poll(db_url, net)
+        status, failures, state = _snapshot_status(db_url, missing)
+        assert status and f"epoch {missing} has no epoch group (HTTP 404 for " in status[0], status
+        assert failures and all(f"epoch_group_data/{missing}" in u and f"epoch {missing}" in e for u, e in failures)
+        assert state == ("settling",)
+        net.app.options.missing_epochs = ()
+        _poll(db_url, net)
+        _poll(db_url, net)
+        status, _, state = _snapshot_status(db_url, missing)
+    assert status == (None,) and state == ("final",)

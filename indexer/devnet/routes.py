@@ -61,6 +61,7 @@ class AppOptions:
     payload_auth: bool = False  # payload route authenticates like real hosts (operator mode); off: any
                                 # X-Validator-Address header is enough (the unsigned flows of tests and the demo)
     state_retain_blocks: int | None = None  # chain state kept for heights this far below the tip (None: one epoch)
+    missing_epochs: tuple[int, ...] = ()  # epoch_group_data/<E> of these epochs answers 404 (a node missing them)
     failing_models: tuple[str, ...] = ()  # epoch_group_data?model_id=… of these models answers 500 (a failed read)
     unindexed_settlements: tuple[str, ...] = ()  # escrows whose settlement tx_search does not find (a node whose tx
                                                  # index lags the state it serves)
@@ -185,6 +186,8 @@ class App:
     def epoch_group_data(self, q: Mapping, hd: Mapping, epoch: str) -> Response:
         if not epoch.isdigit():
             return grpc_error(3, f"invalid epoch {epoch!r}")
+        if int(epoch) in self.options.missing_epochs:
+            return grpc_error(5, "epoch group data not found")
         if _param(q, "model_id") in self.options.failing_models:
             return grpc_error(13, "simulated failure of a model group read")
         body = ev.epoch_group_data_json(self.net, int(epoch), _param(q, "model_id"))

@@ -152,8 +152,11 @@ class Poller:
         done = self.pipeline.run(jobs, settlements)  # a failed one leaves the reads to close(), which waits for them
         # the snapshots load after the escrows: nothing in the load of an escrow reads them, and the reads (dozens
         # of chain requests an epoch) would otherwise hold back the first escrow's fetch
-        for epoch, read in captures:
-            self.epochs.load_snapshot(epoch, read.result(), info if epoch == now else None)
+        read = [(epoch, future.result()) for epoch, future in captures]
+        answered = {epoch for epoch, cap in read if cap.absent is None and not any(f.what == "root"
+                                                                                  for f in cap.failures)}
+        for epoch, cap in read:
+            self.epochs.load_snapshot(epoch, cap, info if epoch == now else None, answered)
         waiting |= self._skipped()
         finished: set[int] = set()
         while True:

@@ -63,7 +63,9 @@ class EpochCapture:
     succeeded: list[str] = field(default_factory=list)  # sources read fine (their earlier errors are resolved)
     start_height: int | None = None
     end_height: int | None = None
-    absent: bool = False  # the chain answered 404 for the root group: no such epoch group, nothing to capture
+    absent: SnapshotFailure | None = None  # the chain answered 404 for the root group (no such epoch group, nothing
+                                           # captured): the read, a failure only where the caller knows the epoch
+                                           # exists (indexer.poller.finality.Epochs.load_snapshot)
 
     @property
     def complete(self) -> bool:
@@ -93,8 +95,8 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
         weights = cr.validation_weights(group)
         epoch_rec = cr.epoch_record_from_group(group)
     except FetchError as exc:
-        if exc.status == 404:  # the chain has no group for this epoch (before genesis, or not formed yet)
-            out.absent = True
+        if exc.status == 404:  # no group for this epoch: before genesis, not formed yet, or a node missing it
+            out.absent = SnapshotFailure(epoch, "root", exc.url or root_url, str(exc), True)
         else:
             failed("root", exc, root_url)
         return out
