@@ -156,7 +156,7 @@ class Poller:
         answered = {epoch for epoch, cap in read if cap.absent is None and not any(f.what == "root"
                                                                                   for f in cap.failures)}
         for epoch, cap in read:
-            self.epochs.load_snapshot(epoch, cap, info if epoch == now else None, answered)
+            self.epochs.load_snapshot(epoch, cap, info if epoch == now else None, answered, len(plans[epoch][0]))
         waiting |= self._skipped()
         finished: set[int] = set()
         while True:

@@ -17,7 +17,8 @@ height) and, once ended, ``participant_epoch``. A failed read is a warning in th
 ``api.model_limits`` shows a model whose read failed, with the reason); it is retried every cycle. A 404 for the
 epoch's root group is "no such epoch" (before the chain's first, not formed yet) unless the chain has epochs on
 both sides of it (a later one answered in the cycle, an earlier one answered or is stored): then it is such a
-failed read (``snapshot:<E>:root``), and the epoch is not final until the group is read.
+failed read (``snapshot:<E>:root``), and so is one for an epoch that tx_search lists escrows for; the epoch is not
+final until the group is read.
 """
 from __future__ import annotations
 
@@ -167,15 +168,17 @@ class Epochs:
         return capture_epoch(self.g.chain, epoch, ended=epoch < (self.summary.epoch or 0), mapper=self._pool.map)
 
     def load_snapshot(self, epoch: int, cap: EpochCapture, info: dict | None = None,
-                      answered: set[int] | None = None) -> None:
+                      answered: set[int] | None = None, escrows: int = 0) -> None:
         """Load a captured snapshot under the epoch's lease; its failed reads logged and recorded. ``answered``: the
-        epochs whose root group this cycle read; a 404 for this epoch's while a later one answered and an earlier
-        one is known (answered, or stored) is a failed read, not "no such epoch": the chain has that epoch."""
-        if cap.absent is not None and answered is not None and self._inside(epoch, answered):
-            missing = cap.absent
-            cap.failures.append(replace(missing, error=f"epoch {epoch} has no epoch group (HTTP 404 for "
-                                                       f"{missing.url}) although epochs before and after it answer: "
-                                                       f"{missing.error}"))
+        epochs whose root group this cycle read; ``escrows``: how many escrows tx_search lists for the epoch. A 404
+        for this epoch's root group while a later one answered and an earlier one is known (answered, or stored),
+        or while the epoch has escrows, is a failed read, not "no such epoch": the chain has that epoch."""
+        if cap.absent is not None and answered is not None:
+            why = ("epochs before and after it answer" if self._inside(epoch, answered)
+                   else "tx_search lists escrows of it" if escrows else None)
+            if why is not None:
+                cap.failures.append(replace(cap.absent, error=f"epoch {epoch} has no epoch group (HTTP 404) although "
+                                                              f"{why}: {cap.absent.error}"))
         records = cap.records
         if info is not None and not any(r["kind"] == "epoch" for r in records):
             records.insert(0, epoch_record(info))  # the root group failed: the current epoch's start is still known
