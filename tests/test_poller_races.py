@@ -182,3 +182,31 @@ def test_an_epoch_missing_between_two_that_answer_is_a_failure_retried(db_url, e
         _poll(db_url, net)
         status, _, state = _snapshot_status(db_url, missing)
     assert status == (None,) and state == ("final",)
+
+
+def test_migration_refetches_escrows_stored_final_without_their_height(db_url, scn):
+    """Data an earlier poller stored (final, settled, no settled_height): 0022 removes the final mark where the epoch
+    is not final yet, and the next cycle stores the height."""
+    import importlib
+
+    upgrade = importlib.import_module("indexer.migrations.versions.0022_final_without_height").UPGRADE
+    old, new = scn.epochs[0], scn.epochs[1]
+    with DevnetServer(scn) as net:
+        for k in range(3):  # clocks old, new, new + 1: old final, new settling
+            if k:
+                net.advance_epoch()
+            _poll(db_url, net)
+        victims = [old.escrows[0].escrow_id, new.escrows[0].escrow_id]
+        with psycopg.connect(db_url) as c:
+            assert dict(c.execute("SELECT epoch_index, state FROM net.epoch_state WHERE epoch_index = ANY(%s)",
+                                  ([old.epoch_index, new.epoch_index],)).fetchall()) == {
+                old.epoch_index: "final", new.epoch_index: "settling"}
+            c.execute("UPDATE rec.escrow SET extra = extra - 'settled_height' WHERE escrow_id = ANY(%s)", (victims,))
+            c.execute(upgrade)
+        got = _escrows(db_url, victims)
+        assert got[victims[0]][1] is not None and got[victims[1]] == (None, None)
+        assert all(c for e, (_, c) in _escrows(db_url, [e.escrow_id for e in new.escrows]).items()
+                   if e != victims[1])
+        _poll(db_url, net)
+        height = str(net.devnet.settle_height(new.escrows[0]))
+    assert _escrows(db_url, [victims[1]])[victims[1]] == (height, str(new.escrows[0].last_nonce))
