@@ -160,3 +160,10 @@ def state_signature_bytes(*, state_root: bytes, escrow_id: int | str, nonce: int
     """``StateSignatureContent{1 state_root, 2 escrow_id (decimal string), 3 nonce}``: what each host signs to agree
     on a state, and what the chain recovers at settlement (see :mod:`indexer.verify.settlement`)."""
     return pb.concat((pb.f_bytes(1, state_root), pb.f_str(2, str(escrow_id)), pb.f_uint(3, nonce)))
+
+
+def validation_vote_bytes(*, inference_id: int, voter_slot: int, vote_valid: bool, escrow_id: int | str) -> bytes:
+    """``MsgValidationVote`` without field 4 ``proposer_sig``: 1 inference_id, 2 voter_slot, 3 vote_valid,
+    5 escrow_id."""
+    return pb.concat((pb.f_uint(1, inference_id), pb.f_uint(2, voter_slot), pb.f_bool(3, vote_valid),
+                      pb.f_str(5, str(escrow_id))))
