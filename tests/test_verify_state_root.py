@@ -1,80 +1,15 @@
-"""State roots against upstream vectors: /work/shared/data/upstream-vectors/gonka-v4.1/v41-state-roots.json, copied
-from gonka-ai/gonka @bb34d444 ``devshard/state/testdata/`` (roots made by release/devshard/v4.1.0). The 34 diffs are
-``journalFixture.script`` (``devshard/state/journal_test.go`` @bb34d444) built with the tx builders of
-``committed_hash_test.go`` at the same commit, rebuilt here; every host signature is made with coincurve and recovered
-through indexer.verify.signatures, so the state machine sees the address a real signature yields."""
+"""State roots against upstream vectors: the 35 v4.1 release roots of gonka-ai/gonka @bb34d444 (fixture in
+tests/verify_kit.py), then every rule the state machine enforces and every version composition."""
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
 import coincurve
 import pytest
 
 from indexer.verify import apply, signatures as sig, state_root as sr
-
-VECTORS = Path("/work/shared/data/upstream-vectors/gonka-v4.1/v41-state-roots.json")
-ESCROW = "escrow-journal"
-KEYS = [coincurve.PrivateKey.from_int(i) for i in range(1, 7)]  # SignerFromHex("%064x" % (i+1)), i = 0..5
-HOSTS = [sig.address_of_pubkey(k.public_key.format()) for k in KEYS[:5]]
-CONFIG = apply.Config(token_price=1, vote_threshold=1, seal_grace_nonces=6, seal_grace_seconds=3600,
-                      auto_seal_every=1)
-
-
-def _signed_by(slot: int, message: bytes) -> str:
-    signature = KEYS[slot].sign_recoverable(message, hasher=lambda m: hashlib.sha256(m).digest())
-    return sig.recover_address(message, signature)
-
-
-def start(i):
-    return {"kind": "start", "inference_id": i, "prompt_hash": b"prompt", "model": "llama", "input_length": 100,
-            "max_tokens": 50, "started_at": 1000}
-
-
-def confirm(i):
-    receipt = sig.executor_receipt_bytes(inference_id=i, prompt_hash=b"prompt", model="llama", input_length=100,
-                                         max_tokens=50, started_at=1000, escrow_id=ESCROW, confirmed_at=1000)
-    return {"kind": "confirm_start", "inference_id": i, "confirmed_at": 1000, "signer": _signed_by(i % 5, receipt)}
-
-
-def finish(i):
-    body = dict(inference_id=i, response_hash=b"response", input_tokens=80, output_tokens=40, executor_slot=i % 5,
-                escrow_id=ESCROW)
-    return {"kind": "finish", **body, "signer": _signed_by(i % 5, sig.finish_bytes(**body))}
-
-
-def validation(i, slot, valid):
-    body = dict(inference_id=i, validator_slot=slot, valid=valid, escrow_id=ESCROW)
-    return {"kind": "validation", **body, "signer": _signed_by(slot, sig.validation_bytes(**body))}
-
-
-def vote(i, slot, valid):
-    body = dict(inference_id=i, voter_slot=slot, vote_valid=valid, escrow_id=ESCROW)
-    return {"kind": "validation_vote", **body, "signer": _signed_by(slot, sig.validation_vote_bytes(**body))}
-
-
-def timeout(i, reason):
-    # TimeoutVoteContent's signed bytes are not built here: the voters are the slots' own keys
-    return {"kind": "timeout", "inference_id": i, "reason": reason, "votes": [(0, True, HOSTS[0]), (1, True, HOSTS[1])]}
-
-
-def script():
-    return [
-        [start(1)], [confirm(1)], [finish(1)],
-        [start(4)], [confirm(4)], [finish(4)], [validation(4, 0, True), validation(4, 0, True)],
-        [start(8)], [confirm(8)], [finish(8)], [validation(8, 4, False)], [vote(8, 0, True)], [vote(8, 1, True)],
-        [start(14)], [confirm(14)], [finish(14)], [validation(14, 0, False)], [vote(14, 1, False)],
-        [start(19)], [confirm(19)], [timeout(19, apply.EXECUTION)],
-        [start(22)], [confirm(22)], [finish(22)],
-        [], [], [], [],
-        [{"kind": "finalize"}],
-        [], [], [], [], [],
-    ]
-
-
-def session(version="v4.1"):
-    return apply.Session.new(ESCROW, CONFIG, tuple(HOSTS), 1_000_000, version)
+from tests.verify_kit import (HOSTS, VECTORS, after, confirm, finish, script, session, start, timeout, validation,
+                              vote)
 
 
 def test_all_35_v41_release_roots_reproduce():
@@ -87,14 +22,6 @@ def test_all_35_v41_release_roots_reproduce():
         assert s.apply(nonce, txs).hex() == roots[nonce], f"nonce {nonce}"
     assert s.state.phase == sr.SETTLEMENT and not s.state.live
     assert sorted(s.sealed_nonces) == [1, 4, 8, 14, 19, 22]
-
-
-def _after(n, version="v4.1", **kw):
-    s = apply.Session.new(ESCROW, kw.pop("config", CONFIG), kw.pop("slots", tuple(HOSTS)), kw.pop("balance", 1_000_000),
-                          version, **kw)
-    for nonce, txs in enumerate(script()[:n], start=1):
-        s.apply(nonce, txs)
-    return s
 
 
 WARM = sig.address_of_pubkey(coincurve.PrivateKey.from_int(99).public_key.format())
@@ -129,7 +56,7 @@ WARM = sig.address_of_pubkey(coincurve.PrivateKey.from_int(99).public_key.format
     (3, [start(4), {"kind": "noop"}], "tx 1 \\(noop\\): unknown tx kind"),
 ])
 def test_refused_diffs_name_the_rule_and_leave_the_session_unchanged(done, txs, message):
-    s = _after(done)
+    s = after(done)
     before = (s.root(), s.latest_nonce, dict(s.sealed_nonces))
     with pytest.raises(apply.ApplyError, match=message):
         s.apply(done + 1, txs)
@@ -137,7 +64,7 @@ def test_refused_diffs_name_the_rule_and_leave_the_session_unchanged(done, txs, 
 
 
 def test_a_wrong_nonce_and_a_duplicate_id_are_refused():
-    s = _after(3)
+    s = after(3)
     with pytest.raises(apply.ApplyError, match="nonce 5: expected 4"):
         s.apply(5, [])
     s.state.live.pop(1)
@@ -148,9 +75,9 @@ def test_a_wrong_nonce_and_a_duplicate_id_are_refused():
 
 def test_balance_limits_are_enforced():
     with pytest.raises(apply.ApplyError, match="balance 149 below the reservation 150"):
-        _after(1, balance=149)
+        after(1, balance=149)
     fee = apply.Config(token_price=1, vote_threshold=1, seal_grace_nonces=6, seal_grace_seconds=3600, fee_per_nonce=10)
-    s = _after(0, config=fee, balance=165)
+    s = after(0, config=fee, balance=165)
     s.apply(1, [start(1)])
     assert (s.state.balance, s.state.fees) == (5, 10)
     with pytest.raises(apply.ApplyError, match="nonce 2: balance 5 below the per-nonce fee"):
@@ -159,11 +86,11 @@ def test_balance_limits_are_enforced():
 
 def test_a_warm_key_is_bound_once_and_enters_the_root():
     allowed = {(1, WARM)}
-    s = _after(1, warm_resolver=lambda slot, addr: (slot, addr) in allowed)
+    s = after(1, warm_resolver=lambda slot, addr: (slot, addr) in allowed)
     before = s.root()
     s.apply(2, [{**confirm(1), "signer": WARM}])
     assert s.state.warm_keys == {1: WARM}
-    cold = _after(2)
+    cold = after(2)
     assert s.root() != cold.root()  # same records, the warm key binding is committed
     assert sr.warm_keys_hash({1: WARM}) != sr.warm_keys_hash({})
     other = sig.address_of_pubkey(coincurve.PrivateKey.from_int(98).public_key.format())
@@ -173,11 +100,11 @@ def test_a_warm_key_is_bound_once_and_enters_the_root():
     s.apply(3, [{**finish(1), "signer": WARM}])
     assert before != s.root()
     with pytest.raises(apply.ApplyError, match="neither"):
-        _after(1).apply(2, [{**confirm(1), "signer": WARM}])  # no resolver: a warm key is refused
+        after(1).apply(2, [{**confirm(1), "signer": WARM}])  # no resolver: a warm key is refused
 
 
 def test_settlement_drain_pays_started_and_refunds_pending():
-    s = _after(0)
+    s = after(0)
     s.apply(1, [start(1)])
     s.apply(2, [start(2)])
     s.apply(3, [confirm(1)])
@@ -191,7 +118,7 @@ def test_settlement_drain_pays_started_and_refunds_pending():
 
 
 def test_versions_compose_as_upstream_and_unknown_ones_are_refused():
-    base = _after(0).state
+    base = after(0).state
     v41 = sr.state_root(base)
     assert v41.hex() == json.loads(VECTORS.read_text())[0]
     zero = sr.height_sync_hash(sr.HeightSyncCommit())
@@ -212,7 +139,7 @@ def test_versions_compose_as_upstream_and_unknown_ones_are_refused():
 
 
 def test_out_of_range_values_are_refused():
-    base = _after(0).state
+    base = after(0).state
     with pytest.raises(ValueError, match="balance -1 does not fit in uint64"):
         sr.state_root(sr.State(**{**base.__dict__, "balance": -1}))
     with pytest.raises(ValueError, match="phase 3"):
@@ -223,5 +150,5 @@ def test_out_of_range_values_are_refused():
 
 def test_a_vote_on_a_resolved_record_is_a_no_op():
     roots = json.loads(VECTORS.read_text())
-    s = _after(13)
+    s = after(13)
     assert s.apply(14, [start(14), vote(8, 2, True)]).hex() == roots[14]

@@ -107,7 +107,8 @@ class Session:
 
     def _seal(self, inference_id: int, nonce: int) -> None:
         s = self.state
-        s.sealed_acc = sr.fold_sealed(s.sealed_acc, nonce, inference_id, sr.record_entry(inference_id, s.live[inference_id]))
+        entry = sr.record_entry(inference_id, s.live[inference_id])
+        s.sealed_acc = sr.fold_sealed(s.sealed_acc, nonce, inference_id, entry)
         self.sealed_nonces[inference_id] = nonce
         del s.live[inference_id]
 
@@ -141,7 +142,8 @@ class Session:
     def _record(self, inference_id: int) -> Record:
         rec = self.state.live.get(inference_id)
         if rec is None:
-            raise ApplyError(f"inference {inference_id} is {'sealed' if inference_id in self.sealed_nonces else 'unknown'}")
+            where = "sealed" if inference_id in self.sealed_nonces else "unknown"
+            raise ApplyError(f"inference {inference_id} is {where}")
         return rec
 
     def _slot(self, slot: int) -> str:

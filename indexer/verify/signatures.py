@@ -4,8 +4,8 @@ Scheme (gonka-ai/gonka @1924b248 ``devshard/signing/secp256k1.go``, ``Secp256k1S
 ``Secp256k1Verifier.RecoverAddress``): the signer hashes the message bytes with SHA-256 and signs with go-ethereum's
 ``crypto.Sign``, giving 65 bytes ``r ‖ s ‖ v`` with ``v ∈ {0, 1}``; the verifier recovers the public key
 (``crypto.Ecrecover``) and names it by ``addressFromCompressed``: bech32 ``gonka`` of
-``ripemd160(sha256(compressed public key))``. Which address must come out (the escrow creator for a user's diff, a slot's
-cold key or an authorised warm key for a host) is the caller's check: this module only says who signed.
+``ripemd160(sha256(compressed public key))``. Which address must come out (the escrow creator for a user's diff, a
+slot's cold key or an authorised warm key for a host) is the caller's check: this module only says who signed.
 
 The signed messages below carry no domain tag: that is what mainnet epoch 272 (protocol ``v1``) shows (every
 signature in /work/shared/data/mainnet-e272 recovers to one stable key per host with these bytes). Newer builds put a
@@ -117,7 +117,8 @@ def recover_pubkey(message: bytes, signature: bytes) -> bytes:
     if signature[64] not in (0, 1):
         raise SignatureError(f"signature recovery byte v = {signature[64]}, expected 0 or 1")
     try:
-        key = coincurve.PublicKey.from_signature_and_message(signature, message, hasher=lambda m: hashlib.sha256(m).digest())
+        key = coincurve.PublicKey.from_signature_and_message(signature, message,
+                                                             hasher=lambda m: hashlib.sha256(m).digest())
     except ValueError as exc:
         raise SignatureError(f"signature recovers to no key: {exc}") from None
     return key.format(compressed=True)
