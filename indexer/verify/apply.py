@@ -6,8 +6,9 @@
 
 It keeps only what the root commits (records, host stats, balance, fees, phase, sealed accumulator, warm keys), not
 indexer.replay.machine's view (statuses and transitions for the rules; it tracks no costs, balance or seals).
-Signatures are checked before this module (indexer.verify.signatures): a tx here carries the address its signature
-recovered to (``signer``), and this module only decides whether that address may act for the slot (the slot's own
+Signatures are recovered before this module (indexer.verify.diff): a tx here carries the address its signature
+recovered to (``signer``); a confirm may carry its ``executor_sig`` instead, recovered here because the receipt covers
+the record's start fields. This module then decides whether that address may act for the slot (the slot's own
 address, or a warm key the caller has established, bound on first use as ``ResolveWarmKey`` does).
 Any rule a tx breaks raises :class:`ApplyError` naming the nonce, tx index and rule; the whole diff is then refused.
 """
@@ -17,6 +18,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Callable
 
+from indexer.verify import signatures as sig
 from indexer.verify import state_root as sr
 from indexer.verify.state_root import (CHALLENGED, FINISHED, INVALIDATED, PENDING, STARTED, TIMED_OUT, VALIDATED,
                                        HostStats, Record, State)
@@ -199,7 +201,17 @@ class Session:
         rec = self._record(tx["inference_id"])
         if rec.status != PENDING:
             raise ApplyError(f"confirm needs Pending, record is {rec.status}")
-        self._may_sign(rec.executor_slot, tx["signer"])
+        signer = tx.get("signer")
+        if signer is None:  # the receipt covers the record's start fields, so it is recovered here, against state
+            receipt = sig.executor_receipt_bytes(
+                inference_id=tx["inference_id"], prompt_hash=rec.prompt_hash, model=rec.model,
+                input_length=rec.input_length, max_tokens=rec.max_tokens, started_at=rec.started_at,
+                escrow_id=self.escrow_id, confirmed_at=tx["confirmed_at"])
+            try:
+                signer = sig.recover_address(receipt, tx["executor_sig"])
+            except sig.SignatureError as exc:
+                raise ApplyError(f"executor receipt: {exc}") from None
+        self._may_sign(rec.executor_slot, signer)
         rec.status, rec.confirmed_at = STARTED, tx["confirmed_at"]
 
     def _finish(self, tx: dict) -> None:

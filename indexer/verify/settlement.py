@@ -16,8 +16,9 @@ vouches for (on chain: an authz grant for ``/inference.inference.MsgStartInferen
 
 What each host signs at settlement is therefore the settlement-phase root (phase byte 0x02) of the final state, its
 escrow id as a decimal string and the settled nonce: the same ``StateSignatureContent`` hosts co-sign per nonce, so
-the co-signatures of the last diff (whose state has drained into the Settlement phase) are the ones that settle. Only signatures with v ∈ {0, 1} are accepted here, as devshard
-signers produce them; the chain itself adds 27 and hands the byte to dcrd's compact recovery.
+the co-signatures of the last diff (whose state has drained into the Settlement phase) are the ones that settle.
+Only signatures with v ∈ {0, 1} are accepted here, as devshard signers produce them; the chain itself adds 27 and
+hands the byte to dcrd's compact recovery.
 """
 from __future__ import annotations
 

@@ -168,3 +168,9 @@ def validation_vote_bytes(*, inference_id: int, voter_slot: int, vote_valid: boo
     5 escrow_id."""
     return pb.concat((pb.f_uint(1, inference_id), pb.f_uint(2, voter_slot), pb.f_bool(3, vote_valid),
                       pb.f_str(5, str(escrow_id))))
+
+
+def timeout_vote_bytes(*, escrow_id: int | str, inference_id: int, reason: int, accept: bool) -> bytes:
+    """``TimeoutVoteContent{1 escrow_id, 2 inference_id, 3 reason, 4 accept}`` (diff.proto @250ebdb3)."""
+    return pb.concat((pb.f_str(1, str(escrow_id)), pb.f_uint(2, inference_id), pb.f_uint(3, reason),
+                      pb.f_bool(4, accept)))
