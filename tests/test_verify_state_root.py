@@ -8,8 +8,8 @@ import coincurve
 import pytest
 
 from indexer.verify import apply, signatures as sig, state_root as sr
-from tests.verify_kit import (HOSTS, VECTORS, after, confirm, finish, script, session, start, timeout, validation,
-                              vote)
+from tests.verify_kit import (CONFIG, ESCROW, HOSTS, VECTORS, after, confirm, finish, script, session, start,
+                              timeout, validation, vote)
 
 
 def test_all_35_v41_release_roots_reproduce():
@@ -152,3 +152,20 @@ def test_a_vote_on_a_resolved_record_is_a_no_op():
     roots = json.loads(VECTORS.read_text())
     s = after(13)
     assert s.apply(14, [start(14), vote(8, 2, True)]).hex() == roots[14]
+
+
+def test_session_construction_refuses_what_it_cannot_follow():
+    for version in ("v1", "v5", "v4"):
+        with pytest.raises(sr.UnsupportedVersion, match=f"session rules of protocol version '{version}' are not"):
+            session(version)
+    with pytest.raises(apply.ApplyError, match="no slots"):
+        apply.Session.new(ESCROW, CONFIG, (), 10, "v4.1")
+    zero = apply.Config(token_price=1, vote_threshold=1, seal_grace_nonces=6, seal_grace_seconds=3600,
+                        auto_seal_every=0)
+    with pytest.raises(apply.ApplyError, match="auto_seal_every must be a positive interval"):
+        apply.Session.new(ESCROW, zero, tuple(HOSTS), 10, "v4.1")
+    fee = apply.Config(token_price=1, vote_threshold=1, seal_grace_nonces=6, seal_grace_seconds=3600, create_fee=11)
+    with pytest.raises(apply.ApplyError, match="create devshard fee 11 exceeds escrow amount 10"):
+        apply.Session.new(ESCROW, fee, tuple(HOSTS), 10, "v4.1")
+    s = apply.Session.new(ESCROW, fee, tuple(HOSTS), 1_000, "v4.1")
+    assert (s.state.balance, s.state.fees) == (989, 11)

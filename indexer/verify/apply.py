@@ -27,6 +27,9 @@ STATE_CLOCK_WINDOW_FACTOR = 3  # seal.go stateClockWindowFactor
 _SEALABLE = {FINISHED, VALIDATED, INVALIDATED, TIMED_OUT}
 _TERMINAL = {VALIDATED, INVALIDATED, TIMED_OUT}
 REFUSED, EXECUTION = 1, 2  # TimeoutReason
+# Versions whose session rules this module follows: the v4.1 release line (the fixture of bb34d444). v1 sessions
+# have no sealed accumulator, v5 adds height sync, error-miss and block heights in records: not ported.
+MACHINE_VERSIONS = ("v4.1",)
 KINDS = ("start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "finalize")
 
 
@@ -40,8 +43,9 @@ class Config:
     vote_threshold: int
     seal_grace_nonces: int
     seal_grace_seconds: int
-    auto_seal_every: int = 1
+    auto_seal_every: int = 1  # 0 means the build's compiled default upstream, which is not known here: refused
     fee_per_nonce: int = 0
+    create_fee: int = 0  # CreateDevshardFee, charged once when the session starts
 
 
 @dataclass
@@ -59,7 +63,17 @@ class Session:
     @classmethod
     def new(cls, escrow_id: str, config: Config, slots: tuple[str, ...], balance: int, version: str,
             warm_resolver: Callable[[int, str], bool] | None = None) -> "Session":
-        state = State(version=version, balance=balance, host_stats={i: HostStats() for i in range(len(slots))})
+        if version not in MACHINE_VERSIONS:
+            raise sr.UnsupportedVersion(f"the session rules of protocol version {version!r} are not ported (ported: "
+                                        f"{', '.join(MACHINE_VERSIONS)}); its roots can still be hashed from a State")
+        if not slots:
+            raise ApplyError("an escrow with no slots cannot host inferences")
+        if config.auto_seal_every <= 0:
+            raise ApplyError("auto_seal_every must be a positive interval (0 selects a build default not known here)")
+        if balance < config.create_fee:
+            raise ApplyError(f"create devshard fee {config.create_fee} exceeds escrow amount {balance}")
+        state = State(version=version, balance=balance - config.create_fee, fees=config.create_fee,
+                      host_stats={i: HostStats() for i in range(len(slots))})
         return cls(escrow_id, config, tuple(slots), state, warm_resolver=warm_resolver)
 
     def root(self) -> bytes:
@@ -103,8 +117,7 @@ class Session:
             for i in sorted(s.live):
                 self._settle_live(s.live[i])
                 self._seal(i, nonce)
-        interval = self.config.auto_seal_every
-        if s.phase == sr.ACTIVE and (interval == 0 or nonce % interval == 0):
+        if s.phase == sr.ACTIVE and nonce % self.config.auto_seal_every == 0:
             self._auto_seal(nonce)
 
     def _seal(self, inference_id: int, nonce: int) -> None:
