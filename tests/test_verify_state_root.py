@@ -130,8 +130,11 @@ def test_versions_compose_as_upstream_and_unknown_ones_are_refused():
         0, 0, "v5")
     v1 = sr.State(**{**base.__dict__, "version": "v1"})
     assert sr.rest_hash(v1) == sr.sha256((1_000_000).to_bytes(8, "big") + sr.sha256(b"") + sr.sha256(b""))
-    with pytest.raises(sr.UnsupportedVersion, match="'v6' is not ported"):
-        sr.state_root(sr.State(**{**base.__dict__, "version": "v6"}))
+    for tag in ("v2", "v3", "v4", "", "v6"):
+        with pytest.raises(sr.UnsupportedVersion, match=f"composition of protocol version '{tag}' is not established"):
+            sr.state_root(sr.State(**{**base.__dict__, "version": tag}))
+    named = sr.State(**{**base.__dict__, "version": "v4", "composition": (True, False)})
+    assert sr.rest_hash(named) == sr.rest_hash(base) and sr.state_root(named) != v41  # only the version hash differs
     with pytest.raises(sr.UnsupportedVersion, match="sealed accumulator exists only"):
         sr.state_root(sr.State(**{**base.__dict__, "version": "v1", "sealed_acc": b"\x01" * 32}))
     with pytest.raises(sr.UnsupportedVersion, match="height sync exists only from v5"):

@@ -10,10 +10,14 @@ Ported from gonka-ai/gonka ``devshard/state/hash.go`` (@01dfd416 for v1–v4.1, 
     inferences = sha256(sealed_acc ‖ live_hash)            v2 … v5 (sealed-accumulator composition)
                = live_hash                                  v1 (before the accumulator)
 
-Which composition a version uses is :data:`COMPOSITION`; a version not in it is refused
-(:class:`UnsupportedVersion`), never hashed with a guess. Proven on upstream vectors: v4.1 (35 roots of the v4.1
-release fixture, tests/test_verify_state_root.py). v1, v2, v3, v4 and v5 follow the code named above but have no
-vector here.
+The version tag is a link-time stamp of the devshard binary (``devshard/types/protocol_version.go`` @836162fc) and the
+composition is a compile-time choice of that binary (``devshard/state/composition.go`` @01dfd416:
+``useV2StateRootComposition = false`` while the default tag was ``v2``), so the tag alone does not prove the
+composition. :data:`COMPOSITION` holds only what is established: v4.1 by the 35 roots of the v4.1 release fixture
+(tests/test_verify_state_root.py), v5 by hash.go @c6c474aa, v1 by the flat composition of the builds before the
+accumulator (mainnet epoch 272 settled as v1). Any other tag (v2, v3, v4, an empty tag, which each build maps to its
+own default) is refused (:class:`UnsupportedVersion`) unless the caller names the composition to try
+(``State.composition``), e.g. to find which one reproduces a signed root.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ PENDING, STARTED, FINISHED, CHALLENGED, VALIDATED, INVALIDATED, TIMED_OUT = rang
 # version -> (sealed-accumulator wrapper, height-sync term)
 COMPOSITION: dict[str, tuple[bool, bool]] = {
     "v1": (False, False),  # machine.go computeStateRootLocked with effectiveV2Composition() false
-    "v2": (True, False), "v3": (True, False), "v4": (True, False), "v4.1": (True, False),
+    "v4.1": (True, False),  # seal.go @bb34d444 computeStateRootLocked; the release vectors
     "v5": (True, True),  # hash.go @c6c474aa ComputeRestHashV2(..., heightSync)
 }
 U64 = (1 << 64) - 1
@@ -106,6 +110,7 @@ class State:
     sealed_acc: bytes = ZERO32
     warm_keys: dict[int, str] = field(default_factory=dict)
     height_sync: HeightSyncCommit = field(default_factory=HeightSyncCommit)
+    composition: tuple[bool, bool] | None = None  # (accumulator wrapper, height-sync term); None = by version
 
 
 def record_entry(inference_id: int, r: Record) -> bytes:
@@ -159,12 +164,12 @@ def composition(version: str) -> tuple[bool, bool]:
     try:
         return COMPOSITION[version]
     except KeyError:
-        raise UnsupportedVersion(f"state root of protocol version {version!r} is not ported; known: "
-                                 f"{', '.join(COMPOSITION)}") from None
+        raise UnsupportedVersion(f"state root composition of protocol version {version!r} is not established; "
+                                 f"known: {', '.join(COMPOSITION)} (name one with State.composition)") from None
 
 
 def rest_hash(s: State) -> bytes:
-    wrapped, height_term = composition(s.version)
+    wrapped, height_term = s.composition or composition(s.version)
     inferences = live_hash(s.live)
     if wrapped:
         inferences = sha256(s.sealed_acc + inferences)
