@@ -83,38 +83,45 @@ class Prepared:
 def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:
     """Worker entry for a file: a block of whole lines numbered from `first_line`; lines at or before
     `resume_after` are already committed and only counted. The block typer (indexer.load.typer, in C) takes the
-    lines it can and hands every other line to the Python paths below."""
+    lines it can and hands every other line to the Python paths below; without it the Python paths take all."""
+    if type_block is None or b"\r" in block:
+        return prepare_block_python(source_id, first_line, block, resume_after)
     sid = str(source_id)
-    if b"\r" in block:  # CRLF line ends: block_lines strips them (rare), and the Python paths take every line
-        skipped, lines = 0, []
-        for number, raw in block_lines(first_line, block):
-            if number > resume_after:
-                lines.append((number, raw))
-            elif raw.strip():
-                skipped += 1
-        prepared = prepare_batch(source_id, lines)
-        prepared.skipped = skipped
-    else:
-        prepared, rows, handed = Prepared(0, 0, {}, []), {}, []
+    prepared, rows, handed = Prepared(0, 0, {}, []), {}, []
 
-        def emit(kind: str, got: tuple) -> None:  # a row of the block typer's kinds goes back to it, in line order
-            if kind in TYPER_KINDS:
-                handed.append((kind, got[0], got[3], got[2]))
-            else:
-                rows.setdefault(kind, []).append(got)
+    def emit(kind: str, got: tuple) -> None:  # a row of the block typer's kinds goes back to it, in line order
+        if kind in TYPER_KINDS:
+            handed.append((kind, got[0], got[3], got[2]))
+        else:
+            rows.setdefault(kind, []).append(got)
 
-        line = _line_typer(prepared, emit, source_id, orjson.loads, typed_line)
+    line = _line_typer(prepared, emit, source_id, orjson.loads, typed_line)
 
-        def fallback(number: int, raw: bytes):
-            counted = line(number, raw)
-            return handed.pop() if handed else counted
+    def fallback(number: int, raw: bytes):
+        counted = line(number, raw)
+        return handed.pop() if handed else counted
 
-        with no_cyclic_gc():
-            count, last, skipped, typed = type_block(block, first_line, resume_after, sid.encode(), fallback)
-            prepared.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
-        prepared.lines, prepared.last_line, prepared.skipped = count, last, skipped
-        for kind, copy, n, scopes, slot_max, ranges, distinct in typed:
-            prepared.kinds[kind] = KindBatch(copy, n, scopes, slot_max, distinct, ranges)
+    with no_cyclic_gc():
+        count, last, skipped, typed = type_block(block, first_line, resume_after, sid.encode(), fallback)
+        prepared.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
+    prepared.lines, prepared.last_line, prepared.skipped = count, last, skipped
+    for kind, copy, n, scopes, slot_max, ranges, distinct in typed:
+        prepared.kinds[kind] = KindBatch(copy, n, scopes, slot_max, distinct, ranges)
+    prepared.last_line = max(prepared.last_line, first_line + block.count(b"\n", 0, len(block) - 1))
+    return prepared
+
+
+def prepare_block_python(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:
+    """:func:`prepare_block` by the Python paths alone: without the C block typer (indexer.load.typer.IMPL), and
+    for a block with CRLF line ends (rare: block_lines strips them). The same rows as the C path, line for line."""
+    skipped, lines = 0, []
+    for number, raw in block_lines(first_line, block):
+        if number > resume_after:
+            lines.append((number, raw))
+        elif raw.strip():
+            skipped += 1
+    prepared = prepare_batch(source_id, lines)
+    prepared.skipped = skipped
     prepared.last_line = max(prepared.last_line, first_line + block.count(b"\n", 0, len(block) - 1))
     return prepared
 
