@@ -17,15 +17,15 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.load import prepare as p  # noqa: E402
-from indexer.load.typer import IMPL  # noqa: E402
+from indexer.load.typed import IMPL, lines  # noqa: E402
 from indexer.synth import generate  # noqa: E402
 
 
-def _general_only(source_id: int, lines) -> p.Prepared:
+def _general_only(source_id: int, numbered) -> p.Prepared:
     out, rows = p.Prepared(0, 0, {}, []), {}
     sid = str(source_id)
-    for number, raw in lines:
-        p._general(out, lambda kind, got: rows.setdefault(kind, []).append(got), source_id, sid, number, raw)
+    for number, raw in numbered:
+        lines._general(out, lambda kind, got: rows.setdefault(kind, []).append(got), source_id, sid, number, raw)
     out.kinds = {kind: p._kind_batch(kind, got) for kind, got in rows.items()}
     return out
 
@@ -37,16 +37,16 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     escrows = max(1, round(args.records / (300 * 3.35 + 17) / 2))
-    lines = [orjson.dumps(r) for r in generate(seed=1, escrows=escrows, inferences=300, epochs=2, hosts=10,
+    records = [orjson.dumps(r) for r in generate(seed=1, escrows=escrows, inferences=300, epochs=2, hosts=10,
                                               mix=args.mix)]
-    block, numbered = b"\n".join(lines) + b"\n", list(enumerate(lines, start=1))
+    block, numbered = b"\n".join(records) + b"\n", list(enumerate(records, start=1))
     tiers = [
         ("C block typer + Python paths", lambda: p.prepare_block(1, 1, block) if IMPL == "c" else None),
         ("Struct + fast + general (Python)", lambda: p._prepare(1, numbered, orjson.loads, p.typed_line)),
         ("fast + general", lambda: p._prepare(1, numbered, orjson.loads, None)),
         ("general only", lambda: _general_only(1, numbered)),
     ]
-    print(f"{len(lines)} lines ({args.mix}), C typer {'built' if IMPL == 'c' else 'not in use'}")
+    print(f"{len(records)} lines ({args.mix}), C typer {'built' if IMPL == 'c' else 'not in use'}")
     want = None
     for label, run in tiers:
         best, got = float("inf"), None
@@ -59,7 +59,7 @@ def main() -> int:
             continue
         facts = {k: kb.copy for k, kb in got.kinds.items()}, got.rejects
         want = want or facts
-        print(f"{label:36} {best / len(lines) * 1e6:6.2f} µs/line {'same rows' if facts == want else 'DIFFERENT'}")
+        print(f"{label:36} {best / len(records) * 1e6:6.2f} µs/line {'same rows' if facts == want else 'DIFFERENT'}")
     return 0
 
 

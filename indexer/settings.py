@@ -34,7 +34,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "INDEXER_LEASE_SECONDS": ("60", "indexer run: seconds a poller's work lease lasts unrenewed (several pollers "
                                     "on one database: a killed poller's work is taken over after this)"),
 }
-# Read where it is used rather than through Settings: the load's typing is chosen when indexer.load.typer is
+# Read where it is used rather than through Settings: the load's typing is chosen when indexer.load.typed.native is
 # imported, in the CLI's process and in every worker process alike (as psycopg reads PSYCOPG_IMPL).
 TYPING_IMPL = ("INDEXER_IMPL", "auto", "typing of loaded lines: auto (the C block typer when built), c (require it), "
                                       "python (the Python paths alone)")

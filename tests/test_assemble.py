@@ -85,7 +85,7 @@ def test_repeated_keys_across_parts_of_one_escrow_are_found():
                 max_size=20),
        st.integers(0, 10**12), st.sampled_from([b"0", b"7", b"123456789012"]))
 def test_rows_are_renumbered_and_given_their_source(rows, offset, sid):
-    """The C shift (indexer.load.typer.shift_rows) against the rows written out by hand: every column kept byte for
+    """The C shift (indexer.load.typed.shift_rows) against the rows written out by hand: every column kept byte for
     byte (escapes, tabs between columns, empty ones), only the line number and the placeholder id change."""
     copy = b"".join(b"%d\t%s\t0\n" % (n, cols) for n, cols in rows)
     assert _shift(copy, offset, sid) == b"".join(b"%d\t%s\t%s\n" % (n + offset, cols, sid) for n, cols in rows)

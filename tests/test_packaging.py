@@ -39,10 +39,11 @@ def test_wheel_install_outside_the_checkout_migrates_and_runs_the_demo(tmp_path,
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = wheels.glob("devshard_indexer-*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        compiled = [name for name in archive.namelist() if name.startswith("indexer/load/_typer") and name.endswith(".so")]
+        compiled = [name for name in archive.namelist()
+                    if name.startswith("indexer/load/typed/_typer") and name.endswith(".so")]
     assert bool(compiled) == (compiler == "cc"), compiled
     if compiler == "none":
-        assert "building extension \"indexer.load._typer\" failed" in built.stdout + built.stderr
+        assert "building extension \"indexer.load.typed._typer\" failed" in built.stdout + built.stderr
 
     venv = tmp_path / "venv"
     base_python = getattr(sys, "_base_executable", sys.executable)
@@ -62,7 +63,7 @@ def test_wheel_install_outside_the_checkout_migrates_and_runs_the_demo(tmp_path,
     env["INDEXER_HOME"] = str(tmp_path / "home")
     where = _run([str(python), "-c", "import indexer; print(indexer.__file__)"], cwd=workdir, env=env)
     assert where.stdout.strip().startswith(site), where.stdout + where.stderr  # the wheel's copy, not the checkout
-    impl = _run([str(python), "-c", "from indexer.load import typer; print(typer.IMPL)"], cwd=workdir, env=env)
+    impl = _run([str(python), "-c", "from indexer.load.typed import IMPL; print(IMPL)"], cwd=workdir, env=env)
     assert impl.stdout.strip() == ("c" if compiler == "cc" else "python"), impl.stdout + impl.stderr
 
     indexer = str(venv / "bin" / "indexer")

@@ -1,5 +1,5 @@
-"""The block typer (indexer/load/_typer.c) against the Python paths: every line of a block, typed in C where it can
-be, must give exactly what the Python paths alone give (rows, in line order, quarantine, counts, batch facts)."""
+"""The block typer (indexer/load/typed/_typer.c) against the Python paths: every line of a block, typed in C where it
+can be, must give exactly what the Python paths alone give (rows, in line order, quarantine, counts, batch facts)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from indexer.load.prepare import _prepare, prepare_block
-from indexer.load.structs import typed_line
-from indexer.load.typer import IMPL, TYPER_KINDS, type_block
+from indexer.load.typed.structs import typed_line
+from indexer.load.typed.native import IMPL, TYPER_KINDS, type_block
 from indexer.synth import generate
 
 H64 = "ab" * 32

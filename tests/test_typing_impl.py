@@ -1,5 +1,5 @@
-"""The two implementations of the load's typing: the C block typer (indexer/load/_typer.c) and the Python paths
-alone. INDEXER_IMPL chooses (auto, c, python), ``IMPL`` says which a process uses, and both give the same typed
+"""The two implementations of the load's typing: the C block typer (indexer/load/typed/_typer.c) and the Python
+paths alone. INDEXER_IMPL chooses (auto, c, python), ``IMPL`` says which a process uses, and both give the same typed
 output (rows, quarantine, counts, batch facts) for the same lines."""
 from __future__ import annotations
 
@@ -12,31 +12,31 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from indexer.load import typer
+from indexer.load.typed import native
 from indexer.load.prepare import prepare_block, prepare_block_python
 from indexer.synth import generate
 
-needs_c = pytest.mark.skipif(typer.IMPL != "c", reason="the C block typer is not in use (INDEXER_IMPL or no build)")
+needs_c = pytest.mark.skipif(native.IMPL != "c", reason="the C block typer is not in use (INDEXER_IMPL or no build)")
 
 
 def _no_extension():
-    raise ImportError("No module named 'indexer.load._typer'")
+    raise ImportError("No module named 'indexer.load.typed._typer'")
 
 
 def test_the_choice_of_implementation():
-    assert typer.native("python") is None
-    assert typer.native("auto", load=_no_extension) is None  # a build without a compiler: the Python paths
-    assert typer.native("", load=_no_extension) is None
-    assert typer.native(" C ", load=lambda: sys) is sys
+    assert native.choose("python") is None
+    assert native.choose("auto", load=_no_extension) is None  # a build without a compiler: the Python paths
+    assert native.choose("", load=_no_extension) is None
+    assert native.choose(" C ", load=lambda: sys) is sys
     with pytest.raises(ImportError, match="INDEXER_IMPL=c but the C block typer .* not built"):
-        typer.native("c", load=_no_extension)
+        native.choose("c", load=_no_extension)
     with pytest.raises(ValueError, match="INDEXER_IMPL='rust': expected one of auto, c, python"):
-        typer.native("rust")
+        native.choose("rust")
 
 
 def _impl_in_a_new_process(value: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "INDEXER_IMPL": value}
-    return subprocess.run([sys.executable, "-c", "from indexer.load import typer; print(typer.IMPL)"],
+    return subprocess.run([sys.executable, "-c", "from indexer.load.typed import IMPL; print(IMPL)"],
                           capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -103,7 +103,7 @@ def _placeholder_rows(draw):
 @needs_c
 @given(_placeholder_rows(), st.integers(0, 10**12), st.sampled_from([b"0", b"7", b"123456789012"]))
 def test_both_shifts_renumber_rows_the_same(copy, offset, sid):
-    assert typer.shift_rows_python(copy, offset, sid) == typer._typer.shift_rows(copy, offset, sid)
+    assert native.shift_rows_python(copy, offset, sid) == native._typer.shift_rows(copy, offset, sid)
 
 
 _NOT_ROWS = [b"1\tabc\t5\n", b"x\tabc\t0\n", b"1\tabc\t0", b"\t0\n", b"12345678901234567890\ta\t0\n", b"1\t0\n2\t0",
@@ -113,14 +113,14 @@ _NOT_ROWS = [b"1\tabc\t5\n", b"x\tabc\t0\n", b"1\tabc\t0", b"\t0\n", b"123456789
 @pytest.mark.parametrize("bad", _NOT_ROWS)
 def test_the_python_shift_refuses_what_c_refuses(bad):
     with pytest.raises(ValueError, match="not a placeholder row at byte") as python:
-        typer.shift_rows_python(bad, 1, b"9")
-    if typer.IMPL == "c":
+        native.shift_rows_python(bad, 1, b"9")
+    if native.IMPL == "c":
         with pytest.raises(ValueError, match="not a placeholder row at byte") as c:
-            typer._typer.shift_rows(bad, 1, b"9")
+            native._typer.shift_rows(bad, 1, b"9")
         assert str(c.value) == str(python.value)
 
 
 def test_the_shortest_placeholder_row_has_no_columns():
-    assert typer.shift_rows_python(b"1\t0\n", 4, b"9") == b"5\t9\n"
-    if typer.IMPL == "c":
-        assert typer._typer.shift_rows(b"1\t0\n", 4, b"9") == b"5\t9\n"
+    assert native.shift_rows_python(b"1\t0\n", 4, b"9") == b"5\t9\n"
+    if native.IMPL == "c":
+        assert native._typer.shift_rows(b"1\t0\n", 4, b"9") == b"5\t9\n"

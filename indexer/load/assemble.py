@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from indexer.load.prepare import KindBatch, Prepared, prepare_batch
-from indexer.load.typer import shift_rows
+from indexer.load.typed import shift_rows
 from indexer.records import KINDS
 
 PLACEHOLDER_SOURCE = 0  # rendered as the last column of each row ("\t0\n"); replaced by the real id here

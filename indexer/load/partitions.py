@@ -15,7 +15,7 @@ import psycopg
 
 from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.quickstats import Deferred, analyze_quickly
-from indexer.load.copytext import text
+from indexer.load.typed import copy_text as text
 from indexer.records import KINDS
 
 PARTITIONS_AHEAD = 1  # epochs after the current one whose partitions exist before their first row (each is one

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import psycopg
 
-from indexer.load.prepare import Prepared, printable, slot_offenders
+from indexer.load.prepare import Prepared
+from indexer.load.typed import printable, slot_offenders
 
 
 class SlotCheck:

@@ -8,7 +8,8 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
 from indexer import workers
-from indexer.load.prepare import Prepared, prepare_block, printable
+from indexer.load.prepare import Prepared, prepare_block
+from indexer.load.typed import printable
 from indexer.sources import ndjson
 from indexer.sources.ndjson import LongLine
 

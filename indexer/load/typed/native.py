@@ -1,7 +1,7 @@
-"""The block typer: the bulk tx kinds typed a block at a time in C (indexer/load/_typer.c), for the file load's
+"""The block typer: the bulk tx kinds typed a block at a time in C (_typer.c, beside this module), for the file load's
 workers and the poller's decode workers (indexer.poller.decode) alike.
 
-Why C: with the Struct decoder (indexer.load.structs) a start or finish line still cost ~4 µs of Python glue
+Why C: with the Struct decoder (indexer.load.typed.structs) a start or finish line still cost ~4 µs of Python glue
 around ~0.7 µs of decoding (the tuple, the render call, the row tuple, the batch fold), and the typing workers
 took ~6 CPU-s of a 978k-line file on a 2-core machine whose other core the server's COPY needs. No library types
 NDJSON into COPY text with these checks, so the common case is done in C: a line it can take costs no Python
@@ -20,14 +20,14 @@ import importlib
 import re
 from types import ModuleType
 
-from indexer.load.structs import STRUCT_KINDS
+from indexer.load.typed.structs import STRUCT_KINDS
 from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64
 from indexer.settings import typing_impl
 
 CHOICES = ("auto", "c", "python")
 
 
-def native(choice: str, load=lambda: importlib.import_module("indexer.load._typer")) -> ModuleType | None:
+def choose(choice: str, load=lambda: importlib.import_module("indexer.load.typed._typer")) -> ModuleType | None:
     """The C module for an ``INDEXER_IMPL`` value, or None for the Python paths. ``load`` imports the extension."""
     choice = choice.strip().lower() or "auto"
     if choice not in CHOICES:
@@ -38,7 +38,7 @@ def native(choice: str, load=lambda: importlib.import_module("indexer.load._type
         return load()
     except ImportError as exc:
         if choice == "c":
-            raise ImportError(f"INDEXER_IMPL=c but the C block typer (indexer.load._typer) is not built ({exc}): "
+            raise ImportError(f"INDEXER_IMPL=c but the C block typer (indexer.load.typed._typer) is not built ({exc}): "
                               "reinstall with a C compiler and the Python headers, or set INDEXER_IMPL=python "
                               "or auto") from exc
         return None
@@ -78,7 +78,7 @@ def shift_rows_python(copy: bytes, offset: int, sid: bytes) -> bytes:
 
 
 TYPER_KINDS = frozenset(STRUCT_KINDS)
-_typer = native(typing_impl())
+_typer = choose(typing_impl())
 IMPL = "python" if _typer is None else "c"
 if _typer is not None:
     _typer.configure([_spec(name) for name in STRUCT_KINDS])
