@@ -16,6 +16,10 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The developer's loop: the suite without the tests marked slow (tests/conftest.py SLOW). CI runs `make test`.
+quick: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
 # The tests of everything that types lines (the file load, the poller's decode workers and commits), run again on the
 # Python typing paths alone, as on a machine where the C block typer did not build: the two paths must not drift.
 PYTHON_IMPL_TESTS := tests/test_typing_impl.py tests/test_typer.py tests/test_fastpath.py tests/test_copytext.py \
