@@ -32,9 +32,9 @@ def _general_only(source_id: int, numbered) -> p.Prepared:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--records", type=int, default=200_000, help="about how many records to generate")
+    ap.add_argument("--mix", choices=["mainnet", "adversarial"], default="mainnet", help="synthetic record mix")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each tier; the best is printed")
     args = ap.parse_args()
     escrows = max(1, round(args.records / (300 * 3.35 + 17) / 2))
     records = [orjson.dumps(r) for r in generate(seed=1, escrows=escrows, inferences=300, epochs=2, hosts=10,
