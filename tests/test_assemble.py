@@ -66,7 +66,6 @@ def test_assembled_parts_equal_typing_the_source_whole():
     got = assemble(42, lines, parts, untyped)
     assert whole.parses and len(whole.rejects) == 6  # refusals parsed; a bad stats line and a bad timeout each
     assert _as_dict(got) == _as_dict(whole)
-    assert list(got.source_lines()) == list(enumerate(lines, start=1))
 
 
 def test_repeated_keys_across_parts_of_one_escrow_are_found():

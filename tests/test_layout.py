@@ -17,7 +17,7 @@ PACKAGE = ROOT / "indexer"
 
 # Lowest first. A module may import its own layer and the layers below it, never above.
 LAYERS = [
-    {"workers", "settings", "scheduling"},
+    {"workers", "settings", "interval_jobs"},
     {"db", "migrations"},
     {"records"},
     {"wire"},
@@ -26,7 +26,7 @@ LAYERS = [
     {"load", "archive"},  # archive: the load format out to files (docs/partitioning.md)
     {"replay"},
     {"rules"},
-    {"pipeline"},
+    {"downstream"},
     {"alerts"},
     {"poller", "devnet", "observe", "synth"},
     {"report", "report_html", "restitution"},

@@ -5,7 +5,7 @@ import argparse
 import time
 
 from indexer.cli.output import EXIT_OK, say
-from indexer.scheduling import run_jobs
+from indexer.interval_jobs import run_jobs
 from indexer.settings import ConfigError, Settings, split_urls
 
 

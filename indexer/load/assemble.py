@@ -49,7 +49,6 @@ def assemble(source_id: int, lines: Sequence[bytes], parts: Sequence[tuple[int, 
         # they overlap (two runs of one escrow, a refusal typed apart from its run) the keys are counted
         if kb.distinct_keys and kind in shared:
             kb.distinct_keys = _distinct_keys(kb.copy, len(KINDS[kind].key))
-    out.source_lines = lambda: enumerate(lines, start=1)
     return out
 
 

@@ -65,7 +65,7 @@ class EpochRouter:
     def ensure(self, conn: psycopg.Connection, epochs: set[int]) -> None:
         """Create the partitions of `epochs` that this loader has not seen made (usually made ahead already:
         ensure_ahead). In its own (sub)transaction before the batch: a partition's creation locks its parent only
-        briefly. Only the epochs the batch needs: the ones ahead are made after the load (indexer.pipeline), off
+        briefly. Only the epochs the batch needs: the ones ahead are made after the load (indexer.downstream), off
         the commit path."""
         missing = sorted(e for e in epochs if e not in self.ready)
         if not missing:

@@ -7,7 +7,7 @@ plain lines of the bulk tx kinds and hands every other line to the Python paths 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
@@ -59,9 +59,6 @@ class Prepared:
     parses: list = field(default_factory=list)   # vLLM parses of 0/0 Finish payloads (rules.refusal_parse)
     escrow_sizes: dict = field(default_factory=dict)  # escrow_id -> number of slots, from this batch's escrows
     skipped: int = 0                   # lines at or before the resume cursor
-    # The batch's (line, raw) pairs again, set by the committing process (never pickled): a slot found out of
-    # range is rare, and only then are the offending lines looked up.
-    source_lines: Callable[[], Iterable[tuple[int, bytes]]] | None = None
 
 
 def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:

@@ -9,7 +9,7 @@ import logging
 from typing import Callable, Sequence
 
 from indexer.poller.cycle import PollSummary, poll_once
-from indexer.scheduling import Job, run_jobs
+from indexer.interval_jobs import Job, run_jobs
 
 log = logging.getLogger(__name__)
 

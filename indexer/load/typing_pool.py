@@ -25,7 +25,7 @@ class TypingWorkerLost(RuntimeError):
         self.first, self.last = first, last
 
 
-class Typists:
+class TypingPool:
     """The typing processes of one file. A process that dies breaks its pool for good (every block in flight
     fails): :meth:`typed` then starts a new pool and types the blocks in flight again."""
 
@@ -33,7 +33,7 @@ class Typists:
         self.processes, self.source_id, self.resume_after = processes, source_id, resume_after
         self.pool = workers.pool(processes, bulk_memory=True)
 
-    def __enter__(self) -> "Typists":
+    def __enter__(self) -> "TypingPool":
         return self
 
     def __exit__(self, *exc) -> bool:
