@@ -134,3 +134,12 @@ def test_no_module_reads_the_environment_but_settings():
     readers = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
                if "os.environ" in p.read_text() or "getenv(" in p.read_text()]
     assert readers == ["indexer/settings.py"]
+
+
+def test_the_schema_files_are_read_from_the_top_level_folders_in_a_checkout():
+    """sql/ and migrations/ sit at the top of the checkout (the wheel carries them inside the package:
+    tests/test_packaging.py); an editable install and a plain checkout read them there."""
+    from indexer.db.paths import MIGRATIONS_DIR, SQL_DIR
+
+    assert (SQL_DIR, MIGRATIONS_DIR) == (ROOT / "sql", ROOT / "migrations")
+    assert not (PACKAGE / "sql").exists() and not (PACKAGE / "migrations").exists()

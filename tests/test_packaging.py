@@ -63,6 +63,9 @@ def test_wheel_install_outside_the_checkout_migrates_and_runs_the_demo(tmp_path,
     env["INDEXER_HOME"] = str(tmp_path / "home")
     where = _run([str(python), "-c", "import indexer; print(indexer.__file__)"], cwd=workdir, env=env)
     assert where.stdout.strip().startswith(site), where.stdout + where.stderr  # the wheel's copy, not the checkout
+    schema = _run([str(python), "-c", "from indexer.db.paths import SQL_DIR, MIGRATIONS_DIR as M; print(SQL_DIR, M)"],
+                  cwd=workdir, env=env).stdout.split()
+    assert schema == [str(Path(site, "indexer", "sql")), str(Path(site, "indexer", "migrations"))], schema
     impl = _run([str(python), "-c", "from indexer.load.typed import IMPL; print(IMPL)"], cwd=workdir, env=env)
     assert impl.stdout.strip() == ("c" if compiler == "cc" else "python"), impl.stdout + impl.stderr
 
