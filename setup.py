@@ -8,7 +8,8 @@ headers the build warns and goes on, and the load types every line in Python ins
 which path a process uses)."""
 from setuptools import Extension, find_packages, setup
 
-SCHEMA = {"indexer.sql": "sql", "indexer.migrations": "migrations", "indexer.migrations.versions": "migrations/versions"}
+SCHEMA = {"indexer.sql": "sql", "indexer.migrations": "migrations",
+          "indexer.migrations.versions": "migrations/versions"}
 
 setup(packages=find_packages(include=["indexer", "indexer.*"]) + list(SCHEMA),
       package_dir=SCHEMA,

@@ -1,9 +1,10 @@
-"""The CPU half of loading a batch: classify and type every line, and render the COPY text the database thread
-will stream. Pure (no database), so it runs in worker processes; its result pickles as a few byte strings.
+"""The CPU half of loading a batch: every line typed and rendered as the COPY text the database thread will stream
+(indexer.load.typed), and the rows folded into one :class:`KindBatch` per kind with what the commit needs. Pure (no
+database), so it runs in worker processes; its result pickles as a few byte strings.
 
 A file batch travels to its worker as one block of bytes (whole lines) rather than a list of lines, so the
 committing process never splits, pickles or holds lines one by one. In the worker, the block typer (C) takes the
-plain lines of the bulk tx kinds and hands every other line to the Python paths here, which define what a line means.
+plain lines of the bulk tx kinds and hands every other line to the Python paths, which define what a line means.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ class Prepared:
 def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:
     """Worker entry for a file: a block of whole lines numbered from `first_line`; lines at or before
     `resume_after` are already committed and only counted. The block typer (indexer.load.typed, in C) takes the
-    lines it can and hands every other line to the Python paths below; without it the Python paths take all."""
+    lines it can and hands every other line to the Python paths; without it the Python paths take all."""
     if type_block is None or b"\r" in block:
         return prepare_block_python(source_id, first_line, block, resume_after)
     sid = str(source_id)
