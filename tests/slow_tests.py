@@ -33,6 +33,27 @@ SLOW = {
     "tests/test_poller_snapshots.py::test_failed_model_read_is_visible_then_resolved": "3.5 s",
     "tests/test_poller_snapshots.py::test_a_snapshot_read_that_breaks_fails_the_cycle_after_its_escrows": "3.5 s",
     "tests/test_poller_leases.py::test_a_cycle_waits_for_a_dead_pollers_leases_then_takes_them_over": "3.3 s",
+    # over 4 s in a `make quick` run under a load average of 4-5 (most are property tests over many examples)
+    "tests/test_fastpath.py::test_fast_path_renders_what_the_general_path_renders": "8.9 s",
+    "tests/test_fastpath.py::test_the_struct_decoder_takes_a_line_only_as_the_general_path_reads_it": "4.3 s",
+    "tests/test_migrations.py::test_cli_migrate_twice_is_a_no_op": "2.2-8.6 s",
+    "tests/test_poller_faults.py::test_escrow_pruned_when_fetched": "two cases, 3.3 and 7.3 s",
+    "tests/test_export.py::test_payload_and_unknown_fields_survive_ingest_and_export": "1.9-6.1 s",
+    "tests/test_replay_machine.py::test_rejected_and_ignored_txs_change_nothing": "6.0 s",
+    "tests/test_replay_machine.py::test_state_invariants": "5.5 s",
+    "tests/test_replay_machine.py::test_transitions_form_each_records_history": "5.4 s",
+    "tests/test_replay_machine.py::test_deterministic_and_input_order_insensitive": "4.1 s",
+    "tests/test_poller_devnet.py::test_epochs_advance_with_pruning": "5.7 s",
+    "tests/test_alerts_delivery.py::test_receiver_down_for_an_hour_gets_every_notification_once_back": "5.3 s",
+    "tests/test_partitions.py::test_migration_converts_data_and_back": "5.3 s",
+    "tests/test_replay_follow.py::test_a_killed_follower_loses_nothing": "5.1 s",
+    "tests/test_replay_follow.py::test_follower_ends_with_the_tables_of_load_then_replay": "4.1 s",
+    "tests/test_ndjson_reader.py::test_duplicate_key_is_found_whatever_the_strings_hold": "5.1 s",
+    "tests/test_ndjson_reader.py::test_any_object_with_a_known_kind_is_accepted": "5.1 s",
+    "tests/test_reliability_markup.py::test_markup_in_file_names_participants_and_model_ids_is_printed_as_text":
+        "4.7 s",
+    "tests/test_replay_rows.py::test_database_rows_replay_like_txs": "4.5 s",
+    "tests/test_reliability_interrupt.py::test_ctrl_c_stops_the_parallel_replay_after_the_chunks_under_way": "4.3 s",
 }
 
 
