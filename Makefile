@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test e2e demo bench clean
+.PHONY: venv test test-python quick e2e demo bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -15,6 +15,19 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The developer's loop: the suite without the tests marked slow (tests/conftest.py SLOW). CI runs `make test`.
+quick: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The tests of everything that types lines (the file load, the poller's decode workers and commits), run again on the
+# Python typing paths alone, as on a machine where the C block typer did not build: the two paths must not drift.
+PYTHON_IMPL_TESTS := tests/test_typing_impl.py tests/test_typer.py tests/test_fastpath.py tests/test_copytext.py \
+  tests/test_assemble.py tests/test_ingest.py tests/test_resume.py tests/test_load_probe.py \
+  tests/test_load_deadlock_retry.py tests/test_reliability_copy_errors.py tests/test_poller_decode_workers.py \
+  tests/test_poller_devnet.py tests/test_poller_kill.py tests/test_poller_durability.py
+test-python: $(STAMP)
+	INDEXER_IMPL=python $(BIN)/python -m pytest $(PYTHON_IMPL_TESTS) $(PYTEST_ARGS)
 
 # The checks that need programs CI machines may lack: installs Debian's chromium (the report in a real browser) and
 # prometheus (promtool: the Prometheus rule unit tests), then runs those tests; `make test` skips them, saying so.

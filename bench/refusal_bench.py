@@ -128,8 +128,9 @@ def main() -> None:
         base.mkdir()
         with tarfile.open(fileobj=BytesIO(_git("archive", rev, "indexer"))) as tar:
             extract_tree(tar, base)
-        for built in (ROOT / "indexer" / "load").glob("_typer*.so"):
-            shutil.copy2(built, base / "indexer" / "load" / built.name)
+        for built in (ROOT / "indexer").rglob("_typer*.so"):
+            for source in base.rglob("_typer.c"):  # next to the C source, wherever that revision keeps it
+                shutil.copy2(built, source.parent / built.name)
         lines_file = Path(tmp) / "refusals.ndjson"
         lines_file.write_bytes(b"\n".join(lines) + b"\n")
         before, after = measure(base, lines_file, args.repeat), measure(ROOT, lines_file, args.repeat)

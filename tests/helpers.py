@@ -6,7 +6,7 @@ from pathlib import Path
 import orjson
 import psycopg
 
-from indexer.pipeline import process_changes
+from indexer.downstream import process_changes
 from indexer.load.ingest import ingest_paths
 from indexer.replay.run import replay_dirty
 

@@ -1,4 +1,4 @@
-"""fn.* chain math (indexer/sql/functions/3x_*.sql) against the public anchors, Go-generated vectors and an
+"""fn.* chain math (sql/functions/3x_*.sql) against the public anchors, Go-generated vectors and an
 independent Python reference written from the Go code of gonka-ai/gonka (docs/chain-math.md)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""COPY text escaping (indexer.load.copytext.text) against PostgreSQL itself: whatever a string holds (backslashes,
+"""COPY text escaping (indexer.load.typed.copy_text) against PostgreSQL itself: whatever a string holds (backslashes,
 tabs, newlines, carriage returns, a stored vLLM error body with its escaped JSON), COPY reads back the very string."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from indexer.load.copytext import text
+from indexer.load.typed.copytext import text
 
 VLLM_BODY = ('{"events":["data: {\\"error\\":{\\"code\\":400,\\"message\\":\\"You passed 261121 input tokens and '
              'requested 1024 output tokens.\\\\nHowever\\tthe model\'s context length is only 262144 tokens.\\"}}",'

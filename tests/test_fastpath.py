@@ -1,4 +1,4 @@
-"""The generated fast path (indexer.load.fastpath) against the general path (coerce + copytext): for every record
+"""The generated fast path (indexer.load.typed.fastpath) against the general path (coerce + copytext): for every record
 it accepts it must render the same COPY line, scope and slot; every record the general path refuses it must
 decline."""
 from __future__ import annotations
@@ -10,13 +10,14 @@ import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from indexer.load.coerce import COERCE, Invalid
-from indexer.load.copytext import FORMATTERS
-from indexer.load.fastpath import FAST, PREPARE_ESCAPING, PREPARE_PLAIN
+from indexer.load.typed.coerce import COERCE, Invalid
+from indexer.load.typed.copytext import FORMATTERS
+from indexer.load.typed.fastpath import FAST, PREPARE_ESCAPING, PREPARE_PLAIN
 from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES
 from indexer.synth import generate
-from indexer.load.prepare import prepare_batch, prepare_block, slot_of
-from indexer.load.structs import STRUCT_KINDS, typed_line
+from indexer.load.prepare import prepare_batch, prepare_block
+from indexer.load.typed.lines import slot_of
+from indexer.load.typed.structs import STRUCT_KINDS, typed_line
 
 _ints = st.one_of(st.integers(-5, 5), st.integers(2**31 - 2, 2**31 + 1), st.integers(2**63 - 2, 2**64 + 1),
                   st.integers(-(2**63) - 1, -(2**63) + 1))
@@ -232,7 +233,7 @@ def plain_records(draw):
 @example(("finish", {"kind": "finish", "escrow_id": "e", "inference_id": 1, "diff_nonce": 1, "executor_slot": 0,
                      "input_tokens": "0", "output_tokens": 0, "response_payload": "context length"}), 3, None)
 def test_the_struct_decoder_takes_a_line_only_as_the_general_path_reads_it(record, n, data):
-    """indexer.load.structs: whatever line it types, the general path accepts with the same COPY line, scope, slot
+    """indexer.load.typed.structs: whatever line it types, the general path accepts with the same COPY line, scope, slot
     and key; a line it cannot be sure of (an unknown field, an explicit null, a key twice, a 0/0 Finish with a
     payload) it leaves to the other paths."""
     name, obj = record

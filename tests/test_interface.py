@@ -1,5 +1,5 @@
 """Every api view and column explains itself in the database (COMMENT ON VIEW / COLUMN) and in docs/interface.md,
-both from indexer/sql/views/api_comments.toml, and the three agree with the live schema."""
+both from sql/views/api_comments.toml, and the three agree with the live schema."""
 from __future__ import annotations
 
 import argparse

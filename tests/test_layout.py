@@ -17,7 +17,7 @@ PACKAGE = ROOT / "indexer"
 
 # Lowest first. A module may import its own layer and the layers below it, never above.
 LAYERS = [
-    {"workers", "settings", "scheduling"},
+    {"workers", "settings", "interval_jobs"},
     {"db", "migrations"},
     {"records"},
     {"wire"},
@@ -27,7 +27,7 @@ LAYERS = [
     {"load", "archive"},  # archive: the load format out to files (docs/partitioning.md)
     {"replay"},
     {"rules"},
-    {"pipeline"},
+    {"downstream"},
     {"alerts"},
     {"poller", "devnet", "observe", "synth"},
     {"report", "report_html", "restitution"},
@@ -135,3 +135,12 @@ def test_no_module_reads_the_environment_but_settings():
     readers = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
                if "os.environ" in p.read_text() or "getenv(" in p.read_text()]
     assert readers == ["indexer/settings.py"]
+
+
+def test_the_schema_files_are_read_from_the_top_level_folders_in_a_checkout():
+    """sql/ and migrations/ sit at the top of the checkout (the wheel carries them inside the package:
+    tests/test_packaging.py); an editable install and a plain checkout read them there."""
+    from indexer.db.paths import MIGRATIONS_DIR, SQL_DIR
+
+    assert (SQL_DIR, MIGRATIONS_DIR) == (ROOT / "sql", ROOT / "migrations")
+    assert not (PACKAGE / "sql").exists() and not (PACKAGE / "migrations").exists()

@@ -52,7 +52,7 @@ def test_a_poller_fenced_out_of_its_lease_says_so_in_one_warning_line(db_url, mo
 
 
 def test_a_run_that_outlasts_its_interval_is_said_once_not_on_every_tick(caplog):
-    from indexer.scheduling import run_jobs
+    from indexer.interval_jobs import run_jobs
 
     caplog.set_level(logging.INFO)
     overrun_said, ticks_after = threading.Event(), threading.Event()
@@ -75,17 +75,17 @@ def test_a_run_that_outlasts_its_interval_is_said_once_not_on_every_tick(caplog)
                 ticks_after.set()
 
     said = Said()
-    logging.getLogger("indexer.scheduling").addHandler(said)
+    logging.getLogger("indexer.interval_jobs").addHandler(said)
     try:
         run_jobs([(slow, 0.05, "poll"), (ticker, 0.05, "ticker")])
     finally:
-        logging.getLogger("indexer.scheduling").removeHandler(said)
+        logging.getLogger("indexer.interval_jobs").removeHandler(said)
     messages = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
     assert not [m for m in messages if "maximum number of running instances" in m[2]], messages
-    warnings = [m for m in messages if m[0] == "indexer.scheduling" and m[1] == "WARNING"]
-    assert warnings == [("indexer.scheduling", "WARNING", "poll: a run is taking longer than its 0.05 s interval; "
+    warnings = [m for m in messages if m[0] == "indexer.interval_jobs" and m[1] == "WARNING"]
+    assert warnings == [("indexer.interval_jobs", "WARNING", "poll: a run is taking longer than its 0.05 s interval; "
                          "runs never overlap, the next one starts at the first tick after it ends")]
-    ended = [m[2] for m in messages if m[0] == "indexer.scheduling" and "tick(s) skipped" in m[2]]
+    ended = [m[2] for m in messages if m[0] == "indexer.interval_jobs" and "tick(s) skipped" in m[2]]
     assert len(ended) == 1 and ended[0].startswith("poll: the run that outlasted its interval ended; ")
     assert int(ended[0].split("; ")[1].split()[0]) >= 2
     # the filter is gone with the scheduler: APScheduler's own logger is as it was

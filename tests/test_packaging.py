@@ -1,17 +1,22 @@
 """`pip install .` (a wheel, not an editable install) into a fresh virtual environment outside the checkout gives a
 working `indexer`: it migrates a database from the SQL and migrations shipped inside the package, and runs the demo.
+Built on a machine without a C compiler (CC=/bin/false), the wheel still builds (the C block typer is optional),
+installs, and runs the demo on the Python typing paths.
 
 The new environment gets the project's dependencies from this test environment's site-packages (a path line in a
 .pth file: no download), and the project itself only from the wheel."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import psycopg
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,11 +25,25 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
 
 
-def test_wheel_install_outside_the_checkout_migrates_and_runs_the_demo(tmp_path, empty_db_url):
-    wheels = tmp_path / "wheels"
-    built = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(wheels)])
+@pytest.mark.parametrize("compiler", ["cc", "none"])
+def test_wheel_install_outside_the_checkout_migrates_and_runs_the_demo(tmp_path, empty_db_url, compiler):
+    wheels, source = tmp_path / "wheels", tmp_path / "source"
+    # a copy of the sources without what a build here left (build/, the in-place extension), as a clean clone has
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "*.so", "__pycache__", ".indexer", ".hypothesis", ".pytest_cache"))
+    build_env = dict(os.environ)
+    if compiler == "none":  # every compile fails, as on a machine without gcc or the Python headers
+        build_env.update(CC="/bin/false", LDSHARED="/bin/false")
+    built = _run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", str(source), "-w", str(wheels)],
+                 env=build_env)
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = wheels.glob("devshard_indexer-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        compiled = [name for name in archive.namelist()
+                    if name.startswith("indexer/load/typed/_typer") and name.endswith(".so")]
+    assert bool(compiled) == (compiler == "cc"), compiled
+    if compiler == "none":
+        assert "building extension \"indexer.load.typed._typer\" failed" in built.stdout + built.stderr
 
     venv = tmp_path / "venv"
     base_python = getattr(sys, "_base_executable", sys.executable)
@@ -44,6 +63,11 @@ def test_wheel_install_outside_the_checkout_migrates_and_runs_the_demo(tmp_path,
     env["INDEXER_HOME"] = str(tmp_path / "home")
     where = _run([str(python), "-c", "import indexer; print(indexer.__file__)"], cwd=workdir, env=env)
     assert where.stdout.strip().startswith(site), where.stdout + where.stderr  # the wheel's copy, not the checkout
+    schema = _run([str(python), "-c", "from indexer.db.paths import SQL_DIR, MIGRATIONS_DIR as M; print(SQL_DIR, M)"],
+                  cwd=workdir, env=env).stdout.split()
+    assert schema == [str(Path(site, "indexer", "sql")), str(Path(site, "indexer", "migrations"))], schema
+    impl = _run([str(python), "-c", "from indexer.load.typed import IMPL; print(IMPL)"], cwd=workdir, env=env)
+    assert impl.stdout.strip() == ("c" if compiler == "cc" else "python"), impl.stdout + impl.stderr
 
     indexer = str(venv / "bin" / "indexer")
     migrated = _run([indexer, "--database-url", empty_db_url, "migrate"], cwd=workdir, env=env)

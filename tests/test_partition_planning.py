@@ -103,7 +103,7 @@ def test_analyze_after_a_load_skips_a_partition_autovacuum_holds_and_the_rules_s
     (indexer.db.quickstats) but hand it on, and the rules stage analyses it before it plans."""
     from indexer.load import ingest as ingest_module
     from indexer.load.ingest import ingest_paths
-    from indexer.pipeline import process_changes
+    from indexer.downstream import process_changes
     from indexer.synth import generate, write_ndjson
 
     epoch = 900

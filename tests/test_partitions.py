@@ -10,7 +10,7 @@ import pytest
 
 from indexer.db import migrate
 from indexer.load.partitions import PARTITIONS_AHEAD, ensure_ahead
-from indexer.pipeline import process_changes
+from indexer.downstream import process_changes
 from tests.helpers import db_state, escrow, ingest, tx, write_lines
 from tests.partition_kit import plan_relations
 from indexer.rules.run import EPOCHS_PER_CLAIM

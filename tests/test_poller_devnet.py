@@ -8,7 +8,7 @@ import pytest
 
 from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
 from indexer.records import KINDS
-from indexer.replay.machine import KIND_ORDER as TX_KINDS  # the tx kinds, in protocol order
+from indexer.replay.machine import TX_KINDS  # the tx kinds, in protocol order
 from indexer.poller import poll_once
 from indexer.sources.gonka import RetryPolicy
 from indexer.wire.diffs import diff_to_host_json

@@ -77,8 +77,7 @@ def test_a_live_lease_is_exclusive_and_a_release_means_done(db_url, leases):
 def test_an_expired_lease_is_taken_over_and_the_stale_holder_cannot_commit(db_url, leases):
     a, b = leases("a"), leases("b")
     with psycopg.connect(db_url, autocommit=True) as conn:
-        store = Store(conn)
-        store.leases = a
+        store = Store(conn, leases=a)
         assert a.take("escrow:7").outcome == "taken"
         store.commit([], {"escrow:7": "5"}, fence=["escrow:7"])
         assert _cursor(db_url, "escrow:7") == "5"

@@ -273,10 +273,10 @@ def test_parallel_replay_workers_give_the_same_tables_as_one_connection(db_url, 
 
 def plain_txs(conn, escrow_id):
     """An escrow's txs read table by table into Txs, independently of the replay stage's own reading."""
-    from indexer.replay.machine import KINDS, Tx
+    from indexer.replay.machine import TX_KINDS, Tx
 
     txs = []
-    for kind in KINDS:
+    for kind in TX_KINDS:
         for (d,) in conn.execute(f"SELECT to_jsonb(t) FROM rec.{kind}_tx t WHERE escrow_id = %s", (escrow_id,)):
             slot = d.get("executor_slot", d.get("validator_slot", d.get("voter_slot")))
             votes = tuple((v["voter_slot"], v["accept"]) for v in d.get("votes") or ())

@@ -9,7 +9,7 @@ import psycopg
 
 from indexer.db.claims import claim
 from indexer.load.ingest import ingest_paths
-from indexer.pipeline import process_changes
+from indexer.downstream import process_changes
 from indexer.replay.follow import ReplayFollower
 from indexer.synth import generate
 from tests.helpers import table_snapshot, write_lines

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from indexer.replay import run
-from indexer.replay.machine import KINDS, EscrowConfig, Tx, replay, replay_rows
+from indexer.replay.machine import TX_KINDS, EscrowConfig, Tx, replay, replay_rows
 from tests.test_replay_machine import F_LOG, SLOTS_1971, configs
 
 # A Tx field -> the column each table stores it in (interface.md: the tables' columns).
@@ -33,7 +33,7 @@ def db_rows(txs: list[Tx], rnd) -> list[tuple]:
     """Rows as run._escrow_logs builds them: per table, column arrays in the database's (any) order, then sorted."""
     rows = []
     for _, fields in run._SOURCES:
-        kind = KINDS[fields[1]]
+        kind = TX_KINDS[fields[1]]
         table = [columns(tx) for tx in txs if tx.kind == kind]
         rnd.shuffle(table)
         arrays = {c: [r[c] for r in table] for c in fields if isinstance(c, str)}

@@ -1,19 +1,22 @@
-"""The block typer (indexer/load/_typer.c) against the Python paths: every line of a block, typed in C where it can
-be, must give exactly what the Python paths alone give (rows, in line order, quarantine, counts, batch facts)."""
+"""The block typer (indexer/load/typed/_typer.c) against the Python paths: every line of a block, typed in C where it
+can be, must give exactly what the Python paths alone give (rows, in line order, quarantine, counts, batch facts)."""
 from __future__ import annotations
 
 import json
 import random
 
 import orjson
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from indexer.load.prepare import _prepare, prepare_block
-from indexer.load.structs import typed_line
-from indexer.load.typer import TYPER_KINDS, type_block
+from indexer.load.typed.structs import typed_line
+from indexer.load.typed.native import IMPL, TYPER_KINDS, type_block
 from indexer.synth import generate
 
 H64 = "ab" * 32
+# the tests that call the C block typer itself; the rest compare prepare_block with the Python paths either way
+needs_c = pytest.mark.skipif(IMPL != "c", reason="the C block typer is not in use (INDEXER_IMPL or no build)")
 
 
 def _python(block: bytes, first: int, resume_after: int = 0):
@@ -107,8 +110,8 @@ def test_resume_and_blank_lines_are_counted_as_before():
         assert got.skipped == sum(1 for i, raw in enumerate(lines, 1) if i <= resume and raw.strip())
 
 
+@needs_c
 def test_a_fallback_row_of_an_unknown_kind_is_an_error():
-    import pytest
     with pytest.raises(ValueError):
         type_block(b'{"x":1}\n', 1, 0, b"1", lambda n, raw: ("nope", "1\n", ("a", 1), None))
 
@@ -133,6 +136,7 @@ def test_random_records_type_as_the_python_paths(records, rnd: random.Random):
     _same(lines)
 
 
+@needs_c
 def test_a_newer_protocols_scalar_fields_are_typed_in_c_into_extra():
     """A v5+ Finish carries served_hash, which no column holds: such lines stay on the C path (the poller's decoded
     runs and a mainnet file are mostly these) and their unknown members land in extra exactly as the Python paths

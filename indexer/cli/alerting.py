@@ -6,7 +6,7 @@ import sys
 import time
 
 from indexer.cli.output import EXIT_OK, say
-from indexer.scheduling import run_jobs
+from indexer.interval_jobs import run_jobs
 from indexer.settings import ConfigError, Settings, split_urls
 
 

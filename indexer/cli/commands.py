@@ -57,7 +57,7 @@ def cmd_ingest(args, settings: Settings) -> int:
 
     from indexer.cli.summaries import held_escrows, ingest_progress, print_ingest_summary
     from indexer.load.ingest import ingest_paths
-    from indexer.pipeline import process_changes
+    from indexer.downstream import process_changes
     from indexer.replay.follow import ReplayFollower
     from indexer.sources.ndjson import InputError, check_input
 
@@ -100,7 +100,7 @@ def cmd_replay(args, settings: Settings) -> int:
     import psycopg
 
     from indexer.cli.summaries import held_escrows
-    from indexer.pipeline import process_changes
+    from indexer.downstream import process_changes
     from indexer.replay.run import mark_all_dirty
 
     url = ready_database(args, settings)

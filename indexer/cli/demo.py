@@ -12,7 +12,7 @@ def run_demo(url: str, args) -> int:
 
     if args.sample:
         from indexer.load.ingest import ingest_paths
-        from indexer.pipeline import process_changes
+        from indexer.downstream import process_changes
 
         summary = ingest_paths(url, [args.sample])
         with psycopg.connect(url) as conn:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
 COMMENTS_FILE = SQL_DIR / "views" / "api_comments.toml"
-DOCS_BEGIN = "<!-- generated from indexer/sql/views/api_comments.toml by python -m indexer.db.comments: do not edit -->"
+DOCS_BEGIN = "<!-- generated from sql/views/api_comments.toml by python -m indexer.db.comments: do not edit -->"
 DOCS_END = "<!-- end of generated view tables -->"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from indexer.load.prepare import KindBatch, Prepared, prepare_batch
-from indexer.load.typer import shift_rows
+from indexer.load.typed import shift_rows
 from indexer.records import KINDS
 
 PLACEHOLDER_SOURCE = 0  # rendered as the last column of each row ("\t0\n"); replaced by the real id here
@@ -49,7 +49,6 @@ def assemble(source_id: int, lines: Sequence[bytes], parts: Sequence[tuple[int, 
         # they overlap (two runs of one escrow, a refusal typed apart from its run) the keys are counted
         if kb.distinct_keys and kind in shared:
             kb.distinct_keys = _distinct_keys(kb.copy, len(KINDS[kind].key))
-    out.source_lines = lambda: enumerate(lines, start=1)
     return out
 
 

@@ -11,8 +11,9 @@ import itertools
 import time
 from collections import Counter, deque
 from contextlib import closing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 
 import psycopg
 
@@ -26,7 +27,7 @@ from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import mark_statement, stage_ddl, stage_table, upsert_statement
-from indexer.load.typists import Typists, TypingWorkerLost
+from indexer.load.typing_pool import TypingPool, TypingWorkerLost
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input, read_ahead
 
@@ -56,7 +57,18 @@ class IngestSummary:
         self.epochs |= other.epochs
 
 
-def register_source(conn: psycopg.Connection, inp: InputFile) -> tuple[int, int]:
+SourceLines = Callable[[], Iterable[tuple[int, bytes]]]  # a batch's (line number, raw line) pairs, read again
+
+
+@dataclass(frozen=True)
+class SourceKey:
+    """What names a source in rec.source (an :class:`InputFile` has both too): the digest of its bytes, which
+    identifies it for provenance and resume, and where it was read from."""
+    uri: str
+    digest: str
+
+
+def register_source(conn: psycopg.Connection, inp: InputFile | SourceKey) -> tuple[int, int]:
     """Return (source_id, resume_after_line). A completed file is processed again from the start (idempotent)."""
     row = conn.execute(
         """INSERT INTO rec.source (digest, uri) VALUES (%s, %s)
@@ -101,26 +113,28 @@ class BatchLoader:
             conn.execute(stage_ddl(kind))
         conn.commit()
 
-    def commit(self, prepared: Prepared) -> IngestSummary:
+    def commit(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         """The batch in one transaction; tried again if the server cancels it as a deadlock victim (a concurrent
-        loader creating an epoch's partitions: indexer.db.deadlocks)."""
-        return retrying_deadlocks(self.conn, lambda: self._commit_once(prepared),
+        loader creating an epoch's partitions: indexer.db.deadlocks). ``source_lines()`` gives the batch's (line,
+        raw) pairs again, from the committing process's copy (never sent back by the typing workers): a slot out of
+        range is rare, and only then are the offending lines looked up."""
+        return retrying_deadlocks(self.conn, lambda: self._commit_once(prepared, source_lines),
                                   f"batch ending at line {prepared.last_line}")
 
-    def _commit_once(self, prepared: Prepared) -> IngestSummary:
+    def _commit_once(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         try:
-            return self._write(prepared)
+            return self._write(prepared, source_lines)
         finally:
             self.staged.clear()  # emptied, or rolled back with the batch
 
-    def _write(self, prepared: Prepared) -> IngestSummary:
+    def _write(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         out = IngestSummary(lines=prepared.lines)
         if "escrow" in prepared.kinds:  # partitions exist before their epoch's rows (docs/partitioning.md)
             named = EpochRouter.batch_epochs(prepared.kinds["escrow"].copy)
             self.router.ensure(self.conn, named)
             out.epochs |= named  # an escrow's txs loaded before it move into its epoch's partition
         with self.conn.transaction():
-            bad, slot_rejects = self.slots.check(self.conn, prepared, self.source_id)
+            bad, slot_rejects = self.slots.check(self.conn, prepared, self.source_id, source_lines)
             epochs = targets = None
             marks: dict[str, set] = {}  # mark_statement(kind) -> the scopes this batch's inserts dirtied
             for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
@@ -249,7 +263,7 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
         # closed here, whatever ends the load: a reader left to the garbage collector could be collected in a
         # forked child, or at interpreter exit when its thread can no longer run
         with closing(read_ahead(inp.open_blocks(batch_lines, on_progress, ramp_from=batch_lines // 8))) as blocks:
-            _pipelined(loader, blocks, resume_after, total, on_batch)
+            _type_and_commit(loader, blocks, resume_after, total, on_batch)
         # this commit flushes the batches' too (when the setting is the default, on)
         conn.execute("SELECT set_config('synchronous_commit', %s, false)", (durable,))
         conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
@@ -330,7 +344,7 @@ def analyze_grown(conn: psycopg.Connection, summary: IngestSummary) -> Deferred:
     return deferred
 
 
-def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary, on_batch=None) -> None:
+def _type_and_commit(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary, on_batch=None) -> None:
     """Worker processes type and render blocks (pure CPU, in parallel) while this thread commits them strictly
     in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight."""
     blocks = iter(blocks)
@@ -339,27 +353,26 @@ def _pipelined(loader: BatchLoader, blocks, resume_after: int, total: IngestSumm
         return
     # forked: they inherit the compiled coercers, never touch `conn`. Ctrl-C is held to the points between a
     # commit and the next submit: the batch being committed completes, and the pool is never interrupted inside
-    with Typists(PREPARE_WORKERS, loader.source_id, resume_after) as typists, workers.InterruptAtSafePoints() as ctrl_c:
+    with TypingPool(PREPARE_WORKERS, loader.source_id, resume_after) as pool, workers.InterruptAtSafePoints() as ctrl_c:
         in_flight: deque = deque()
         for first, block in itertools.chain([head], blocks):
             ctrl_c.check()
-            in_flight.append(typists.submit(first, block))
+            in_flight.append(pool.submit(first, block))
             if len(in_flight) > PREPARE_WORKERS:
-                _commit_next(loader, typists, in_flight, resume_after, total, on_batch)
+                _commit_next(loader, pool, in_flight, resume_after, total, on_batch)
         while in_flight:
             ctrl_c.check()
-            _commit_next(loader, typists, in_flight, resume_after, total, on_batch)
+            _commit_next(loader, pool, in_flight, resume_after, total, on_batch)
 
 
-def _commit_next(loader: BatchLoader, typists: Typists, in_flight: deque, resume_after: int, total: IngestSummary,
+def _commit_next(loader: BatchLoader, pool: TypingPool, in_flight: deque, resume_after: int, total: IngestSummary,
                  on_batch=None) -> None:
-    prepared = typists.typed(in_flight)
+    prepared = pool.typed(in_flight)
     _, first, block = in_flight.popleft()
     total.skipped_resumed += prepared.skipped
     if prepared.last_line <= resume_after:  # wholly committed by an earlier run
         return
-    prepared.source_lines = lambda: block_lines(first, block)
     if on_batch is not None:
         on_batch(prepared.lines, set().union(*(kb.scope for kind, kb in prepared.kinds.items()
                                                if KINDS[kind].scope == "escrow")))
-    total.add(loader.commit(prepared))
+    total.add(loader.commit(prepared, partial(block_lines, first, block)))

@@ -15,7 +15,7 @@ import psycopg
 
 from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.quickstats import Deferred, analyze_quickly
-from indexer.load.copytext import text
+from indexer.load.typed import copy_text as text
 from indexer.records import KINDS
 
 PARTITIONS_AHEAD = 1  # epochs after the current one whose partitions exist before their first row (each is one
@@ -65,7 +65,7 @@ class EpochRouter:
     def ensure(self, conn: psycopg.Connection, epochs: set[int]) -> None:
         """Create the partitions of `epochs` that this loader has not seen made (usually made ahead already:
         ensure_ahead). In its own (sub)transaction before the batch: a partition's creation locks its parent only
-        briefly. Only the epochs the batch needs: the ones ahead are made after the load (indexer.pipeline), off
+        briefly. Only the epochs the batch needs: the ones ahead are made after the load (indexer.downstream), off
         the commit path."""
         missing = sorted(e for e in epochs if e not in self.ready)
         if not missing:

@@ -1,41 +1,26 @@
-"""The CPU half of loading a batch: classify and type every line, and render the COPY text the database thread
-will stream. Pure (no database), so it runs in worker processes; its result pickles as a few byte strings.
+"""The CPU half of loading a batch: every line typed and rendered as the COPY text the database thread will stream
+(indexer.load.typed), and the rows folded into one :class:`KindBatch` per kind with what the commit needs. Pure (no
+database), so it runs in worker processes; its result pickles as a few byte strings.
 
 A file batch travels to its worker as one block of bytes (whole lines) rather than a list of lines, so the
 committing process never splits, pickles or holds lines one by one. In the worker, the block typer (C) takes the
-plain lines of the bulk tx kinds and hands every other line to the Python paths here, which define what a line means.
+plain lines of the bulk tx kinds and hands every other line to the Python paths, which define what a line means.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
 
-from indexer.load.coerce import COERCE, Invalid, NeedsExactParse
-from indexer.load.copytext import FORMATTERS
-from indexer.load.fastpath import PREPARE_ESCAPING, PREPARE_PLAIN
-from indexer.load.structs import typed_line
-from indexer.load.typer import TYPER_KINDS, type_block
-from indexer.records import KINDS, U32, U64, VOTES
-from indexer import refusals
+from indexer.load.typed import TYPER_KINDS, line_typer, type_block, typed_line
+from indexer.records import KINDS, U32, U64
+from indexer.sources.ndjson import block_lines
 from indexer.workers import no_cyclic_gc
-from indexer.sources.ndjson import Accepted, block_lines, classify_line, key_count, loads_exact
 
-# Row positions (line number first) used by the general path.
-_SCOPE_AT = {name: 1 + kind.columns.index("escrow_id" if kind.scope == "escrow" else "epoch_index")
-             for name, kind in KINDS.items()}
-_SLOT_AT = {name: (1 + kind.columns.index(kind.slot_fields[0]), kind.slot_fields[0],
-                   kind.field(kind.slot_fields[0]).type == VOTES)
-            for name, kind in KINDS.items() if kind.slot_fields}
-assert all(len(kind.slot_fields) <= 1 for kind in KINDS.values())  # one slot field per kind (SlotCheck's model)
-_NESTED = frozenset(name for name, kind in KINDS.items() if any(f.type == VOTES for f in kind.fields))
 # Kinds keyed by (escrow_id, an integer, ...): their batches carry key ranges per escrow (KindBatch.key_ranges).
 _RANGED = frozenset(name for name, kind in KINDS.items()
                     if kind.scope == "escrow" and len(kind.key) >= 2 and kind.field(kind.key[1]).type in (U32, U64))
-_ESCROW_SLOTS_AT = 1 + KINDS["escrow"].columns.index("slots")
-_F_IN, _F_OUT, _F_PAYLOAD = (1 + KINDS["finish"].columns.index(c)
-                             for c in ("input_tokens", "output_tokens", "response_payload"))
 
 
 @dataclass
@@ -75,46 +60,50 @@ class Prepared:
     parses: list = field(default_factory=list)   # vLLM parses of 0/0 Finish payloads (rules.refusal_parse)
     escrow_sizes: dict = field(default_factory=dict)  # escrow_id -> number of slots, from this batch's escrows
     skipped: int = 0                   # lines at or before the resume cursor
-    # The batch's (line, raw) pairs again, set by the committing process (never pickled): a slot found out of
-    # range is rare, and only then are the offending lines looked up.
-    source_lines: Callable[[], Iterable[tuple[int, bytes]]] | None = None
 
 
 def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:
     """Worker entry for a file: a block of whole lines numbered from `first_line`; lines at or before
-    `resume_after` are already committed and only counted. The block typer (indexer.load.typer, in C) takes the
-    lines it can and hands every other line to the Python paths below."""
+    `resume_after` are already committed and only counted. The block typer (indexer.load.typed, in C) takes the
+    lines it can and hands every other line to the Python paths; without it the Python paths take all."""
+    if type_block is None or b"\r" in block:
+        return prepare_block_python(source_id, first_line, block, resume_after)
     sid = str(source_id)
-    if b"\r" in block:  # CRLF line ends: block_lines strips them (rare), and the Python paths take every line
-        skipped, lines = 0, []
-        for number, raw in block_lines(first_line, block):
-            if number > resume_after:
-                lines.append((number, raw))
-            elif raw.strip():
-                skipped += 1
-        prepared = prepare_batch(source_id, lines)
-        prepared.skipped = skipped
-    else:
-        prepared, rows, handed = Prepared(0, 0, {}, []), {}, []
+    prepared, rows, handed = Prepared(0, 0, {}, []), {}, []
 
-        def emit(kind: str, got: tuple) -> None:  # a row of the block typer's kinds goes back to it, in line order
-            if kind in TYPER_KINDS:
-                handed.append((kind, got[0], got[3], got[2]))
-            else:
-                rows.setdefault(kind, []).append(got)
+    def emit(kind: str, got: tuple) -> None:  # a row of the block typer's kinds goes back to it, in line order
+        if kind in TYPER_KINDS:
+            handed.append((kind, got[0], got[3], got[2]))
+        else:
+            rows.setdefault(kind, []).append(got)
 
-        line = _line_typer(prepared, emit, source_id, orjson.loads, typed_line)
+    line = line_typer(prepared, emit, source_id, orjson.loads, typed_line)
 
-        def fallback(number: int, raw: bytes):
-            counted = line(number, raw)
-            return handed.pop() if handed else counted
+    def fallback(number: int, raw: bytes):
+        counted = line(number, raw)
+        return handed.pop() if handed else counted
 
-        with no_cyclic_gc():
-            count, last, skipped, typed = type_block(block, first_line, resume_after, sid.encode(), fallback)
-            prepared.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
-        prepared.lines, prepared.last_line, prepared.skipped = count, last, skipped
-        for kind, copy, n, scopes, slot_max, ranges, distinct in typed:
-            prepared.kinds[kind] = KindBatch(copy, n, scopes, slot_max, distinct, ranges)
+    with no_cyclic_gc():
+        count, last, skipped, typed = type_block(block, first_line, resume_after, sid.encode(), fallback)
+        prepared.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
+    prepared.lines, prepared.last_line, prepared.skipped = count, last, skipped
+    for kind, copy, n, scopes, slot_max, ranges, distinct in typed:
+        prepared.kinds[kind] = KindBatch(copy, n, scopes, slot_max, distinct, ranges)
+    prepared.last_line = max(prepared.last_line, first_line + block.count(b"\n", 0, len(block) - 1))
+    return prepared
+
+
+def prepare_block_python(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:
+    """:func:`prepare_block` by the Python paths alone: without the C block typer (indexer.load.typed.IMPL), and
+    for a block with CRLF line ends (rare: block_lines strips them). The same rows as the C path, line for line."""
+    skipped, lines = 0, []
+    for number, raw in block_lines(first_line, block):
+        if number > resume_after:
+            lines.append((number, raw))
+        elif raw.strip():
+            skipped += 1
+    prepared = prepare_batch(source_id, lines)
+    prepared.skipped = skipped
     prepared.last_line = max(prepared.last_line, first_line + block.count(b"\n", 0, len(block) - 1))
     return prepared
 
@@ -124,14 +113,14 @@ def prepare_batch(source_id: int, lines: Iterable[tuple[int, bytes]], objs: Iter
     same order (the poller's decoder has each record as a dict before it serializes it): they spare a JSON parse.
     The general path still reads ``raw``, so a line and its object must say the same."""
     loads = orjson.loads if objs is None else (lambda raw, nxt=iter(objs).__next__: nxt())
-    with no_cyclic_gc():  # a line read from a file first tries the Struct decoder (indexer.load.structs)
+    with no_cyclic_gc():  # a line read from a file first tries the Struct decoder (indexer.load.typed.structs)
         return _prepare(source_id, lines, loads, typed_line if objs is None else None)
 
 
 def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads, first_try) -> Prepared:
     out = Prepared(0, 0, {}, [])
     rows: dict[str, list] = {}  # kind -> [(copy_line, scope, slot, key)], folded into a KindBatch at the end
-    line = _line_typer(out, lambda kind, got: rows.setdefault(kind, []).append(got), source_id, loads, first_try)
+    line = line_typer(out, lambda kind, got: rows.setdefault(kind, []).append(got), source_id, loads, first_try)
     count = last = 0
     for number, raw in lines:
         if line(number, raw):
@@ -140,39 +129,6 @@ def _prepare(source_id: int, lines: Iterable[tuple[int, bytes]], loads, first_tr
     out.lines, out.last_line = count, last
     out.kinds = {kind: _kind_batch(kind, got) for kind, got in rows.items()}
     return out
-
-
-def _line_typer(out: Prepared, emit, source_id: int, loads, first_try):
-    """line(number, raw) -> whether the line counts (not blank): types one line, by the Struct decoder
-    (``first_try``), the fast path or the general path, and hands its row to ``emit(kind, (copy_line, scope, slot,
-    key))``, or quarantines it in ``out``."""
-    sid, fast_plain, fast_escaping = str(source_id), PREPARE_PLAIN, PREPARE_ESCAPING
-
-    def line(number: int, raw: bytes) -> bool:
-        if first_try is not None and (typed := first_try(raw, number, sid)) is not None:
-            emit(*typed)
-            return True
-        try:
-            obj = loads(raw)
-            kind = obj["kind"]
-            fast = fast_plain[kind]
-        except (ValueError, KeyError, TypeError):
-            if not raw.strip():
-                return False  # a blank line: numbered, never counted or loaded
-            fast = None
-        # Each key brings one colon, so a line with more colons than parsed keys (a duplicate key orjson dropped,
-        # or a colon inside a string) is left to the general path, which checks. Fast-path records are flat
-        # objects, but for their vote lists (_NESTED): those keys are counted too.
-        # A line with a backslash may hold escapes: its strings are escaped for COPY, and \u0000 goes general.
-        if (fast is not None and ((colons := raw.count(b":")) == len(obj)
-                                  or (kind in _NESTED and colons == key_count(obj)))
-                and (raw.find(b"\\") < 0 or (raw.find(b"\\u0000") < 0 and (fast := fast_escaping[kind])))
-                and (got := fast(obj, number, sid)) is not None):
-            emit(kind, got)
-        else:
-            _general(out, emit, source_id, sid, number, raw)
-        return True
-    return line
 
 
 def _kind_batch(kind: str, got: list) -> KindBatch:
@@ -200,62 +156,3 @@ def _kind_batch(kind: str, got: list) -> KindBatch:
                      len(keys) == len(got), ranges)
 
 
-def _general(out: Prepared, emit, source_id: int, sid: str, number: int, raw: bytes) -> None:
-    """Any record the fast path declined: classify, type field by field (precise reasons), render."""
-    verdict = classify_line(raw)
-    if not isinstance(verdict, Accepted):
-        out.rejects.append((source_id, number, verdict.kind, verdict.reason, printable(raw)))
-        return
-    kind = verdict.kind
-    try:
-        row = typed_row(kind, verdict.obj, raw, number)
-    except Invalid as exc:
-        out.rejects.append((source_id, number, kind, str(exc), printable(raw)))
-        return
-    emit(kind, (FORMATTERS[kind](row, sid), row[_SCOPE_AT[kind]], slot_of(kind, row), row[1:1 + len(KINDS[kind].key)]))
-    if kind == "escrow":
-        out.escrow_sizes[row[1]] = len(row[_ESCROW_SLOTS_AT])
-    elif kind == "finish" and row[_F_IN] == 0 and row[_F_OUT] == 0 and row[_F_PAYLOAD]:
-        out.parses.append(refusals.parse_row(row[1], row[2], row[_F_PAYLOAD]))
-
-
-def typed_row(kind: str, obj: dict, raw: bytes, number: int) -> tuple:
-    """(line, *columns, extra) of an accepted record; raises Invalid naming the field."""
-    try:
-        return (number, *COERCE[kind](obj))
-    except NeedsExactParse:
-        return (number, *COERCE[kind](loads_exact(raw), exact=True))
-
-
-def slot_of(kind: str, row: tuple):
-    """The highest slot a typed row names (its voters' for a vote list), or None."""
-    if kind not in _SLOT_AT:
-        return None
-    at, _, is_votes = _SLOT_AT[kind]
-    value = row[at]
-    if not is_votes or value is None:
-        return value
-    return max((v["voter_slot"] for v in orjson.loads(value)), default=None)
-
-
-def slot_offenders(lines: Iterable[tuple[int, bytes]], kind: str, sizes: dict[str, int]):
-    """Yield (line, raw, reason) for the `kind` records of a batch naming a slot beyond their escrow's size
-    (`sizes` holds only the escrows known to be exceeded)."""
-    name, is_votes = _SLOT_AT[kind][1:]
-    for number, raw in lines:
-        verdict = classify_line(raw)
-        if not isinstance(verdict, Accepted) or verdict.kind != kind:
-            continue
-        try:
-            row = typed_row(kind, verdict.obj, raw, number)
-        except Invalid:
-            continue
-        size, slot = sizes.get(row[1]), slot_of(kind, row)
-        if size is None or slot is None or slot < size:
-            continue
-        yield number, raw, (f"field {name}: a voter_slot is out of range for escrow with {size} slots" if is_votes
-                            else f"field {name}: slot {slot} out of range for escrow with {size} slots")
-
-
-def printable(raw: bytes) -> str:
-    return raw.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")

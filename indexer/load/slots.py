@@ -7,19 +7,23 @@ that is exceeded has its lines looked up again.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import psycopg
 
-from indexer.load.prepare import Prepared, printable, slot_offenders
+from indexer.load.prepare import Prepared
+from indexer.load.typed import printable, slot_offenders
 
 
 class SlotCheck:
     def __init__(self) -> None:
         self.sizes: dict[str, int | None] = {}
 
-    def check(self, conn: psycopg.Connection, prepared: Prepared,
-              source_id: int) -> tuple[dict[str, set[int]], list[tuple]]:
-        """The contradicting rows: (the rejected lines per kind, their quarantine tuples). ``prepared`` is left as
-        it is, so a batch tried again (a deadlock victim) quarantines each line once."""
+    def check(self, conn: psycopg.Connection, prepared: Prepared, source_id: int,
+              source_lines: Callable[[], Iterable[tuple[int, bytes]]]) -> tuple[dict[str, set[int]], list[tuple]]:
+        """The contradicting rows: (the rejected lines per kind, their quarantine tuples); ``source_lines()`` gives
+        the batch's (line, raw) pairs, read only for an escrow exceeded. ``prepared`` is left as it is, so a batch
+        tried again (a deadlock victim) quarantines each line once."""
         self.sizes.update(prepared.escrow_sizes)
         needed = {e for kb in prepared.kinds.values() for e in kb.slot_max} - self.sizes.keys()
         if needed:
@@ -33,7 +37,7 @@ class SlotCheck:
                         if (size := self.sizes.get(e)) is not None and top >= size}
             if not exceeded:
                 continue
-            for line, raw, reason in slot_offenders(prepared.source_lines(), kind, exceeded):
+            for line, raw, reason in slot_offenders(source_lines(), kind, exceeded):
                 bad.setdefault(kind, set()).add(line)
                 rejects.append((source_id, line, kind, reason, printable(raw)))
         return bad, rejects

@@ -17,7 +17,7 @@ cycle listed its escrows); an escrow another poller holds, or did during this cy
 lease is released once its outcome is written. The outcome writes themselves are not fenced: the
 ``net.failure`` rows (:meth:`Store.fail`, queued and written with whichever transaction comes next),
 ``last_error`` (:meth:`Store.error`) and the watchdog's ``net.progress`` row (:meth:`Store.set_progress`) that
-:meth:`CommitPipeline._finish_escrow` writes go to the database without a lease check.
+:meth:`EscrowCommitter._finish_escrow` writes go to the database without a lease check.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class Skipped:
     why: str
 
 
-class CommitPipeline:
+class EscrowCommitter:
     def __init__(self, fetcher: EscrowFetcher, store: Store, summary, *, leases: Leases,
                  escrow_workers: int = ESCROW_WORKERS):
         self.fetcher, self.store, self.summary = fetcher, store, summary
@@ -111,7 +111,8 @@ class CommitPipeline:
         futures = [self._pool.submit(job, epoch, eid) for epoch, eid in jobs]
         # this thread gathers and types batch N+1 while the database thread commits batch N (commits stay in
         # order, so a cursor never passes rows that are not committed)
-        db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poller-db") if self.store.pipelined else None
+        db = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="poller-db") if self.store.concurrent_prepare
+              else None)
         pending = None
         received = 0
         try:

@@ -8,7 +8,7 @@ Epochs are visited oldest first (current − 2, current − 1, current), so escr
 * :mod:`indexer.poller.fetch` — one escrow's log, payloads and stats, on fetch threads, with no database handle;
 * :mod:`indexer.poller.commit` — chunks committed in order with their cursors; the progress watchdog;
 * :mod:`indexer.poller.store` — every statement on the database;
-* :mod:`indexer.pipeline` — replay and rules on what changed.
+* :mod:`indexer.downstream` — replay and rules on what changed.
 
 Per escrow, the diff log is read from the ``escrow:<id>`` cursor (last ingested nonce) in runs of pages, the run's
 last state root checked against a second host. An escrow whose settled log is complete, and whose settlement
@@ -34,7 +34,7 @@ from typing import Sequence
 
 import psycopg
 
-from indexer.poller.commit import ESCROW_WORKERS, CommitPipeline
+from indexer.poller.commit import ESCROW_WORKERS, EscrowCommitter
 from indexer.poller.decode import decode_pool
 from indexer.poller.fetch import EscrowFetcher
 from indexer.poller.finality import PRUNING_WINDOW, Epochs
@@ -95,11 +95,11 @@ class Poller:
         fetcher = EscrowFetcher(gonka, store.fail, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_pool=self._payloads if payload_workers > 0 else None,
                                 decoders=self._decoders, payload_concurrency=payload_workers)
-        self.pipeline = CommitPipeline(fetcher, store, self.summary, escrow_workers=escrow_workers, leases=leases)
+        self.committer = EscrowCommitter(fetcher, store, self.summary, escrow_workers=escrow_workers, leases=leases)
         self.epochs = Epochs(gonka, store, self.summary, self._payloads, leases)
 
     def close(self) -> None:
-        self.pipeline.close()
+        self.committer.close()
         self._chain_reads.shutdown(wait=True)
         self._payloads.shutdown(wait=True)
         if self._decoders is not None:
@@ -125,7 +125,7 @@ class Poller:
         return s
 
     def _epochs(self, todo: list[int], now: int, info: dict) -> None:
-        """Chain metadata of every epoch first, then all their escrows through one pipeline (oldest epoch first,
+        """Chain metadata of every epoch first, then all their escrows through one committer (oldest epoch first,
         so the fetch threads never idle at an epoch boundary), then each epoch's stats and state — each piece by
         whichever poller holds its lease; what others hold is waited for, or taken over once expired."""
         s = self.summary
@@ -149,7 +149,7 @@ class Poller:
         for epoch in reversed(list(plans)):
             owner.update({eid: epoch for eid in plans[epoch][1]})
         jobs = sorted(((epoch, eid) for eid, epoch in owner.items()), key=lambda j: todo.index(j[0]))
-        done = self.pipeline.run(jobs, settlements)  # a failed one leaves the reads to close(), which waits for them
+        done = self.committer.run(jobs, settlements)  # a failed one leaves the reads to close(), which waits for them
         # the snapshots load after the escrows: nothing in the load of an escrow reads them, and the reads (dozens
         # of chain requests an epoch) would otherwise hold back the first escrow's fetch
         read = [(epoch, future.result()) for epoch, future in captures]
@@ -175,7 +175,7 @@ class Poller:
                     waiting.discard(resource)
                 elif state == "free":  # expired: its holder died or stalled
                     kind, key = resource.split(":", 1)
-                    if kind == "escrow":  # the pipeline takes it over (or finds it done meanwhile)
+                    if kind == "escrow":  # the committer takes it over (or finds it done meanwhile)
                         waiting.discard(resource)
                         retry.append((owner[key], key))
                     elif (outcome := self.leases.take(resource).outcome) != "held":
@@ -184,15 +184,15 @@ class Poller:
                             self.epochs.snapshot(int(key), info if int(key) == now else None)
                             mine.append(int(key))
             if retry:
-                done.update(self.pipeline.run(retry, settlements))
+                done.update(self.committer.run(retry, settlements))
                 waiting |= self._skipped()
         s.escrows_elsewhere = sum(1 for eid in owner if eid not in done)
         s.epochs_elsewhere += len(plans) - len(mine)
         s.takeovers = len(self.leases.takeovers)
 
     def _skipped(self) -> set[str]:
-        """Leases of the escrows the last pipeline run skipped because another poller holds them."""
-        return {f"escrow:{eid}" for eid, why in self.pipeline.skipped.items() if why == "held"}
+        """Leases of the escrows the committer's last run skipped because another poller holds them."""
+        return {f"escrow:{eid}" for eid, why in self.committer.skipped.items() if why == "held"}
 
 
 def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence[str], *,
@@ -203,15 +203,14 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
               holder: str | None = None) -> PollSummary:
     """One full cycle into the database at ``url``, sharing the work with any other poller on it through leases of
     ``lease_seconds`` (``holder``: this poller's lease holder id, default hostname:pid:random)."""
-    from indexer.pipeline import process_changes
+    from indexer.downstream import process_changes
 
     start = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         leases = Leases(url, seconds=lease_seconds, holder=holder).start()
         error = None
         try:
-            store = Store(conn, archive=archive, side_url=url)
-            store.leases = leases
+            store = Store(conn, archive=archive, side_url=url, leases=leases)
             def on_response(*args) -> None:  # every answer or failed attempt is progress (leases stay renewed)
                 leases.touch()
                 store.on_response(*args)

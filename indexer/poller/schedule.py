@@ -10,8 +10,8 @@ from typing import Callable, Sequence
 
 from indexer.db.url import first_line, is_unreachable
 from indexer.poller.cycle import PollSummary, poll_once
+from indexer.interval_jobs import Job, run_jobs
 from indexer.poller.leases import LeaseLost
-from indexer.scheduling import Job, run_jobs
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from types import SimpleNamespace
+from functools import partial
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import psycopg
 
 from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.durability import commit_without_flush_wait, flush_at_commit
-from indexer.load.ingest import BatchLoader, IngestSummary, register_source
+from indexer.load.ingest import BatchLoader, IngestSummary, SourceKey, register_source
 from indexer.load.assemble import assemble
 from indexer.load.prepare import prepare_batch
 from indexer.wire.normalize import dumps_record_bytes
@@ -74,7 +74,8 @@ ON CONFLICT (source) DO UPDATE SET host = excluded.host, url = excluded.url, err
 
 
 class Store:
-    def __init__(self, conn: psycopg.Connection, *, archive: bool = True, side_url: str | None = None) -> None:
+    def __init__(self, conn: psycopg.Connection, *, archive: bool = True, side_url: str | None = None,
+                 leases=None) -> None:
         self.conn = conn
         # the cycle's commits (hundreds: chunks, cursors, the watchdog's rows) do not wait for the WAL flush; the
         # last one, finish_cycle's, does, and with it every one before it (indexer.db.durability)
@@ -90,7 +91,7 @@ class Store:
         self.transactions = 0
         self.loaded = IngestSummary()  # every commit's rows by kind and epoch, for the ANALYZE after the cycle
         self._lock = threading.Lock()  # the HTTP hooks run on fetch threads; flushing swaps the lists under it
-        self.leases = None  # indexer.poller.leases.Leases: commits with a ``fence`` check them in their transaction
+        self.leases = leases  # indexer.poller.leases.Leases: commits with a ``fence`` check them in their transaction
 
     # -- hooks for the HTTP layer ---------------------------------------------------------------
     def on_response(self, url: str, status: int, body: bytes, headers: Mapping[str, str]) -> None:
@@ -229,13 +230,13 @@ class Store:
         all."""
         return self.commit(self.prepare(items), cursors, after, fence)
 
-    def prepare(self, items: Sequence[tuple[Sequence[bytes], str]]) -> list[tuple[int, Any]]:
+    def prepare(self, items: Sequence[tuple[Sequence[bytes], str]]) -> list[tuple[int, Any, Callable]]:
         """Register the sources and type their lines (CPU; no transaction). With a side connection
         (``side_url``) this can run in one thread while another commits the previous batch on the main one."""
         return [self._prepared(lines, uri, None) for lines, uri in items if lines]
 
     def prepare_typed(self, lines: Sequence[bytes], uri: str, parts: Sequence[tuple[int, Any]],
-                      untyped: Sequence[int]) -> list[tuple[int, Any]]:
+                      untyped: Sequence[int]) -> list[tuple[int, Any, Callable]]:
         """:meth:`prepare` of one source whose lines were mostly typed by the decode workers already: ``parts``
         (offset, Prepared) and the positions no part covers (:func:`indexer.load.assemble.assemble`)."""
         return [self._prepared(lines, uri, (parts, untyped))] if lines else []
@@ -243,21 +244,19 @@ class Store:
     def _prepared(self, lines: Sequence[bytes], uri: str, typed) -> tuple[int, Any]:
         t0 = time.perf_counter()
         digest = hashlib.sha256(b"\n".join(lines)).hexdigest()
-        source_id, _ = register_source(self._side_conn(), SimpleNamespace(digest=digest, uri=uri))
+        source_id, _ = register_source(self._side_conn(), SourceKey(uri, digest))
         # typing needs no staging tables: a BatchLoader here would create a set on the side connection that
         # is never used (the commit stages on the main one), at a dozen DDL statements per cycle
         if typed is None:
-            batch = list(enumerate(lines, start=1))
-            prep = prepare_batch(source_id, batch)
-            prep.source_lines = lambda batch=batch: batch
+            prep = prepare_batch(source_id, list(enumerate(lines, start=1)))
         else:
             prep = assemble(source_id, lines, *typed)
         dt = time.perf_counter() - t0
         self.t_prepare += dt
         self.seconds += dt
-        return source_id, prep
+        return source_id, prep, partial(enumerate, lines, 1)  # the lines again, for BatchLoader.commit
 
-    def commit(self, prepared: list[tuple[int, Any]], cursors: Mapping[str, str] | None = None,
+    def commit(self, prepared: list[tuple[int, Any, Callable]], cursors: Mapping[str, str] | None = None,
                after: Callable[[psycopg.Connection], None] | None = None,
                fence: Sequence[str] = ()) -> IngestSummary:
         """Prepared sources, ``cursors`` and ``after(conn)`` in one transaction on the main connection. ``fence``:
@@ -274,9 +273,9 @@ class Store:
             def body(conn: psycopg.Connection) -> None:
                 if fence and self.leases is not None:
                     self.leases.fence(conn, fence)
-                for source_id, prep in prepared:
+                for source_id, prep, source_lines in prepared:
                     loader.source_id = source_id
-                    out.add(loader.commit(prep))
+                    out.add(loader.commit(prep, source_lines))
                     conn.execute("UPDATE rec.source SET completed_at = now() WHERE source_id = %s", (source_id,))
                 for source, value in (cursors or {}).items():
                     conn.execute(UPSERT_CURSOR, (source, value))
@@ -307,7 +306,7 @@ class Store:
         return self._side
 
     @property
-    def pipelined(self) -> bool:
+    def concurrent_prepare(self) -> bool:
         """prepare() and commit() may run concurrently (they use different connections)."""
         return self.side_url is not None
 

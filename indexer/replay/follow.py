@@ -9,7 +9,7 @@ escrow the follower holds waits on its row; naming the batch after its commit, a
 window in which the follower took the newest batch's escrows: four such waits of 11-90 ms in one 978k-line load).
 It takes an escrow once two later batches have moved past it. Whatever is still dirty when the load ends (those
 escrows, or anything the follower did not get to) is replayed by the usual pass afterwards
-(:func:`indexer.pipeline.process_changes`).
+(:func:`indexer.downstream.process_changes`).
 
 Nothing depends on the follower: the work queue is ``replay.dirty_escrow`` (claims with SKIP LOCKED, a chunk a
 transaction), so a follower that fails or is killed leaves its unfinished chunk dirty, and the pass after the load

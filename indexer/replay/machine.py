@@ -28,9 +28,9 @@ from typing import NamedTuple
 
 STATUSES = ("Pending", "Started", "Finished", "Challenged", "Validated", "Invalidated", "TimedOut")
 
-KINDS = ("start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "error_miss")
-KIND_ORDER = {kind: code for code, kind in enumerate(KINDS)}  # protocol order inside a diff; a kind's row code
-_UNKNOWN = len(KINDS)
+TX_KINDS = ("start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "error_miss")
+KIND_ORDER = {kind: code for code, kind in enumerate(TX_KINDS)}  # protocol order inside a diff; a kind's row code
+_UNKNOWN = len(TX_KINDS)
 
 # MsgValidation is accepted on these (§3.2); it only adds weight while Finished.
 _VALIDATION_OK = frozenset({"Finished", "Challenged", "Validated", "Invalidated"})
@@ -163,7 +163,7 @@ class _Machine:
     Start, confirm and finish are nearly every tx, so `run` handles them inline with locals; the rarer kinds go to
     a method that returns a rejection code or None."""
 
-    def __init__(self, config: EscrowConfig, keep_transitions: bool = True, kinds: tuple[str, ...] = KINDS) -> None:
+    def __init__(self, config: EscrowConfig, keep_transitions: bool = True, kinds: tuple[str, ...] = TX_KINDS) -> None:
         self.keep_transitions = keep_transitions
         self.kinds = kinds  # code -> name; codes past the protocol's are unknown kinds (only ever rejected)
         self.slots = tuple(config.slots)
@@ -188,7 +188,7 @@ class _Machine:
         n = len(slots)
         transitions = self.transitions if self.keep_transitions else None
         rare = (None, None, None, self._validation, self._validation_vote, self._timeout, self._error_miss)
-        for row in rows:  # codes are KINDS positions: 0 start, 1 confirm_start, 2 finish, 3-6 the rarer kinds
+        for row in rows:  # codes are TX_KINDS positions: 0 start, 1 confirm_start, 2 finish, 3-6 the rarer kinds
             nonce, code, inference_id, slot = row[0], row[1], row[2], row[3]
             if code == 0:  # start
                 if inference_id != nonce:  # inference_id is the nonce of its start diff
@@ -368,7 +368,7 @@ def replay(config: EscrowConfig, txs: Iterable[Tx], *, presorted: bool = False,
 
     presorted=True skips the sort when the caller already delivers `sort_key` order. transitions=False skips the
     history list (each record still keeps the nonce at which it entered every status, in `entered`)."""
-    codes, kinds, rows = dict(KIND_ORDER), list(KINDS), []
+    codes, kinds, rows = dict(KIND_ORDER), list(TX_KINDS), []
     for tx in (txs if presorted else sorted(txs, key=sort_key)):
         code = codes.get(tx.kind)
         if code is None:  # an unknown kind is only rejected; its code just names it
@@ -383,7 +383,7 @@ def replay_rows(config: EscrowConfig, rows: Iterable[tuple], *, transitions: boo
     code (KIND_ORDER) in place of its name, fields after the last one its kind reads may be left out (slot always
     present), and the rows come in protocol order (`sort_key`: the database path sorts by diff_nonce and tx_index
     first, indexer.replay.run._escrow_logs)."""
-    return _replay(config, rows, transitions, KINDS)
+    return _replay(config, rows, transitions, TX_KINDS)
 
 
 def _replay(config: EscrowConfig, rows: Iterable[tuple], transitions: bool, kinds: tuple[str, ...]) -> ReplayResult:

@@ -8,7 +8,8 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
 from indexer import workers
-from indexer.load.prepare import Prepared, prepare_block, printable
+from indexer.load.prepare import Prepared, prepare_block
+from indexer.load.typed import printable
 from indexer.sources import ndjson
 from indexer.sources.ndjson import LongLine
 
@@ -24,7 +25,7 @@ class TypingWorkerLost(RuntimeError):
         self.first, self.last = first, last
 
 
-class Typists:
+class TypingPool:
     """The typing processes of one file. A process that dies breaks its pool for good (every block in flight
     fails): :meth:`typed` then starts a new pool and types the blocks in flight again."""
 
@@ -32,7 +33,7 @@ class Typists:
         self.processes, self.source_id, self.resume_after = processes, source_id, resume_after
         self.pool = workers.pool(processes, bulk_memory=True)
 
-    def __enter__(self) -> "Typists":
+    def __enter__(self) -> "TypingPool":
         return self
 
     def __exit__(self, *exc) -> bool:

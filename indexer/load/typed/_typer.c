@@ -1,4 +1,4 @@
-/* The file load's typing of the bulk tx kinds, a block at a time, in C (indexer.load.typer explains when and why).
+/* The file load's typing of the bulk tx kinds, a block at a time, in C (indexer.load.typed.native explains when and why).
  *
  * type_block(block, first_line, resume_after, sid, fallback) walks the block's lines. A line it can take (one of
  * the configured kinds, every field present with its plain JSON type and in range, nothing else on the line) becomes
@@ -638,7 +638,7 @@ static PyMethodDef methods[] = {
     {"type_block", type_block, METH_VARARGS,
      "type_block(block, first_line, resume_after, sid, fallback) -> (count, last, skipped, [(kind, copy, n, scopes, "
      "slot_max, ranges, distinct_keys)])"},
-    {"configure", configure, METH_O, "configure(kind specs): the kinds type_block takes (indexer.load.typer)"},
+    {"configure", configure, METH_O, "configure(kind specs): the kinds type_block takes (indexer.load.typed.native)"},
     {"shift_rows", shift_rows, METH_VARARGS,
      "shift_rows(copy, offset, sid) -> placeholder rows renumbered by offset, with source id sid "
      "(indexer.load.assemble)"},

@@ -210,7 +210,7 @@ COERCERS = {ID: c_id, U64: c_u64, U64N: c_u64n, I64: c_i64, U32: c_u32, BOOL: c_
 
 class Coercer:
     """The field plan of one kind: every field checked by its type's coercer, with a reason naming the field.
-    Ordinary records take the generated fast path (indexer.load.fastpath) and never get here."""
+    Ordinary records take the generated fast path (indexer.load.typed.fastpath) and never get here."""
 
     def __init__(self, kind: Kind):
         self.kind = kind

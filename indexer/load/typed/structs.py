@@ -1,9 +1,9 @@
-"""The file load's try at a line the block typer (indexer.load.typer) declined: msgspec decodes, checks and types it
+"""The file load's try at a line the block typer (native.py) declined: msgspec decodes, checks and types it
 in C, one Struct per kind (a non-ASCII model name, say, which the block typer leaves to Python).
 
 For the bulk tx kinds (start, confirm_start, finish, validation, validation_vote: 97 % of a mainnet file) a
 canonical line is decoded straight into a Struct whose field types carry the same bounds as the fast path's checks
-(indexer.load.fastpath), and a generated function checks its hex fields (coerce.NON_HEX, cheaper than a msgspec
+(indexer.load.typed.fastpath), and a generated function checks its hex fields (coerce.NON_HEX, cheaper than a msgspec
 pattern) and writes its COPY line. That is ~2.5 µs a line cheaper than parsing into a dict and checking every field
 in Python (bench/ingest_bench.py), and renders the same text.
 
@@ -20,8 +20,8 @@ from typing import Annotated, Union
 
 import msgspec
 
-from indexer.load.coerce import HEX_BYTES, MAX_I31, MAX_I63, NON_HEX
-from indexer.load.fastpath import DECIMAL_DIGITS, REFUSAL, RENDER as FAST_RENDER, ZERO, decimal_pattern
+from indexer.load.typed.coerce import HEX_BYTES, MAX_I31, MAX_I63, NON_HEX
+from indexer.load.typed.fastpath import DECIMAL_DIGITS, REFUSAL, RENDER as FAST_RENDER, ZERO, decimal_pattern
 from indexer.records import BOOL, HEX, I64, ID, KINDS, STR, U32, U64, Kind
 
 _TYPES = {

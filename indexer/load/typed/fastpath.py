@@ -3,7 +3,7 @@
 Most lines are ordinary: every known field has its plain JSON type, unknown fields (if any) are plain scalars, and no array or
 timestamp field needs work (vote lists of plain votes are normalised here too). For those, one function checks the fields and writes the COPY text line
 directly (no intermediate row, no second pass). Anything else returns None and takes the general path
-(indexer.load.coerce + indexer.load.copytext), which gives the precise reason for a bad field. Both paths render
+(coerce.py + copytext.py), which gives the precise reason for a bad field. Both paths render
 the same text; tests/test_fastpath.py holds them to it.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ import re
 
 import orjson
 
-from indexer.load.coerce import HEX_BYTES, MAX_I31, MAX_I63, MAX_U64, NON_HEX, c_reason
-from indexer.load.copytext import text
+from indexer.load.typed.coerce import HEX_BYTES, MAX_I31, MAX_I63, MAX_U64, NON_HEX, c_reason
+from indexer.load.typed.copytext import text
 from indexer.records import BOOL, HEX, I64, ID, KINDS, REASON, STR, U32, U64, U64N, VOTES, Kind
 
 _CHECK = {
@@ -36,12 +36,12 @@ DECIMAL_DIGITS = {U32: 9, U64: 18, U64N: 19}
 
 
 def decimal_pattern(digits: int) -> str:
-    """The canonical decimal text of at most `digits` digits (also the Struct decoder's: indexer.load.structs)."""
+    """The canonical decimal text of at most `digits` digits (also the Struct decoder's: indexer.load.typed.structs)."""
     return r"^(?:0|[1-9][0-9]{0,%d})\Z" % (digits - 1)
 
 
 # A 0/0 Finish with a payload is a refusal to parse, which only the general path does; its token counts may come as
-# numbers or as canonical decimal strings. One test for every generated path (here and indexer.load.structs).
+# numbers or as canonical decimal strings. One test for every generated path (here and indexer.load.typed.structs).
 ZERO = (0, "0")
 REFUSAL = "{input_tokens} in ZERO and {output_tokens} in ZERO and {response_payload}"
 _SCALARS = (str, int, bool, type(None))  # unknown fields the fast path keeps (in `extra`)
