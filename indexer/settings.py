@@ -33,16 +33,18 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "INDEXER_READY_MAX_LAG": ("900", "indexer run: seconds of source lag above which /ready answers 503"),
     "INDEXER_LEASE_SECONDS": ("60", "indexer run: seconds a poller's work lease lasts unrenewed (several pollers "
                                     "on one database: a killed poller's work is taken over after this)"),
+    "INDEXER_IMPL": ("auto", "typing of loaded lines: auto (the C block typer when built), c (require it), "
+                             "python (the Python paths alone)"),
 }
-# Read where it is used rather than through Settings: the load's typing is chosen when indexer.load.typed.native is
-# imported, in the CLI's process and in every worker process alike (as psycopg reads PSYCOPG_IMPL).
-TYPING_IMPL = ("INDEXER_IMPL", "auto", "typing of loaded lines: auto (the C block typer when built), c (require it), "
-                                      "python (the Python paths alone)")
 
 
 def typing_impl() -> str:
-    """The INDEXER_IMPL value (auto when unset): see :data:`TYPING_IMPL`."""
-    return os.environ.get(TYPING_IMPL[0], TYPING_IMPL[1])
+    """The ``INDEXER_IMPL`` value (its :data:`VARIABLES` default when unset).
+
+    Read where it is used rather than through :class:`Settings`: the load's typing is chosen when
+    indexer.load.typed.native is imported, in the CLI's process and in every worker process alike (as psycopg reads
+    PSYCOPG_IMPL)."""
+    return os.environ.get("INDEXER_IMPL", VARIABLES["INDEXER_IMPL"][0])
 
 
 DEFAULT_VALIDATOR = "gonka1indexer"
