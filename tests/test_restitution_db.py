@@ -48,10 +48,14 @@ def one(conn, sql, *args):
 
 
 def test_e366_anchor_llr_reward_and_flip(db_url, tmp_path, conn):
+    # the anchor's share (57,537 of 415,488) is the chain v0.2.12 rule when the full weight is at least the raw
+    # total: min(confirmation_weight, weight); the epoch is pinned to v0.2.12 by an analyst override
     recs = [gov_snapshot(epoch=366), params(366),
-            summary(366, X, confirmation_weight=57537, weight=60000, inference_count=263, missed_requests=0,
-                    invalidated_inferences=25, validated_inferences=238, excluded_reason="statistical_invalidations",
-                    excluded_height=5652213)]
+            summary(366, X, confirmation_weight=57537, weight=60000, raw_confirmation_weight=59000,
+                    inference_count=263, missed_requests=0, invalidated_inferences=25, validated_inferences=238,
+                    excluded_reason="statistical_invalidations", excluded_height=5652213)]
+    conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
+                 "VALUES (366, 366, 'v0.2.12', 'test: the anchor epoch under v0.2.12')")
     load(db_url, tmp_path, recs + small_escrow("9001", 366, invalid=25, served=238, disputable=5))
     r = one(conn, "SELECT invalid, validated, disputable_invalid, sprt_max_llr, sprt_threshold, sprt_crossed, "
                   "sprt_crossed_without_disputable, sprt_max_llr_without_disputable, theoretical_epoch_reward, "
@@ -65,6 +69,9 @@ def test_e366_anchor_llr_reward_and_flip(db_url, tmp_path, conn):
     assert theo == 271_585_585_901_857
     assert stake == 37_609_316_890_103 and f"{stake / Decimal(10**9):,.6f}" == "37,609.316890"
     assert (cand, match, flip, src) == (True, True, "sprt", "chain")
+    basis, if_passed, amount = one(conn, "SELECT weight_basis, reward_if_passed, restitution_amount "
+                                         "FROM api.restitution_impact WHERE epoch_index = 366")
+    assert (basis, if_passed, amount) == ("confirmation_capped", stake, stake)
 
 
 def test_crosses_mid_epoch_but_ends_below(db_url, tmp_path, conn):
