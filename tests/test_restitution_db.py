@@ -316,3 +316,37 @@ def test_counters_whose_sum_passes_bigint_leave_the_downtime_unknown_not_the_vie
     assert one(conn, "SELECT downtime_total, downtime_passes, downtime_null_reason FROM api.restitution_outcomes "
                      "WHERE epoch_index = 374 AND participant = %s AND variant = 'current'", X) == (
         None, None, "the captured summary's inference_count + missed_requests is past 2^63 - 1")
+
+
+def test_unknown_stays_unknown(db_url, tmp_path, conn):
+    # no epoch_performance_summary for X: the downtime test cannot run, so "no flip" cannot be claimed even though
+    # the SPRT does not flip; V1 executed nothing (no replayed escrow results): its SPRT is unknown likewise
+    recs = [gov_snapshot(epoch=371), params(371),
+            summary(371, V1, weight=1000, confirmation_weight=1000, inference_count=50, missed_requests=0)]
+    load(db_url, tmp_path, recs + small_escrow("9201", 371, invalid=2, served=40, disputable=1))
+    cand, reason, amount, crossed = one(conn, "SELECT restitution_candidate, unknown_reason, restitution_amount, "
+                                              "sprt_crossed FROM api.restitution_impact "
+                                              "WHERE epoch_index = 371 AND participant = %s", X)
+    assert crossed is False and cand is None and amount is None
+    assert reason == "downtime test: no epoch_performance_summary captured for this host and epoch"
+    cand, reason, amount = one(conn, "SELECT restitution_candidate, unknown_reason, restitution_amount "
+                                     "FROM api.restitution_impact WHERE epoch_index = 371 AND participant = %s", V1)
+    assert (cand, amount) == (None, None)
+    assert reason == "invalidation SPRT: no replayed escrow results for this host in the epoch"
+
+
+def test_chain_exclusion_the_replay_does_not_reproduce_is_unknown(db_url, tmp_path, conn):
+    # the chain excluded X for statistical_invalidations; the replay's LLR stays below H with and without the
+    # disputable invalidations: the cause is not shown, so the candidate is NULL with the numbers in the reason
+    recs = [gov_snapshot(epoch=372), {**params(372), "confirmation_weight_scales": {}},
+            summary(372, X, weight=60000, confirmation_weight=60000, inference_count=103, missed_requests=0,
+                    invalidated_inferences=3, validated_inferences=100, excluded_reason="statistical_invalidations")]
+    load(db_url, tmp_path, recs + small_escrow("9301", 372, invalid=3, served=100, disputable=2))
+    cand, reason, not_reproduced, amount, if_passed = one(
+        conn, "SELECT restitution_candidate, unknown_reason, exclusion_not_reproduced, restitution_amount, "
+              "reward_if_passed FROM api.restitution_impact WHERE epoch_index = 372")
+    assert cand is None and not_reproduced is True and amount is None
+    assert if_passed == 60000 * 270_812_668_911_915 // 415488  # newest chain, empty scales: the full weight
+    assert reason.startswith("invalidation SPRT: the chain excluded the host for statistical_invalidations but the "
+                             "replayed test does not cross (max LLR ")
+    assert "< H 4; without the disputable penalties " in reason

@@ -246,7 +246,15 @@ WITH pair AS (
          CASE WHEN p.weight IS NOT NULL AND p.total_weight IS NOT NULL AND r.reward IS NOT NULL
               THEN fn.reward_share(r.reward, greatest(p.weight, 0), p.total_weight) END AS reward_if_full_weight,
          (p.downtime_passes = false AND p.downtime_passes_without = true) AS downtime_flips,
-         (p.sprt_crossed = true AND p.sprt_crossed_without = false) AS sprt_flips
+         -- the chain excluded the host for statistical_invalidations, some of its invalidations are disputable,
+         -- and the replayed SPRT crosses neither with nor without them: the exclusion is not reproduced (the
+         -- consecutive-failures rule is not modelled, or counts are missing), so whether removing the disputable
+         -- invalidations changes the outcome is unknown (NULL), not false
+         CASE WHEN p.sprt_crossed = false AND p.sprt_crossed_without = false AND p.disputable_invalid > 0
+                   AND p.excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations' THEN NULL
+              ELSE (p.sprt_crossed = true AND p.sprt_crossed_without = false) END AS sprt_flips,
+         p.sprt_crossed = false AND p.excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations'
+           AS exclusion_not_reproduced
   FROM pair p
   CROSS JOIN LATERAL fn.theoretical_epoch_reward_safe(p.epoch_index, p.bitcoin_reward_params, p.chain_version) r
   CROSS JOIN LATERAL fn.reward_weight(p.weight, p.confirmation_weight, p.raw_confirmation_weight,
@@ -260,7 +268,12 @@ WITH pair AS (
          concat_ws('; ',
            CASE WHEN downtime_flips IS NULL THEN 'downtime test: ' || COALESCE(downtime_null_reason,
              'not evaluable with or without the disputable penalties') END,
-           CASE WHEN sprt_flips IS NULL THEN 'invalidation SPRT: ' || COALESCE(sprt_null_reason,
+           CASE WHEN sprt_flips IS NULL AND exclusion_not_reproduced THEN 'invalidation SPRT: the chain excluded '
+             || 'the host for statistical_invalidations but the replayed test does not cross (max LLR '
+             || round(sprt_max_llr, 2) || ' < H ' || sprt_threshold || '; without the disputable penalties '
+             || round(sprt_max_llr_without, 2) || '): the exclusion is not reproduced, so its cause is not shown '
+             || 'to be the disputable invalidations'
+                WHEN sprt_flips IS NULL THEN 'invalidation SPRT: ' || COALESCE(sprt_null_reason,
              'not evaluable with or without the disputable penalties') END) AS unknown_reason
   FROM priced q
 )
@@ -276,8 +289,13 @@ SELECT epoch_index, participant,
        excluded_reason, confirmation_weight, total_weight, theoretical_epoch_reward,
        reward_if_passed AS reward_at_stake,
        candidate AS restitution_candidate, weight_basis, reward_if_passed,
-       CASE WHEN candidate THEN reward_if_passed WHEN candidate = false THEN 0 END AS restitution_amount,
-       NULLIF(unknown_reason, '') AS unknown_reason,
+       -- paid only when the host passes both tests without the disputable penalties (a flip in one test does not
+       -- pay a host the other test still fails)
+       CASE WHEN candidate = false THEN 0
+            WHEN candidate AND (downtime_passes_without = false OR sprt_crossed_without) THEN 0
+            WHEN candidate AND downtime_passes_without AND sprt_crossed_without = false THEN reward_if_passed
+            END AS restitution_amount,
+       NULLIF(unknown_reason, '') AS unknown_reason, exclusion_not_reproduced,
        weight, raw_confirmation_weight, reward_weight, reward_weight_error,
        confirmation_weight = 0 AND weight > 0 AS zero_confirmation_weight, reward_if_full_weight,
        chain_rewarded_coins,
