@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import psycopg
 
 from indexer.restitution import collect, html_section, markdown, restitution_line, rows_csv
 from tests.rules_kit import load
@@ -17,9 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _e366(db_url, tmp_path):
     recs = [gov_snapshot(epoch=366), params(366),
-            summary(366, X, confirmation_weight=57537, inference_count=263, missed_requests=0,
-                    invalidated_inferences=25, validated_inferences=238, excluded_reason="statistical_invalidations"),
+            summary(366, X, confirmation_weight=57537, weight=60000, raw_confirmation_weight=59000,
+                    inference_count=263, missed_requests=0, invalidated_inferences=25, validated_inferences=238,
+                    excluded_reason="statistical_invalidations"),
             summary(366, "gonka1bystander", confirmation_weight=1000, inference_count=50, missed_requests=0)]
+    with psycopg.connect(db_url, autocommit=True) as c:  # the anchor's share is the v0.2.12 rule (test_restitution_db)
+        c.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
+                  "VALUES (366, 366, 'v0.2.12', 'test')")
     load(db_url, tmp_path, recs + small_escrow("9001", 366, invalid=25, served=238, disputable=5))
 
 
@@ -28,16 +35,22 @@ def test_markdown_csv_and_line(db_url, tmp_path):
     (case,) = collect(db_url, (366, 366))
     assert [r["participant"] for r in case.candidates] == [X]
     md = markdown(case)
-    assert "| `gonka1hostX` | direct: invalidation SPRT exclusion (statistical_invalidations) | **37,609.316890** " \
-           "| 37,609,316,890,103 |" in md
+    assert "| `gonka1hostX` | direct: invalidation SPRT exclusion (statistical_invalidations) | 37,609.316890 " \
+           "| **37,609.316890** | 37,609,316,890,103 | confirmation\\_capped |" in md
     assert "## What this report does not claim" in md and "Delegation transfers" in md
     assert "| invalidation_h_threshold (H) | 4 |" in md
-    assert md.count("| 9001 |") == 5                      # the five disputed invalidations, one row each
-    assert "| `gonka1hostX` | issue_2078 | 0 | 20 | yes | no |" in md
-    rows = list(csv.DictReader(io.StringIO(rows_csv(case))))
-    assert len(rows) == 1
-    assert (rows[0]["amount_gonka"], rows[0]["amount_ngonka"], rows[0]["flipped_test"]) == \
-        ("37609.316890", "37609316890103", "sprt")
+    assert md.count("Escrow `9001`") == 5                 # the five disputed invalidations, one item each
+    assert "| `gonka1hostX` | issue\\_2078 | 0 | 20 | yes | no |" in md
+    # the bystander executed nothing: its SPRT cannot be evaluated, so it is listed as undecided, with the reason
+    assert "| `gonka1bystander` | invalidation SPRT: no replayed escrow results for this host in the epoch |" in md
+    rows = {r["participant"]: r for r in csv.DictReader(io.StringIO(rows_csv(case)))}
+    assert set(rows) == {X, "gonka1bystander"}            # one row per host examined
+    x = rows[X]
+    assert (x["outcome"], x["amount_gonka"], x["amount_ngonka"], x["flipped_test"], x["weight_basis"]) == \
+        ("restitution", "37609.316890", "37609316890103", "sprt", "confirmation_capped")
+    assert x["disputable_penalties"].count("Invalidated context refusal") == 5
+    assert len(json.loads(x["disputable_evidence_json"])) == 5
+    assert rows["gonka1bystander"]["outcome"] == "unknown" and rows["gonka1bystander"]["unknown_reason"]
     line = restitution_line([case])
     assert line.startswith("restitution: epoch 366 gonka1hostX: SPRT max LLR 4.46 → ") and "37,609.316890 GONKA" in line
     fragment, data = html_section([case])
