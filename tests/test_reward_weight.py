@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from indexer.restitution import collect, markdown
+from indexer.restitution.render import gonka
 from indexer.wire import chain_records as cr
 from indexer.wire.normalize import NormalizeError
 from tests.rules_kit import load
@@ -57,6 +59,10 @@ def test_real_payouts_equal_the_v0212_weight_rule(db_url, tmp_path, conn):
     wrong = [(e, p, chain, mine, basis) for e, p, chain, mine, _, basis, *_ in paid if chain != mine]
     assert wrong == []
     assert all(r[3] == r[4] for r in rows)  # reward_at_stake is the same figure
+    # the downtime outcomes match: every host the chain paid passes the downtime test as the view computes it
+    downtime = dict(((e, p), ok) for e, p, ok in conn.execute(
+        "SELECT epoch_index, participant, downtime_passes FROM api.restitution_impact").fetchall())
+    assert [(e, p) for e, p, *_ in paid if downtime[(e, p)] is not True] == []
     assert {r[5] for r in paid} == {"confirmation_capped", "confirmation_rescaled"}
     # the confirmation weight alone (the former figure) is not the chain's rule: 72 of the 85 payouts differ
     alone = conn.execute("SELECT count(*) FILTER (WHERE fn.reward_share(theoretical_epoch_reward, "
@@ -72,6 +78,10 @@ def test_real_payouts_equal_the_v0212_weight_rule(db_url, tmp_path, conn):
     # a host with confirmation weight 0 is flagged, with what its full weight would have paid
     z = next(r for r in rows if r[0] == 267 and r[1].endswith("mwtwq2"))
     assert z[6] == 0 and z[3] == 0 and z[10] is True and z[9] == 1124 * 284_661_946_392_231 // 541_415
+    (case,) = collect(db_url, (267, 267))
+    text = markdown(case)
+    assert "Hosts with confirmation weight 0" in text
+    assert f"| `{z[1]}` | 1,124 | confirmation\\_rescaled | 0.000000 | {gonka(z[9])} |" in text
 
 
 @pytest.mark.parametrize("args, expected", [

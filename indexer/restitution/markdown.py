@@ -104,7 +104,19 @@ def _amount_rule(case: EpochCase) -> list[str]:
             "). The reward weight follows the rule of the chain version in force (weight basis: "
             "confirmation_capped = min(confirmation weight, weight); confirmation_rescaled = ⌊confirmation weight × "
             "weight / raw confirmation weight⌋, at most the weight; full = the weight). To restitute = what would "
-            "have been paid, for a host that passes both tests without the disputable penalties; 0 otherwise.", ""]
+            "have been paid, for a host that passes both tests without the disputable penalties; 0 otherwise.", ""] \
+        + _zero_confirmation(case)
+
+
+def _zero_confirmation(case: EpochCase) -> list[str]:
+    zero = [r for r in case.rows if r["zero_confirmation_weight"]]
+    if not zero:
+        return []
+    return ["Hosts with confirmation weight 0 (confirmation PoC left them no confirmed weight): the confirmation "
+            "basis pays them nothing, whatever the tests say. What their full weight would give:", ""] \
+        + _table(["participant", "weight", "weight basis", "on the chain's rule (GONKA)", "on full weight (GONKA)"],
+                 [[code(r["participant"]), f"{r['weight']:,}", md(r["weight_basis"] or "unknown"),
+                   gonka(r["reward_if_passed"]), gonka(r["reward_if_full_weight"])] for r in zero]) + [""]
 
 
 def _incident(case: EpochCase) -> list[str]:
