@@ -13,7 +13,10 @@
 --   share (tests/test_reward_weight.py on the real chain REST captures, epoch_performance_summary.rewarded_coins).
 -- * v0.2.13 on (17808620, "v0.2.13: microrelease (#1143)", which added EpochGroupData.confirmation_weight_scales;
 --   the rule as read in the stored revision of keeper/bitcoin_rewards.go that has
---   CalculateParticipantBitcoinRewardsWithTransfers and types/weight.go EffectiveConfirmedWeight):
+--   CalculateParticipantBitcoinRewardsWithTransfers, and types/weight.go EffectiveConfirmedWeight; the raw total
+--   is ConfirmationWeightOfModelNodesWithCoefficients (types/weight.go @2d7cf779: per model in the scales,
+--   trunc(coefficient x the host's ML-node PoC weight sum), summed), which the chain also writes as the host's
+--   sub-group confirmation_weight; the indexer reads that stored value):
 --     scales empty:  the full weight                                  -> 'full'
 --     else:          raw <= 0 -> 0; else least(floor(max(confirmation_weight, 0) * weight / raw), weight)
 --                                                                    -> 'confirmation_rescaled'
