@@ -47,6 +47,17 @@ def epoch_info_parts(data: Mapping[str, Any]) -> tuple[int, int | None, int | No
     return epoch, start, length, _height(data.get("block_height"), "epoch_info.block_height")
 
 
+# --------------------------------------------------------------------------- upgrade plans
+
+def applied_plan_height(data: Mapping[str, Any], name: str) -> int | None:
+    """``/cosmos/upgrade/v1beta1/applied_plan/{name}`` → the height the plan was applied at; None while it has not
+    been applied (the module answers height "0")."""
+    data = _obj(data, f"applied_plan/{name}")
+    if "height" not in data:
+        raise NormalizeError(f"applied_plan/{name}: no height in the answer")
+    return _height(data["height"], f"applied_plan/{name}.height")
+
+
 # --------------------------------------------------------------------------- root epoch group
 
 def root_group(data: Mapping[str, Any], epoch: int) -> Mapping[str, Any]:
