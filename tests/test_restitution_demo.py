@@ -30,7 +30,8 @@ def test_every_epoch_report_is_complete(cases):
         assert f"Hosts examined: {len(case.rows)} " in text
         for header in ("## Summary", "## How the amounts are computed", "## Hosts the chain excluded",
                        "## Hosts that could not be evaluated", "## Disputable penalties of the hosts above",
-                       "## Parameters in force", "## What this report does not claim", "## Rule variants"):
+                       "## Parameters in force", "## Tests not computed for this epoch",
+                       "## What this report does not claim", "## Rule variants"):
             # every section has a body: the next non-blank line after a section header is never another section
             after = text.split(header + "\n", 1)[1].lstrip("\n")
             assert after and not after.startswith("## "), (case.epoch, header)

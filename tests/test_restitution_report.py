@@ -75,3 +75,18 @@ def test_cli_writes_files(db_url, tmp_path):
     assert res.returncode == 0, res.stderr.decode()
     text = page.read_text()
     assert '<section id="restitution">' in text and 'id="restitution-data"' in text
+
+
+def test_tests_not_computed_are_named(db_url, tmp_path):
+    # chain v0.2.4 decided invalidations with a float z-score: the SPRT is not computed, the host is undecided
+    recs = [gov_snapshot(epoch=367), params(367),
+            summary(367, X, confirmation_weight=1000, weight=1000, inference_count=263, missed_requests=0)]
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
+                  "VALUES (367, 367, 'v0.2.4', 'test')")
+    load(db_url, tmp_path, recs + small_escrow("9011", 367, invalid=2, served=50, disputable=1))
+    (case,) = collect(db_url, (367, 367))
+    md = markdown(case)
+    assert "## Tests not computed for this epoch" in md and "consecutive-failures rule" in md
+    assert "- Chain v0.2.4 decided invalidations with a float z-score, not the SPRT" in md
+    assert [r["restitution_candidate"] for r in case.rows] == [None]

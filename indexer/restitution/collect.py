@@ -79,8 +79,8 @@ def _trajectories(conn, epoch: int, case: EpochCase, hosts: list[str]) -> None:
     by_row = {r["participant"]: r for r in case.rows}
     for r in conn.execute(_STEPS, {"epoch": epoch, "hosts": hosts}).fetchall():
         row = by_row[r["participant"]]
-        if row["sprt_p0"] is None or row["sprt_p1"] is None:
-            continue
+        if row["sprt_p0"] is None or row["sprt_p1"] is None or row["sprt_max_llr"] is None:
+            continue  # the SPRT was not computed for this host and epoch (no parameters, or a chain before it)
         terms = conn.execute("SELECT log_fail, log_pass FROM fn.sprt_log_terms(%s, %s, %s)",
                              (row["sprt_p0"], row["sprt_p1"], row["chain_version"])).fetchone()
         series = case.trajectories.setdefault(r["participant"], {}).setdefault(r["variant"], [])

@@ -180,6 +180,24 @@ def _penalties(case: EpochCase) -> list[str]:
     return lines
 
 
+def _not_computed(case: EpochCase) -> list[str]:
+    """The chain's rules that can exclude a host in this epoch and that the indexer does not compute."""
+    first = case.rows[0] if case.rows else {}
+    vp = ((first.get("evidence") or {}).get("params") or {})
+    version = first.get("chain_version")
+    lines = ["## Tests not computed for this epoch", "",
+             "- The consecutive-failures rule (ComputeStatus, before the SPRT: a host is INVALID when "
+             "false_positive_rate ^ consecutive invalidations < quick_failure_threshold) is not modelled: a "
+             "statistical_invalidations exclusion the SPRT does not reproduce may come from it."]
+    minor = version.removeprefix("v0.2.") if version else ""
+    if version and version.startswith("v0.2.") and minor.isdigit() and int(minor) < 5:
+        lines.append(f"- Chain {md(version)} decided invalidations with a float z-score, not the SPRT: the SPRT "
+                     "columns are not computed for this epoch.")
+    if not vp.get("captured", True):
+        lines.append("- No validation_params snapshot was captured for this epoch: neither test could be computed.")
+    return lines + ["- Delegation transfers and the 30 % power cap on reward weights are not computed.", ""]
+
+
 def _parameters(case: EpochCase) -> list[str]:
     lines = ["## Parameters in force", ""]
     if not case.rows:
@@ -212,7 +230,7 @@ def _variants(case: EpochCase) -> list[str]:
 
 def markdown(case: EpochCase) -> str:
     lines = [f"# Restitution report: epoch {case.epoch}", ""]
-    for part in (_summary, _amount_rule, _incident, _excluded, _unknown, _penalties, _parameters):
+    for part in (_summary, _amount_rule, _incident, _excluded, _unknown, _penalties, _parameters, _not_computed):
         lines += part(case)
     lines += ["## What this report does not claim", ""] + [f"- {t}" for t in NOT_CLAIMED] + [""]
     lines += _variants(case)

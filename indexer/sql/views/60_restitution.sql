@@ -271,7 +271,8 @@ WITH pair AS (
            CASE WHEN sprt_flips IS NULL AND exclusion_not_reproduced THEN 'invalidation SPRT: the chain excluded '
              || 'the host for statistical_invalidations but the replayed test does not cross (max LLR '
              || round(sprt_max_llr, 2) || ' < H ' || sprt_threshold || '; without the disputable penalties '
-             || round(sprt_max_llr_without, 2) || '): the exclusion is not reproduced, so its cause is not shown '
+             || round(sprt_max_llr_without, 2) || '): the exclusion is not reproduced (the consecutive-failures '
+             || 'rule, which the indexer does not model, or counts the indexer lacks), so its cause is not shown '
              || 'to be the disputable invalidations'
                 WHEN sprt_flips IS NULL THEN 'invalidation SPRT: ' || COALESCE(sprt_null_reason,
              'not evaluable with or without the disputable penalties') END) AS unknown_reason
