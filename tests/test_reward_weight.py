@@ -81,6 +81,8 @@ def test_real_payouts_equal_the_v0212_weight_rule(db_url, tmp_path, conn):
     (case,) = collect(db_url, (267, 267))
     text = markdown(case)
     assert "Hosts with confirmation weight 0" in text
+    assert ("of the 48 hosts the chain paid in this epoch (epoch_performance_summary.rewarded_coins), the rule "
+            "gives exactly the amount paid for 48.") in text
     assert f"| `{z[1]}` | 1,124 | confirmation\\_rescaled | 0.000000 | {gonka(z[9])} |" in text
 
 

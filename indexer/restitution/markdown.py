@@ -105,7 +105,26 @@ def _amount_rule(case: EpochCase) -> list[str]:
             "confirmation_capped = min(confirmation weight, weight); confirmation_rescaled = ⌊confirmation weight × "
             "weight / raw confirmation weight⌋, at most the weight; full = the weight). To restitute = what would "
             "have been paid, for a host that passes both tests without the disputable penalties; 0 otherwise.", ""] \
-        + _zero_confirmation(case)
+        + _payout_check(case) + _zero_confirmation(case)
+
+
+def _payout_check(case: EpochCase) -> list[str]:
+    checked = [r for r in case.rows if r["payout_matches_rule"] is not None]
+    if not checked:
+        return ["Check against the chain: no payout of this epoch was captured (epoch_performance_summary."
+                "rewarded_coins), so the rule was not compared with what the chain paid.", ""]
+    wrong = [r for r in checked if not r["payout_matches_rule"]]
+    lines = [f"Check against the chain: of the {len(checked)} hosts the chain paid in this epoch "
+             "(epoch_performance_summary.rewarded_coins), the rule gives exactly the amount paid for "
+             f"{len(checked) - len(wrong)}."]
+    if wrong:
+        lines[0] += (" For the others the chain paid a different amount (delegation transfers, the power cap, a "
+                     "debt deduction, or a chain version whose rule differs): their figures here are not the "
+                     "chain's.")
+        lines += [""] + _table(["participant", "chain paid (ngonka)", "the rule gives (ngonka)"],
+                               [[code(r["participant"]), fmt(r["chain_rewarded_coins"]), fmt(r["reward_if_passed"])]
+                                for r in wrong])
+    return lines + [""]
 
 
 def _zero_confirmation(case: EpochCase) -> list[str]:

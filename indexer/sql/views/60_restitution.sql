@@ -300,6 +300,9 @@ SELECT epoch_index, participant,
        weight, raw_confirmation_weight, reward_weight, reward_weight_error,
        confirmation_weight = 0 AND weight > 0 AS zero_confirmation_weight, reward_if_full_weight,
        chain_rewarded_coins,
+       -- the rule checked against the chain: for a host the chain paid, the payout equals reward_if_passed
+       CASE WHEN chain_rewarded_coins > 0 AND reward_if_passed IS NOT NULL
+            THEN chain_rewarded_coins = reward_if_passed END AS payout_matches_rule,
        CASE WHEN sprt_flips AND downtime_flips THEN 'sprt_and_downtime' WHEN sprt_flips THEN 'sprt'
             WHEN downtime_flips THEN 'downtime' END AS flipped_test,
        CASE WHEN summary_captured THEN 'chain' ELSE 'replay' END AS counts_source,
