@@ -64,7 +64,7 @@ def test_real_payouts_equal_the_v0212_weight_rule(db_url, tmp_path, conn):
         "SELECT epoch_index, participant, downtime_passes FROM api.restitution_impact").fetchall())
     assert [(e, p) for e, p, *_ in paid if downtime[(e, p)] is not True] == []
     assert {r[5] for r in paid} == {"confirmation_capped", "confirmation_rescaled"}
-    # the confirmation weight alone (the former figure) is not the chain's rule: 72 of the 85 payouts differ
+    # the confirmation weight alone is not the chain's rule: its share differs from 72 of the 85 payouts
     alone = conn.execute("SELECT count(*) FILTER (WHERE fn.reward_share(theoretical_epoch_reward, "
                          "confirmation_weight, total_weight) <> chain_rewarded_coins) FROM api.restitution_impact "
                          "WHERE chain_rewarded_coins > 0").fetchone()[0]
