@@ -69,9 +69,10 @@ def test_e366_anchor_llr_reward_and_flip(db_url, tmp_path, conn):
     assert theo == 271_585_585_901_857
     assert stake == 37_609_316_890_103 and f"{stake / Decimal(10**9):,.6f}" == "37,609.316890"
     assert (cand, match, flip, src) == (True, True, "sprt", "chain")
-    basis, if_passed, amount = one(conn, "SELECT weight_basis, reward_if_passed, restitution_amount "
-                                         "FROM api.restitution_impact WHERE epoch_index = 366")
+    basis, if_passed, amount, cap = one(conn, "SELECT weight_basis, reward_if_passed, restitution_amount, "
+                                              "power_cap_may_bind FROM api.restitution_impact WHERE epoch_index = 366")
     assert (basis, if_passed, amount) == ("confirmation_capped", stake, stake)
+    assert cap is False  # the epoch's only host: the chain never caps a single participant
 
 
 def test_crosses_mid_epoch_but_ends_below(db_url, tmp_path, conn):

@@ -86,6 +86,9 @@ def test_reward_if_passed_is_kept_and_only_flips_are_restituted(demo_db_url):
     host_a = next(r for r in rows if r[:2] == (408, "gonka1hostA"))
     assert host_a[2] > 0 and host_a[3] == host_a[2] and host_a[4] == 0 and host_a[5] is False
     assert all(r[6] == "full" for r in rows)  # the devnet publishes empty confirmation_weight_scales
+    with psycopg.connect(demo_db_url) as c:  # hostG holds 222,000 of 1,477,000 (15 %): no cap binds
+        assert c.execute("SELECT bool_or(power_cap_may_bind), bool_and(power_cap_may_bind IS NOT NULL) "
+                         "FROM api.restitution_impact").fetchone() == (False, True)
     paid = [(r[0], r[1], r[4]) for r in rows if r[4]]
     assert paid == [(410, "gonka1hostE", 44_658_193_112_794)]
 

@@ -140,3 +140,19 @@ def test_capture_reads_scales_and_raw_weights():
                                     {"member_address": "h2", "confirmation_weight": ""}]},
             {"validation_weights": [{"member_address": "h1", "confirmation_weight": "42"}]}]
     assert cr.raw_confirmation_weights(subs) == {"h1": 42}
+
+
+def test_power_cap_flag(db_url, tmp_path, conn):
+    # four hosts paid on full weight (newest chain, empty scales); one holds 70 % of the reward weight
+    bitcoin = {"initial_epoch_reward": "323000000000000", "decay_rate": {"value": "-475", "exponent": -6},
+               "genesis_epoch": "1"}
+    recs = [{"kind": "epoch_params", "epoch_index": 500, "total_weight": 100, "bitcoin_reward_params": bitcoin,
+             "confirmation_weight_scales": {}}]
+    recs += [{"kind": "participant_epoch", "epoch_index": 500, "participant": f"gonka1host{k}", "weight": w,
+              "confirmation_weight": w} for k, w in enumerate((70, 10, 10, 10))]
+    load(db_url, tmp_path, recs, rules=False)
+    flags = dict(conn.execute("SELECT participant, power_cap_may_bind FROM api.restitution_impact "
+                              "WHERE epoch_index = 500").fetchall())
+    assert flags == {"gonka1host0": True, "gonka1host1": False, "gonka1host2": False, "gonka1host3": False}
+    (case,) = collect(db_url, (500, 500))
+    assert "Power cap: `gonka1host0` holds more than 30 % of the epoch's reward weight" in markdown(case)

@@ -16,7 +16,8 @@ SELECT epoch_index, participant, inference_count, missed, invalid, validated, di
        sprt_p0, sprt_p1, binom_test_p0, downtime_p0, chain_version, chain_version_source, params_exact,
        params_height, params_changed_by_next_epoch, exclusion_matches_sprt, evidence, reward_if_passed,
        restitution_amount, weight_basis, unknown_reason, exclusion_not_reproduced, weight, raw_confirmation_weight,
-       zero_confirmation_weight, reward_if_full_weight, chain_rewarded_coins, payout_matches_rule
+       zero_confirmation_weight, reward_if_full_weight, chain_rewarded_coins, payout_matches_rule,
+       power_cap_may_bind
 FROM api.restitution_impact WHERE epoch_index = %(epoch)s
 ORDER BY restitution_candidate IS NOT TRUE, restitution_amount DESC NULLS LAST, participant"""
 

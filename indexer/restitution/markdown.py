@@ -105,7 +105,16 @@ def _amount_rule(case: EpochCase) -> list[str]:
             "confirmation_capped = min(confirmation weight, weight); confirmation_rescaled = ⌊confirmation weight × "
             "weight / raw confirmation weight⌋, at most the weight; full = the weight). To restitute = what would "
             "have been paid, for a host that passes both tests without the disputable penalties; 0 otherwise.", ""] \
-        + _payout_check(case) + _zero_confirmation(case)
+        + _payout_check(case) + _power_cap(case) + _zero_confirmation(case)
+
+
+def _power_cap(case: EpochCase) -> list[str]:
+    over = [r for r in case.rows if r["power_cap_may_bind"]]
+    if not over:
+        return []
+    return [f"Power cap: {', '.join(code(r['participant']) for r in over)} holds more than 30 % of the epoch's "
+            "reward weight; the chain caps effective weights there (ApplyPowerCappingForWeights), which these "
+            "figures do not apply, so that host's amount may be too high.", ""]
 
 
 def _payout_check(case: EpochCase) -> list[str]:

@@ -300,6 +300,13 @@ SELECT epoch_index, participant,
        weight, raw_confirmation_weight, reward_weight, reward_weight_error,
        confirmation_weight = 0 AND weight > 0 AS zero_confirmation_weight, reward_if_full_weight,
        chain_rewarded_coins,
+       -- the chain caps effective weights at 30 percent of their total from 4 hosts on (ApplyPowerCappingForWeights,
+       -- not modelled; a single host is never capped, 2 - 3 hosts get a larger small-network limit: unknown here):
+       -- true when this host's reward weight is above that share of the epoch's, so its figure may be too high
+       CASE WHEN count(*) FILTER (WHERE reward_weight > 0) OVER (PARTITION BY epoch_index) >= 4
+              THEN reward_weight * 10 > 3 * sum(reward_weight) OVER (PARTITION BY epoch_index)
+            WHEN count(*) FILTER (WHERE reward_weight > 0) OVER (PARTITION BY epoch_index) <= 1 THEN false
+            END AS power_cap_may_bind,
        -- the rule checked against the chain: for a host the chain paid, the payout equals reward_if_passed
        CASE WHEN chain_rewarded_coins > 0 AND reward_if_passed IS NOT NULL
             THEN chain_rewarded_coins = reward_if_passed END AS payout_matches_rule,
