@@ -95,6 +95,22 @@ def measure(tree: Path, lines_file: Path, repeat: int) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def extract_tree(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract an archive of plain files and directories into `dest`, refusing anything else: an absolute name, a
+    `..` part, a name resolving outside `dest`, a link or a device. tarfile's own `filter="data"` arrived in Python
+    3.11.4; it is applied as well where it exists, and the checks here stand alone on earlier 3.11 releases."""
+    root = dest.resolve()
+    members = tar.getmembers()
+    for m in members:
+        where = f"{tar.name or 'archive'}: member {m.name!r}"
+        if not (m.isfile() or m.isdir()):
+            raise ValueError(f"{where} is not a regular file or directory (tar type {m.type!r})")
+        if m.name.startswith("/") or ".." in Path(m.name).parts or not (root / m.name).resolve().is_relative_to(root):
+            raise ValueError(f"{where} would be written outside {dest}")
+    extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    tar.extractall(root, members=members, **extra)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-rev", default=BASE_REV, help=f"git revision measured as before (default: {BASE_REV})")
@@ -111,7 +127,7 @@ def main() -> None:
         base = Path(tmp) / "base"
         base.mkdir()
         with tarfile.open(fileobj=BytesIO(_git("archive", rev, "indexer"))) as tar:
-            tar.extractall(base, filter="data")
+            extract_tree(tar, base)
         for built in (ROOT / "indexer" / "load").glob("_typer*.so"):
             shutil.copy2(built, base / "indexer" / "load" / built.name)
         lines_file = Path(tmp) / "refusals.ndjson"

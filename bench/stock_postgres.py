@@ -25,16 +25,10 @@ def _server_user() -> dict:
     """subprocess keyword arguments that run the server as an unprivileged user when we are root."""
     if os.geteuid() != 0:
         return {}
-    import pwd
+    from indexer.db.embedded_system import server_ids
 
-    from indexer.db.embedded import SYSTEM_USER
-
-    try:
-        entry = pwd.getpwnam(SYSTEM_USER)
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", SYSTEM_USER], check=True, capture_output=True)
-        entry = pwd.getpwnam(SYSTEM_USER)
-    return {"user": entry.pw_uid, "group": entry.pw_gid}
+    uid, gid = server_ids()  # the embedded cluster's system user, created (by absolute path) if missing
+    return {"user": uid, "group": gid}
 
 
 def _run(args: list[str], as_user: dict, what: str) -> None:

@@ -1,7 +1,7 @@
 """Every environment variable the indexer reads, in one place, with its default and meaning.
 
 Modules never read the environment themselves: the CLI builds one :class:`Settings` (environment, then command-line
-options on top) and passes what each stage needs. README "Configuration" lists :data:`VARIABLES`; a test keeps the
+options on top) and passes what each stage needs. README.md "Configuration" lists :data:`VARIABLES`; a test keeps the
 two in step.
 """
 from __future__ import annotations

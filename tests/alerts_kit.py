@@ -3,7 +3,9 @@ tests switch on and off through a table."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +31,7 @@ class Received:
     headers: dict
     body: dict
     answered: int
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -70,3 +73,62 @@ class Receiver:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class Dripping:
+    """A receiver on a plain socket that answers ``200`` with ``Content-Length: 40`` one byte every ``pace``
+    seconds (``head=True``: the status line and headers too), until the client hangs up or :meth:`close`.
+    ``received`` is set when a request has arrived; ``keys`` are the requests' idempotency keys; ``hung_up`` holds
+    the monotonic time each connection ended."""
+
+    def __init__(self, pace: float = 0.3, head: bool = False) -> None:
+        self.pace, self.head = pace, head
+        self.received, self.stop = threading.Event(), threading.Event()
+        self.keys: list[str] = []
+        self.hung_up: list[float] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            headers = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+            while len(body) < int(headers.get(b"Content-Length", b"0")):
+                body += conn.recv(65536)
+            self.keys.append(headers.get(b"Idempotency-Key", b"").decode())
+            self.received.set()
+            status, rest = b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n", b"x" * 40
+            if not self.head:
+                conn.sendall(status)
+                status = b""
+            try:
+                for byte in status + rest:
+                    if self.stop.wait(self.pace):  # the receiver's own slowness, not a test's synchronisation
+                        break
+                    conn.sendall(bytes([byte]))
+            except OSError:
+                pass  # the client gave up and closed the connection
+            finally:
+                self.hung_up.append(time.monotonic())
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()

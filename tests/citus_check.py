@@ -1,4 +1,4 @@
-"""Static check of the Citus property that matters (README "The road to Citus"): every join between distributed tables equates
+"""Static check of the Citus property that matters (docs/scale.md "The road to Citus"): every join between distributed tables equates
 their distribution columns, so Citus pushes it down to one node per shard group instead of moving rows.
 
 Statements are parsed by PostgreSQL's own parser (pglast, libpg_query). Per statement the checker:

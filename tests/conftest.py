@@ -51,8 +51,7 @@ def pg_admin_url():
     try:
         yield url
     finally:
-        cluster.stop()
-        shutil.rmtree(home, ignore_errors=True)
+        cluster.destroy()  # as root the cluster lives under /var/lib/devshard-indexer: removed with the home
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,14 @@ A plan is a small devnet (a "shape") and a list of poll cycles. Before each cycl
 epoch, or several: the poller was down longer than the pruning window), and during it any mix of: hosts down (this
 cycle only, or for good), a whole escrow group down, slow hosts, chain nodes down (several chain URLs, the first
 failing), escrows pruned by the chain between the cycle's listing and its fetch (the epoch ticked mid-cycle),
-5xx/429/truncated bodies, a lying host, and the database connection terminated at the k-th transaction of the cycle.
-Everything derives from ``random.Random(seed)``; the simulation below says, from the plan alone, which escrows the
-poller can capture.
+5xx/429/truncated bodies, a lying host, and the database connection terminated at the k-th transaction of the cycle;
+and two races with the chain: the *settlement race* (the epoch ticks right after the cycle read the settlements, so
+the current epoch's escrows are settled on chain with no settlement in what the cycle read, and the oldest epoch's
+are pruned) and the *snapshot race* (the node keeps only a short stretch of state in some cycles, so an ended
+epoch's parameters read then are live values, flagged inexact; an exact snapshot read in another cycle must
+survive them). Everything derives from ``random.Random(seed)`` (the races from a second generator of the same seed,
+so the other faults of a seed are what they were before the races existed); the simulation below says, from the
+plan alone, which escrows the poller can capture and which epochs' parameters it reads exactly.
 
 Capturable, precisely (per escrow, from the cycles that complete; a cycle ended by a database drop is followed by a
 resume cycle at the same clock with the same faults, which serves what the dropped one would have):
@@ -23,15 +28,22 @@ resume cycle at the same clock with the same faults, which serves what the dropp
 * otherwise *lost*: no rows at all, and the loss visible in ``net.failure`` and ``api.ingest_status``;
 * except escrows of epochs pruned before the first cycle that reached the chain: the indexer started after them
   (it has no record of having been up), so they are neither captured nor gaps.
+
+Parameters: an ended epoch's parameters are exact (equal to a clean run's) when some completed cycle read them
+while the node still had the epoch's last height (:func:`params_exact`), inexact otherwise; a later inexact read
+never replaces an exact one.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
 
-from indexer.devnet import FaultConfig, Scenario, ScenarioConfig
+from indexer.devnet import Devnet, FaultConfig, Scenario, ScenarioConfig
+from indexer.devnet.epochviews import end_height
 
 WINDOW = 2  # DevshardPruningThreshold
+SHORT_RETAIN = 200  # blocks of state a node keeps in a snapshot-race cycle (less than the 1000 the clock is into
+                    # an epoch: even the epoch that just ended has its last height pruned)
 # small networks (a poll cycle costs about the same whatever its size, so a plan's cost is its cycle count): two
 # epochs of one or two escrows; nine or ten hosts so that groups (6-8 members) differ
 SHAPES = {
@@ -58,6 +70,8 @@ class Cycle:
     db_drop: tuple[str, int] | None = None      # ("main", k): terminate the main backend in the k-th transaction;
                                                 # ("side", k): the side connection at the k-th prepare
     resume: bool = False                        # the rerun after a dropped cycle
+    tick: bool = False                          # settlement race: the epoch ticks right after the settlement search
+    retain: int | None = None                   # snapshot race: blocks of state the node keeps (None: an epoch's)
 
     def describe(self) -> str:
         parts = [f"clock {self.clock}"]
@@ -69,6 +83,10 @@ class Cycle:
             parts.append(f"db drop {self.db_drop}")
         if self.resume:
             parts.append("resume")
+        if self.tick:
+            parts.append("tick after the settlement search")
+        if self.retain is not None:
+            parts.append(f"node keeps {self.retain} blocks")
         return ", ".join(parts)
 
 
@@ -94,6 +112,7 @@ class Plan:
 
 def draw_plan(seed: int) -> Plan:
     rng = random.Random(seed)
+    races = random.Random(f"races:{seed}")
     shape = rng.choice(sorted(SHAPES))
     scn = scenario(shape)
     addresses = [h.address for h in scn.hosts]
@@ -154,11 +173,17 @@ def draw_plan(seed: int) -> Plan:
         drop = None
         if rng.random() < 0.2:
             drop = ("main", rng.randint(1, 6)) if rng.random() < 0.75 else ("side", rng.randint(1, 3))
-        cycle = Cycle(clock, frozenset(down), frozenset(slow), frozenset(down_nodes), prune_early, drop)
+        # the races: a tick needs a cycle that reads the settlements and is not redone (a resume would run a clock
+        # late); a short-memory node may come in any cycle
+        tick = races.random() < 0.2 and not drop and len(down_nodes) < nodes
+        retain = SHORT_RETAIN if races.random() < 0.2 else None
+        must_advance = must_advance or tick  # the tick happened: the next cycle sees the next epoch
+        cycle = Cycle(clock, frozenset(down), frozenset(slow), frozenset(down_nodes), prune_early, drop, tick=tick,
+                      retain=retain)
         plan.cycles.append(cycle)
         if drop:
             plan.cycles.append(Cycle(clock, cycle.down_hosts, cycle.slow_hosts, cycle.down_nodes, (), None,
-                                     resume=True))
+                                     resume=True, retain=retain))
         if clock >= last + WINDOW + 1 and not must_advance:
             break
     return plan
@@ -174,11 +199,23 @@ class Capture:
     unserved: dict[int, set[str]] = field(default_factory=dict)
     pruned_in: dict[int, set[str]] = field(default_factory=dict)
     seen_epochs: set[int] = field(default_factory=set)   # epochs some completed cycle had in its window
+    exact_params: set[int] = field(default_factory=set)  # epochs whose parameters some completed cycle read exactly
     before_start: set[str] = field(default_factory=set)  # escrows pruned before the first cycle reached the chain
 
 
 def chain_down(plan: Plan, cycle: Cycle) -> bool:
     return len(cycle.down_nodes) >= plan.nodes
+
+
+def params_exact(plan: Plan, cycle: Cycle, epoch: int) -> bool:
+    """Whether ``cycle`` reads ``epoch``'s parameters as of the epoch: the epoch ended before the cycle started (it
+    reads the epoch's last height) and the node still keeps that height when the cycle's snapshots are read, after
+    its settlement search (a tick there moves the tip an epoch on)."""
+    if not epoch < cycle.clock:
+        return False
+    at = Devnet(plan.scenario, cycle.clock + cycle.tick)
+    retain = plan.scenario.config.blocks_per_epoch if cycle.retain is None else cycle.retain
+    return end_height(at, epoch) >= at.latest_height() - retain
 
 
 def simulate(plan: Plan) -> Capture:
@@ -191,6 +228,12 @@ def simulate(plan: Plan) -> Capture:
         pruned |= set(cycle.prune_early)
         if chain_down(plan, cycle) or cycle.db_drop:
             continue  # nothing this cycle does is relied on (a dropped cycle's work is redone by its resume)
+        if cycle.tick:  # the tick prunes the oldest epoch of the window before any escrow is fetched
+            old = scn.epoch(cycle.clock - WINDOW)
+            pruned |= {e.escrow_id for e in old.escrows} if old else set()
+        # the epoch that ended just before the cycle is in its window and not final yet: its snapshot is read
+        if scn.epoch(cycle.clock - 1) and params_exact(plan, cycle, cycle.clock - 1):
+            cap.exact_params.add(cycle.clock - 1)
         cap.unserved[i], cap.pruned_in[i] = set(), set()
         for esc in scn.escrows.values():
             e, c = esc.epoch_index, cycle.clock
@@ -209,7 +252,7 @@ def simulate(plan: Plan) -> Capture:
             if not up or (liar in up and len(up) == 2 and esc.escrow_id not in opened):
                 cap.unserved[i].add(esc.escrow_id)
                 continue
-            if e < c:
+            if e < c + cycle.tick:  # after a tick the cycle's current epoch is settled on chain when fetched
                 final.add(esc.escrow_id)
             else:
                 opened.add(esc.escrow_id)

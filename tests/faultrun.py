@@ -4,7 +4,10 @@ After every cycle: it finished, or it failed visibly (no chain node answered, or
 terminated) and the next cycle completes; every injected 5xx, 429 and truncated body is one ``net.failure`` row;
 every escrow that was due but not served, or pruned when fetched, has a ``net.failure`` row and a ``last_error`` in
 ``api.ingest_status``. After the last cycle: the tables equal a clean run's on everything capturable (see
-faultplan's docstring), the rest is absent and its loss visible, and every epoch is final with honest counts.
+faultplan's docstring), the rest is absent and its loss visible, and every epoch is final with honest counts; an
+epoch's parameters are exact exactly where the plan says, and equal a clean run's there; the restitution views
+(``api.restitution_*``, ``api.policy_whatif``: SPRT in settlement order, on the epoch's parameters) equal a clean
+run's for every epoch whose escrows were all captured and whose parameters were read exactly.
 """
 from __future__ import annotations
 
@@ -28,6 +31,9 @@ IGNORED_COLUMNS = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quara
 # bookkeeping, not results: provenance, amendments (a re-read row is amended once per differing load), work queues
 SKIPPED_TABLES = {"rec.source", "rec.amendment", "replay.dirty_escrow", "rules.dirty_escrow", "rules.dirty_epoch",
                   "rules.run"}
+# the views the settlement order (rec.escrow.extra settled_height) and the epoch's parameters feed
+RESTITUTION_VIEWS = ("api.restitution_steps", "api.restitution_outcomes", "api.policy_whatif",
+                     "api.restitution_impact")
 
 
 class CheckFailed(AssertionError):
@@ -51,15 +57,17 @@ def clean_run(url: str, shape: str) -> None:
 
 
 def tables(url: str) -> dict[str, list[str]]:
-    """Result tables of rec, replay, rules → their compared columns."""
+    """Result tables of rec, replay, rules, and the restitution views → their compared columns."""
     out: dict[str, list[str]] = {}
     with psycopg.connect(url) as c:
         for table, column in c.execute(
                 "SELECT c.table_schema || '.' || c.table_name, c.column_name FROM information_schema.columns c "
-                "JOIN information_schema.tables t USING (table_schema, table_name) WHERE t.table_type = 'BASE TABLE' "
-                "AND c.table_schema IN ('rec', 'replay', 'rules') ORDER BY 1, c.ordinal_position"):
+                "JOIN information_schema.tables t USING (table_schema, table_name) WHERE (t.table_type = 'BASE TABLE' "
+                "AND c.table_schema IN ('rec', 'replay', 'rules') OR c.table_schema || '.' || c.table_name = ANY(%s)) "
+                "ORDER BY 1, c.ordinal_position", (list(RESTITUTION_VIEWS),)):
             if table not in SKIPPED_TABLES and column not in IGNORED_COLUMNS:
                 out.setdefault(table, []).append(column)
+    assert set(RESTITUTION_VIEWS) <= set(out), sorted(set(RESTITUTION_VIEWS) - set(out))
     return out
 
 
@@ -136,6 +144,8 @@ def run_plan(url: str, plan: Plan) -> list[CycleResult]:
                 net.advance_epoch()
             for escrow_id in cycle.prune_early:
                 net.devnet.prune_escrow(escrow_id)
+            net.devnet.tick_after_settlement_search = cycle.tick
+            net.app.options.state_retain_blocks = cycle.retain
             f = net.faults
             f.down_hosts, f.slow_hosts, f.down_nodes = set(cycle.down_hosts), set(cycle.slow_hosts), \
                 set(cycle.down_nodes)
@@ -148,6 +158,8 @@ def run_plan(url: str, plan: Plan) -> list[CycleResult]:
                 except Exception as exc:  # noqa: BLE001 - checked below against what the plan expects
                     error = exc
             injected = {k: f.injected[k] - before.get(k, 0) for k in f.injected}
+            if net.devnet.tick_after_settlement_search:
+                _fail(plan, i, "the settlement race did not happen: no settlement search was answered")
             results.append(CycleResult(error, drop["fired"], first_id, injected))
             check_cycle(url, plan, i, results[-1])
     return results
@@ -220,6 +232,22 @@ def _open_epoch_row(row: tuple, names: list[str], clean: set[tuple], plan: Plan)
     return any(c[:end] + (None,) + c[end + 1:] == row for c in clean if c[k] == row[k])
 
 
+def _check_params(plan: Plan, cap, names: list[str], got: set[tuple], clean: set[tuple]) -> None:
+    """rec.epoch_params of the scenario's ended epochs: a clean run's (exact) row where some cycle read the epoch's
+    own parameters, else live values flagged inexact (or nothing, where no cycle read the epoch after it ended)."""
+    k, exact = names.index("epoch_index"), names.index("params_exact")
+    last_clock = max((c.clock for c in plan.cycles if not chain_down(plan, c)), default=-1)
+    for ep in plan.scenario.epochs:
+        e = str(ep.epoch_index)
+        have, want = {r for r in got if r[k] == e}, {r for r in clean if r[k] == e}
+        if ep.epoch_index in cap.exact_params:
+            if have != want:
+                _fail(plan, None, f"epoch {e}: its parameters were read exactly, but rec.epoch_params has {have}, "
+                                  f"the clean run {want}")
+        elif ep.epoch_index < last_clock and any(r[exact] == "true" for r in have):
+            _fail(plan, None, f"epoch {e}: no cycle could read its parameters exactly, but the row says exact: {have}")
+
+
 def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[str, list[str]]) -> None:
     scn = plan.scenario
     cap = simulate(plan)
@@ -229,6 +257,8 @@ def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[s
     tx_tables = {t for t in cols if t.startswith("rec.") and t.endswith("_tx")}
     last_epoch = scn.epochs[-1].epoch_index
     for table, names in cols.items():
+        if table in RESTITUTION_VIEWS:
+            continue  # below
         if table == "rec.quarantine":
             if got[table]:
                 _fail(plan, None, f"quarantined rows: {sorted(got[table])[:3]}")
@@ -253,11 +283,9 @@ def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[s
             k = names.index("epoch_index")
             extra = {r for r in got[table] if int(r[k]) <= last_epoch + WINDOW + 1} - clean[table]
             if table == "rec.epoch_params":
-                # parameters read after the node dropped the epoch's state are live values, flagged inexact (either
-                # run may be the one that came too late); exact readings must agree
-                exact = names.index("params_exact")
-                clean_exact = {r[k] for r in clean[table] if r[exact] == "true"}  # values compared as text
-                extra = {r for r in extra if r[exact] == "true" and r[k] in clean_exact}
+                _check_params(plan, cap, names, got[table], clean[table])
+                # live values stand in where no cycle read the epoch's own: checked by _check_params
+                extra = {r for r in extra if r[names.index("params_exact")] == "true"}
             if table == "rec.epoch":
                 extra = {r for r in extra if not _open_epoch_row(r, names, clean[table], plan)}
             if extra:
@@ -266,6 +294,16 @@ def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[s
                                   f"{near[:3]}")
         elif not got[table] <= clean[table]:
             _fail(plan, None, f"{table} has rows a clean run does not: {sorted(got[table] - clean[table])[:3]}")
+    # the restitution of an epoch whose escrows (and their settlement heights) were all captured and whose
+    # parameters were read as of the epoch is a clean run's, row for row
+    for table in RESTITUTION_VIEWS:
+        k = cols[table].index("epoch_index")
+        for e in sorted(whole_epochs & cap.exact_params):
+            have = {r for r in got[table] if r[k] == str(e)}
+            want = {r for r in clean[table] if r[k] == str(e)}
+            if have != want:
+                _fail(plan, None, f"{table} of epoch {e} differs from the clean run: missing {sorted(want - have)[:2]}, "
+                                  f"extra {sorted(have - want)[:2]}")
     with psycopg.connect(url) as c:
         status = {s: (cur, err, lag) for s, cur, err, lag in c.execute(
             "SELECT source, cursor, last_error, lag_seconds FROM api.ingest_status")}

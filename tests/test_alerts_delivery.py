@@ -104,8 +104,8 @@ class CrashAfterSend:
     def __init__(self, inner):
         self.inner, self.name = inner, inner.name
 
-    def send(self, client, body, key):
-        self.inner.send(client, body, key)
+    def send(self, client, body, key, deadline):
+        self.inner.send(client, body, key, deadline)
         raise Crash
 
     def scrub(self, text):

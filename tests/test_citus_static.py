@@ -1,4 +1,4 @@
-"""The road to Citus, checked without Citus (README "The road to Citus"): every table is placed once in sql/citus/, the escrow
+"""The road to Citus, checked without Citus (docs/scale.md "The road to Citus"): every table is placed once in sql/citus/, the escrow
 facts are distributed by escrow_id and co-located, their keys include escrow_id, and every join between distributed
 tables in sql/rules/, sql/views/, sql/alerts/ and the SQL functions equates their distribution columns
 (tests/citus_check.py). The negative tests show the checker fails on what it must catch."""
@@ -17,7 +17,7 @@ PLACEMENTS = cc.load_placements(SQL_DIR / "citus", cc.foreign_key_graph(TABLES))
 FUNCTIONS = cc.load_functions(SQL_DIR / "functions")
 ANCHOR = "rec.escrow"
 
-# Tables with an escrow_id column that are deliberately not distributed by it, and why (README "The road to Citus").
+# Tables with an escrow_id column that are deliberately not distributed by it, and why (docs/scale.md, Citus).
 NOT_DISTRIBUTED_BY_ESCROW = {
     "rules.suspect": ("reference", "read across escrows: a suspect found in one escrow discounts its votes in all"),
     "replay.dirty_escrow": ("local", "a work queue claimed with FOR UPDATE SKIP LOCKED on the coordinator"),

@@ -129,3 +129,41 @@ def test_a_byte_order_mark_before_stdin_s_first_line_is_ignored(db_url, tmp_path
     assert res.returncode == 0, res.stderr.decode()
     assert conn.execute("SELECT count(*) FROM rec.quarantine").fetchone() == (0,)
     assert conn.execute("SELECT escrow_id, inference_id FROM rec.start_tx").fetchall() == [("1971", 100)]
+
+
+def test_version_prints_the_package_version_and_exits_0(tmp_path):
+    from importlib.metadata import version
+
+    res = run("--version", home=tmp_path)
+    assert res.returncode == 0, res.stderr.decode()
+    assert res.stdout.decode() == f"indexer {version('devshard-indexer')}\n"
+
+
+def test_an_error_written_to_a_pipe_stays_on_one_line(tmp_path):
+    # stderr is a pipe here, as in a log file or under cron: Rich would break the message at 80 columns
+    bad = "mysql://someone@a-rather-long-host-name.example.internal:3306/a_database_name_that_is_long_too"
+    res = run("--database-url", bad, "migrate", env={"COLUMNS": "80"}, home=tmp_path)
+    assert res.returncode == 2
+    lines = res.stderr.decode().splitlines()
+    assert len(lines) == 1 and len(lines[0]) > 80, lines
+    assert lines[0].startswith("error: --database-url is not a PostgreSQL URL") and "postgresql://" in lines[0]
+
+
+def test_per_host_table_headers_are_whole_at_80_columns():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from indexer.report import Findings, print_report
+
+    out = Console(width=80, file=StringIO(), force_terminal=False, color_system=None)
+    host = "gonka1" + "q" * 38  # a real address's length
+    print_report(Findings(epochs=[], hosts=[(12, host, 3, 4, 5, 6, 7, 8)], rules=[], verdicts=[], samples=[]), out)
+    table = out.file.getvalue().split("Per host")[1].split("Disputable penalties by rule family")[0]
+    assert "…" not in table and all(len(line) <= 80 for line in table.splitlines())
+    header = [line.split("┃") for line in table.splitlines() if "┃" in line]
+    words = [" ".join(filter(None, (row[i].strip() for row in header))) for i in range(len(header[0]))]
+    assert words == ["epoch", "participant", "missed", "invalid", "disp. missed", "disp. invalid", "chain missed",
+                     "chain invalid"]
+    body = [line.split("│") for line in table.splitlines() if "│" in line]
+    assert "".join(row[1].strip() for row in body) == host  # folded onto more lines, never cut

@@ -6,6 +6,7 @@ from __future__ import annotations
 import configparser
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -40,7 +41,8 @@ def test_compose_runs_the_whole_stack_in_order():
         assert services[svc]["depends_on"]["indexer-migrate"]["condition"] == "service_completed_successfully"
     assert services["indexer-run"]["command"][0] == "run" and services["indexer-alerts"]["command"] == ["alerts"]
     for svc in ("indexer-migrate", "indexer-run", "indexer-alerts"):  # password from a secret, config from a file
-        assert services[svc]["secrets"] == ["indexer_db_password"] and services[svc]["env_file"] == "indexer.env"
+        assert services[svc]["environment"]["INDEXER_DB_PASSWORD_FILE"] == "/run/keys/indexer/indexer_db_password"
+        assert services[svc]["env_file"] == "indexer.env"
     env_text = (DEPLOY / "indexer.env").read_text()
     assert not re.search(r"(?i)password\s*=|DATABASE_URL\s*=", env_text)
 
@@ -75,12 +77,112 @@ def test_prometheus_and_grafana_point_at_the_services():
     assert list((DEPLOY / "prometheus").glob(prom["rule_files"][0]))
     db = next(d for d in DATASOURCES if d["type"] == "grafana-postgresql-datasource")
     assert db["user"] == "indexer_reader" and db["url"].split(":")[0] == "postgres"
-    assert db["secureJsonData"]["password"] == "$__file{/run/secrets/reader_db_password}"
-    assert "reader_db_password" in COMPOSE["services"]["grafana"]["secrets"]
+    assert db["secureJsonData"]["password"] == "$__file{/run/keys/grafana/reader_db_password}"
     provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/indexer.yml").read_text())["providers"][0]
     assert any(v.endswith(":" + provider["options"]["path"] + ":ro") for v in COMPOSE["services"]["grafana"]["volumes"])
     init = (DEPLOY / "postgres/init-roles.sh").read_text()
     assert "CREATE ROLE indexer_reader LOGIN" in init
+
+
+# the user each image runs as (uid, gid): the official images' documented users, and the indexer image's own
+IMAGE_USERS = {"postgres:16": (999, 999), "grafana/grafana:11.1.0": (472, 0), "busybox:1.36": (0, 0)}
+KEYS = "/run/keys/"
+
+
+def _grants() -> dict[str, tuple[int, int, set[str]]]:
+    grants = {}
+    for grant in COMPOSE["services"]["secrets-init"]["environment"]["SECRET_GRANTS"].split():
+        service, uid, gid, names = grant.split(":")
+        grants[service] = (int(uid), int(gid), set(names.split(",")))
+    return grants
+
+
+def _runs_as(svc: dict) -> tuple[int, int]:
+    if "user" in svc:
+        uid, _, gid = str(svc["user"]).partition(":")
+        return int(uid), int(gid or uid)
+    if "build" in svc:
+        dockerfile = (DEPLOY / svc["build"]["context"] / svc["build"]["dockerfile"]).read_text()
+        user = re.findall(r"^USER (\S+)", dockerfile, re.M)[-1]
+        uid = int(re.search(rf"useradd [^\n]*--uid (\d+)[^\n]* {user}$", dockerfile, re.M).group(1))
+        return uid, uid  # --user-group: a group of the same id
+    return IMAGE_USERS[svc["image"]]
+
+
+def _secret_paths(name: str, svc: dict) -> set[str]:
+    """Every /run/keys/... path the service reads: its environment, and the files it mounts from deploy/."""
+    texts = [str(v) for v in (svc.get("environment") or {}).values()]
+    for volume in svc.get("volumes", []):
+        source = volume.split(":")[0]
+        if source.startswith("."):
+            path = DEPLOY / source
+            texts += [p.read_text() for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()]
+    return {m for t in texts for m in re.findall(r"/run/keys/[\w/]+", t)}
+
+
+def _starts_after(name: str, first: str) -> bool:
+    """The service waits (directly or through the services it waits for) for ``first`` to complete."""
+    depends = COMPOSE["services"][name].get("depends_on") or {}
+    if isinstance(depends, list):
+        return False  # the short form only waits for the start, not for completion
+    return any((dep == first and spec["condition"] == "service_completed_successfully")
+               or (dep != first and spec["condition"] != "service_started" and _starts_after(dep, first))
+               for dep, spec in depends.items())
+
+
+def test_every_service_can_read_each_secret_it_uses():
+    grants, services = _grants(), COMPOSE["services"]
+    assert services["secrets-init"]["secrets"] and set(services["secrets-init"]["secrets"]) == set(COMPOSE["secrets"])
+    assert _runs_as(services["secrets-init"]) == (0, 0)  # root reads the host's 0600 files
+    users = 0
+    for name, svc in services.items():
+        if name == "secrets-init":
+            continue
+        # a compose file secret would be a bind mount with the host's owner and mode: none is mounted directly
+        assert "secrets" not in svc, f"{name}: mounts compose secrets directly"
+        paths = _secret_paths(name, svc)
+        if not paths:
+            continue
+        users += 1
+        assert f"keys:{KEYS.rstrip('/')}:ro" in svc["volumes"], name
+        assert _starts_after(name, "secrets-init"), f"{name} may start before its secrets are installed"
+        uid, gid = _runs_as(svc)
+        for path in paths:
+            directory, secret = path[len(KEYS):].split("/")
+            owner_uid, owner_gid, names = grants[directory]
+            assert secret in names, f"{name} reads {path}, which secrets-init does not install"
+            # installed owner-only (0400 in a 0500 directory): readable exactly when the service runs as the owner
+            assert uid == owner_uid, f"{name} runs as uid {uid} but {path} belongs to uid {owner_uid}"
+    assert users == 5  # postgres, grafana and the three indexer services
+
+
+ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
+
+
+@pytest.mark.skipif(not ROOT, reason="installing secrets for other users needs root")
+def test_secrets_init_installs_each_secret_for_its_service_only(tmp_path):
+    source, keys = tmp_path / "from", tmp_path / "keys"
+    source.mkdir()
+    keys.mkdir()
+    for secret in COMPOSE["secrets"]:
+        (source / secret).write_text(f"pw-{secret}\n")
+        (source / secret).chmod(0o600)  # root-owned 0600 on the host
+    env = {"PATH": os.environ["PATH"], "SECRETS_FROM": str(source), "SECRETS_TO": str(keys),
+           "SECRET_GRANTS": COMPOSE["services"]["secrets-init"]["environment"]["SECRET_GRANTS"]}
+    run = subprocess.run(["sh", str(DEPLOY / "secrets-init.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    for service, (uid, gid, names) in _grants().items():
+        directory = (keys / service).stat()
+        assert (directory.st_uid, directory.st_gid, directory.st_mode & 0o777) == (uid, gid, 0o500)
+        assert {p.name for p in (keys / service).iterdir()} == names
+        for secret in names:
+            st = (keys / service / secret).stat()
+            assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, gid, 0o400)
+            assert (keys / service / secret).read_text() == f"pw-{secret}\n"
+    (source / "reader_db_password").unlink()
+    run = subprocess.run(["sh", str(DEPLOY / "secrets-init.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "reader_db_password is missing: create deploy/secrets/reader_db_password" in run.stderr
 
 
 def test_dashboards_are_what_the_builder_writes_and_use_provisioned_sources():

@@ -133,3 +133,40 @@ def test_escrow_pruned_ahead_of_its_epoch(scenario):
         net.devnet.prune_escrow(esc.escrow_id)
         assert c.get(chain).json() == {"found": False}
         assert c.get(diffs, params={"from": 1}).status_code == 404
+
+
+def _settled_ids(c, url, query="devshard_escrow_settled.escrow_id EXISTS"):
+    r = c.get(url + "/tx_search", params={"query": f'"{query}"', "per_page": "100"})
+    return r.status_code, [tx["height"] for tx in (r.json().get("result") or {}).get("txs", [])]
+
+
+def test_tick_after_the_settlement_search_moves_the_clock_once(scenario):
+    with DevnetServer(scenario) as net, httpx.Client() as c:
+        net.devnet.tick_after_settlement_search = True
+        created = c.get(net.rpc_url + "/tx_search", params={"query": "\"devshard_escrow_created.epoch_index='408'\""})
+        assert created.status_code == 200 and net.devnet.current_epoch == 408  # other searches do not tick
+        assert _settled_ids(c, net.rpc_url) == (200, [])  # answered as of epoch 408: nothing settled yet
+        assert net.devnet.current_epoch == 409 and not net.devnet.tick_after_settlement_search
+        assert len(_settled_ids(c, net.rpc_url)[1]) == 1 and net.devnet.current_epoch == 409  # once
+
+
+def test_settlement_searches_unindexed_or_failing(scenario):
+    esc = scenario.epoch(408).escrows[0]
+    one = f"devshard_escrow_settled.escrow_id='{esc.escrow_id}'"
+    with DevnetServer(scenario) as net, httpx.Client() as c:
+        net.advance_epoch()
+        assert _settled_ids(c, net.rpc_url, one) == (200, [str(net.devnet.settle_height(esc))])
+        net.app.options.unindexed_settlements = (esc.escrow_id,)
+        assert _settled_ids(c, net.rpc_url, one) == (200, []) and _settled_ids(c, net.rpc_url) == (200, [])
+        net.app.options.unindexed_settlements = ()
+        net.app.options.failing_settlement_searches = (esc.escrow_id,)
+        assert _settled_ids(c, net.rpc_url, one)[0] == 500
+        assert _settled_ids(c, net.rpc_url)[0] == 200  # only the search for that escrow's settlement fails
+
+
+def test_missing_epoch_group_answers_404(scenario):
+    url = "/chain-api/productscience/inference/inference/epoch_group_data/408"
+    with DevnetServer(scenario) as net, httpx.Client() as c:
+        assert c.get(net.url + url).status_code == 200
+        net.app.options.missing_epochs = (408,)
+        assert c.get(net.url + url).status_code == 404

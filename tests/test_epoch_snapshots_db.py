@@ -67,3 +67,39 @@ def test_a_decimal_the_views_cannot_read_is_quarantined_with_its_path(db_url, tm
         got = c.execute("SELECT epoch_index, false_positive_rate, binom_test_p0 FROM api.epochs").fetchall()
     assert reason.startswith(f"field validation_params.nested[1].x: a decimal's {fault}")
     assert got == [(271, Decimal("0.05"), Decimal("0.05"))]
+
+
+def _params(exact: bool | None, height: int | None, threshold: str) -> dict:
+    rec = {"kind": "epoch_params", "epoch_index": 408, "total_weight": 10,
+           "bitcoin_reward_params": {"initial_epoch_reward": threshold}}
+    if exact is not None:
+        rec.update(params_exact=exact, params_height=height)
+    return rec
+
+
+@pytest.mark.parametrize("later, kept", [
+    ((False, 9000, "live"), True),    # live values read once the node pruned the epoch's height
+    ((None, None, "failed"), True),   # the /params read failed: no parameters at all
+    ((True, 5001, "other"), False),   # another exact reading replaces it (the newer line wins, as for any kind)
+])
+def test_an_exact_snapshot_is_never_replaced_by_an_inexact_one(db_url, tmp_path, later, kept):
+    ingest(db_url, write_lines(tmp_path / "a.ndjson", [_params(True, 5000, "exact")]))
+    summary = ingest(db_url, write_lines(tmp_path / "b.ndjson", [_params(*later)]))
+    with psycopg.connect(db_url) as c:
+        row = c.execute("SELECT params_exact, params_height, bitcoin_reward_params ->> 'initial_epoch_reward', "
+                        "revision FROM rec.epoch_params WHERE epoch_index = 408").fetchone()
+        history = c.execute("SELECT count(*) FROM rec.amendment WHERE kind = 'epoch_params'").fetchone()[0]
+    if kept:
+        assert row == (True, 5000, "exact", 1) and history == 0 and summary.amended == 0
+    else:
+        assert row == (True, 5001, "other", 2) and history == 1
+
+
+def test_an_inexact_snapshot_is_replaced_by_an_exact_one(db_url, tmp_path):
+    ingest(db_url, write_lines(tmp_path / "a.ndjson", [_params(False, 9000, "live")]))
+    ingest(db_url, write_lines(tmp_path / "b.ndjson", [_params(True, 5000, "exact")]))
+    ingest(db_url, write_lines(tmp_path / "c.ndjson", [_params(False, 9100, "live again")]))
+    with psycopg.connect(db_url) as c:
+        row = c.execute("SELECT params_exact, params_height, bitcoin_reward_params ->> 'initial_epoch_reward' "
+                        "FROM rec.epoch_params WHERE epoch_index = 408").fetchone()
+    assert row == (True, 5000, "exact")

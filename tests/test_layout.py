@@ -21,6 +21,7 @@ LAYERS = [
     {"db", "migrations"},
     {"records"},
     {"wire"},
+    {"verify"},  # pure proof checks (signatures, state roots, settlement): no database, poller or load code
     {"sources"},
     {"refusals"},
     {"load", "archive"},  # archive: the load format out to files (docs/partitioning.md)

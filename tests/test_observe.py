@@ -4,9 +4,11 @@ use stopping the start with exit 2."""
 from __future__ import annotations
 
 import os
+import logging
 import socket
 import subprocess
 import sys
+import threading
 
 import httpx
 import psycopg
@@ -15,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from indexer.alerts.engine import Policy, evaluate
 from indexer.alerts.rules import load_rules
+from indexer.observe.metrics import APPLICATION_NAME, Metrics
 from indexer.observe.server import MetricsServer, parse_addr
 from indexer.records import KINDS
 from indexer.settings import ConfigError
@@ -24,7 +27,8 @@ from tests.helpers import ingest
 
 @pytest.fixture
 def server(db_url):
-    with MetricsServer(("127.0.0.1", 0), db_url, max_lag=900) as s:
+    # max_age 0: every request sees the database as it is now (the default serves a result up to 5 s old)
+    with MetricsServer(("127.0.0.1", 0), db_url, 900, metrics=Metrics(db_url, 900, max_age=0)) as s:
         yield s
 
 
@@ -62,7 +66,8 @@ def test_metrics_carry_the_interface_names_with_database_values(db_url, tmp_path
     assert m[("indexer_database_up", ())] == 1 and m[("indexer_ready", ())] == 1
 
 
-def test_ready_turns_503_when_the_database_is_gone_or_a_source_lags_and_recovers(db_url, pg_admin_url, server):
+def test_ready_turns_503_when_the_database_is_gone_or_a_source_lags_and_recovers(db_url, pg_admin_url, server,
+                                                                                 caplog):
     base = f"http://{server.address}"
     assert httpx.get(base + "/health").status_code == 200
     assert httpx.get(base + "/ready").json() == {"ready": True, "max_lag_seconds": 900, "database": "ok",
@@ -70,11 +75,16 @@ def test_ready_turns_503_when_the_database_is_gone_or_a_source_lags_and_recovers
     name = db_url.rsplit("/", 1)[1].split("?")[0]
     with psycopg.connect(pg_admin_url, autocommit=True) as admin:
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        # the database goes away: its connections end, and no new one is allowed
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                      (APPLICATION_NAME,))
         try:
             r = httpx.get(base + "/ready")
             assert r.status_code == 503 and r.json()["database"].startswith("unreachable")
             assert httpx.get(base + "/health").status_code == 200  # alive, just not ready
             assert _samples(server)[("indexer_database_up", ())] == 0  # the scrape itself still answers
+            failures = [r for r in caplog.records if r.getMessage().startswith("metrics: database unreachable")]
+            assert failures and all(r.exc_info is None and "\n" not in r.getMessage() for r in failures)
         finally:
             admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
     assert httpx.get(base + "/ready").status_code == 200
@@ -128,3 +138,54 @@ def test_run_once_polls_then_evaluates_and_delivers_alerts(db_url):
         assert "alerts:" in run.stdout + run.stderr
     finally:
         receiver.close()
+
+
+def test_concurrent_scrapes_use_one_connection_and_all_get_an_answer(db_url):
+    """150 scrapes at once, three times (every refresh allowed: max_age 0): the database sees at most one metrics
+    connection and every scrape answers with the database up."""
+    n, answers, most, seen = 150, [], 0, set()
+    with MetricsServer(("127.0.0.1", 0), db_url, 900, metrics=Metrics(db_url, 900, max_age=0)) as server, \
+            psycopg.connect(db_url, autocommit=True, application_name="test-watch") as watch:
+        for _ in range(3):
+            barrier = threading.Barrier(n)
+
+            def scrape():
+                barrier.wait()
+                answers.append(httpx.get(f"http://{server.address}/metrics", timeout=60))
+
+            threads = [threading.Thread(target=scrape) for _ in range(n)]
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):  # sample the server's connections while the burst runs
+                names = [r[0] for r in watch.execute(
+                    "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()").fetchall()]
+                most, seen = max(most, len(names)), seen | set(names)
+            for t in threads:
+                t.join()
+    assert len(answers) == 3 * n and {a.status_code for a in answers} == {200}
+    assert all("indexer_database_up 1.0" in a.text for a in answers)
+    assert most <= 1 and seen <= {APPLICATION_NAME}, (most, seen)
+
+
+def test_firing_alerts_have_a_series_per_rule_even_when_none_fires(db_url, server):
+    rules = {r.name for r in load_rules()}
+    firing = {labels[0][1]: v for (name, labels), v in _samples(server).items() if name == "indexer_alerts_firing"}
+    assert firing == {rule: 0 for rule in rules}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO alert.state (alert_key, rule, severity, status, summary, first_fired_at, "
+                     "last_seen_at, last_evaluated_at) VALUES ('custom:x', 'custom', 'info', 'firing', 's', now(), "
+                     "now(), now())")
+    firing = {labels[0][1]: v for (name, labels), v in _samples(server).items() if name == "indexer_alerts_firing"}
+    assert firing == {**{rule: 0 for rule in rules}, "custom": 1}  # a rule from another rules directory too
+
+
+def test_a_failed_request_is_logged_as_one_line(server, caplog):
+    caplog.set_level(logging.WARNING, "indexer.observe.server")
+    try:
+        raise BrokenPipeError(32, "Broken pipe")  # what writing to a scraper that hung up raises
+    except BrokenPipeError:
+        server.httpd.handle_error(None, ("127.0.0.1", 40000))
+    (record,) = caplog.records
+    assert record.exc_info is None and record.getMessage() == (
+        "metrics: request from 127.0.0.1 failed: BrokenPipeError: [Errno 32] Broken pipe")

@@ -16,7 +16,7 @@ import pytest
 from indexer.db.scratch import scratch_database
 from indexer.devnet import DevnetServer, FaultConfig
 from indexer.poller import poll_once
-from tests.faultplan import Cycle, Plan, draw_plan, scenario
+from tests.faultplan import SHORT_RETAIN, Cycle, Plan, draw_plan, scenario, simulate
 from tests.faultrun import policy, check_final, clean_run, run_plan, snapshot, tables
 
 FAULT_SCENARIOS_DEFAULT = 50
@@ -106,3 +106,33 @@ def test_chain_failover_first_node_down(db_url):
         summary = poll_once(db_url, net.chain_rest_urls(2), net.rpc_urls(2), policy=policy(), decode_workers=0)
         assert net.faults.injected["down"] >= 2  # chain REST and RPC each tried node 0 first
     assert summary.escrows == len(scn.epochs[0].escrows)
+
+
+def test_settlement_race(db_url, reference):
+    """The epoch ticks right after the cycle's settlement search (issue 37: a poll while the chain advances): each
+    escrow of the cycle's current epoch is found settled with no settlement in what the cycle read, whether it was
+    captured open before (409) or not (408). Each gets its settlement height before it is final, so the escrow rows
+    and the restitution (SPRT in settlement order) are a clean run's."""
+    scn = scenario("a")
+    first = scn.epochs[0].epoch_index
+    workers = {"escrow_workers": 3, "payload_workers": 4, "decode_workers": 0}
+    cycles = [Cycle(first, tick=True), Cycle(first + 1), Cycle(first + 1, tick=True)]
+    cycles += [Cycle(first + k) for k in range(2, len(scn.epochs) + 3)]
+    plan = Plan(0, "a", 1, FaultConfig(), workers, cycles)
+    cap = simulate(plan)
+    assert cap.full == set(scn.escrows) and cap.exact_params == {e.epoch_index for e in scn.epochs}
+    _run(db_url, reference, plan)
+
+
+def test_snapshot_race(db_url, reference):
+    """Every exact reading of an epoch's parameters is followed by inexact ones: the same clock on a node that keeps
+    only a short stretch of state, then the next clock (the epoch's last height pruned). The exact snapshot stays,
+    and the restitution on it is a clean run's."""
+    scn = scenario("b")
+    first = scn.epochs[0].epoch_index
+    cycles = [Cycle(first)]
+    for k in range(1, len(scn.epochs) + 3):
+        cycles += [Cycle(first + k), Cycle(first + k, retain=SHORT_RETAIN)]
+    plan = Plan(0, "b", 1, FaultConfig(), {"escrow_workers": 1, "payload_workers": 0, "decode_workers": 0}, cycles)
+    assert simulate(plan).exact_params == {e.epoch_index for e in scn.epochs}
+    _run(db_url, reference, plan)

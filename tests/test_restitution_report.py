@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 
-from indexer.restitution import collect, html_section, markdown, restitution_line, rows_csv
+from indexer.restitution import collect, html_section, markdown, restitution_summary, rows_csv
 from tests.rules_kit import load
 from tests.test_restitution_db import X, gov_snapshot, params, small_escrow, summary
 
@@ -51,8 +51,11 @@ def test_markdown_csv_and_line(db_url, tmp_path):
     assert x["disputable_penalties"].count("Invalidated context refusal") == 5
     assert len(json.loads(x["disputable_evidence_json"])) == 5
     assert rows["gonka1bystander"]["outcome"] == "unknown" and rows["gonka1bystander"]["unknown_reason"]
-    line = restitution_line([case])
-    assert line.startswith("restitution: epoch 366 gonka1hostX: SPRT max LLR 4.46 → ") and "37,609.316890 GONKA" in line
+    lines = restitution_summary([case]).splitlines()
+    assert lines[0] == "restitution: 1 host epoch outcome(s) flip without the disputable penalties"
+    assert lines[1] == "  epoch 366 gonka1hostX" and lines[2].startswith("    SPRT max LLR 4.46 → ")
+    assert lines[3] == "    to restitute: 37,609.316890 GONKA (37,609,316,890,103 ngonka)"
+    assert lines[4] == "  1 host-epoch(s) could not be evaluated (see the reports' \"Hosts that could not be evaluated\")"
     fragment, data = html_section([case])
     assert "<svg" in fragment and "H = 4" in fragment
     series = data["366"][X]
@@ -68,7 +71,7 @@ def test_cli_writes_files(db_url, tmp_path):
                           "--epochs", "366", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, timeout=120)
     assert res.returncode == 0, res.stderr.decode()
     assert sorted(p.name for p in out.iterdir()) == ["restitution-366.csv", "restitution-366.md"]
-    assert "restitution: epoch 366 gonka1hostX" in res.stdout.decode() + res.stderr.decode()
+    assert "  epoch 366 gonka1hostX\n" in res.stdout.decode() + res.stderr.decode()
     page = tmp_path / "page.html"
     res = subprocess.run([sys.executable, "-m", "indexer", "--database-url", db_url, "report", "--html", str(page)],
                          cwd=ROOT, env=env, capture_output=True, timeout=120)

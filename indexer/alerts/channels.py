@@ -15,11 +15,14 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
+from indexer.alerts.messages import slack_message, telegram_message
+from indexer.alerts.posting import Answer, post
+
 
 class Channel(Protocol):
     name: str
 
-    def send(self, client: httpx.Client, body: dict, idempotency_key: str) -> httpx.Response: ...
+    def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer: ...
 
     def scrub(self, text: str) -> str: ...
 
@@ -35,10 +38,8 @@ def check_url(url: str, what: str) -> str:
     return url
 
 
-def text_of(body: dict) -> str:
-    """One message line for chat channels."""
-    head = "RESOLVED" if body["status"] == "resolved" else body["severity"].upper()
-    return f"[{head}] {body['rule']}: {body['summary']}"
+def _headers(idempotency_key: str) -> dict:
+    return {"Content-Type": "application/json", "Idempotency-Key": idempotency_key}
 
 
 @dataclass
@@ -50,9 +51,8 @@ class Webhook:
         check_url(self.url, "alert webhook")
         self.name = f"webhook:{urlsplit(self.url).hostname}#{_digest(self.url)}"
 
-    def send(self, client: httpx.Client, body: dict, idempotency_key: str) -> httpx.Response:
-        return client.post(self.url, content=orjson.dumps(body),
-                           headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
+    def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer:
+        return post(client, self.url, orjson.dumps(body), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
         return text.replace(self.url, self.name)
@@ -67,12 +67,8 @@ class Slack:
         check_url(self.url, "Slack webhook")
         self.name = f"slack#{_digest(self.url)}"
 
-    def send(self, client: httpx.Client, body: dict, idempotency_key: str) -> httpx.Response:
-        message = {"text": text_of(body),
-                   "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{text_of(body)}*"}},
-                              {"type": "context", "elements": [{"type": "mrkdwn", "text": f"`{body['alert_key']}`"}]}]}
-        return client.post(self.url, content=orjson.dumps(message),
-                           headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
+    def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer:
+        return post(client, self.url, orjson.dumps(slack_message(body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
         return text.replace(self.url, self.name)
@@ -90,11 +86,9 @@ class Telegram:
         self.api_url = self.api_url.rstrip("/")
         self.name = f"telegram:{self.chat_id}#{_digest(self.token)}"
 
-    def send(self, client: httpx.Client, body: dict, idempotency_key: str) -> httpx.Response:
-        message = {"chat_id": self.chat_id, "text": f"{text_of(body)}\n{body['alert_key']}",
-                   "disable_web_page_preview": True}
-        return client.post(f"{self.api_url}/bot{self.token}/sendMessage", content=orjson.dumps(message),
-                           headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
+    def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer:
+        return post(client, f"{self.api_url}/bot{self.token}/sendMessage",
+                    orjson.dumps(telegram_message(self.chat_id, body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
         return text.replace(self.token, "<token>")

@@ -5,11 +5,20 @@ Crash safety: an attempt is *leased* first (its attempt count and ``next_attempt
 transaction), then sent, then recorded in a second transaction. A crash after sending and before recording leaves
 the delivery pending with the lease's retry time, so it is sent again with the same ``Idempotency-Key``: at most a
 repeat, never a loss. Leases also keep two workers (several ``indexer run`` processes) from sending one delivery at
-the same time. Deliveries of one alert key to one channel go out in order: a later one waits for the earlier.
+the same time: every send has a wall-clock deadline shorter than its lease (:mod:`indexer.alerts.posting`), so a
+receiver that answers slowly makes the attempt fail and retry later, never outlive its lease. Each channel is worked
+by its own thread and connection, so one slow receiver does not hold the others. Deliveries of one alert key to one
+channel go out in order: a later one waits for the earlier.
+
+Deliveries follow the channels of the worker that delivers, not of the evaluation that wrote the notification: each
+pass first *enrolls* its channels (:data:`_ENROLL`), so notifications written by an evaluation without channels (the
+poller's) or with other channels still reach every channel configured where delivery runs.
 """
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Mapping
@@ -18,6 +27,7 @@ import httpx
 import psycopg
 
 from indexer.alerts.channels import Channel
+from indexer.alerts.posting import DeadlineExceeded
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +40,15 @@ def utcnow() -> datetime:
 class Backoff:
     first: float = 5.0                            # seconds before the first retry; doubles per attempt
     cap: float = 300.0                            # never longer than this between attempts
-    lease: float = 30.0                           # longer than one send (timeout) can take
+    lease: float = 30.0                           # no other worker sends a leased delivery for this long
     give_up_after: timedelta = timedelta(days=2)  # then the delivery is 'failed' (still listed, with its last error)
-    timeout: float = 10.0
+    timeout: float = 10.0                         # each network operation (connect, write, one read)
+    deadline: float = 20.0                        # one whole send, wall clock; shorter than the lease
+
+    def __post_init__(self) -> None:
+        if not 0 < self.deadline < self.lease:
+            raise ValueError(f"a send's deadline ({self.deadline:g} s) must be shorter than its lease "
+                             f"({self.lease:g} s), or a slow send outlives its lease and is sent twice")
 
     def delay(self, attempts: int) -> timedelta:
         return timedelta(seconds=min(self.cap, self.first * 2 ** max(0, attempts - 1)))
@@ -44,6 +60,28 @@ class DeliverySummary:
     delivered: int = 0
     retrying: int = 0
     failed: int = 0
+    enrolled: int = 0  # deliveries this pass added for notifications written without its channels
+
+
+# For each configured channel without a delivery of a key's latest notification: enroll it when the key is still
+# firing (the channel gets what is firing now), or when the notification is a resolution and the last thing the
+# channel was sent for that key was a firing (so it hears the end of what it heard begin). Older notifications are
+# history, not news: a channel added later is not sent them.
+_ENROLL = """
+INSERT INTO alert.delivery (notification_id, channel, idempotency_key, next_attempt_at)
+SELECT n.notification_id, c.channel, gen_random_uuid()::text, %(now)s
+FROM alert.state s
+CROSS JOIN LATERAL (SELECT m.notification_id, m.status FROM alert.notification m WHERE m.alert_key = s.alert_key
+                    ORDER BY m.notification_id DESC LIMIT 1) n
+CROSS JOIN unnest(%(channels)s::text[]) AS c (channel)
+WHERE NOT EXISTS (SELECT 1 FROM alert.delivery d WHERE d.notification_id = n.notification_id AND d.channel = c.channel)
+  AND ((n.status = 'firing' AND s.status = 'firing')
+       OR (n.status = 'resolved'
+           AND (SELECT m.status FROM alert.delivery d JOIN alert.notification m ON m.notification_id = d.notification_id
+                WHERE m.alert_key = s.alert_key AND d.channel = c.channel
+                ORDER BY m.notification_id DESC LIMIT 1) = 'firing'))
+ON CONFLICT (notification_id, channel) DO NOTHING
+"""
 
 
 _LEASE = """
@@ -62,25 +100,61 @@ FOR UPDATE OF d SKIP LOCKED
 def deliver_due(url: str, channels: Mapping[str, Channel], *, backoff: Backoff = Backoff(),
                 clock: Callable[[], datetime] = utcnow, client: httpx.Client | None = None,
                 limit: int = 1000) -> DeliverySummary:
-    """Send every delivery due now to a configured channel (at most ``limit`` attempts)."""
+    """Enroll the configured channels, then send every delivery due now to them (at most ``limit`` attempts),
+    one thread per channel."""
     summary = DeliverySummary()
     if not channels:
         return summary
+    with psycopg.connect(url, autocommit=True) as conn:
+        summary.enrolled = conn.execute(_ENROLL, {"now": clock(), "channels": list(channels)}).rowcount
     own = client is None
     client = client or httpx.Client(timeout=backoff.timeout)
+    budget = _Budget(summary, limit)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            while summary.attempted < limit:
-                leased = _lease(conn, list(channels), backoff, clock())
-                if leased is None:
-                    break
-                summary.attempted += 1
-                outcome = _attempt(conn, channels[leased[1]], client, leased, backoff, clock)
-                setattr(summary, outcome, getattr(summary, outcome) + 1)
+        if len(channels) == 1:
+            _work(url, next(iter(channels.values())), client, backoff, clock, budget)
+        else:
+            with ThreadPoolExecutor(max_workers=min(len(channels), 8), thread_name_prefix="alert-delivery") as pool:
+                futures = [pool.submit(_work, url, c, client, backoff, clock, budget) for c in channels.values()]
+                for future in futures:
+                    future.result()
     finally:
         if own:
             client.close()
     return summary
+
+
+class _Budget:
+    """The pass's summary and attempt limit, shared by the channel threads."""
+
+    def __init__(self, summary: DeliverySummary, limit: int) -> None:
+        self.summary, self.limit, self._lock = summary, limit, threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.summary.attempted >= self.limit:
+                return False
+            self.summary.attempted += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self.summary.attempted -= 1
+
+    def count(self, outcome: str) -> None:
+        with self._lock:
+            setattr(self.summary, outcome, getattr(self.summary, outcome) + 1)
+
+
+def _work(url: str, channel: Channel, client: httpx.Client, backoff: Backoff, clock: Callable[[], datetime],
+          budget: _Budget) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        while budget.take():
+            leased = _lease(conn, [channel.name], backoff, clock())
+            if leased is None:
+                budget.give_back()
+                return
+            budget.count(_attempt(conn, channel, client, leased, backoff, clock))
 
 
 def _lease(conn: psycopg.Connection, channels: list[str], backoff: Backoff, now: datetime):
@@ -99,11 +173,11 @@ def _attempt(conn: psycopg.Connection, channel: Channel, client: httpx.Client, l
     delivery_id, name, key, attempt, body, created_at, started = leased
     status, error = None, None
     try:
-        response = channel.send(client, body, key)
-        status = response.status_code
+        answer = channel.send(client, body, key, backoff.deadline)
+        status = answer.status
         if not 200 <= status < 300:
-            error = f"HTTP {status}: {response.text[:200]}"
-    except httpx.HTTPError as exc:
+            error = f"HTTP {status}: {answer.text[:200]}"
+    except (httpx.HTTPError, DeadlineExceeded) as exc:
         error = f"{type(exc).__name__}: {exc}"
     if error is not None:
         error = channel.scrub(error)

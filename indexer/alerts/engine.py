@@ -147,3 +147,26 @@ def silence(conn: psycopg.Connection, target: str, duration: timedelta, reason: 
         conn.execute(f"INSERT INTO alert.silence ({kind}, ends_at, reason, created_at) VALUES (%s, %s, %s, %s)",
                      (target, ends, reason, now))
     return kind, ends
+
+
+def check_target(target: str, known_rules: Sequence[str]) -> None:
+    """A silence names a known rule, or an alert key (``rule:...``) of one; else ValueError listing the rules."""
+    rule = target.split(":", 1)[0]
+    if rule not in known_rules:
+        raise ValueError(f"unknown alert rule {rule!r} in {target!r}; known rules: {', '.join(sorted(known_rules))}")
+
+
+def live_silences(conn: psycopg.Connection, now: datetime | None = None) -> list[tuple]:
+    """(kind, target, ends_at, reason) of every silence not yet over, soonest end first."""
+    return conn.execute("SELECT CASE WHEN alert_key IS NULL THEN 'rule' ELSE 'alert key' END, "
+                        "coalesce(alert_key, rule), ends_at, reason FROM alert.silence "
+                        "WHERE ends_at > coalesce(%s, now()) ORDER BY ends_at, silence_id", (now,)).fetchall()
+
+
+def unsilence(conn: psycopg.Connection, target: str, now: datetime | None = None) -> int:
+    """End now every live silence of exactly this alert key or rule; returns how many there were. The alerts they
+    covered are notified at the next evaluation if the receivers have not heard their current state."""
+    with conn.transaction():
+        return conn.execute("UPDATE alert.silence SET ends_at = coalesce(%(now)s, now()) "
+                            "WHERE ends_at > coalesce(%(now)s, now()) AND (alert_key = %(t)s OR rule = %(t)s)",
+                            {"now": now, "t": target}).rowcount

@@ -14,6 +14,7 @@ from indexer.alerts.channels import Channel
 from indexer.alerts.delivery import Backoff, DeliverySummary, deliver_due
 from indexer.alerts.engine import EvaluationSummary, Policy, evaluate
 from indexer.alerts.rules import Rule, load_rules
+from indexer.db.url import first_line, is_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,11 @@ def _logged(fn: Callable, what: str) -> Callable[[], None]:
     def job() -> None:
         try:
             fn()
-        except Exception:  # noqa: BLE001 - the next run retries; the outbox keeps what is pending
-            log.exception("%s failed", what)
+        except Exception as exc:  # noqa: BLE001 - the next run retries; the outbox keeps what is pending
+            if is_unreachable(exc):
+                log.warning("%s failed: the database is unreachable (%s)", what, first_line(exc))
+            else:
+                log.exception("%s failed", what)
     return job
 
 

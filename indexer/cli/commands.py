@@ -6,7 +6,7 @@ import argparse
 
 from indexer.cli.output import EXIT_INPUT, EXIT_OK, EXIT_RUNTIME, console, error, say, warn
 from indexer.db.migrate import ensure_schema
-from indexer.db.url import redact, resolve_database_url
+from indexer.db.url import embedded_finder, redact, resolve_database_url
 from indexer.settings import Settings
 
 
@@ -32,10 +32,20 @@ def cmd_migrate(args, settings: Settings) -> int:
 
 
 def cmd_db(args, settings: Settings) -> int:
+    from indexer.db.embedded import EmbeddedCluster
+
+    if args.reader and (args.action != "url" or args.database_url or settings.database_url):
+        error("--reader goes with `db url` on the embedded server; on another server, indexer_reader logs in with "
+              "the password its administrator set (deploy/: the reader_db_password secret)")
+        return EXIT_INPUT
+    if args.reader:  # the schema first: the migrations grant the reader schema api
+        cluster = EmbeddedCluster(settings.indexer_home)
+        ensure_schema(cluster.url())
+        print(cluster.reader_url())
+        return EXIT_OK
     if args.action == "url":
         print(database_url(args, settings))
         return EXIT_OK
-    from indexer.db.embedded import EmbeddedCluster
 
     stopped = EmbeddedCluster(settings.indexer_home).stop()
     say("embedded PostgreSQL stopped" if stopped else "embedded PostgreSQL was not running")
@@ -51,8 +61,11 @@ def cmd_ingest(args, settings: Settings) -> int:
     from indexer.replay.follow import ReplayFollower
     from indexer.sources.ndjson import InputError, check_input
 
-    for name in args.files:  # a missing or unreadable file is bad usage before anything loads
+    from indexer.archive import verify_archived
+
+    for name in args.files:  # a missing, unreadable or damaged archive file is bad input before anything loads
         check_input(name)
+        verify_archived(name)
     url = ready_database(args, settings)
     failure = None
     with ReplayFollower(url) as follower:  # a long load's escrows are replayed while later batches load
@@ -131,6 +144,11 @@ def cmd_archive(args, settings: Settings) -> int:
     summary = archive(url, args.before, args.to, force=args.force)
     say(f"archived {len(summary.dropped)} epoch(s) before {args.before} to {args.to}: {summary.records} records "
         f"({len(summary.written)} file(s) written, {len(summary.kept)} already there) in {summary.seconds:.2f}s")
+    if summary.damaged:
+        error(f"{args.to}: {len(summary.damaged)} file(s) listed in its manifest are missing or damaged: "
+              + "; ".join(summary.damaged[:20]) + (" …" if len(summary.damaged) > 20 else "")
+              + " (an epoch dropped from the database comes back only from a copy of its file)")
+        return EXIT_RUNTIME
     return EXIT_OK
 
 
@@ -145,12 +163,12 @@ def cmd_report(args, settings: Settings) -> int:
         return EXIT_INPUT
     url = ready_database(args, settings)
     if args.restitution:
-        from indexer.restitution import collect as restitution_cases, restitution_line, write_reports
+        from indexer.restitution import collect as restitution_cases, restitution_summary, write_reports
 
         cases = restitution_cases(url, args.epochs)
         for path in write_reports(cases, args.out):
             say(f"wrote {path}")
-        say(restitution_line(cases))
+        say(restitution_summary(cases))
         return write_proposal(cases, args) if args.proposal else EXIT_OK
     if args.html:
         from indexer.restitution import collect as restitution_cases, html_block
@@ -227,10 +245,20 @@ def cmd_run(args, settings: Settings) -> int:
             if metrics:
                 metrics.observe_cycle(0.0, "error")
 
+        current = {"url": url}
+
+        def on_url(new: str) -> None:  # the embedded server came back on another port: every job follows
+            current["url"] = new
+            if server:
+                server.retarget(new)
+            if alerts:
+                alerts.url = new
+            say(f"the embedded PostgreSQL is now at {redact(new)}")
+
         # beside the cycle: settled epochs' partitions frozen once (indexer.poller.freezing), and the alert jobs
-        jobs = [freeze_job(url), *(alerts.scheduled(args.alerts_interval) if alerts else ())]
+        jobs = [freeze_job(lambda: current["url"]), *(alerts.scheduled(args.alerts_interval) if alerts else ())]
         run_forever(url, chain, rpc, interval=args.interval, on_cycle=on_cycle, on_failure=on_failure, jobs=jobs,
-                    **options)
+                    find_url=embedded_finder(args.database_url, settings), on_url=on_url, **options)
     finally:
         if server:
             server.close()
@@ -241,6 +269,14 @@ def cmd_alerts(args, settings: Settings) -> int:
     from indexer.cli.alerting import cmd_alerts as run_alerts
 
     return run_alerts(args, settings, ready_database(args, settings))
+
+
+def cmd_status(args, settings: Settings) -> int:
+    from indexer.cli.status import run_status
+
+    if args.ready_max_lag is None:
+        args.ready_max_lag = settings.ready_max_lag
+    return run_status(database_url(args, settings), args)  # read only: no migration
 
 
 def _operator(args, settings: Settings):

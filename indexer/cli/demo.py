@@ -21,11 +21,13 @@ def run_demo(url: str, args) -> int:
     else:
         _poll_devnet(url, epochs=args.epochs, seed=args.seed)
     print_report(collect(url), console())
-    say("query the views yourself: psql \"$(indexer db url)\" -c 'select * from api.disputable_penalties'")
-    from indexer.restitution import collect as restitution_cases, restitution_line
+    from indexer.cli.invocation import self_command
+
+    say(f"query the views yourself: psql \"$({self_command()} db url)\" -c 'select * from api.disputable_penalties'")
+    from indexer.restitution import collect as restitution_cases, restitution_summary
 
     # last: the hosts whose epoch outcome the disputable penalties flipped (api.restitution_impact)
-    say(restitution_line(restitution_cases(url)))
+    say(restitution_summary(restitution_cases(url)))
     return EXIT_OK
 
 

@@ -37,13 +37,26 @@ def redact_text(text: str) -> str:
     return _USERINFO.sub(r"\1***@", text)
 
 
+# C0 and C1 control characters (an escape sequence from a peer's error text would drive the terminal)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: object, limit: int = 200) -> str:
+    """Data from the database or a peer, safe on one terminal line: control characters shown as escapes, at most
+    ``limit`` characters (``…`` marks a cut)."""
+    flat = _CONTROL.sub(lambda m: "\\n" if m.group() == "\n" else f"\\x{ord(m.group()):02x}", str(text))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+# A message is one logical line: soft_wrap leaves the wrapping to the terminal, so a log file or a pipe gets it whole
+# (Rich would otherwise break it at the console's width, 80 columns when stderr is not a terminal).
 def error(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[red]error:[/] {escape(redact_text(text))}", highlight=False)
+    console().print(f"[red]error:[/] {escape(redact_text(text))}", highlight=False, soft_wrap=True)
 
 
 def warn(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[yellow]{escape(text)}[/]", highlight=False)
+    console().print(f"[yellow]{escape(text)}[/]", highlight=False, soft_wrap=True)

@@ -82,8 +82,50 @@ def add_alert_arguments(p: argparse.ArgumentParser) -> None:
                    help="more alert rules: *.sql files, one rule each (repeatable; same name replaces a packaged one)")
 
 
+def package_version() -> str:
+    """The installed distribution's version; the package's own ``__version__`` when run from a source tree that
+    was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("devshard-indexer")
+    except PackageNotFoundError:
+        from indexer import __version__
+
+        return __version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version is looked up only when asked for (reading package metadata costs every command
+    a few milliseconds otherwise)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):  # noqa: A002
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"indexer {package_version()}")  # stdout, as argparse's own version action
+        parser.exit()
+
+
+# the health rule is indexer.observe.health's; this is its user-facing statement
+STATUS_HELP = """\
+One screen: the database in use (password redacted), whether it is healthy and why not, the last poll cycle and its
+outcome, the sources (cursor and lag; per class, then the chain, the epochs not final yet and every lagging or
+erroring source), the epochs per state and the alerts firing.
+
+Healthy means all of:
+  - the schema exists (`indexer migrate` creates it);
+  - no source lags more than --ready-max-lag seconds (the rule of `indexer run`'s /ready);
+  - the last poll cycle did not fail (a failed cycle's error stays on the `chain` source until one succeeds);
+  - no alert at --fail-on severity or above is firing, unless silenced.
+An empty, migrated database is healthy (nothing is late yet).
+
+Exit status: 0 healthy; 1 not healthy (the reasons are listed); 2 bad usage or the database cannot be reached."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="indexer", description="Gonka devshard chain-state indexer")
+    p.add_argument("--version", action=_VersionAction, help="print the package version and exit")
     p.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL, else the embedded PostgreSQL)")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress and debug details to stderr")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -123,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="embedded database: url | stop")
     db.add_argument("action", choices=["url", "stop"],
                     help="url: print the URL (starting the embedded server if needed); stop: stop it")
+    db.add_argument("--reader", action="store_true",
+                    help="url: the embedded server's URL for the read-only role indexer_reader (schema api only)")
 
     rp = sub.add_parser("report", help="findings per epoch and per host; --html writes a page with charts")
     rp.add_argument("--epochs", type=parse_epochs, help=EPOCHS_HELP + " to report (default: all)")
@@ -182,6 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("--for", dest="silence_for", type=parse_duration, default=parse_duration("1h"), metavar="DURATION",
                     help="how long --silence lasts: 90s, 30m, 2h, 7d (default 1h)")
     al.add_argument("--reason", default="", help="why (stored with the silence)")
+    al.add_argument("--silences", action="store_true", help="list the silences in force, then exit")
+    al.add_argument("--unsilence", metavar="KEY_OR_RULE",
+                    help="end the silences of one alert key or rule now, then exit")
+
+    st = sub.add_parser("status", help="one screen: sources, last cycle, epochs, alerts; exit 1 when not healthy",
+                        description=STATUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    st.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the screen")
+    st.add_argument("--ready-max-lag", type=positive_float, metavar="SECONDS",
+                    help="a source lagging more than this is not healthy ($INDEXER_READY_MAX_LAG, default 900)")
+    st.add_argument("--fail-on", choices=["info", "warning", "critical", "none"], default="warning",
+                    help="firing alerts of this severity or above make the status not healthy (default warning; "
+                         "none: alerts never do)")
 
     from indexer.devnet.options import add_arguments as devnet_arguments
 

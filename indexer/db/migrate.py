@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from indexer.db.paths import MIGRATIONS_DIR
+from indexer.db.roles import READER_ROLE
 from indexer.db.schema import current_stamp, expected_stamp, replaceable_object_files
 from indexer.db.url import sqlalchemy_url
 
@@ -14,7 +15,6 @@ if TYPE_CHECKING:
     from alembic.config import Config
     from sqlalchemy.engine import Connection
 
-READER_ROLE = "indexer_reader"
 _LOCK_KEY = 0x6465767368617264  # 'devshard'
 
 
@@ -45,11 +45,12 @@ def heads() -> list[str]:
 
 
 def apply_replaceable_objects(conn: Connection) -> None:
-    """fn: SQL functions the rules use; api: the public views. Replaced in place (indexer.db.replaceable), never
+    """fn: SQL functions the rules use; api: the public views, with their comments. Replaced in place (indexer.db.replaceable), never
     by dropping the schemas: views that users built on top of api survive."""
-    from indexer.db import replaceable
+    from indexer.db import comments, replaceable
 
     replaceable.apply(conn, replaceable_object_files())
+    comments.apply(conn)  # after every (re)creation: a view created again has lost its comments
     ensure_reader_role(conn)
     conn.exec_driver_sql(f"COMMENT ON SCHEMA api IS '{expected_stamp()}'")  # what db.schema.ensure_schema checks
 

@@ -4,8 +4,8 @@ of them survive `indexer migrate`.
 Each statement runs as CREATE OR REPLACE. When PostgreSQL cannot replace in place (a view's columns changed, a
 function's result type changed), just that object is dropped without CASCADE and created again; our own views that
 depend on it are dropped first and re-created too. A user's object in the way stops the migration with an error
-naming it (PostgreSQL's DETAIL). Every object we create carries a comment marker, so objects that are ours but no
-longer in sql/ are dropped (again without CASCADE), and nothing else in the schemas is ever touched.
+naming it (PostgreSQL's DETAIL). Every object we create carries a comment marker (a view's comment starts with its
+description, indexer.db.comments, and ends with the marker), so objects that are ours but no longer in sql/ are dropped (again without CASCADE), and nothing else in the schemas is ever touched.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ _LEADING_COMMENTS = re.compile(r"--[^\n]*")
 _OURS = f"""
 SELECT 'VIEW', c.oid::regclass::text, c.oid, 'pg_class'::regclass::oid FROM pg_class c
 WHERE c.relnamespace IN ('api'::regnamespace, 'fn'::regnamespace) AND c.relkind = 'v'
-  AND obj_description(c.oid, 'pg_class') LIKE '{MARKER}%%'
+  AND obj_description(c.oid, 'pg_class') LIKE '%%{MARKER} (%%'
 UNION ALL
 SELECT 'FUNCTION', p.oid::regprocedure::text, p.oid, 'pg_proc'::regclass::oid FROM pg_proc p
 WHERE p.pronamespace IN ('api'::regnamespace, 'fn'::regnamespace)
-  AND obj_description(p.oid, 'pg_proc') LIKE '{MARKER}%%'
+  AND obj_description(p.oid, 'pg_proc') LIKE '%%{MARKER} (%%'
 """
 # the views that use an object (through their rewrite rules), one level
 _DEPENDENT_VIEWS = """

@@ -2,8 +2,9 @@
 commands with nothing to do must return fast).
 
 `indexer migrate` stamps schema ``api`` with a comment naming the Alembic head and a digest of the replaceable
-objects (sql/functions, sql/views) it applied. A command compares that stamp with the code's and migrates only when
-they differ, so new views or functions shipped without a new migration are applied too.
+objects (sql/functions, sql/views) and the views' comments (sql/views/api_comments.toml) it applied. A command
+compares that stamp with the code's and migrates only when they differ, so new views, functions or comments shipped
+without a new migration are applied too.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def head_revision() -> str:
 @cache
 def expected_stamp() -> str:
     digest = hashlib.sha256()
-    for path in replaceable_object_files():
+    for path in replaceable_object_files() + [SQL_DIR / "views" / "api_comments.toml"]:  # indexer.db.comments
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return f"indexer schema {head_revision()} objects {digest.hexdigest()[:16]}"
 

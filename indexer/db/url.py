@@ -1,6 +1,8 @@
 """Which database a command talks to: --database-url, then DATABASE_URL, then the embedded cluster."""
 from __future__ import annotations
 
+from typing import Callable
+
 from indexer.settings import Settings, check_database_url
 
 
@@ -17,6 +19,36 @@ def resolve_database_url(explicit: str | None = None, settings: Settings | None 
     return EmbeddedCluster(settings.indexer_home).url()
 
 
+def embedded_finder(explicit: str | None = None, settings: Settings | None = None) -> Callable[[], str | None] | None:
+    """For a long-running command whose URL came from the embedded cluster: a callable returning the cluster's URL
+    while it runs (None while it is stopped; it is not started), so the command finds the server again after
+    `indexer db stop` and a restart, even on another port. None when the URL was given (--database-url,
+    DATABASE_URL): a server we did not start is not looked for elsewhere."""
+    settings = settings or Settings.from_env()
+    if explicit is not None or settings.database_url:
+        return None
+    from indexer.db.embedded import EmbeddedCluster
+
+    return EmbeddedCluster(settings.indexer_home).running_url
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """True when `exc` says the database cannot be reached (refused, closed, shutting down or starting up), as
+    opposed to a statement that failed: SQLSTATE class 08, 57P01-57P03, or a connection error without a state."""
+    import psycopg
+
+    for e in (exc, exc.__cause__, getattr(exc, "orig", None)):
+        if isinstance(e, psycopg.OperationalError):
+            state = e.sqlstate
+            if state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03"):
+                return True
+    return False
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def libpq_url(url: str) -> str:
     """psycopg wants plain postgresql:// ; accept SQLAlchemy-style dialect prefixes too."""
     for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgres://"):
@@ -30,14 +62,16 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced by ***, for printing."""
+    """The URL with any password replaced by ***, for printing: the userinfo's and a ``password=`` query
+    parameter's (libpq takes either)."""
+    import re
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else ""))
+    return urlunsplit(parts._replace(query=query))

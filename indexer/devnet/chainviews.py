@@ -109,8 +109,10 @@ def _tx(height: int, kind: str, msg_type: str, pairs: dict[str, str], b64: bool)
             "tx": base64.b64encode(f"devnet-tx-{tx_hash}".encode()).decode()}
 
 
-def all_txs(net: Devnet, b64: bool) -> list[tuple[dict[str, dict[str, str]], dict[str, Any]]]:
-    """Every indexed tx up to the tip, with its plain events for query matching."""
+def all_txs(net: Devnet, b64: bool, unindexed: frozenset[str] = frozenset()
+            ) -> list[tuple[dict[str, dict[str, str]], dict[str, Any]]]:
+    """Every indexed tx up to the tip, with its plain events for query matching; ``unindexed``: escrows whose
+    settlement the node's tx index does not have yet."""
     out = []
     for epoch in net.scenario.epochs:
         for esc in epoch.escrows:
@@ -120,7 +122,7 @@ def all_txs(net: Devnet, b64: bool) -> list[tuple[dict[str, dict[str, str]], dic
                        "epoch_index": str(esc.epoch_index), "model_id": esc.model.model_id}
             out.append(({"devshard_escrow_created": created, "tm": {"event": "Tx"}},
                         _tx(esc.created_height, "devshard_escrow_created", "MsgCreateDevshardEscrow", created, b64)))
-            if net.settled(esc):
+            if net.settled(esc) and esc.escrow_id not in unindexed:
                 settled = {"escrow_id": esc.escrow_id, "settler": esc.slots[0], "total_payout": str(esc.amount),
                            "fees": str(10000 + 1000 * esc.last_nonce), "remainder": "0",
                            "state_root_and_protocol_version": esc.protocol_version}
@@ -148,12 +150,13 @@ def _matches(events: dict[str, dict[str, str]], height: int, condition: str) -> 
     return op == "=" and value == (text if text is not None else number)
 
 
-def tx_search_json(net: Devnet, query: str, page: int, per_page: int, order: str, b64: bool) -> tuple[int, dict]:
+def tx_search_json(net: Devnet, query: str, page: int, per_page: int, order: str, b64: bool,
+                   unindexed: frozenset[str] = frozenset()) -> tuple[int, dict]:
     """(HTTP status, body). Paging and errors follow CometBFT (1-based pages, per_page ≤ 100)."""
     query = query.strip().strip('"')
     conditions = [c for c in re.split(r"\s+AND\s+", query) if c.strip()]
     try:
-        hits = [(tx, int(tx["height"])) for events, tx in all_txs(net, b64)
+        hits = [(tx, int(tx["height"])) for events, tx in all_txs(net, b64, unindexed)
                 if all(_matches(events, int(tx["height"]), c) for c in conditions)]
     except ValueError as exc:
         return 500, {"jsonrpc": "2.0", "id": -1, "error": {"code": -32603, "message": "Internal error",

@@ -61,7 +61,11 @@ class AppOptions:
     payload_auth: bool = False  # payload route authenticates like real hosts (operator mode); off: any
                                 # X-Validator-Address header is enough (the unsigned flows of tests and the demo)
     state_retain_blocks: int | None = None  # chain state kept for heights this far below the tip (None: one epoch)
+    missing_epochs: tuple[int, ...] = ()  # epoch_group_data/<E> of these epochs answers 404 (a node missing them)
     failing_models: tuple[str, ...] = ()  # epoch_group_data?model_id=… of these models answers 500 (a failed read)
+    unindexed_settlements: tuple[str, ...] = ()  # escrows whose settlement tx_search does not find (a node whose tx
+                                                 # index lags the state it serves)
+    failing_settlement_searches: tuple[str, ...] = ()  # a search for one of these escrows' settlement answers 500
     host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
                                          # side); () = the scenario's version only
 
@@ -185,6 +189,8 @@ class App:
     def epoch_group_data(self, q: Mapping, hd: Mapping, epoch: str) -> Response:
         if not epoch.isdigit():
             return grpc_error(3, f"invalid epoch {epoch!r}")
+        if int(epoch) in self.options.missing_epochs:
+            return grpc_error(5, "epoch group data not found")
         if _param(q, "model_id") in self.options.failing_models:
             return grpc_error(13, "simulated failure of a model group read")
         body = ev.epoch_group_data_json(self.net, int(epoch), _param(q, "model_id"))
@@ -214,8 +220,16 @@ class App:
             per_page = int((_param(q, "per_page") or "30").strip('"'))
         except ValueError:
             return Response.json({"jsonrpc": "2.0", "id": -1, "error": {"code": -32602, "message": "Invalid params"}}, 500)
-        status, body = cv.tx_search_json(self.net, _param(q, "query") or "", page, per_page,
-                                         _param(q, "order_by") or "asc", self.options.b64_events)
+        query = _param(q, "query") or ""
+        one = re.search(r"devshard_escrow_settled\.escrow_id\s*=\s*'(\d+)'", query)
+        if one and one.group(1) in self.options.failing_settlement_searches:
+            return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
+                "code": -32603, "message": "Internal error", "data": "simulated failure of a settlement search"}}, 500)
+        status, body = cv.tx_search_json(self.net, query, page, per_page, _param(q, "order_by") or "asc",
+                                         self.options.b64_events, frozenset(self.options.unindexed_settlements))
+        if status == 200 and "devshard_escrow_settled.escrow_id EXISTS" in query \
+                and page * max(1, min(per_page, 100)) >= int(body["result"]["total_count"]):
+            self.net.settlement_search_answered()
         return Response.json(body, status)
 
     # -- devshard hosts ---------------------------------------------------------------------------

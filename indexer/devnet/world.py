@@ -11,6 +11,9 @@ deterministic. Rules, per escrow of epoch E at current epoch C:
 
 :meth:`Devnet.prune_escrow` prunes one escrow ahead of that rule (fault injection: the epoch ticked while a poll
 cycle was under way, so an escrow the cycle listed is gone by the time it is fetched).
+:attr:`Devnet.tick_after_settlement_search` moves the clock right after the next answer to a search of every
+settlement (fault injection: escrows settle after a poll cycle read the settlements, before it fetches them; the
+ones of the cycle's current epoch are then settled on chain with no settlement in what the cycle read).
 """
 
 from __future__ import annotations
@@ -30,11 +33,19 @@ class Devnet:
         self.encoded_logs: dict[tuple[str, bool], tuple[list[int], list[bytes]]] = {}  # see hostviews.diffs_body
         self.encoded_payloads: dict[tuple[str, int], bytes] = {}  # see hostviews.payload_body
         self.pruned_escrows: set[str] = set()  # pruned ahead of the epoch rule (prune_escrow)
+        self.tick_after_settlement_search = False  # armed: advance once the next settlement search is answered
 
     def advance_epoch(self) -> int:
         with self.lock:
             self.current_epoch += 1
             return self.current_epoch
+
+    def settlement_search_answered(self) -> None:
+        """The last page of a search of every settlement was just answered: an armed tick happens now, once."""
+        with self.lock:
+            if self.tick_after_settlement_search:
+                self.tick_after_settlement_search = False
+                self.current_epoch += 1
 
     def prune_escrow(self, escrow_id: str) -> None:
         """Chain and hosts forget this escrow now, for good (its events stay in tx_search)."""

@@ -132,6 +132,6 @@ FAST = {name: fn for name, kind in KINDS.items() if (fn := _compile(kind)) is no
 # counted from it: cheaper than cutting them out of the text again), with and without COPY escaping. Without
 # is for records parsed from a line that holds no backslash: JSON forbids raw control characters inside strings
 # (orjson refuses them), so without a backslash escape no string value can hold a tab, newline, carriage return or
-# backslash, and `text()` would return every string unchanged (its translate was ~1.2 µs of ~7 µs a line).
+# backslash, and `text()` would return every string unchanged (at a cost of ~1.2 µs of ~7 µs a line).
 PREPARE_ESCAPING = {name: _compile(KINDS[name], keyed=True) for name in FAST}
 PREPARE_PLAIN = {name: _compile(KINDS[name], escape=False, keyed=True) for name in FAST}

@@ -76,9 +76,9 @@ class IngestInterrupted(KeyboardInterrupt):
 
 
 class IngestFailed(RuntimeError):
-    """The database connection failed during a load (the server restarted, the backend was terminated, the network
-    dropped): says which file, and up to which line everything is committed, so the operator knows a rerun of the
-    same command resumes there."""
+    """A load stopped by the database or its host (the connection lost: the server restarted, the backend was
+    terminated, the network dropped; the server's disk full; a typing process dying): says which file, and up to
+    which line everything is committed, so the operator knows a rerun of the same command resumes there."""
 
     def __init__(self, uri: str, line: int, cause: BaseException, what: str = "the database connection was lost"):
         # the server's primary message only: its CONTEXT line quotes the row being copied
@@ -235,8 +235,8 @@ def _without_lines(copy: bytes, lines: set[int]) -> bytes:
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,
                 on_progress=None, on_batch=None) -> IngestSummary:
     """Load one file. Its batches commit with ``synchronous_commit = off``: a commit returns before the server has
-    flushed its WAL (that flush was 1-28 ms of every batch, on the connection the whole load waits for, and more
-    while the replay follower commits too). Safe for a file: a batch's rows and its resume cursor are one
+    flushed its WAL (a flush costs 1-28 ms a batch, on the connection the whole load waits for, and more while the
+    replay follower commits too). Safe for a file: a batch's rows and its resume cursor are one
     transaction and the file is the durable copy, so a server crash can only lose the last batches whole, with
     their cursor, and the next run loads them again. The file's completion commits with the session's own setting
     (synchronous by default), which flushes every batch before it: a load the command reports is durable."""
@@ -260,6 +260,9 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     except TypingWorkerLost as exc:
         raise IngestFailed(inp.uri, max(loader.committed_line, resume_after), exc,
                            f"a typing process died twice on lines {exc.first}-{exc.last}") from exc
+    except psycopg.errors.DiskFull as exc:  # the batch rolled back; what committed before it stays
+        raise IngestFailed(inp.uri, max(loader.committed_line, resume_after), exc,
+                           "the database server's disk is full") from exc
     except psycopg.OperationalError as exc:
         if not conn.broken:  # an error of a statement (a lock timeout, a deadlock), not of the connection
             raise

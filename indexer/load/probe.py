@@ -21,8 +21,8 @@ def keys_may_exist(conn: psycopg.Connection, kind: str, batch, table: str | None
     """False only when no key of `batch` (a prepare.KindBatch) can be in rec.<kind> yet. ``table``: where the
     batch's rows go, when that is one epoch partition (indexer.load.partitions.EpochRouter.targets): every row of an
     escrow is in the partition its registry row names, the one the batch routes to, so probing that partition is
-    exact, and planning a probe of one partition costs a fraction of planning it over the parent's (measured: most
-    of the 2 ms a probe took)."""
+    exact, and planning a probe of one partition costs a fraction of planning it over the parent's (which is most
+    of a probe's ~2 ms)."""
     table = table or f"rec.{KINDS[kind].table}"
     if batch.key_ranges:
         scopes = list(batch.key_ranges)

@@ -47,6 +47,13 @@ def stage_ddl(kind: Kind) -> str:
             f"{routed})")
 
 
+# Kinds whose stored row outranks some incoming ones: (SQL on the stored row t and the incoming row s) true when the
+# stored row stays. An epoch's parameters read as of the epoch (params_exact) are the epoch's own; live values read
+# later, once the node pruned that height, only stand in for them (indexer.sources.gonka.snapshots), so they never
+# replace an exact snapshot, whichever code path loads them.
+KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT TRUE"}
+
+
 def _row(prefix: str, cols: list[str]) -> str:
     return "(" + ", ".join(f"{prefix}{c}" for c in cols) + ")"
 
@@ -65,6 +72,7 @@ def upsert_statement(kind_name: str) -> str:
     dirty, scope_col, on_conflict = dirty_mark(kind)
     keys = ", ".join(key)
     not_inserted = " AND ".join(f"i.{k} = s.{k}" for k in key)
+    keep = f"\n    AND NOT ({KEEP_STORED[kind_name]})" if kind_name in KEEP_STORED else ""
     return f"""
 WITH src AS (
   SELECT DISTINCT ON ({keys}) * FROM {stage} ORDER BY {keys}, line DESC
@@ -79,7 +87,7 @@ WITH src AS (
   WHERE NOT EXISTS (SELECT 1 FROM ins i WHERE {not_inserted})
     AND {_row("t.", content)} IS DISTINCT FROM {_row("s.", content)}
     -- a later line of this same file already won (reloading a file must not replay its own amendments)
-    AND NOT (t.source_id = %(source_id)s AND t.source_line > s.line)
+    AND NOT (t.source_id = %(source_id)s AND t.source_line > s.line){keep}
 ), history AS (
   INSERT INTO rec.amendment (kind, record_key, previous, source_id, line)
   SELECT '{kind.name}', jsonb_build_array({", ".join("c." + k for k in key)}), c.previous, %(source_id)s, c.line

@@ -1,9 +1,9 @@
 """The block typer: the bulk tx kinds typed a block at a time in C (indexer/load/_typer.c), for the file load's
 workers and the poller's decode workers (indexer.poller.decode) alike.
 
-Why C: with the Struct decoder (indexer.load.structs) a start or finish line still cost ~4 µs of Python glue
-around ~0.7 µs of decoding (the tuple, the render call, the row tuple, the batch fold), and the typing workers
-took ~6 CPU-s of a 978k-line file on a 2-core machine whose other core the server's COPY needs. No library types
+Why C: with the Struct decoder (indexer.load.structs) a start or finish line costs ~4 µs of Python glue around
+~0.7 µs of decoding (the tuple, the render call, the row tuple, the batch fold), ~6 CPU-s of typing for a
+978k-line file on a 2-core machine whose other core the server's COPY needs. No library types
 NDJSON into COPY text with these checks, so the common case is done in C: a line it can take costs no Python
 object, and every other line goes through the Python paths unchanged (``fallback``), which stay the definition of
 what a line means. tests/test_typer.py holds the C rows to the Python paths' rows line by line.

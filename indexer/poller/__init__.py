@@ -32,8 +32,8 @@ for good:
   ``chain`` (``last_error``) and in ``net.failure``, through a fresh connection when the old one is gone; what it
   committed stays (rows and cursors commit together) and the next cycle resumes from the cursors.
 
-See README "Reliability (poller)" for the guarantees and the fault-injection suite that checks them, and
-"Several pollers" for sharing one database between pollers (:mod:`indexer.poller.leases`).
+docs/reliability.md ("The poller", "How it is tested") has the guarantees and the fault-injection suite that checks
+them; docs/scale.md ("Several pollers") how pollers share one database (:mod:`indexer.poller.leases`).
 
 Nothing is retried from an archive node (public nodes do not serve archive heights, §5.5); replay and rules run on
 what was captured, and the replay's tallies beside the network's ``host_stats`` (``api.host_stats_check``) show

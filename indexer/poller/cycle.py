@@ -11,8 +11,11 @@ Epochs are visited oldest first (current − 2, current − 1, current), so escr
 * :mod:`indexer.pipeline` — replay and rules on what changed.
 
 Per escrow, the diff log is read from the ``escrow:<id>`` cursor (last ingested nonce) in runs of pages, the run's
-last state root checked against a second host. An escrow whose settled log is complete gets an
-``escrow-final:<id>`` cursor and is not fetched again. What is lost and what is recorded when a source is down for
+last state root checked against a second host. An escrow whose settled log is complete, and whose settlement
+height is known, gets an ``escrow-final:<id>`` cursor and is not fetched again. The settlements are read once at
+the cycle's start; an escrow that settles after that read (escrows settle all through an epoch) has its own
+settlement looked up when it is fetched (:meth:`indexer.poller.fetch.EscrowFetcher._settlement`), and stays not
+final, fetched again next cycle, while that finds nothing. What is lost and what is recorded when a source is down for
 longer than the pruning window: see :mod:`indexer.poller`.
 
 Several pollers on one database split a cycle through leases (:mod:`indexer.poller.leases`): an epoch's chain work
@@ -153,9 +156,12 @@ class Poller:
         jobs = sorted(((epoch, eid) for eid, epoch in owner.items()), key=lambda j: todo.index(j[0]))
         done = self.pipeline.run(jobs, settlements)  # a failed one leaves the reads to close(), which waits for them
         # the snapshots load after the escrows: nothing in the load of an escrow reads them, and the reads (dozens
-        # of chain requests an epoch) no longer hold back the first escrow's fetch
-        for epoch, read in captures:
-            self.epochs.load_snapshot(epoch, read.result(), info if epoch == now else None)
+        # of chain requests an epoch) would otherwise hold back the first escrow's fetch
+        read = [(epoch, future.result()) for epoch, future in captures]
+        answered = {epoch for epoch, cap in read if cap.absent is None and not any(f.what == "root"
+                                                                                  for f in cap.failures)}
+        for epoch, cap in read:
+            self.epochs.load_snapshot(epoch, cap, info if epoch == now else None, answered, len(plans[epoch][0]))
         waiting |= self._skipped()
         finished: set[int] = set()
         while True:

@@ -18,6 +18,7 @@ from indexer.load.prepare import prepare_batch
 from indexer.poller.decode import DecodePool, decode_entries
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
 from indexer.sources.gonka.host import PAGE_NONCES, PayloadShapeError
+from indexer.wire.rpc import TxEvent
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
                                     parse_u64)
 from indexer.wire.errors import WireDecodeError
@@ -66,6 +67,17 @@ class Settlement:
     height: int | None
 
 
+def settlements_from(events: list[TxEvent]) -> dict[str, Settlement]:
+    """escrow_id → its settlement, from ``devshard_escrow_settled`` events (tx_search): the protocol version of
+    ``state_root_and_protocol_version`` and the tx height."""
+    out = {}
+    for ev in events:
+        v = ev.attributes.get("state_root_and_protocol_version", "")
+        if ev.attributes.get("escrow_id") and v.startswith("v"):
+            out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height)
+    return out
+
+
 def bound_version(detail: dict, guess: str) -> str:
     """The protocol version an unsettled escrow's session is bound to, from its shard detail: ``protocol_version``
     (newer hosts), else ``version`` ("versiond runtime bind", devshard statsShardDetailResponse). A host runs every
@@ -97,12 +109,14 @@ class EscrowFetcher:
     def fetch(self, escrow_id: str, epoch: int, settlement: Settlement | None, after: int,
               emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone) -> None:
         """Fetch one escrow's metadata, log tail and host stats; hand chunks to ``emit``."""
-        version = settlement.version if settlement else None
         data = self.g.chain.escrow(escrow_id)
         if data.get("found") is False:
             done.pruned = True  # the committing thread looks up what was stored of it
             return
         done.found = True
+        if settlement is None and (data.get("escrow") or {}).get("settled") is True:
+            settlement = self._settlement(escrow_id)
+        version = settlement.version if settlement else None
         slots = list((data.get("escrow") or {}).get("slots") or [])
         done.slots = slots
         group = HostGroup(escrow_id, version or "", slots, self.g.host,
@@ -114,6 +128,22 @@ class EscrowFetcher:
         finally:
             done.t_fetch += group.t_fetch
             done.t_decode += group.t_decode
+
+    def _settlement(self, escrow_id: str) -> Settlement | None:
+        """The settlement of an escrow the chain reports settled although the cycle's settlement search (read at
+        the cycle's start) did not list it: it settled since, as escrows do all through an epoch. Its own search;
+        None (said in net.failure) when that fails or finds nothing yet. An escrow settled without a known height
+        is not final (:meth:`_escrow_log`): its height orders the restitution's SPRT steps."""
+        try:
+            found = settlements_from(self.g.rpc.escrow_settled(escrow_id)).get(escrow_id)
+        except (FetchError, NormalizeError) as exc:
+            self.report_failure(f"escrow:{escrow_id}", getattr(exc, "url", "") or "tx_search",
+                                f"settlement height unknown: {exc}", getattr(exc, "transient", True))
+            return None
+        if found is None:
+            self.report_failure(f"escrow:{escrow_id}", "tx_search", "settled on chain, but tx_search has no "
+                                "settlement event for it yet: not final until its height is known", True)
+        return found
 
     def _escrow_log(self, escrow_id: str, epoch: int, version: str | None, after: int,
                     emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict,
@@ -184,7 +214,9 @@ class EscrowFetcher:
         if complete:
             untyped.extend(range(len(pending), len(pending) + len(stats)))
             pending.extend(dumps_record_bytes(r) for r in stats)
-        final = complete and settled and bool(stats)
+        # a settled escrow whose settlement height is unknown is fetched again (cheaply: its log is complete) until
+        # the height is known; stored final without it, it would keep its place out of the SPRT order for good
+        final = complete and settled and bool(stats) and settled_height is not None
         emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done, parts, untyped))
         done.nonce, done.final = nonce, final
 

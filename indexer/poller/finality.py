@@ -14,16 +14,21 @@ Epoch snapshot (:func:`indexer.sources.gonka.snapshots.capture_epoch`, every cyc
 epoch record with its heights, model snapshots, ``epoch_params`` (read as of the epoch where the node still has the
 height) and, once ended, ``participant_epoch``. A failed read is a warning in the log, a ``net.failure`` row, the
 ``last_error`` of its ``snapshot:<E>:…`` source in ``api.ingest_status`` and a ``net.snapshot_failure`` row (so
-``api.model_limits`` shows a model whose read failed, with the reason); it is retried every cycle.
+``api.model_limits`` shows a model whose read failed, with the reason); it is retried every cycle. A 404 for the
+epoch's root group is "no such epoch" (before the chain's first, not formed yet) unless the chain has epochs on
+both sides of it (a later one answered in the cycle, an earlier one answered or is stored): then it is such a
+failed read (``snapshot:<E>:root``), and so is one for an epoch that tx_search lists escrows for; the epoch is not
+final until the group is read.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import replace
 from concurrent.futures import Executor
 from typing import Sequence
 
-from indexer.poller.fetch import EscrowDone, Settlement
+from indexer.poller.fetch import EscrowDone, Settlement, settlements_from
 from indexer.poller.leases import Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError, Gonka
@@ -143,12 +148,7 @@ class Epochs:
         except (FetchError, NormalizeError) as exc:
             self.store.error("rpc:settled", str(exc))
             return {}
-        out = {}
-        for ev in events:
-            v = ev.attributes.get("state_root_and_protocol_version", "")
-            if ev.attributes.get("escrow_id") and v.startswith("v"):
-                out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height)
-        return out
+        return settlements_from(events)
 
     def listing(self, epoch: int) -> tuple[list[str], list[str]]:
         """(its escrow ids, the ids still to fetch), without writing anything (another poller may hold the epoch's
@@ -167,8 +167,18 @@ class Epochs:
         """The chain reads of the epoch's snapshot, without the database (a cycle runs them beside its escrows)."""
         return capture_epoch(self.g.chain, epoch, ended=epoch < (self.summary.epoch or 0), mapper=self._pool.map)
 
-    def load_snapshot(self, epoch: int, cap: EpochCapture, info: dict | None = None) -> None:
-        """Load a captured snapshot under the epoch's lease; its failed reads logged and recorded."""
+    def load_snapshot(self, epoch: int, cap: EpochCapture, info: dict | None = None,
+                      answered: set[int] | None = None, escrows: int = 0) -> None:
+        """Load a captured snapshot under the epoch's lease; its failed reads logged and recorded. ``answered``: the
+        epochs whose root group this cycle read; ``escrows``: how many escrows tx_search lists for the epoch. A 404
+        for this epoch's root group while a later one answered and an earlier one is known (answered, or stored),
+        or while the epoch has escrows, is a failed read, not "no such epoch": the chain has that epoch."""
+        if cap.absent is not None and answered is not None:
+            why = ("epochs before and after it answer" if self._inside(epoch, answered)
+                   else "tx_search lists escrows of it" if escrows else None)
+            if why is not None:
+                cap.failures.append(replace(cap.absent, error=f"epoch {epoch} has no epoch group (HTTP 404) although "
+                                                              f"{why}: {cap.absent.error}"))
         records = cap.records
         if info is not None and not any(r["kind"] == "epoch" for r in records):
             records.insert(0, epoch_record(info))  # the root group failed: the current epoch's start is still known
@@ -181,6 +191,12 @@ class Epochs:
         self.store.load_many([([dumps_record_bytes(r) for r in records], f"chain:epoch_group_data/{epoch}")], None,
                              after=lambda c: self.store.snapshot_outcome(c, cap.failures, cap.succeeded),
                              fence=self.fence(epoch))
+
+    def _inside(self, epoch: int, answered: set[int]) -> bool:
+        """Whether the chain has epochs on both sides of ``epoch``: a later one answered this cycle, an earlier one
+        answered or is stored."""
+        return any(e > epoch for e in answered) and (any(e < epoch for e in answered)
+                                                     or self.store.epoch_known_before(epoch))
 
     def finish(self, epoch: int, ids: list[str], done: dict[str, EscrowDone]) -> None:
         """Host epoch stats of the epoch's participants, and its finality state."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import psycopg
 
@@ -105,13 +106,15 @@ def freeze_settled(conn: psycopg.Connection, *, window: int = PRUNING_WINDOW,
     return out
 
 
-def freeze_job(url: str):
+def freeze_job(url: str | Callable[[], str]):
     """The `indexer run` job: one :func:`freeze_settled` on a connection of its own. A failure (the database
-    unreachable, a statement error) is logged and the next run tries again; the poll cycle is never affected."""
+    unreachable, a statement error) is logged and the next run tries again; the poll cycle is never affected.
+    ``url`` may be a callable, asked on every run (the embedded server may have moved)."""
+    current = url if callable(url) else (lambda: url)
 
     def job() -> None:
         try:
-            with psycopg.connect(url, autocommit=True) as conn:
+            with psycopg.connect(current(), autocommit=True) as conn:
                 summary = freeze_settled(conn)
         except psycopg.Error as exc:
             log.warning("freezing settled epochs failed (tried again in %.0f s): %s", FREEZE_INTERVAL,

@@ -127,6 +127,11 @@ class Store:
         rows = self.conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,)).fetchall()
         return [escrow_id for (escrow_id,) in rows]
 
+    def epoch_known_before(self, epoch: int) -> bool:
+        """Whether an epoch before ``epoch`` is stored."""
+        return self.conn.execute("SELECT EXISTS (SELECT 1 FROM rec.epoch WHERE epoch_index < %s)",
+                                 (epoch,)).fetchone()[0]
+
     # -- epoch states -------------------------------------------------------------------------------
     def epoch_states(self) -> dict[int, str]:
         return dict(self.conn.execute("SELECT epoch_index, state FROM net.epoch_state").fetchall())

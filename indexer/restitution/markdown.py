@@ -249,8 +249,8 @@ def _variants(case: EpochCase) -> list[str]:
     lines = ["## Rule variants", ""]
     if not case.variants:
         return lines + ["No host is listed above, so there is no variant table.", ""]
-    lines += ["Penalties each variant would assign and the resulting outcomes (the indexer README gives each "
-              "variant as a formula).", ""]
+    lines += ["Penalties each variant would assign and the resulting outcomes (docs/restitution.md in the indexer "
+              "gives each variant as a formula).", ""]
     return lines + _table(["participant", "variant", "missed", "invalid", "downtime passes", "SPRT crossed"],
                           [[code(v["participant"]), md(v["variant"]), v["missed"], v["invalid"],
                             v["downtime_passes"], v["sprt_crossed"]] for v in case.variants]) + [""]

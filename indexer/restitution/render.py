@@ -53,23 +53,27 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def restitution_line(cases: list[EpochCase]) -> str:
+def restitution_summary(cases: list[EpochCase]) -> str:
+    """The closing summary of `demo` and `report --restitution`: a heading, then per host its epoch, the test that
+    flips and the amount to restitute, each on its own short line (a terminal or a log shows it unwrapped), and how
+    many host-epochs could not be evaluated."""
     found = [(c.epoch, r) for c in cases for r in c.candidates]
     unknown = sum(len(c.unknown) for c in cases)
-    tail = (f"; {unknown} host-epoch(s) could not be evaluated (see the reports' \"Hosts that could not be "
-            "evaluated\")") if unknown else ""
+    tail = [f"  {unknown} host-epoch(s) could not be evaluated (see the reports' \"Hosts that could not be "
+            "evaluated\")"] if unknown else []
     if not found:
-        return "restitution: no host's epoch outcome is shown to flip without the disputable penalties" + tail
-    parts = []
+        return "\n".join(["restitution: no host's epoch outcome is shown to flip without the disputable penalties",
+                          *tail])
+    lines = [f"restitution: {len(found)} host epoch outcome(s) flip without the disputable penalties"]
     for epoch, r in found:
         if "sprt" in (r["flipped_test"] or ""):
             why = (f"SPRT max LLR {r['sprt_max_llr']:.2f} → {r['sprt_max_llr_without_disputable']:.2f} "
                    f"(H {fmt(r['sprt_threshold'])}) without {r['disputable_invalid']} disputable invalidation(s)")
         else:
             why = f"downtime test fails → passes without {r['disputable_missed']} disputable miss(es)"
-        parts.append(f"epoch {epoch} {r['participant']}: {why}; {gonka(r['restitution_amount'])} GONKA "
-                     f"({fmt(r['restitution_amount'])} ngonka) to restitute")
-    return "restitution: " + "; ".join(parts) + tail
+        lines += [f"  epoch {epoch} {r['participant']}", f"    {why}",
+                  f"    to restitute: {gonka(r['restitution_amount'])} GONKA ({fmt(r['restitution_amount'])} ngonka)"]
+    return "\n".join(lines + tail)
 
 
 def _svg(series: dict[str, list[tuple[str, Decimal]]], threshold: Decimal | None) -> str:

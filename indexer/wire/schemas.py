@@ -2,7 +2,7 @@
 
 The names are those of ``DevshardEscrowParams.approved_versions`` (mainnet approved ``v3``, ``v4``, ``v4.1``, ``v5``).
 Each table was checked against the gonka-ai/gonka protos named in :data:`SOURCES` (``devshard/proto/devshard/v1/
-diff.proto`` and ``tx.proto``); README "Protocol versions" repeats the table. What the stored history shows:
+diff.proto`` and ``tx.proto``); docs/protocol-versions.md repeats the table. What the stored history shows:
 
 =========================  ==========================================================================================
 v3, v4, v4.1               DiffContent 1–5 (``sealed_inference_ids`` = 5); DevshardTx oneof 1–8; TimeoutReason 3 =

@@ -1,6 +1,6 @@
 """citus ready: the one table without a key gets a replica identity, so Citus can move its shards online
 
-Citus (README "The road to Citus", sql/citus/) needs, besides the tables' placement calls:
+Citus (docs/scale.md "The road to Citus", sql/citus/) needs, besides the tables' placement calls:
   * every PRIMARY KEY / UNIQUE constraint of a distributed table to include the distribution column: all do (the
     escrow-keyed tables lead with escrow_id; net.raw_response is distributed by its key id);
     tests/test_citus_static.py checks it;

@@ -8,13 +8,13 @@ confirmation_weight_scales are empty and the rescaled weight otherwise (fn.rewar
 reads the poller already makes (the root and the model sub-groups of epoch_group_data).
 
 Revision ID: 0027_reward_weight_inputs
-Revises: 0020_rec_partition_statistics
+Revises: 0022_final_without_height
 Create Date: 2026-12-05
 """
 from alembic import op
 
 revision = "0027_reward_weight_inputs"
-down_revision = "0020_rec_partition_statistics"
+down_revision = "0022_final_without_height"
 branch_labels = None
 depends_on = None
 

@@ -33,3 +33,7 @@ class CometRpc:
         if min_height:
             q += f" AND tx.height>={int(min_height)}"
         return list(self.tx_search(q, "devshard_escrow_settled"))
+
+    def escrow_settled(self, escrow_id: str | int) -> list[TxEvent]:
+        """The settlement event of one escrow (none while it is unsettled)."""
+        return list(self.tx_search(f"devshard_escrow_settled.escrow_id='{int(escrow_id)}'", "devshard_escrow_settled"))

@@ -12,7 +12,8 @@
   ``bitcoin_reward_params`` and ``devshard_escrow_params``. Governance changes live params later (proposal 96
   raised invalidation_h_threshold after epoch 366 had ended), so live values are only a stand-in: when the node
   has pruned that height, or the epoch is still running, the live values are stored with the height they were
-  read at and ``params_exact = false``, and a later capture of an ended epoch replaces them where it can;
+  read at and ``params_exact = false``, and a later capture of an ended epoch replaces them where it can (an
+  exact snapshot is never replaced by an inexact one: the load's upsert keeps it, indexer.load.statements);
 * once the epoch has ended: ``excluded_participants/E`` and ``epoch_performance_summary/E/{participant}`` for
   every participant of the root group or of the exclusions: ``participant_epoch`` records.
 
@@ -64,7 +65,9 @@ class EpochCapture:
     succeeded: list[str] = field(default_factory=list)  # sources read fine (their earlier errors are resolved)
     start_height: int | None = None
     end_height: int | None = None
-    absent: bool = False  # the chain answered 404 for the root group: no such epoch group, nothing to capture
+    absent: SnapshotFailure | None = None  # the chain answered 404 for the root group (no such epoch group, nothing
+                                           # captured): the read, a failure only where the caller knows the epoch
+                                           # exists (indexer.poller.finality.Epochs.load_snapshot)
 
     @property
     def complete(self) -> bool:
@@ -95,8 +98,8 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
         cr.confirmation_weight_scales(group)  # malformed scales fail the root read here, not the params record
         epoch_rec = cr.epoch_record_from_group(group)
     except FetchError as exc:
-        if exc.status == 404:  # the chain has no group for this epoch (before genesis, or not formed yet)
-            out.absent = True
+        if exc.status == 404:  # no group for this epoch: before genesis, not formed yet, or a node missing it
+            out.absent = SnapshotFailure(epoch, "root", exc.url or root_url, str(exc), True)
         else:
             failed("root", exc, root_url)
         return out

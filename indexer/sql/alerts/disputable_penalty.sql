@@ -1,6 +1,6 @@
 -- A host has disputable penalties in an epoch: penalties the governance-limit rules would not uphold.
 -- Counted per rule first, then per host and epoch: one pass, no subquery correlated on (epoch, participant) (on
--- Citus a correlated subquery must join on escrow_id; README "The road to Citus").
+-- Citus a correlated subquery must join on escrow_id; docs/scale.md "The road to Citus").
 SELECT 'disputable_penalty:' || epoch_index || ':' || participant AS alert_key,
        'warning' AS severity, participant, epoch_index,
        format('%s: %s disputable penalt%s in epoch %s (%s)', participant, sum(n)::bigint,

@@ -1,4 +1,4 @@
--- Citus, step 0 (README "The road to Citus"): the extension in this database, on the coordinator and on every worker, as a
+-- Citus, step 0 (docs/scale.md "The road to Citus"): the extension in this database, on the coordinator and on every worker, as a
 -- superuser. Run after `indexer migrate` has created every table, before 10_ .. 30_. Not applied by `indexer migrate`
 -- (indexer.db.schema globs only sql/functions and sql/views): switching is an operator's decision.
 --

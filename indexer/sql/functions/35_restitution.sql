@@ -1,4 +1,4 @@
--- Restitution support (README "Restitution impact and policy what-if"): the chain version in force at an epoch, the invalidation SPRT over
+-- Restitution support (docs/restitution.md): the chain version in force at an epoch, the invalidation SPRT over
 -- status updates that each carry several results, and error-catching wrappers so that one host's impossible
 -- input gives a NULL outcome with a reason instead of failing the whole api view.
 

@@ -1,4 +1,4 @@
--- Restitution impact and policy what-if (README "Restitution impact and policy what-if"). What one host's epoch would have been without
+-- Restitution impact and policy what-if (docs/restitution.md). What one host's epoch would have been without
 -- the disputable penalties, and under each rule variant, computed with the chain's own tests (fn.*) and the
 -- parameters in force for the epoch (its root epoch_group_data snapshot, rec.epoch_params).
 
@@ -60,7 +60,7 @@ SELECT p.*,
 FROM p;
 
 -- One row per epoch, variant, host and escrow: the status update the chain makes when the escrow settles
--- (README "Restitution impact and policy what-if", "SPRT order"). Steps are numbered in settlement order: the escrow record's settled_height
+-- (docs/restitution.md "SPRT order"). Steps are numbered in settlement order: the escrow record's settled_height
 -- when given (an unknown field kept in rec.escrow.extra), else the numeric escrow id (creation order). Escrows
 -- known unsettled (settled = false) have reached no chain counter and are left out, and so are escrows settled in
 -- the next epoch (fn.settled_after_epoch: the chain pays them but adds nothing to the epoch's counters). Per the chain's settlement

@@ -1,0 +1,76 @@
+"""Chat messages built from a notification body, escaped for each channel's syntax and bounded by its limits.
+
+Every field of a body comes from chain data or a rule (a participant or model id is whatever a peer chose), so:
+
+* Slack (incoming webhooks, ``mrkdwn``): ``&``, ``<`` and ``>`` are the only control characters (``<!channel>``,
+  ``<!here>``, ``<http://x|label>``) and are sent as ``&amp;``, ``&lt;``, ``&gt;``; a section's text is limited to
+  3,000 characters, and the top-level ``text`` is kept to the same length.
+* Telegram (``sendMessage`` without ``parse_mode``): the text is plain, nothing is interpreted, so nothing is
+  escaped; a message is limited to 4,096 characters.
+* Both: control, line-separator and bidirectional-override characters are shown as U+FFFD, so a value cannot start
+  a line that looks like another alert or reorder the text around it.
+
+Lengths are counted in UTF-16 code units (at least the number of characters, whichever way a service counts) and
+every cut happens between escaped characters, ending with an ellipsis. The webhook body is JSON (serialised by
+orjson, which escapes it) and carries the values unchanged.
+"""
+from __future__ import annotations
+
+import re
+
+SLACK_TEXT_LIMIT = 3000
+TELEGRAM_TEXT_LIMIT = 4096
+RULE_LIMIT = 100       # a rule name is a file name: short, but bounded anyway
+KEY_LIMIT = 300        # an alert key in the context line
+ELLIPSIS = "…"
+
+_UNSAFE = re.compile("[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SLACK = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def units(text: str) -> int:
+    """Length in UTF-16 code units."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def plain(value: object) -> str:
+    return _UNSAFE.sub("\ufffd", "" if value is None else str(value))
+
+
+def slack_escape(text: str) -> str:
+    return "".join(_SLACK.get(c, c) for c in text)
+
+
+def fit(text: str, limit: int, escape=lambda c: c) -> str:
+    """``escape(text)`` if it fits in ``limit`` units, else the longest escaped prefix that fits with an ellipsis
+    (cut between characters, never inside an escape)."""
+    pieces = [escape(c) for c in text]
+    if sum(units(p) for p in pieces) <= limit:
+        return "".join(pieces)
+    room, kept = limit - units(ELLIPSIS), []
+    for piece in pieces:
+        room -= units(piece)
+        if room < 0:
+            break
+        kept.append(piece)
+    return "".join(kept) + ELLIPSIS
+
+
+def _head(body: dict) -> str:
+    return "RESOLVED" if body.get("status") == "resolved" else plain(body.get("severity")).upper()[:10]
+
+
+def slack_message(body: dict) -> dict:
+    head = f"[{_head(body)}] {fit(plain(body.get('rule')), RULE_LIMIT, slack_escape)}"
+    summary = fit(plain(body.get("summary")), SLACK_TEXT_LIMIT - units(head) - 6, slack_escape)
+    key = fit(plain(body.get("alert_key")), KEY_LIMIT, slack_escape)
+    return {"text": f"{head}: {summary}",
+            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{head}*\n{summary}"}},
+                       {"type": "context", "elements": [{"type": "mrkdwn", "text": key}]}]}
+
+
+def telegram_message(chat_id: str, body: dict) -> dict:
+    head = f"[{_head(body)}] {fit(plain(body.get('rule')), RULE_LIMIT)}"
+    key = fit(plain(body.get("alert_key")), KEY_LIMIT)
+    summary = fit(plain(body.get("summary")), TELEGRAM_TEXT_LIMIT - units(head) - units(key) - 3)
+    return {"chat_id": chat_id, "text": f"{head}: {summary}\n{key}", "disable_web_page_preview": True}

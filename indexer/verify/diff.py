@@ -1,0 +1,177 @@
+"""A served diff, checked the way a third party can: the user's signature over the exact ``DiffContent`` bytes the
+host serves, then its txs decoded (with the address each host signature recovers to) for
+:meth:`indexer.verify.apply.Session.apply`, whose root must equal the signed ``post_state_root``.
+
+Messages (gonka-ai/gonka ``devshard/proto/devshard/v1/diff.proto`` @250ebdb3 and ``tx.proto`` @1074652b):
+``DiffContent{1 nonce, 2 txs (DevshardTx), 3 escrow_id, 4 post_state_root, 5 sealed_inference_ids}``; ``DevshardTx``
+oneof 1 start, 2 confirm_start, 3 finish, 4 timeout, 5 validation, 6 validation_vote, 7 reveal_seed (ignored upstream),
+8 finalize_round. A host-signed tx is signed over its own deterministic bytes without the signature field
+(``verifyProposerSig`` re-marshals the message the same way); a timeout vote over ``TimeoutVoteContent{1 escrow_id,
+2 inference_id, 3 reason, 4 accept}``. The user signs ``DiffContent`` (``verifyDiffUserSig``) and must be the escrow's
+creator. DevshardTx members of later versions (v5: 9–14) are refused as :class:`DiffError`, not skipped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from indexer.verify import proto as pb
+from indexer.verify import signatures as sig
+
+_I64 = 1 << 63
+
+
+class DiffError(ValueError):
+    """A served diff that cannot be checked (the message names the nonce, tx index and field)."""
+
+
+@dataclass
+class DiffContent:
+    nonce: int = 0
+    txs: list[bytes] = field(default_factory=list)  # each DevshardTx, exactly as served
+    escrow_id: str = ""
+    post_state_root: bytes = b""
+    sealed_inference_ids: list[int] = field(default_factory=list)
+
+
+def _int64(value: int) -> int:
+    return value - (1 << 64) if value >= _I64 else value
+
+
+def _flat(data: bytes, where: str, schema: dict[int, tuple[str, str]]) -> dict:
+    """One message level into {name: value} by ``schema`` {number: (name, kind)}; kinds u, i64, b, s, bool."""
+    out: dict = {}
+    for number, wire, value in pb.fields(data):
+        if number not in schema:
+            raise DiffError(f"{where}: field {number} is not in this module's table")
+        name, kind = schema[number]
+        if (wire == pb.VARINT) != (kind in ("u", "i64", "bool")):
+            raise DiffError(f"{where}: field {number} ({name}) has wire type {wire}")
+        if kind == "s":
+            try:
+                value = value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DiffError(f"{where}: field {number} ({name}) is not UTF-8") from None
+        out[name] = _int64(value) if kind == "i64" else bool(value) if kind == "bool" else value
+    return out
+
+
+_START = {1: ("inference_id", "u"), 2: ("prompt_hash", "b"), 3: ("model", "s"), 4: ("input_length", "u"),
+          5: ("max_tokens", "u"), 6: ("started_at", "i64"), 7: ("observed_height", "u"),
+          8: ("observed_block_hash", "b"), 9: ("protocol_version", "s")}
+_CONFIRM = {1: ("inference_id", "u"), 2: ("executor_sig", "b"), 3: ("confirmed_at", "i64"),
+            4: ("observed_height", "u"), 5: ("observed_block_hash", "b")}
+_FINISH = {1: ("inference_id", "u"), 2: ("response_hash", "b"), 3: ("input_tokens", "u"), 4: ("output_tokens", "u"),
+           5: ("executor_slot", "u"), 6: ("proposer_sig", "b"), 7: ("escrow_id", "s"), 8: ("observed_height", "u"),
+           9: ("observed_block_hash", "b"), 10: ("served_hash", "b")}
+_VALIDATION = {1: ("inference_id", "u"), 2: ("validator_slot", "u"), 3: ("valid", "bool"), 4: ("proposer_sig", "b"),
+               5: ("escrow_id", "s")}
+_VOTE = {1: ("inference_id", "u"), 2: ("voter_slot", "u"), 3: ("vote_valid", "bool"), 4: ("proposer_sig", "b"),
+         5: ("escrow_id", "s")}
+_TIMEOUT_VOTE = {1: ("voter_slot", "u"), 2: ("accept", "bool"), 3: ("signature", "b")}
+_KINDS = {1: "start", 2: "confirm_start", 3: "finish", 4: "timeout", 5: "validation", 6: "validation_vote",
+          7: "reveal_seed", 8: "finalize"}
+
+
+def read_diff_content(data: bytes) -> DiffContent:
+    out = DiffContent()
+    for number, wire, value in pb.fields(data):
+        if number == 1 and wire == pb.VARINT:
+            out.nonce = value
+        elif number == 2 and wire == pb.LEN:
+            out.txs.append(value)
+        elif number == 3 and wire == pb.LEN:
+            try:
+                out.escrow_id = value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DiffError("DiffContent: escrow_id is not UTF-8") from None
+        elif number == 4 and wire == pb.LEN:
+            out.post_state_root = value
+        elif number == 5 and wire == pb.LEN:  # packed repeated uint64
+            pos = 0
+            while pos < len(value):
+                item, pos = pb.read_uvarint(value, pos)
+                out.sealed_inference_ids.append(item)
+        elif number == 5 and wire == pb.VARINT:
+            out.sealed_inference_ids.append(value)
+        else:
+            raise DiffError(f"DiffContent: field {number} with wire type {wire} is not in this module's table")
+    return out
+
+
+def user_signer(content: bytes, user_sig: bytes, creator: str) -> str:
+    """The address that signed the served ``DiffContent`` bytes; :class:`DiffError` unless it is ``creator`` (warm
+    keys are not accepted for a user's diff)."""
+    try:
+        signer = sig.recover_address(content, user_sig)
+    except sig.SignatureError as exc:
+        raise DiffError(f"user signature: {exc}") from None
+    if signer != creator:
+        raise DiffError(f"user signature recovers to {signer}, the escrow creator is {creator}")
+    return signer
+
+
+def _signer(message: bytes, signature: bytes, where: str) -> str:
+    try:
+        return sig.recover_address(message, signature)
+    except sig.SignatureError as exc:
+        raise DiffError(f"{where}: {exc}") from None
+
+
+def decode_tx(data: bytes, escrow_id: str, where: str = "tx") -> dict | None:
+    """One ``DevshardTx`` as the dict :mod:`indexer.verify.apply` takes (None for an ignored reveal_seed)."""
+    members = pb.fields(data)
+    if len(members) != 1 or members[0][1] != pb.LEN:
+        raise DiffError(f"{where}: a DevshardTx holds exactly one member, found {[(n, w) for n, w, _ in members]}")
+    number, _, body = members[0]
+    kind = _KINDS.get(number)
+    if kind is None:
+        raise DiffError(f"{where}: DevshardTx member {number} is not in this module's table")
+    where = f"{where} ({kind})"
+    if kind == "reveal_seed":
+        return None
+    if kind == "finalize":
+        return {"kind": "finalize"}
+    if kind == "start":
+        return {"kind": kind, **_defaults(_START, _flat(body, where, _START))}
+    if kind == "confirm_start":
+        return {"kind": kind, **_defaults(_CONFIRM, _flat(body, where, _CONFIRM))}
+    if kind == "timeout":
+        return _timeout(body, escrow_id, where)
+    schema, builder = {"finish": (_FINISH, sig.finish_bytes), "validation": (_VALIDATION, sig.validation_bytes),
+                       "validation_vote": (_VOTE, sig.validation_vote_bytes)}[kind]
+    msg = _defaults(schema, _flat(body, where, schema))
+    proposer_sig = msg.pop("proposer_sig")  # the rest is exactly what the proposer signed
+    return {"kind": kind, **msg, "signer": _signer(builder(**msg), proposer_sig, where)}
+
+
+def _defaults(schema: dict[int, tuple[str, str]], found: dict) -> dict:
+    zero = {"u": 0, "i64": 0, "bool": False, "b": b"", "s": ""}
+    return {name: found.get(name, zero[kind]) for name, kind in schema.values()}
+
+
+def _timeout(body: bytes, escrow_id: str, where: str) -> dict:
+    inference_id, reason, votes = 0, 0, []
+    for number, wire, value in pb.fields(body):
+        if number == 1 and wire == pb.VARINT:
+            inference_id = value
+        elif number == 2 and wire == pb.VARINT:
+            reason = value
+        elif number == 3 and wire == pb.LEN:
+            votes.append(_defaults(_TIMEOUT_VOTE, _flat(value, where + " vote", _TIMEOUT_VOTE)))
+        else:
+            raise DiffError(f"{where}: field {number} with wire type {wire} is not in this module's table")
+    return {"kind": "timeout", "inference_id": inference_id, "reason": reason, "votes": [
+        (v["voter_slot"], v["accept"], _signer(sig.timeout_vote_bytes(
+            escrow_id=escrow_id, inference_id=inference_id, reason=reason, accept=v["accept"]), v["signature"], where))
+        for v in votes]}
+
+
+def decode_txs(content: DiffContent, escrow_id: str) -> list[dict]:
+    if content.escrow_id != escrow_id:
+        raise DiffError(f"nonce {content.nonce}: diff is for escrow {content.escrow_id!r}, not {escrow_id!r}")
+    out = []
+    for index, data in enumerate(content.txs):
+        tx = decode_tx(data, escrow_id, f"nonce {content.nonce} tx {index}")
+        if tx is not None:
+            out.append(tx)
+    return out

@@ -1,0 +1,97 @@
+"""Deterministic protobuf encoding of the few flat messages the proofs hash, written out by field number.
+
+Go's ``proto.MarshalOptions{Deterministic: true}`` of a proto3 message writes fields in number order and leaves out
+every field at its default (0, false, empty string or bytes); repeated and nested fields are length-delimited. These
+helpers do exactly that for the scalar kinds the signed messages use, so the bytes are those the signer hashed."""
+from __future__ import annotations
+
+from typing import Iterable
+
+VARINT, LEN = 0, 2
+
+
+class ProtoError(ValueError):
+    """Bytes that are not the protobuf this module expects (the message names the field and offset)."""
+
+
+def uvarint(value: int) -> bytes:
+    if value < 0 or value >= 1 << 64:
+        raise ProtoError(f"varint out of range: {value}")
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def key(number: int, wire_type: int) -> bytes:
+    return uvarint(number << 3 | wire_type)
+
+
+def f_uint(number: int, value: int) -> bytes:
+    """uint64/uint32/bool field; int64 takes its two's complement (a negative time is 10 bytes, as in Go)."""
+    if value < 0:
+        value += 1 << 64
+    return key(number, VARINT) + uvarint(value) if value else b""
+
+
+def f_bool(number: int, value: bool) -> bytes:
+    return f_uint(number, 1 if value else 0)
+
+
+def f_bytes(number: int, value: bytes) -> bytes:
+    return key(number, LEN) + uvarint(len(value)) + value if value else b""
+
+
+def f_str(number: int, value: str) -> bytes:
+    return f_bytes(number, value.encode("utf-8"))
+
+
+def f_msg(number: int, body: bytes) -> bytes:
+    """A nested message field; written even when its body is empty (a set sub-message is present on the wire)."""
+    return key(number, LEN) + uvarint(len(body)) + body
+
+
+def concat(parts: Iterable[bytes]) -> bytes:
+    return b"".join(parts)
+
+
+def read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if pos >= len(data):
+            raise ProtoError(f"truncated varint at offset {pos}")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ProtoError(f"varint longer than 10 bytes at offset {pos}")
+
+
+def fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    """Every (field number, wire type, value) of one message level, in wire order. Only varint and length-delimited
+    fields are accepted: the messages read here have no fixed-width fields, so anything else is an error."""
+    out: list[tuple[int, int, int | bytes]] = []
+    pos = 0
+    while pos < len(data):
+        start = pos
+        tag, pos = read_uvarint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise ProtoError(f"field number 0 at offset {start}")
+        if wire == VARINT:
+            value, pos = read_uvarint(data, pos)
+            out.append((number, wire, value))
+        elif wire == LEN:
+            size, pos = read_uvarint(data, pos)
+            if pos + size > len(data):
+                raise ProtoError(f"field {number} at offset {start}: length {size} runs past the end ({len(data)})")
+            out.append((number, wire, data[pos:pos + size]))
+            pos += size
+        else:
+            raise ProtoError(f"field {number} at offset {start}: unsupported wire type {wire}")
+    return out

@@ -1,0 +1,176 @@
+"""Recoverable secp256k1 signatures as devshard hosts and users make them, and the exact bytes each one signs.
+
+Scheme (gonka-ai/gonka @1924b248 ``devshard/signing/secp256k1.go``, ``Secp256k1Signer.Sign`` and
+``Secp256k1Verifier.RecoverAddress``): the signer hashes the message bytes with SHA-256 and signs with go-ethereum's
+``crypto.Sign``, giving 65 bytes ``r ‖ s ‖ v`` with ``v ∈ {0, 1}``; the verifier recovers the public key
+(``crypto.Ecrecover``) and names it by ``addressFromCompressed``: bech32 ``gonka`` of
+``ripemd160(sha256(compressed public key))``. Which address must come out (the escrow creator for a user's diff, a
+slot's cold key or an authorised warm key for a host) is the caller's check: this module only says who signed.
+
+The signed messages below carry no domain tag: that is what mainnet epoch 272 (protocol ``v1``) shows (every
+signature in /work/shared/data/mainnet-e272 recovers to one stable key per host with these bytes). Newer builds put a
+tag in front of some messages (``devshard/types/signed_preimage.go`` @0d660980); those are not handled here.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import coincurve
+
+from indexer.verify import proto as pb
+
+HRP = "gonka"
+_CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+_GEN = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
+
+
+class SignatureError(ValueError):
+    """A signature that is malformed or recovers to no key (the message says which and why)."""
+
+
+def _polymod(values: list[int]) -> int:
+    chk = 1
+    for v in values:
+        top = chk >> 25
+        chk = (chk & 0x1FFFFFF) << 5 ^ v
+        for i in range(5):
+            if (top >> i) & 1:
+                chk ^= _GEN[i]
+    return chk
+
+
+def _hrp_expand(hrp: str) -> list[int]:
+    return [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
+
+
+def _to5(data: bytes) -> list[int]:
+    acc, bits, out = 0, 0, []
+    for b in data:
+        acc = acc << 8 | b
+        bits += 8
+        while bits >= 5:
+            bits -= 5
+            out.append(acc >> bits & 31)
+    if bits:
+        out.append(acc << (5 - bits) & 31)
+    return out
+
+
+def bech32_encode(hrp: str, data: bytes) -> str:
+    """BIP-173 bech32 (not bech32m) of ``data`` bytes, as cosmos addresses are written."""
+    five = _to5(data)
+    mod = _polymod(_hrp_expand(hrp) + five + [0] * 6) ^ 1
+    checksum = [(mod >> 5 * (5 - i)) & 31 for i in range(6)]
+    return hrp + "1" + "".join(_CHARSET[d] for d in five + checksum)
+
+
+def bech32_decode(address: str) -> tuple[str, bytes]:
+    """(hrp, bytes) of a bech32 address; :class:`SignatureError` when the checksum or characters are wrong."""
+    text = address.strip()
+    if text.lower() != text and text.upper() != text:
+        raise SignatureError(f"bech32 {address!r}: mixed case")
+    text = text.lower()
+    sep = text.rfind("1")
+    if sep < 1 or len(text) - sep < 7:
+        raise SignatureError(f"bech32 {address!r}: no separator or checksum")
+    hrp, rest = text[:sep], text[sep + 1:]
+    try:
+        five = [_CHARSET.index(c) for c in rest]
+    except ValueError:
+        raise SignatureError(f"bech32 {address!r}: character outside the bech32 alphabet") from None
+    if _polymod(_hrp_expand(hrp) + five) != 1:
+        raise SignatureError(f"bech32 {address!r}: bad checksum")
+    acc, bits, out = 0, 0, bytearray()
+    for d in five[:-6]:
+        acc = acc << 5 | d
+        bits += 5
+        if bits >= 8:
+            bits -= 8
+            out.append(acc >> bits & 0xFF)
+    if bits >= 5 or acc & ((1 << bits) - 1):
+        raise SignatureError(f"bech32 {address!r}: non-zero padding")
+    return hrp, bytes(out)
+
+
+def ripemd160(data: bytes) -> bytes:
+    try:
+        return hashlib.new("ripemd160", data).digest()
+    except ValueError:  # an OpenSSL 3 build without the legacy provider
+        raise SignatureError("hashlib has no ripemd160 in this Python build (OpenSSL legacy provider missing); "
+                             "addresses cannot be derived") from None
+
+
+def address_of_pubkey(pubkey: bytes, hrp: str = HRP) -> str:
+    """Cosmos address of a secp256k1 public key (33-byte compressed or 65-byte uncompressed)."""
+    try:
+        compressed = coincurve.PublicKey(pubkey).format(compressed=True)
+    except (ValueError, TypeError) as exc:
+        raise SignatureError(f"public key {pubkey.hex()[:20]}… ({len(pubkey)} bytes) is not on secp256k1: {exc}") \
+            from None
+    return bech32_encode(hrp, ripemd160(hashlib.sha256(compressed).digest()))
+
+
+def recover_pubkey(message: bytes, signature: bytes) -> bytes:
+    """Compressed public key that made ``signature`` (65 bytes ``r ‖ s ‖ v``) over sha256(``message``)."""
+    if len(signature) != 65:
+        raise SignatureError(f"signature is {len(signature)} bytes, expected 65 (r ‖ s ‖ v)")
+    if signature[64] not in (0, 1):
+        raise SignatureError(f"signature recovery byte v = {signature[64]}, expected 0 or 1")
+    try:
+        key = coincurve.PublicKey.from_signature_and_message(signature, message,
+                                                             hasher=lambda m: hashlib.sha256(m).digest())
+    except ValueError as exc:
+        raise SignatureError(f"signature recovers to no key: {exc}") from None
+    return key.format(compressed=True)
+
+
+def recover_address(message: bytes, signature: bytes, hrp: str = HRP) -> str:
+    """Address of the key that signed ``message`` (the bytes, unhashed) with ``signature``."""
+    return address_of_pubkey(recover_pubkey(message, signature), hrp)
+
+
+# ---- the signed bytes of each host- and user-signed message (field numbers from devshard/proto/devshard/v1/tx.proto
+# ---- @1074652b, state.proto and types at the commits named per function)
+
+def executor_receipt_bytes(*, inference_id: int, prompt_hash: bytes, model: str, input_length: int, max_tokens: int,
+                           started_at: int, escrow_id: int | str, confirmed_at: int) -> bytes:
+    """``ExecutorReceiptContent`` the executor signs when it confirms a start (its signature is
+    ``MsgConfirmStart.executor_sig``): 1 inference_id, 2 prompt_hash, 3 model, 4 input_length, 5 max_tokens,
+    6 started_at, 7 escrow_id (decimal string), 8 confirmed_at."""
+    return pb.concat((pb.f_uint(1, inference_id), pb.f_bytes(2, prompt_hash), pb.f_str(3, model),
+                      pb.f_uint(4, input_length), pb.f_uint(5, max_tokens), pb.f_uint(6, started_at),
+                      pb.f_str(7, str(escrow_id)), pb.f_uint(8, confirmed_at)))
+
+
+def finish_bytes(*, inference_id: int, response_hash: bytes, input_tokens: int, output_tokens: int,
+                 executor_slot: int, escrow_id: int | str, observed_height: int = 0, observed_block_hash: bytes = b"",
+                 served_hash: bytes = b"") -> bytes:
+    """``MsgFinishInference`` without field 6 ``proposer_sig``: what the proposer signs."""
+    return pb.concat((pb.f_uint(1, inference_id), pb.f_bytes(2, response_hash), pb.f_uint(3, input_tokens),
+                      pb.f_uint(4, output_tokens), pb.f_uint(5, executor_slot), pb.f_str(7, str(escrow_id)),
+                      pb.f_uint(8, observed_height), pb.f_bytes(9, observed_block_hash), pb.f_bytes(10, served_hash)))
+
+
+def validation_bytes(*, inference_id: int, validator_slot: int, valid: bool, escrow_id: int | str) -> bytes:
+    """``MsgValidation`` without field 4 ``proposer_sig``: 1 inference_id, 2 validator_slot, 3 valid, 5 escrow_id."""
+    return pb.concat((pb.f_uint(1, inference_id), pb.f_uint(2, validator_slot), pb.f_bool(3, valid),
+                      pb.f_str(5, str(escrow_id))))
+
+
+def state_signature_bytes(*, state_root: bytes, escrow_id: int | str, nonce: int) -> bytes:
+    """``StateSignatureContent{1 state_root, 2 escrow_id (decimal string), 3 nonce}``: what each host signs to agree
+    on a state, and what the chain recovers at settlement (see :mod:`indexer.verify.settlement`)."""
+    return pb.concat((pb.f_bytes(1, state_root), pb.f_str(2, str(escrow_id)), pb.f_uint(3, nonce)))
+
+
+def validation_vote_bytes(*, inference_id: int, voter_slot: int, vote_valid: bool, escrow_id: int | str) -> bytes:
+    """``MsgValidationVote`` without field 4 ``proposer_sig``: 1 inference_id, 2 voter_slot, 3 vote_valid,
+    5 escrow_id."""
+    return pb.concat((pb.f_uint(1, inference_id), pb.f_uint(2, voter_slot), pb.f_bool(3, vote_valid),
+                      pb.f_str(5, str(escrow_id))))
+
+
+def timeout_vote_bytes(*, escrow_id: int | str, inference_id: int, reason: int, accept: bool) -> bytes:
+    """``TimeoutVoteContent{1 escrow_id, 2 inference_id, 3 reason, 4 accept}`` (diff.proto @250ebdb3)."""
+    return pb.concat((pb.f_str(1, str(escrow_id)), pb.f_uint(2, inference_id), pb.f_uint(3, reason),
+                      pb.f_bool(4, accept)))

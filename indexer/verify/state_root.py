@@ -1,0 +1,192 @@
+"""The devshard ``post_state_root``: the hash a user signs in every diff and hosts co-sign, recomputed from state.
+
+Ported from gonka-ai/gonka ``devshard/state/hash.go`` (@01dfd416 for v1–v4.1, @c6c474aa for v5: ``ComputeStateRoot``,
+``ComputeStateRootFromRestHash``, ``ComputeRestHashV2``, ``ComputeInferencesHashV2``, ``FoldSealedAccumulator``,
+``computeWarmKeysHash``, ``computeHostStatsHash``, ``marshalInferenceEntry``) and ``devshard/state/seal.go`` @bb34d444
+(``computeStateRootLocked``)::
+
+    root      = sha256(host_stats_hash ‖ fees u64be ‖ rest_hash ‖ sha256(version) ‖ phase byte)
+    rest_hash = sha256(balance u64be ‖ inferences ‖ warm_keys_hash [‖ height_sync_hash, v5])
+    inferences = sha256(sealed_acc ‖ live_hash)            v2 … v5 (sealed-accumulator composition)
+               = live_hash                                  v1 (before the accumulator)
+
+The version tag is a link-time stamp of the devshard binary (``devshard/types/protocol_version.go`` @836162fc) and the
+composition is a compile-time choice of that binary (``devshard/state/composition.go`` @01dfd416:
+``useV2StateRootComposition = false`` while the default tag was ``v2``), so the tag alone does not prove the
+composition. :data:`COMPOSITION` holds only what is established: v4.1 by the 35 roots of the v4.1 release fixture
+(tests/test_verify_state_root.py), v5 by hash.go @c6c474aa, v1 by the flat composition of the builds before the
+accumulator (mainnet epoch 272 settled as v1). Any other tag (v2, v3, v4, an empty tag, which each build maps to its
+own default) is refused (:class:`UnsupportedVersion`) unless the caller names the composition to try
+(``State.composition``), e.g. to find which one reproduces a signed root.
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass, field
+
+from indexer.verify import proto as pb
+
+# Phase byte (devshard/types SessionPhase): the chain recomputes settlement roots with SETTLEMENT.
+ACTIVE, FINALIZING, SETTLEMENT = 0, 1, 2
+# InferenceStatus (devshard/types, iota order)
+PENDING, STARTED, FINISHED, CHALLENGED, VALIDATED, INVALIDATED, TIMED_OUT = range(7)
+
+# version -> (sealed-accumulator wrapper, height-sync term)
+COMPOSITION: dict[str, tuple[bool, bool]] = {
+    "v1": (False, False),  # machine.go computeStateRootLocked with effectiveV2Composition() false
+    "v4.1": (True, False),  # seal.go @bb34d444 computeStateRootLocked; the release vectors
+    "v5": (True, True),  # hash.go @c6c474aa ComputeRestHashV2(..., heightSync)
+}
+U64 = (1 << 64) - 1
+ZERO32 = bytes(32)
+
+
+class UnsupportedVersion(ValueError):
+    """A protocol version whose root composition is not ported (or a v5 state this module cannot hash)."""
+
+
+def sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _u64(value: int, what: str) -> bytes:
+    if not 0 <= value <= U64:
+        raise ValueError(f"{what} {value} does not fit in uint64")
+    return struct.pack(">Q", value)
+
+
+@dataclass
+class HostStats:
+    missed: int = 0
+    invalid: int = 0
+    cost: int = 0
+    required_validations: int = 0
+    completed_validations: int = 0
+
+
+@dataclass
+class Record:
+    """One inference as the state root commits it (``InferenceRecordProto`` fields, state.proto @32dead7a)."""
+    status: int
+    executor_slot: int
+    model: str = ""
+    prompt_hash: bytes = b""
+    response_hash: bytes = b""
+    input_length: int = 0
+    max_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reserved_cost: int = 0
+    actual_cost: int = 0
+    started_at: int = 0
+    confirmed_at: int = 0
+    votes_valid: int = 0
+    votes_invalid: int = 0
+    validated_by: int = 0  # 128-bit slot bitmap, bit i = slot i
+
+
+@dataclass(frozen=True)
+class HeightSyncCommit:
+    """v5 ``HeightSyncEscrowCommit``; all zero while height sync is idle."""
+    forced_start: int = 0
+    forced_end: int = 0
+    cadence_swallow_until: int = 0
+    swallow_fe: int = 0
+    turn_k: int = 0
+    turn_slots: int = 0
+    reason: str = ""
+
+
+@dataclass
+class State:
+    """The parts of an escrow's session state that enter its root."""
+    version: str
+    balance: int
+    fees: int = 0
+    phase: int = ACTIVE
+    host_stats: dict[int, HostStats] = field(default_factory=dict)
+    live: dict[int, Record] = field(default_factory=dict)
+    sealed_acc: bytes = ZERO32
+    warm_keys: dict[int, str] = field(default_factory=dict)
+    height_sync: HeightSyncCommit = field(default_factory=HeightSyncCommit)
+    composition: tuple[bool, bool] | None = None  # (accumulator wrapper, height-sync term); None = by version
+
+
+def record_entry(inference_id: int, r: Record) -> bytes:
+    """Deterministic ``InferenceRecordProto`` bytes (``marshalInferenceEntry``). ``validated_by`` is always the 16-byte
+    little-endian bitmap (``Bitmap128.Bytes``), so field 17 is always present."""
+    if not 0 <= r.validated_by < 1 << 128:
+        raise ValueError(f"inference {inference_id}: validated_by bitmap wider than 128 bits")
+    return pb.concat((
+        pb.f_uint(1, inference_id), pb.f_uint(2, r.status), pb.f_uint(3, r.executor_slot), pb.f_str(4, r.model),
+        pb.f_bytes(5, r.prompt_hash), pb.f_bytes(6, r.response_hash), pb.f_uint(7, r.input_length),
+        pb.f_uint(8, r.max_tokens), pb.f_uint(9, r.input_tokens), pb.f_uint(10, r.output_tokens),
+        pb.f_uint(11, r.reserved_cost), pb.f_uint(12, r.actual_cost), pb.f_uint(13, r.started_at),
+        pb.f_uint(14, r.confirmed_at), pb.f_uint(15, r.votes_valid), pb.f_uint(16, r.votes_invalid),
+        pb.f_bytes(17, r.validated_by.to_bytes(16, "little"))))
+
+
+def host_stats_hash(stats: dict[int, HostStats]) -> bytes:
+    """sha256 of ``HostStatsMapProto{entries sorted by slot}``, fields 1–6 (model stats are not committed)."""
+    return sha256(b"".join(pb.f_msg(1, pb.concat((
+        pb.f_uint(1, slot), pb.f_uint(2, s.missed), pb.f_uint(3, s.invalid), pb.f_uint(4, s.cost),
+        pb.f_uint(5, s.required_validations), pb.f_uint(6, s.completed_validations))))
+        for slot, s in sorted(stats.items())))
+
+
+def live_hash(live: dict[int, Record]) -> bytes:
+    """``computeInferencesHashFromEntries``: each entry as a length-delimited field 1, ids ascending."""
+    return sha256(b"".join(pb.f_msg(1, record_entry(i, live[i])) for i in sorted(live)))
+
+
+def warm_keys_hash(warm: dict[int, str]) -> bytes:
+    out = bytearray()
+    for slot in sorted(warm):
+        addr = warm[slot].encode("utf-8")
+        out += struct.pack(">II", slot, len(addr)) + addr
+    return sha256(bytes(out))
+
+
+def height_sync_hash(h: HeightSyncCommit) -> bytes:
+    reason = h.reason.encode("utf-8")
+    return sha256(b"".join(_u64(v, "height sync field") for v in (
+        h.forced_start, h.forced_end, h.cadence_swallow_until, h.swallow_fe, h.turn_k, h.turn_slots))
+        + struct.pack(">I", len(reason)) + reason)
+
+
+def fold_sealed(acc: bytes, seal_nonce: int, inference_id: int, entry: bytes) -> bytes:
+    """``FoldSealedAccumulator``: acc' = sha256(acc ‖ seal_nonce u64be ‖ inference_id u64be ‖ entry)."""
+    return sha256(acc + _u64(seal_nonce, "seal nonce") + _u64(inference_id, "inference id") + entry)
+
+
+def composition(version: str) -> tuple[bool, bool]:
+    try:
+        return COMPOSITION[version]
+    except KeyError:
+        raise UnsupportedVersion(f"state root composition of protocol version {version!r} is not established; "
+                                 f"known: {', '.join(COMPOSITION)} (name one with State.composition)") from None
+
+
+def rest_hash(s: State) -> bytes:
+    wrapped, height_term = s.composition or composition(s.version)
+    inferences = live_hash(s.live)
+    if wrapped:
+        inferences = sha256(s.sealed_acc + inferences)
+    elif s.sealed_acc != ZERO32:
+        raise UnsupportedVersion(f"{s.version}: a sealed accumulator exists only with the v2 composition")
+    tail = height_sync_hash(s.height_sync) if height_term else b""
+    if not height_term and s.height_sync != HeightSyncCommit():
+        raise UnsupportedVersion(f"{s.version}: height sync exists only from v5")
+    return sha256(_u64(s.balance, "balance") + inferences + warm_keys_hash(s.warm_keys) + tail)
+
+
+def root_from_rest(host_hash: bytes, rest: bytes, fees: int, phase: int, version: str) -> bytes:
+    """``ComputeStateRootFromRestHash``: also what the chain computes at settlement (phase :data:`SETTLEMENT`)."""
+    if phase not in (ACTIVE, FINALIZING, SETTLEMENT):
+        raise ValueError(f"phase {phase} is not 0, 1 or 2")
+    return sha256(host_hash + _u64(fees, "fees") + rest + sha256(version.encode("utf-8")) + bytes([phase]))
+
+
+def state_root(s: State) -> bytes:
+    return root_from_rest(host_stats_hash(s.host_stats), rest_hash(s), s.fees, s.phase, s.version)
