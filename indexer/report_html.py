@@ -44,7 +44,7 @@ def collect_page(url: str, epochs: tuple[int, int] | None = None) -> Page:
             p.rules_by_epoch.setdefault(epoch, {})[rule] = n
         p.epochs = sorted(set(p.hosts_by_epoch) | set(p.rules_by_epoch))
         if conn.execute("SELECT to_regclass('api.restitution_impact')").fetchone()[0] is not None:
-            p.stake_by_epoch = dict(q(f"""SELECT epoch_index, sum(reward_at_stake) FILTER (WHERE restitution_candidate)
+            p.stake_by_epoch = dict(q(f"""SELECT epoch_index, sum(restitution_amount) FILTER (WHERE restitution_candidate)
                                           FROM api.restitution_impact {_WHERE} GROUP BY 1"""))
         p.total_penalties = q(f"SELECT count(*) FROM api.disputable_penalties {_WHERE}")[0][0]
         p.penalties = q(f"""SELECT epoch_index, participant, escrow_id, inference_id, penalty, rule, verdict,
@@ -97,7 +97,7 @@ def _cards(p: Page, colours: dict[str, str]) -> str:
 <p class="big"><b>{affected}</b> of {hosts} hosts affected</p>
 <p><b>{sum(by_rule.values())}</b> disputable penalties</p>{_rule_bar(by_rule, colours)}
 <ul class="legend">{legend or '<li>none</li>'}</ul>
-<p>Reward at stake: <b>{stake}</b></p></section>""")
+<p>To restitute: <b>{stake}</b></p></section>""")
     return "".join(cards) or "<p>No epochs in range.</p>"
 
 

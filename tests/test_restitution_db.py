@@ -48,10 +48,14 @@ def one(conn, sql, *args):
 
 
 def test_e366_anchor_llr_reward_and_flip(db_url, tmp_path, conn):
+    # the anchor's share (57,537 of 415,488) is the chain v0.2.12 rule when the full weight is at least the raw
+    # total: min(confirmation_weight, weight); the epoch is pinned to v0.2.12 by an analyst override
     recs = [gov_snapshot(epoch=366), params(366),
-            summary(366, X, confirmation_weight=57537, weight=60000, inference_count=263, missed_requests=0,
-                    invalidated_inferences=25, validated_inferences=238, excluded_reason="statistical_invalidations",
-                    excluded_height=5652213)]
+            summary(366, X, confirmation_weight=57537, weight=60000, raw_confirmation_weight=59000,
+                    inference_count=263, missed_requests=0, invalidated_inferences=25, validated_inferences=238,
+                    excluded_reason="statistical_invalidations", excluded_height=5652213)]
+    conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
+                 "VALUES (366, 366, 'v0.2.12', 'test: the anchor epoch under v0.2.12')")
     load(db_url, tmp_path, recs + small_escrow("9001", 366, invalid=25, served=238, disputable=5))
     r = one(conn, "SELECT invalid, validated, disputable_invalid, sprt_max_llr, sprt_threshold, sprt_crossed, "
                   "sprt_crossed_without_disputable, sprt_max_llr_without_disputable, theoretical_epoch_reward, "
@@ -65,6 +69,10 @@ def test_e366_anchor_llr_reward_and_flip(db_url, tmp_path, conn):
     assert theo == 271_585_585_901_857
     assert stake == 37_609_316_890_103 and f"{stake / Decimal(10**9):,.6f}" == "37,609.316890"
     assert (cand, match, flip, src) == (True, True, "sprt", "chain")
+    basis, if_passed, amount, cap = one(conn, "SELECT weight_basis, reward_if_passed, restitution_amount, "
+                                              "power_cap_may_bind FROM api.restitution_impact WHERE epoch_index = 366")
+    assert (basis, if_passed, amount) == ("confirmation_capped", stake, stake)
+    assert cap is False  # the epoch's only host: the chain never caps a single participant
 
 
 def test_crosses_mid_epoch_but_ends_below(db_url, tmp_path, conn):
@@ -309,3 +317,37 @@ def test_counters_whose_sum_passes_bigint_leave_the_downtime_unknown_not_the_vie
     assert one(conn, "SELECT downtime_total, downtime_passes, downtime_null_reason FROM api.restitution_outcomes "
                      "WHERE epoch_index = 374 AND participant = %s AND variant = 'current'", X) == (
         None, None, "the captured summary's inference_count + missed_requests is past 2^63 - 1")
+
+
+def test_unknown_stays_unknown(db_url, tmp_path, conn):
+    # no epoch_performance_summary for X: the downtime test cannot run, so "no flip" cannot be claimed even though
+    # the SPRT does not flip; V1 executed nothing (no replayed escrow results): its SPRT is unknown likewise
+    recs = [gov_snapshot(epoch=371), params(371),
+            summary(371, V1, weight=1000, confirmation_weight=1000, inference_count=50, missed_requests=0)]
+    load(db_url, tmp_path, recs + small_escrow("9201", 371, invalid=2, served=40, disputable=1))
+    cand, reason, amount, crossed = one(conn, "SELECT restitution_candidate, unknown_reason, restitution_amount, "
+                                              "sprt_crossed FROM api.restitution_impact "
+                                              "WHERE epoch_index = 371 AND participant = %s", X)
+    assert crossed is False and cand is None and amount is None
+    assert reason == "downtime test: no epoch_performance_summary captured for this host and epoch"
+    cand, reason, amount = one(conn, "SELECT restitution_candidate, unknown_reason, restitution_amount "
+                                     "FROM api.restitution_impact WHERE epoch_index = 371 AND participant = %s", V1)
+    assert (cand, amount) == (None, None)
+    assert reason == "invalidation SPRT: no replayed escrow results for this host in the epoch"
+
+
+def test_chain_exclusion_the_replay_does_not_reproduce_is_unknown(db_url, tmp_path, conn):
+    # the chain excluded X for statistical_invalidations; the replay's LLR stays below H with and without the
+    # disputable invalidations: the cause is not shown, so the candidate is NULL with the numbers in the reason
+    recs = [gov_snapshot(epoch=372), {**params(372), "confirmation_weight_scales": {}},
+            summary(372, X, weight=60000, confirmation_weight=60000, inference_count=103, missed_requests=0,
+                    invalidated_inferences=3, validated_inferences=100, excluded_reason="statistical_invalidations")]
+    load(db_url, tmp_path, recs + small_escrow("9301", 372, invalid=3, served=100, disputable=2))
+    cand, reason, not_reproduced, amount, if_passed = one(
+        conn, "SELECT restitution_candidate, unknown_reason, exclusion_not_reproduced, restitution_amount, "
+              "reward_if_passed FROM api.restitution_impact WHERE epoch_index = 372")
+    assert cand is None and not_reproduced is True and amount is None
+    assert if_passed == 60000 * 270_812_668_911_915 // 415488  # newest chain, empty scales: the full weight
+    assert reason.startswith("invalidation SPRT: the chain excluded the host for statistical_invalidations but the "
+                             "replayed test does not cross (max LLR ")
+    assert "< H 4; without the disputable penalties " in reason

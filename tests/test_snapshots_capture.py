@@ -64,6 +64,11 @@ def test_capture_of_epoch_267():
     people = {r["participant"]: r for r in cap.records if r["kind"] == "participant_epoch"}
     assert len(people) == 51
     assert people[KNOWN]["inference_count"] == 17344 and people[KNOWN]["confirmation_weight"] > 0
+    # the reward rule's inputs: the root's (empty) scales, the raw totals of the sub-group that answered; a host
+    # only in the failed Qwen sub-group has none (unknown, not 0)
+    assert params["confirmation_weight_scales"] == {}
+    assert people[KNOWN]["raw_confirmation_weight"] == 66115
+    assert "raw_confirmation_weight" not in people["gonka12pcu9mcrpa4w4sjd9y3dsksnvu495ss6f9r4ra"]
     failed = {(f.what, f.model_id or f.participant) for f in cap.failures}
     assert ("model", QWEN) in failed
     assert sum(1 for what, _ in failed if what == "participant") == 50  # 404 for all but the captured one

@@ -78,13 +78,16 @@ OVERVIEW = dashboard("indexer-overview", "Devshard indexer: overview per epoch",
         SELECT epoch_index, rule, penalty, count(*) AS penalties, count(DISTINCT participant) AS hosts
         FROM api.disputable_penalties GROUP BY epoch_index, rule, penalty ORDER BY epoch_index DESC, rule""",
               ["epoch_index", "rule", "penalty", "penalties", "hosts"], w=12, h=10),
-    sql_panel("Reward at stake per epoch (GNK)", "barchart", """
-        SELECT epoch_index::text AS epoch, sum(reward_at_stake) / 1e9 AS reward_at_stake_gnk,
-               count(*) FILTER (WHERE restitution_candidate) AS restitution_candidates
+    sql_panel("Amount to restitute per epoch (GNK)", "barchart", """
+        SELECT epoch_index::text AS epoch, COALESCE(sum(restitution_amount), 0) / 1e9 AS restitution_gnk,
+               count(*) FILTER (WHERE restitution_candidate) AS restitution_candidates,
+               count(*) FILTER (WHERE restitution_candidate IS NULL) AS undecided_hosts
         FROM api.restitution_impact GROUP BY epoch_index ORDER BY epoch_index""",
-              ["epoch", "reward_at_stake_gnk", "restitution_candidates"], w=12, h=10,
+              ["epoch", "restitution_gnk", "restitution_candidates", "undecided_hosts"], w=12, h=10,
               options={"stacking": "none"},
-              description="Reward of the hosts whose epoch outcome the disputable penalties changed (ngonka / 1e9)."),
+              description="The amounts the restitution report asks to pay (api.restitution_impact.restitution_amount, "
+                          "ngonka / 1e9): only hosts whose epoch outcome the disputable penalties changed and who "
+                          "pass both tests without them; undecided hosts (NULL) are counted, never summed."),
     sql_panel("Hosts with disputable penalties", "table", """
         SELECT epoch_index, participant, missed, invalid, disputable_missed, disputable_invalid
         FROM api.host_epoch_penalties WHERE disputable_missed + disputable_invalid > 0

@@ -158,6 +158,9 @@ def cmd_report(args, settings: Settings) -> int:
     from indexer.report import collect, print_report
     from indexer.report_html import collect_page, render_page
 
+    if args.proposal and not (args.restitution and args.deposit):
+        error("--proposal needs --restitution and --deposit COINS (the chain's governance min_deposit)")
+        return EXIT_INPUT
     url = ready_database(args, settings)
     if args.restitution:
         from indexer.restitution import collect as restitution_cases, restitution_summary, write_reports
@@ -166,7 +169,7 @@ def cmd_report(args, settings: Settings) -> int:
         for path in write_reports(cases, args.out):
             say(f"wrote {path}")
         say(restitution_summary(cases))
-        return EXIT_OK
+        return write_proposal(cases, args) if args.proposal else EXIT_OK
     if args.html:
         from indexer.restitution import collect as restitution_cases, html_block
 
@@ -176,6 +179,24 @@ def cmd_report(args, settings: Settings) -> int:
         say(f"wrote {args.html}")
     else:
         print_report(collect(url, args.epochs), Console())
+    return EXIT_OK
+
+
+def write_proposal(cases, args) -> int:
+    import json
+
+    from indexer.restitution.proposal import NothingToPay, ProposalError, build
+
+    try:
+        proposal = build(cases, args.deposit, args.vesting_epochs)
+    except ProposalError as exc:
+        error(str(exc))
+        return EXIT_RUNTIME if isinstance(exc, NothingToPay) else EXIT_INPUT
+    with open(args.proposal, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(proposal, indent=2) + "\n")
+    outputs = proposal["messages"][0]["outputs"]
+    say(f"wrote {args.proposal}: {len(outputs)} recipient(s), "
+        f"{sum(int(o['amount'][0]['amount']) for o in outputs)} ngonka")
     return EXIT_OK
 
 

@@ -17,6 +17,15 @@ def parse_epochs(text: str | None) -> tuple[int, int] | None:
     return a, b
 
 
+def coins(text: str) -> str:
+    """A cosmos coin amount: an integer followed by a denomination (50000000000ngonka)."""
+    import re
+
+    if not re.fullmatch(r"[0-9]+[a-z][a-z0-9/]{2,127}", text or ""):
+        raise argparse.ArgumentTypeError(f"wants an amount and a denomination like 50000000000ngonka, got {text!r}")
+    return text
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -167,6 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "epoch outcome the disputable penalties changed, amounts, evidence, parameters in force)")
     rp.add_argument("--out", metavar="DIR", default=".",
                     help="directory for the --restitution files (default: the current directory)")
+    rp.add_argument("--proposal", metavar="FILE",
+                    help="with --restitution: also write the governance proposal (MsgSubmitProposal JSON with one "
+                         "MsgBatchTransferWithVesting) paying the amounts to restitute")
+    rp.add_argument("--deposit", type=coins, metavar="COINS",
+                    help="the proposal's deposit, e.g. 50000000000ngonka (required with --proposal: the chain's "
+                         "governance min_deposit)")
+    rp.add_argument("--vesting-epochs", type=positive_int, default=150,
+                    help="the proposal's vesting_epochs (default 150)")
 
     demo = sub.add_parser("demo", help="run the main job on embedded defaults and print the findings")
     demo.add_argument("--sample", metavar="FILE", help="ingest this normalized NDJSON file instead of polling the devnet")

@@ -101,6 +101,9 @@ class App:
             ("GET", f"{c}/devshard_escrow/(?P<escrow>[^/]+)", self.escrow),
             ("GET", f"{c}/devshard_host_epoch_stats/(?P<epoch>[^/]+)/(?P<participant>[^/]+)", self.host_epoch_stats),
             ("GET", f"{c}/participant/(?P<address>[^/]+)", self.participant),
+            # x/upgrade: the devnet chain has applied no upgrade plan (height "0", as cosmos-sdk answers then)
+            ("GET", f"{c.rsplit('/productscience', 1)[0]}/cosmos/upgrade/v1beta1/applied_plan/(?P<name>[^/]+)",
+             lambda q, hd, name: Response.json({"height": "0"})),
             ("GET", "/chain-rpc/status", lambda q, hd: Response.json(cv.status_json(self.net))),
             ("GET", "/chain-rpc/tx_search", self.tx_search),
             ("GET", f"{h}/devshard/healthz", self.healthz),

@@ -38,6 +38,7 @@ from indexer.poller.commit import ESCROW_WORKERS, EscrowCommitter
 from indexer.poller.decode import decode_pool
 from indexer.poller.fetch import EscrowFetcher
 from indexer.poller.finality import PRUNING_WINDOW, Epochs
+from indexer.poller.upgrades import resolve_upgrade_heights
 from indexer.poller.leases import DEFAULT_LEASE_SECONDS, Leases
 from indexer.poller.store import Store
 from indexer.settings import DEFAULT_VALIDATOR
@@ -92,6 +93,7 @@ class Poller:
         self._decoders = decode_pool(decode_workers)
         self._payloads = ThreadPoolExecutor(max_workers=max(1, payload_workers), thread_name_prefix="payloads")
         self._chain_reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshots")
+        self._upgrades_asked: int | None = None  # the epoch the unknown upgrade heights were last asked in
         fetcher = EscrowFetcher(gonka, store.fail, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_pool=self._payloads if payload_workers > 0 else None,
                                 decoders=self._decoders, payload_concurrency=payload_workers)
@@ -111,6 +113,9 @@ class Poller:
         s = self.summary
         s.epoch = now
         s.epochs = [e for e in range(now - PRUNING_WINDOW, now + 1) if e >= 0]
+        if self._upgrades_asked != now:  # unknown upgrade heights: asked again when a new epoch starts
+            resolve_upgrade_heights(self.g.chain, self.store.conn, self.store.fail)
+            self._upgrades_asked = now
         states = self.store.epoch_states()
         self.epochs.prune(now, states)
         todo = []

@@ -14,9 +14,12 @@ SELECT epoch_index, participant, inference_count, missed, invalid, validated, di
        sprt_threshold, sprt_crossed, sprt_crossed_without_disputable, excluded_reason, confirmation_weight,
        total_weight, theoretical_epoch_reward, reward_at_stake, restitution_candidate, flipped_test, counts_source,
        sprt_p0, sprt_p1, binom_test_p0, downtime_p0, chain_version, chain_version_source, params_exact,
-       params_height, params_changed_by_next_epoch, exclusion_matches_sprt, evidence
+       params_height, params_changed_by_next_epoch, exclusion_matches_sprt, evidence, reward_if_passed,
+       restitution_amount, weight_basis, unknown_reason, exclusion_not_reproduced, weight, raw_confirmation_weight,
+       zero_confirmation_weight, reward_if_full_weight, chain_rewarded_coins, payout_matches_rule,
+       power_cap_may_bind
 FROM api.restitution_impact WHERE epoch_index = %(epoch)s
-ORDER BY restitution_candidate IS NOT TRUE, reward_at_stake DESC NULLS LAST, participant"""
+ORDER BY restitution_candidate IS NOT TRUE, restitution_amount DESC NULLS LAST, participant"""
 
 _PENALTIES = """
 SELECT escrow_id, inference_id, participant, penalty, rule, verdict, evidence
@@ -41,13 +44,28 @@ ORDER BY s.participant, s.variant, s.step"""
 class EpochCase:
     epoch: int
     rows: list[dict[str, Any]]  # every host of the epoch (api.restitution_impact)
-    penalties: list[dict[str, Any]] = field(default_factory=list)  # disputable penalties of the candidates
-    variants: list[dict[str, Any]] = field(default_factory=list)  # api.policy_whatif rows of the candidates
+    penalties: list[dict[str, Any]] = field(default_factory=list)  # disputable penalties of the listed hosts
+    variants: list[dict[str, Any]] = field(default_factory=list)  # api.policy_whatif rows of the listed hosts
     trajectories: dict[str, dict[str, list[tuple[str, Decimal]]]] = field(default_factory=dict)
 
     @property
     def candidates(self) -> list[dict[str, Any]]:
         return [r for r in self.rows if r["restitution_candidate"]]
+
+    @property
+    def unknown(self) -> list[dict[str, Any]]:
+        """Hosts whose outcome without the disputable penalties cannot be decided (restitution_candidate NULL)."""
+        return [r for r in self.rows if r["restitution_candidate"] is None]
+
+    @property
+    def excluded(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["excluded_reason"]]
+
+    @property
+    def listed(self) -> list[str]:
+        """The hosts the report details: candidates, excluded and undecided hosts."""
+        seen = {r["participant"]: None for r in self.candidates + self.excluded + self.unknown}
+        return list(seen)
 
 
 def _epochs(conn, epochs: tuple[int, int] | None) -> list[int]:
@@ -62,8 +80,8 @@ def _trajectories(conn, epoch: int, case: EpochCase, hosts: list[str]) -> None:
     by_row = {r["participant"]: r for r in case.rows}
     for r in conn.execute(_STEPS, {"epoch": epoch, "hosts": hosts}).fetchall():
         row = by_row[r["participant"]]
-        if row["sprt_p0"] is None or row["sprt_p1"] is None:
-            continue
+        if row["sprt_p0"] is None or row["sprt_p1"] is None or row["sprt_max_llr"] is None:
+            continue  # the SPRT was not computed for this host and epoch (no parameters, or a chain before it)
         terms = conn.execute("SELECT log_fail, log_pass FROM fn.sprt_log_terms(%s, %s, %s)",
                              (row["sprt_p0"], row["sprt_p1"], row["chain_version"])).fetchone()
         series = case.trajectories.setdefault(r["participant"], {}).setdefault(r["variant"], [])
@@ -78,7 +96,7 @@ def collect(url: str, epochs: tuple[int, int] | None = None) -> list[EpochCase]:
             wanted = _epochs(plain, epochs)
         for epoch in wanted:
             case = EpochCase(epoch, conn.execute(_IMPACT, {"epoch": epoch}).fetchall())
-            hosts = [r["participant"] for r in case.candidates]
+            hosts = case.listed
             if hosts:
                 args = {"epoch": epoch, "hosts": hosts}
                 case.penalties = conn.execute(_PENALTIES, args).fetchall()

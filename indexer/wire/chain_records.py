@@ -47,6 +47,17 @@ def epoch_info_parts(data: Mapping[str, Any]) -> tuple[int, int | None, int | No
     return epoch, start, length, _height(data.get("block_height"), "epoch_info.block_height")
 
 
+# --------------------------------------------------------------------------- upgrade plans
+
+def applied_plan_height(data: Mapping[str, Any], name: str) -> int | None:
+    """``/cosmos/upgrade/v1beta1/applied_plan/{name}`` → the height the plan was applied at; None while it has not
+    been applied (the module answers height "0")."""
+    data = _obj(data, f"applied_plan/{name}")
+    if "height" not in data:
+        raise NormalizeError(f"applied_plan/{name}: no height in the answer")
+    return _height(data["height"], f"applied_plan/{name}.height")
+
+
 # --------------------------------------------------------------------------- root epoch group
 
 def root_group(data: Mapping[str, Any], epoch: int) -> Mapping[str, Any]:
@@ -85,11 +96,34 @@ def sub_group_models(group: Mapping[str, Any]) -> list[str]:
     return list(models)
 
 
+def confirmation_weight_scales(group: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The root group's ``confirmation_weight_scales`` (chain v0.2.13 on) keyed by ``model_id``, each entry as
+    published without its ``model_id``; ``{}`` when the chain publishes an empty list (the reward then pays on
+    full weight), None when the field is absent (a chain before v0.2.13, or a capture that did not keep it)."""
+    scales = group.get("confirmation_weight_scales")
+    if scales is None:
+        return None
+    if not isinstance(scales, list):
+        raise NormalizeError("confirmation_weight_scales: expected an array")
+    out: dict[str, Any] = {}
+    for entry in scales:
+        entry = _obj(entry, "confirmation_weight_scales[]")
+        model = entry.get("model_id")
+        if not isinstance(model, str) or not model:
+            raise NormalizeError("confirmation_weight_scales[]: model_id missing")
+        out[model] = {k: v for k, v in entry.items() if k != "model_id"}
+    return out
+
+
 def epoch_params_record(epoch: int, group: Mapping[str, Any], params: Mapping[str, Any] | None,
                         params_height: int | None, params_exact: bool) -> dict[str, Any]:
-    """``epoch_params``: the root group's ``validation_params`` and ``total_weight`` (the epoch's own snapshot),
-    and, from ``/params`` read at ``params_height``, ``bitcoin_reward_params`` and ``devshard_escrow_params``."""
+    """``epoch_params``: the root group's ``validation_params``, ``total_weight`` and ``confirmation_weight_scales``
+    (the epoch's own snapshot), and, from ``/params`` read at ``params_height``, ``bitcoin_reward_params`` and
+    ``devshard_escrow_params``."""
     rec: dict[str, Any] = {"kind": "epoch_params", "epoch_index": epoch}
+    scales = confirmation_weight_scales(group)
+    if scales is not None:
+        rec["confirmation_weight_scales"] = scales
     vp = group.get("validation_params")
     rec["validation_params"] = dict(_obj(vp, "validation_params")) if vp is not None else None
     if rec["validation_params"] is None:
@@ -122,6 +156,24 @@ def validation_weights(group: Mapping[str, Any]) -> dict[str, dict[str, int]]:
             if w.get(key) not in (None, ""):
                 row[key] = _signed(w[key], key)
         out[addr] = row
+    return out
+
+
+def raw_confirmation_weights(sub_groups: list[Mapping[str, Any]]) -> dict[str, int]:
+    """participant → ``raw_confirmation_weight``: the ``confirmation_weight`` of the host's rows in the model
+    sub-groups (``epoch_group_data/E?model_id=M``). The chain writes there the coefficient-weighted sum of the host's
+    ML-node PoC weights over all its models (the same value in each sub-group), before confirmation PoC lowers the
+    root row's ``confirmation_weight``: the raw total the reward rescales by (fn.reward_weight). When sub-groups
+    disagree, the largest value is kept."""
+    out: dict[str, int] = {}
+    for group in sub_groups:
+        for w in group.get("validation_weights") or []:
+            w = _obj(w, "validation_weights[]")
+            addr = w.get("member_address")
+            if not isinstance(addr, str) or not addr or w.get("confirmation_weight") in (None, ""):
+                continue
+            value = _signed(w["confirmation_weight"], "confirmation_weight")
+            out[addr] = max(value, out.get(addr, value))
     return out
 
 
@@ -172,12 +224,17 @@ def excluded_participants(data: Mapping[str, Any], epoch: int) -> dict[str, dict
 
 def participant_epoch_records(epoch: int, weights: Mapping[str, Mapping[str, int]],
                               summaries: Mapping[str, Mapping[str, int]],
-                              excluded: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One ``participant_epoch`` per participant named by any of the three sources, in address order."""
+                              excluded: Mapping[str, Mapping[str, Any]],
+                              raw: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+    """One ``participant_epoch`` per participant named by any of the three sources, in address order; ``raw``:
+    the sub-groups' raw confirmation weights (:func:`raw_confirmation_weights`)."""
     out = []
+    raw = raw or {}
     for addr in sorted({*weights, *summaries, *excluded}):
         rec: dict[str, Any] = {"kind": "participant_epoch", "epoch_index": epoch, "participant": addr}
         rec.update(weights.get(addr, {}))
+        if addr in raw:
+            rec["raw_confirmation_weight"] = raw[addr]
         rec.update(summaries.get(addr, {}))
         rec.update(excluded.get(addr, {}))
         out.append(rec)

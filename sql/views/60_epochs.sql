@@ -16,10 +16,14 @@ SELECT k.epoch_index, e.start_height, e.end_height,
        fn.chain_decimal(p.validation_params -> 'invalidation_h_threshold') AS invalidation_h_threshold,
        p.validation_params, p.params_exact, p.params_height, p.total_weight, p.bitcoin_reward_params,
        p.devshard_escrow_params, s.reason AS state_reason,
+       -- the chain version in force (fn.chain_version_at: analyst override, else the upgrade heights in
+       -- chain.upgrade, which the poller fills from the chain's applied upgrade plans, else the newest assumed)
+       v.chain_version, v.version_source AS chain_version_source, v.lower_bound AS chain_version_lower_bound,
        (SELECT count(*) FROM net.snapshot_failure f WHERE f.epoch_index = k.epoch_index) AS snapshot_failures
 FROM (SELECT epoch_index FROM rec.epoch
       UNION SELECT epoch_index FROM rec.epoch_params
       UNION SELECT epoch_index FROM net.epoch_state) k
 LEFT JOIN rec.epoch e ON e.epoch_index = k.epoch_index
 LEFT JOIN rec.epoch_params p ON p.epoch_index = k.epoch_index
-LEFT JOIN net.epoch_state s ON s.epoch_index = k.epoch_index;
+LEFT JOIN net.epoch_state s ON s.epoch_index = k.epoch_index
+CROSS JOIN LATERAL fn.chain_version_at(k.epoch_index) v;

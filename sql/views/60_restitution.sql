@@ -152,7 +152,7 @@ WITH steps AS (
 ), epochs AS (
   SELECT h.epoch_index, c.chain_version, c.version_source, c.lower_bound, c.changed_in_epoch,
          ep.validation_params, ep.params_exact, ep.params_height, ep.total_weight, ep.bitcoin_reward_params,
-         fn.pass_count_flags(ep.devshard_escrow_params) AS pass_count_flags,
+         ep.confirmation_weight_scales, fn.pass_count_flags(ep.devshard_escrow_params) AS pass_count_flags,
          fn.chain_decimal(ep.validation_params -> 'false_positive_rate') AS sprt_p0,
          fn.chain_decimal(ep.validation_params -> 'bad_participant_invalidation_rate') AS sprt_p1,
          fn.chain_decimal(ep.validation_params -> 'invalidation_h_threshold') AS sprt_threshold,
@@ -173,7 +173,7 @@ WITH steps AS (
          pe.participant IS NOT NULL AS summary_captured, pe.inference_count AS chain_inference_count,
          pe.missed_requests AS chain_missed, pe.invalidated_inferences AS chain_invalid,
          pe.validated_inferences AS chain_validated, pe.confirmation_weight, pe.weight, pe.excluded_reason,
-         pe.excluded_height,
+         pe.excluded_height, pe.raw_confirmation_weight, pe.rewarded_coins AS chain_rewarded_coins,
          -- the downtime counts the settlement passes (total = inference_count + missed_requests); an excused
          -- miss becomes a completed inference, so the total stays and missed drops
          sl.escrows AS escrows_settled_late,
@@ -192,7 +192,7 @@ WITH steps AS (
 SELECT b.*, e.chain_version, e.version_source, e.lower_bound AS chain_version_lower_bound,
        e.changed_in_epoch AS chain_version_changed_in_epoch, e.params_exact, e.params_height,
        e.params_changed_by_next_epoch, e.validation_params IS NOT NULL AS params_captured,
-       e.total_weight, e.bitcoin_reward_params, e.sprt_p0, e.sprt_p1, e.sprt_threshold, e.binom_test_p0,
+       e.total_weight, e.bitcoin_reward_params, e.confirmation_weight_scales, e.sprt_p0, e.sprt_p1, e.sprt_threshold, e.binom_test_p0,
        e.pass_count_flags,
        dt.passes AS downtime_passes, dt.p0 AS downtime_p0, dt.skipped AS downtime_skipped,
        CASE WHEN NOT b.summary_captured THEN 'no epoch_performance_summary captured for this host and epoch'
@@ -240,12 +240,43 @@ WITH pair AS (
   WHERE o.variant = 'current'
 ), priced AS (
   SELECT p.*, r.reward AS theoretical_epoch_reward, r.error AS reward_error,
-         CASE WHEN p.confirmation_weight IS NOT NULL AND p.total_weight IS NOT NULL AND r.reward IS NOT NULL
-              THEN fn.reward_share(r.reward, p.confirmation_weight, p.total_weight) END AS reward_at_stake,
+         rw.reward_weight, rw.weight_basis, rw.error AS reward_weight_error,
+         CASE WHEN rw.reward_weight IS NOT NULL AND p.total_weight IS NOT NULL AND r.reward IS NOT NULL
+              THEN fn.reward_share(r.reward, rw.reward_weight, p.total_weight) END AS reward_if_passed,
+         CASE WHEN p.weight IS NOT NULL AND p.total_weight IS NOT NULL AND r.reward IS NOT NULL
+              THEN fn.reward_share(r.reward, greatest(p.weight, 0), p.total_weight) END AS reward_if_full_weight,
          (p.downtime_passes = false AND p.downtime_passes_without = true) AS downtime_flips,
-         (p.sprt_crossed = true AND p.sprt_crossed_without = false) AS sprt_flips
+         -- the chain excluded the host for statistical_invalidations, some of its invalidations are disputable,
+         -- and the replayed SPRT crosses neither with nor without them: the exclusion is not reproduced (the
+         -- consecutive-failures rule is not modelled, or counts are missing), so whether removing the disputable
+         -- invalidations changes the outcome is unknown (NULL), not false
+         CASE WHEN p.sprt_crossed = false AND p.sprt_crossed_without = false AND p.disputable_invalid > 0
+                   AND p.excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations' THEN NULL
+              ELSE (p.sprt_crossed = true AND p.sprt_crossed_without = false) END AS sprt_flips,
+         p.sprt_crossed = false AND p.excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations'
+           AS exclusion_not_reproduced
   FROM pair p
   CROSS JOIN LATERAL fn.theoretical_epoch_reward_safe(p.epoch_index, p.bitcoin_reward_params, p.chain_version) r
+  CROSS JOIN LATERAL fn.reward_weight(p.weight, p.confirmation_weight, p.raw_confirmation_weight,
+                                      p.confirmation_weight_scales, p.chain_version) rw
+), judged AS (
+  SELECT q.*,
+         -- a flip in either test decides; otherwise a test that could not be evaluated leaves the answer unknown
+         CASE WHEN downtime_flips OR sprt_flips THEN true
+              WHEN downtime_flips IS NULL OR sprt_flips IS NULL THEN NULL
+              ELSE false END AS candidate,
+         concat_ws('; ',
+           CASE WHEN downtime_flips IS NULL THEN 'downtime test: ' || COALESCE(downtime_null_reason,
+             'not evaluable with or without the disputable penalties') END,
+           CASE WHEN sprt_flips IS NULL AND exclusion_not_reproduced THEN 'invalidation SPRT: the chain excluded '
+             || 'the host for statistical_invalidations but the replayed test does not cross (max LLR '
+             || round(sprt_max_llr, 2) || ' < H ' || sprt_threshold || '; without the disputable penalties '
+             || round(sprt_max_llr_without, 2) || '): the exclusion is not reproduced (the consecutive-failures '
+             || 'rule, which the indexer does not model, or counts the indexer lacks), so its cause is not shown '
+             || 'to be the disputable invalidations'
+                WHEN sprt_flips IS NULL THEN 'invalidation SPRT: ' || COALESCE(sprt_null_reason,
+             'not evaluable with or without the disputable penalties') END) AS unknown_reason
+  FROM priced q
 )
 SELECT epoch_index, participant,
        COALESCE(chain_inference_count, assigned - replay_missed) AS inference_count,
@@ -256,10 +287,29 @@ SELECT epoch_index, participant,
        downtime_passes, downtime_passes_without AS downtime_passes_without_disputable,
        sprt_max_llr, sprt_max_llr_without AS sprt_max_llr_without_disputable, sprt_threshold,
        sprt_crossed, sprt_crossed_without AS sprt_crossed_without_disputable,
-       excluded_reason, confirmation_weight, total_weight, theoretical_epoch_reward, reward_at_stake,
-       CASE WHEN downtime_flips OR sprt_flips THEN true
-            WHEN downtime_flips IS NULL AND sprt_flips IS NULL THEN NULL
-            ELSE false END AS restitution_candidate,
+       excluded_reason, confirmation_weight, total_weight, theoretical_epoch_reward,
+       reward_if_passed AS reward_at_stake,
+       candidate AS restitution_candidate, weight_basis, reward_if_passed,
+       -- paid only when the host passes both tests without the disputable penalties (a flip in one test does not
+       -- pay a host the other test still fails)
+       CASE WHEN candidate = false THEN 0
+            WHEN candidate AND (downtime_passes_without = false OR sprt_crossed_without) THEN 0
+            WHEN candidate AND downtime_passes_without AND sprt_crossed_without = false THEN reward_if_passed
+            END AS restitution_amount,
+       NULLIF(unknown_reason, '') AS unknown_reason, exclusion_not_reproduced,
+       weight, raw_confirmation_weight, reward_weight, reward_weight_error,
+       confirmation_weight = 0 AND weight > 0 AS zero_confirmation_weight, reward_if_full_weight,
+       chain_rewarded_coins,
+       -- the chain caps effective weights at 30 percent of their total from 4 hosts on (ApplyPowerCappingForWeights,
+       -- not modelled; a single host is never capped, 2 - 3 hosts get a larger small-network limit: unknown here):
+       -- true when this host's reward weight is above that share of the epoch's, so its figure may be too high
+       CASE WHEN count(*) FILTER (WHERE reward_weight > 0) OVER (PARTITION BY epoch_index) >= 4
+              THEN reward_weight * 10 > 3 * sum(reward_weight) OVER (PARTITION BY epoch_index)
+            WHEN count(*) FILTER (WHERE reward_weight > 0) OVER (PARTITION BY epoch_index) <= 1 THEN false
+            END AS power_cap_may_bind,
+       -- the rule checked against the chain: for a host the chain paid, the payout equals reward_if_passed
+       CASE WHEN chain_rewarded_coins > 0 AND reward_if_passed IS NOT NULL
+            THEN chain_rewarded_coins = reward_if_passed END AS payout_matches_rule,
        CASE WHEN sprt_flips AND downtime_flips THEN 'sprt_and_downtime' WHEN sprt_flips THEN 'sprt'
             WHEN downtime_flips THEN 'downtime' END AS flipped_test,
        CASE WHEN summary_captured THEN 'chain' ELSE 'replay' END AS counts_source,
@@ -321,14 +371,29 @@ SELECT epoch_index, participant,
              'changed_in_epoch', chain_version_changed_in_epoch,
              'override', 'INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason)'),
          'reward', jsonb_build_object(
-             'formula', 'floor(theoretical_epoch_reward * confirmation_weight / total_weight) (fn.reward_share)',
-             'error', reward_error,
+             'formula', 'floor(theoretical_epoch_reward * reward_weight / total_weight) (fn.reward_share), '
+               || 'reward_weight by the chain version''s rule (fn.reward_weight)',
+             'weight_basis', weight_basis,
+             'weight_rule', CASE weight_basis
+               WHEN 'confirmation_capped' THEN 'min(confirmation_weight, weight) (chain v0.2.12, weight >= raw total)'
+               WHEN 'confirmation_rescaled' THEN 'floor(confirmation_weight * weight / raw_confirmation_weight), at '
+                 || 'most weight'
+               WHEN 'full' THEN 'the full weight (chain v0.2.13 on with empty confirmation_weight_scales, or weight <= 0)'
+               END,
+             'inputs', jsonb_build_object('weight', weight, 'confirmation_weight', confirmation_weight,
+                                          'raw_confirmation_weight', raw_confirmation_weight,
+                                          'confirmation_weight_scales', confirmation_weight_scales,
+                                          'total_weight', total_weight, 'reward_weight', reward_weight),
+             'error', COALESCE(reward_error, reward_weight_error),
+             'zero_confirmation_weight', CASE WHEN confirmation_weight = 0 AND weight > 0 THEN
+               'confirmation PoC left this host no confirmed weight: the chain pays it nothing on the confirmation '
+               || 'basis; on its full weight it would get ' || reward_if_full_weight || ' ngonka' END,
+             'chain_paid', chain_rewarded_coins,
              'not_computed', jsonb_build_array(
-               'delegation transfers (poc_delegation): a delegating host keeps only its share after the transfer',
-               '30 percent power cap on active weight: exclusions can move other hosts through the cap',
-               'the effective-weight rescale by the ML nodes'' coefficients (confirmation_weight x weight / the '
-                 || 'nodes'' coefficient-weighted total; dynamic coefficients from chain v0.2.16)',
+               'delegation transfers and penalties (chain v0.2.14 on): a delegating host keeps only its share',
+               '30 percent power cap on the effective weights (ApplyPowerCappingForWeights): it binds only on a '
+                 || 'host above 30 percent of the effective total',
                'confirmation_weight is the last stored value, which may predate later confirmation rounds'),
              'not_included', jsonb_build_array('work coins', 'collateral slash', 'reputation reset'))
        )) AS evidence
-FROM priced;
+FROM judged;

@@ -65,6 +65,11 @@ class ChainRest:
         """``QueryEpochInfoResponse {block_height, params (the whole module Params), latest_epoch}``."""
         return self._get("/epoch_info")
 
+    def applied_plan(self, name: str) -> dict:
+        """cosmos-sdk x/upgrade ``QueryAppliedPlanRequest``: ``{"height": "<block the plan was applied at>"}``,
+        "0" while the plan has not been applied."""
+        return self.http.get_json(f"/cosmos/upgrade/v1beta1/applied_plan/{quote(name, safe='')}")
+
     def epoch_group_data(self, epoch: int, model_id: str | None = None) -> dict:
         return self._get(f"/epoch_group_data/{int(epoch)}", {"model_id": model_id} if model_id else None)
 

@@ -4,8 +4,10 @@
 
 * ``epoch_group_data/E`` (the root group): the ``epoch`` record (start = PoC start block, end =
   ``last_block_height`` once the epoch has ended), the epoch's own ``validation_params`` and ``total_weight``, the
-  participants' ``weight`` and ``confirmation_weight``, and the list of model sub-groups;
-* ``epoch_group_data/E?model_id=M`` for each model: ``model_snapshot`` (the governance ``model_args``);
+  participants' ``weight`` and ``confirmation_weight``, ``confirmation_weight_scales``, and the list of model
+  sub-groups;
+* ``epoch_group_data/E?model_id=M`` for each model: ``model_snapshot`` (the governance ``model_args``) and the
+  hosts' raw (coefficient-weighted, pre-confirmation) ``confirmation_weight``, which the reward rescales by;
 * ``/params`` as of a height inside the epoch (its last block once it ended; ``x-cosmos-block-height``):
   ``bitcoin_reward_params`` and ``devshard_escrow_params``. Governance changes live params later (proposal 96
   raised invalidation_h_threshold after epoch 366 had ended), so live values are only a stand-in: when the node
@@ -93,6 +95,7 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
         group = cr.root_group(chain.epoch_group_data(epoch), epoch)
         models = cr.sub_group_models(group)
         weights = cr.validation_weights(group)
+        cr.confirmation_weight_scales(group)  # malformed scales fail the root read here, not the params record
         epoch_rec = cr.epoch_record_from_group(group)
     except FetchError as exc:
         if exc.status == 404:  # no group for this epoch: before genesis, not formed yet, or a node missing it
@@ -107,9 +110,11 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
     out.records.append(epoch_rec)
     out.start_height, out.end_height = epoch_rec.get("start_height"), epoch_rec.get("end_height")
 
+    sub_groups = []
     for model_id in models:
         try:
-            snap = model_snapshot_record(chain.epoch_group_data(epoch, model_id))
+            data = chain.epoch_group_data(epoch, model_id)
+            snap = model_snapshot_record(data)
             if snap is None:
                 raise NormalizeError(f"epoch_group_data/{epoch}?model_id={model_id}: no model snapshot")
         except READ_ERRORS as exc:
@@ -117,10 +122,17 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
             continue
         ok("model", model_id)
         out.records.append(snap)
+        if isinstance(data, dict) and isinstance(data.get("epoch_group_data"), dict):
+            sub_groups.append(data["epoch_group_data"])
 
     out.records.append(_epoch_params(chain, epoch, group, ended, out, failed, ok))
     if ended:
-        out.records.extend(_participants(chain, epoch, weights, mapper, failed, ok))
+        raw = {}
+        try:
+            raw = cr.raw_confirmation_weights(sub_groups)
+        except NormalizeError as exc:
+            failed("model", exc, f"{root_url}?model_id=*")
+        out.records.extend(_participants(chain, epoch, weights, raw, mapper, failed, ok))
     return out
 
 
@@ -142,7 +154,7 @@ def _epoch_params(chain: ChainRest, epoch: int, group, ended: bool, out: EpochCa
     return rec
 
 
-def _participants(chain: ChainRest, epoch: int, weights, mapper: Mapper, failed, ok) -> list[dict]:
+def _participants(chain: ChainRest, epoch: int, weights, raw, mapper: Mapper, failed, ok) -> list[dict]:
     excluded: dict = {}
     try:
         excluded = cr.excluded_participants(chain.excluded_participants(epoch), epoch)
@@ -163,4 +175,4 @@ def _participants(chain: ChainRest, epoch: int, weights, mapper: Mapper, failed,
         else:
             ok("participant", addr)
             summaries[addr] = summary
-    return cr.participant_epoch_records(epoch, weights, summaries, excluded)
+    return cr.participant_epoch_records(epoch, weights, summaries, excluded, raw)

@@ -1,0 +1,308 @@
+"""restitution-<epoch>.md and .csv: complete for every epoch. The Markdown says how many hosts were examined, which
+outcomes change (with the amounts), every host the chain excluded, every host that could not be evaluated and why,
+each disputable penalty of those hosts as a sentence with its arithmetic (raw evidence in a collapsed block), the
+parameters in force and what the report does not claim. The CSV has one row per host examined.
+
+Everything that came from the network (addresses, evidence strings) is escaped for the sink: Markdown
+metacharacters in prose and tables, a fenced block longer than any backtick run for raw JSON, and CSV cells that a
+spreadsheet would read as a formula get a leading apostrophe."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from indexer.restitution.collect import EpochCase
+from indexer.restitution.render import NOT_CLAIMED, fmt, gonka, role
+from indexer.restitution.verdicts import raw_json, sentence
+
+CSV_COLUMNS = ("epoch_index", "participant", "outcome", "role", "flipped_test", "amount_gonka", "amount_ngonka",
+               "reward_if_passed_ngonka", "weight_basis", "missed", "invalid", "disputable_missed",
+               "disputable_invalid", "downtime_passes", "downtime_passes_without_disputable", "sprt_max_llr",
+               "sprt_max_llr_without_disputable", "sprt_threshold", "excluded_reason", "exclusion_not_reproduced",
+               "unknown_reason", "confirmation_weight", "weight", "raw_confirmation_weight", "total_weight",
+               "theoretical_epoch_reward", "chain_version", "params_exact", "disputable_penalties",
+               "disputable_evidence_json")
+MAX_CELL = 30_000  # a spreadsheet cell holds 32,767 characters; longer evidence is referred to the Markdown
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#])")
+
+
+def md(text: Any) -> str:
+    """Text from the data, safe in Markdown prose and table cells (one line)."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
+def code(text: Any) -> str:
+    """An identifier in inline code: backticks in it are replaced (they would end the span)."""
+    return "`" + " ".join(str(text).replace("`", "'").split()) + "`"
+
+
+def fenced(text: str, lang: str = "json") -> list[str]:
+    fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return [fence + lang, text, fence]
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return out + ["| " + " | ".join(c if isinstance(c, str) else fmt(c) for c in r) + " |" for r in rows]
+
+
+def outcome(row: dict[str, Any]) -> str:
+    cand = row["restitution_candidate"]
+    return "restitution" if cand else "unknown" if cand is None else "no change"
+
+
+def _flip(a: Any, b: Any) -> str:
+    return f"{fmt(a)} → {fmt(b)}"
+
+
+def _agrees(row: dict[str, Any]) -> str:
+    reason = row["excluded_reason"]
+    if reason == "statistical_invalidations":
+        if row["sprt_crossed"] is None:
+            return "unknown (SPRT not evaluable)"
+        return "yes" if row["sprt_crossed"] else f"no (max LLR {fmt(row['sprt_max_llr'])} < H {fmt(row['sprt_threshold'])})"
+    return f"not modelled ({md(reason)})"
+
+
+def _also_at_stake(row: dict[str, Any]) -> str:
+    if row["excluded_reason"] == "statistical_invalidations":
+        return "the collateral slash and reputation reset that come with the exclusion (not computed)"
+    return "none computed"
+
+
+def _summary(case: EpochCase) -> list[str]:
+    n, cands, unknown, excluded = len(case.rows), case.candidates, case.unknown, case.excluded
+    lines = ["## Summary", "",
+             f"Hosts examined: {n} (every host with a replayed escrow or a captured epoch summary). Outcome changes "
+             f"without the disputable penalties: {len(cands)}. Cannot be decided: {len(unknown)}. Excluded by the "
+             f"chain: {len(excluded)}.", ""]
+    if not cands:
+        lines.append("No host's epoch outcome is shown to change when the disputable penalties are removed"
+                     + (f"; {len(unknown)} of the {n} hosts could not be evaluated (see \"Hosts that could not be "
+                        "evaluated\"), so this is not a finding that nothing changed for them." if unknown
+                        else f": both tests were evaluated for all {n} hosts."))
+        return lines + [""]
+    total = sum((r["restitution_amount"] or 0) for r in cands)
+    lines += _table(["participant", "role", "would have been paid (GONKA)", "to restitute (GONKA)",
+                     "to restitute (ngonka)", "weight basis"],
+                    [[code(r["participant"]), role(r), gonka(r["reward_if_passed"]),
+                      f"**{gonka(r['restitution_amount'])}**", fmt(r["restitution_amount"]),
+                      md(r["weight_basis"] or "unknown")] for r in cands]
+                    + [["**Total**", "", "", f"**{gonka(total)}**", fmt(total), ""]])
+    return lines + [""]
+
+
+def _amount_rule(case: EpochCase) -> list[str]:
+    first = case.rows[0] if case.rows else {}
+    return ["## How the amounts are computed", "",
+            "Would have been paid = ⌊theoretical epoch reward × reward weight / total weight⌋ (ngonka; theoretical "
+            f"epoch reward {fmt(first.get('theoretical_epoch_reward'))}, total weight {fmt(first.get('total_weight'))}"
+            "). The reward weight follows the rule of the chain version in force (weight basis: "
+            "confirmation_capped = min(confirmation weight, weight); confirmation_rescaled = ⌊confirmation weight × "
+            "weight / raw confirmation weight⌋, at most the weight; full = the weight). To restitute = what would "
+            "have been paid, for a host that passes both tests without the disputable penalties; 0 otherwise.", ""] \
+        + _payout_check(case) + _power_cap(case) + _zero_confirmation(case)
+
+
+def _power_cap(case: EpochCase) -> list[str]:
+    over = [r for r in case.rows if r["power_cap_may_bind"]]
+    if not over:
+        return []
+    return [f"Power cap: {', '.join(code(r['participant']) for r in over)} holds more than 30 % of the epoch's "
+            "reward weight; the chain caps effective weights there (ApplyPowerCappingForWeights), which these "
+            "figures do not apply, so that host's amount may be too high.", ""]
+
+
+def _payout_check(case: EpochCase) -> list[str]:
+    checked = [r for r in case.rows if r["payout_matches_rule"] is not None]
+    if not checked:
+        return ["Check against the chain: no payout of this epoch was captured (epoch_performance_summary."
+                "rewarded_coins), so the rule was not compared with what the chain paid.", ""]
+    wrong = [r for r in checked if not r["payout_matches_rule"]]
+    lines = [f"Check against the chain: of the {len(checked)} hosts the chain paid in this epoch "
+             "(epoch_performance_summary.rewarded_coins), the rule gives exactly the amount paid for "
+             f"{len(checked) - len(wrong)}."]
+    if wrong:
+        lines[0] += (" For the others the chain paid a different amount (delegation transfers, the power cap, a "
+                     "debt deduction, or a chain version whose rule differs): their figures here are not the "
+                     "chain's.")
+        lines += [""] + _table(["participant", "chain paid (ngonka)", "the rule gives (ngonka)"],
+                               [[code(r["participant"]), fmt(r["chain_rewarded_coins"]), fmt(r["reward_if_passed"])]
+                                for r in wrong])
+    return lines + [""]
+
+
+def _zero_confirmation(case: EpochCase) -> list[str]:
+    zero = [r for r in case.rows if r["zero_confirmation_weight"]]
+    if not zero:
+        return []
+    return ["Hosts with confirmation weight 0 (confirmation PoC left them no confirmed weight): the confirmation "
+            "basis pays them nothing, whatever the tests say. What their full weight would give:", ""] \
+        + _table(["participant", "weight", "weight basis", "on the chain's rule (GONKA)", "on full weight (GONKA)"],
+                 [[code(r["participant"]), f"{r['weight']:,}", md(r["weight_basis"] or "unknown"),
+                   gonka(r["reward_if_passed"]), gonka(r["reward_if_full_weight"])] for r in zero]) + [""]
+
+
+def _incident(case: EpochCase) -> list[str]:
+    if not case.candidates:
+        return []
+    lines = ["## Hosts whose outcome changes", ""]
+    for r in case.candidates:
+        lines += [f"### {code(r['participant'])}", "",
+                  f"- counts ({md(r['counts_source'])}): {fmt(r['inference_count'])} inferences, {fmt(r['missed'])} "
+                  f"missed, {fmt(r['invalid'])} invalidated, {fmt(r['validated'])} validated; disputable: "
+                  f"{fmt(r['disputable_missed'])} missed, {fmt(r['disputable_invalid'])} invalidated",
+                  f"- invalidation SPRT: max LLR {_flip(r['sprt_max_llr'], r['sprt_max_llr_without_disputable'])} "
+                  f"without the disputable penalties, against H = {fmt(r['sprt_threshold'])}; crossed "
+                  f"{_flip(r['sprt_crossed'], r['sprt_crossed_without_disputable'])}",
+                  f"- downtime test: passes {_flip(r['downtime_passes'], r['downtime_passes_without_disputable'])} "
+                  f"(p0 {fmt(r['downtime_p0'])})",
+                  f"- observed exclusion: {md(r['excluded_reason'] or 'none')}", ""]
+    return lines
+
+
+def _excluded(case: EpochCase) -> list[str]:
+    lines = ["## Hosts the chain excluded", ""]
+    if not case.excluded:
+        return lines + ["The chain excluded no host in this epoch (excluded_participants as captured).", ""]
+    lines += _table(["participant", "chain's reason", "indexer's test agrees", "SPRT max LLR with → without (H)",
+                     "disputable missed / invalid", "downtime passes with → without", "would have been paid (GONKA)",
+                     "also at stake", "restitution"],
+                    [[code(r["participant"]), md(r["excluded_reason"]), _agrees(r),
+                      f"{_flip(r['sprt_max_llr'], r['sprt_max_llr_without_disputable'])} ({fmt(r['sprt_threshold'])})",
+                      f"{fmt(r['disputable_missed'])} / {fmt(r['disputable_invalid'])}",
+                      _flip(r["downtime_passes"], r["downtime_passes_without_disputable"]),
+                      gonka(r["reward_if_passed"]), _also_at_stake(r), outcome(r)] for r in case.excluded])
+    return lines + [""]
+
+
+def _unknown(case: EpochCase) -> list[str]:
+    lines = ["## Hosts that could not be evaluated", ""]
+    if not case.unknown:
+        return lines + ["None: both tests were evaluated, with and without the disputable penalties, for every "
+                        "host examined.", ""]
+    lines += _table(["participant", "what is missing", "disputable missed / invalid", "would have been paid (GONKA)"],
+                    [[code(r["participant"]), md(r["unknown_reason"] or "not stated"),
+                      f"{fmt(r['disputable_missed'])} / {fmt(r['disputable_invalid'])}", gonka(r["reward_if_passed"])]
+                     for r in case.unknown])
+    return lines + [""]
+
+
+def _penalties(case: EpochCase) -> list[str]:
+    lines = ["## Disputable penalties of the hosts above", ""]
+    if not case.penalties:
+        return lines + ["None of the hosts listed above has a disputable penalty.", ""]
+    host = None
+    for k, p in enumerate(case.penalties, 1):
+        if p["participant"] != host:
+            host = p["participant"]
+            lines += [f"### {code(host)}", ""]
+        lines += [f"{k}. Escrow {code(p['escrow_id'])}, inference {code(p['inference_id'])}, penalty "
+                  f"{md(p['penalty'])}, rule {md(p['rule'])}: {md(sentence(p))}", "",
+                  "   <details><summary>raw evidence (api.disputable_penalties.evidence)</summary>", ""]
+        lines += ["   " + x for x in fenced(raw_json(p))] + ["", "   </details>", ""]
+    return lines
+
+
+def _not_computed(case: EpochCase) -> list[str]:
+    """The chain's rules that can exclude a host in this epoch and that the indexer does not compute."""
+    first = case.rows[0] if case.rows else {}
+    vp = ((first.get("evidence") or {}).get("params") or {})
+    version = first.get("chain_version")
+    lines = ["## Tests not computed for this epoch", "",
+             "- The consecutive-failures rule (ComputeStatus, before the SPRT: a host is INVALID when "
+             "false_positive_rate ^ consecutive invalidations < quick_failure_threshold) is not modelled: a "
+             "statistical_invalidations exclusion the SPRT does not reproduce may come from it."]
+    minor = version.removeprefix("v0.2.") if version else ""
+    if version and version.startswith("v0.2.") and minor.isdigit() and int(minor) < 5:
+        lines.append(f"- Chain {md(version)} decided invalidations with a float z-score, not the SPRT: the SPRT "
+                     "columns are not computed for this epoch.")
+    if not vp.get("captured", True):
+        lines.append("- No validation_params snapshot was captured for this epoch: neither test could be computed.")
+    return lines + ["- Delegation transfers and the 30 % power cap on reward weights are not computed.", ""]
+
+
+def _parameters(case: EpochCase) -> list[str]:
+    lines = ["## Parameters in force", ""]
+    if not case.rows:
+        return lines + ["No host was examined, so no parameters are shown.", ""]
+    first = case.rows[0]
+    ev = first["evidence"] or {}
+    lines += _table(["parameter", "value"], [
+        ["false_positive_rate (SPRT p0)", first["sprt_p0"]],
+        ["bad_participant_invalidation_rate (SPRT p1)", first["sprt_p1"]],
+        ["invalidation_h_threshold (H)", first["sprt_threshold"]],
+        ["binom_test_p0 (downtime)", first["binom_test_p0"]],
+        ["snapshot exact (read as of the epoch)", first["params_exact"]],
+        ["read at height", first["params_height"]],
+        ["chain version", f"{md(first['chain_version'] or 'newest (assumed)')} ({md(first['chain_version_source'])})"],
+    ])
+    notes = [ev.get("params", {}).get("inexact"), ev.get("params", {}).get("changed_by_next_epoch")]
+    return lines + [""] + [f"> {md(n)}" for n in notes if n] + [""]
+
+
+def _variants(case: EpochCase) -> list[str]:
+    lines = ["## Rule variants", ""]
+    if not case.variants:
+        return lines + ["No host is listed above, so there is no variant table.", ""]
+    lines += ["Penalties each variant would assign and the resulting outcomes (docs/restitution.md in the indexer "
+              "gives each variant as a formula).", ""]
+    return lines + _table(["participant", "variant", "missed", "invalid", "downtime passes", "SPRT crossed"],
+                          [[code(v["participant"]), md(v["variant"]), v["missed"], v["invalid"],
+                            v["downtime_passes"], v["sprt_crossed"]] for v in case.variants]) + [""]
+
+
+def markdown(case: EpochCase) -> str:
+    lines = [f"# Restitution report: epoch {case.epoch}", ""]
+    for part in (_summary, _amount_rule, _incident, _excluded, _unknown, _penalties, _parameters, _not_computed):
+        lines += part(case)
+    lines += ["## What this report does not claim", ""] + [f"- {t}" for t in NOT_CLAIMED] + [""]
+    lines += _variants(case)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def _penalty_cells(case: EpochCase, participant: str) -> tuple[str, str]:
+    mine = [p for p in case.penalties if p["participant"] == participant]
+    text = " / ".join(sentence(p) for p in mine)
+    raw = json.dumps([json.loads(raw_json(p)) for p in mine], sort_keys=True, separators=(",", ":"))
+    note = f"{len(mine)} penalties: see restitution-{case.epoch}.md"
+    return (text if len(text) <= MAX_CELL else note), (raw if len(raw) <= MAX_CELL else note)
+
+
+def rows_csv(case: EpochCase) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for r in case.rows:
+        text, raw = _penalty_cells(case, r["participant"])
+        values = {**r, "outcome": outcome(r), "role": role(r),
+                  "amount_gonka": gonka(r["restitution_amount"]).replace(",", "")
+                  if r["restitution_amount"] is not None else "",
+                  "amount_ngonka": r["restitution_amount"], "reward_if_passed_ngonka": r["reward_if_passed"],
+                  "disputable_penalties": text, "disputable_evidence_json": raw}
+        w.writerow([_csv_cell(values.get(c)) for c in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def write_reports(cases: list[EpochCase], out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for case in cases:
+        for suffix, text in (("md", markdown(case)), ("csv", rows_csv(case))):
+            path = out / f"restitution-{case.epoch}.{suffix}"
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    return written
