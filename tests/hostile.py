@@ -117,10 +117,12 @@ def trickle(data: bytes, every: float) -> Behaviour:
     return Trickle(data, every)
 
 
-def rewrite(fn: Callable[[Any, Request], Any]) -> Behaviour:
-    """The upstream's answer with its JSON replaced by ``fn(json, request)`` (status and height header kept)."""
+def rewrite(fn: Callable[[Any, Request], Any], target: Callable[[str], str] | None = None) -> Behaviour:
+    """The upstream's answer with its JSON replaced by ``fn(json, request)`` (status and height header kept);
+    ``target``: what the upstream is asked instead of the request target."""
     def answer(req: Request, conn: Peer) -> bool:
-        code, headers, body = conn.relay(req)
+        asked = req if target is None else Request(req.method, target(req.target), req.path, req.headers)
+        code, headers, body = conn.relay(asked)
         if code == 200:
             body = json.dumps(fn(json.loads(body), req)).encode()
         conn.sendall(_head(code, headers, len(body)) + body)

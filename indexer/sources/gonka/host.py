@@ -37,7 +37,13 @@ class DevshardHost:
         """Protocol versions the host runs, newest first (``/devshard/healthz``)."""
         if self._versions is None:
             data = self.http.get_json("/devshard/healthz")
-            names = [str(v.get("name")) for v in data or [] if isinstance(v, dict) and v.get("name")]
+            if not isinstance(data, list):  # a failure of this host: the group asks the next member
+                raise FetchError(self.http.base_urls[0] + "/devshard/healthz",
+                                 f"healthz: expected a JSON array, got a JSON {type(data).__name__}", transient=False)
+            names = [v["name"] for v in data if isinstance(v, dict) and isinstance(v.get("name"), str) and v["name"]]
+            if not names:
+                raise FetchError(self.http.base_urls[0] + "/devshard/healthz", "healthz: no protocol version named",
+                                 transient=False)
             self._versions = sorted(names, key=version_key, reverse=True)  # v4.1 < v5 < v10
         return self._versions
 
