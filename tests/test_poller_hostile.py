@@ -173,3 +173,23 @@ def test_a_lying_tx_search_is_recorded_and_another_node_asked(db_url, clean, tot
     assert elapsed < 60 and asked <= 2 * 3  # at most two pages per search of node 0 (a cycle makes few searches)
     rows = _failures(db_url, f"{proxy.url}/nodes/0/chain-rpc/tx_search%")
     assert rows and all("total_count" in e for _, _, e, _ in rows)
+
+
+def test_the_archive_has_a_budget_per_cycle_and_a_retention(db_url):
+    """What one cycle archives is bounded (past the budget answers are counted in a failure row, not kept), and
+    answers older than the retention are pruned at the cycle's end."""
+    from indexer.poller.store import Store
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO net.raw_response (url, status, body, fetched_at) VALUES "
+                     "('http://old/x', 200, 'old', now() - interval '15 days'), "
+                     "('http://recent/x', 200, 'recent', now() - interval '13 days')")
+        store = Store(conn, archive_days=14, archive_budget=10_000)
+        for i in range(5):
+            store.on_response(f"http://h/{i}", 200, b"x" * 4000, {})
+        store.finish_cycle(db_url, None)
+        store.close()
+        urls = [u for (u,) in conn.execute("SELECT url FROM net.raw_response ORDER BY url")]
+        errors = [e for (e,) in conn.execute("SELECT error FROM api.source_errors WHERE source = 'archive'")]
+    assert urls == ["http://h/0", "http://h/1", "http://recent/x"]
+    assert errors == ["3 responses (12000 bytes) not archived: the cycle had archived its 10000 bytes"]
