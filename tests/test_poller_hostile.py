@@ -193,3 +193,14 @@ def test_the_archive_has_a_budget_per_cycle_and_a_retention(db_url):
         errors = [e for (e,) in conn.execute("SELECT error FROM api.source_errors WHERE source = 'archive'")]
     assert urls == ["http://h/0", "http://h/1", "http://recent/x"]
     assert errors == ["3 responses (12000 bytes) not archived: the cycle had archived its 10000 bytes"]
+
+
+def test_one_member_cannot_deny_the_log_with_an_empty_page(db_url, clean):
+    """The member asked first answers ``[]`` for every diffs page while the shard's tip is past it: a failure of
+    that member (recorded against it), and the log is read from another."""
+    with hostile_devnet(SCN) as (net, proxy):
+        proxy.on(rf"^/hosts/{FIRST}/devshard/[^/]+/sessions/\d+/diffs$", json_answer([]))
+        summary = _poll(db_url, net)
+    assert summary.escrows_failed == 0 and _captured(db_url) == clean
+    rows = _failures(db_url, f"host:{ESCROW.slots[0]}")
+    assert rows and "short of the shard's tip" in rows[0][2] and not rows[0][3]

@@ -161,7 +161,7 @@ class EscrowFetcher:
             first = nonce + 1
             want = PAGE_NONCES * PAGES_PER_CHUNK
             last = nonce + want if tip is None else min(tip, nonce + want)
-            diffs = group.page(first, last)  # headers only: nonce, state root, the entry
+            diffs = group.page(first, last, tip)  # headers only: nonce, state root, the entry
             if diffs:
                 try:
                     lines, ntx, typed = self._records(escrow_id, version, epoch, diffs, group, done)
