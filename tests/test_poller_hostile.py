@@ -204,3 +204,22 @@ def test_one_member_cannot_deny_the_log_with_an_empty_page(db_url, clean):
     assert summary.escrows_failed == 0 and _captured(db_url) == clean
     rows = _failures(db_url, f"host:{ESCROW.slots[0]}")
     assert rows and "short of the shard's tip" in rows[0][2] and not rows[0][3]
+
+
+def test_a_chain_node_moving_an_escrow_to_another_epoch_is_failed_over(db_url, clean):
+    """Node 0 adds 1 to the escrow's epoch_index: recorded against node 0, node 1 asked, the escrow stored under
+    the epoch whose creation events listed it."""
+    def lie(data, req):
+        if data.get("found"):
+            data["escrow"]["epoch_index"] = str(int(data["escrow"]["epoch_index"]) + 1)
+        return data
+
+    with hostile_devnet(SCN) as (net, proxy):
+        proxy.on(r"^/nodes/0/chain-api/.*/devshard_escrow/\d+$", rewrite(lie))
+        summary = _poll(db_url, net, nodes=2)
+    assert summary.escrows_failed == 0 and _captured(db_url) == clean
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT epoch_index FROM rec.escrow WHERE escrow_id = %s",
+                         (ESCROW.escrow_id,)).fetchone()[0] == ESCROW.epoch_index
+    rows = _failures(db_url, f"{proxy.url}/nodes/0/chain-api%devshard_escrow%")
+    assert rows and f"but epoch {ESCROW.epoch_index} listed its creation" in rows[0][2]
