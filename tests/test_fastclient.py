@@ -259,3 +259,20 @@ def test_a_scheme_that_is_not_http_is_permanent(url):
     with pytest.raises(PermanentTransportError, match="unsupported scheme"):
         fast.get(url)
     fast.close()
+
+
+@pytest.mark.parametrize("where", ["tls", "scheme"])
+def test_the_fetcher_does_not_retry_a_permanent_transport_failure(https_base, where):
+    """An untrusted certificate or a non-HTTP scheme fails the same way on every try: one attempt, recorded as a
+    permanent failure (it was retried six times as transient)."""
+    from indexer.sources.gonka import Fetcher, FetchError, RetryPolicy
+
+    failures: list[tuple] = []
+    base = https_base if where == "tls" else "file:///etc"
+    fetcher = Fetcher(base, policy=RetryPolicy(attempts=6, sleep=lambda s: None), client=FastClient(timeout=5),
+                      on_failure=lambda u, e, t: failures.append((u, e, t)))
+    with pytest.raises(FetchError) as err:
+        fetcher.get_json("/length")
+    fetcher.client.close()
+    assert not err.value.transient and fetcher.requests == 1
+    assert len(failures) == 1 and "PermanentTransportError" in failures[0][1] and failures[0][2] is False
