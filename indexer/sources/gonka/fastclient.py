@@ -3,12 +3,12 @@
 httpx costs ≈ 375 µs of CPU per request in this process; a poll makes one request per 0/0 Finish payload and
 per diff page, so on one core that alone caps throughput. :class:`FastClient` has the subset of ``httpx.Client``
 that :class:`~indexer.sources.gonka.http.Fetcher` uses (``get(url, params=, headers=, timeout=)`` → an object with
-``status_code``, ``content``, ``headers``, ``url``, ``text``) at ≈ 60 µs (no email-style header parsing, as
-``http.client`` does), and raises httpx's exception types, so
-the retry policy (and its tests on ``httpx.MockTransport``) stay as they are.
+``status_code``, ``content``, ``headers``, ``url``, ``text``) at ≈ 85 µs on loopback (a 4 KB answer), and raises
+httpx's exception types, so the retry policy (and its tests on ``httpx.MockTransport``) stay as they are.
 
-Answers are parsed by h11 (RFC 9112 framing: a negative or malformed Content-Length or chunk size is a protocol
-error, not a read to the end), each under a total deadline (:class:`DeadlineExceeded`: a peer that trickles its
+Every peer is untrusted, so answers are parsed by h11, the maintained HTTP/1.1 parser httpx is built on, rather than
+by hand (RFC 9112 framing: a negative or malformed Content-Length or chunk size is a protocol error, not a read to
+the end; h11 costs ≈ 65 µs of the 85 per answer), each under a total deadline (:class:`DeadlineExceeded`: a peer that trickles its
 headers or body cannot hold a request longer than that) and a size limit (:class:`ResponseTooLarge`). TLS failures
 and non-HTTP schemes raise :class:`PermanentTransportError`: trying again cannot help.
 
