@@ -7,7 +7,7 @@ route is declared in one line.
     proxy.on(r"/diffs$", trickle(b"HTTP/1.1 200 OK\\r\\n", every=0.5))
 
 A route is a regular expression searched in the request path (without the query); the first declared match answers
-(``proxy.hits[pattern]`` counts its requests). Requests no route matches are relayed to ``upstream`` as they are
+(``proxy.hits[pattern]`` counts its requests, ``proxy.seen`` lists their targets). Requests no route matches are relayed to ``upstream`` as they are
 (path, query, headers), or answered 404 without one. :func:`hostile_devnet` puts the proxy in front of a whole
 devnet, chain and hosts (the participants' ``inference_url`` s point at the proxy), so an attack on one route leaves
 every other answer honest.
@@ -138,6 +138,7 @@ class Hostile:
         self.upstream = upstream
         self.routes: list[tuple[re.Pattern, str, Behaviour]] = []
         self.hits: Counter = Counter()
+        self.seen: list[str] = []  # the targets the routes answered, in order
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sock = socket.create_server(("127.0.0.1", 0))
@@ -215,6 +216,7 @@ class Hostile:
             if rx.search(req.path):
                 with self._lock:
                     self.hits[pattern] += 1
+                    self.seen.append(req.target)
                 return behaviour(req, conn)
         with self._lock:
             self.hits["relayed"] += 1

@@ -223,3 +223,23 @@ def test_a_chain_node_moving_an_escrow_to_another_epoch_is_failed_over(db_url, c
                          (ESCROW.escrow_id,)).fetchone()[0] == ESCROW.epoch_index
     rows = _failures(db_url, f"{proxy.url}/nodes/0/chain-api%devshard_escrow%")
     assert rows and f"but epoch {ESCROW.epoch_index} listed its creation" in rows[0][2]
+
+
+def test_a_trickling_host_costs_one_deadline_per_cycle(db_url):
+    """Every route of a host trickles: it costs one deadline in the cycle, then it is skipped (and recorded) by the
+    other escrows whose groups hold it, instead of costing each of them a deadline."""
+    scn = scenario("a")
+    first, second = scn.epochs[0].escrows[:2]
+    shared = second.slots[0]  # the member the second escrow asks first; a witness of the first one
+    assert shared in first.slots
+    name = scn.hosts_by_address[shared].name
+    with hostile_devnet(scn) as (net, proxy):
+        proxy.on(rf"^/hosts/{name}/", trickle(b"HTTP/1.1 200 OK\r\nX: " + b"a" * 1000, 0.5))
+        summary = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), decode_workers=0,
+                            payload_workers=0, escrow_workers=1, private_hosts=True)
+        asked = proxy.hits[rf"^/hosts/{name}/"]
+    assert asked == 1 and summary.escrows_failed == 0, proxy.seen
+    with psycopg.connect(db_url) as c:
+        rows = c.execute("SELECT url FROM net.failure WHERE source = %s AND error LIKE %s",
+                         (f"host:{shared}", "%skipped for the rest of the cycle%")).fetchall()
+    assert rows == [(f"escrow:{second.escrow_id}",)]

@@ -56,7 +56,8 @@ class Gonka:
     def host(self, address: str) -> DevshardHost | None:
         """The devshard host of a participant (``participant/{addr}.inference_url``), cached; None if it has none.
         An ``inference_url`` the poller refuses (:func:`check_host_url`) raises a permanent FetchError naming it,
-        each time it is asked for."""
+        each time it is asked for; a host one of whose answers outran the deadline raises a transient one (a Gonka
+        lives one cycle)."""
         if address not in self._hosts:
             try:
                 url = check_host_url(participant_inference_url(self.chain.participant(address)))
@@ -77,6 +78,10 @@ class Gonka:
         host = self._hosts[address]
         if isinstance(host, FetchError):
             raise host
+        if host is not None and host.http.overran:
+            # one deadline per cycle is all a host that trickles its answers may cost: not asked again this cycle
+            raise FetchError(host.http.base_urls[0], "skipped for the rest of the cycle: an answer outran its "
+                             "deadline", transient=True)
         return host
 
     def _group(self, escrow_id: str) -> frozenset[str] | None:

@@ -125,6 +125,7 @@ class Fetcher:
         self.client = client or httpx.Client(timeout=self.policy.timeout)
         self.on_response, self.on_failure, self.name = on_response, on_failure, name
         self.requests = 0
+        self.overran = False  # an answer outran its deadline (a peer trickling bytes): see Gonka.host
 
     def close(self) -> None:
         if self._own_client:
@@ -204,6 +205,7 @@ class Fetcher:
                 # trying this base URL again cannot help (or would cost another whole deadline): fail over
                 err = FetchError(url, f"{type(exc).__name__}: {exc}",
                                  transient=isinstance(exc, DeadlineExceeded))
+                self.overran = self.overran or isinstance(exc, DeadlineExceeded)
                 self._failed(err)
                 raise err from None
             except httpx.HTTPError as exc:  # timeouts, refused connections, broken keep-alive
