@@ -142,7 +142,7 @@ def _poll_and_compare(args, net, st: dict, gen: float, server: str) -> float | N
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         s = poll_once(url, net.chain_rest_url, net.rpc_url, archive=not args.no_archive,
                       process=not args.no_process, payload_workers=args.payload_workers,
-                      escrow_workers=args.escrow_workers, decode_workers=args.decode_workers)
+                      escrow_workers=args.escrow_workers, decode_workers=args.decode_workers, private_hosts=True)
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         dev1, pg1, dec1 = net.cpu(), postgres_cpu(url), descendants_cpu(net.pid)
         poller_cpu = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime

@@ -50,7 +50,7 @@ def clean_run(url: str, shape: str) -> None:
     scn = scenario(shape)
     with DevnetServer(scn) as net:
         while True:
-            poll_once(url, net.chain_rest_url, net.rpc_url, policy=policy(), decode_workers=0)
+            poll_once(url, net.chain_rest_url, net.rpc_url, policy=policy(), decode_workers=0, private_hosts=True)
             if net.devnet.current_epoch >= scn.epochs[-1].epoch_index + WINDOW + 1:
                 break
             net.advance_epoch()
@@ -154,7 +154,7 @@ def run_plan(url: str, plan: Plan) -> list[CycleResult]:
             error = None
             with db_drop(url, cycle.db_drop) as drop:
                 try:
-                    poll_once(url, chain_urls, rpc_urls, policy=policy(), **plan.workers)
+                    poll_once(url, chain_urls, rpc_urls, policy=policy(), **plan.workers, private_hosts=True)
                 except Exception as exc:  # noqa: BLE001 - checked below against what the plan expects
                     error = exc
             injected = {k: f.injected[k] - before.get(k, 0) for k in f.injected}

@@ -43,11 +43,41 @@ def test_4xx_is_deterministic():
         calls.append(req)
         return httpx.Response(404, json={"code": 5, "message": "not found"})
 
-    f, sleeps, failures, _ = _fetcher(handler, urls=("http://a", "http://b"))
+    f, sleeps, failures, _ = _fetcher(handler, urls=("http://a",))
     with pytest.raises(FetchError) as err:
         f.get_json("/x")
     assert not err.value.transient and err.value.status == 404
-    assert len(calls) == 1 and sleeps == []  # no retry, no failover
+    assert len(calls) == 1 and sleeps == []  # no retry
+    assert len(failures) == 1 and failures[0][0] == "http://a/x"
+
+
+@pytest.mark.parametrize("code", [403, 404, 302, 204])
+def test_a_node_that_answers_wrongly_is_failed_over(code):
+    """Any answer but 200 (or 5xx/429, retried) is a failure of that node: the next node is asked, the wrong
+    answer is recorded against the first, and redirects are not followed."""
+    calls = []
+
+    def handler(req):
+        calls.append(req.url.host)
+        if req.url.host == "a":
+            return httpx.Response(code, headers={"Location": "http://127.0.0.1:5432/"})
+        return httpx.Response(200, json={"epoch": "9"})
+
+    f, sleeps, failures, seen = _fetcher(handler, urls=("http://a", "http://b"))
+    assert ChainRest(f).current_epoch() == {"epoch": "9"}
+    assert calls == ["a", "b"] and sleeps == []
+    assert [(u.split("/")[2], t) for u, _, t in failures] == [("a", False)]
+    assert f.base_urls[0] == "http://b"  # asked first from now on
+
+
+def test_an_unused_answer_is_archived_cut_short():
+    answers = iter([httpx.Response(200, content=b" " * 100_000), httpx.Response(200, json={"epoch": "9"})])
+    bodies = []
+    f = Fetcher("http://a", policy=RetryPolicy(attempts=2, sleep=lambda s: None),
+                client=httpx.Client(transport=httpx.MockTransport(lambda req: next(answers))),
+                on_response=lambda u, s, b, h: bodies.append(len(b)))
+    assert f.get_json("/x") == {"epoch": "9"}
+    assert bodies == [4096, len(b'{"epoch":"9"}')]
 
 
 def test_timeouts_exhaust_then_fail_over_to_the_next_chain_url():

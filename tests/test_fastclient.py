@@ -12,7 +12,8 @@ import pytest
 import trustme
 
 from indexer.sources.gonka import fastclient
-from indexer.sources.gonka.fastclient import FastClient, ResponseTooLarge
+from indexer.sources.gonka.fastclient import DeadlineExceeded, FastClient, PermanentTransportError, ResponseTooLarge
+from tests.hostile import Hostile, streamed, trickle
 
 OVERSIZE = ("/huge-length", "/endless-chunked", "/endless-unframed", "/endless-headers")
 LIMIT, SENT = 1 << 20, 8 << 20  # the client's limit in these tests, and what the server sends at most
@@ -176,7 +177,8 @@ def test_truncated_chunked_body_is_a_transport_error(http_base, ca, https_base):
 
 def test_untrusted_certificate_is_refused(https_base):
     fast = FastClient(timeout=5)  # the system trust store does not know the test CA
-    with pytest.raises(httpx.TransportError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+    # permanent: the same certificate answers every retry
+    with pytest.raises(PermanentTransportError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
         fast.get(https_base + "/length")
     fast.close()
 
@@ -185,7 +187,8 @@ def test_wrong_hostname_is_refused(ca, https_base):
     # the certificate names only "localhost": the same server reached as 127.0.0.1 must fail verification
     port = https_base.rsplit(":", 1)[1]
     fast = FastClient(timeout=5, ssl_context=_trusting(ca))
-    with pytest.raises(httpx.TransportError, match="IP address mismatch|doesn't match|CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(PermanentTransportError,
+                       match="IP address mismatch|doesn't match|CERTIFICATE_VERIFY_FAILED"):
         fast.get(f"https://127.0.0.1:{port}/length")
     fast.close()
 
@@ -195,7 +198,6 @@ def test_an_answer_past_the_size_limit_is_refused_and_the_client_goes_on(http_ba
     """A peer that announces or streams more than MAX_RESPONSE_BYTES (a broken or hostile host) costs a transport
     error after at most that much is read, never the poller's memory; the next request gets a fresh connection."""
     monkeypatch.setattr(fastclient, "MAX_RESPONSE_BYTES", LIMIT)
-    monkeypatch.setattr(fastclient, "MAX_HEADER_LINES", 64)
     fast = FastClient(timeout=10)
     with pytest.raises(ResponseTooLarge, match="response refused"):
         fast.get(http_base + path)
@@ -208,3 +210,69 @@ def test_an_answer_at_the_size_limit_is_read(http_base, monkeypatch):
     fast = FastClient(timeout=10)
     assert [fast.get(http_base + p).content for p in ("/length", "/chunked", "/unframed")] == [BODY] * 3
     fast.close()
+
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+                                  b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\n",
+                                  b"HTTP/1.1 200 OK\r\nContent-Length: 12, 13\r\n\r\n"],
+                         ids=["negative-length", "negative-chunk", "two-lengths"])
+def test_a_malformed_length_is_a_protocol_error_not_a_read_to_the_end(head):
+    """A negative Content-Length or chunk size once passed the size check and was read until the peer closed
+    (1 GB of RSS for a 100 MB body): now the answer is refused at its head, having read a few buffers at most."""
+    import tracemalloc
+
+    with Hostile() as peer:
+        peer.on("/", streamed(head, b"x" * 65536, 100 * MiB))
+        fast = FastClient(timeout=5)
+        tracemalloc.start()
+        try:
+            with pytest.raises(httpx.RemoteProtocolError, match="malformed answer"):
+                fast.get(peer.url + "/x")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            fast.close()
+    assert peak < 4 * MiB
+
+
+def test_a_peer_trickling_its_headers_is_cut_at_the_deadline():
+    """One header byte every 0.2 s never trips the 1 s read timeout; the answer's total deadline (1.5 s) ends it."""
+    import time
+
+    with Hostile() as peer:
+        peer.on("/", trickle(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000, every=0.2))
+        fast = FastClient(timeout=1, deadline=1.5)
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceeded, match="deadline"):
+            fast.get(peer.url + "/x")
+        elapsed = time.monotonic() - t0
+        fast.close()
+    assert 1.5 <= elapsed < 3
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://127.0.0.1/x"])
+def test_a_scheme_that_is_not_http_is_permanent(url):
+    fast = FastClient(timeout=1)
+    with pytest.raises(PermanentTransportError, match="unsupported scheme"):
+        fast.get(url)
+    fast.close()
+
+
+@pytest.mark.parametrize("where", ["tls", "scheme"])
+def test_the_fetcher_does_not_retry_a_permanent_transport_failure(https_base, where):
+    """An untrusted certificate or a non-HTTP scheme fails the same way on every try: one attempt, recorded as a
+    permanent failure (it was retried six times as transient)."""
+    from indexer.sources.gonka import Fetcher, FetchError, RetryPolicy
+
+    failures: list[tuple] = []
+    base = https_base if where == "tls" else "file:///etc"
+    fetcher = Fetcher(base, policy=RetryPolicy(attempts=6, sleep=lambda s: None), client=FastClient(timeout=5),
+                      on_failure=lambda u, e, t: failures.append((u, e, t)))
+    with pytest.raises(FetchError) as err:
+        fetcher.get_json("/length")
+    fetcher.client.close()
+    assert not err.value.transient and fetcher.requests == 1
+    assert len(failures) == 1 and "PermanentTransportError" in failures[0][1] and failures[0][2] is False

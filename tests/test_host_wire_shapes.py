@@ -93,7 +93,8 @@ def test_a_host_serving_another_shape_leaves_the_payload_unknown_and_says_why(db
     scn = Scenario(ScenarioConfig(seed=7, epochs=2, escrows_per_epoch=2, inferences_per_escrow=24))
     with DevnetServer(scn) as net:
         net.advance_to_last_epoch()
-        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(backoff_base=0.001, backoff_max=0.01))
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(backoff_base=0.001, backoff_max=0.01),
+                  private_hosts=True)
     with psycopg.connect(db_url) as c:
         refusals = c.execute("SELECT count(*), count(response_payload) FROM rec.finish_tx "
                              "WHERE input_tokens = 0 AND output_tokens = 0").fetchone()

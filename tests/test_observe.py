@@ -127,7 +127,7 @@ def test_run_once_polls_then_evaluates_and_delivers_alerts(db_url):
                                                   inferences_per_escrow=60))) as net:
             env = {**os.environ, "GONKA_CHAIN_REST_URL": net.chain_rest_url, "GONKA_RPC_URL": net.rpc_url}
             run = subprocess.run([sys.executable, "-m", "indexer", "--database-url", db_url, "run", "--once",
-                                  "--webhook", receiver.url + "/alerts"], env=env, capture_output=True, text=True,
+                                  "--allow-private-hosts", "--webhook", receiver.url + "/alerts"], env=env, capture_output=True, text=True,
                                  timeout=180)
         assert run.returncode == 0, run.stderr
         with psycopg.connect(db_url) as conn:

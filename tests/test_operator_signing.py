@@ -301,7 +301,7 @@ def test_poll_in_operator_mode_fills_member_payloads_and_keeps_the_key_out(db_ur
     caplog.set_level(logging.DEBUG)
     with DevnetServer(scn, payload_auth=True) as net:
         poll_once(db_url, net.chain_rest_url, net.rpc_url, operator=op, policy=RetryPolicy(
-            backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=8))
+            backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=8), private_hosts=True)
     with psycopg.connect(db_url) as c:
         got = {(e, int(i)): p for e, i, p in c.execute(
             "SELECT escrow_id, inference_id, response_payload FROM rec.finish_tx WHERE response_payload IS NOT NULL")}

@@ -23,8 +23,8 @@ def _env(net):
 
 def test_run_once_cli(db_url):
     with DevnetServer(_scn()) as net:
-        proc = subprocess.run([sys.executable, "-m", "indexer", "--database-url", db_url, "run", "--once"],
-                              env=_env(net), capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([sys.executable, "-m", "indexer", "--database-url", db_url, "run", "--once",
+                               "--allow-private-hosts"], env=_env(net), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM rec.start_tx").fetchone()[0] > 0
@@ -40,7 +40,8 @@ def test_run_without_endpoints_is_bad_usage(db_url):
 
 def test_run_scheduler_stops_on_sigterm(db_url):
     with DevnetServer(_scn()) as net:
-        proc = subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", db_url, "run", "--interval", "1"],
+        proc = subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", db_url, "run", "--interval", "1",
+                                 "--allow-private-hosts"],
                                 env=_env(net), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.time() + 60

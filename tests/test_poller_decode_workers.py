@@ -47,12 +47,14 @@ def test_an_escrow_whose_decode_kills_the_worker_fails_alone_then_is_captured(db
         while net.devnet.current_epoch < scn.epochs[-1].epoch_index:
             net.advance_epoch()
         for _ in range(2):  # the reference: two clean cycles at the same point of the chain
-            poll_once(second_db_url, net.chain_rest_url, net.rpc_url, policy=policy(), decode_workers=2)
+            poll_once(second_db_url, net.chain_rest_url, net.rpc_url, policy=policy(), decode_workers=2,
+                      private_hosts=True)
 
         with monkeypatch.context() as m:
             m.setattr("indexer.poller.fetch.decode_entries",
                       functools.partial(worker_crash.decode_or_die, frozenset({victim})))
-            first = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=policy(), decode_workers=2)
+            first = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=policy(), decode_workers=2,
+                              private_hosts=True)
         assert first.escrows_failed == 1
         with psycopg.connect(db_url) as c:
             error = c.execute("SELECT last_error FROM api.ingest_status WHERE source = %s",
@@ -63,7 +65,8 @@ def test_an_escrow_whose_decode_kills_the_worker_fails_alone_then_is_captured(db
         assert error and "decode process died" in error
         assert others == sum(len(e.escrows) for e in scn.epochs) - 1
 
-        second = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=policy(), decode_workers=2)
+        second = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=policy(), decode_workers=2,
+                           private_hosts=True)
         assert second.escrows_failed == 0
     cols = tables(second_db_url)
     assert snapshot(db_url, cols) == snapshot(second_db_url, cols)

@@ -63,7 +63,7 @@ def test_poll_once_matches_scenario(db_url):
     scn = _small()
     with DevnetServer(scn) as net:
         net.advance_to_last_epoch()
-        summary = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        summary = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy(), private_hosts=True)
     ids = _visible(scn, scn.epochs[-1].epoch_index)
     assert summary.escrows == len(ids)
     assert _tx_counts(db_url) == _expected_counts(scn, ids)
@@ -113,9 +113,9 @@ def test_second_poll_is_a_noop(db_url):
     scn = _small()
     with DevnetServer(scn) as net:
         net.advance_to_last_epoch()
-        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy(), private_hosts=True)
         before = _snapshot(db_url)
-        again = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        again = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy(), private_hosts=True)
     assert again.loaded == 0 and again.amended == 0 and again.diffs == 0
     assert _snapshot(db_url) == before
 
@@ -124,7 +124,7 @@ def test_faults_give_identical_tables(db_url, second_db_url):
     scn = _small()
     with DevnetServer(scn) as net:
         net.advance_to_last_epoch()
-        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy(), private_hosts=True)
     clean = _snapshot(db_url)
     # a second, faulty network with the same scenario into a fresh database
     faults = FaultConfig(seed=3, p_5xx=0.2, p_429=0.1, p_truncate=0.1, retry_after=0)
@@ -134,7 +134,8 @@ def test_faults_give_identical_tables(db_url, second_db_url):
         # attempts a request gives up with p = 0.352^8 = 2.4e-4, so one of a poll's few hundred requests did now and
         # then (its escrow waits for the next cycle, and the tables differ); which request meets a run of faults
         # depends on how the fetch threads interleave. 16 attempts: 5.7e-8 a request.
-        poll_once(second_db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**{**FAST, "attempts": 16}))
+        poll_once(second_db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**{**FAST, "attempts": 16}),
+                  private_hosts=True)
         injected = dict(net.faults.injected)
     assert injected["5xx"] and injected["429"] and injected["truncate"]
     assert _snapshot(second_db_url) == clean
@@ -146,10 +147,10 @@ def test_epochs_advance_with_pruning(db_url):
     scn = _small(epochs=5)
     first = scn.epochs[0].epoch_index
     with DevnetServer(scn) as net:
-        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy(), private_hosts=True)
         for _ in range(len(scn.epochs) - 1):
             net.advance_epoch()
-            poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+            poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy(), private_hosts=True)
         assert net.devnet.pruned_epoch(first)
     ids = list(scn.escrows)
     assert _tx_counts(db_url) == _expected_counts(scn, ids)
@@ -174,7 +175,7 @@ def test_lying_host_is_skipped(db_url, monkeypatch, signed_root):
     scn = _small(epochs=1)
     liar = next(iter(scn.escrows.values())).slots[0]
     with DevnetServer(scn, faults=FaultConfig(lying_host=liar)) as net:
-        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy(), private_hosts=True)
     ids = list(scn.escrows)
     assert _tx_counts(db_url) == _expected_counts(scn, ids)
     assert _statuses(db_url) == _expected_statuses(scn, ids)
@@ -188,7 +189,7 @@ def test_settled_escrows_carry_their_settlement_height(db_url):
     scn = _small()
     with DevnetServer(scn) as net:
         net.advance_to_last_epoch()
-        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST))
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), private_hosts=True)
         want = {eid: net.devnet.settle_height(esc) for eid, esc in scn.escrows.items() if net.devnet.settled(esc)}
     with psycopg.connect(db_url) as c:
         got = dict(c.execute("SELECT escrow_id, (extra ->> 'settled_height')::bigint FROM rec.escrow "
@@ -213,7 +214,7 @@ def test_unsettled_escrows_decode_with_the_version_their_session_is_bound_to(db_
     scn = _small(epochs=2)
     with DevnetServer(scn, host_versions=("v6", "v5")) as net:
         net.advance_to_last_epoch()
-        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy(), private_hosts=True)
     ids = _visible(scn, scn.epochs[-1].epoch_index)
     unsettled = [e for e in ids if scn.escrows[e].epoch_index == scn.epochs[-1].epoch_index]
     with psycopg.connect(db_url) as c:
@@ -249,7 +250,7 @@ def test_poll_analyses_only_the_partitions_it_grew(db_url, monkeypatch):
     scn = _small()
     with DevnetServer(scn) as net:
         net.advance_to_last_epoch()
-        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy())
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=_policy(), private_hosts=True)
     with psycopg.connect(db_url) as c:
         analysed = dict(c.execute(
             "SELECT relname, last_analyze IS NOT NULL FROM pg_stat_user_tables "

@@ -103,7 +103,8 @@ def test_chain_failover_first_node_down(db_url):
     """Several chain URLs, the first one down: every request fails over and the cycle matches a clean one."""
     scn = scenario("b")
     with DevnetServer(scn, faults=FaultConfig(nodes_down=(0,))) as net:
-        summary = poll_once(db_url, net.chain_rest_urls(2), net.rpc_urls(2), policy=policy(), decode_workers=0)
+        summary = poll_once(db_url, net.chain_rest_urls(2), net.rpc_urls(2), policy=policy(), decode_workers=0,
+                            private_hosts=True)
         assert net.faults.injected["down"] >= 2  # chain REST and RPC each tried node 0 first
     assert summary.escrows == len(scn.epochs[0].escrows)
 

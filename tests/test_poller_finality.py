@@ -17,7 +17,8 @@ def _scn(epochs=3) -> Scenario:
 
 
 def _poll(url, net, **kw):
-    return poll_once(url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), process=False, **kw)
+    return poll_once(url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), process=False, **kw,
+                     private_hosts=True)
 
 
 def _states(url) -> dict[int, tuple]:

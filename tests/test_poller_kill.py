@@ -27,7 +27,8 @@ def _run_once(url: str, net: DevnetServer) -> subprocess.Popen:
     # short leases: the rerun takes over the killed poller's leases once they expire (tests/test_poller_shared.py)
     env = dict(os.environ, GONKA_CHAIN_REST_URL=net.chain_rest_url, GONKA_RPC_URL=net.rpc_url,
                PYTHONPATH=str(ROOT), INDEXER_LEASE_SECONDS="3")
-    return subprocess.Popen([sys.executable, "-m", "indexer", "run", "--once", "--database-url", url], env=env,
+    return subprocess.Popen([sys.executable, "-m", "indexer", "run", "--once", "--allow-private-hosts",
+                             "--database-url", url], env=env,
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

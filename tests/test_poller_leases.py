@@ -176,11 +176,12 @@ def test_a_cycle_waits_for_a_dead_pollers_leases_then_takes_them_over(db_url, se
     epochs = [e.epoch_index for e in scn.epochs]
     escrows = sorted(scn.escrows, key=int)
     with DevnetServer(scn) as net:
-        clean = poll_once(second_db_url, net.advance_to_last_epoch().chain_rest_url, net.rpc_url, policy=FAST)
+        clean = poll_once(second_db_url, net.advance_to_last_epoch().chain_rest_url, net.rpc_url, policy=FAST,
+                          private_hosts=True)
         # a poller that died holding the first epoch's chain work and an escrow: its leases run out in 1.5 s
         _plant(db_url, f"epoch:{epochs[0]}", "ghost:1:dead", 1.5)
         _plant(db_url, f"escrow:{escrows[-1]}", "ghost:1:dead", 1.5)
-        summary = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30)
+        summary = poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30, private_hosts=True)
     assert summary.takeovers == 2
     assert summary.escrows == clean.escrows == len(escrows)
     for resource in (f"epoch:{epochs[0]}", f"escrow:{escrows[-1]}"):
@@ -205,7 +206,7 @@ def test_work_another_poller_finishes_during_the_cycle_is_not_done_again(db_url)
         _plant(db_url, f"escrow:{other}", "other:2:live", 600)  # a live poller working on it
         result: dict = {}
         worker = threading.Thread(target=lambda: result.update(summary=poll_once(
-            db_url, net.chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30, process=False)))
+            db_url, net.chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30, process=False, private_hosts=True)))
         worker.start()
         try:
             deadline = time.monotonic() + 120
@@ -246,7 +247,7 @@ def test_a_poller_whose_escrow_lease_was_taken_over_writes_nothing_and_fails_its
     with DevnetServer(scn) as net:
         with pytest.raises(LeaseLost, match=f"escrow:{stolen} lost to thief:3:x"):
             poll_once(db_url, net.advance_to_last_epoch().chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30,
-                      holder="stale:4:y")
+                      holder="stale:4:y", private_hosts=True)
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM rec.escrow WHERE escrow_id = %s", (stolen,)).fetchone()[0] == 0
         assert c.execute("SELECT count(*) FROM net.cursor WHERE source = %s", (f"escrow:{stolen}",)).fetchone()[0] == 0

@@ -23,7 +23,8 @@ def scn() -> Scenario:
 
 
 def _poll(url, net):
-    return poll_once(url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), decode_workers=0)
+    return poll_once(url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), decode_workers=0,
+                     private_hosts=True)
 
 
 def _rows(url, table) -> set[tuple]:

@@ -32,7 +32,8 @@ def _poller(url: str, net: DevnetServer, out: Path) -> subprocess.Popen:
     env = dict(os.environ, GONKA_CHAIN_REST_URL=net.chain_rest_url, GONKA_RPC_URL=net.rpc_url, PYTHONPATH=str(ROOT))
     with open(out, "wb") as stdout:  # a file, not a pipe: nobody reads while the pollers run
         return subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", url, "run", "--once",
-                                 "--lease-seconds", str(LEASE_SECONDS), "--metrics-addr", "off", "--no-alerts"],
+                                 "--lease-seconds", str(LEASE_SECONDS), "--metrics-addr", "off", "--no-alerts",
+                                 "--allow-private-hosts"],
                                 env=env, cwd=ROOT, stdout=stdout, stderr=subprocess.STDOUT)
 
 

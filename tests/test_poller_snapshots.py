@@ -26,7 +26,7 @@ def _scn(epochs=3, escrows=2) -> Scenario:
 
 
 def _poll(url, net):
-    return poll_once(url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), process=True)
+    return poll_once(url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), process=True, private_hosts=True)
 
 
 def test_epoch_params_exact_where_served_live_where_pruned(db_url):

@@ -75,7 +75,8 @@ def test_poller_with_credentials_in_urls_loads_and_stores_no_password(db_url):
     policy = RetryPolicy(attempts=1, backoff_base=0.0, sleep=lambda s: None)
     with DevnetServer(scn) as net:
         dead = _with_auth("http://127.0.0.1:1")  # fails first: its failure is recorded in net.failure
-        summary = poll_once(db_url, [dead, _with_auth(net.chain_rest_url)], [_with_auth(net.rpc_url)], policy=policy)
+        summary = poll_once(db_url, [dead, _with_auth(net.chain_rest_url)], [_with_auth(net.rpc_url)], policy=policy,
+                            private_hosts=True)
     assert summary.escrows > 0
     text = _all_text(db_url)
     assert "127.0.0.1:1" in text  # the failed endpoint was recorded ...

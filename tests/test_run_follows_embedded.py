@@ -88,7 +88,7 @@ def test_run_finds_the_embedded_server_again_after_a_stop_and_a_move():
             env |= {"INDEXER_HOME": str(home), "GONKA_CHAIN_REST_URL": net.chain_rest_url,
                     "GONKA_RPC_URL": net.rpc_url, "PYTHONUNBUFFERED": "1"}
             proc = subprocess.Popen([sys.executable, "-m", "indexer", "run", "--interval", "1", "--metrics-addr",
-                                     "127.0.0.1:0", "--alerts-interval", "1"], cwd=ROOT, env=env,
+                                     "127.0.0.1:0", "--alerts-interval", "1", "--allow-private-hosts"], cwd=ROOT, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             out = Output(proc)
             address = out.wait_for(r"metrics on http://(\S+)/metrics").group(1)

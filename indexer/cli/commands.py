@@ -225,7 +225,8 @@ def cmd_run(args, settings: Settings) -> int:
     server = metrics_server(args, settings, url)  # before polling: an address in use stops the start (exit 2)
     metrics = server.metrics if server else None
     options = {"validator": settings.validator_address, "operator": operator,
-               "lease_seconds": args.lease_seconds or settings.lease_seconds}
+               "lease_seconds": args.lease_seconds or settings.lease_seconds,
+               "private_hosts": args.allow_private_hosts, "archive_days": args.archive_days}
     try:
         if args.once:
             say(format_poll_summary(timed(lambda: poll_once(url, chain, rpc, **options), metrics)))

@@ -40,7 +40,7 @@ def _poll_devnet(url: str, *, epochs: int, seed: int) -> None:
         say(f"devnet on {server.url}: {epochs} epochs, {len(scenario.escrows)} escrows, "
             f"{len(scenario.hosts)} hosts (some with a raised local --max-model-len)")
         for step in range(epochs + 1):  # one extra step lets the last epoch settle
-            summary = poll_once(url, server.chain_rest_url, server.rpc_url)
+            summary = poll_once(url, server.chain_rest_url, server.rpc_url, private_hosts=True)
             say(f"  epoch {summary.epoch}: {summary.escrows} escrow(s) polled, "
                 f"{summary.replayed_escrows} replayed, {summary.rules_epochs} epoch(s) evaluated")
             if step < epochs:

@@ -213,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="several pollers on one database split the work through leases of this length, renewed "
                           "while working; a killed poller's work is taken over once they expire "
                           "($INDEXER_LEASE_SECONDS, default 60)")
+    run.add_argument("--allow-private-hosts", action="store_true",
+                     help="let participants' inference_url point at loopback, private or link-local addresses "
+                          "(a devnet or a private network; off by default: such a URL is refused and recorded)")
+    run.add_argument("--archive-days", type=positive_float, default=14.0, metavar="DAYS",
+                     help="days net.raw_response keeps the archived answers; older ones are pruned at the end of "
+                          "each cycle (default 14)")
     run.add_argument("--no-alerts", action="store_true", help="do not run the alert jobs in this process")
     add_alert_arguments(run)
 

@@ -40,7 +40,7 @@ from indexer.poller.fetch import EscrowFetcher
 from indexer.poller.finality import PRUNING_WINDOW, Epochs
 from indexer.poller.upgrades import resolve_upgrade_heights
 from indexer.poller.leases import DEFAULT_LEASE_SECONDS, Leases
-from indexer.poller.store import Store
+from indexer.poller.store import ARCHIVE_DAYS, Store
 from indexer.settings import DEFAULT_VALIDATOR
 from indexer.sources.gonka import Gonka, RetryPolicy
 from indexer.sources.gonka.signing import Operator
@@ -205,9 +205,11 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
               validator: str = DEFAULT_VALIDATOR, operator: Operator | None = None, fetch_payloads: bool = True,
               payload_workers: int = PAYLOAD_WORKERS, escrow_workers: int = ESCROW_WORKERS,
               decode_workers: int = DECODE_WORKERS, lease_seconds: float = DEFAULT_LEASE_SECONDS,
-              holder: str | None = None) -> PollSummary:
+              holder: str | None = None, private_hosts: bool = False,
+              archive_days: float | None = ARCHIVE_DAYS) -> PollSummary:
     """One full cycle into the database at ``url``, sharing the work with any other poller on it through leases of
-    ``lease_seconds`` (``holder``: this poller's lease holder id, default hostname:pid:random)."""
+    ``lease_seconds`` (``holder``: this poller's lease holder id, default hostname:pid:random). ``private_hosts``:
+    hosts may be on loopback or private addresses (a devnet); ``archive_days``: net.raw_response's retention."""
     from indexer.downstream import process_changes
 
     start = time.perf_counter()
@@ -215,7 +217,7 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
         leases = Leases(url, seconds=lease_seconds, holder=holder).start()
         error = None
         try:
-            store = Store(conn, archive=archive, side_url=url, leases=leases)
+            store = Store(conn, archive=archive, side_url=url, leases=leases, archive_days=archive_days)
             def on_response(*args) -> None:  # every answer or failed attempt is progress (leases stay renewed)
                 leases.touch()
                 store.on_response(*args)
@@ -225,7 +227,7 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
                 store.on_failure(*args, **kw)
 
             with Gonka(chain_urls, rpc_url, policy=policy, on_response=on_response,
-                       on_failure=on_failure, operator=operator) as gonka:
+                       on_failure=on_failure, operator=operator, private_hosts=private_hosts) as gonka:
                 poller = Poller(gonka, store, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_workers=payload_workers, escrow_workers=escrow_workers,
                                 decode_workers=decode_workers, leases=leases)

@@ -17,6 +17,7 @@ from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import prepare_batch
 from indexer.poller.decode import DecodePool, decode_entries
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
+from indexer.sources.gonka.chain import PREFIX
 from indexer.sources.gonka.host import PAGE_NONCES, PayloadShapeError
 from indexer.wire.rpc import TxEvent
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
@@ -109,7 +110,7 @@ class EscrowFetcher:
     def fetch(self, escrow_id: str, epoch: int, settlement: Settlement | None, after: int,
               emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone) -> None:
         """Fetch one escrow's metadata, log tail and host stats; hand chunks to ``emit``."""
-        data = self.g.chain.escrow(escrow_id)
+        data = self._escrow(escrow_id, epoch)
         if data.get("found") is False:
             done.pruned = True  # the committing thread looks up what was stored of it
             return
@@ -144,6 +145,30 @@ class EscrowFetcher:
             self.report_failure(f"escrow:{escrow_id}", "tx_search", "settled on chain, but tx_search has no "
                                 "settlement event for it yet: not final until its height is known", True)
         return found
+
+    def _escrow(self, escrow_id: str, epoch: int) -> dict:
+        """The chain's ``devshard_escrow/<id>`` from a node that puts it under ``epoch`` (the epoch whose creation
+        events listed it): a node answering another epoch is recorded as failing and the next node is asked; if
+        every node does, the escrow fails this cycle (it would otherwise be stored under the wrong epoch)."""
+        http = self.g.chain.http
+        said = None
+        for _ in range(len(http.base_urls)):
+            node = http.base_urls[0]
+            data = self.g.chain.escrow(escrow_id)
+            esc = data.get("escrow") if isinstance(data, dict) else None
+            if data.get("found") is False or not isinstance(esc, dict):
+                return data
+            said = esc.get("epoch_index")
+            if parse_u64(said, "epoch_index") == epoch:
+                return data
+            self.report_failure("http", f"{node}{PREFIX}/devshard_escrow/{escrow_id}",
+                                f"escrow {escrow_id}: epoch_index {said}, but epoch {epoch} listed its creation",
+                                False)
+            if node in http.base_urls and len(http.base_urls) > 1:  # the next read starts at another node
+                http.base_urls.remove(node)
+                http.base_urls.append(node)
+        raise FetchError(f"escrow:{escrow_id}", f"every chain node puts escrow {escrow_id} under epoch {said}, "
+                         f"not {epoch} whose creation events listed it", transient=True)
 
     def _escrow_log(self, escrow_id: str, epoch: int, version: str | None, after: int,
                     emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict,
@@ -191,7 +216,7 @@ class EscrowFetcher:
             first = nonce + 1
             want = PAGE_NONCES * PAGES_PER_CHUNK
             last = nonce + want if tip is None else min(tip, nonce + want)
-            diffs = group.page(first, last)  # headers only: nonce, state root, the entry
+            diffs = group.page(first, last, tip)  # headers only: nonce, state root, the entry
             if diffs:
                 try:
                     lines, ntx, typed = self._records(escrow_id, version, epoch, diffs, group, done)

@@ -73,10 +73,20 @@ ON CONFLICT (source) DO UPDATE SET host = excluded.host, url = excluded.url, err
     transient = excluded.transient, attempts = f.attempts + 1, last_at = now()"""
 
 
+ARCHIVE_CYCLE_BYTES = 512 * 1024 * 1024  # the most one cycle archives in net.raw_response (bodies, bytes)
+ARCHIVE_DAYS = 14.0                       # net.raw_response keeps this many days (pruned at each cycle's end)
+
+
 class Store:
     def __init__(self, conn: psycopg.Connection, *, archive: bool = True, side_url: str | None = None,
-                 leases=None) -> None:
+                 leases=None, archive_days: float | None = ARCHIVE_DAYS,
+                 archive_budget: int = ARCHIVE_CYCLE_BYTES) -> None:
+        """``archive_days``: how long archived responses are kept (None: for ever); ``archive_budget``: the body
+        bytes one cycle may archive (past it, answers are counted, not kept: a failure row says how many)."""
         self.conn = conn
+        self.archive_days, self.archive_budget = archive_days, archive_budget
+        self.archived = 0                       # body bytes archived this cycle
+        self.unarchived = [0, 0]                # responses and bytes over the budget
         # the cycle's commits (hundreds: chunks, cursors, the watchdog's rows) do not wait for the WAL flush; the
         # last one, finish_cycle's, does, and with it every one before it (indexer.db.durability)
         self.durable = commit_without_flush_wait(conn)
@@ -98,6 +108,11 @@ class Store:
         if self.archive:
             h = headers.get("X-Cosmos-Block-Height") or headers.get("x-cosmos-block-height")
             with self._lock:
+                if self.archived + len(body) > self.archive_budget:
+                    self.unarchived[0] += 1
+                    self.unarchived[1] += len(body)
+                    return
+                self.archived += len(body)
                 self.responses.append((url, status, int(h) if h and h.isdigit() else None, body))
 
     def on_failure(self, url: str, error: str, transient: bool, source: str = "http") -> None:
@@ -195,12 +210,18 @@ class Store:
         visible; a drop that happens here fails the cycle."""
         if error is not None:
             self.fail("chain", "", f"cycle failed: {error}", True)
+        if self.unarchived[0]:
+            self.fail("archive", "", f"{self.unarchived[0]} responses ({self.unarchived[1]} bytes) not archived: "
+                      f"the cycle had archived its {self.archive_budget} bytes", True)
 
         def record(conn: psycopg.Connection, message: str | None) -> None:
             if conn is self.conn:
                 flush_at_commit(conn, self.durable)  # a fresh connection has its own setting
             if message is not None:
                 conn.execute(_CURSOR_ERROR, ("chain", message[:2000], 60.0))
+            if self.archive_days is not None:
+                conn.execute("DELETE FROM net.raw_response WHERE fetched_at < now() - make_interval(secs => %s)",
+                             (self.archive_days * 86400.0,))
 
         try:
             self._in_transaction(self.conn, lambda c: record(c, error))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from typing import Sequence
+from urllib.parse import urlsplit
 
 from indexer.sources.gonka.chain import ChainRest
 from indexer.sources.gonka.fastclient import FastClient
@@ -9,6 +10,7 @@ from indexer.sources.gonka.host import DevshardHost, HostGroup
 from indexer.sources.gonka.http import FailureHook, Fetcher, FetchError, ResponseHook, RetryPolicy
 from indexer.sources.gonka.rpc import CometRpc
 from indexer.sources.gonka.signing import Operator, operator_from_env
+from indexer.sources.gonka.urls import UnsafeUrl, check_host_url, vet_address
 from indexer.wire.normalize import NormalizeError, participant_inference_url
 
 
@@ -31,43 +33,63 @@ class _GroupRecordingChain(ChainRest):
 class Gonka:
     """All clients of one poll: chain REST (with failover over ``chain_urls``), RPC, and hosts by address.
 
-    ``operator`` (see :func:`operator_from_env`) signs payload requests of the escrows whose group holds it."""
+    ``operator`` (see :func:`operator_from_env`) signs payload requests of the escrows whose group holds it.
+    ``private_hosts``: whether a host's ``inference_url`` may resolve to a loopback, private or link-local address
+    (:mod:`indexer.sources.gonka.urls`; the chain URLs are the operator's own and are never restricted)."""
 
     def __init__(self, chain_urls: str | Sequence[str], rpc_urls: str | Sequence[str], *,
                  policy: RetryPolicy | None = None, on_response: ResponseHook | None = None,
-                 on_failure: FailureHook | None = None, operator: Operator | None = None) -> None:
+                 on_failure: FailureHook | None = None, operator: Operator | None = None,
+                 private_hosts: bool = False) -> None:
         self.policy = policy or RetryPolicy()
-        self.client = FastClient(timeout=self.policy.timeout)  # httpx's interface at a third of its CPU cost
+        # httpx's interface at a third of its CPU cost
+        self.client = FastClient(timeout=self.policy.timeout, deadline=self.policy.deadline)
+        self.private_hosts = private_hosts
         kw = dict(policy=self.policy, client=self.client, on_response=on_response, on_failure=on_failure)
         self._kw = kw
         self.operator = operator
         chain_fetcher = Fetcher(chain_urls, name="chain", **kw)
         self.chain = _GroupRecordingChain(chain_fetcher) if operator is not None else ChainRest(chain_fetcher)
         self.rpc = CometRpc(Fetcher(rpc_urls, name="rpc", **kw))
-        self._hosts: dict[str, DevshardHost | None] = {}
+        self._hosts: dict[str, DevshardHost | FetchError | None] = {}
 
     def host(self, address: str) -> DevshardHost | None:
-        """The devshard host of a participant (``participant/{addr}.inference_url``), cached; None if it has none."""
+        """The devshard host of a participant (``participant/{addr}.inference_url``), cached; None if it has none.
+        An ``inference_url`` the poller refuses (:func:`check_host_url`) raises a permanent FetchError naming it,
+        each time it is asked for; a host one of whose answers outran the deadline raises a transient one (a Gonka
+        lives one cycle)."""
         if address not in self._hosts:
             try:
-                url = participant_inference_url(self.chain.participant(address))
+                url = check_host_url(participant_inference_url(self.chain.participant(address)))
             except NormalizeError:
                 self._hosts[address] = None
+            except UnsafeUrl as exc:
+                self._hosts[address] = FetchError(f"participant:{address}", str(exc), transient=False)
             except FetchError as exc:
                 if exc.transient:
                     raise  # try again next time
                 self._hosts[address] = None
             else:
-                self._hosts[address] = DevshardHost(address, Fetcher(url, name=f"host:{address}", **self._kw),
-                                                    operator=self.operator, groups=self._group)
-        return self._hosts[address]
+                fetcher = Fetcher(url, name=f"host:{address}", **self._kw)
+                if not self.private_hosts:  # vetted when each connection opens
+                    parts = urlsplit(fetcher.base_urls[0])
+                    self.client.guards[(parts.scheme, parts.netloc)] = vet_address
+                self._hosts[address] = DevshardHost(address, fetcher, operator=self.operator, groups=self._group)
+        host = self._hosts[address]
+        if isinstance(host, FetchError):
+            raise host
+        if host is not None and host.http.overran:
+            # one deadline per cycle is all a host that trickles its answers may cost: not asked again this cycle
+            raise FetchError(host.http.base_urls[0], "skipped for the rest of the cycle: an answer outran its "
+                             "deadline", transient=True)
+        return host
 
     def _group(self, escrow_id: str) -> frozenset[str] | None:
         return getattr(self.chain, "groups", {}).get(escrow_id)
 
     def requests(self) -> int:
         n = self.chain.http.requests + self.rpc.http.requests
-        return n + sum(h.http.requests for h in self._hosts.values() if h is not None)
+        return n + sum(h.http.requests for h in self._hosts.values() if isinstance(h, DevshardHost))
 
     def close(self) -> None:
         self.client.close()

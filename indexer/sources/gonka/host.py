@@ -37,7 +37,13 @@ class DevshardHost:
         """Protocol versions the host runs, newest first (``/devshard/healthz``)."""
         if self._versions is None:
             data = self.http.get_json("/devshard/healthz")
-            names = [str(v.get("name")) for v in data or [] if isinstance(v, dict) and v.get("name")]
+            if not isinstance(data, list):  # a failure of this host: the group asks the next member
+                raise FetchError(self.http.base_urls[0] + "/devshard/healthz",
+                                 f"healthz: expected a JSON array, got a JSON {type(data).__name__}", transient=False)
+            names = [v["name"] for v in data if isinstance(v, dict) and isinstance(v.get("name"), str) and v["name"]]
+            if not names:
+                raise FetchError(self.http.base_urls[0] + "/devshard/healthz", "healthz: no protocol version named",
+                                 transient=False)
             self._versions = sorted(names, key=version_key, reverse=True)  # v4.1 < v5 < v10
         return self._versions
 
@@ -229,15 +235,40 @@ class HostGroup:
             self._skip(address, str(exc), getattr(exc, "transient", False))
             return None
 
-    def page(self, first: int, last: int) -> list[dict]:
+    def _longer(self, source: str, first: int, last: int, got: int) -> bool:
+        """Whether another member serves diffs past nonce ``got`` in ``first..last`` (``source`` stopped there short
+        of the shard's tip): if so ``source`` is skipped as failing (one member cannot deny the others' log) and
+        that member becomes the primary."""
+        for other in [m for m in self.candidates() if m != source]:
+            host = self._host(other)
+            if host is None:
+                continue
+            try:
+                page = self._decoded_page(host, got + 1, min(last, got + 1))
+            except (FetchError, WireDecodeError, ValueError, KeyError, TypeError) as exc:
+                self._skip(other, str(exc), getattr(exc, "transient", False))
+                continue
+            if page:
+                self._skip(source, f"diffs {first}..{last}: served up to nonce {got}, short of the shard's tip, "
+                                   f"while {other} serves nonce {got + 1}", False)
+                self.primary = other
+                return True
+        return False
+
+    def page(self, first: int, last: int, tip: int | None = None) -> list[dict]:
         """Decoded diffs ``first..last`` (fewer at the end of the log), agreed by two members when possible.
 
         ``last − first`` may span several pages: they are read from one member and only the last state root
         (:func:`~indexer.wire.diffs.state_root`) is checked against a witness. The root commits to the whole state
         reached by the log, so agreement at the end of a run of pages vouches for every page in it; on disagreement
-        the whole run is read again from the member the tie-breaker sides with."""
+        the whole run is read again from the member the tie-breaker sides with. A member that stops short of
+        ``tip`` (the shard's nonce) while another serves the next diff is a failing member: the run is read from
+        the other."""
         while True:
             (diffs, root), source = self.call(lambda h: self._read(h, first, last))
+            got = diffs[-1]["nonce"] if diffs else first - 1
+            if tip is not None and got < min(last, tip) and self._longer(source, first, last, got):
+                continue
             if not diffs:
                 return diffs
             tip = diffs[-1]["nonce"]

@@ -2,9 +2,12 @@
 
 Transient (retried with exponential backoff and full jitter): connect/read timeouts and transport errors, 5xx,
 429 (``Retry-After`` honoured, capped), and 200 answers whose JSON does not parse (a body cut short by a proxy).
-Deterministic (raised at once): any other 4xx. A :class:`Fetcher` with several base URLs fails over to the next
-base URL when one exhausts its attempts. Every response, good or bad, is reported to ``on_response`` (the poller
-archives them) and every failed attempt to ``on_failure``.
+Not retried at the same base URL: an answer past its total deadline (a peer trickling bytes), TLS failures and
+non-HTTP schemes (permanent), and any other status (3xx: redirects are never followed; 4xx). Each of those is a
+failure of that base URL: a :class:`Fetcher` with several base URLs then asks the next one, as it does when one
+exhausts its attempts; only an answer the caller declares expected (``permanent``) ends the request at once. Every
+answer is reported to ``on_response`` (the poller archives them): a usable one whole, any other cut to
+:data:`REJECTED_BODY_BYTES` (enough to diagnose it). Every failed attempt goes to ``on_failure``.
 """
 from __future__ import annotations
 
@@ -19,19 +22,26 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 import orjson
 
+from indexer.sources.gonka.fastclient import DeadlineExceeded, PermanentTransportError
+
+REJECTED_BODY_BYTES = 4096  # what is archived of an answer that was not used
+
 
 class FetchError(Exception):
     """A request that did not yield usable JSON. ``transient`` tells whether trying later may help."""
 
-    def __init__(self, url: str, message: str, *, status: int | None = None, transient: bool = True) -> None:
+    def __init__(self, url: str, message: str, *, status: int | None = None, transient: bool = True,
+                 expected: bool = False) -> None:
         super().__init__(f"{message} ({url})")
         self.url, self.status, self.transient = url, status, transient
+        self.expected = expected  # an answer the caller declared it handles (``permanent``): no failover
 
 
 @dataclass
 class RetryPolicy:
     attempts: int = 6                   # per base URL
-    timeout: float = 10.0               # seconds, connect and read
+    timeout: float = 10.0               # seconds, connect and each read
+    deadline: float = 60.0              # seconds one answer may take in all (a peer trickling bytes)
     backoff_base: float = 0.2
     backoff_max: float = 10.0
     retry_after_max: float = 60.0       # never sleep longer than this for one Retry-After
@@ -84,6 +94,12 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
+def _shown(body: bytes, limit: int) -> str:
+    """The start of a peer's body for an error message: bounded, one line, control characters escaped."""
+    text = body[:limit].decode("utf-8", "replace").strip()
+    return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+
+
 ResponseHook = Callable[[str, int, bytes, Mapping[str, str]], None]
 FailureHook = Callable[[str, str, bool], None]
 
@@ -109,6 +125,7 @@ class Fetcher:
         self.client = client or httpx.Client(timeout=self.policy.timeout)
         self.on_response, self.on_failure, self.name = on_response, on_failure, name
         self.requests = 0
+        self.overran = False  # an answer outran its deadline (a peer trickling bytes): see Gonka.host
 
     def close(self) -> None:
         if self._own_client:
@@ -149,21 +166,24 @@ class Fetcher:
         reported to ``on_failure`` (the caller expects it and handles it). ``first``: the answer (response or
         transport error) to the first attempt at a base URL, already sent: (base URL, answer) (:meth:`get_json_many`)."""
         last: FetchError | None = None
+        transient: FetchError | None = None
         for base in list(self.base_urls):
             try:
                 result = self._get_from(base, path, params, headers, permanent,
                                         first[1] if first is not None and first[0] == base else None)
             except FetchError as exc:
-                if not exc.transient:
+                if exc.expected:
                     raise
-                last = exc
+                last = exc  # a node that answers wrongly is a failed node: the next one is asked
+                if exc.transient:
+                    transient = exc
                 continue
             if base != self.base_urls[0]:  # prefer the base URL that answered
                 self.base_urls.remove(base)
                 self.base_urls.insert(0, base)
             return result
         assert last is not None
-        raise last
+        raise transient or last  # transient when trying later at some base URL may help
 
     def _get_from(self, base: str, path: str, params, headers, permanent=None,
                   first: Any = None) -> tuple[Any, Mapping[str, str]]:
@@ -181,29 +201,41 @@ class Fetcher:
                 else:
                     self.requests += 1
                     resp = self.client.get(url, params=params, headers=headers, timeout=policy.timeout)
+            except (DeadlineExceeded, PermanentTransportError, httpx.UnsupportedProtocol) as exc:
+                # trying this base URL again cannot help (or would cost another whole deadline): fail over
+                err = FetchError(url, f"{type(exc).__name__}: {exc}",
+                                 transient=isinstance(exc, DeadlineExceeded))
+                self.overran = self.overran or isinstance(exc, DeadlineExceeded)
+                self._failed(err)
+                raise err from None
             except httpx.HTTPError as exc:  # timeouts, refused connections, broken keep-alive
                 last = FetchError(url, f"{type(exc).__name__}: {exc}", transient=True)
             else:
                 shown = str(resp.url)
-                if self.on_response is not None:
-                    self.on_response(shown, resp.status_code, resp.content, resp.headers)
                 if resp.status_code == 200:
                     try:
-                        return _loads(resp.content), resp.headers
+                        data = _loads(resp.content)
                     except ValueError as exc:
+                        self._archive(shown, resp, False)
                         last = FetchError(shown, f"truncated or invalid JSON: {exc}", status=200, transient=True)
+                    else:
+                        self._archive(shown, resp, True)
+                        return data, resp.headers
                 elif permanent is not None and permanent(resp.status_code, resp.content):
                     # an answer the caller expects and handles (a pruned height: live values stand in, flagged in
                     # the data), so not a source failure: no net.failure row; the caller records what it lacks
-                    raise FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:300].strip()}",
-                                     status=resp.status_code, transient=False)
+                    self._archive(shown, resp, False)
+                    raise FetchError(shown, f"HTTP {resp.status_code}: {_shown(resp.content, 300)}",
+                                     status=resp.status_code, transient=False, expected=True)
                 elif resp.status_code == 429 or resp.status_code >= 500:
-                    last = FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:200].strip()}",
+                    self._archive(shown, resp, False)
+                    last = FetchError(shown, f"HTTP {resp.status_code}: {_shown(resp.content, 200)}",
                                       status=resp.status_code, transient=True)
                     if resp.status_code == 429:
                         wait = retry_after_seconds(resp.headers.get("Retry-After"))
-                else:
-                    err = FetchError(shown, f"HTTP {resp.status_code}: {resp.text[:200].strip()}",
+                else:  # 1xx, other 2xx, 3xx (redirects are not followed), 4xx: the same answer on a retry
+                    self._archive(shown, resp, False)
+                    err = FetchError(shown, f"HTTP {resp.status_code}: {_shown(resp.content, 200)}",
                                      status=resp.status_code, transient=False)
                     self._failed(err)
                     raise err
@@ -218,6 +250,12 @@ class Fetcher:
         if base not in self._auth:
             return headers
         return {**(headers or {}), "Authorization": self._auth[base]}
+
+    def _archive(self, url: str, resp: Any, used: bool) -> None:
+        """Report an answer to ``on_response``: whole when it was used, else its first REJECTED_BODY_BYTES."""
+        if self.on_response is not None:
+            body = resp.content if used else resp.content[:REJECTED_BODY_BYTES]
+            self.on_response(url, resp.status_code, body, resp.headers)
 
     def _failed(self, err: FetchError) -> None:
         if self.on_failure is not None:

@@ -1,39 +1,80 @@
-"""CometBFT RPC client (``<GONKA_RPC_URL>/tx_search``, ``/status``): escrow creations and settlements."""
+"""CometBFT RPC client (``<GONKA_RPC_URL>/tx_search``, ``/status``): escrow creations and settlements.
+
+A node's ``tx_search`` answer is untrusted: its ``total_count`` bounds the pages asked for (and :data:`MAX_PAGES`
+bounds that), and a page whose txs were served before ends the search as a lie. A search a node lied in is recorded
+as that node's failure and run again from the first page on the next node.
+"""
 from __future__ import annotations
 
-from typing import Any, Iterator
+import hashlib
+from typing import Any
 
-from indexer.sources.gonka.http import Fetcher
+from indexer.sources.gonka.http import Fetcher, FetchError
 from indexer.wire.rpc import TxEvent, tx_search_events, tx_search_total
 
 PER_PAGE = 100
+MAX_PAGES = 1000  # 100,000 txs: far above one epoch's escrow creations or one window's settlements
+
+
+class TxSearchLie(FetchError):
+    """A ``tx_search`` that cannot be true (a page served twice, more pages than its count, a count past the cap)."""
 
 
 class CometRpc:
     def __init__(self, fetcher: Fetcher) -> None:
         self.http = fetcher
 
-    def tx_search(self, query: str, event_type: str | None = None, per_page: int = PER_PAGE) -> Iterator[TxEvent]:
-        """All events of the matching txs, page by page (1-based pages; never asks past the last page)."""
-        page = 1
+    def tx_search(self, query: str, event_type: str | None = None, per_page: int = PER_PAGE) -> list[TxEvent]:
+        """All events of the matching txs, page by page (1-based pages; never asks past the last page), from the
+        first node that answers without lying (each lying node is recorded and moved last)."""
+        last: FetchError | None = None
+        for _ in range(len(self.http.base_urls)):
+            try:
+                return self._search(query, event_type, per_page)
+            except TxSearchLie as exc:
+                last = exc
+                self.http._failed(exc)
+                self.http.base_urls.append(self.http.base_urls.pop(0))  # the next search starts elsewhere
+        assert last is not None
+        raise FetchError(last.url, f"every RPC node lied in tx_search: {last}", transient=True)
+
+    def _search(self, query: str, event_type: str | None, per_page: int) -> list[TxEvent]:
+        out: list[TxEvent] = []
+        seen: set[bytes] = set()
+        page, pages = 1, 1
         while True:
+            node = self.http.base_urls[0]
             data: Any = self.http.get_json("/tx_search", {"query": f'"{query}"', "order_by": '"asc"',
                                                           "page": str(page), "per_page": str(per_page)})
-            yield from tx_search_events(data, event_type)
+            where = f"{node}/tx_search?query={query} page {page}"
+            txs = ((data.get("result") or {}).get("txs") if isinstance(data, dict) else None) or []
             total = tx_search_total(data)
-            if page * per_page >= total or not (data.get("result") or {}).get("txs"):
-                return
+            pages = -(-total // per_page)
+            if pages > MAX_PAGES:
+                raise TxSearchLie(where, f"total_count {total} is past {MAX_PAGES} pages of {per_page}",
+                                  transient=True)
+            if len(txs) > per_page:
+                raise TxSearchLie(where, f"{len(txs)} txs on a page of {per_page}", transient=True)
+            key = hashlib.sha256(repr([(t.get("height"), t.get("hash"), t.get("index")) for t in txs
+                                       if isinstance(t, dict)]).encode()).digest()
+            if txs and key in seen:
+                raise TxSearchLie(where, "the same txs as an earlier page (total_count "
+                                  f"{total})", transient=True)
+            seen.add(key)
+            out.extend(tx_search_events(data, event_type))
+            if page >= pages or not txs:
+                return out
             page += 1
 
     def escrows_created(self, epoch: int) -> list[TxEvent]:
-        return list(self.tx_search(f"devshard_escrow_created.epoch_index='{int(epoch)}'", "devshard_escrow_created"))
+        return self.tx_search(f"devshard_escrow_created.epoch_index='{int(epoch)}'", "devshard_escrow_created")
 
     def escrows_settled(self, min_height: int = 0) -> list[TxEvent]:
         q = "devshard_escrow_settled.escrow_id EXISTS"
         if min_height:
             q += f" AND tx.height>={int(min_height)}"
-        return list(self.tx_search(q, "devshard_escrow_settled"))
+        return self.tx_search(q, "devshard_escrow_settled")
 
     def escrow_settled(self, escrow_id: str | int) -> list[TxEvent]:
         """The settlement event of one escrow (none while it is unsettled)."""
-        return list(self.tx_search(f"devshard_escrow_settled.escrow_id='{int(escrow_id)}'", "devshard_escrow_settled"))
+        return self.tx_search(f"devshard_escrow_settled.escrow_id='{int(escrow_id)}'", "devshard_escrow_settled")
