@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from indexer.devnet import downtime, payouts
+from indexer.devnet.models import MODELS
 from indexer.devnet.world import Devnet
 
 
@@ -75,8 +76,14 @@ def params_json(net: Devnet, height: int | None = None) -> dict[str, Any]:
     bitcoin = {"use_bitcoin_rewards": True, "initial_epoch_reward": "323000000000000",
                "decay_rate": _dec("-475", -6), "genesis_epoch": "1", "utilization_bonus_factor": _dec("5", -1),
                "full_coverage_bonus_factor": _dec("12", -1), "partial_coverage_bonus_factor": _dec("1", -1)}
+    # mainnet's values (the e267 and e366 captures): a delegating host passes 5 % of its reward weight on
+    delegation = {"deploy_window": "500", "refusal_penalty": _dec("1", -1), "no_participation_penalty": _dec("15", -2),
+                  "delegation_share": _dec("5", -2), "w_threshold": _dec("1", -1), "v_min": "3",
+                  "cap_factor": _dec("75", -2), "initial_model_id": MODELS[0].model_id,
+                  "max_model_voting_power_percentage": _dec("3", -1)}
     return {"params": {"epoch_params": epoch_params, "validation_params": validation_params(net, height),
-                       "bitcoin_reward_params": bitcoin, "devshard_escrow_params": escrow_params}}
+                       "bitcoin_reward_params": bitcoin, "devshard_escrow_params": escrow_params,
+                       "delegation_params": delegation}}
 
 
 def epoch_info_json(net: Devnet) -> dict[str, Any]:
