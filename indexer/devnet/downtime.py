@@ -1,8 +1,9 @@
 """The chain's downtime test as the devnet applies it before paying an epoch's reward.
 
-CalculateParticipantBitcoinRewards (gonka-ai/gonka inference-chain/x/inference/keeper/bitcoin_rewards.go, 577203bab)
-zeroes the reward weight of a host that fails ``MissedStatTest(missed_requests, inference_count + missed_requests,
-p0)`` (CheckAndPunishForDowntimeForParticipants), with p0 from ``getDynamicP0`` over the epoch's sums. The devnet
+CalculateParticipantBitcoinRewards (gonka-ai/gonka inference-chain/x/inference/keeper/bitcoin_rewards.go, v0.2.10
+on: release/v0.2.10 @faa358dec, as fn.downtime_p0 follows) zeroes the reward weight of a host that fails
+``MissedStatTest(missed_requests, inference_count + missed_requests, p0)`` (CheckAndPunishForDowntimeForParticipants),
+with p0 from ``getDynamicP0`` over the epoch's sums. The devnet
 reproduces the v0.2.10-on rule for the p0 values its governance parameters give (a table p0: 50 … 500 permille);
 the critical values are read from sql/functions/31_missed_stat_tables.sql, the indexer's copy of the chain's
 tables (calculations/stats_table.go), so the numbers live in one place. The indexer's own test is
