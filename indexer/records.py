@@ -100,7 +100,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     # the epoch's own parameter snapshot and per-participant outcome (chain REST; indexer.wire.chain_records)
     Kind("epoch_params", "epoch_params", ("epoch_index",),
          _f("epoch_index:u64! validation_params:obj bitcoin_reward_params:obj devshard_escrow_params:obj "
-            "total_weight:u64 params_height:u64 params_exact:bool confirmation_weight_scales:obj"), scope="epoch"),
+            "total_weight:u64 params_height:u64 params_exact:bool confirmation_weight_scales:obj "
+            "delegation_params:obj"), scope="epoch"),
     Kind("participant_epoch", "participant_epoch", ("epoch_index", "participant"),
          _f("epoch_index:u64! participant:str! weight:i64 confirmation_weight:i64 inference_count:u64 "
             "missed_requests:u64 validated_inferences:u64 invalidated_inferences:u64 earned_coins:u64n "

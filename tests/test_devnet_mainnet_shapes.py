@@ -14,7 +14,8 @@ from indexer.sources.gonka.chain import _pruned_answer
 from tests.mainnet_fixtures import epoch_info_shape, load, structure_diff
 
 # the parameter groups the indexer reads; the devnet leaves the others (poc, tokenomics, …) out
-PARAM_GROUPS = ("epoch_params", "validation_params", "bitcoin_reward_params", "devshard_escrow_params")
+PARAM_GROUPS = ("epoch_params", "validation_params", "bitcoin_reward_params", "devshard_escrow_params",
+                "delegation_params")
 
 
 @pytest.fixture(scope="module")

@@ -44,9 +44,10 @@ def test_every_epoch_report_is_complete(cases):
         assert "| `gonka1hostC` | invalidation SPRT: the chain excluded the host" in text  # undecided, with why
     e408 = next(c for c in cases if c.epoch == 408)
     assert "3.5641 → 0.5212 (4)" in markdown(e408)
-    # the devnet pays made-up amounts, not the chain's formula: the report says the check fails and lists them
-    assert "of the 6 hosts the chain paid in this epoch (epoch_performance_summary.rewarded_coins), the rule gives " \
-           "exactly the amount paid for 0. For the others" in markdown(e408)
+    # the devnet pays by the chain's rule (hosts that fail the downtime test or are excluded get nothing): every
+    # payout of the epoch is the rule's
+    assert "of the 4 hosts the chain paid in this epoch (epoch_performance_summary.rewarded_coins), the rule gives " \
+           "exactly the amount paid for 4.\n" in markdown(e408)
     assert "No host's epoch outcome is shown to change" in markdown(e408)
 
 

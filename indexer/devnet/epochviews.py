@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from indexer.devnet import downtime, payouts
+from indexer.devnet.models import MODELS
 from indexer.devnet.world import Devnet
 
 
@@ -74,8 +76,14 @@ def params_json(net: Devnet, height: int | None = None) -> dict[str, Any]:
     bitcoin = {"use_bitcoin_rewards": True, "initial_epoch_reward": "323000000000000",
                "decay_rate": _dec("-475", -6), "genesis_epoch": "1", "utilization_bonus_factor": _dec("5", -1),
                "full_coverage_bonus_factor": _dec("12", -1), "partial_coverage_bonus_factor": _dec("1", -1)}
+    # mainnet's values (the e267 and e366 captures): a delegating host passes 5 % of its reward weight on
+    delegation = {"deploy_window": "500", "refusal_penalty": _dec("1", -1), "no_participation_penalty": _dec("15", -2),
+                  "delegation_share": _dec("5", -2), "w_threshold": _dec("1", -1), "v_min": "3",
+                  "cap_factor": _dec("75", -2), "initial_model_id": MODELS[0].model_id,
+                  "max_model_voting_power_percentage": _dec("3", -1)}
     return {"params": {"epoch_params": epoch_params, "validation_params": validation_params(net, height),
-                       "bitcoin_reward_params": bitcoin, "devshard_escrow_params": escrow_params}}
+                       "bitcoin_reward_params": bitcoin, "devshard_escrow_params": escrow_params,
+                       "delegation_params": delegation}}
 
 
 def epoch_info_json(net: Devnet) -> dict[str, Any]:
@@ -152,11 +160,25 @@ def performance_summary_json(net: Devnet, epoch_index: int, participant: str) ->
     done = _executed(net, epoch_index).get(participant, {"count": 0, "validated": 0})
     excluded = participant in excluded_map(net, epoch_index)
     earned = 0 if excluded else 1000 * done["count"]
+    weights = {w["member_address"]: int(w["weight"]) for w in _weights(net)}
+    rewarded = payouts.rewarded_coins(epoch_index, weights[participant], sum(weights.values()),
+                                      params_json(net)["params"]["bitcoin_reward_params"], active=not excluded,
+                                      downtime_passes=downtime_verdicts(net, epoch_index)[participant])
     return {"epochPerformanceSummary": {
         "epoch_index": str(epoch_index), "participant_id": participant, "inference_count": str(done["count"]),
         "missed_requests": str(stats.get("missed", 0)), "earned_coins": str(earned),
-        "rewarded_coins": str(earned * 3), "burned_coins": "0", "validated_inferences": str(done["validated"]),
+        "rewarded_coins": str(rewarded), "burned_coins": "0", "validated_inferences": str(done["validated"]),
         "invalidated_inferences": str(stats.get("invalid", 0)), "claimed": not excluded}}
+
+
+def downtime_verdicts(net: Devnet, epoch_index: int) -> dict[str, bool]:
+    """Per participant: whether the chain's downtime test lets it be paid, over the counts its
+    epoch_performance_summary publishes and the governance binom_test_p0 in force when the epoch settles."""
+    stats, done = net.scenario.host_epoch_stats(epoch_index), _executed(net, epoch_index)
+    counts = {h.address: (stats.get(h.address, {}).get("missed", 0), done.get(h.address, {}).get("count", 0))
+              for h in net.scenario.hosts}
+    p0 = validation_params(net, end_height(net, epoch_index))["binom_test_p0"]
+    return downtime.downtime_verdicts(counts, downtime.governance_permille(p0))
 
 
 def excluded_map(net: Devnet, epoch_index: int) -> dict[str, int]:

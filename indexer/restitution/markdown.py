@@ -25,7 +25,7 @@ CSV_COLUMNS = ("epoch_index", "participant", "outcome", "role", "flipped_test", 
                "sprt_max_llr_without_disputable", "sprt_threshold", "excluded_reason", "exclusion_not_reproduced",
                "unknown_reason", "confirmation_weight", "weight", "raw_confirmation_weight", "total_weight",
                "theoretical_epoch_reward", "chain_version", "params_exact", "disputable_penalties",
-               "disputable_evidence_json")
+               "disputable_evidence_json", "delegation_status", "amount_if_delegating_ngonka")
 MAX_CELL = 30_000  # a spreadsheet cell holds 32,767 characters; longer evidence is referred to the Markdown
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#])")
 
@@ -93,6 +93,9 @@ def _summary(case: EpochCase) -> list[str]:
                       f"**{gonka(r['restitution_amount'])}**", fmt(r["restitution_amount"]),
                       md(r["weight_basis"] or "unknown")] for r in cands]
                     + [["**Total**", "", "", f"**{gonka(total)}**", fmt(total), ""]])
+    if any((r["delegation_status"] or "").startswith("unknown") for r in cands):
+        lines += ["", "Amounts before delegation: a host that delegated in this epoch is owed less (see "
+                  "\"Delegation\")."]
     return lines + [""]
 
 
@@ -165,6 +168,36 @@ def _incident(case: EpochCase) -> list[str]:
     return lines
 
 
+def _share(value: Any) -> str:
+    return "not captured" if value is None else format(value.normalize(), "f")
+
+
+def _delegation(case: EpochCase) -> list[str]:
+    """Hosts with an amount to restitute that delegation may change, and what would settle it."""
+    owed = [r for r in case.rows if r["restitution_amount"]]
+    lines = ["## Delegation", ""]
+    if not owed:
+        return lines + ["No host has an amount to restitute, so delegation changes nothing in this report.", ""]
+    unknown = [r for r in owed if (r["delegation_status"] or "").startswith("unknown")]
+    if not unknown:
+        return lines + ["The chain version in force has no delegation reward transfers (they start with v0.2.14): "
+                        "the amounts stand.", ""]
+    lines += ["From chain v0.2.14 on, a host that delegates a model passes delegation_share of its reward weight to "
+              "its delegatee, and delegation penalties (refusal, no participation) remove more, after the downtime "
+              "test (CalculateParticipantBitcoinRewardsWithTransfers). Which hosts delegated in this epoch is not "
+              "captured, so these amounts are not settled:", ""]
+    lines += _table(["participant", "to restitute (GONKA)", "if it delegated one model (GONKA)", "delegation share",
+                     "why unknown"],
+                    [[code(r["participant"]), gonka(r["restitution_amount"]),
+                      gonka(r["restitution_amount_if_delegating"]), _share(r["delegation_share"]),
+                      md(r["delegation_status"].removeprefix("unknown: "))] for r in unknown])
+    return lines + ["", "What settles it: the epoch's DelegationRewardTransferSnapshot as the chain settled it (its "
+                    "transfers {model, from, to, share} and penalties {participant, fraction}), or the host's own "
+                    "record of the models it delegated and to whom. Then the amount is ⌊theoretical epoch reward × "
+                    "fn.delegated_reward_weight(reward weight, share, models delegated, penalty) / total weight⌋, "
+                    "plus what hosts that delegated to it passed on.", ""]
+
+
 def _excluded(case: EpochCase) -> list[str]:
     lines = ["## Hosts the chain excluded", ""]
     if not case.excluded:
@@ -223,7 +256,8 @@ def _not_computed(case: EpochCase) -> list[str]:
                      "columns are not computed for this epoch.")
     if not vp.get("captured", True):
         lines.append("- No validation_params snapshot was captured for this epoch: neither test could be computed.")
-    return lines + ["- Delegation transfers and the 30 % power cap on reward weights are not computed.", ""]
+    return lines + ["- Delegation transfers (not captured; see \"Delegation\") and the 30 % power cap on reward "
+                    "weights are not applied to the amounts.", ""]
 
 
 def _parameters(case: EpochCase) -> list[str]:
@@ -258,7 +292,8 @@ def _variants(case: EpochCase) -> list[str]:
 
 def markdown(case: EpochCase) -> str:
     lines = [f"# Restitution report: epoch {case.epoch}", ""]
-    for part in (_summary, _amount_rule, _incident, _excluded, _unknown, _penalties, _parameters, _not_computed):
+    for part in (_summary, _amount_rule, _incident, _delegation, _excluded, _unknown, _penalties, _parameters,
+                 _not_computed):
         lines += part(case)
     lines += ["## What this report does not claim", ""] + [f"- {t}" for t in NOT_CLAIMED] + [""]
     lines += _variants(case)
@@ -291,6 +326,7 @@ def rows_csv(case: EpochCase) -> str:
                   "amount_gonka": gonka(r["restitution_amount"]).replace(",", "")
                   if r["restitution_amount"] is not None else "",
                   "amount_ngonka": r["restitution_amount"], "reward_if_passed_ngonka": r["reward_if_passed"],
+                  "amount_if_delegating_ngonka": r["restitution_amount_if_delegating"],
                   "disputable_penalties": text, "disputable_evidence_json": raw}
         w.writerow([_csv_cell(values.get(c)) for c in CSV_COLUMNS])
     return buf.getvalue()

@@ -13,8 +13,9 @@ from indexer.restitution.collect import EpochCase
 NGONKA = Decimal(10) ** 9
 VARIANTS = ("current", "issue_2078", "tokenize_2093", "narrow_prompt_ge_limit", "hardened_sibling")
 NOT_CLAIMED = (
-    "Delegation transfers (poc_delegation) are not applied: a host that delegates keeps only its share after the "
-    "transfer, and the delegatee's loss is not in this table. The indexer does not capture delegations.",
+    "Delegation transfers are not applied to the amounts: from chain v0.2.14 on a host that delegates keeps its "
+    "reward weight less delegation_share per model delegated, and a delegatee gains it; the indexer does not "
+    "capture the epoch's transfers (\"Delegation\" gives the amount if the host delegated one model).",
     "The power cap (30 % of active weight) is not applied: excluding a host can push other hosts through the cap; "
     "those indirect losses are not computed.",
     "confirmation_weight is the last value the chain stored; confirmation rounds after an exclusion may not have "

@@ -118,8 +118,8 @@ def confirmation_weight_scales(group: Mapping[str, Any]) -> dict[str, Any] | Non
 def epoch_params_record(epoch: int, group: Mapping[str, Any], params: Mapping[str, Any] | None,
                         params_height: int | None, params_exact: bool) -> dict[str, Any]:
     """``epoch_params``: the root group's ``validation_params``, ``total_weight`` and ``confirmation_weight_scales``
-    (the epoch's own snapshot), and, from ``/params`` read at ``params_height``, ``bitcoin_reward_params`` and
-    ``devshard_escrow_params``."""
+    (the epoch's own snapshot), and, from ``/params`` read at ``params_height``, ``bitcoin_reward_params``,
+    ``devshard_escrow_params`` and ``delegation_params``."""
     rec: dict[str, Any] = {"kind": "epoch_params", "epoch_index": epoch}
     scales = confirmation_weight_scales(group)
     if scales is not None:
@@ -132,7 +132,7 @@ def epoch_params_record(epoch: int, group: Mapping[str, Any], params: Mapping[st
         rec["total_weight"] = parse_u64(group["total_weight"], "total_weight")
     if params is not None:
         inner = _obj(_obj(params, "params").get("params"), "params.params")
-        for key in ("bitcoin_reward_params", "devshard_escrow_params"):
+        for key in ("bitcoin_reward_params", "devshard_escrow_params", "delegation_params"):
             if inner.get(key) is not None:
                 rec[key] = dict(_obj(inner[key], f"params.{key}"))
         if params_height is not None:

@@ -24,7 +24,8 @@
 --   preserved-slot PoC weight + confirmation weight, denominator after downtime) differ and their version span is
 --   not established.
 -- Not modelled in any version (named in the restitution evidence): the 30 percent power cap the chain applies to
--- the effective weights (ApplyPowerCappingForWeights), and delegation transfers/penalties (v0.2.14 on).
+-- the effective weights (ApplyPowerCappingForWeights). Delegation transfers and penalties (v0.2.14 on) come after
+-- this weight: fn.delegated_reward_weight (38_delegation.sql).
 --
 -- A weight <= 0 pays nothing (basis 'full', weight 0). error names the missing input; the weight is then NULL.
 CREATE OR REPLACE FUNCTION fn.reward_weight(weight bigint, confirmation_weight bigint, raw_confirmation_weight bigint,

@@ -254,8 +254,10 @@ WITH pair AS (
                    AND p.excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations' THEN NULL
               ELSE (p.sprt_crossed = true AND p.sprt_crossed_without = false) END AS sprt_flips,
          p.sprt_crossed = false AND p.excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations'
-           AS exclusion_not_reproduced
+           AS exclusion_not_reproduced,
+         fn.chain_decimal(dp.delegation_params -> 'delegation_share') AS delegation_share
   FROM pair p
+  LEFT JOIN rec.epoch_params dp ON dp.epoch_index = p.epoch_index
   CROSS JOIN LATERAL fn.theoretical_epoch_reward_safe(p.epoch_index, p.bitcoin_reward_params, p.chain_version) r
   CROSS JOIN LATERAL fn.reward_weight(p.weight, p.confirmation_weight, p.raw_confirmation_weight,
                                       p.confirmation_weight_scales, p.chain_version) rw
@@ -277,6 +279,22 @@ WITH pair AS (
                 WHEN sprt_flips IS NULL THEN 'invalidation SPRT: ' || COALESCE(sprt_null_reason,
              'not evaluable with or without the disputable penalties') END) AS unknown_reason
   FROM priced q
+), owed AS (
+  SELECT j.*,
+         -- paid only when the host passes both tests without the disputable penalties (a flip in one test does
+         -- not pay a host the other test still fails)
+         CASE WHEN candidate = false THEN 0
+              WHEN candidate AND (downtime_passes_without = false OR sprt_crossed_without) THEN 0
+              WHEN candidate AND downtime_passes_without AND sprt_crossed_without = false THEN reward_if_passed
+              END AS amount
+  FROM judged j
+), delegated AS (
+  SELECT o.*,
+         -- the amount if the host delegated one model: its reward weight less delegation_share of it
+         CASE WHEN amount > 0 THEN fn.reward_share(theoretical_epoch_reward,
+                fn.delegated_reward_weight(reward_weight, delegation_share), total_weight) END
+           AS amount_if_delegating
+  FROM owed o
 )
 SELECT epoch_index, participant,
        COALESCE(chain_inference_count, assigned - replay_missed) AS inference_count,
@@ -289,13 +307,7 @@ SELECT epoch_index, participant,
        sprt_crossed, sprt_crossed_without AS sprt_crossed_without_disputable,
        excluded_reason, confirmation_weight, total_weight, theoretical_epoch_reward,
        reward_if_passed AS reward_at_stake,
-       candidate AS restitution_candidate, weight_basis, reward_if_passed,
-       -- paid only when the host passes both tests without the disputable penalties (a flip in one test does not
-       -- pay a host the other test still fails)
-       CASE WHEN candidate = false THEN 0
-            WHEN candidate AND (downtime_passes_without = false OR sprt_crossed_without) THEN 0
-            WHEN candidate AND downtime_passes_without AND sprt_crossed_without = false THEN reward_if_passed
-            END AS restitution_amount,
+       candidate AS restitution_candidate, weight_basis, reward_if_passed, amount AS restitution_amount,
        NULLIF(unknown_reason, '') AS unknown_reason, exclusion_not_reproduced,
        weight, raw_confirmation_weight, reward_weight, reward_weight_error,
        confirmation_weight = 0 AND weight > 0 AS zero_confirmation_weight, reward_if_full_weight,
@@ -317,7 +329,9 @@ SELECT epoch_index, participant,
        (excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations') = sprt_crossed AS exclusion_matches_sprt,
        sprt_p0, sprt_p1, binom_test_p0, downtime_p0, sprt_final_llr, sprt_crossed_at_escrow,
        chain_version, version_source AS chain_version_source, params_exact, params_height,
-       params_changed_by_next_epoch,
+       params_changed_by_next_epoch, delegation_share,
+       amount_if_delegating AS restitution_amount_if_delegating,
+       fn.delegation_status(chain_version, amount, delegation_share, amount_if_delegating) AS delegation_status,
        jsonb_strip_nulls(jsonb_build_object(
          'sprt_order', 'one status update per escrow settlement (the chain adds an escrow''s results at once and '
            || 'checks LLR >= H after each); escrows in settlement order: settled_height when recorded, else escrow '
@@ -390,10 +404,11 @@ SELECT epoch_index, participant,
                || 'basis; on its full weight it would get ' || reward_if_full_weight || ' ngonka' END,
              'chain_paid', chain_rewarded_coins,
              'not_computed', jsonb_build_array(
-               'delegation transfers and penalties (chain v0.2.14 on): a delegating host keeps only its share',
+               'delegation transfers and penalties (chain v0.2.14 on): not captured; delegation_status and '
+                 || 'restitution_amount_if_delegating say what they would change',
                '30 percent power cap on the effective weights (ApplyPowerCappingForWeights): it binds only on a '
                  || 'host above 30 percent of the effective total',
                'confirmation_weight is the last stored value, which may predate later confirmation rounds'),
              'not_included', jsonb_build_array('work coins', 'collateral slash', 'reputation reset'))
        )) AS evidence
-FROM judged;
+FROM delegated;
