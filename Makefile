@@ -22,10 +22,11 @@ quick: $(STAMP)
 
 # The tests of everything that types lines (the file load, the poller's decode workers and commits), run again on the
 # Python typing paths alone, as on a machine where the C block typer did not build: the two paths must not drift.
-PYTHON_IMPL_TESTS := tests/test_typing_impl.py tests/test_typer.py tests/test_fastpath.py tests/test_copytext.py \
-  tests/test_assemble.py tests/test_ingest.py tests/test_resume.py tests/test_load_probe.py \
-  tests/test_load_deadlock_retry.py tests/test_reliability_copy_errors.py tests/test_poller_decode_workers.py \
-  tests/test_poller_devnet.py tests/test_poller_kill.py tests/test_poller_durability.py
+PYTHON_IMPL_TESTS := tests/load/test_typing_impl.py tests/load/test_typer.py tests/load/test_fastpath.py \
+  tests/load/test_copytext.py \
+  tests/load/test_assemble.py tests/load/test_ingest.py tests/load/test_resume.py tests/load/test_load_probe.py \
+  tests/load/test_load_deadlock_retry.py tests/load/test_reliability_copy_errors.py tests/poller/test_poller_decode_workers.py \
+  tests/poller/test_poller_devnet.py tests/poller/test_poller_kill.py tests/poller/test_poller_durability.py
 test-python: $(STAMP)
 	INDEXER_IMPL=python $(BIN)/python -m pytest $(PYTHON_IMPL_TESTS) $(PYTEST_ARGS)
 

@@ -15,8 +15,8 @@ import pytest
 from indexer.db import migrate
 from indexer.db.scratch import scratch_database
 from indexer.db.url import libpq_url
-from tests import slow_tests
-from tests.partition_kit import three_epochs  # noqa: F401 - a fixture of the partition tests
+from tests.support import slow_tests
+from tests.support.partition_kit import three_epochs  # noqa: F401 - a fixture of the partition tests
 
 # `indexer run` serves /metrics on 127.0.0.1:9464 by default; test processes (and other suites on this machine) would
 # fight over it, so every `indexer run` a test starts binds a free port instead
@@ -106,10 +106,10 @@ def demo_db_url(pg_admin_url, template_db):
 
 @pytest.hookimpl(tryfirst=True)  # before -m and -k deselect anything
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests tests/slow_tests.py lists as `slow` (`make quick` leaves them out)."""
+    """Mark the tests tests/support/slow_tests.py lists as `slow` (`make quick` leaves them out)."""
     marked, stale = slow_tests.marked([item.nodeid for item in items])
     if stale:
-        raise pytest.UsageError(f"tests/slow_tests.py SLOW names tests that do not exist: {', '.join(stale)}")
+        raise pytest.UsageError(f"tests/support/slow_tests.py SLOW names tests that do not exist: {', '.join(stale)}")
     for item in items:
         if item.nodeid in marked:
             item.add_marker(pytest.mark.slow)

@@ -11,8 +11,8 @@ import pytest
 
 from indexer import archive as archive_mod
 from indexer.archive import NotFinal, archive, epoch_file
-from tests.helpers import ingest, table_snapshot, write_lines
-from tests.partition_kit import EPOCHS
+from tests.support.helpers import ingest, table_snapshot, write_lines
+from tests.support.partition_kit import EPOCHS
 
 RULES = ["rules.context_refusal", "rules.sibling_finding", "rules.suspect", "rules.challenge", "rules.escrow_limit",
          "rules.model_limit", "rules.refusal_parse"]

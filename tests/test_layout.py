@@ -1,6 +1,6 @@
 """The code's shape, checked: no import cycles (top-level and function-level imports alike), each package imports
 only the layers below it (the data flow sources → load → replay → rules → api), every CLI option has a help line,
-and every environment variable is documented in the README."""
+every environment variable is documented in the README, and the test tree mirrors the package."""
 from __future__ import annotations
 
 import argparse
@@ -144,3 +144,78 @@ def test_the_schema_files_are_read_from_the_top_level_folders_in_a_checkout():
 
     assert (SQL_DIR, MIGRATIONS_DIR) == (ROOT / "sql", ROOT / "migrations")
     assert not (PACKAGE / "sql").exists() and not (PACKAGE / "migrations").exists()
+
+
+# The test tree mirrors the package: the tests of indexer/<package>/ in tests/<package>/, the shared kits in
+# tests/support/, data in tests/cases/; tests/ itself holds conftest.py, the tests of top-level modules
+# (indexer/<module>.py) and the checks of the whole project listed here.
+WHOLE_PROJECT = {
+    "test_bench", "test_deploy", "test_docs", "test_interface", "test_layout", "test_messages", "test_packaging",
+    "test_safe_extract", "test_slow_marks", "test_smoke_db",
+}
+
+
+def _misplaced(tests: Path, package: Path) -> list[str]:
+    """Every file of the test tree ``tests`` that is not where the layout above puts it, with the reason."""
+    packages = {p.parent.name for p in package.glob("*/*.py") if p.parent.name != "__pycache__"}
+    modules = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")}
+
+    def names(stem: str, among: set[str]) -> str | None:
+        rest = stem[len("test_"):]
+        return next((n for n in sorted(among, key=len, reverse=True) if rest == n or rest.startswith(n + "_")), None)
+
+    wrong = []
+    for folder in sorted(p for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        if folder.name not in packages | {"support", "cases"}:
+            wrong.append(f"tests/{folder.name}/: no package indexer/{folder.name}/ (tests of a package go in "
+                         "tests/<package>/, kits in tests/support/, data in tests/cases/)")
+        elif folder.name != "cases" and not (folder / "__init__.py").is_file():
+            wrong.append(f"tests/{folder.name}/: add an empty __init__.py (unique module names)")
+    if not (tests / "__init__.py").is_file():
+        wrong.append("tests/: add an empty __init__.py")
+    for path in sorted(tests.rglob("*.py")):
+        rel = path.relative_to(tests)
+        where, name = rel.parts[:-1], rel.name
+        if "__pycache__" in where or (where and where[0] == "cases") or name == "__init__.py":
+            continue
+        shown = "tests/" + rel.as_posix()
+        if not name.startswith("test_"):
+            if where != ("support",) and not (where == () and name == "conftest.py"):
+                wrong.append(f"{shown}: a shared kit belongs in tests/support/")
+            continue
+        pkg = names(path.stem, packages)
+        if len(where) > 1 or where == ("support",):
+            wrong.append(f"{shown}: tests live in tests/ or one package folder below it")
+        elif pkg and where != (pkg,):
+            wrong.append(f"{shown}: its name names indexer.{pkg}, so it belongs in tests/{pkg}/")
+        elif not where and path.stem not in WHOLE_PROJECT and not names(path.stem, modules):
+            wrong.append(f"{shown}: move it to tests/<package>/ of the package it tests, or list it in "
+                         "WHOLE_PROJECT (tests/test_layout.py) if it checks the whole project")
+    return wrong
+
+
+def test_tests_mirror_the_package():
+    assert _misplaced(ROOT / "tests", PACKAGE) == []
+
+
+def test_misplaced_tests_are_named(tmp_path):
+    tests, package = tmp_path / "tests", tmp_path / "indexer"
+    for rel in ["indexer/__init__.py", "indexer/load/__init__.py", "indexer/report.py", "tests/__init__.py",
+                "tests/conftest.py", "tests/support/__init__.py", "tests/support/kit.py", "tests/load/__init__.py",
+                "tests/load/test_ingest.py", "tests/test_report_html.py", "tests/cases/data/x.json"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert _misplaced(tests, package) == []
+    for rel in ["tests/test_load_misfiled.py", "tests/test_stray.py", "tests/load/kit2.py", "tests/extra/test_x.py",
+                "tests/load/deeper/test_y.py"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert _misplaced(tests, package) == [
+        "tests/extra/: no package indexer/extra/ (tests of a package go in tests/<package>/, kits in tests/support/,"
+        " data in tests/cases/)",
+        "tests/load/deeper/test_y.py: tests live in tests/ or one package folder below it",
+        "tests/load/kit2.py: a shared kit belongs in tests/support/",
+        "tests/test_load_misfiled.py: its name names indexer.load, so it belongs in tests/load/",
+        "tests/test_stray.py: move it to tests/<package>/ of the package it tests, or list it in WHOLE_PROJECT"
+        " (tests/test_layout.py) if it checks the whole project",
+    ]

@@ -187,7 +187,7 @@ END $$;
 
 
 def test_a_full_disk_names_the_file_and_the_last_committed_line_like_a_lost_connection(db_url, conn, tmp_path):
-    from tests.helpers import escrow, tx, write_lines
+    from tests.support.helpers import escrow, tx, write_lines
 
     path = write_lines(tmp_path / "many.ndjson", [escrow()] + [tx("start", i, i) for i in range(1, 3000)])
     # the server's own error, SQLSTATE 53100, raised as the rows of line 1201 on reach the table

@@ -6,7 +6,7 @@ import sys
 import psycopg
 
 from indexer.synth import generate, write_ndjson
-from tests.helpers import ingest
+from tests.support.helpers import ingest
 
 
 def _load(db_url, tmp_path):

@@ -1,11 +1,12 @@
-"""The `slow` marks (tests/slow_tests.py): what a name covers, and a name that no longer matches a test is caught."""
+"""The `slow` marks (tests/support/slow_tests.py): what a name covers, and a name that no longer matches a test is
+caught."""
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.slow_tests import SLOW, marked
+from tests.support.slow_tests import SLOW, marked
 
 ROOT = Path(__file__).resolve().parents[1]
 

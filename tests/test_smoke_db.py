@@ -1,4 +1,4 @@
-from tests.helpers import escrow, ingest, tx, write_lines
+from tests.support.helpers import escrow, ingest, tx, write_lines
 
 
 def test_reference_challenge_is_invalidated_through_the_database(db_url, tmp_path, conn):

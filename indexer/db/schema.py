@@ -25,7 +25,7 @@ def replaceable_object_files() -> list:
 
 @cache
 def head_revision() -> str:
-    """The newest migration's revision id (file stems are the revision ids; tests/test_migrations checks that this
+    """The newest migration's revision id (file stems are the revision ids; tests/db/test_migrations checks that this
     equals Alembic's own head)."""
     return sorted(p.stem for p in (MIGRATIONS_DIR / "versions").glob("[0-9]*.py"))[-1]
 

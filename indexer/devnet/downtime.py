@@ -7,7 +7,7 @@ with p0 from ``getDynamicP0`` over the epoch's sums. The devnet
 reproduces the v0.2.10-on rule for the p0 values its governance parameters give (a table p0: 50 … 500 permille);
 the critical values are read from sql/functions/31_missed_stat_tables.sql, the indexer's copy of the chain's
 tables (calculations/stats_table.go), so the numbers live in one place. The indexer's own test is
-fn.downtime_outcome_safe; tests/test_devnet_payouts.py holds the two to the same verdicts on the demo's epochs.
+fn.downtime_outcome_safe; tests/devnet/test_devnet_payouts.py holds the two to the same verdicts on the demo's epochs.
 """
 
 from __future__ import annotations

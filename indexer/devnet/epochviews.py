@@ -1,8 +1,8 @@
 """Epoch-level chain REST of the devnet in mainnet's shapes: ``epoch_info``, ``params`` (as of a height),
 ``epoch_group_data``, ``epoch_performance_summary`` and ``excluded_participants``.
 
-tests/test_devnet_mainnet_shapes.py holds every body here to the structure of the real captures in
-tests/fixtures/mainnet/ (keys, nesting, JSON types), so the devnet cannot drift from mainnet again.
+tests/devnet/test_devnet_mainnet_shapes.py holds every body here to the structure of the real captures in
+tests/cases/fixtures/mainnet/ (keys, nesting, JSON types), so the devnet cannot drift from mainnet again.
 
 History the devnet simulates so that "the epoch's own parameters" means something: a governance proposal raises
 ``invalidation_h_threshold`` from 4 to 40 and ``bad_participant_invalidation_rate`` from 0.1 to 0.18 at

@@ -27,7 +27,7 @@ itself as one data line, and is never terminal.
 A non-string event makes the envelope malformed (neither client fault nor terminal, though its error is still read).
 
 family (None when nothing matched; every wording, its source and releases is a row of
-tests/data/vllm_wordings.json, see vllm_wordings.md there)
+tests/cases/data/vllm_wordings.json, see vllm_wordings.md there)
   '1'   "… However, you requested P tokens[ in the messages| in the input for X …]"  (M None)
   '2'   "… you requested T tokens (P in the messages, M in the completion)"
   '3'   "… However, your request has P input tokens"
@@ -133,7 +133,7 @@ _YR = r"you requested "
 _PASSED = r" output tokens\.? however,? the model's context length is only " + _N + r" tokens"
 _MAXTOK = r"'?max_(?:completion_|output_|new_)?tokens'?"
 # (family, pattern, group names); first hit wins, so the order matters. The table of real wordings
-# with their sources is tests/data/vllm_wordings.json (README beside it).
+# with their sources is tests/cases/data/vllm_wordings.json (README beside it).
 _FAMILIES = tuple((fam, re.compile(pat, re.ASCII), names) for fam, pat, names in (
     ("4", r"max_tokens'? or '?max_completion_tokens'? is too large:? " + _N + r"\.? (?:this model's )?"
      + _CL + r",? and your request has " + _N + r" input tokens", "MLP"),

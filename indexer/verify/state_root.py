@@ -14,7 +14,7 @@ The version tag is a link-time stamp of the devshard binary (``devshard/types/pr
 composition is a compile-time choice of that binary (``devshard/state/composition.go`` @01dfd416:
 ``useV2StateRootComposition = false`` while the default tag was ``v2``), so the tag alone does not prove the
 composition. :data:`COMPOSITION` holds only what is established: v4.1 by the 35 roots of the v4.1 release fixture
-(tests/test_verify_state_root.py), v5 by hash.go @c6c474aa, v1 by the flat composition of the builds before the
+(tests/verify/test_verify_state_root.py), v5 by hash.go @c6c474aa, v1 by the flat composition of the builds before the
 accumulator (mainnet epoch 272 settled as v1). Any other tag (v2, v3, v4, an empty tag, which each build maps to its
 own default) is refused (:class:`UnsupportedVersion`) unless the caller names the composition to try
 (``State.composition``), e.g. to find which one reproduces a signed root.

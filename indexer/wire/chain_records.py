@@ -1,6 +1,6 @@
 """Chain REST responses of an epoch → the ``epoch``, ``epoch_params`` and ``participant_epoch`` records (§2).
 
-Shapes as mainnet serves them (captures in tests/fixtures/mainnet/, README there): cosmos-sdk's grpc-gateway
+Shapes as mainnet serves them (captures in tests/cases/fixtures/mainnet/, README there): cosmos-sdk's grpc-gateway
 marshals with the proto field names (``OrigName``) and emits zero values, so keys are snake_case except where the
 proto itself names a field in camelCase (``epochPerformanceSummary``), 64-bit integers are decimal strings, 32-bit
 ones JSON numbers, and ``inference.Decimal`` is ``{"value": "<int>", "exponent": <int32>}``.

@@ -5,7 +5,7 @@ serializes it, ~6 µs a tx between them (~24 for a timeout's or an error miss's,
 only needs the line, so for the seven kinds of records a log is made of (start, confirm_start, finish, validation,
 validation_vote, timeout, error_miss) :class:`TxLines` writes it from a byte template instead, ~2.5 µs. A template
 is not a second definition of the record: it must give, byte for byte, what ``dumps_record_bytes(tx_record(…))``
-gives (key order, orjson's escaping of the model name, lowercase hex), and tests/test_wire_versions.py checks that
+gives (key order, orjson's escaping of the model name, lowercase hex), and tests/wire/test_wire_versions.py checks that
 over random messages of every kind and version. Everything else (a timeout without a reason word, heartbeats and
 the other txs that make no record, unknown members, txs given as dicts) goes through ``tx_record``.
 """

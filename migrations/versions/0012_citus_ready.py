@@ -3,7 +3,7 @@
 Citus (docs/scale.md "The road to Citus", sql/citus/) needs, besides the tables' placement calls:
   * every PRIMARY KEY / UNIQUE constraint of a distributed table to include the distribution column: all do (the
     escrow-keyed tables lead with escrow_id; net.raw_response is distributed by its key id);
-    tests/test_citus_static.py checks it;
+    tests/db/test_citus_static.py checks it;
   * a replica identity on every table that is updated or deleted from, because adding or rebalancing nodes copies
     shards (and reference tables) with logical replication, which refuses UPDATE/DELETE on a table without one.
     rules.suspect has no key (a voter can be named twice for one inference, so no natural one) and is deleted from

@@ -44,7 +44,7 @@ EPOCH_ONLY_INDEXES = {
     "rules.disputable": "CREATE INDEX ix_disputable_epoch_index ON rules.disputable (epoch_index)",
 }
 
-# The routing column, as plain DDL (the static Citus catalog, tests/citus_catalog.py, reads the migrations' SQL
+# The routing column, as plain DDL (the static Citus catalog, tests/support/citus_catalog.py, reads the migrations' SQL
 # strings): added to the unpartitioned tables first (a constant default: no rewrite), then copied by LIKE.
 ROUTING_COLUMN = """
 ALTER TABLE rec.start_tx ADD COLUMN epoch_index bigint NOT NULL DEFAULT -1;

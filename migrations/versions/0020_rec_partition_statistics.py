@@ -30,7 +30,7 @@ OLD = importlib.import_module("indexer.migrations.versions.0018_last_epoch_parti
 # INT_MAX: autovacuum never reaches it; the loader analyses these partitions itself (see above)
 PARAMETER = "autovacuum_analyze_threshold = 2147483647"
 # (0018's statement, the same with the parameter for rec tables): a pair, not module strings, so that the tools
-# that read the migrations' SQL (tests/citus_catalog.py) see only whole statements
+# that read the migrations' SQL (tests/support/citus_catalog.py) see only whole statements
 _CREATE = (
     """        EXECUTE format('CREATE TABLE part.%I PARTITION OF %I.%I FOR VALUES FROM (%s) TO (%s)',
                        name, parent.nspname, parent.relname, e,

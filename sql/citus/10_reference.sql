@@ -2,7 +2,7 @@
 -- column. For tables that are small beside the escrow facts (a row per epoch, per model and epoch, per host and
 -- epoch, per input file) and that are read across escrows. Writes go to every node in one transaction: fine at
 -- their rate (an epoch snapshot, a rules claim, a loaded file).
--- The one list: tests/test_citus_static.py reads these calls (no other file names the reference tables).
+-- The one list: tests/db/test_citus_static.py reads these calls (no other file names the reference tables).
 
 -- provenance: one row per input file; quarantined lines reference it (a reference -> reference foreign key)
 SELECT create_reference_table('rec.source');

@@ -1,7 +1,7 @@
 -- Citus, step 2: the escrow facts, hash-distributed by escrow_id and co-located: every shard of every table below
 -- holds the same escrows, so a join on escrow_id runs on one node without moving rows. The escrow is the natural
 -- unit: a devshard log is signed per escrow, replayed per escrow, and every rule joins within one escrow
--- (tests/test_citus_static.py checks that every join between these tables equates escrow_id).
+-- (tests/db/test_citus_static.py checks that every join between these tables equates escrow_id).
 -- rec.escrow anchors the co-location group; the shard count is fixed at creation (citus.shard_count, default 32:
 -- enough for 32 workers; choose it before the first call, changing it later means alter_distributed_table).
 -- The one list: the static test reads these calls (no other file names the distributed tables).

@@ -8,7 +8,8 @@ exports; the tiers behind it, cheapest first:
 * ``fastpath`` — generated per-kind checks and renders of a parsed line, for every kind.
 * ``coerce`` + ``copytext`` — the general path: field by field, with the precise reason for a bad field.
 
-Each tier renders exactly what the general path renders (tests/test_typer.py, test_fastpath.py, test_typing_impl.py).
+Each tier renders exactly what the general path renders (tests/load/test_typer.py, test_fastpath.py,
+test_typing_impl.py).
 What each earns, in µs a line of a synthetic mainnet log (bench/typing_bench.py): C 0.8, the Python paths 4.0,
 without the Struct decoder 4.7, the general path alone 8.0.
 """

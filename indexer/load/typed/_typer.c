@@ -7,7 +7,7 @@
  * passed to fallback(number, raw), the Python paths, which decide everything about it and return whether it counted
  * (False for a blank line), or, for a row of one of these kinds, (kind, copy_line, key, slot): that row goes into the
  * kind's buffer here, in line order, with its facts. Declining is always safe: the rules below only ever take a line the Python paths would
- * render the same (tests/test_typer.py holds them to it).
+ * render the same (tests/load/test_typer.py holds them to it).
  *
  * Taken only: no backslash on the line (so no string needs COPY escaping), only ASCII bytes (string lengths are byte
  * counts), no control byte inside a string, integers as plain JSON integers without sign tricks (no "-0", no

@@ -4,7 +4,7 @@ Most lines are ordinary: every known field has its plain JSON type, unknown fiel
 timestamp field needs work (vote lists of plain votes are normalised here too). For those, one function checks the fields and writes the COPY text line
 directly (no intermediate row, no second pass). Anything else returns None and takes the general path
 (coerce.py + copytext.py), which gives the precise reason for a bad field. Both paths render
-the same text; tests/test_fastpath.py holds them to it.
+the same text; tests/load/test_fastpath.py holds them to it.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 ``line_typer`` gives the function the file load and the poller call per line (indexer.load.prepare): the Struct
 decoder (structs.py) when the caller reads raw lines, then the generated fast path (fastpath.py), then the general
 path (coerce.py field by field, copytext.py to render), which names what is wrong with a line it quarantines. Every
-path renders the same COPY text (tests/test_fastpath.py). The C block typer (native.py) takes the bulk kinds' plain
+path renders the same COPY text (tests/load/test_fastpath.py). The C block typer (native.py) takes the bulk kinds' plain
 lines before any of these and hands the rest here.
 """
 from __future__ import annotations

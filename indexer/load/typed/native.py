@@ -6,7 +6,7 @@ around ~0.7 µs of decoding (the tuple, the render call, the row tuple, the batc
 took ~6 CPU-s of a 978k-line file on a 2-core machine whose other core the server's COPY needs. No library types
 NDJSON into COPY text with these checks, so the common case is done in C: a line it can take costs no Python
 object, and every other line goes through the Python paths unchanged (``fallback``), which stay the definition of
-what a line means. tests/test_typer.py holds the C rows to the Python paths' rows line by line.
+what a line means. tests/load/test_typer.py holds the C rows to the Python paths' rows line by line.
 
 The extension is optional (setup.py builds it with ``optional=True``): without it, ``type_block`` is None and the
 load types every line with the Python paths, which give the same rows. ``INDEXER_IMPL`` chooses: ``auto`` (the

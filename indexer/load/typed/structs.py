@@ -12,7 +12,7 @@ none can hold \\u0000), and exactly one colon per field the Struct holds, so the
 field twice, no explicit null and no colon inside a string. Anything else (or anything msgspec refuses: a float, an
 integer out of range, an id given as a number; a hash that is not hex; a refusal; another kind) returns None and the
 line goes down the fast path and then the general path exactly as before, which give the precise reasons.
-tests/test_fastpath.py holds the three renders to the same text.
+tests/load/test_fastpath.py holds the three renders to the same text.
 """
 from __future__ import annotations
 

@@ -1,0 +1,105 @@
+"""Issue 37 item 5: data in an alert (participant, model id, summary) cannot spoof a Slack or Telegram message, and no
+message exceeds its service's limit, whatever the data; the webhook carries the values unchanged as JSON."""
+from __future__ import annotations
+
+import html
+import re
+from datetime import timedelta
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from indexer.alerts.channels import Slack, Telegram, Webhook
+from indexer.alerts.delivery import deliver_due
+from indexer.alerts.engine import Policy, evaluate
+from indexer.alerts.messages import (ELLIPSIS, SLACK_TEXT_LIMIT, TELEGRAM_TEXT_LIMIT, fit, slack_escape,
+                                     slack_message, telegram_message, units)
+from tests.support.alerts_kit import PROBE, Receiver, make_probe
+
+HOSTILE = ["<!channel>", "<!here>", "<http://evil.example|click>", "&amp;", "a&b<c>d", "*bold* _it_ `code`",
+           "\n[RESOLVED] probe: all good", "\u202eevil", "😀" * 3]
+
+
+def _body(summary="s", key="probe:x", rule="probe", status="firing", severity="critical"):
+    return {"alert_key": key, "rule": rule, "severity": severity, "status": status, "participant": None,
+            "epoch_index": None, "summary": summary, "details": {}, "fired_at": "2026-12-01T12:00:00+00:00"}
+
+
+def _slack_texts(message):
+    yield message["text"]
+    for block in message["blocks"]:
+        if "text" in block:
+            yield block["text"]["text"]
+        for element in block.get("elements", []):
+            yield element["text"]
+
+
+def _check_slack(message):
+    for text in _slack_texts(message):
+        assert units(text) <= SLACK_TEXT_LIMIT
+        assert "<" not in text and ">" not in text  # no link, mention or special command can start
+        assert re.fullmatch(r"(?:[^&]|&amp;|&lt;|&gt;)*", text, re.S), text  # every & starts one of our escapes
+
+
+def test_slack_escapes_mentions_and_links():
+    message = slack_message(_body(summary="host <!channel> <http://evil.example|click> & co", key="probe:<!here>"))
+    _check_slack(message)
+    assert message["text"] == "[CRITICAL] probe: host &lt;!channel&gt; &lt;http://evil.example|click&gt; &amp; co"
+    assert message["blocks"][1]["elements"][0]["text"] == "probe:&lt;!here&gt;"
+
+
+def test_a_20006_character_participant_is_cut_under_each_limit():
+    huge = "gonka1" + "<" * 20000
+    slack = slack_message(_body(summary=f"disputable penalty for {huge}"))
+    _check_slack(slack)
+    assert slack["blocks"][0]["text"]["text"].endswith("&lt;" + ELLIPSIS)  # cut between escapes, marked
+    tg = telegram_message("-100", _body(summary=huge, key="probe:" + huge))
+    assert units(tg["text"]) <= TELEGRAM_TEXT_LIMIT and ELLIPSIS in tg["text"]
+
+
+def test_telegram_is_plain_text_with_one_line_per_field():
+    tg = telegram_message("-100", _body(summary="x\n[RESOLVED] probe: fine <b>&amp;</b>"))
+    assert "parse_mode" not in tg  # plain text: nothing is interpreted, so nothing needs escaping
+    head, key = tg["text"].split("\n")
+    assert head == "[CRITICAL] probe: x\ufffd[RESOLVED] probe: fine <b>&amp;</b>" and key == "probe:x"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.text(max_size=5000), st.sampled_from(HOSTILE), st.integers(0, 30000))
+def test_any_value_stays_escaped_and_bounded(text, big, hostile, repeat):
+    summary = (hostile * (repeat // max(1, len(hostile))))[:40000] + text + big
+    body = _body(summary=summary, key="probe:" + hostile + text, rule=hostile + text)
+    _check_slack(slack_message(body))
+    tg = telegram_message("-100", body)
+    assert units(tg["text"]) <= TELEGRAM_TEXT_LIMIT and tg["text"].count("\n") == 1
+
+
+@given(st.text(), st.integers(1, 200))
+def test_fit_never_cuts_inside_an_escape(text, limit):
+    out = fit(text, limit, slack_escape)
+    assert units(out) <= limit
+    kept = out[:-1] if out.endswith(ELLIPSIS) and out != slack_escape(text) else out
+    assert slack_escape(html.unescape(kept)) == kept and text.startswith(html.unescape(kept))
+
+
+def test_hostile_values_on_the_wire(conn, db_url):
+    make_probe(conn)
+    receiver = Receiver()
+    try:
+        slack = Slack(receiver.url + "/services/T/B/x")
+        telegram = Telegram("1:t", "-100", api_url=receiver.url)
+        hook = Webhook(receiver.url + "/hook")
+        participant = "<!channel>" + "&" * 20000
+        conn.execute("INSERT INTO public.probe (k, v, participant) VALUES (%s, %s, %s)",
+                     ("<!here>", participant, participant))
+        channels = {c.name: c for c in (slack, telegram, hook)}
+        evaluate(conn, [PROBE], [], Policy(resolve_after=1, cooldown=timedelta(0)))
+        assert deliver_due(db_url, channels).delivered == 3
+        by_path = {r.path: r.body for r in receiver.delivered()}
+        _check_slack(by_path["/services/T/B/x"])
+        assert units(by_path["/bot1:t/sendMessage"]["text"]) <= TELEGRAM_TEXT_LIMIT
+        assert by_path["/hook"]["participant"] == participant  # the webhook's JSON carries the value unchanged
+        assert orjson.loads(orjson.dumps(by_path["/hook"])) == by_path["/hook"]
+    finally:
+        receiver.close()
