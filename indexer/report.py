@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from indexer.restitution.verdicts import sentence
+
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 
 
@@ -40,9 +42,18 @@ def collect(url: str, epochs: tuple[int, int] | None = None) -> Findings:
             verdicts=q(f"""SELECT model_id, verdict, count(*) FROM api.context_refusals {_WHERE}
                            GROUP BY 1, 2 ORDER BY 1, 2"""),
             samples=q(f"""SELECT DISTINCT ON (rule) epoch_index, escrow_id, inference_id, participant, penalty, rule,
-                                 verdict, evidence::text
+                                 verdict, evidence
                           FROM api.disputable_penalties {_WHERE} ORDER BY rule, epoch_index, escrow_id, inference_id"""),
         )
+
+
+def _bounded(text: str, most: int = 600) -> str:
+    """Text a terminal line can carry: whole when short, else cut at the last space before ``most`` characters (a
+    data value may be of any length; the whole evidence stays in api.disputable_penalties)."""
+    if len(text) <= most:
+        return text
+    cut = text.rfind(" ", 0, most)
+    return text[:cut if cut > 0 else most] + " …"
 
 
 def _cell(value) -> Text:
@@ -78,8 +89,9 @@ def print_report(f: Findings, console: Console) -> None:
     if f.samples:
         console.print("[bold]One example per rule family[/] (full evidence in api.disputable_penalties):")
         for epoch, escrow, inference, host, penalty, rule, verdict, evidence in f.samples:
+            said = sentence({"rule": rule, "penalty": penalty, "verdict": verdict, "evidence": evidence})
             console.print(f"  [cyan]{escape(str(rule))}[/] epoch {epoch} escrow {escape(str(escrow))} inference "
                           f"{inference}: {escape(str(host))} {escape(str(penalty))}, verdict {escape(str(verdict))}\n"
-                          f"    evidence {escape(str(evidence)[:300])}", soft_wrap=True, highlight=False)
+                          f"    {escape(_bounded(said))}", soft_wrap=True, highlight=False)
     if not f.rules:
         console.print("[green]no disputable penalties in range[/]")

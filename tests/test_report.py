@@ -38,4 +38,6 @@ def test_terminal_report_lists_epochs_hosts_and_rule_families(db_url, tmp_path):
                          capture_output=True, text=True, timeout=120, env={"COLUMNS": "160", "PATH": ""})
     assert run.returncode == 0, run.stderr
     assert "Disputable penalties by rule family" in run.stdout
+    # each example is its rule's sentence with the arithmetic, not raw JSON cut at a fixed width
+    assert "governance limit" in run.stdout and '"refusal_kind"' not in run.stdout
     assert "gonka1host" in run.stdout and "401" not in run.stdout.split("Per host")[1].split("Disputable")[0]
