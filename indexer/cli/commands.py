@@ -203,7 +203,8 @@ def write_proposal(cases, args) -> int:
 def cmd_demo(args, settings: Settings) -> int:
     from indexer.cli.demo import run_demo
 
-    return run_demo(ready_database(args, settings), args)
+    return run_demo(ready_database(args, settings), args,
+                    embedded=args.database_url is None and not settings.database_url)
 
 
 def cmd_run(args, settings: Settings) -> int:

@@ -7,7 +7,8 @@ import psycopg
 from indexer.cli.output import EXIT_OK, console, say
 
 
-def run_demo(url: str, args) -> int:
+def run_demo(url: str, args, *, embedded: bool = False) -> int:
+    """``embedded``: the database is the embedded server, so the closing hint logs in as the read-only reader."""
     from indexer.report import collect, print_report
 
     if args.sample:
@@ -23,7 +24,8 @@ def run_demo(url: str, args) -> int:
     print_report(collect(url), console())
     from indexer.cli.invocation import self_command
 
-    say(f"query the views yourself: psql \"$({self_command()} db url)\" -c 'select * from api.disputable_penalties'")
+    login = "db url --reader" if embedded else "db url"  # the reader reads api, all an analyst needs
+    say(f"query the views yourself: psql \"$({self_command()} {login})\" -c 'select * from api.disputable_penalties'")
     from indexer.restitution import collect as restitution_cases, restitution_summary
 
     # last: the hosts whose epoch outcome the disputable penalties flipped (api.restitution_impact)
