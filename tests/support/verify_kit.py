@@ -91,8 +91,9 @@ def _sign(key, message: bytes) -> bytes:
     return key.sign_recoverable(message, hasher=lambda m: hashlib.sha256(m).digest())
 
 
-def wire_tx(tx: dict) -> bytes:
-    """The served ``DevshardTx`` bytes of a fixture tx, signed by the fixture's keys as upstream's builders do."""
+def wire_tx(tx: dict, escrow: str = ESCROW) -> bytes:
+    """The served ``DevshardTx`` bytes of a fixture tx for ``escrow``, signed by the fixture's keys as upstream's
+    builders do (the roots do not depend on the escrow id, so any id reproduces the vectors)."""
     k = tx["kind"]
     i = tx.get("inference_id", 0)
     if k == "start":
@@ -102,17 +103,17 @@ def wire_tx(tx: dict) -> bytes:
         return pb.f_msg(1, body)
     if k == "confirm_start":
         receipt = sig.executor_receipt_bytes(inference_id=i, prompt_hash=b"prompt", model="llama", input_length=100,
-                                             max_tokens=50, started_at=1000, escrow_id=ESCROW, confirmed_at=1000)
+                                             max_tokens=50, started_at=1000, escrow_id=escrow, confirmed_at=1000)
         return pb.f_msg(2, pb.f_uint(1, i) + pb.f_bytes(2, _sign(KEYS[i % 5], receipt)) + pb.f_uint(3, 1000))
     if k == "finish":
         signed = sig.finish_bytes(inference_id=i, response_hash=b"response", input_tokens=80, output_tokens=40,
-                                  executor_slot=i % 5, escrow_id=ESCROW)
+                                  executor_slot=i % 5, escrow_id=escrow)
         body = pb.concat((pb.f_uint(1, i), pb.f_bytes(2, b"response"), pb.f_uint(3, 80), pb.f_uint(4, 40),
-                          pb.f_uint(5, i % 5), pb.f_bytes(6, _sign(KEYS[i % 5], signed)), pb.f_str(7, ESCROW)))
+                          pb.f_uint(5, i % 5), pb.f_bytes(6, _sign(KEYS[i % 5], signed)), pb.f_str(7, escrow)))
         return pb.f_msg(3, body)
     if k == "timeout":
         votes = b"".join(pb.f_msg(3, pb.f_uint(1, slot) + pb.f_bool(2, True) + pb.f_bytes(3, _sign(
-            KEYS[slot], sig.timeout_vote_bytes(escrow_id=ESCROW, inference_id=i, reason=tx["reason"], accept=True))))
+            KEYS[slot], sig.timeout_vote_bytes(escrow_id=escrow, inference_id=i, reason=tx["reason"], accept=True))))
             for slot, _, _ in tx["votes"])
         return pb.f_msg(4, pb.f_uint(1, i) + pb.f_uint(2, tx["reason"]) + votes)
     if k in ("validation", "validation_vote"):
@@ -120,9 +121,9 @@ def wire_tx(tx: dict) -> bytes:
                                       else ("voter_slot", "vote_valid", 6))
         builder = sig.validation_bytes if k == "validation" else sig.validation_vote_bytes
         slot, flag = tx[slot_key], tx[flag_key]
-        signed = builder(**{"inference_id": i, slot_key: slot, flag_key: flag, "escrow_id": ESCROW})
+        signed = builder(**{"inference_id": i, slot_key: slot, flag_key: flag, "escrow_id": escrow})
         return pb.f_msg(number, pb.concat((pb.f_uint(1, i), pb.f_uint(2, slot), pb.f_bool(3, flag),
-                                           pb.f_bytes(4, _sign(KEYS[slot], signed)), pb.f_str(5, ESCROW))))
+                                           pb.f_bytes(4, _sign(KEYS[slot], signed)), pb.f_str(5, escrow))))
     if k == "finalize":
         return pb.f_msg(8, b"")
     raise ValueError(k)
