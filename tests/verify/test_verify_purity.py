@@ -3,6 +3,7 @@ protobuf and itself, never the database, poller or load code."""
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,3 +25,20 @@ def test_verify_imports_only_stdlib_coincurve_and_itself():
                 bad.append(f"{path.name}:{node.lineno}: {name}")
     assert not bad, bad
     assert len(list(PACKAGE.glob("*.py"))) >= 3
+
+
+def test_the_standalone_verifier_loads_no_database_or_poller_code():
+    """Importing the bundle reader, the checks and the CLI (``python -m indexer.verify``) loads only the standard
+    library, coincurve (with its secp256k1 binding) and indexer.verify."""
+    for name in ("bundle.py", "evidence.py", "__main__.py"):
+        assert (PACKAGE / name).is_file(), name
+    probe = ("import sys; before = set(sys.modules); "
+             "import indexer.verify.__main__, indexer.verify.bundle, indexer.verify.evidence; "
+             "print('\\n'.join(sorted(set(sys.modules) - before)))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=PACKAGE.parents[1], capture_output=True, text=True,
+                          timeout=60, check=True)
+    foreign = [m for m in done.stdout.split() if m.split(".")[0] not in sys.stdlib_module_names
+               and m.split(".")[0] not in ("coincurve", "_libsecp256k1", "_cffi_backend")
+               and m != "indexer" and not m.startswith("indexer.verify")]
+    assert not foreign, foreign
+    assert "indexer.verify.__main__" in done.stdout.split()

@@ -1,0 +1,228 @@
+"""Checking an evidence bundle (:mod:`indexer.verify.bundle`) with no trust in whoever wrote it.
+
+Three checks in order, each stopping at the first failing nonce with its reason:
+
+1. ``signed``: every diff's user signature over its exact ``DiffContent`` bytes recovers to the escrow creator;
+2. ``replayed``: the diffs are nonces 1, 2, … with no gap, repeat or swap, each applies under the session rules
+   (:class:`indexer.verify.apply.Session`, every host signature recovered) and the recomputed ``post_state_root``
+   equals the signed one at every nonce;
+3. ``settled``: the settlement transaction is for this escrow and the last nonce, the final state is in the
+   settlement phase and its root is the message's ``state_root``, and the chain's ``VerifyDevshardSettlement``
+   (:func:`indexer.verify.settlement.verify_settlement`) accepts it: host signatures reach the quorum of the group.
+
+Then each stated penalty derivation is re-checked against the replayed state (``penalty`` steps). The level reached
+is the last of ``none`` < ``signed`` < ``replayed`` < ``settled`` that passed. A protocol version whose session rules
+are not ported stops at ``signed`` (replay ``not-checked``, the reason stated), never guessed.
+"""
+from __future__ import annotations
+
+import copy
+import operator
+from dataclasses import asdict, dataclass, field
+
+from indexer.verify import apply, diff, proto as pb, settlement as st, state_root as sr
+from indexer.verify.bundle import Bundle, Penalty
+
+PASS, FAIL, NOT_CHECKED = "pass", "fail", "not-checked"
+LEVELS = ("none", "signed", "replayed", "settled")
+STATUS_NAMES = ("pending", "started", "finished", "challenged", "validated", "invalidated", "timed_out")
+RECORD_NUMBERS = ("executor_slot", "input_length", "max_tokens", "input_tokens", "output_tokens", "reserved_cost",
+                  "actual_cost", "votes_valid", "votes_invalid")
+_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq,
+        "!=": operator.ne}
+
+
+@dataclass
+class Step:
+    name: str
+    outcome: str
+    detail: str
+    nonce: int | None = None
+
+
+@dataclass
+class Report:
+    escrow_id: str
+    steps: list[Step] = field(default_factory=list)
+    level: str = "none"
+    failed_step: str | None = None
+    failed_nonce: int | None = None
+    failure: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Settled, and every stated penalty derivation holds."""
+        return self.level == "settled" and all(s.outcome == PASS for s in self.steps)
+
+    def to_dict(self) -> dict:
+        return {"escrow_id": self.escrow_id, "level": self.level, "ok": self.ok, "failed_step": self.failed_step,
+                "failed_nonce": self.failed_nonce, "failure": self.failure, "steps": [asdict(s) for s in self.steps]}
+
+    def add(self, name: str, outcome: str, detail: str, nonce: int | None = None) -> None:
+        self.steps.append(Step(name, outcome, detail, nonce))
+        if outcome == PASS and name in LEVELS:
+            self.level = name
+        elif outcome != PASS and self.failure is None:
+            self.failed_step, self.failed_nonce, self.failure = name, nonce, detail
+
+
+@dataclass
+class _Recording(apply.Session):
+    """A session that keeps each record as it was sealed, so a penalty can name a sealed inference's status."""
+    sealed_records: dict[int, sr.Record] = field(default_factory=dict)
+
+    def _seal(self, inference_id: int, nonce: int) -> None:
+        self.sealed_records[inference_id] = copy.deepcopy(self.state.live[inference_id])
+        super()._seal(inference_id, nonce)
+
+    def record(self, inference_id: int) -> sr.Record | None:
+        live = self.state.live.get(inference_id)
+        return live if live is not None else self.sealed_records.get(inference_id)
+
+
+class _Failed(Exception):
+    """A check's outcome other than pass: the nonce it stopped at (None when no nonce applies) and the reason."""
+
+    def __init__(self, nonce: int | None, reason: str, outcome: str = "fail"):
+        super().__init__(reason)
+        self.nonce, self.reason, self.outcome = nonce, reason, outcome
+
+
+def _claimed_nonce(d) -> int:
+    try:
+        return diff.read_diff_content(d.content).nonce
+    except (diff.DiffError, pb.ProtoError):
+        return d.nonce
+
+
+def check_signed(b: Bundle) -> str:
+    for d in b.diffs:
+        try:
+            diff.user_signer(d.content, d.user_sig, b.creator)
+        except diff.DiffError as exc:
+            raise _Failed(_claimed_nonce(d), str(exc)) from None
+    return f"{len(b.diffs)} diffs signed by the creator {b.creator}"
+
+
+def _order_problem(b: Bundle, position: int, found: int, expected: int) -> _Failed:
+    if found < expected:
+        return _Failed(found, f"nonce {found} is served again after nonce {expected - 1}")
+    later = [_claimed_nonce(d) for d in b.diffs[position + 1:]]
+    if expected in later:
+        return _Failed(expected, f"nonce {expected} is served after nonce {found}: the diffs are out of order")
+    return _Failed(expected, f"nonce {expected} is missing: the next diff served is nonce {found}")
+
+
+def check_replayed(b: Bundle) -> tuple[str, _Recording]:
+    if b.protocol_version not in apply.MACHINE_VERSIONS:
+        raise _Failed(None, f"protocol version {b.protocol_version!r} is not supported by this verifier (session "
+                            f"rules ported: {', '.join(apply.MACHINE_VERSIONS)}): replay not attempted", NOT_CHECKED)
+    warm = {h.slot: set(h.warm_keys) for h in b.group}
+    try:
+        session = _Recording.new(b.escrow_id, b.config, tuple(h.address for h in b.group), b.amount,
+                                 b.protocol_version, warm_resolver=lambda slot, address: address in warm.get(slot, ()))
+    except (apply.ApplyError, sr.UnsupportedVersion) as exc:
+        raise _Failed(None, f"the session cannot open: {exc}") from None
+    for position, d in enumerate(b.diffs):
+        expected = session.latest_nonce + 1
+        try:
+            content = diff.read_diff_content(d.content)
+        except (diff.DiffError, pb.ProtoError) as exc:
+            raise _Failed(d.nonce, f"DiffContent unreadable: {exc}") from None
+        if content.nonce != d.nonce:
+            raise _Failed(content.nonce, f"the bundle lists this diff as nonce {d.nonce}, its signed content says "
+                                         f"{content.nonce}")
+        if content.nonce != expected:
+            raise _order_problem(b, position, content.nonce, expected)
+        try:
+            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id))
+        except (diff.DiffError, apply.ApplyError, pb.ProtoError, ValueError) as exc:
+            raise _Failed(content.nonce, f"refused by the session rules: {exc}") from None
+        if root != content.post_state_root:
+            raise _Failed(content.nonce, f"recomputed post_state_root {root.hex()}, the diff signs "
+                                         f"{content.post_state_root.hex()}")
+    return f"nonces 1..{session.latest_nonce} replayed, every post_state_root recomputed and equal", session
+
+
+def check_settled(b: Bundle, session: _Recording) -> str:
+    s = b.settlement
+    final = session.latest_nonce
+    if s is None:
+        raise _Failed(None, "the bundle holds no settlement transaction", NOT_CHECKED)
+    try:
+        msg = st.decode_settle_msg(s.msg)
+    except pb.ProtoError as exc:
+        raise _Failed(None, f"MsgSettleDevshardEscrow unreadable: {exc}") from None
+    if str(msg.escrow_id) != b.escrow_id:
+        raise _Failed(msg.nonce, f"the settlement is for escrow {msg.escrow_id}, the diffs for {b.escrow_id!r}")
+    if msg.nonce != final:
+        raise _Failed(msg.nonce, f"the settlement is at nonce {msg.nonce}, the diffs end at nonce {final}")
+    if session.state.phase != sr.SETTLEMENT:
+        raise _Failed(final, f"the final state is in phase {session.state.phase}, not settlement ({sr.SETTLEMENT})")
+    if msg.state_root != session.root():
+        raise _Failed(final, f"the settlement root {msg.state_root.hex()} is not the replayed settlement root "
+                             f"{session.root().hex()}")
+    escrow = st.Escrow(escrow_id=msg.escrow_id, creator=b.creator, amount=b.amount,
+                       slots=tuple(h.address for h in b.group), max_nonce=s.max_nonce,
+                       approved_versions=s.approved_versions)
+    warm = {}
+    for h in b.group:
+        warm.setdefault(h.address, set()).update(h.warm_keys)
+    try:
+        check = st.verify_settlement(msg, escrow, lambda granter, grantee: grantee in warm.get(granter, ()))
+    except st.SettlementError as exc:
+        raise _Failed(final, f"the chain would refuse the settlement: {exc}") from None
+    where = f"tx {s.tx_hash or '(hash not given)'} at height {s.height if s.height is not None else '(not given)'}"
+    return (f"root {check.root.hex()} at nonce {final}; {check.votes} slot signatures, quorum {check.quorum} of "
+            f"{len(escrow.slots)}; {where}")
+
+
+def check_penalty(p: Penalty, session: _Recording) -> str:
+    record = session.record(p.inference_id)
+    if record is None:
+        raise _Failed(None, f"inference {p.inference_id} is not in the replayed state")
+    status = STATUS_NAMES[record.status] if 0 <= record.status < len(STATUS_NAMES) else str(record.status)
+    if status != p.status:
+        raise _Failed(None, f"inference {p.inference_id} is {status} in the replayed state, the bundle says {p.status}")
+    for name, value in p.numbers.items():
+        if name in RECORD_NUMBERS and getattr(record, name) != value:
+            raise _Failed(None, f"{name} is {getattr(record, name)} in the replayed record, the bundle says {value}")
+    total = sum(p.numbers[t] for t in p.sum)
+    holds = _OPS[p.compare](total, p.numbers[p.against])
+    arithmetic = (f"{' + '.join(f'{t} {p.numbers[t]}' for t in p.sum)} = {total} {p.compare} {p.against} "
+                  f"{p.numbers[p.against]} is {str(holds).lower()}")
+    if holds != p.holds:
+        raise _Failed(None, f"{arithmetic}, the bundle says {str(p.holds).lower()}")
+    src = p.limit_source
+    origin = ", ".join(f"{k} {src[k]}" for k in ("parameter", "epoch", "height", "source") if src.get(k) is not None)
+    return (f"{p.rule}: inference {p.inference_id} {status}; {arithmetic}"
+            f"{'; limit as stated: ' + origin if origin else ''}")
+
+
+def verify_bundle(b: Bundle) -> Report:
+    """Run every check on ``b``; the report lists each step with its outcome and the first failure."""
+    report = Report(b.escrow_id)
+    session = None
+    for name in ("signed", "replayed", "settled"):
+        if report.failure is not None:
+            report.add(name, NOT_CHECKED, f"not checked: {report.failed_step} did not pass")
+            continue
+        try:
+            if name == "signed":
+                report.add(name, PASS, check_signed(b))
+            elif name == "replayed":
+                detail, session = check_replayed(b)
+                report.add(name, PASS, detail)
+            else:
+                report.add(name, PASS, check_settled(b, session))
+        except _Failed as exc:
+            report.add(name, exc.outcome, exc.reason, exc.nonce)
+    for p in b.penalties:
+        if session is None:
+            report.add("penalty", NOT_CHECKED, f"{p.rule}: inference {p.inference_id}: not checked without a replay")
+            continue
+        try:
+            report.add("penalty", PASS, check_penalty(p, session))
+        except _Failed as exc:
+            report.add("penalty", FAIL, f"{p.rule}: inference {p.inference_id}: {exc.reason}")
+    return report

@@ -1,0 +1,260 @@
+"""Evidence bundles of the v4.1 release fixture (tests/support/verify_kit.py: 34 signed diffs, the upstream roots,
+a settlement co-signed by a quorum of the fixture's host keys) verify to ``settled`` through verify_bundle and the
+standalone ``python -m indexer.verify``; each kind of tampering is caught at its check with the right nonce."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import coincurve
+import pytest
+
+from indexer.verify import bundle as bd, settlement as st
+from indexer.verify.evidence import FAIL, NOT_CHECKED, PASS, verify_bundle
+from tests.support.verify_kit import (CONFIG, HOSTS, KEYS, USER, VECTORS, after, diff_content, script, user_sign,
+                                      wire_tx)
+
+ESCROW_ID = 124
+ROOT = Path(__file__).resolve().parents[2]
+ROOTS = [bytes.fromhex(r) for r in json.loads(VECTORS.read_text())]
+
+
+def signed_diff(nonce: int, txs: list[dict], key=None) -> bd.SignedDiff:
+    content = diff_content(nonce, [wire_tx(t, str(ESCROW_ID)) for t in txs], ROOTS[nonce], str(ESCROW_ID))
+    return bd.SignedDiff(nonce, content, user_sign(content, key))
+
+
+def settle_msg(slots=(0, 1, 2, 3), keys=KEYS, fees_delta: int = 0) -> st.SettleMsg:
+    s = after(34)
+    stats = [st.HostStatsEntry(slot, h.missed, h.invalid, h.cost, h.required_validations, h.completed_validations)
+             for slot, h in sorted(s.state.host_stats.items())]
+    msg = st.SettleMsg(settler=USER, escrow_id=ESCROW_ID, state_root=s.root(), nonce=34,
+                       rest_hash=st.sr.rest_hash(s.state), host_stats=stats, fees=s.state.fees + fees_delta,
+                       version="v4.1")
+    msg.state_root = st.settlement_root(msg)
+    msg.signatures = [st.SlotSignature(i, st.sign_state(keys[i], msg.state_root, ESCROW_ID, 34)) for i in slots]
+    return msg
+
+
+PENALTY = bd.Penalty(rule="context_length_refusal", inference_id=19, status="timed_out",
+                     numbers={"input_length": 100, "max_tokens": 50, "governance_limit": 4096},
+                     sum=("input_length", "max_tokens"), compare="<=", against="governance_limit", holds=True,
+                     limit_source={"parameter": "max_context_length", "epoch": 272, "height": 1_234_567,
+                                   "source": "snapshot"})
+
+
+def make_bundle(msg: st.SettleMsg | None = None, **changes) -> bd.Bundle:
+    settlement = bd.Settlement(st.encode_settle_msg(msg or settle_msg()), max_nonce=1000, approved_versions=("v4.1",),
+                               tx_hash="A1B2", height=777)
+    base = bd.Bundle(escrow_id=str(ESCROW_ID), protocol_version="v4.1", creator=USER, amount=1_000_000,
+                     group=tuple(bd.Host(i, a) for i, a in enumerate(HOSTS)), config=CONFIG,
+                     diffs=tuple(signed_diff(n, txs) for n, txs in enumerate(script(), start=1)),
+                     settlement=settlement, penalties=(PENALTY,))
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.fixture(scope="module")
+def good() -> bd.Bundle:
+    return make_bundle()
+
+
+def cli(tmp_path, document: str | bytes, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "bundle.json"
+    path.write_bytes(document.encode() if isinstance(document, str) else document)
+    return subprocess.run([sys.executable, "-m", "indexer.verify", str(path), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def outcomes(report) -> list[tuple[str, str]]:
+    return [(s.name, s.outcome) for s in report.steps]
+
+
+def test_the_fixture_bundle_verifies_to_settled(good, tmp_path):
+    report = verify_bundle(good)
+    assert outcomes(report) == [("signed", PASS), ("replayed", PASS), ("settled", PASS), ("penalty", PASS)]
+    assert (report.level, report.ok, report.failure) == ("settled", True, None)
+    assert "4 slot signatures, quorum 4 of 5" in report.steps[2].detail
+    assert report.steps[3].detail.startswith("context_length_refusal: inference 19 timed_out; input_length 100 + "
+                                             "max_tokens 50 = 150 <= governance_limit 4096 is true")
+    assert bd.parse_bundle(good.to_json().encode()) == good
+
+    done = cli(tmp_path, good.to_json())
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[1:]] == [["signed", "PASS"], ["replayed", "PASS"],
+                                                        ["settled", "PASS"], ["penalty", "PASS"], ["level", "SETTLED"]]
+    as_json = json.loads(cli(tmp_path, good.to_json(), "--json").stdout)
+    assert (as_json["level"], as_json["ok"], len(as_json["steps"])) == ("settled", True, 4)
+
+
+def _flip_tx_bit(d: bd.SignedDiff) -> bd.SignedDiff:
+    content = bytearray(d.content)
+    content[7] ^= 0x01  # nonce field, tx key and length, finish key and length, inference_id key: its value
+    return dataclasses.replace(d, content=bytes(content))
+
+
+def _fork(nonce: int) -> bd.SignedDiff:
+    txs = [dict(t, max_tokens=60) if t["kind"] == "start" else t for t in script()[nonce - 1]]
+    return signed_diff(nonce, txs)  # the user signs an altered start over the original root
+
+
+def _replace(diffs, nonce, new):
+    return tuple(new if d.nonce == nonce else d for d in diffs)
+
+
+def _tamper(good: bd.Bundle, kind: str) -> bd.Bundle:
+    diffs = good.diffs
+    if kind == "flipped bit":
+        return dataclasses.replace(good, diffs=_replace(diffs, 10, _flip_tx_bit(diffs[9])))
+    if kind == "dropped diff":
+        return dataclasses.replace(good, diffs=diffs[:11] + diffs[12:])
+    if kind == "swapped diffs":
+        return dataclasses.replace(good, diffs=diffs[:14] + (diffs[15], diffs[14]) + diffs[16:])
+    if kind == "repeated diff":
+        return dataclasses.replace(good, diffs=diffs[:5] + (diffs[4],) + diffs[5:])
+    if kind == "fork signed by the user":
+        return dataclasses.replace(good, diffs=_replace(diffs, 8, _fork(8)))
+    if kind == "creator mismatch":
+        return dataclasses.replace(good, creator=HOSTS[0])
+    if kind == "forged host signature":
+        return make_bundle(settle_msg(keys=[coincurve.PrivateKey.from_int(99), *KEYS[1:]]))
+    if kind == "missing host signature":
+        return make_bundle(settle_msg(slots=(0, 1, 3)))
+    if kind == "settlement root mismatch":
+        return make_bundle(settle_msg(fees_delta=1))  # internally consistent and signed, but not the replayed state
+    if kind == "settlement for another escrow":
+        return make_bundle(dataclasses.replace(settle_msg(), escrow_id=125))
+    if kind == "settlement at another nonce":
+        return make_bundle(msg=None, diffs=diffs[:33])
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind, step, nonce, reason", [
+    ("flipped bit", "signed", 10, "user signature recovers to gonka1.*, the escrow creator is"),
+    ("creator mismatch", "signed", 1, "the escrow creator is " + HOSTS[0]),
+    ("dropped diff", "replayed", 12, "nonce 12 is missing: the next diff served is nonce 13"),
+    ("swapped diffs", "replayed", 15, "nonce 15 is served after nonce 16: the diffs are out of order"),
+    ("repeated diff", "replayed", 5, "nonce 5 is served again after nonce 5"),
+    ("fork signed by the user", "replayed", 8, "recomputed post_state_root [0-9a-f]{64}, the diff signs"),
+    ("forged host signature", "settled", 34, "would refuse the settlement: signature for slot 0 recovered gonka1"),
+    ("missing host signature", "settled", 34, "insufficient quorum: 3 slot votes, need 4"),
+    ("settlement root mismatch", "settled", 34, "the settlement root [0-9a-f]{64} is not the replayed settlement"),
+    ("settlement for another escrow", "settled", 34, "the settlement is for escrow 125, the diffs for '124'"),
+    ("settlement at another nonce", "settled", 34, "the settlement is at nonce 34, the diffs end at nonce 33"),
+])
+def test_each_tampering_is_caught_at_its_check_and_nonce(good, kind, step, nonce, reason):
+    report = verify_bundle(_tamper(good, kind))
+    assert (report.failed_step, report.failed_nonce) == (step, nonce), report.failure
+    assert re.search(reason, report.failure), report.failure
+    order = ["signed", "replayed", "settled"]
+    assert report.level == (["none"] + order)[order.index(step)]
+    failed = dict(outcomes(report))
+    assert failed[step] == FAIL
+    assert all(failed[later] == NOT_CHECKED for later in order[order.index(step) + 1:])
+    assert not report.ok
+
+
+def test_a_tampered_bundle_fails_in_the_cli_with_the_reason(good, tmp_path):
+    done = cli(tmp_path, _tamper(good, "dropped diff").to_json())
+    assert done.returncode == 1
+    assert "replayed  FAIL        nonce 12: nonce 12 is missing" in done.stdout
+    assert done.stdout.splitlines()[-1] == "level     SIGNED"
+
+
+def test_a_warm_key_settles_for_its_slot_only_when_the_group_grants_it(good):
+    warm = coincurve.PrivateKey.from_int(77)
+    msg = settle_msg(keys=[warm, *KEYS[1:]])
+    assert verify_bundle(make_bundle(msg)).failed_step == "settled"
+    address = st.sig.address_of_pubkey(warm.public_key.format())
+    group = (bd.Host(0, HOSTS[0], (address,)), *good.group[1:])
+    assert verify_bundle(make_bundle(msg, group=group)).level == "settled"
+
+
+def test_an_unported_version_stops_at_signed_with_the_reason(good, tmp_path):
+    report = verify_bundle(dataclasses.replace(good, protocol_version="v5"))
+    assert outcomes(report) == [("signed", PASS), ("replayed", NOT_CHECKED), ("settled", NOT_CHECKED),
+                                ("penalty", NOT_CHECKED)]
+    assert report.level == "signed" and "'v5' is not supported by this verifier" in report.failure
+    assert cli(tmp_path, dataclasses.replace(good, protocol_version="v5").to_json()).returncode == 1
+
+
+def test_without_a_settlement_the_level_is_replayed_and_the_penalty_still_checked(good):
+    report = verify_bundle(dataclasses.replace(good, settlement=None))
+    assert outcomes(report) == [("signed", PASS), ("replayed", PASS), ("settled", NOT_CHECKED), ("penalty", PASS)]
+    assert (report.level, report.ok) == ("replayed", False)
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"holds": False}, "= 150 <= governance_limit 4096 is true, the bundle says false"),
+    ({"compare": ">", "holds": True}, "= 150 > governance_limit 4096 is false, the bundle says true"),
+    ({"status": "finished"}, "inference 19 is timed_out in the replayed state, the bundle says finished"),
+    ({"numbers": {**PENALTY.numbers, "max_tokens": 10}}, "max_tokens is 50 in the replayed record, the bundle says 10"),
+    ({"inference_id": 99}, "inference 99 is not in the replayed state"),
+])
+def test_a_penalty_derivation_that_does_not_hold_fails(good, tmp_path, change, reason):
+    bad = dataclasses.replace(good, penalties=(dataclasses.replace(PENALTY, **change),))
+    report = verify_bundle(bad)
+    assert report.level == "settled" and not report.ok
+    assert report.steps[-1].outcome == FAIL and reason in report.steps[-1].detail
+    assert cli(tmp_path, bad.to_json()).returncode == 1
+
+
+def _doc(good, **changes) -> str:
+    doc = json.loads(good.to_json())
+    for path, value in changes.items():
+        target, *keys = path.split("__")
+        node = doc
+        for k in [target, *keys][:-1]:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        last = [target, *keys][-1]
+        if value is KeyError:
+            del node[last]
+        elif isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda g: b"{not json", "bundle.json: not a JSON document"),
+    (lambda g: b"\xff\xfe", "bundle.json: not a JSON document"),
+    (lambda g: "[]", "format 'list' is not 'devshard-evidence/1'"),
+    (lambda g: _doc(g, format="devshard-evidence/2"), "format 'devshard-evidence/2' is not 'devshard-evidence/1'"),
+    (lambda g: _doc(g, creator=KeyError), "$: missing key 'creator'"),
+    (lambda g: _doc(g, extra=1), "$: unknown key 'extra'"),
+    (lambda g: _doc(g, amount=1.5), "non-integer number '1.5'"),
+    (lambda g: _doc(g, amount=-1), "amount: integer outside 0 .. 2^64-1"),
+    (lambda g: _doc(g, amount=True), "amount: expected an integer, found bool"),
+    (lambda g: _doc(g, diffs__3__content="%%%"), "diffs[3].content: not valid base64"),
+    (lambda g: _doc(g, diffs__0=[]), "diffs[0]: expected an object, found list"),
+    (lambda g: _doc(g, group__1__slot=4), "group[1].slot: slots must be listed in order"),
+    (lambda g: _doc(g, escrow_id="12\n4"), "escrow_id: a string of at most 256 printable characters"),
+    (lambda g: _doc(g, config__token_price=KeyError), "config: missing key 'token_price'"),
+    (lambda g: _doc(g, settlement__msg=5), "settlement.msg: expected base64 text, found int"),
+    (lambda g: _doc(g, penalties__0__sum=["prompt"]), "penalties[0].sum[0]: 'prompt' is not one of the numbers"),
+    (lambda g: _doc(g, penalties__0__compare="=<"), "penalties[0].compare: one of <=, <"),
+    (lambda g: _doc(g, penalties__0__holds="yes"), "penalties[0].holds: expected true or false"),
+    (lambda g: _doc(g, penalties__0__limit_source={"epoch": "x"}), "limit_source.epoch: expected an integer"),
+])
+def test_an_unusable_bundle_exits_2_with_one_line(good, tmp_path, make, message):
+    done = cli(tmp_path, make(good))
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and message in done.stderr, done.stderr
+
+
+def test_a_missing_or_oversized_file_is_unusable_input(tmp_path, monkeypatch, good):
+    done = subprocess.run([sys.executable, "-m", "indexer.verify", str(tmp_path / "absent.json")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "absent.json: cannot read: No such file or directory" in done.stderr
+    path = tmp_path / "big.json"
+    path.write_text(good.to_json())
+    monkeypatch.setattr(bd, "MAX_BUNDLE_BYTES", 1000)
+    with pytest.raises(bd.BundleError, match=r"big.json: \d+ bytes, more than the 1000 a bundle may have"):
+        bd.load_bundle(str(path))
+    with pytest.raises(bd.BundleError, match="bundle: 1001 bytes, more than the 1000"):
+        bd.parse_bundle(b" " * 1001)
