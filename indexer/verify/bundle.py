@@ -216,8 +216,8 @@ def parse_bundle(data: bytes, where: str = "bundle") -> Bundle:
         diffs.append(SignedDiff(r.as_int(d["nonce"], path + ".nonce"), r.as_bytes(d["content"], path + ".content"),
                                 r.as_bytes(d["user_sig"], path + ".user_sig")))
     return Bundle(
-        escrow_id=r.as_text(doc["escrow_id"], "escrow_id"), protocol_version=r.as_text(doc["protocol_version"],
-                                                                                 "protocol_version"),
+        escrow_id=r.as_text(doc["escrow_id"], "escrow_id"),
+        protocol_version=r.as_text(doc["protocol_version"], "protocol_version"),
         creator=r.as_text(doc["creator"], "creator"), amount=r.as_int(doc["amount"], "amount"), group=tuple(group),
         config=apply.Config(**{k: r.as_int(config[k], "config." + k) for k in CONFIG_FIELDS}), diffs=tuple(diffs),
         settlement=_settlement(r, doc.get("settlement")),
@@ -232,8 +232,9 @@ def _settlement(r: _Reader, value: Any) -> Settlement | None:
     versions = tuple(r.as_text(v, f"settlement.approved_versions[{i}]")
                      for i, v in enumerate(r.as_list(s.get("approved_versions", []), "settlement.approved_versions",
                                                   MAX_SLOTS)))
-    return Settlement(msg=r.as_bytes(s["msg"], "settlement.msg"), max_nonce=r.as_int(s["max_nonce"], "settlement.max_nonce"),
-                      approved_versions=versions, tx_hash=r.as_text(s.get("tx_hash"), "settlement.tx_hash", True),
+    return Settlement(msg=r.as_bytes(s["msg"], "settlement.msg"),
+                      max_nonce=r.as_int(s["max_nonce"], "settlement.max_nonce"), approved_versions=versions,
+                      tx_hash=r.as_text(s.get("tx_hash"), "settlement.tx_hash", True),
                       height=r.as_int(s.get("height"), "settlement.height", True))
 
 
@@ -257,7 +258,8 @@ def _penalty(r: _Reader, value: Any, path: str) -> Penalty:
     source = r.obj(p.get("limit_source", {}), path + ".limit_source", (), ("parameter", "epoch", "height", "source"))
     source = {k: (r.as_int(v, f"{path}.limit_source.{k}", True) if k in ("epoch", "height")
                   else r.as_text(v, f"{path}.limit_source.{k}", True)) for k, v in source.items()}
-    return Penalty(rule=r.as_text(p["rule"], path + ".rule"), inference_id=r.as_int(p["inference_id"], path + ".inference_id"),
+    return Penalty(rule=r.as_text(p["rule"], path + ".rule"),
+                   inference_id=r.as_int(p["inference_id"], path + ".inference_id"),
                    status=r.as_text(p["status"], path + ".status"), numbers=numbers, sum=terms, compare=p["compare"],
                    against=against, holds=p["holds"], limit_source=source)
 

@@ -258,3 +258,67 @@ def test_a_missing_or_oversized_file_is_unusable_input(tmp_path, monkeypatch, go
         bd.load_bundle(str(path))
     with pytest.raises(bd.BundleError, match="bundle: 1001 bytes, more than the 1000"):
         bd.parse_bundle(b" " * 1001)
+
+
+def _resigned(nonce: int, content: bytes) -> bd.SignedDiff:
+    return bd.SignedDiff(nonce, content, user_sign(content))
+
+
+@pytest.mark.parametrize("kind, step, nonce, reason", [
+    ("create fee above the amount", "replayed", None, "the session cannot open: create devshard fee 2000000 exceeds"),
+    ("unreadable content", "replayed", 3, "DiffContent unreadable: truncated varint"),
+    ("listed under another nonce", "replayed", 5, "the bundle lists this diff as nonce 99, its signed content says 5"),
+    ("diff for another escrow", "replayed", 1, "diff is for escrow '999', not '124'"),
+    ("refused tx", "replayed", 2, r"refused by the session rules: nonce 2 tx 0 \(finish\): finish needs Started"),
+    ("unreadable settlement", "settled", None, "MsgSettleDevshardEscrow unreadable: truncated varint"),
+    ("settled before settlement phase", "settled", 28, "the final state is in phase 0, not settlement"),
+])
+def test_other_failures_are_reported_at_their_check(good, kind, step, nonce, reason):
+    diffs = good.diffs
+    if kind == "create fee above the amount":
+        bad = dataclasses.replace(good, config=dataclasses.replace(CONFIG, create_fee=2_000_000))
+    elif kind == "unreadable content":
+        bad = dataclasses.replace(good, diffs=_replace(diffs, 3, _resigned(3, b"\x08")))
+    elif kind == "listed under another nonce":
+        bad = dataclasses.replace(good, diffs=_replace(diffs, 5, dataclasses.replace(diffs[4], nonce=99)))
+    elif kind == "diff for another escrow":
+        content = diff_content(1, [wire_tx(t, "999") for t in script()[0]], ROOTS[1], "999")
+        bad = dataclasses.replace(good, diffs=_replace(diffs, 1, _resigned(1, content)))
+    elif kind == "refused tx":
+        content = diff_content(2, [wire_tx(script()[2][0], "124")], ROOTS[2], "124")
+        bad = dataclasses.replace(good, diffs=_replace(diffs, 2, _resigned(2, content)))
+    elif kind == "unreadable settlement":
+        bad = dataclasses.replace(good, settlement=dataclasses.replace(good.settlement, msg=b"\x10\xff"))
+    else:
+        bad = make_bundle(dataclasses.replace(settle_msg(), nonce=28), diffs=diffs[:28])
+    report = verify_bundle(bad)
+    assert (report.failed_step, report.failed_nonce) == (step, nonce), report.failure
+    assert re.search(reason, report.failure), report.failure
+    assert dict(outcomes(report))[step] == FAIL
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(group=d["group"] * 2), "group: more than 5 entries"),
+    (lambda d: d["group"][0].update(warm_keys=[7]), "group[0].warm_keys[0]: expected a string, found int"),
+    (lambda d: d["settlement"].update(approved_versions="v4.1"), "approved_versions: expected a list, found str"),
+    (lambda d: d["penalties"][0].update(numbers=[1]), "penalties[0].numbers: expected an object of at most 64"),
+    (lambda d: d["penalties"][0].update(sum=[]), "penalties[0].sum: names at least one number"),
+    (lambda d: d["penalties"][0].update(against="limit"), "penalties[0].against: 'limit' is not one of the numbers"),
+    (lambda d: d["penalties"][0]["limit_source"].update(url="x"), "limit_source: unknown key 'url'"),
+    (lambda d: d.update(creator="g" * 257), "creator: a string of at most 256 printable characters"),
+])
+def test_loader_refusals_name_the_path(good, monkeypatch, mutate, message):
+    monkeypatch.setattr(bd, "MAX_SLOTS", 5)
+    doc = json.loads(good.to_json())
+    mutate(doc)
+    with pytest.raises(bd.BundleError, match=re.escape(message)):
+        bd.parse_bundle(json.dumps(doc).encode(), "b.json")
+    with pytest.raises(bd.BundleError, match="non-integer number 'NaN'"):
+        bd.parse_bundle(good.to_json().replace('"amount": 1000000', '"amount": NaN').encode())
+
+
+def test_terminal_lines_escape_control_characters_and_are_bounded():
+    from indexer.verify.__main__ import MAX_LINE, terminal_safe
+    assert terminal_safe("a\x1b[31mb\nc") == "a\\x1b[31mb\\nc"
+    long = terminal_safe("x" * 5000)
+    assert len(long) == MAX_LINE and long.endswith("…")
