@@ -13,7 +13,7 @@ Layout (every byte string is standard base64 of the exact bytes served or broadc
                 "fee_per_nonce", "create_fee"},  the session parameters apply.Config needs (integers)
      "diffs": [{"nonce": 1, "content": b64 DiffContent, "user_sig": b64 65 bytes}, ...],
      "settlement": null | {"msg": b64 MsgSettleDevshardEscrow, "tx_hash": str|null, "height": int|null,
-                           "max_nonce": int, "approved_versions": [str, ...]},
+                           "tx_raw": b64 TxRaw|null, "max_nonce": int, "approved_versions": [str, ...]},
      "penalties": [{"rule": str, "inference_id": int, "status": str, "numbers": {name: int},
                     "sum": [name, ...], "compare": "<=", "against": name, "holds": bool,
                     "limit_source": {"parameter": str, "epoch": int|null, "height": int|null, "source": str}}]}
@@ -67,6 +67,7 @@ class Settlement:
     approved_versions: tuple[str, ...] = ()
     tx_hash: str | None = None
     height: int | None = None
+    tx_raw: bytes | None = None  # the broadcast TxRaw when known: binds msg to tx_hash
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,8 @@ def to_document(b: Bundle) -> dict:
     if b.settlement is not None:
         s = b.settlement
         settlement = {"msg": _b64(s.msg), "tx_hash": s.tx_hash, "height": s.height, "max_nonce": s.max_nonce,
-                      "approved_versions": list(s.approved_versions)}
+                      "approved_versions": list(s.approved_versions),
+                      "tx_raw": None if s.tx_raw is None else _b64(s.tx_raw)}
     return {
         "format": FORMAT, "escrow_id": b.escrow_id, "protocol_version": b.protocol_version, "creator": b.creator,
         "amount": b.amount,
@@ -228,14 +230,15 @@ def parse_bundle(data: bytes, where: str = "bundle") -> Bundle:
 def _settlement(r: _Reader, value: Any) -> Settlement | None:
     if value is None:
         return None
-    s = r.obj(value, "settlement", ("msg", "max_nonce"), ("tx_hash", "height", "approved_versions"))
+    s = r.obj(value, "settlement", ("msg", "max_nonce"), ("tx_hash", "height", "approved_versions", "tx_raw"))
     versions = tuple(r.as_text(v, f"settlement.approved_versions[{i}]")
                      for i, v in enumerate(r.as_list(s.get("approved_versions", []), "settlement.approved_versions",
                                                   MAX_SLOTS)))
     return Settlement(msg=r.as_bytes(s["msg"], "settlement.msg"),
                       max_nonce=r.as_int(s["max_nonce"], "settlement.max_nonce"), approved_versions=versions,
                       tx_hash=r.as_text(s.get("tx_hash"), "settlement.tx_hash", True),
-                      height=r.as_int(s.get("height"), "settlement.height", True))
+                      height=r.as_int(s.get("height"), "settlement.height", True),
+                      tx_raw=None if s.get("tx_raw") is None else r.as_bytes(s["tx_raw"], "settlement.tx_raw"))
 
 
 def _penalty(r: _Reader, value: Any, path: str) -> Penalty:

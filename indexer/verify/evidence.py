@@ -172,9 +172,25 @@ def check_settled(b: Bundle, session: _Recording) -> str:
         check = st.verify_settlement(msg, escrow, lambda granter, grantee: grantee in warm.get(granter, ()))
     except st.SettlementError as exc:
         raise _Failed(final, f"the chain would refuse the settlement: {exc}") from None
-    where = f"tx {s.tx_hash or '(hash not given)'} at height {s.height if s.height is not None else '(not given)'}"
+    where = f"{_transaction(s)} at height {s.height if s.height is not None else '(not given)'}"
     return (f"root {check.root.hex()} at nonce {final}; {check.votes} slot signatures, quorum {check.quorum} of "
             f"{len(escrow.slots)}; {where}")
+
+
+def _transaction(s) -> str:
+    """Which transaction carried the settlement: its hash as stated, or checked against the raw transaction."""
+    if s.tx_raw is None:
+        return f"tx {s.tx_hash or '(hash not given)'} (hash as stated, no raw transaction to check it)"
+    try:
+        carried = st.settle_msgs_in_tx(s.tx_raw)
+    except pb.ProtoError as exc:
+        raise _Failed(None, f"the raw settlement transaction is unreadable: {exc}") from None
+    if s.msg not in carried:
+        raise _Failed(None, f"the raw transaction carries {len(carried)} settlement message(s), none of them this one")
+    computed = st.tx_hash(s.tx_raw)
+    if s.tx_hash is not None and s.tx_hash.upper() != computed:
+        raise _Failed(None, f"the raw transaction hashes to {computed}, the bundle says {s.tx_hash}")
+    return f"tx {computed} (hash of the raw transaction, which carries this message)"
 
 
 def check_penalty(p: Penalty, session: _Recording) -> str:

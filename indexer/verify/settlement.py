@@ -262,3 +262,30 @@ def sign_state(private_key, state_root: bytes, escrow_id: int | str, nonce: int)
     return private_key.sign_recoverable(sig.state_signature_bytes(state_root=state_root, escrow_id=escrow_id,
                                                                   nonce=nonce),
                                         hasher=lambda b: hashlib.sha256(b).digest())
+
+
+SETTLE_TYPE_URL = "/inference.inference.MsgSettleDevshardEscrow"
+
+
+def tx_hash(tx_raw: bytes) -> str:
+    """The chain's transaction hash: upper-case hex of sha256 over the broadcast ``TxRaw`` bytes."""
+    return hashlib.sha256(tx_raw).hexdigest().upper()
+
+
+def settle_msgs_in_tx(tx_raw: bytes) -> list[bytes]:
+    """The ``MsgSettleDevshardEscrow`` bytes a broadcast transaction carries, exactly as signed. Layout (cosmos-sdk
+    ``proto/cosmos/tx/v1beta1/tx.proto``): ``TxRaw{1 body_bytes, 2 auth_info_bytes, 3 signatures}``,
+    ``TxBody{1 messages (google.protobuf.Any{1 type_url, 2 value}), …}``; the type URL is the one the devshard
+    gateway broadcasts (qdanik/gonka @8a338499 ``devshard/cmd/gateway/chain``, ``settleEscrowMsgTypeURL``)."""
+    bodies = [v for n, w, v in pb.fields(tx_raw) if n == 1 and w == pb.LEN]
+    if len(bodies) != 1:
+        raise pb.ProtoError(f"TxRaw: expected one body_bytes field, found {len(bodies)}")
+    out = []
+    for number, wire, value in pb.fields(bodies[0]):
+        if number != 1:
+            continue  # memo, timeout height, extension options: not part of the settlement
+        _expect("TxBody", 1, wire, pb.LEN)
+        parts = {n: v for n, w, v in pb.fields(value) if w == pb.LEN}
+        if parts.get(1, b"").decode("utf-8", "replace") == SETTLE_TYPE_URL:
+            out.append(parts.get(2, b""))
+    return out

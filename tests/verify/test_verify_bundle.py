@@ -4,6 +4,7 @@ standalone ``python -m indexer.verify``; each kind of tampering is caught at its
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import coincurve
 import pytest
 
-from indexer.verify import bundle as bd, settlement as st
+from indexer.verify import bundle as bd, proto as pb, settlement as st
 from indexer.verify.evidence import FAIL, NOT_CHECKED, PASS, verify_bundle
 from tests.support.verify_kit import (CONFIG, HOSTS, KEYS, USER, VECTORS, after, diff_content, script, user_sign,
                                       wire_tx)
@@ -322,3 +323,33 @@ def test_terminal_lines_escape_control_characters_and_are_bounded():
     assert terminal_safe("a\x1b[31mb\nc") == "a\\x1b[31mb\\nc"
     long = terminal_safe("x" * 5000)
     assert len(long) == MAX_LINE and long.endswith("…")
+
+
+def _tx_raw(*messages: tuple[str, bytes]) -> bytes:
+    body = b"".join(pb.f_msg(1, pb.f_str(1, url) + pb.f_bytes(2, value)) for url, value in messages)
+    return pb.f_bytes(1, body + pb.f_str(2, "memo")) + pb.f_bytes(2, b"auth-info") + pb.f_bytes(3, b"signature")
+
+
+def test_a_raw_transaction_binds_the_settlement_to_its_hash(good):
+    raw = _tx_raw(("/cosmos.bank.v1beta1.MsgSend", b"x"), (st.SETTLE_TYPE_URL, good.settlement.msg))
+    digest = hashlib.sha256(raw).hexdigest().upper()
+    bound = dataclasses.replace(good, settlement=dataclasses.replace(good.settlement, tx_raw=raw, tx_hash=digest))
+    report = verify_bundle(bound)
+    assert report.ok and f"tx {digest} (hash of the raw transaction, which carries this message)" in \
+        report.steps[2].detail
+    assert bd.parse_bundle(bound.to_json().encode()) == bound
+    assert "(hash as stated, no raw transaction to check it)" in verify_bundle(good).steps[2].detail
+
+
+@pytest.mark.parametrize("raw, tx_hash, reason", [
+    (lambda m: _tx_raw((st.SETTLE_TYPE_URL, m)), "00" * 32, "the raw transaction hashes to [0-9A-F]{64}, the bundle"),
+    (lambda m: _tx_raw((st.SETTLE_TYPE_URL, m + b"\x00")), None, "carries 1 settlement message\\(s\\), none of them"),
+    (lambda m: _tx_raw(("/inference.inference.MsgStartInference", m)), None, "carries 0 settlement message"),
+    (lambda m: b"\x0a\x05ab", None, "the raw settlement transaction is unreadable: field 1 at offset 0: length 5"),
+    (lambda m: pb.f_bytes(2, b"auth"), None, "unreadable: TxRaw: expected one body_bytes field, found 0"),
+    (lambda m: pb.f_bytes(1, pb.f_uint(1, 3)), None, "unreadable: TxBody field 1: wire type 0, expected 2"),
+])
+def test_a_raw_transaction_that_does_not_carry_the_settlement_fails(good, raw, tx_hash, reason):
+    settlement = dataclasses.replace(good.settlement, tx_raw=raw(good.settlement.msg), tx_hash=tx_hash)
+    report = verify_bundle(dataclasses.replace(good, settlement=settlement))
+    assert report.failed_step == "settled" and re.search(reason, report.failure), report.failure
