@@ -96,6 +96,9 @@ def _claimed_nonce(d) -> int:
 
 
 def check_signed(b: Bundle) -> str:
+    """Every diff's user signature recovers to the creator. The same for every protocol version: ``DiffContent`` has
+    no domain tag (gonka-ai/gonka ``devshard/types/signed_preimage.go`` @0d660980 tags only validation, vote and
+    timeout/error-miss vote preimages), so the user signs the served bytes as they are."""
     for d in b.diffs:
         try:
             diff.user_signer(d.content, d.user_sig, b.creator)
