@@ -42,7 +42,7 @@ def test_a_poller_fenced_out_of_its_lease_says_so_in_one_warning_line(db_url, mo
     with DevnetServer(scn) as net:
         net.advance_to_last_epoch()
         schedule.run_forever(db_url, net.chain_rest_url, net.rpc_url, policy=FAST, lease_seconds=30,
-                             holder="stale:4:y", on_failure=failures.append)
+                             holder="stale:4:y", on_failure=failures.append, private_hosts=True)
     mine = [r for r in caplog.records if r.name == "indexer.poller.schedule"]
     assert [(r.levelname, r.exc_info) for r in mine] == [("WARNING", None)]
     text = mine[0].getMessage()

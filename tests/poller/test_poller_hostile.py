@@ -243,3 +243,18 @@ def test_a_trickling_host_costs_one_deadline_per_cycle(db_url):
         rows = c.execute("SELECT url FROM net.failure WHERE source = %s AND error LIKE %s",
                          (f"host:{shared}", "%skipped for the rest of the cycle%")).fetchall()
     assert rows == [(f"escrow:{second.escrow_id}",)]
+
+
+def test_a_host_at_the_operator_s_own_node_cannot_cut_the_poller_off_its_chain(db_url, clean):
+    """Every participant's inference_url names the address of the operator's chain node (the devnet serves the chain
+    and the hosts on one loopback port). Without --allow-private-hosts the hosts are refused, each recorded against
+    its participant, and the chain reads go on: the escrow and its epoch are still read from the operator's node,
+    which a guard on that address would have refused too."""
+    with hostile_devnet(SCN) as (net, _):
+        _poll(db_url, net, private_hosts=False)
+    refused = _failures(db_url, "%non-public address%")
+    assert refused, "the hosts on loopback are refused"
+    assert not [f for f in refused if "/chain-api/" in f[1] or "/chain-rpc" in f[1]], refused
+    with psycopg.connect(db_url) as c:
+        said = c.execute("SELECT error FROM net.failure WHERE source = %s", (f"escrow:{ESCROW.escrow_id}",)).fetchone()
+    assert said and "no member of the group answered" in said[0], said  # read from the chain, then its hosts refused

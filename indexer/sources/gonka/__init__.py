@@ -5,7 +5,7 @@ from typing import Sequence
 from urllib.parse import urlsplit
 
 from indexer.sources.gonka.chain import ChainRest
-from indexer.sources.gonka.fastclient import FastClient
+from indexer.sources.gonka.fastclient import FastClient, PermanentTransportError
 from indexer.sources.gonka.host import DevshardHost, HostGroup
 from indexer.sources.gonka.http import FailureHook, Fetcher, FetchError, ResponseHook, RetryPolicy
 from indexer.sources.gonka.rpc import CometRpc
@@ -51,6 +51,8 @@ class Gonka:
         chain_fetcher = Fetcher(chain_urls, name="chain", **kw)
         self.chain = _GroupRecordingChain(chain_fetcher) if operator is not None else ChainRest(chain_fetcher)
         self.rpc = CometRpc(Fetcher(rpc_urls, name="rpc", **kw))
+        # the operator's own nodes: a participant's inference_url naming one of them must not put a guard on it
+        self._nodes = {urlsplit(u)[:2] for u in [*chain_fetcher.base_urls, *self.rpc.http.base_urls]}
         self._hosts: dict[str, DevshardHost | FetchError | None] = {}
 
     def host(self, address: str) -> DevshardHost | None:
@@ -71,10 +73,8 @@ class Gonka:
                 self._hosts[address] = None
             else:
                 fetcher = Fetcher(url, name=f"host:{address}", **self._kw)
-                if not self.private_hosts:  # vetted when each connection opens
-                    parts = urlsplit(fetcher.base_urls[0])
-                    self.client.guards[(parts.scheme, parts.netloc)] = vet_address
-                self._hosts[address] = DevshardHost(address, fetcher, operator=self.operator, groups=self._group)
+                self._hosts[address] = self._vetted(address, fetcher) or DevshardHost(
+                    address, fetcher, operator=self.operator, groups=self._group)
         host = self._hosts[address]
         if isinstance(host, FetchError):
             raise host
@@ -83,6 +83,23 @@ class Gonka:
             raise FetchError(host.http.base_urls[0], "skipped for the rest of the cycle: an answer outran its "
                              "deadline", transient=True)
         return host
+
+    def _vetted(self, address: str, fetcher: Fetcher) -> FetchError | None:
+        """Without ``private_hosts``, a host's address is vetted when each connection to it opens (the guard of its
+        scheme and netloc). A host at one of the operator's own chain or RPC nodes is vetted now instead: a guard
+        there would also refuse the chain reads, so a participant could cut the poller off its own node by naming
+        it. Returns the host's refusal, or None."""
+        if self.private_hosts:
+            return None
+        parts = urlsplit(fetcher.base_urls[0])
+        if (parts.scheme, parts.netloc) not in self._nodes:
+            self.client.guards[(parts.scheme, parts.netloc)] = vet_address
+            return None
+        try:
+            vet_address(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+        except PermanentTransportError as exc:
+            return FetchError(f"participant:{address}", str(exc), transient=False)
+        return None
 
     def _group(self, escrow_id: str) -> frozenset[str] | None:
         return getattr(self.chain, "groups", {}).get(escrow_id)
