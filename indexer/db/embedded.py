@@ -165,6 +165,7 @@ class EmbeddedCluster:
             shutil.rmtree(self.data_dir)
         system.make_dir(system.make_dir(self.system_dir, 0o755) / "clusters", 0o711)
         system.check_reachable(self.system_dir / "clusters", "its data directory")
+        self._remove_orphans()
         if not self.data_dir.exists():
             system.make_dir(self.data_dir, 0o700, ids)
             (self.data_dir / "home").write_text(f"{self.home}\n")  # for whoever looks under SYSTEM_DIR
@@ -173,6 +174,27 @@ class EmbeddedCluster:
         if not link.is_symlink():
             link.unlink(missing_ok=True)
             link.symlink_to(self.log_file)
+
+    def _remove_orphans(self) -> None:
+        """The clusters under SYSTEM_DIR whose INDEXER_HOME no longer exists (a removed clone, a test's temporary
+        home) are stopped and removed, as their pgdata/ would have gone with the home: nobody can log in to them
+        any more (the passwords were in the home). A directory whose `home` file is not written yet is being
+        made by another process and is left alone."""
+        for data_dir in sorted((self.system_dir / "clusters").iterdir()):
+            try:
+                home = Path(system_path(data_dir / "home"))
+            except (OSError, ValueError):
+                continue
+            orphan = EmbeddedCluster(home, system_dir=self.system_dir)
+            if data_dir == self.data_dir or home.exists() or orphan.data_dir != data_dir:
+                continue
+            log.warning("removing the embedded cluster %s: its INDEXER_HOME %s was removed", data_dir, home)
+            try:
+                orphan._stop()
+            except EmbeddedError as exc:  # its server could not be stopped: it stays, and so does its directory
+                log.warning("the embedded cluster %s stays: %s", data_dir, exc)
+                continue
+            shutil.rmtree(data_dir, ignore_errors=True)
 
     def _initdb(self) -> None:
         ids = self._server_ids()
@@ -291,6 +313,14 @@ class EmbeddedCluster:
         if check and res.returncode != 0:
             raise EmbeddedError(f"{name} failed ({res.returncode}): {res.stderr.strip()}")
         return res
+
+
+def system_path(path: Path) -> str:
+    """The one path a file under SYSTEM_DIR holds (a cluster's `home`): its first line, absolute."""
+    text = path.read_text().strip()
+    if not text.startswith("/") or "\n" in text:
+        raise ValueError(f"{path}: not one absolute path")
+    return text
 
 
 def _url(user: str, password: str, port: int, database: str) -> str:

@@ -3,16 +3,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import psycopg
 import pytest
 
-
+from indexer.db.embedded import EmbeddedCluster
 from tests.support.helpers import escrow, tx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,8 +85,7 @@ def test_database_url_option_after_the_subcommand(db_url, tmp_path, conn):
 
 
 def test_db_url_starts_the_embedded_server_and_db_stop_stops_it(tmp_path):
-    # a home the server user can reach (pytest's tmp_path sits under an owner-only directory)
-    home = Path(tempfile.mkdtemp(prefix="indexer-cli-"))
+    home = tmp_path / "home"  # under an owner-only directory: as root the cluster itself lives in /var/lib
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | {"INDEXER_HOME": str(home)}
     url = subprocess.run([sys.executable, "-m", "indexer", "db", "url"], capture_output=True, text=True, env=env,
                          timeout=120, check=True).stdout.strip()
@@ -102,7 +99,7 @@ def test_db_url_starts_the_embedded_server_and_db_stop_stops_it(tmp_path):
     assert stop.returncode == 0 and "stopped" in stop.stderr
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=3)
-    shutil.rmtree(home, ignore_errors=True)
+    EmbeddedCluster(home).destroy()
 
 
 def test_replay_all_replays_every_escrow_the_first_time(db_url, tmp_path, conn):

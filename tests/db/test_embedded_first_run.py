@@ -269,3 +269,29 @@ def test_the_port_survives_a_stop_and_moves_only_when_taken(home, caplog):
     assert moved != first
     assert f"port {first} (where it ran before) is taken" in caplog.text and f"on port {moved} instead" in caplog.text
     assert int((home / "port").read_text()) == moved
+
+
+@as_root
+def test_a_cluster_whose_home_is_gone_is_removed_when_another_starts(private):
+    """A test's temporary home or a removed clone leaves its cluster under SYSTEM_DIR, maybe still running: the next
+    cluster to start there stops and removes it (nobody can log in to it: its passwords went with the home). A
+    cluster whose home still exists, and a directory another process is still laying out, stay."""
+    system_dir = Path(tempfile.mkdtemp(prefix="indexer-system-"))
+    system_dir.chmod(0o755)  # reachable by the server user, as /var/lib/devshard-indexer is
+    gone, kept, fresh = (EmbeddedCluster(private / name / ".indexer", system_dir=system_dir)
+                         for name in ("gone", "kept", "fresh"))
+    try:
+        gone_url, kept_url = gone.url(), kept.url()
+        laying_out = system_dir / "clusters" / "0123456789abcdef"  # no `home` file yet
+        laying_out.mkdir()
+        shutil.rmtree(private / "gone")  # its server still runs
+        fresh.url()
+        assert not gone.data_dir.exists() and laying_out.exists() and kept.data_dir.exists()
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(gone_url, connect_timeout=3)
+        with psycopg.connect(kept_url) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        for cluster in (gone, kept, fresh):
+            cluster.destroy()
+        shutil.rmtree(system_dir, ignore_errors=True)
