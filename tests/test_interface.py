@@ -140,8 +140,7 @@ def test_a_shared_description_fills_an_empty_entry():
 PLANNED_COLUMNS = {
     ("escrow_verification", None),
     ("disputable_penalties", "evidence_level"),
-    ("restitution_impact", "weight_basis"), ("restitution_impact", "reward_if_passed"),
-    ("restitution_impact", "restitution_amount"), ("restitution_impact", "evidence_level"),
+    ("restitution_impact", "evidence_level"),
 }
 PLANNED_COMMANDS = {"evidence"}
 
