@@ -8,6 +8,7 @@ import json
 from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
+from indexer.restitution.charts import downtime_svg, sprt_svg
 from indexer.restitution.collect import EpochCase
 
 NGONKA = Decimal(10) ** 9
@@ -77,30 +78,16 @@ def restitution_summary(cases: list[EpochCase]) -> str:
     return "\n".join(lines + tail)
 
 
-def _svg(series: dict[str, list[tuple[str, Decimal]]], threshold: Decimal | None) -> str:
-    points = [float(v) for s in series.values() for _, v in s] + [0.0] + ([float(threshold)] if threshold else [])
-    lo, hi = min(points), max(points)
-    n = max((len(s) for s in series.values()), default=1)
-    w, h = 420, 160
-    x = lambda i: 30 + (w - 40) * (i / max(n, 1))  # noqa: E731
-    y = lambda v: 10 + (h - 20) * (1 - (v - lo) / ((hi - lo) or 1))  # noqa: E731
-    # scales to the column's width (a phone's too), keeping its proportions
-    out = [f'<svg viewBox="0 0 {w} {h}" style="width:100%;max-width:{w}px;height:auto" role="img">']
-    if threshold is not None:
-        out.append(f'<line x1="30" x2="{w - 10}" y1="{y(float(threshold)):.1f}" y2="{y(float(threshold)):.1f}" '
-                   f'stroke="#c00" stroke-dasharray="4"/><text x="32" y="{y(float(threshold)) - 3:.1f}" '
-                   f'font-size="10">H = {threshold}</text>')
-    for name, color in (("current", "#c60"), ("without_disputable", "#06c")):
-        pts = [(0, 0.0)] + [(i + 1, float(v)) for i, (_, v) in enumerate(series.get(name, []))]
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="'
-                   + " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in pts) + f'"><title>{name}</title></polyline>')
-    out.append("</svg>")
-    return "".join(out)
+def _downtime_flips(r: dict[str, Any]) -> bool:
+    """The downtime verdict changes without the disputable misses and the chart has what it needs."""
+    return (r["downtime_passes"] is False and r["downtime_passes_without_disputable"] is True
+            and r["downtime_p0"] is not None and r["missed"] is not None and r["inference_count"] is not None)
 
 
 def html_section(cases: list[EpochCase]) -> tuple[str, dict[str, Any]]:
-    """An HTML fragment (tables + one inline SVG per affected host: the SPRT LLR after each settlement, with the
-    disputable penalties in orange and without them in blue) and the chart data, for the --html page."""
+    """An HTML fragment (tables, then per affected host its charts: the SPRT LLR after each settlement when the
+    SPRT was replayed, and the downtime test when its verdict flips; with the disputable penalties in orange and
+    without them in blue) and the chart data, for the --html page. Epochs ascend (collect orders them)."""
     data: dict[str, Any] = {}
     parts = ['<section id="restitution"><h2>Restitution</h2>']
     for case in cases:
@@ -118,8 +105,13 @@ def html_section(cases: list[EpochCase]) -> tuple[str, dict[str, Any]]:
             data.setdefault(str(case.epoch), {})[r["participant"]] = {
                 "threshold": str(r["sprt_threshold"]),
                 **{k: [[e, str(v)] for e, v in s] for k, s in series.items()}}
-            parts.append(f"<figure><figcaption>SPRT LLR after each settlement, "
-                         f"{html.escape(r['participant'])}</figcaption>{_svg(series, r['sprt_threshold'])}</figure>")
+            if series:
+                parts.append(f"<figure><figcaption>Invalidation SPRT: LLR after each settlement, "
+                             f"{html.escape(r['participant'])}</figcaption>"
+                             f"{sprt_svg(series, r['sprt_threshold'], r['participant'])}</figure>")
+            if _downtime_flips(r):
+                parts.append(f"<figure><figcaption>Downtime test: miss rate against p0, "
+                             f"{html.escape(r['participant'])}</figcaption>{downtime_svg(r)}</figure>")
     if len(parts) == 1:
         parts.append("<p>No host's epoch outcome flips without the disputable penalties.</p>")
     parts.append("</section>")
