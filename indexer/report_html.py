@@ -49,10 +49,10 @@ def collect_page(url: str, epochs: tuple[int, int] | None = None) -> Page:
         p.total_penalties = q(f"SELECT count(*) FROM api.disputable_penalties {_WHERE}")[0][0]
         p.penalties = q(f"""SELECT epoch_index, participant, escrow_id, inference_id, penalty, rule, verdict,
                                    evidence FROM api.disputable_penalties {_WHERE}
-                            ORDER BY epoch_index DESC, participant, escrow_id, inference_id LIMIT {MAX_ROWS}""")
+                            ORDER BY epoch_index, participant, escrow_id, inference_id LIMIT {MAX_ROWS}""")
         p.limits = q(f"""SELECT epoch_index, model_id, governance_limit, limit_source, loophole_risk,
                                 array_to_string(model_args, ' ') FROM api.model_limits {_WHERE}
-                         ORDER BY epoch_index DESC, model_id""")
+                         ORDER BY epoch_index, model_id""")
     return p
 
 
@@ -87,7 +87,7 @@ def _rule_bar(by_rule: dict[str, int], colours: dict[str, str]) -> str:
 
 def _cards(p: Page, colours: dict[str, str]) -> str:
     cards = []
-    for epoch in reversed(p.epochs):
+    for epoch in p.epochs:
         affected, hosts = p.hosts_by_epoch.get(epoch, (0, 0))
         by_rule = p.rules_by_epoch.get(epoch, {})
         legend = "".join(f'<li><i style="background:{colours[r]}"></i>{_e(r)} <b>{n}</b></li>'
@@ -110,6 +110,7 @@ def _heatmap(p: Page) -> str:
     cell, left, top = 44, 150, 22
     parts = [f'<text x="{left + i * cell + cell / 2}" y="15" class="ax" text-anchor="middle">{e}</text>'
              for i, e in enumerate(p.epochs)]
+    parts.append(f'<text x="{left - 6}" y="15" class="ax axis-title" text-anchor="end">host \\ epoch</text>')
     for j, host in enumerate(hosts):
         y = top + j * (cell * 0.6)
         parts.append(f'<text x="{left - 6}" y="{y + 17}" class="ax" text-anchor="end">{_e(host)}</text>')
@@ -133,7 +134,7 @@ def _penalty_rows(p: Page) -> str:
     rows = []
     for epoch, host, escrow, inference, penalty, rule, verdict, evidence in p.penalties:
         ev = json.dumps(evidence, indent=1, sort_keys=True, default=str)
-        rows.append(f'<tr data-host="{_e(host)}" data-rule="{_e(rule)}"><td>{epoch}</td><td>{_e(host)}</td>'
+        rows.append(f'<tr data-host="{_e(host)}" data-epoch="{epoch}" data-rule="{_e(rule)}"><td>{epoch}</td><td>{_e(host)}</td>'
                     f'<td>{_e(escrow)}</td><td>{_e(inference)}</td><td>{_e(penalty)}</td><td>{_e(rule)}</td>'
                     f'<td>{_e(verdict)}</td><td><details><summary>evidence</summary><pre>{html.escape(ev)}</pre>'
                     f'</details></td></tr>')
@@ -163,21 +164,27 @@ align-items:center;margin:.5em 0}select,button{font:inherit;padding:3px 6px}.ris
 
 _JS = """
 (function(){
-  var host=document.getElementById('f-host'), rule=document.getElementById('f-rule');
+  var host=document.getElementById('f-host'), rule=document.getElementById('f-rule'), epoch='';
+  var cell=document.getElementById('f-cell');
   var rows=[].slice.call(document.querySelectorAll('#penalties tbody tr')), shown=document.getElementById('shown');
   function apply(){
     var n=0;
     rows.forEach(function(r){
-      var ok=(!host.value||r.dataset.host===host.value)&&(!rule.value||r.dataset.rule===rule.value);
+      var ok=(!host.value||r.dataset.host===host.value)&&(!epoch||r.dataset.epoch===epoch)&&
+             (!rule.value||r.dataset.rule===rule.value);
       r.hidden=!ok; if(ok){n++;}
     });
     shown.textContent=n;
+    cell.hidden=!epoch; cell.textContent=epoch?'epoch '+epoch+' only (show all)':'';
   }
-  host.addEventListener('change',apply); rule.addEventListener('change',apply);
-  document.getElementById('f-clear').addEventListener('click',function(){host.value='';rule.value='';apply();});
+  host.addEventListener('change',function(){epoch='';apply();}); rule.addEventListener('change',apply);
+  function clear(){host.value='';rule.value='';epoch='';apply();}
+  document.getElementById('f-clear').addEventListener('click',clear); cell.addEventListener('click',clear);
   [].slice.call(document.querySelectorAll('#heatmap .cell')).forEach(function(c){
     c.addEventListener('click',function(){
-      host.value=c.dataset.host; apply();
+      // a cell filters to its host and epoch; clicking the selected cell again shows all rows
+      if(host.value===c.dataset.host&&epoch===c.dataset.epoch){clear();return;}
+      host.value=c.dataset.host; epoch=c.dataset.epoch; apply();
       document.getElementById('penalties').scrollIntoView({behavior:'smooth'});
     });
   });
@@ -206,12 +213,13 @@ def render_page(p: Page, sections: tuple[str, ...] = ()) -> str:
 that refused or timed out on requests that could not fit the model's governance <code>--max-model-len</code>.</p>
 <h2>Per epoch</h2><div class="cards">{_cards(p, colours)}</div>
 <h2>Where they concentrate: host × epoch</h2>
-<p>Disputable penalties (missed + invalid) per host and epoch; darker is more. Click a cell to list that host's.</p>
+<p>Disputable penalties (missed + invalid) per host and epoch; darker is more. Click a cell to list that host's in that epoch;
+click it again (or "show all") to list every row.</p>
 {_heatmap(p)}
 <h2 id="evidence">Disputable penalties with evidence</h2>
 <div class="filters"><label>Host <select id="f-host"><option value="">all hosts</option>{_options(hosts)}</select>
 </label><label>Rule <select id="f-rule"><option value="">all rules</option>{_options(rules)}</select></label>
-<button id="f-clear" type="button">clear</button><span><b id="shown">{len(p.penalties)}</b> of
+<button id="f-clear" type="button">show all</button><button id="f-cell" type="button" hidden></button><span><b id="shown">{len(p.penalties)}</b> of
 {len(p.penalties)} shown</span></div>{more}
 <div class="scroll"><table id="penalties"><thead><tr><th>epoch</th><th>host</th><th>escrow</th><th>inference</th>
 <th>penalty</th><th>rule</th><th>verdict</th><th>evidence</th></tr></thead><tbody>{_penalty_rows(p)}</tbody>

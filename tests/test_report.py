@@ -41,3 +41,49 @@ def test_terminal_report_lists_epochs_hosts_and_rule_families(db_url, tmp_path):
     # each example is its rule's sentence with the arithmetic, not raw JSON cut at a fixed width
     assert "governance limit" in run.stdout and '"refusal_kind"' not in run.stdout
     assert "gonka1host" in run.stdout and "401" not in run.stdout.split("Per host")[1].split("Disputable")[0]
+
+
+def _ascending(values) -> bool:
+    values = [int(v) for v in values]
+    return values == sorted(values)
+
+
+def test_html_report_one_epoch_order_and_host_and_epoch_filter(db_url, tmp_path):
+    _load(db_url, tmp_path)
+    out = tmp_path / "report.html"
+    run = subprocess.run([sys.executable, "-m", "indexer", "report", "--database-url", db_url, "--html", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    page = out.read_text()
+    cards = re.findall(r'<section class="card"><h3>Epoch (\d+)</h3>', page)
+    heat = page.split('id="heatmap"')[1].split("</svg>")[0]
+    columns = re.findall(r'<text x="[\d.]+" y="15" class="ax" text-anchor="middle">(\d+)</text>', heat)
+    rows = re.findall(r'<tr data-host="[^"]*" data-epoch="(\d+)"', page)
+    limits = re.findall(r"<tr><td>(\d+)</td>", page.split('id="limits"')[1].split("</table>")[0])
+    assert len(set(cards)) > 1 and cards == columns  # one card and one heatmap column per epoch, same order
+    for section in (cards, columns, rows, limits):
+        assert section and _ascending(section), section
+    # every heatmap cell and every penalty row names its host and its epoch; the filter compares both
+    assert heat.count('<g class="cell"') == len(re.findall(r'<g class="cell" data-host="[^"]+" data-epoch="\d+"',
+                                                           heat)) > 0
+    assert page.count("<tr data-host=") == len(rows)
+    assert "r.dataset.host===host.value" in page and "r.dataset.epoch===epoch" in page
+    assert 'id="f-cell"' in page and ">show all</button>" in page
+
+
+def test_html_report_restitution_epochs_ascend(db_url, tmp_path):
+    from tests.restitution.test_restitution_charts import downtime_373
+    from tests.restitution.test_restitution_report import _e366
+
+    downtime_373(db_url, tmp_path)  # loaded first: the section's order is not the load order
+    _e366(db_url, tmp_path)
+    _load(db_url, tmp_path)
+    out = tmp_path / "report.html"
+    run = subprocess.run([sys.executable, "-m", "indexer", "report", "--database-url", db_url, "--html", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    page = out.read_text()
+    cards = re.findall(r'<section class="card"><h3>Epoch (\d+)</h3>', page)
+    restitution = re.findall(r"<h3>Epoch (\d+)</h3>", page.split('<section id="restitution">')[1])
+    assert restitution == ["366", "373"] and _ascending(cards)
+    assert page.count('class="chart sprt-chart"') == 2 and page.count('class="chart downtime-chart"') == 1

@@ -65,16 +65,20 @@ def test_threshold_near_the_top_puts_its_label_below_and_hosts_are_escaped():
     assert base - FONT >= line_y + 3  # below the line, whole
 
 
-def test_downtime_chart_when_the_downtime_verdict_flips(db_url, tmp_path):
-    # B misses 7 of 20 at p0 = 0.10 and fails; the 7 are refused timeouts over the governance limit, so without
-    # them B misses 0 of 20 and passes (test_restitution_db.test_downtime_flip_without_disputable_misses)
+def downtime_373(db_url, tmp_path) -> None:
+    """B misses 7 of 20 at p0 = 0.10 and fails; the 7 are refused timeouts over the governance limit, so without
+    them B misses 0 of 20 and passes (test_restitution_db.test_downtime_flip_without_disputable_misses)."""
     log = Log("9301", epoch=373)
     for _ in range(7):
         log.timeout(log.start(5, max_tokens=GOV + 1), "refused")
     recs = [gov_snapshot(epoch=373), params(373),
             summary(373, B, confirmation_weight=5000, inference_count=13, missed_requests=7)]
     recs += [summary(373, f"gonka1other{k}", inference_count=10, missed_requests=0) for k in range(5)]
-    load(db_url, tmp_path, recs + log.records)
+    load(db_url, tmp_path, recs + log.records, name="downtime-373.ndjson")
+
+
+def test_downtime_chart_when_the_downtime_verdict_flips(db_url, tmp_path):
+    downtime_373(db_url, tmp_path)
     (case,) = collect(db_url, (373, 373))
     fragment, _ = html_section([case])
     (svg,) = [s for s in _svgs(fragment) if "downtime-chart" in s.get("class")]
