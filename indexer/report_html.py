@@ -1,6 +1,7 @@
 """`indexer report --html`: one self-contained page (inline CSS, SVG and a little JS; nothing fetched) that leads
 with what matters per epoch, then where penalties concentrate (host × epoch), then every disputable penalty with
-its evidence (filterable by host and rule), then the governance limits in force. Reads only the `api` views."""
+its evidence (filterable by host and rule, or by host and epoch from a heatmap cell), then the governance
+limits in force. Epochs ascend in every section. Reads only the `api` views."""
 from __future__ import annotations
 
 import html
@@ -134,7 +135,8 @@ def _penalty_rows(p: Page) -> str:
     rows = []
     for epoch, host, escrow, inference, penalty, rule, verdict, evidence in p.penalties:
         ev = json.dumps(evidence, indent=1, sort_keys=True, default=str)
-        rows.append(f'<tr data-host="{_e(host)}" data-epoch="{epoch}" data-rule="{_e(rule)}"><td>{epoch}</td><td>{_e(host)}</td>'
+        rows.append(f'<tr data-host="{_e(host)}" data-epoch="{epoch}" data-rule="{_e(rule)}"><td>{epoch}</td>'
+                    f'<td>{_e(host)}</td>'
                     f'<td>{_e(escrow)}</td><td>{_e(inference)}</td><td>{_e(penalty)}</td><td>{_e(rule)}</td>'
                     f'<td>{_e(verdict)}</td><td><details><summary>evidence</summary><pre>{html.escape(ev)}</pre>'
                     f'</details></td></tr>')
@@ -151,7 +153,8 @@ background:#fafafa}main{max-width:1200px;margin:0 auto;padding:16px}h1{font-size
 h2{font-size:1.2em;margin:1.6em 0 .5em;border-bottom:1px solid #ddd;padding-bottom:.2em}.lead{color:#444}
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(230px,1fr));gap:12px}
 .card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:10px 14px}.card h3{margin:.1em 0 .3em}
-.card p{margin:.3em 0}.big{font-size:1.1em}svg.bar{width:100%;height:12px;display:block;margin:4px 0}
+.card p{margin:.3em 0}figure{margin:.8em 0}.big{font-size:1.1em}
+svg.bar{width:100%;height:12px;display:block;margin:4px 0}
 .legend{list-style:none;padding:0;margin:.3em 0;font-size:.85em}.legend i{display:inline-block;width:.8em;
 height:.8em;margin-right:.4em;vertical-align:-1px}.scroll{overflow-x:auto;max-width:100%}
 .ax{font-size:12px;fill:#333}.n{font-size:12px;fill:#111;pointer-events:none}.cell{cursor:pointer}
@@ -213,13 +216,14 @@ def render_page(p: Page, sections: tuple[str, ...] = ()) -> str:
 that refused or timed out on requests that could not fit the model's governance <code>--max-model-len</code>.</p>
 <h2>Per epoch</h2><div class="cards">{_cards(p, colours)}</div>
 <h2>Where they concentrate: host × epoch</h2>
-<p>Disputable penalties (missed + invalid) per host and epoch; darker is more. Click a cell to list that host's in that epoch;
-click it again (or "show all") to list every row.</p>
+<p>Disputable penalties (missed + invalid) per host and epoch; darker is more. Click a cell to list
+that host's in that epoch; click it again (or "show all") to list every row.</p>
 {_heatmap(p)}
 <h2 id="evidence">Disputable penalties with evidence</h2>
 <div class="filters"><label>Host <select id="f-host"><option value="">all hosts</option>{_options(hosts)}</select>
 </label><label>Rule <select id="f-rule"><option value="">all rules</option>{_options(rules)}</select></label>
-<button id="f-clear" type="button">show all</button><button id="f-cell" type="button" hidden></button><span><b id="shown">{len(p.penalties)}</b> of
+<button id="f-clear" type="button">show all</button><button id="f-cell" type="button" hidden></button>
+<span><b id="shown">{len(p.penalties)}</b> of
 {len(p.penalties)} shown</span></div>{more}
 <div class="scroll"><table id="penalties"><thead><tr><th>epoch</th><th>host</th><th>escrow</th><th>inference</th>
 <th>penalty</th><th>rule</th><th>verdict</th><th>evidence</th></tr></thead><tbody>{_penalty_rows(p)}</tbody>

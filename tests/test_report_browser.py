@@ -37,7 +37,9 @@ def report(demo_db_url, tmp_path_factory):
     with psycopg.connect(demo_db_url) as conn:
         counts = dict(conn.execute("SELECT participant, count(*) FROM api.disputable_penalties GROUP BY 1"))
         rules = dict(conn.execute("SELECT rule, count(*) FROM api.disputable_penalties GROUP BY 1"))
-    return out, counts, rules
+        at = {(h, e): n for h, e, n in conn.execute("SELECT participant, epoch_index, count(*) "
+                                                     "FROM api.disputable_penalties GROUP BY 1, 2")}
+    return out, counts, rules, at
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def _open(browser, path, width, height):
 
 @pytest.mark.parametrize("width, height", [(1366, 768), (390, 844)], ids=["laptop", "phone"])
 def test_report_renders_filters_and_fits(browser, report, width, height):
-    path, counts, rules = report
+    path, counts, rules, counts_at = report
     page, problems, fetched = _open(browser, path, width, height)
     # every chart drawn: each SVG has a visible box and shapes in it
     charts = page.eval_on_selector_all("svg", """svgs => svgs.map(s => {
@@ -90,8 +92,22 @@ def test_report_renders_filters_and_fits(browser, report, width, height):
     page.select_option("#f-rule", rule)
     assert page.locator("#penalties tbody tr:visible").count() == rules[rule]
     page.click("#f-clear")
-    page.locator(f'#heatmap .cell[data-host="{host}"]').first.click()  # a heatmap cell filters to its host
+    # a heatmap cell filters to its host and its epoch; clicking it again shows every row
+    cell = page.locator(f'#heatmap .cell[data-host="{host}"]').first
+    epoch = cell.get_attribute("data-epoch")
+    cell.click()
     assert page.input_value("#f-host") == host
+    picked = page.eval_on_selector_all("#penalties tbody tr:not([hidden])",
+                                       "rs => rs.map(r => [r.dataset.host, r.dataset.epoch])")
+    assert {tuple(r) for r in picked} <= {(host, epoch)}
+    assert len(picked) == counts_at.get((host, int(epoch)), 0) <= counts[host]
+    assert page.locator("#f-cell").is_visible()
+    cell.click()
+    assert page.locator("#penalties tbody tr:visible").count() == total and not page.locator("#f-cell").is_visible()
+    cell.click()
+    page.click("#f-cell")  # the "epoch N only (show all)" control clears it too
+    assert page.locator("#penalties tbody tr:visible").count() == total
+    page.locator(f'#heatmap .cell[data-host="{host}"]').first.click()
     page.locator("#penalties tbody tr:visible details summary").first.click()
     assert page.locator("#penalties tbody tr:visible details pre").first.is_visible()
     # readable: the page itself never scrolls sideways (wide tables scroll in their own box), text not tiny

@@ -7,12 +7,13 @@ a 375 px wide phone column."""
 from __future__ import annotations
 
 import html
-from decimal import Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any
 
 W, H = 480, 260            # viewBox of every chart
-LEFT, RIGHT, TOP, BOTTOM = 58, 14, 50, 46
-FONT = 13                  # viewBox units: 13 * 375 / 480 > 10 px on a phone, ~13 px on a laptop
+LEFT, RIGHT, TOP, BOTTOM = 58, 14, 58, 48
+FONT = 15                  # viewBox units: 15 * 359 / 480 > 11 px in a 375 px phone's column
+CHAR = FONT * 0.55         # a generous average glyph width, to lay out the legend
 COLOURS = {"current": "#c60", "without_disputable": "#06c", "threshold": "#c00"}
 LABELS = {"current": "current", "without_disputable": "without disputable penalties"}
 
@@ -26,17 +27,23 @@ def _dec(v: Decimal, places: int = 2) -> str:
 
 
 def _ticks(lo: Decimal, hi: Decimal, n: int = 4) -> list[Decimal]:
-    step = (hi - lo) / n
-    return [lo + step * i for i in range(n + 1)]
+    """About n round steps (1, 2, 2.5 or 5 times a power of ten) covering [lo, hi], exactly in Decimal."""
+    raw = (hi - lo) / n
+    magnitude = Decimal(1).scaleb(raw.adjusted())
+    step = next(m * magnitude for m in (Decimal(1), Decimal(2), Decimal("2.5"), Decimal(5), Decimal(10))
+                if m * magnitude >= raw)
+    first = (lo / step).to_integral_value(rounding=ROUND_FLOOR) * step
+    last = (hi / step).to_integral_value(rounding=ROUND_CEILING) * step
+    return [first + step * i for i in range(int((last - first) / step) + 1)]
 
 
 def _legend(items: list[tuple[str, str, bool]]) -> str:
     """Legend entries (colour, label, dashed) across the chart's top edge, wrapping to a second row."""
     out, x, row = ['<g class="legend">'], LEFT, 14
     for colour, label, dashed in items:
-        width = 30 + len(label) * 7
+        width = 30 + len(label) * CHAR
         if x > LEFT and x + width > W - RIGHT:
-            x, row = LEFT, row + 18
+            x, row = LEFT, row + FONT + 5
         dash = ' stroke-dasharray="4"' if dashed else ""
         out.append(f'<g class="legend-item"><line x1="{x}" x2="{x + 18}" y1="{row}" y2="{row}" stroke="{colour}" '
                    f'stroke-width="3"{dash}/><text x="{x + 22}" y="{row + 4}" font-size="{FONT}">{_e(label)}</text>'
@@ -56,22 +63,22 @@ def _frame(x_title: str, y_title: str) -> str:
 
 
 def _threshold_label(text: str, line_y: float, width: float) -> str:
-    """The label sits above its line (below when the line is near the top), on a white box, right-aligned, so the
-    line never strikes it through."""
+    """The label sits above its line (below when the line is near the top), on a white box at the left end, where
+    every trajectory is still near 0 (step 0), and is drawn over the series, so no line strikes it through."""
     above = line_y - TOP > FONT + 8
     base = line_y - 5 if above else line_y + FONT + 4
-    x = W - RIGHT - 4
-    return (f'<rect class="threshold-box" x="{x - width:.1f}" y="{base - FONT:.1f}" width="{width:.1f}" '
+    x = LEFT + 6
+    return (f'<rect class="threshold-box" x="{x - 2}" y="{base - FONT:.1f}" width="{width:.1f}" '
             f'height="{FONT + 3}" fill="#fff" fill-opacity="0.9"/><text class="threshold-label" x="{x}" '
-            f'y="{base:.1f}" font-size="{FONT}" text-anchor="end" fill="{COLOURS["threshold"]}">{_e(text)}</text>')
+            f'y="{base:.1f}" font-size="{FONT}" fill="{COLOURS["threshold"]}">{_e(text)}</text>')
 
 
 def sprt_svg(series: dict[str, list[tuple[str, Decimal]]], threshold: Decimal | None, host: str) -> str:
     """The LLR after each settled escrow (step 0 = before the first), both variants, and H when known."""
     values = [Decimal(v) for s in series.values() for _, v in s] + [Decimal(0)]
     values += [Decimal(threshold)] if threshold is not None else []
-    lo, hi = min(values), max(values)
-    hi = hi if hi > lo else lo + 1
+    ticks = _ticks(min(values), max(max(values), min(values) + 1))
+    lo, hi = ticks[0], ticks[-1]
     steps = max((len(s) for s in series.values()), default=0)
     span = max(steps, 1)
     x = lambda i: LEFT + (W - LEFT - RIGHT) * i / span  # noqa: E731
@@ -80,7 +87,7 @@ def sprt_svg(series: dict[str, list[tuple[str, Decimal]]], threshold: Decimal | 
            f'style="width:100%;max-width:{W}px;height:auto" role="img" '
            f'aria-label="SPRT log-likelihood ratio of {_e(host)} after each settled escrow">',
            _frame("settled escrows (step)", "LLR")]
-    for t in _ticks(lo, hi):
+    for t in ticks:
         out.append(f'<g class="tick y-tick"><line x1="{LEFT - 4}" x2="{LEFT}" y1="{y(t):.1f}" y2="{y(t):.1f}" '
                    f'stroke="#333"/><text x="{LEFT - 6}" y="{y(t) + 4:.1f}" font-size="{FONT}" text-anchor="end">'
                    f'{_dec(t)}</text></g>')
@@ -94,14 +101,15 @@ def sprt_svg(series: dict[str, list[tuple[str, Decimal]]], threshold: Decimal | 
         ty = y(threshold)
         label = f"H = {fmt_exact(threshold)}"
         out.append(f'<line class="threshold" x1="{LEFT}" x2="{W - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" '
-                   f'stroke="{COLOURS["threshold"]}" stroke-dasharray="4"/>'
-                   + _threshold_label(label, ty, len(label) * 8 + 6))
+                   f'stroke="{COLOURS["threshold"]}" stroke-dasharray="4"/>')
         legend.append((COLOURS["threshold"], "threshold H", True))
     for name in LABELS:
         pts = [(0, Decimal(0))] + [(i + 1, v) for i, (_, v) in enumerate(series.get(name, []))]
         out.append(f'<polyline class="series" data-series="{name}" fill="none" stroke="{COLOURS[name]}" '
                    f'stroke-width="2" points="' + " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in pts)
                    + f'"><title>{_e(LABELS[name])}</title></polyline>')
+    if threshold is not None:
+        out.append(_threshold_label(label, ty, len(label) * CHAR + 4))
     out += [_legend(legend), "</svg>"]
     return "".join(out)
 
@@ -121,17 +129,18 @@ def downtime_svg(row: dict[str, Any]) -> str:
     rates = {"current": Decimal(missed) / total if total else Decimal(0),
              "without_disputable": Decimal(without) / total if total else Decimal(0)}
     passes = {"current": row["downtime_passes"], "without_disputable": row["downtime_passes_without_disputable"]}
-    hi = max([p0, *rates.values()]) * Decimal("1.15") or Decimal(1)
+    ticks = _ticks(Decimal(0), max([p0, *rates.values()]) * Decimal("1.1") or Decimal(1))
+    hi = ticks[-1]
     x = lambda v: LEFT + (W - LEFT - RIGHT) * float(Decimal(v) / hi)  # noqa: E731
     host = row["participant"]
     out = [f'<svg class="chart downtime-chart" data-host="{_e(host)}" viewBox="0 0 {W} {H}" '
            f'style="width:100%;max-width:{W}px;height:auto" role="img" '
            f'aria-label="downtime test of {_e(host)}: miss rate against p0">',
            _frame("miss rate (missed / (inferences + missed)), %", "")]
-    for t in _ticks(Decimal(0), hi):
+    for t in ticks:
         out.append(f'<g class="tick x-tick"><line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{H - BOTTOM}" '
                    f'y2="{H - BOTTOM + 4}" stroke="#333"/><text x="{x(t):.1f}" y="{H - BOTTOM + 17}" '
-                   f'font-size="{FONT}" text-anchor="middle">{_dec(t * 100, 1)}</text></g>')
+                   f'font-size="{FONT}" text-anchor="middle">{fmt_exact(t * 100)}</text></g>')
     band = (H - TOP - BOTTOM) / 2
     for k, name in enumerate(LABELS):
         top = TOP + band * k + 12
@@ -141,6 +150,7 @@ def downtime_svg(row: dict[str, Any]) -> str:
                    f'stroke="#333"/></g><rect class="bar" data-series="{name}" x="{LEFT}" y="{top}" '
                    f'width="{max(x(rates[name]) - LEFT, 1):.1f}" height="28" fill="{COLOURS[name]}"><title>'
                    f'{_e(LABELS[name])}: {count} of {total} missed</title></rect><text x="{LEFT + 4}" '
+                   f'paint-order="stroke" stroke="#fff" stroke-width="4" '
                    f'y="{top + 46}" font-size="{FONT}">{_e(LABELS[name])}: {count}/{total} = '
                    f'{_dec(rates[name] * 100)} %, {verdict}</text>')
     px = x(p0)

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from decimal import Decimal
 
 from indexer.restitution import collect, html_section
-from indexer.restitution.charts import FONT, W, sprt_svg
+from indexer.restitution.charts import CHAR, FONT, W, sprt_svg
 from tests.restitution.test_restitution_db import params, summary
 from tests.restitution.test_restitution_report import _e366
 from tests.support.rules_kit import B, GOV, Log, gov_snapshot, load
@@ -31,10 +31,10 @@ def _assert_framed(svg: ET.Element) -> None:
     assert classes.count("axis-title") >= 1 and classes.count("x-tick") >= 2
     legend = _texts(svg, "legend-item")
     assert "current" in legend and any(t.startswith("without disputable") for t in legend), legend
-    # the legend sits inside the viewBox: no entry runs past the right edge at 7 units a character
+    # the legend sits inside the viewBox: no entry runs past the right edge
     for item in (e for e in svg.iter() if e.get("class") == "legend-item"):
         text = item.find("text")
-        assert float(text.get("x")) + 7 * len(text.text) <= W, text.text
+        assert float(text.get("x")) + CHAR * len(text.text) <= W, text.text
 
 
 def test_sprt_chart_has_axes_legend_and_a_threshold_label_clear_of_its_line(db_url, tmp_path):
@@ -43,7 +43,8 @@ def test_sprt_chart_has_axes_legend_and_a_threshold_label_clear_of_its_line(db_u
     fragment, _ = html_section([case])
     (svg,) = [s for s in _svgs(fragment) if "sprt-chart" in s.get("class")]
     _assert_framed(svg)
-    assert len(_texts(svg, "y-tick")) == 5 and _texts(svg, "x-tick")[0] == "0"
+    assert _texts(svg, "y-tick") == ["0.00", "2.00", "4.00", "6.00"]  # round steps, LLR 4.46 inside
+    assert _texts(svg, "x-tick") == ["0", "1"]  # one settled escrow
     assert "threshold H" in _texts(svg, "legend-item")
     assert all(re.fullmatch(r"-?\d+\.\d\d", t) for t in _texts(svg, "y-tick"))  # Decimal labels, two places
     line = next(e for e in svg.iter("line") if e.get("class") == "threshold")
@@ -52,7 +53,12 @@ def test_sprt_chart_has_axes_legend_and_a_threshold_label_clear_of_its_line(db_u
     base, line_y = float(label.get("y")), float(line.get("y1"))
     # the glyphs occupy [baseline - font size, baseline + descent]: the line passes outside that box
     assert line_y >= base + 3 or line_y <= base - FONT, (base, line_y)
-    assert int(label.get("font-size")) * 375 / W >= 10  # still about 10 px on a 375 px wide phone
+    box = next(e for e in svg.iter("rect") if e.get("class") == "threshold-box")
+    top, bottom = float(box.get("y")), float(box.get("y")) + float(box.get("height"))
+    assert not top <= line_y <= bottom and top <= base - FONT + 1 and bottom >= base  # its box holds it, not the line
+    order = [e.get("class") for e in svg.iter() if e.get("class") in ("series", "threshold-label")]
+    assert order[-1] == "threshold-label"  # drawn over the trajectories
+    assert int(label.get("font-size")) * (375 - 16) / W >= 11  # >= 11 px in a 375 px phone's column
     assert not [s for s in _svgs(fragment) if "downtime-chart" in s.get("class")]  # the downtime test holds
 
 
@@ -87,5 +93,5 @@ def test_downtime_chart_when_the_downtime_verdict_flips(db_url, tmp_path):
     assert "p0 = 0.1" in _texts(svg, "legend-item")
     labels = [t.text for t in svg.iter("text") if t.text and "/20 = " in t.text]
     assert labels == ["current: 7/20 = 35.00 %, fails", "without disputable penalties: 0/20 = 0.00 %, passes"]
-    assert [t for t in _texts(svg, "x-tick")][0] == "0.0"
+    assert _texts(svg, "x-tick") == ["0", "10", "20", "30", "40"]  # percent, round steps past 35 %
     assert "Downtime test: miss rate against p0" in fragment
