@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from decimal import Decimal
 
 from indexer.restitution import collect, html_section
-from indexer.restitution.charts import CHAR, FONT, W, sprt_svg
+from indexer.restitution.charts import CHAR, FONT, W, downtime_svg, sprt_svg
 from tests.restitution.test_restitution_db import params, summary
 from tests.restitution.test_restitution_report import _e366
 from tests.support.rules_kit import B, GOV, Log, gov_snapshot, load
@@ -95,3 +95,16 @@ def test_downtime_chart_when_the_downtime_verdict_flips(db_url, tmp_path):
     assert labels == ["current: 7/20 = 35.00 %, fails", "without disputable penalties: 0/20 = 0.00 %, passes"]
     assert _texts(svg, "x-tick") == ["0", "10", "20", "30", "40"]  # percent, round steps past 35 %
     assert "Downtime test: miss rate against p0" in fragment
+
+
+def test_charts_without_a_threshold_and_with_a_hostile_host_name():
+    # H unknown (no parameters captured): the trajectories are drawn without a threshold line, label or legend entry
+    svg = ET.fromstring(sprt_svg({"current": [("1", Decimal("-0.3"))]}, None, "h"))
+    assert not [e for e in svg.iter() if e.get("class") in ("threshold", "threshold-label")]
+    assert "threshold H" not in _texts(svg, "legend-item") and _texts(svg, "y-tick")[0] == "-0.50"
+    row = {"participant": '<script>"x"&', "missed": 3, "inference_count": 0, "disputable_missed": 3,
+           "downtime_p0": Decimal("0.05"), "downtime_passes": False, "downtime_passes_without_disputable": True}
+    text = downtime_svg(row)
+    assert "<script>" not in text and ET.fromstring(text).get("data-host") == '<script>"x"&'
+    assert [t.text for t in ET.fromstring(text).iter("text") if t.text and "/3 = " in t.text] == \
+        ["current: 3/3 = 100.00 %, fails", "without disputable penalties: 0/3 = 0.00 %, passes"]
