@@ -36,7 +36,7 @@ e2e: $(STAMP)
 	@command -v chromium >/dev/null && command -v promtool >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update && $$SUDO apt-get install -y --no-install-recommends chromium prometheus; }
-	$(BIN)/python -m pytest -ra tests/test_report_browser.py tests/test_deploy.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -ra tests/reports/test_report_browser.py tests/test_deploy.py $(PYTEST_ARGS)
 	cd deploy && promtool check config prometheus/prometheus.yml && promtool test rules prometheus/tests/indexer_test.yml
 
 demo: $(STAMP)

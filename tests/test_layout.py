@@ -30,7 +30,7 @@ LAYERS = [
     {"downstream"},
     {"alerts"},
     {"poller", "devnet", "observe", "synth"},
-    {"report", "report_html", "restitution"},
+    {"reports"},
     {"cli", "__main__"},
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -155,15 +155,15 @@ def cmd_archive(args, settings: Settings) -> int:
 def cmd_report(args, settings: Settings) -> int:
     from rich.console import Console
 
-    from indexer.report import collect, print_report
-    from indexer.report_html import collect_page, render_page
+    from indexer.reports.findings import collect, print_report
+    from indexer.reports.html import collect_page, render_page
 
     if args.proposal and not (args.restitution and args.deposit):
         error("--proposal needs --restitution and --deposit COINS (the chain's governance min_deposit)")
         return EXIT_INPUT
     url = ready_database(args, settings)
     if args.restitution:
-        from indexer.restitution import collect as restitution_cases, restitution_summary, write_reports
+        from indexer.reports.restitution import collect as restitution_cases, restitution_summary, write_reports
 
         cases = restitution_cases(url, args.epochs)
         for path in write_reports(cases, args.out):
@@ -171,7 +171,7 @@ def cmd_report(args, settings: Settings) -> int:
         say(restitution_summary(cases))
         return write_proposal(cases, args) if args.proposal else EXIT_OK
     if args.html:
-        from indexer.restitution import collect as restitution_cases, html_block
+        from indexer.reports.restitution import collect as restitution_cases, html_block
 
         restitution_html = html_block(restitution_cases(url, args.epochs))
         with open(args.html, "w", encoding="utf-8") as fh:
@@ -185,7 +185,7 @@ def cmd_report(args, settings: Settings) -> int:
 def write_proposal(cases, args) -> int:
     import json
 
-    from indexer.restitution.proposal import NothingToPay, ProposalError, build
+    from indexer.reports.restitution.proposal import NothingToPay, ProposalError, build
 
     try:
         proposal = build(cases, args.deposit, args.vesting_epochs)

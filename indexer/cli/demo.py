@@ -9,7 +9,7 @@ from indexer.cli.output import EXIT_OK, console, say
 
 def run_demo(url: str, args, *, embedded: bool = False) -> int:
     """``embedded``: the database is the embedded server, so the closing hint logs in as the read-only reader."""
-    from indexer.report import collect, print_report
+    from indexer.reports.findings import collect, print_report
 
     if args.sample:
         from indexer.load.ingest import ingest_paths
@@ -26,7 +26,7 @@ def run_demo(url: str, args, *, embedded: bool = False) -> int:
 
     login = "db url --reader" if embedded else "db url"  # the reader reads api, all an analyst needs
     say(f"query the views yourself: psql \"$({self_command()} {login})\" -c 'select * from api.disputable_penalties'")
-    from indexer.restitution import collect as restitution_cases, restitution_summary
+    from indexer.reports.restitution import collect as restitution_cases, restitution_summary
 
     # last: the hosts whose epoch outcome the disputable penalties flipped (api.restitution_impact)
     say(restitution_summary(restitution_cases(url)))

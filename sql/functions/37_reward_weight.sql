@@ -10,7 +10,7 @@
 --     weight < raw:  floor(confirmation_weight * weight / raw)       -> 'confirmation_rescaled'
 --     else:          least(confirmation_weight, weight)              -> 'confirmation_capped'
 --   Checked against the chain's own payouts: every host paid in mainnet epochs 265 and 267 gets exactly this
---   share (tests/restitution/test_reward_weight.py on the real chain REST captures,
+--   share (tests/reports/test_reward_weight.py on the real chain REST captures,
 --   epoch_performance_summary.rewarded_coins).
 -- * v0.2.13 on (17808620, "v0.2.13: microrelease (#1143)", which added EpochGroupData.confirmation_weight_scales;
 --   the rule as read in the stored revision of keeper/bitcoin_rewards.go that has

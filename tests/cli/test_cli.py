@@ -151,7 +151,7 @@ def test_per_host_table_headers_are_whole_at_80_columns():
 
     from rich.console import Console
 
-    from indexer.report import Findings, print_report
+    from indexer.reports.findings import Findings, print_report
 
     out = Console(width=80, file=StringIO(), force_terminal=False, color_system=None)
     host = "gonka1" + "q" * 38  # a real address's length

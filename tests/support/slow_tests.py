@@ -18,7 +18,7 @@ SLOW = {
     "tests/poller/test_poller_faults.py::test_group_that_never_answers": "10 s",
     "tests/poller/test_poller_faults.py::test_failed_cycle_is_recorded_and_the_next_one_resumes": "3.5 s",
     "tests/poller/test_poller_kill.py::test_kill_9_mid_cycle_then_rerun_equals_clean_run": "9 s",
-    "tests/restitution/test_restitution_report.py::test_cli_writes_files": "8.6 s",
+    "tests/reports/test_restitution_report.py::test_cli_writes_files": "8.6 s",
     "tests/cli/test_demo.py::test_demo_polls_the_devnet_and_finds_every_rule_family": "7.4 s",
     "tests/cli/test_reliability_interrupt.py::test_sigint_after_a_committed_batch_is_one_clear_line_and_exit_130":
         "6.8 s",

@@ -1,4 +1,4 @@
-"""`indexer report`: findings per epoch and per host in the terminal (the HTML page: :mod:`indexer.report_html`).
+"""`indexer report`: findings per epoch and per host in the terminal (the HTML page: :mod:`indexer.reports.html`).
 
 Reads only the `api` views, like any dashboard would.
 """
@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from indexer.restitution.verdicts import sentence
+from indexer.reports.restitution.verdicts import sentence
 
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 

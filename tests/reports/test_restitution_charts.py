@@ -7,10 +7,10 @@ import re
 import xml.etree.ElementTree as ET
 from decimal import Decimal
 
-from indexer.restitution import collect, html_section
-from indexer.restitution.charts import CHAR, FONT, W, downtime_svg, sprt_svg
-from tests.restitution.test_restitution_db import params, summary
-from tests.restitution.test_restitution_report import _e366
+from indexer.reports.restitution import collect, html_section
+from indexer.reports.restitution.charts import CHAR, FONT, W, downtime_svg, sprt_svg
+from tests.reports.test_restitution_db import params, summary
+from tests.reports.test_restitution_report import _e366
 from tests.support.rules_kit import B, GOV, Log, gov_snapshot, load
 
 X = "gonka1hostX"

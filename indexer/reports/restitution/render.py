@@ -1,5 +1,5 @@
 """Restitution report rendering shared by every sink (amounts, values), an HTML fragment with SVG charts for the
---html page, and the one-line summary the demo prints (Markdown and CSV: indexer.restitution.markdown). Amounts: ngonka exactly, GONKA with six
+--html page, and the one-line summary the demo prints (Markdown and CSV: indexer.reports.restitution.markdown). Amounts: ngonka exactly, GONKA with six
 decimals truncated (1 GONKA = 10^9 ngonka; never rounds a payment up)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
-from indexer.restitution.charts import downtime_svg, sprt_svg
-from indexer.restitution.collect import EpochCase
+from indexer.reports.restitution.charts import downtime_svg, sprt_svg
+from indexer.reports.restitution.collect import EpochCase
 
 NGONKA = Decimal(10) ** 9
 VARIANTS = ("current", "issue_2078", "tokenize_2093", "narrow_prompt_ge_limit", "hardened_sibling")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import psycopg
 
-from indexer.restitution import collect, html_section, markdown, restitution_summary, rows_csv
+from indexer.reports.restitution import collect, html_section, markdown, restitution_summary, rows_csv
 from tests.support.rules_kit import load
-from tests.restitution.test_restitution_db import X, gov_snapshot, params, small_escrow, summary
+from tests.reports.test_restitution_db import X, gov_snapshot, params, small_escrow, summary
 
 ROOT = Path(__file__).resolve().parents[2]
 

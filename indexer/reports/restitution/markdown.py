@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from indexer.restitution.collect import EpochCase
-from indexer.restitution.render import NOT_CLAIMED, fmt, gonka, role
-from indexer.restitution.verdicts import raw_json, sentence
+from indexer.reports.restitution.collect import EpochCase
+from indexer.reports.restitution.render import NOT_CLAIMED, fmt, gonka, role
+from indexer.reports.restitution.verdicts import raw_json, sentence
 
 CSV_COLUMNS = ("epoch_index", "participant", "outcome", "role", "flipped_test", "amount_gonka", "amount_ngonka",
                "reward_if_passed_ngonka", "weight_basis", "missed", "invalid", "disputable_missed",

@@ -14,8 +14,8 @@ import hashlib
 from decimal import Decimal
 from typing import Any
 
-from indexer.restitution.collect import EpochCase
-from indexer.restitution.render import gonka
+from indexer.reports.restitution.collect import EpochCase
+from indexer.reports.restitution.render import gonka
 
 MSG_TYPE = "/inference.streamvesting.MsgBatchTransferWithVesting"
 PREFIX = "gonka"

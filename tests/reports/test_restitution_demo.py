@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from deploy.grafana.build_dashboards import DASHBOARDS
-from indexer.restitution import collect, markdown, rows_csv
-from indexer.restitution.markdown import code, fenced, md, _csv_cell
-from indexer.restitution.render import gonka
+from indexer.reports.restitution import collect, markdown, rows_csv
+from indexer.reports.restitution.markdown import code, fenced, md, _csv_cell
+from indexer.reports.restitution.render import gonka
 
 
 @pytest.fixture(scope="module")

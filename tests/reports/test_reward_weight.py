@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.restitution import collect, markdown
-from indexer.restitution.render import gonka
+from indexer.reports.restitution import collect, markdown
+from indexer.reports.restitution.render import gonka
 from indexer.wire import chain_records as cr
 from indexer.wire.normalize import NormalizeError
 from tests.support.rules_kit import load

@@ -13,9 +13,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from indexer.restitution import collect, markdown
-from indexer.restitution.collect import EpochCase
-from indexer.restitution.markdown import _delegation
+from indexer.reports.restitution import collect, markdown
+from indexer.reports.restitution.collect import EpochCase
+from indexer.reports.restitution.markdown import _delegation
 from indexer.wire import chain_records as cr
 
 PARAMS = Path(__file__).resolve().parents[1] / "cases" / "fixtures" / "mainnet"

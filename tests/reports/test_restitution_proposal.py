@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.restitution.collect import EpochCase
-from indexer.restitution.proposal import (GOV_AUTHORITY, NothingToPay, ProposalError, address_error, bech32_address,
+from indexer.reports.restitution.collect import EpochCase
+from indexer.reports.restitution.proposal import (GOV_AUTHORITY, NothingToPay, ProposalError, address_error, bech32_address,
                                           build)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ def test_cli_writes_the_proposal(db_url, tmp_path):
     import psycopg
 
     from tests.support.rules_kit import Log, load
-    from tests.restitution.test_restitution_db import V1, V2, gov_snapshot, params, summary
+    from tests.reports.test_restitution_db import V1, V2, gov_snapshot, params, summary
 
     log = Log("9401", epoch=366, slots=[A, V1, V1, V2, V2])
     for k in range(25):

@@ -72,8 +72,8 @@ def test_html_report_one_epoch_order_and_host_and_epoch_filter(db_url, tmp_path)
 
 
 def test_html_report_restitution_epochs_ascend(db_url, tmp_path):
-    from tests.restitution.test_restitution_charts import downtime_373
-    from tests.restitution.test_restitution_report import _e366
+    from tests.reports.test_restitution_charts import downtime_373
+    from tests.reports.test_restitution_report import _e366
 
     downtime_373(db_url, tmp_path)  # loaded first: the section's order is not the load order
     _e366(db_url, tmp_path)

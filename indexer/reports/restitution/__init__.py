@@ -3,8 +3,8 @@ took from them, the evidence and the parameters in force (api.restitution_impact
 
 `collect` reads only the api views; `markdown` turns one epoch's case into Markdown and CSV, `render` into an HTML
 fragment plus chart data and the closing summary (docs/restitution.md)."""
-from indexer.restitution.collect import EpochCase, collect
-from indexer.restitution.markdown import markdown, rows_csv, write_reports
-from indexer.restitution.render import html_block, html_section, restitution_summary
+from indexer.reports.restitution.collect import EpochCase, collect
+from indexer.reports.restitution.markdown import markdown, rows_csv, write_reports
+from indexer.reports.restitution.render import html_block, html_section, restitution_summary
 
 __all__ = ["EpochCase", "collect", "html_block", "html_section", "markdown", "restitution_summary", "rows_csv", "write_reports"]

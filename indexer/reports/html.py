@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import psycopg
 
-from indexer.restitution.render import gonka
+from indexer.reports.restitution.render import gonka
 
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 MAX_ROWS = 5000  # evidence rows on the page; the rest are counted and left to api.disputable_penalties
