@@ -3,9 +3,10 @@ one-column jsonb table, timed before and after the ingest (their mean is the bas
 ratios to the baseline (load + replay, and the whole `indexer ingest` command with its rules and start-up; target
 ≥ 0.5×) and the ingest's peak RSS.
 
-Two orders of the same kind of records (--order): `escrow`, every escrow's records together (the synthetic
-generator's own order), and `interleaved`, the order a block-ordered stream of the network delivers: about a
-hundred escrows open at once over ten epochs, each escrow's records in diff order, a few at a time from each.
+The same records in two orders (--order): `escrow`, every escrow's records together (the synthetic generator's
+own order), and `interleaved`, the order a block-ordered stream of the network delivers: about a hundred escrows
+open at once, each escrow's records in diff order, a few at a time from each. A generated file has ten epochs of
+about a hundred escrows (--epochs).
 With both, the orders alternate within each repeat, so a machine drifting over the run weighs on neither.
 
     python bench/ingest_bench.py [--records 1000000] [--repeat 3] [--order escrow|interleaved|both] [--pg15]
@@ -40,22 +41,19 @@ from stock_postgres import DEFAULT_BINDIR, StockServerMissing, stock_postgres  #
 
 
 RECORDS_PER_INFERENCE, RECORDS_PER_ESCROW = 3.35, 17  # measured averages of the synthetic generator
-INTERLEAVED_EPOCHS, INTERLEAVED_OPEN = 10, 100
+EPOCHS, OPEN_AT_ONCE = 10, 100
 
 
-def make_file(path: Path, records: int, mix: str, order: str = "escrow") -> int:
-    """Write about `records` synthetic records to `path` in `order` (ORDERS); the number written."""
-    if order == "escrow":
-        inferences = 300
-        escrows = max(1, round(records / (inferences * RECORDS_PER_INFERENCE + RECORDS_PER_ESCROW) / 2))
-        return write_ndjson(str(path), generate(seed=1, escrows=escrows, inferences=inferences, epochs=2, hosts=10,
-                                                mix=mix))
-    # about INTERLEAVED_OPEN escrows an epoch, so that about that many are open at once whatever the size
-    per_escrow = records / INTERLEAVED_EPOCHS / INTERLEAVED_OPEN
+def make_file(path: Path, records: int, mix: str, order: str = "escrow", epochs: int = EPOCHS) -> int:
+    """Write about `records` synthetic records to `path` in `order`; the number written. Both orders hold the same
+    records: `epochs` epochs of about OPEN_AT_ONCE escrows each (their size set by `records`: ~300 inferences each at
+    1M records), so that in the interleaved order about that many are open at once whatever the size, and the two
+    orders differ by their order alone."""
+    per_escrow = records / epochs / OPEN_AT_ONCE
     inferences = max(10, round((per_escrow - RECORDS_PER_ESCROW) / RECORDS_PER_INFERENCE))
-    escrows = max(1, round(records / INTERLEAVED_EPOCHS / (inferences * RECORDS_PER_INFERENCE + RECORDS_PER_ESCROW)))
-    records_in = generate(seed=1, escrows=escrows, inferences=inferences, epochs=INTERLEAVED_EPOCHS, hosts=10, mix=mix)
-    return write_ndjson(str(path), interleave(records_in, INTERLEAVED_OPEN))
+    escrows = max(1, round(records / epochs / (inferences * RECORDS_PER_INFERENCE + RECORDS_PER_ESCROW)))
+    generated = generate(seed=1, escrows=escrows, inferences=inferences, epochs=epochs, hosts=10, mix=mix)
+    return write_ndjson(str(path), interleave(generated, OPEN_AT_ONCE) if order == "interleaved" else generated)
 
 
 def _diff_order(rec: dict) -> tuple[int, int]:
@@ -325,8 +323,10 @@ def main() -> int:
                                               "file is beside it, named with the order (F-interleaved.ndjson)")
     ap.add_argument("--order", choices=["escrow", "interleaved", "both"], default="both",
                     help="record order of a generated file: every escrow's records together (escrow), or block-"
-                         f"ordered with about {INTERLEAVED_OPEN} escrows open at once over {INTERLEAVED_EPOCHS} epochs "
-                         "(interleaved); both (the default) measures each, alternating within each repeat")
+                         f"ordered with about {OPEN_AT_ONCE} escrows open at once (interleaved); both (the default) measures "
+                         "each, alternating within each repeat; the same records in either order")
+    ap.add_argument("--epochs", type=int, default=EPOCHS,
+                    help=f"epochs of a generated file, each of about {OPEN_AT_ONCE} escrows (default {EPOCHS})")
     ap.add_argument("--database-url", help="server to measure (default: DATABASE_URL, else the embedded cluster)")
     ap.add_argument("--pg15", action="store_true",
                     help="also measure a stock PostgreSQL server with default settings that the bench starts itself "
@@ -359,7 +359,7 @@ def main() -> int:
                 lines = count_lines(path)
                 print(f"using {path}: {lines:,} records ({path.stat().st_size / 1e6:.0f} MB)")
             else:
-                lines = make_file(path, args.records, args.mix, order)
+                lines = make_file(path, args.records, args.mix, order, args.epochs)
                 print(f"generated {lines:,} records ({path.stat().st_size / 1e6:.0f} MB, {args.mix} mix, {order} "
                       f"order) in {time.perf_counter() - t:.1f}s")
             files[order] = path, lines
@@ -388,7 +388,7 @@ def main() -> int:
         if args.scale_file:
             path, lines = files[orders[0]]
             big = args.scale_file
-            big_lines = count_lines(big) if big.exists() else make_file(big, 10 * args.records, args.mix, orders[0])
+            big_lines = count_lines(big) if big.exists() else make_file(big, 10 * args.records, args.mix, orders[0], args.epochs)
             print(f"-- linearity, default server: {path.name} ({lines:,}) and {big.name} ({big_lines:,})")
             scale_check(resolve_database_url(args.database_url), path, lines, big, big_lines,
                         max(1, args.scale_rounds))
