@@ -323,8 +323,8 @@ def main() -> int:
                                               "file is beside it, named with the order (F-interleaved.ndjson)")
     ap.add_argument("--order", choices=["escrow", "interleaved", "both"], default="both",
                     help="record order of a generated file: every escrow's records together (escrow), or block-"
-                         f"ordered with about {OPEN_AT_ONCE} escrows open at once (interleaved); both (the default) measures "
-                         "each, alternating within each repeat; the same records in either order")
+                         f"ordered with about {OPEN_AT_ONCE} escrows open at once (interleaved); both (the default) "
+                         "measures each, alternating within each repeat; the same records in either order")
     ap.add_argument("--epochs", type=int, default=EPOCHS,
                     help=f"epochs of a generated file, each of about {OPEN_AT_ONCE} escrows (default {EPOCHS})")
     ap.add_argument("--database-url", help="server to measure (default: DATABASE_URL, else the embedded cluster)")
@@ -388,7 +388,8 @@ def main() -> int:
         if args.scale_file:
             path, lines = files[orders[0]]
             big = args.scale_file
-            big_lines = count_lines(big) if big.exists() else make_file(big, 10 * args.records, args.mix, orders[0], args.epochs)
+            big_lines = (count_lines(big) if big.exists()
+                         else make_file(big, 10 * args.records, args.mix, orders[0], args.epochs))
             print(f"-- linearity, default server: {path.name} ({lines:,}) and {big.name} ({big_lines:,})")
             scale_check(resolve_database_url(args.database_url), path, lines, big, big_lines,
                         max(1, args.scale_rounds))

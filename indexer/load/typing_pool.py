@@ -67,7 +67,8 @@ class TypingPool:
             in_flight[i] = self.submit(*in_flight[i][1:])
         _, first, block = in_flight[0]
         try:
-            return workers.run_alone(prepare_file_block, self.source_id, first, block, self.resume_after, bulk_memory=True)
+            return workers.run_alone(prepare_file_block, self.source_id, first, block, self.resume_after,
+                                     bulk_memory=True)
         except BrokenProcessPool as exc:
             raise TypingWorkerLost(first, first + block.count(b"\n", 0, len(block) - 1)) from exc
 
