@@ -1,9 +1,16 @@
 """Ingest + replay benchmark against the same-run baseline: raw COPY of the file's lines into an unlogged
-one-column jsonb table, timed before and after the ingest (their mean is the baseline). Prints throughput, the
-ratio to the baseline (target ≥ 0.5×) and the ingest's peak RSS.
+one-column jsonb table, timed before and after the ingest (their mean is the baseline). Prints throughput, both
+ratios to the baseline (load + replay, and the whole `indexer ingest` command with its rules and start-up; target
+≥ 0.5×) and the ingest's peak RSS.
 
-    python bench/ingest_bench.py [--records 1000000] [--repeat 3] [--pg15] [--database-url URL] [--file F] [--keep]
-                                 [--floor] [--scale-file F [--scale-rounds N]]
+The same records in two orders (--order): `escrow`, every escrow's records together (the synthetic generator's
+own order), and `interleaved`, the order a block-ordered stream of the network delivers: about a hundred escrows
+open at once, each escrow's records in diff order, a few at a time from each. A generated file has ten epochs of
+about a hundred escrows (--epochs).
+With both, the orders alternate within each repeat, so a machine drifting over the run weighs on neither.
+
+    python bench/ingest_bench.py [--records 1000000] [--repeat 3] [--order escrow|interleaved|both] [--pg15]
+                                 [--database-url URL] [--file F] [--keep] [--floor] [--scale-file F [--scale-rounds N]]
 
 --pg15 also measures a stock PostgreSQL 15 with default settings, started by the bench in a temp dir
 (bench/stock_postgres.py), with the same file and the same side-by-side baseline.
@@ -12,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -32,12 +40,73 @@ from cpu import postgres_cpu  # noqa: E402
 from stock_postgres import DEFAULT_BINDIR, StockServerMissing, stock_postgres  # noqa: E402
 
 
-def make_file(path: Path, records: int, mix: str) -> int:
-    inferences = 300
-    per_escrow = inferences * 3.35 + 17  # measured average records per synthetic escrow
-    escrows = max(1, round(records / per_escrow / 2))
-    return write_ndjson(str(path), generate(seed=1, escrows=escrows, inferences=inferences, epochs=2, hosts=10,
-                                            mix=mix))
+RECORDS_PER_INFERENCE, RECORDS_PER_ESCROW = 3.35, 17  # measured averages of the synthetic generator
+EPOCHS, OPEN_AT_ONCE = 10, 100
+
+
+def make_file(path: Path, records: int, mix: str, order: str = "escrow", epochs: int = EPOCHS) -> int:
+    """Write about `records` synthetic records to `path` in `order`; the number written. Both orders hold the same
+    records: `epochs` epochs of about OPEN_AT_ONCE escrows each (their size set by `records`: ~300 inferences each at
+    1M records), so that in the interleaved order about that many are open at once whatever the size, and the two
+    orders differ by their order alone."""
+    per_escrow = records / epochs / OPEN_AT_ONCE
+    inferences = max(10, round((per_escrow - RECORDS_PER_ESCROW) / RECORDS_PER_INFERENCE))
+    escrows = max(1, round(records / epochs / (inferences * RECORDS_PER_INFERENCE + RECORDS_PER_ESCROW)))
+    generated = generate(seed=1, escrows=escrows, inferences=inferences, epochs=epochs, hosts=10, mix=mix)
+    return write_ndjson(str(path), interleave(generated, OPEN_AT_ONCE) if order == "interleaved" else generated)
+
+
+def _diff_order(rec: dict) -> tuple[int, int]:
+    """An escrow's records as its diffs deliver them: the escrow first, its txs by nonce, its settlement last."""
+    if rec["kind"] == "escrow":
+        return 0, 0
+    return (1, rec["diff_nonce"]) if "diff_nonce" in rec else (2, 0)
+
+
+def _groups(records):
+    """The generator's records as (escrow_id or None, [records]): each escrow with its own records, or a run of
+    epoch-level records (None)."""
+    key, group = None, []
+    for rec in records:
+        escrow = rec.get("escrow_id")
+        if rec["kind"] == "escrow" or (escrow is None) != (key is None):
+            if group:
+                yield key, group
+            key, group = escrow, []
+        group.append(rec)
+    if group:
+        yield key, group
+
+
+def interleave(records, open_at_once: int, seed: int = 1):
+    """The records of escrow-contiguous `records` (indexer.synth.generate) in a block-ordered stream's order: up to
+    `open_at_once` escrows open, each emitting its next 1-8 records (in diff order) in turn at random; an escrow
+    that ends makes room for the next one, whose epoch's records come when the first escrow of that epoch opens.
+    The same records, each escrow's in diff order; only the order across escrows changes."""
+    rng, groups, open_ = random.Random(seed), _groups(records), []
+    pending = next(groups, None)
+
+    def refill():
+        nonlocal pending
+        while pending is not None and len(open_) < open_at_once:
+            escrow, group = pending
+            pending = next(groups, None)
+            if escrow is None:
+                yield from group  # the epoch's header records, before any of its escrows
+            else:
+                open_.append(iter(sorted(group, key=_diff_order)))
+
+    yield from refill()
+    while open_:
+        i = rng.randrange(len(open_))
+        for _ in range(rng.randint(1, 8)):
+            rec = next(open_[i], None)
+            if rec is None:
+                open_[i] = open_[-1]
+                open_.pop()
+                yield from refill()
+                break
+            yield rec
 
 
 def baseline_copy(url: str, path: Path) -> tuple[float, float]:
@@ -184,8 +253,19 @@ def report(label: str, runs: list[dict]) -> None:
                   f"baseline with no typing and no replay at all")
     if len(runs) > 1:
         ratios = sorted(r["base"] / (r["load"] + r["replay"]) for r in runs)
+        whole = sorted(r["base"] / r["ingest"] for r in runs)
         print(f"ratios of the {len(runs)} same-run pairs: {', '.join(f'{x:.2f}x' for x in ratios)}; "
-              f"median {statistics.median(ratios):.2f}x")
+              f"median {statistics.median(ratios):.2f}x; whole command {', '.join(f'{x:.2f}x' for x in whole)}; "
+              f"median {statistics.median(whole):.2f}x")
+
+
+def summary(runs: dict[str, list[dict]]) -> None:
+    """One line per order: the median of each ratio over its same-run pairs."""
+    for order, rs in runs.items():
+        core = statistics.median(r["base"] / (r["load"] + r["replay"]) for r in rs)
+        whole = statistics.median(r["base"] / r["ingest"] for r in rs)
+        print(f"order     {order:<11}: load + replay {core:.2f}x, whole command {whole:.2f}x the baseline "
+              f"(medians of {len(rs)}; target >= 0.5x); peak RSS {max(r['peak_kb'] for r in rs) / 1024:.0f} MB")
 
 
 def scale_check(server: str, small: Path, small_lines: int, big: Path, big_lines: int, rounds: int = 1) -> None:
@@ -229,12 +309,24 @@ def count_lines(path: Path) -> int:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 24), b""))
 
 
+def order_file(path: Path, order: str, orders: list[str]) -> Path:
+    """Where `order`'s file is: `path` for the first order asked, beside it with the order in its name for another."""
+    return path if order == orders[0] else path.with_name(f"{path.stem}-{order}{path.suffix}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="NDJSON ingest + replay throughput against raw COPY of the same lines "
                                              "into an unlogged jsonb table, measured side by side in one run.")
     ap.add_argument("--records", type=int, default=1_000_000, help="about how many records to generate")
     ap.add_argument("--file", type=Path, help="use this NDJSON file (generated there first if it does not exist) "
-                                              "instead of a temporary one")
+                                              "instead of a temporary one; with --order both, the second order's "
+                                              "file is beside it, named with the order (F-interleaved.ndjson)")
+    ap.add_argument("--order", choices=["escrow", "interleaved", "both"], default="both",
+                    help="record order of a generated file: every escrow's records together (escrow), or block-"
+                         f"ordered with about {OPEN_AT_ONCE} escrows open at once (interleaved); both (the default) "
+                         "measures each, alternating within each repeat; the same records in either order")
+    ap.add_argument("--epochs", type=int, default=EPOCHS,
+                    help=f"epochs of a generated file, each of about {OPEN_AT_ONCE} escrows (default {EPOCHS})")
     ap.add_argument("--database-url", help="server to measure (default: DATABASE_URL, else the embedded cluster)")
     ap.add_argument("--pg15", action="store_true",
                     help="also measure a stock PostgreSQL server with default settings that the bench starts itself "
@@ -251,40 +343,57 @@ def main() -> int:
                          "database): the server's share no typing or replay code can avoid")
     ap.add_argument("--scale-file", type=Path,
                     help="also check linearity: load this file (generated there first with 10x --records if it does "
-                         "not exist) and the main file each alone, and compare their times and peak RSS")
+                         "not exist, in the first order asked) and the main file each alone, and compare their times "
+                         "and peak RSS")
     ap.add_argument("--scale-rounds", type=int, default=1,
                     help="with --scale-file: load the big file this many times (each after two small loads) and "
                          "compare the medians (default 1)")
     args = ap.parse_args()
+    orders = ["escrow", "interleaved"] if args.order == "both" else [args.order]
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.file or Path(tmp) / "bench.ndjson"
-        t = time.perf_counter()
-        if path.exists():
-            lines = count_lines(path)
-            print(f"using {path}: {lines:,} records ({path.stat().st_size / 1e6:.0f} MB)")
-        else:
-            lines = make_file(path, args.records, args.mix)
-            print(f"generated {lines:,} records ({path.stat().st_size / 1e6:.0f} MB, {args.mix} mix) "
-                  f"in {time.perf_counter() - t:.1f}s")
+        files: dict[str, tuple[Path, int]] = {}
+        for order in orders:
+            path = order_file(args.file or Path(tmp) / "bench.ndjson", order, orders)
+            t = time.perf_counter()
+            if path.exists():
+                lines = count_lines(path)
+                print(f"using {path}: {lines:,} records ({path.stat().st_size / 1e6:.0f} MB)")
+            else:
+                lines = make_file(path, args.records, args.mix, order, args.epochs)
+                print(f"generated {lines:,} records ({path.stat().st_size / 1e6:.0f} MB, {args.mix} mix, {order} "
+                      f"order) in {time.perf_counter() - t:.1f}s")
+            files[order] = path, lines
+
+        def measure_orders(server: str, label: str) -> None:
+            runs: dict[str, list[dict]] = {order: [] for order in orders}
+            for i in range(args.repeat):  # alternated: each order goes first in every other repeat
+                for order in orders[::-1] if i % 2 else orders:
+                    path, lines = files[order]
+                    runs[order].append(measure(server, path, lines, args.keep, args.floor))
+            for order in orders:
+                report(f"{label}; {order} order ({files[order][0].name})", runs[order])
+            if len(orders) > 1:
+                summary(runs)
+
         if not args.only_pg15:
-            server = resolve_database_url(args.database_url)
-            report("default server (" + ("--database-url" if args.database_url else "DATABASE_URL or embedded") + ")",
-                   [measure(server, path, lines, args.keep, args.floor) for _ in range(args.repeat)])
+            measure_orders(resolve_database_url(args.database_url),
+                           "default server (" + ("--database-url" if args.database_url else "DATABASE_URL or embedded")
+                           + ")")
         if args.pg15 or args.only_pg15:
             try:
                 with stock_postgres(args.pg15_bindir) as (server, version):
-                    report(f"stock server, default settings: {version}",
-                           [measure(server, path, lines, args.keep, args.floor) for _ in range(args.repeat)])
+                    measure_orders(server, f"stock server, default settings: {version}")
             except StockServerMissing as exc:
                 print(f"-- stock server skipped: {exc}")
         if args.scale_file:
+            path, lines = files[orders[0]]
             big = args.scale_file
-            big_lines = count_lines(big) if big.exists() else make_file(big, 10 * args.records, args.mix)
+            big_lines = (count_lines(big) if big.exists()
+                         else make_file(big, 10 * args.records, args.mix, orders[0], args.epochs))
             print(f"-- linearity, default server: {path.name} ({lines:,}) and {big.name} ({big_lines:,})")
             scale_check(resolve_database_url(args.database_url), path, lines, big, big_lines,
                         max(1, args.scale_rounds))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

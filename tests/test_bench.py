@@ -4,6 +4,7 @@ catch a bench that rotted, as bench/decode_bench.py once did (its default old-co
 main, and it failed at its own equality check with nobody noticing)."""
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -82,6 +83,9 @@ def test_ingest_bench_runs(pg_admin_url, tmp_path):
     assert out.returncode == 0, out.stderr
     assert re.search(r"^ratio\s+load \+ replay / baseline\s+: [\d.]+x", out.stdout, re.M), out.stdout
     assert re.search(r"^floor\s+the same rows, one COPY a table :\s+[\d.]+s", out.stdout, re.M), out.stdout
+    for order in ("escrow", "interleaved"):  # both orders by default, each with both ratios
+        assert re.search(rf"^order\s+{order}\s*: load \+ replay [\d.]+x, whole command [\d.]+x", out.stdout,
+                         re.M), out.stdout
     assert "peak RSS" in out.stdout
     # the linearity check: two rounds of (small, small, big), two small loads after them, each load with the WAL it
     # wrote and the checkpoints it crossed; the medians compared, each big load's ratio shown
@@ -89,6 +93,35 @@ def test_ingest_bench_runs(pg_admin_url, tmp_path):
     assert len(alone) == 8, out.stdout
     assert re.search(r"^linearity .*x \(each: [\d.]+x, [\d.]+x\) \(target within 10%\).*; WAL a record [\d.]+x",
                      out.stdout, re.M), out.stdout
+
+
+def test_interleaved_order_is_the_same_records_each_escrow_in_diff_order(monkeypatch):
+    """The ingest bench's interleaved stream: every record of the generator once, each escrow's txs by nonce, the
+    escrow record before its txs, and many escrows open at once (not one after another)."""
+    import orjson
+
+    from indexer.synth import generate
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("ingest_bench", ROOT / "bench" / "ingest_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    records = list(generate(seed=3, escrows=30, inferences=12, epochs=3, hosts=10))
+    stream = list(bench.interleave(iter(records), 20))
+    assert sorted(map(orjson.dumps, stream)) == sorted(map(orjson.dumps, records))
+    seen, nonce, switches = set(), {}, 0
+    for before, rec in zip([None, *stream], stream):
+        escrow = rec.get("escrow_id")
+        if rec["kind"] == "escrow":
+            seen.add(escrow)
+        elif escrow is not None:
+            assert escrow in seen, rec
+            if "diff_nonce" in rec:
+                assert rec["diff_nonce"] >= nonce.get(escrow, 0), rec
+                nonce[escrow] = rec["diff_nonce"]
+        switches += before is not None and escrow != before.get("escrow_id")
+    assert switches > len(records) / 10  # escrows alternate, a few records at a time
+    assert len({r["escrow_id"] for r in stream[:200] if r["kind"] == "escrow"}) == 20  # twenty open at once
 
 
 def test_poller_bench_runs(pg_admin_url):

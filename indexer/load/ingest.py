@@ -135,7 +135,7 @@ class BatchLoader:
             out.epochs |= named  # an escrow's txs loaded before it move into its epoch's partition
         with self.conn.transaction():
             bad, slot_rejects = self.slots.check(self.conn, prepared, self.source_id, source_lines)
-            epochs = targets = None
+            epochs = targets = probes = None
             marks: dict[str, set] = {}  # mark_statement(kind) -> the scopes this batch's inserts dirtied
             for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
                 kb = prepared.kinds[kind]
@@ -147,10 +147,11 @@ class BatchLoader:
                         epochs = self.router.lock(self.conn, sorted(set().union(
                             *(prepared.kinds[k].scope for k in ROUTED if k in prepared.kinds))))
                         targets = self.router.targets(self.conn, epochs)
-                    copy = self.router.route(copy, epochs)
+                        probes = self.router.probe_tables(self.conn, epochs)
+                    copy = self.router.route(copy, epochs, None if kind in bad else kb.escrow_spans)
                     out.epochs.update(epochs.values())
-                if self._insert_new(kind, copy, kb,
-                                    targets[kind] if kind in ROUTED else f"rec.{KINDS[kind].table}"):
+                if self._insert_new(kind, copy, kb, targets[kind] if kind in ROUTED else f"rec.{KINDS[kind].table}",
+                                    probes[kind] if kind in ROUTED and probes else None):
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
@@ -177,7 +178,7 @@ class BatchLoader:
         self.committed_line = prepared.last_line
         return out
 
-    def _insert_new(self, kind: str, copy: bytes, kb, table: str) -> bool:
+    def _insert_new(self, kind: str, copy: bytes, kb, table: str, probe_tables: dict | None = None) -> bool:
         """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs).
         Whether a key exists already (or twice in the batch) is found out first, never learnt from a unique
         violation (the server would log every such expected failure as an ERROR with the key's values):
@@ -190,10 +191,11 @@ class BatchLoader:
 
         False: the batch is staged and the caller's upsert (which records amendments) takes it.
         A routed kind's rows end with their epoch_index (routed by the caller); ``table``
-        is where they go (the parent, or the one partition they all belong to: EpochRouter.targets)."""
+        is where they go (the parent, or the one partition they all belong to: EpochRouter.targets);
+        ``probe_tables``, for a batch spanning epochs, the partitions to probe (EpochRouter.probe_tables)."""
         spec = KINDS[kind]
         stage = stage_table(spec)
-        direct = kb.distinct_keys and not keys_may_exist(self.conn, kind, kb, table)
+        direct = kb.distinct_keys and not keys_may_exist(self.conn, kind, kb, table, probe_tables)
         if direct:
             try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
                 with self.conn.transaction(), self.conn.cursor().copy(

@@ -111,27 +111,50 @@ class EpochRouter:
         of the batch is in one epoch (the usual case; PostgreSQL then neither routes each row nor prunes each
         probe of the conflict check), else the parent. The partitions are looked up, not remembered: an archive
         may have dropped one since (rows of that epoch then go through the parent to the DEFAULT partition)."""
-        tables = {kind: f"rec.{KINDS[kind].table}" for kind in ROUTED}
         distinct = set(epochs.values())
         if len(distinct) != 1:
-            return tables
-        epoch = distinct.pop()
-        suffix = "unassigned" if epoch < 0 else f"e{epoch}"
-        names = {kind: f"part.rec_{KINDS[kind].table}_{suffix}" for kind in ROUTED}
-        found = {row[0] for row in conn.execute("SELECT n FROM unnest(%s::text[]) n WHERE to_regclass(n) IS NOT NULL",
-                                                (sorted(names.values()),))}
-        return {kind: names[kind] if names[kind] in found else parent for kind, parent in tables.items()}
+            return {kind: f"rec.{KINDS[kind].table}" for kind in ROUTED}
+        return EpochRouter.partitions(conn, distinct)[distinct.pop()]
 
     @staticmethod
-    def route(copy: bytes, epochs: dict[str, int]) -> bytes:
+    def partitions(conn: psycopg.Connection, epochs: set[int]) -> dict[int, dict[str, str]]:
+        """epoch -> {routed kind: its table's partition of that epoch, or the parent where there is none}."""
+        names = {(epoch, kind): f"part.rec_{KINDS[kind].table}_{'unassigned' if epoch < 0 else f'e{epoch}'}"
+                 for epoch in epochs for kind in ROUTED}
+        found = {row[0] for row in conn.execute("SELECT n FROM unnest(%s::text[]) n WHERE to_regclass(n) IS NOT NULL",
+                                                (sorted(set(names.values())),))}
+        out: dict[int, dict[str, str]] = {epoch: {} for epoch in epochs}
+        for (epoch, kind), name in names.items():
+            out[epoch][kind] = name if name in found else f"rec.{KINDS[kind].table}"
+        return out
+
+    @staticmethod
+    def probe_tables(conn: psycopg.Connection, epochs: dict[str, int]) -> dict[str, dict[str, list[str]]] | None:
+        """For a batch spanning several epochs: {routed kind: {table: the escrows whose rows are there}} (their
+        epoch's partition: indexer.load.probe.keys_may_exist probes each); None for a one-epoch batch."""
+        distinct = set(epochs.values())
+        if len(distinct) < 2:
+            return None
+        tables = EpochRouter.partitions(conn, distinct)
+        out: dict[str, dict[str, list[str]]] = {kind: {} for kind in ROUTED}
+        for escrow_id, epoch in epochs.items():
+            for kind, table in tables[epoch].items():
+                out[kind].setdefault(table, []).append(escrow_id)
+        return out
+
+    @staticmethod
+    def route(copy: bytes, epochs: dict[str, int], spans: list | None = None) -> bytes:
         """Append each COPY row's epoch_index (the column after source_id). One epoch for the whole batch (the
         common case: a file or a poll is mostly one epoch) is one bytes.replace; literal newlines only end rows
-        (COPY text escapes them inside values)."""
+        (COPY text escapes them inside values). Several epochs: a replace per escrow where the rows are grouped by
+        escrow (``spans``, prepare.KindBatch.escrow_spans), else a look-up per row."""
         distinct = set(epochs.values())
         if len(distinct) == 1:
             return copy.replace(b"\n", b"\t%d\n" % distinct.pop())
         # keyed by the id as the row spells it (COPY-escaped), the escrow id being the cell after the line number
         by_id = {text(escrow_id).encode(): b"\t%d\n" % epoch for escrow_id, epoch in epochs.items()}
+        if spans is not None:
+            return b"".join(copy[start:end].replace(b"\n", by_id[cell]) for cell, start, end in spans)
         return b"".join(row + by_id[row.split(b"\t", 2)[1]] for row in copy.split(b"\n") if row)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from indexer.load.partitions import ROUTED
 from indexer.load.typed import TYPER_KINDS, line_typer, type_block, typed_line
 from indexer.records import KINDS, U32, U64
 from indexer.sources.ndjson import block_lines
@@ -34,6 +35,9 @@ class KindBatch:
     # escrow_id -> (lowest, highest) second key column (inference_id, slot_id) in the batch, for kinds keyed by
     # more than the escrow: lets the commit ask whether any of the batch's keys may exist already (probe.py)
     key_ranges: dict = field(default_factory=dict)
+    # [(escrow id as its COPY cell, start, end)]: `copy` holds each escrow's rows together, copy[start:end] (a file's
+    # routed kinds: group_by_escrow); None when not known to be grouped
+    escrow_spans: list | None = None
 
     def absorb(self, other: "KindBatch") -> bool:
         """Add another part's facts of the same kind (not its COPY text: the caller joins those). True when the
@@ -91,6 +95,44 @@ def prepare_block(source_id: int, first_line: int, block: bytes, resume_after: i
         prepared.kinds[kind] = KindBatch(copy, n, scopes, slot_max, distinct, ranges)
     prepared.last_line = max(prepared.last_line, first_line + block.count(b"\n", 0, len(block) - 1))
     return prepared
+
+
+def prepare_file_block(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:
+    """:func:`prepare_block` for the file load: each escrow-keyed tx kind's rows grouped by escrow
+    (:func:`group_by_escrow`), in the worker, so that the commit routes a batch spanning several epochs a slice per
+    escrow (indexer.load.partitions.EpochRouter.route) rather than a row at a time on its own busy thread."""
+    prepared = prepare_block(source_id, first_line, block, resume_after)
+    for kind, kb in prepared.kinds.items():
+        if kind in ROUTED and kb.copy:
+            kb.copy, kb.escrow_spans = group_by_escrow(kb.copy)
+    return prepared
+
+
+def group_by_escrow(copy: bytes) -> tuple[bytes, list]:
+    """COPY rows (line number, escrow id, ...) with each escrow's rows together, in the order escrows first appear
+    and each escrow's rows in their order; and the [(escrow cell, start, end)] of each escrow's rows. A stream
+    that interleaves escrows (blocks of the chain) gives a batch's rows of a hundred escrows in turn. Row order
+    means nothing to the load (every row carries its line; the upsert orders by line), so this only moves bytes."""
+    groups: dict[bytes, list[bytes]] = {}
+    rows = copy.split(b"\n")
+    rows.pop()  # after the last newline
+    for row in rows:
+        cell = row.split(b"\t", 2)[1]
+        group = groups.get(cell)
+        if group is None:
+            groups[cell] = [row]
+        else:
+            group.append(row)
+    if len(groups) == 1:
+        return copy, [(next(iter(groups)), 0, len(copy))]
+    parts, spans, at = [], [], 0
+    for cell, group in groups.items():
+        group.append(b"")  # the last row's newline
+        part = b"\n".join(group)
+        parts.append(part)
+        spans.append((cell, at, at + len(part)))
+        at += len(part)
+    return b"".join(parts), spans
 
 
 def prepare_block_python(source_id: int, first_line: int, block: bytes, resume_after: int = 0) -> Prepared:

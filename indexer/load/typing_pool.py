@@ -1,4 +1,4 @@
-"""The file load's typing processes (indexer.load.ingest): blocks of lines typed by :func:`prepare_block` in a
+"""The file load's typing processes (indexer.load.ingest): blocks of lines typed by :func:`prepare_file_block` in a
 pool that outlives a process that dies under it."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
 from indexer import workers
-from indexer.load.prepare import Prepared, prepare_block
+from indexer.load.prepare import Prepared, prepare_file_block
 from indexer.load.typed import printable
 from indexer.sources import ndjson
 from indexer.sources.ndjson import LongLine
@@ -46,7 +46,7 @@ class TypingPool:
             future.set_result(long_line_prepared(self.source_id, block, self.resume_after))
             return future, first, block
         try:
-            future = self.pool.submit(prepare_block, self.source_id, first, block, self.resume_after)
+            future = self.pool.submit(prepare_file_block, self.source_id, first, block, self.resume_after)
         except BrokenProcessPool as exc:  # a worker died since the last block: typed() finds out and types it again
             future = Future()
             future.set_exception(exc)
@@ -67,7 +67,8 @@ class TypingPool:
             in_flight[i] = self.submit(*in_flight[i][1:])
         _, first, block = in_flight[0]
         try:
-            return workers.run_alone(prepare_block, self.source_id, first, block, self.resume_after, bulk_memory=True)
+            return workers.run_alone(prepare_file_block, self.source_id, first, block, self.resume_after,
+                                     bulk_memory=True)
         except BrokenProcessPool as exc:
             raise TypingWorkerLost(first, first + block.count(b"\n", 0, len(block) - 1)) from exc
 

@@ -23,7 +23,7 @@ BATCH = 400  # lines a block at most: the file below makes a dozen blocks, the c
 @pytest.fixture
 def crashing(monkeypatch, tmp_path):
     """The load's typing function, dying on the block that holds the given line (once, or every time)."""
-    monkeypatch.setattr("indexer.load.typing_pool.prepare_block", worker_crash.type_or_die)
+    monkeypatch.setattr("indexer.load.typing_pool.prepare_file_block", worker_crash.type_or_die)
 
     def arm(line: int, once: bool) -> None:
         monkeypatch.setenv("WORKER_CRASH_LINE", str(line))

@@ -6,7 +6,7 @@ import os
 import signal
 from pathlib import Path
 
-from indexer.load.prepare import prepare_block
+from indexer.load.prepare import prepare_file_block
 from indexer.poller.decode import decode_entries
 
 
@@ -47,4 +47,4 @@ def type_or_die(source_id: int, first: int, block: bytes, resume_after: int = 0)
         if not Path(once).exists():
             Path(once).write_text("died once")
             die()
-    return prepare_block(source_id, first, block, resume_after)
+    return prepare_file_block(source_id, first, block, resume_after)
