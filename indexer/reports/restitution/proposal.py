@@ -16,12 +16,12 @@ from typing import Any
 
 from indexer.reports.restitution.collect import EpochCase
 from indexer.reports.restitution.render import gonka
+from indexer.verify.signatures import SignatureError, bech32_decode
+from indexer.verify.signatures import bech32_encode as bech32_address
 
 MSG_TYPE = "/inference.streamvesting.MsgBatchTransferWithVesting"
 PREFIX = "gonka"
 DENOM = "ngonka"
-_CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
-_GEN = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
 
 
 class ProposalError(ValueError):
@@ -32,55 +32,20 @@ class NothingToPay(ProposalError):
     """No host-epoch of the range has an amount to restitute."""
 
 
-def _polymod(values: list[int]) -> int:
-    chk = 1
-    for v in values:
-        top = chk >> 25
-        chk = (chk & 0x1FFFFFF) << 5 ^ v
-        for i, g in enumerate(_GEN):
-            chk ^= g if (top >> i) & 1 else 0
-    return chk
-
-
-def _expand(hrp: str) -> list[int]:
-    return [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
-
-
-def _regroup(data: list[int], from_bits: int, to_bits: int, pad: bool) -> list[int] | None:
-    acc = bits = 0
-    out = []
-    for value in data:
-        acc = (acc << from_bits) | value
-        bits += from_bits
-        while bits >= to_bits:
-            bits -= to_bits
-            out.append((acc >> bits) & ((1 << to_bits) - 1))
-    if pad and bits:
-        out.append((acc << (to_bits - bits)) & ((1 << to_bits) - 1))
-    elif not pad and (bits >= from_bits or (acc << (to_bits - bits)) & ((1 << to_bits) - 1)):
-        return None
-    return out
-
-
-def bech32_address(hrp: str, payload: bytes) -> str:
-    """BIP-173 bech32 of ``payload`` (cosmos account addresses)."""
-    data = _regroup(list(payload), 8, 5, True) or []
-    check = _polymod(_expand(hrp) + data + [0] * 6) ^ 1
-    return hrp + "1" + "".join(_CHARSET[d] for d in data + [(check >> 5 * (5 - i)) & 31 for i in range(6)])
-
-
 def address_error(address: str, hrp: str = PREFIX) -> str | None:
-    """Why ``address`` is not a valid ``hrp`` account address (None when it is)."""
+    """Why ``address`` is not a valid ``hrp`` account address (None when it is), as the chain's ValidateBasic would
+    refuse it: bech32 (one decoder for the project: indexer.verify.signatures) of a 20- or 32-byte account."""
     if not isinstance(address, str) or address.lower() != address or not address.startswith(hrp + "1"):
         return f"not a lowercase {hrp}1… address"
-    data = address[len(hrp) + 1:]
-    if len(data) < 7 or any(c not in _CHARSET for c in data):
+    try:
+        _, payload = bech32_decode(address)
+    except SignatureError as exc:
+        if str(exc).endswith("bad checksum"):
+            return "bad bech32 checksum"
+        if str(exc).endswith("non-zero padding"):
+            return "payload is not a 20- or 32-byte account address"
         return "not bech32 (characters outside the bech32 alphabet, or too short)"
-    values = [_CHARSET.index(c) for c in data]
-    if _polymod(_expand(hrp) + values) != 1:
-        return "bad bech32 checksum"
-    payload = _regroup(values[:-6], 5, 8, False)
-    if payload is None or len(payload) not in (20, 32):
+    if len(payload) not in (20, 32):
         return "payload is not a 20- or 32-byte account address"
     return None
 
