@@ -15,13 +15,18 @@ def _load(db_url, tmp_path):
     ingest(db_url, path, rules=True)
 
 
-def test_html_report_is_self_contained_with_charts(db_url, tmp_path):
+def _html_page(db_url: str, tmp_path) -> str:
+    """The HTML report of the loaded findings, written by the command as a user runs it."""
     _load(db_url, tmp_path)
     out = tmp_path / "report.html"
     run = subprocess.run([sys.executable, "-m", "indexer", "report", "--database-url", db_url, "--html", str(out)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    page = out.read_text()
+    return out.read_text()
+
+
+def test_html_report_is_self_contained_with_charts(db_url, tmp_path):
+    page = _html_page(db_url, tmp_path)
     with psycopg.connect(db_url) as conn:
         epochs = conn.execute("SELECT count(DISTINCT epoch_index) FROM api.host_epoch_penalties").fetchone()[0]
         penalties = conn.execute("SELECT count(*) FROM api.disputable_penalties").fetchone()[0]
@@ -49,12 +54,7 @@ def _ascending(values) -> bool:
 
 
 def test_html_report_one_epoch_order_and_host_and_epoch_filter(db_url, tmp_path):
-    _load(db_url, tmp_path)
-    out = tmp_path / "report.html"
-    run = subprocess.run([sys.executable, "-m", "indexer", "report", "--database-url", db_url, "--html", str(out)],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    page = out.read_text()
+    page = _html_page(db_url, tmp_path)
     cards = re.findall(r'<section class="card"><h3>Epoch (\d+)</h3>', page)
     heat = page.split('id="heatmap"')[1].split("</svg>")[0]
     columns = re.findall(r'<text x="[\d.]+" y="15" class="ax" text-anchor="middle">(\d+)</text>', heat)
@@ -77,12 +77,7 @@ def test_html_report_restitution_epochs_ascend(db_url, tmp_path):
 
     downtime_373(db_url, tmp_path)  # loaded first: the section's order is not the load order
     _e366(db_url, tmp_path)
-    _load(db_url, tmp_path)
-    out = tmp_path / "report.html"
-    run = subprocess.run([sys.executable, "-m", "indexer", "report", "--database-url", db_url, "--html", str(out)],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    page = out.read_text()
+    page = _html_page(db_url, tmp_path)
     cards = re.findall(r'<section class="card"><h3>Epoch (\d+)</h3>', page)
     restitution = re.findall(r"<h3>Epoch (\d+)</h3>", page.split('<section id="restitution">')[1])
     assert restitution == ["366", "373"] and _ascending(cards)
