@@ -74,17 +74,25 @@ def test_root_starts_a_checkout_in_a_private_directory_without_opening_it(privat
 
 @as_root
 def test_a_removed_home_takes_its_cluster_with_it(private, caplog):
+    # a system directory of its own: another process starting a cluster in /var/lib meanwhile would remove the
+    # orphan itself (test_a_cluster_whose_home_is_gone_is_removed_when_another_starts)
+    system_dir = Path(tempfile.mkdtemp(prefix="indexer-system-"))
+    system_dir.chmod(0o755)
     home = private / "checkout" / ".indexer"
-    url = EmbeddedCluster(home).url()
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE gone (x int)")
-    data_dir = EmbeddedCluster(home).data_dir
-    shutil.rmtree(home)  # `make clean`: the passwords are gone, so is the data (as pgdata/ under it would be)
-    with caplog.at_level(logging.WARNING, logger="indexer.db.embedded"):
-        fresh = EmbeddedCluster(home).url()
-    assert f"removing the embedded cluster {data_dir}" in caplog.text
-    with psycopg.connect(fresh) as conn:
-        assert conn.execute("SELECT to_regclass('gone')").fetchone() == (None,)
+    try:
+        url = EmbeddedCluster(home, system_dir=system_dir).url()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE gone (x int)")
+        data_dir = EmbeddedCluster(home, system_dir=system_dir).data_dir
+        shutil.rmtree(home)  # `make clean`: the passwords are gone, so is the data (as pgdata/ under it would be)
+        with caplog.at_level(logging.WARNING, logger="indexer.db.embedded"):
+            fresh = EmbeddedCluster(home, system_dir=system_dir).url()
+        assert f"removing the embedded cluster {data_dir}" in caplog.text
+        with psycopg.connect(fresh) as conn:
+            assert conn.execute("SELECT to_regclass('gone')").fetchone() == (None,)
+    finally:
+        EmbeddedCluster(home, system_dir=system_dir).destroy()
+        shutil.rmtree(system_dir, ignore_errors=True)
 
 
 @as_root
