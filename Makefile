@@ -18,7 +18,7 @@ test: $(STAMP)
 
 # The developer's loop: the suite without the tests marked slow (tests/conftest.py SLOW). CI runs `make test`.
 quick: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n auto --dist loadfile $(PYTEST_ARGS)
 
 # The tests of everything that types lines (the file load, the poller's decode workers and commits), run again on the
 # Python typing paths alone, as on a machine where the C block typer did not build: the two paths must not drift.
