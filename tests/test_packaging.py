@@ -59,7 +59,8 @@ def test_wheel_install_outside_the_checkout_migrates_and_runs_the_demo(tmp_path,
 
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DATABASE_URL")}
+    # the installed wheel's own default typing path is checked: an INDEXER_IMPL of the suite's run must not reach it
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DATABASE_URL", "INDEXER_IMPL")}
     env["INDEXER_HOME"] = str(tmp_path / "home")
     where = _run([str(python), "-c", "import indexer; print(indexer.__file__)"], cwd=workdir, env=env)
     assert where.stdout.strip().startswith(site), where.stdout + where.stderr  # the wheel's copy, not the checkout
