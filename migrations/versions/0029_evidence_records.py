@@ -5,8 +5,9 @@
 - rec.settlement: the MsgSettleDevshardEscrow of the escrow's settlement transaction (found through the
   devshard_escrow_settled event, read from the node while it keeps the block): root, rest hash, host stats, host
   signatures, nonce, fees, version, the message bytes and the raw transaction, its hash and height;
-- rec.escrow gains the creator (whose key must have signed every diff) and the escrow amount (the session's opening
-  balance, which every state root commits to);
+- rec.escrow gains the creator (whose key must have signed every diff), the escrow amount (the session's opening
+  balance) and the session config it was created with (token price, fees, seal grace, auto-seal interval), which
+  every state root depends on;
 - replay.escrow_verification: per escrow, the level the three checks reached (signed, replayed, settled), the first
   failing nonce and reason (indexer.verify, run beside the replay).
 
@@ -73,6 +74,15 @@ ALTER TABLE rec.escrow ADD COLUMN creator text;
 ALTER TABLE rec.escrow ADD COLUMN amount numeric(20,0);
 COMMENT ON COLUMN rec.escrow.creator IS 'the escrow''s creator (the user whose key signs every diff); NULL = not captured';
 COMMENT ON COLUMN rec.escrow.amount IS 'the escrow amount in ngonka (the session''s opening balance); NULL = not captured';
+ALTER TABLE rec.escrow ADD COLUMN token_price numeric(20,0);
+ALTER TABLE rec.escrow ADD COLUMN create_devshard_fee numeric(20,0);
+ALTER TABLE rec.escrow ADD COLUMN fee_per_nonce numeric(20,0);
+ALTER TABLE rec.escrow ADD COLUMN inference_seal_grace_nonces bigint;
+ALTER TABLE rec.escrow ADD COLUMN inference_seal_grace_seconds bigint;
+ALTER TABLE rec.escrow ADD COLUMN auto_seal_every_n_nonces bigint;
+COMMENT ON COLUMN rec.escrow.token_price IS
+  'the session config the escrow was created with (DevshardEscrow): token_price, create_devshard_fee, fee_per_nonce, '
+  'inference_seal_grace_nonces/_seconds, auto_seal_every_n_nonces; every state root depends on them. NULL = not captured';
 
 CREATE TABLE replay.escrow_verification (
     escrow_id text NOT NULL,
@@ -111,5 +121,7 @@ def downgrade() -> None:
     op.execute("DROP TABLE IF EXISTS replay.escrow_verification")
     op.execute("DROP TABLE IF EXISTS rec.settlement")
     op.execute("DROP TABLE IF EXISTS rec.signed_diff")
-    op.execute("ALTER TABLE rec.escrow DROP COLUMN IF EXISTS amount")
+    for column in ("auto_seal_every_n_nonces", "inference_seal_grace_seconds", "inference_seal_grace_nonces",
+                   "fee_per_nonce", "create_devshard_fee", "token_price", "amount"):
+        op.execute(f"ALTER TABLE rec.escrow DROP COLUMN IF EXISTS {column}")
     op.execute("ALTER TABLE rec.escrow DROP COLUMN IF EXISTS creator")
