@@ -101,7 +101,7 @@ class Session(TxRules):
         rules = rules or rules_for(version)
         if not slots:
             raise ApplyError("an escrow with no slots cannot host inferences")
-        if config.auto_seal_every <= 0:
+        if rules.seals and config.auto_seal_every <= 0:
             raise ApplyError("auto_seal_every must be a positive interval (0 selects a build default not known here)")
         if rules.clock_adds_execution_timeout and config.execution_timeout is None:
             raise ApplyError(f"the {rules.line} rules seal a Finished record after seal_grace_seconds + "
@@ -167,10 +167,10 @@ class Session(TxRules):
             self.finalize_nonce = nonce
         if s.phase == sr.FINALIZING and nonce >= self.finalize_nonce + len(self.slots):
             s.phase = sr.SETTLEMENT
-            for i in sorted(s.live):
+            for i in sorted(s.live) if self.rules.seals else ():  # v1: the drain is a no-op
                 self._settle_live(self._record(i))
                 self._seal(i, nonce)
-        if s.phase == sr.ACTIVE and nonce % self.config.auto_seal_every == 0:
+        if self.rules.seals and s.phase == sr.ACTIVE and nonce % self.config.auto_seal_every == 0:
             self._auto_seal(nonce)
 
     def _clear_expired_height_sync(self, nonce: int) -> None:
