@@ -11,7 +11,8 @@ Lines whose rules are ported (gonka-ai/gonka ``devshard/state/``):
           v4.1 tx rules; no sealing enters the root (``applyCore`` has no auto-seal, ``SealInference`` is a host-local
           eviction that keeps every committed entry, the settlement drain is a no-op under this composition), so every
           record ever started stays in the flat ``live_hash`` with its last status. ``BuildDiffContent`` signs 4
-          fields: no field 5.
+          fields: no field 5. A host's eviction is not in the log, so a confirm, finish or timeout that a host would
+          refuse on a record it had evicted is applied here (the root is the same either way for what was applied).
 ``v4.1``  ``machine.go`` / ``seal.go`` @bb34d444 (the release fixture of ``testdata/v41-state-roots.json``): DevshardTx
           1–8; a still-Pending record is refunded at the settlement drain; a Finished record seals once the state clock
           is ``seal_grace_seconds`` past its ``confirmed_at``.
