@@ -24,7 +24,7 @@ from typing import Callable
 from indexer.verify import state_root as sr
 from indexer.verify.apply_txs import REFUSED, EXECUTION, ApplyError, TxRules  # noqa: F401 (re-exported)
 from indexer.verify.state_root import FINISHED, PENDING, STARTED, TIMED_OUT, HostStats, Record, State
-from indexer.verify.versions import Rules, rules_for
+from indexer.verify.versions import NotCheckable, Rules, rules_for
 
 STATE_CLOCK_WINDOW_FACTOR = 3  # seal.go stateClockWindowFactor
 _SEALABLE = {FINISHED, sr.VALIDATED, sr.INVALIDATED, TIMED_OUT}
@@ -104,7 +104,7 @@ class Session(TxRules):
         if rules.seals and config.auto_seal_every <= 0:
             raise ApplyError("auto_seal_every must be a positive interval (0 selects a build default not known here)")
         if rules.clock_adds_execution_timeout and config.execution_timeout is None:
-            raise ApplyError(f"the {rules.line} rules seal a Finished record after seal_grace_seconds + "
+            raise NotCheckable(f"the {rules.line} rules seal a Finished record after seal_grace_seconds + "
                              f"execution_timeout: the session's execution_timeout must be stated")
         if balance < config.create_fee:
             raise ApplyError(f"create devshard fee {config.create_fee} exceeds escrow amount {balance}")

@@ -20,7 +20,7 @@ import copy
 import operator
 from dataclasses import asdict, dataclass, field
 
-from indexer.verify import apply, diff, proto as pb, settlement as st, state_root as sr
+from indexer.verify import apply, diff, proto as pb, settlement as st, state_root as sr, versions
 from indexer.verify.bundle import Bundle, Penalty
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not-checked"
@@ -124,6 +124,8 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
     except sr.UnsupportedVersion as exc:
         raise _Failed(None, f"protocol version {b.protocol_version!r} is not supported by this verifier ({exc}): "
                             f"replay not attempted", NOT_CHECKED) from None
+    except versions.NotCheckable as exc:
+        raise _Failed(None, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
     except apply.ApplyError as exc:
         raise _Failed(None, f"the session cannot open: {exc}") from None
     for position, d in enumerate(b.diffs):
@@ -141,7 +143,7 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
             # the replay ends at the first refusal, so no diff needs undoing: the cheap path
             root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id, b.protocol_version),
                                  rollback=False)
-        except sr.UnsupportedVersion as exc:
+        except versions.NotCheckable as exc:
             raise _Failed(content.nonce, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
         except (diff.DiffError, apply.ApplyError, pb.ProtoError, ValueError) as exc:
             raise _Failed(content.nonce, f"refused by the session rules: {exc}") from None

@@ -50,8 +50,13 @@ import re
 from dataclasses import dataclass
 
 
-class UnsupportedVersion(ValueError):
-    """A protocol version (or a feature of one) whose hashing or rules are not ported: checked no further."""
+class NotCheckable(ValueError):
+    """Evidence this verifier cannot judge either way (a rule not ported, an input not stated): checked no further,
+    and never counted as a failure of the evidence (unknown is not false)."""
+
+
+class UnsupportedVersion(NotCheckable):
+    """A protocol version (or a feature of one) whose hashing or rules are not ported."""
 
 
 BASE_KINDS = frozenset({"start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "finalize"})
