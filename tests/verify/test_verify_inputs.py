@@ -32,5 +32,6 @@ def test_execution_timeout_from_the_record_else_the_epoch_params():
     assert session_inputs(ESCROW).config.execution_timeout is None  # unknown stays unknown
     assert session_inputs(ESCROW, {"execution_timeout": "1920"}).config.execution_timeout == 1920
     assert session_inputs(ESCROW, {"execution_timeout": "1920s"}).config.execution_timeout == 1920
-    assert session_inputs({**ESCROW, "execution_timeout": 60}, {"execution_timeout": "1920"}).config.execution_timeout == 60
+    own = session_inputs({**ESCROW, "execution_timeout": 60}, {"execution_timeout": "1920"})
+    assert own.config.execution_timeout == 60
     assert session_inputs(ESCROW, {"execution_timeout": "soon"}).config.execution_timeout is None
