@@ -46,6 +46,7 @@ ATTACH_PROTOCOL_VERSION = "devshard.transport.v1"
 SESSION_HEADER = "X-Devshard-Session"
 ERROR_HEADER = "X-Devshard-Error"
 HTTP_SESSION_RETIRED = "http_session_retired"
+INVALID_SESSION_TOKEN = "invalid_session_token"  # a 401 for the token itself (httperror.go @621c4a3743cc)
 NONCE_BYTES = 16
 RENEW_BEFORE = 30  # seconds before expires_at a token is replaced (an in-flight call must not outlive it)
 CONNECT_HEADERS = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
@@ -95,6 +96,11 @@ def payload_from_rpc(data: Any) -> str | None:
         raise ValueError(f"the stored response payload is not UTF-8 text (byte {exc.start})") from None
 
 
+def _token_refused(status: int, body: bytes) -> bool:
+    """A 401 about the session token (expired, replaced, unknown) rather than the request: attach again."""
+    return status == 401 and b"session token" in body.lower()
+
+
 class ConnectPayloads:
     """One host's Connect session for payloads: Attach when there is no live token (per protocol version: each
     version is its own child process on the host), GetPayload with it, one re-Attach on a 401."""
@@ -125,7 +131,8 @@ class ConnectPayloads:
             if exc.status in NOT_SERVED:
                 raise RpcNotServed(exc.url, f"no Connect PeerAuthService.Attach (HTTP {exc.status})",
                                    status=exc.status, transient=False) from None
-            raise FetchError(exc.url, f"Connect Attach as {op.peer_address} refused: {exc}", status=exc.status,
+            said = str(exc).removesuffix(f" ({exc.url})")
+            raise FetchError(exc.url, f"Connect Attach as {op.peer_address} refused: {said}", status=exc.status,
                              transient=exc.transient) from None
         self.attaches += 1
         token = data.get("sessionToken", data.get("session_token")) if isinstance(data, dict) else None
@@ -156,10 +163,11 @@ class ConnectPayloads:
             body = self._request(inference_id, epoch)
             try:
                 data = self.http.post_json(path, body, {**CONNECT_HEADERS, SESSION_HEADER: token},
-                                           permanent=lambda status, _: status == 401 and attempt == 0)
+                                           permanent=lambda status, said: attempt == 0 and _token_refused(status, said))
             except FetchError as exc:
-                if exc.status == 401 and attempt == 0:  # expired or replaced token: attach once more
-                    token = self._token(version, escrow_id, stale=token)
+                if attempt == 0 and exc.status == 401 and (exc.headers.get(ERROR_HEADER) == INVALID_SESSION_TOKEN
+                                                           or _token_refused(401, str(exc).encode())):
+                    token = self._token(version, escrow_id, stale=token)  # expired or replaced: attach once more
                     continue
                 raise
             try:
