@@ -39,6 +39,7 @@ def test_poll_reads_old_and_new_hosts_and_records_each_new_hosts_route(db_url, t
         routes = c.execute("SELECT source, error, transient FROM api.source_errors "
                            "WHERE error LIKE 'payload route:%%'").fetchall()
         generic_410 = c.execute("SELECT count(*) FROM api.source_errors WHERE error LIKE 'HTTP 410%%'").fetchone()[0]
+        archived = [u for (u,) in c.execute("SELECT url FROM net.raw_response WHERE url LIKE '%%/rpc/%%'")]
     assert got == {(eid, i): p for eid in mine for i, p in _zero_zero(scn, eid).items()}
     assert attached >= 1 and routes  # some payloads came over Connect RPC
     assert {source for source, _, _ in routes} <= {f"host:{a}" for a in new}
@@ -46,3 +47,6 @@ def test_poll_reads_old_and_new_hosts_and_records_each_new_hosts_route(db_url, t
     assert all(error == "payload route: Connect RPC (the HTTP payload route is retired (410 X-Devshard-Error: "
                         "http_session_retired))" and not transient for _, error, transient in routes)
     assert generic_410 == 0
+    # payload answers are archived like the HTTP route's; Attach answers carry the session token and are not
+    assert any(u.endswith("PayloadService/GetPayload") for u in archived)
+    assert not any("PeerAuthService" in u for u in archived)

@@ -17,7 +17,9 @@ from indexer.devnet.operators import devnet_secret, warm_address
 from indexer.sources.gonka import ChainRest, DevshardHost, FetchError, Fetcher, RetryPolicy
 from indexer.sources.gonka.fastclient import FastClient
 from indexer.sources.gonka.identity import check_operator_key
-from indexer.sources.gonka.rpcpayloads import ATTACH_PROCEDURE, ConnectPayloads, attach_message, rpc_base
+from indexer.sources.gonka.rpcpayloads import (
+    ATTACH_PROCEDURE, ConnectPayloads, PayloadShapeError, attach_message, rpc_base,
+)
 from indexer.sources.gonka.signing import Operator, OperatorConfigError
 
 FAST = RetryPolicy(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=3)
@@ -233,3 +235,74 @@ def test_a_key_whose_own_address_is_configured_needs_no_chain_read():
         http = None  # any read would fail
 
     assert check_operator_key(op, NoChain()) == op.key_address  # type: ignore[arg-type]
+
+
+def test_attach_refused_or_not_a_member_is_said_per_host(rpcnet):
+    scn = rpcnet.scenario
+    address, esc, iid = _case(scn)
+    new = rpcnet.app.options.rpc_hosts[0]
+    diagnoses: list = []
+    host = _host(rpcnet, new, Operator(address, bytes.fromhex("11" * 32)), diagnoses)
+    got = host.payloads(esc.protocol_version, esc.escrow_id, [iid, iid], validator="x", epoch=esc.epoch_index,
+                        members=esc.slots)
+    assert all(isinstance(g, FetchError) and g.status == 401 for g in got)
+    assert host.rpc.attaches == 0 and len(diagnoses) == 1
+    assert diagnoses[0][2].startswith("payload route: Connect RPC (the HTTP payload route is retired (410 "
+                                      "X-Devshard-Error: http_session_retired)); Connect Attach as "
+                                      f"{address} refused: HTTP 401")
+    # an escrow whose group does not hold the operator: no Attach is tried (the host would refuse it)
+    new, outside = next((h, e) for h in rpcnet.app.options.rpc_hosts for e in scn.escrows.values()
+                        if h in e.slots and address not in e.slots)
+    host = _host(rpcnet, new, _op(rpcnet, address))
+    got = host.payloads(outside.protocol_version, outside.escrow_id, [1], validator="x",
+                        epoch=outside.epoch_index, members=outside.slots)
+    assert "the operator is not in escrow" in str(got[0]) and host.rpc.attaches == 0
+
+
+def _mock_host(handler, op: Operator | None, diagnoses: list) -> DevshardHost:
+    fetcher = Fetcher("http://host.test", policy=FAST, client=httpx.Client(transport=httpx.MockTransport(handler)))
+    return DevshardHost("gonka1host", fetcher, operator=op, on_diagnosis=lambda *a: diagnoses.append(a))
+
+
+def test_a_410_without_the_retired_code_is_said_and_not_taken_for_connect():
+    diagnoses: list = []
+    host = _mock_host(lambda request: httpx.Response(410, json={"message": "gone"}), None, diagnoses)
+    got = host.payloads("v5", "7", [1, 2], validator="x", epoch=3)
+    assert host.route == "http" and all(isinstance(g, FetchError) and g.status == 410 for g in got)
+    assert [d[2] for d in diagnoses] == [
+        'payload route answered 410 without X-Devshard-Error: http_session_retired: HTTP 410: {"message":"gone"} '
+        "(http://host.test/devshard/v5/sessions/7/payloads?inference_id=1)"]
+
+
+def test_connect_answers_of_the_wrong_shape_are_refused():
+    op = Operator("gonka1op", bytes.fromhex("44" * 32))
+
+    def answers(attach: dict, payload: dict):
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/payloads"):
+                return httpx.Response(410, json={"message": "retired"}, headers={"X-Devshard-Error":
+                                                                                  "http_session_retired"})
+            if request.url.path.endswith("/Attach"):
+                return httpx.Response(200, json=attach)
+            return httpx.Response(200, json=payload)
+        return handler
+
+    diagnoses: list = []
+    token = {"sessionToken": base64.b64encode(bytes(16)).decode(), "expiresAt": str(int(time.time()) + 300)}
+    host = _mock_host(answers({}, {}), op, diagnoses)
+    got = host.payloads("v5", "7", [1], validator="x", epoch=3, members=["gonka1op"])
+    assert isinstance(got[0], FetchError) and "Attach answer without a session token" in str(got[0])
+    host = _mock_host(answers(token, {"responsePayload": 5}), op, diagnoses)
+    got = host.payloads("v5", "7", [1], validator="x", epoch=3, members=["gonka1op"])
+    assert isinstance(got[0], PayloadShapeError) and "responsePayload is a JSON int" in str(got[0])
+    host = _mock_host(answers(token, {"responsePayload": base64.b64encode(b"\xff").decode()}), op, diagnoses)
+    got = host.payloads("v5", "7", [1], validator="x", epoch=3, members=["gonka1op"])
+    assert isinstance(got[0], PayloadShapeError) and "not UTF-8" in str(got[0])
+    host = _mock_host(answers(token, {"inferenceId": "1"}), op, diagnoses)  # stored none: proto3 JSON omits it
+    assert host.payloads("v5", "7", [1], validator="x", epoch=3, members=["gonka1op"]) == [None]
+
+
+def test_an_unknown_configured_address_with_a_foreign_key_is_refused(rpcnet):
+    op = Operator("gonka1nosuchaccount", bytes.fromhex("55" * 32))
+    with pytest.raises(OperatorConfigError, match="gonka1nosuchaccount"):
+        check_operator_key(op, _chain(rpcnet))
