@@ -37,7 +37,11 @@ def _gone(status: int, body: bytes) -> bool:  # noqa: ARG001 - a 410 is a diagno
 class DevshardHost:
     """One participant's devshard host. With an ``operator``, payload requests of escrows whose group holds the
     operator are signed (:mod:`indexer.sources.gonka.signing`); ``groups(escrow_id)`` gives an escrow's slot
-    addresses when the caller does not pass them."""
+    addresses when the caller does not pass them.
+
+    Payloads are asked over the HTTP route first. A host that answers it with 410 ``X-Devshard-Error:
+    http_session_retired`` is read over Connect RPC from then on (:mod:`indexer.sources.gonka.rpcpayloads`), and
+    ``on_diagnosis`` hears once which route it speaks, or why neither serves its payloads."""
 
     def __init__(self, address: str, fetcher: Fetcher, *, operator: Operator | None = None,
                  groups: Callable[[str], Collection[str] | None] | None = None,
@@ -101,14 +105,14 @@ class DevshardHost:
         if members is None and op is not None and self.groups is not None:
             members = self.groups(str(escrow_id))
         signed = op is not None and op.signs_for(members)
+        if self.route != ROUTE_HTTP:
+            return self._rpc_payloads(version, escrow_id, inference_ids, epoch, signed)
         if signed:
             headers = [op.payload_headers(iid, epoch) for iid in inference_ids]
         else:
             stamp = str(time.time_ns())
             headers = [{"X-Validator-Address": validator, "X-Timestamp": stamp, "X-Epoch-Id": str(epoch)}
                        for _ in inference_ids]
-        if self.route != ROUTE_HTTP:
-            return self._rpc_payloads(version, escrow_id, inference_ids, epoch, signed)
         answers = self.http.get_json_many(path, params, headers, permanent=_gone)
         retired = next((a for a in answers if isinstance(a, FetchError) and a.status == 410), None)
         if retired is not None:
