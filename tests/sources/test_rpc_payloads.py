@@ -227,6 +227,19 @@ def test_a_key_of_someone_else_stops_the_start_naming_both_addresses(rpcnet):
     assert devnet_secret(scn.config.seed, other).hex() not in message
 
 
+def test_a_warm_address_must_be_a_grantee_of_the_member_it_acts_for(rpcnet):
+    scn = rpcnet.scenario
+    a, b = scn.hosts[0].address, scn.hosts[1].address
+    right = Operator(warm_address(a), devnet_secret(scn.config.seed, warm_address(a)), member=a)
+    assert check_operator_key(right, _chain(rpcnet)) == warm_address(a)
+    wrong = Operator(warm_address(a), devnet_secret(scn.config.seed, warm_address(a)), member=b)
+    with pytest.raises(OperatorConfigError) as exc:
+        check_operator_key(wrong, _chain(rpcnet))
+    assert str(exc.value) == (f"GONKA_OPERATOR_MEMBER {b}: GONKA_OPERATOR_ADDRESS {warm_address(a)} is not a grantee "
+                              "of it for /inference.inference.MsgStartInference, so hosts would not count it as "
+                              "that member")
+
+
 def test_a_key_whose_own_address_is_configured_needs_no_chain_read():
     op = Operator("unused", bytes.fromhex("33" * 32))
     op = Operator(op.key_address, bytes.fromhex("33" * 32))

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from indexer.sources.gonka.chain import PREFIX, ChainRest
 from indexer.sources.gonka.http import FetchError
-from indexer.sources.gonka.signing import ENV_ADDRESS, ENV_KEY_FILE, Operator, OperatorConfigError
+from indexer.sources.gonka.signing import ENV_ADDRESS, ENV_KEY_FILE, ENV_MEMBER, Operator, OperatorConfigError
 
 WARM_KEY_MSG_TYPE = "/inference.inference.MsgStartInference"
 
@@ -68,14 +68,22 @@ def check_operator_key(op: Operator, chain: ChainRest) -> str:
     propagate (FetchError): the check could not be made."""
     own = base64.b64encode(op.public_key).decode("ascii")
     key_address = op.key_address
+    peer = None
     if key_address == op.address or account_public_key(chain, op.address) == own:
-        op.peer_address = op.address
-        return op.peer_address
-    for grantee in grantees(chain, op.address):
-        listed = grantee.get("address")
-        if isinstance(listed, str) and (listed == key_address or _key_of(grantee.get("pub_key")) == own):
-            op.peer_address = listed
-            return listed
-    raise OperatorConfigError(
-        f"{ENV_KEY_FILE} holds the key of {key_address}, which is neither {ENV_ADDRESS} {op.address} nor a "
-        f"grantee of it for {WARM_KEY_MSG_TYPE}: hosts would refuse every payload request it signs")
+        peer = op.address
+    else:
+        for grantee in grantees(chain, op.address):
+            listed = grantee.get("address")
+            if isinstance(listed, str) and (listed == key_address or _key_of(grantee.get("pub_key")) == own):
+                peer = listed
+                break
+    if peer is None:
+        raise OperatorConfigError(
+            f"{ENV_KEY_FILE} holds the key of {key_address}, which is neither {ENV_ADDRESS} {op.address} nor a "
+            f"grantee of it for {WARM_KEY_MSG_TYPE}: hosts would refuse every payload request it signs")
+    if op.member != op.address and not any(g.get("address") == op.address for g in grantees(chain, op.member)):
+        # hosts accept a warm address only for the member that granted it (findGranterInGroup, VerifyWarmKey)
+        raise OperatorConfigError(f"{ENV_MEMBER} {op.member}: {ENV_ADDRESS} {op.address} is not a grantee of it "
+                                  f"for {WARM_KEY_MSG_TYPE}, so hosts would not count it as that member")
+    op.peer_address = peer
+    return peer
