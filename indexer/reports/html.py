@@ -13,7 +13,7 @@ from decimal import Decimal
 import psycopg
 
 from indexer.reports.restitution.render import gonka, level_cell
-from indexer.reports.restitution.verdicts import evidence_note
+from indexer.reports.restitution.verdicts import REASON_LIMIT, evidence_note
 
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 MAX_ROWS = 5000  # evidence rows on the page; the rest are counted and left to api.disputable_penalties
@@ -31,6 +31,8 @@ class Page:
     penalties: list[tuple] = field(default_factory=list)
     total_penalties: int = 0
     limits: list[tuple] = field(default_factory=list)
+    levels: list[tuple] = field(default_factory=list)    # (evidence level, escrows), weakest first
+    failures: list[tuple] = field(default_factory=list)  # (epoch, escrow, check, nonce, reason), at most MAX_ROWS
 
 
 def collect_page(url: str, epochs: tuple[int, int] | None = None) -> Page:
@@ -59,6 +61,11 @@ def collect_page(url: str, epochs: tuple[int, int] | None = None) -> Page:
                                   ORDER BY epoch_index, participant, escrow_id, inference_id LIMIT {MAX_ROWS}) d
                             LEFT JOIN api.escrow_verification v ON v.escrow_id = d.escrow_id
                             ORDER BY d.epoch_index, d.participant, d.escrow_id, d.inference_id""")
+        p.levels = q(f"""SELECT level, count(*) FROM api.escrow_verification {_WHERE}
+                         GROUP BY 1 ORDER BY fn.evidence_rank(level)""")
+        p.failures = q(f"""SELECT epoch_index, escrow_id, failed_check, failed_nonce, failure
+                           FROM api.escrow_verification {_WHERE} AND failed_check IS NOT NULL
+                           ORDER BY epoch_index, escrow_id LIMIT {MAX_ROWS}""")
         p.limits = q(f"""SELECT epoch_index, model_id, governance_limit, limit_source, loophole_risk,
                                 array_to_string(model_args, ' ') FROM api.model_limits {_WHERE}
                          ORDER BY epoch_index, model_id""")
@@ -166,6 +173,23 @@ def _penalty_rows(p: Page) -> str:
     return "".join(rows)
 
 
+def _verification(p: Page) -> str:
+    """Escrows per evidence level in range, then every escrow that failed a check, with the nonce and the reason."""
+    if not p.levels:
+        return "<p>No escrows in range.</p>"
+    below = ' class="below"'
+    counts = ", ".join(f'<span{"" if level == "settled" else below}>{_e(level)}: <b>{n}</b></span>'
+                       for level, n in p.levels)
+    out = f"<p>Escrow logs by the strongest check they passed: {counts}.</p>"
+    if not p.failures:
+        return out + "<p>No escrow failed a verification check.</p>"
+    rows = "".join(f"<tr><td>{epoch}</td><td>{_e(escrow)}</td><td>{_e(check)}</td><td>{_e(nonce)}</td>"
+                   f"<td>{_e(' '.join(str(reason or 'no reason recorded').split())[:REASON_LIMIT])}</td></tr>"
+                   for epoch, escrow, check, nonce, reason in p.failures)
+    return out + ('<div class="scroll"><table id="verification-failures"><thead><tr><th>epoch</th><th>escrow</th>'
+                  f"<th>failed check</th><th>nonce</th><th>reason</th></tr></thead><tbody>{rows}</tbody></table></div>")
+
+
 def _options(values) -> str:
     return "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in sorted(set(values)))
 
@@ -252,6 +276,11 @@ that host's in that epoch; click it again (or "show all") to list every row.</p>
 <div class="scroll"><table id="penalties"><thead><tr><th>epoch</th><th>host</th><th>escrow</th><th>inference</th>
 <th>penalty</th><th>rule</th><th>verdict</th><th>evidence level</th><th>evidence</th></tr></thead><tbody>{_penalty_rows(p)}</tbody>
 </table></div>
+<h2 id="verification">Verification of the escrow logs</h2>
+<p>How far each escrow's log was verified the way the protocol signs it: signed (the user signed every diff),
+replayed (every signed state root recomputed), settled (the final root is the one the chain settled). Amounts and
+penalties below settled rest on a log not shown to be the one the chain settled.</p>
+{_verification(p)}
 <h2>Governance limits in force</h2>
 <div class="scroll"><table id="limits"><thead><tr><th>epoch</th><th>model</th><th>limit</th><th>source</th>
 <th>loophole risk</th><th class="hide-s">model args</th></tr></thead><tbody>{limits}</tbody></table></div>
