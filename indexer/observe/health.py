@@ -35,9 +35,12 @@ _EPOCHS = """SELECT coalesce(state, 'ingested'), count(*), min(epoch_index), max
 _FIRING = """SELECT rule, severity, count(*) FILTER (WHERE NOT silenced), count(*) FILTER (WHERE silenced)
              FROM api.alerts WHERE status = 'firing' GROUP BY 1, 2 ORDER BY 1, 2"""
 # escrows per evidence level, weakest first (every level, 0 when none), and how many of them failed a check
-_LEVELS = """SELECT l.level, count(v.escrow_id), count(v.failed_check)
+# (counted first, then joined to the levels: on Citus a distributed table may not sit inside an outer join's null side)
+_LEVELS = """SELECT l.level, COALESCE(c.escrows, 0), COALESCE(c.failed, 0)
              FROM unnest(fn.evidence_levels()) WITH ORDINALITY AS l(level, n)
-             LEFT JOIN api.escrow_verification v ON v.level = l.level GROUP BY l.level, l.n ORDER BY l.n"""
+             LEFT JOIN (SELECT level, count(*) AS escrows, count(failed_check) AS failed
+                        FROM api.escrow_verification GROUP BY level) c ON c.level = l.level
+             ORDER BY l.n"""
 _HAS_LEVELS = """SELECT to_regprocedure('fn.evidence_levels()') IS NOT NULL
                         AND to_regclass('api.escrow_verification') IS NOT NULL"""
 

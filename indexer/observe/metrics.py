@@ -48,8 +48,9 @@ _ROWS = """SELECT root.relname, sum(s.n_tup_ins)::bigint FROM pg_stat_user_table
            WHERE root.relnamespace = 'rec'::regnamespace GROUP BY root.relname"""
 _DISPUTABLE = "SELECT rule, count(*) FROM api.disputable_penalties GROUP BY 1"
 # every level of fn.evidence_levels (0 when no escrow is at it); an escrow not verified yet counts as none
-_LEVELS = """SELECT l.level, count(v.escrow_id) FROM unnest(fn.evidence_levels()) AS l(level)
-             LEFT JOIN api.escrow_verification v ON v.level = l.level GROUP BY 1"""
+_LEVELS = """SELECT l.level, COALESCE(c.escrows, 0) FROM unnest(fn.evidence_levels()) AS l(level)
+             LEFT JOIN (SELECT level, count(*) AS escrows FROM api.escrow_verification GROUP BY level) c
+                    ON c.level = l.level"""
 _FIRING = """SELECT rule, count(*) FILTER (WHERE status = 'firing')
              FROM (SELECT rule, status FROM alert.state UNION ALL SELECT unnest(%s::text[]), NULL) AS known
              GROUP BY 1"""
