@@ -13,7 +13,7 @@ from decimal import Decimal
 import psycopg
 
 from indexer.reports.restitution.render import gonka, level_cell
-from indexer.reports.restitution.verdicts import REASON_LIMIT, evidence_note
+from indexer.reports.restitution.verdicts import REASON_LIMIT, evidence_note, one_line
 
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 MAX_ROWS = 5000  # evidence rows on the page; the rest are counted and left to api.disputable_penalties
@@ -184,7 +184,7 @@ def _verification(p: Page) -> str:
     if not p.failures:
         return out + "<p>No escrow failed a verification check.</p>"
     rows = "".join(f"<tr><td>{epoch}</td><td>{_e(escrow)}</td><td>{_e(check)}</td><td>{_e(nonce)}</td>"
-                   f"<td>{_e(' '.join(str(reason or 'no reason recorded').split())[:REASON_LIMIT])}</td></tr>"
+                   f"<td>{_e(one_line(reason or 'no reason recorded', REASON_LIMIT))}</td></tr>"
                    for epoch, escrow, check, nonce, reason in p.failures)
     return out + ('<div class="scroll"><table id="verification-failures"><thead><tr><th>epoch</th><th>escrow</th>'
                   f"<th>failed check</th><th>nonce</th><th>reason</th></tr></thead><tbody>{rows}</tbody></table></div>")

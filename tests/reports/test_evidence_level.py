@@ -136,3 +136,18 @@ def test_terminal_report_lists_levels_and_failed_escrows(db_url, tmp_path, conn)
     assert failure.startswith("verification failed: escrow 9002 (epoch 366) failed the replayed check at nonce 7: "
                               "[bold]markup[/bold] word word")  # shown as written, not as Rich markup
     assert failure.endswith(" …") and len(failure) < 340
+
+
+def test_evidence_note_per_level():
+    from indexer.reports.restitution.verdicts import evidence_note
+
+    assert evidence_note({"evidence_level": "settled"}) == "" and evidence_note({}) == ""
+    assert evidence_note({"evidence_level": "none"}) == (
+        "Evidence level none, below settled: the escrow's log was not verified, so the penalty rests on the log as "
+        "the hosts served it.")
+    assert evidence_note({"evidence_level": "signed", "failure": "protocol version v9: no\nported rules"}) == (
+        "Evidence level signed, below settled: the user signed every diff, but the state roots were not recomputed "
+        "from the log; verification stopped: protocol version v9: no ported rules.")
+    assert evidence_note({"evidence_level": "replayed", "failed_check": "settled", "failed_nonce": None,
+                          "failure": "2 of 3 host signatures"}).endswith(
+        "; the settled check failed: 2 of 3 host signatures.")

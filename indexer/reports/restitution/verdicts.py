@@ -137,7 +137,7 @@ _BELOW = {"none": "the escrow's log was not verified, so the penalty rests on th
                       "chain settled"}
 
 
-def _one_line(text: Any, most: int) -> str:
+def one_line(text: Any, most: int) -> str:
     """A peer-influenced text on one line, cut at ``most`` characters with an ellipsis."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= most else flat[:most - 1] + "…"
@@ -160,11 +160,11 @@ def evidence_note(penalty: Mapping[str, Any]) -> str:
     check, nonce, failure = penalty.get("failed_check"), penalty.get("failed_nonce"), penalty.get("failure")
     if check:
         at = f" at nonce {nonce}" if nonce is not None else ""
-        why += f"; the {_one_line(check, 20)} check failed{at}"
-        why += f": {_one_line(failure, REASON_LIMIT)}" if failure else ""
+        why += f"; the {one_line(check, 20)} check failed{at}"
+        why += f": {one_line(failure, REASON_LIMIT)}" if failure else ""
     elif failure:
-        why += f"; verification stopped: {_one_line(failure, REASON_LIMIT)}"
-    return f"Evidence level {_one_line(level, 20)}, below settled: {why}."
+        why += f"; verification stopped: {one_line(failure, REASON_LIMIT)}"
+    return f"Evidence level {one_line(level, 20)}, below settled: {why}."
 
 
 def raw_json(penalty: Mapping[str, Any]) -> str:
