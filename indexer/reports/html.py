@@ -274,7 +274,8 @@ that host's in that epoch; click it again (or "show all") to list every row.</p>
 <span><b id="shown">{len(p.penalties)}</b> of
 {len(p.penalties)} shown</span></div>{more}
 <div class="scroll"><table id="penalties"><thead><tr><th>epoch</th><th>host</th><th>escrow</th><th>inference</th>
-<th>penalty</th><th>rule</th><th>verdict</th><th>evidence level</th><th>evidence</th></tr></thead><tbody>{_penalty_rows(p)}</tbody>
+<th>penalty</th><th>rule</th><th>verdict</th><th>evidence level</th><th>evidence</th></tr></thead>
+<tbody>{_penalty_rows(p)}</tbody>
 </table></div>
 <h2 id="verification">Verification of the escrow logs</h2>
 <p>How far each escrow's log was verified the way the protocol signs it: signed (the user signed every diff),
