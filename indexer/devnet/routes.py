@@ -68,6 +68,7 @@ class AppOptions:
     failing_settlement_searches: tuple[str, ...] = ()  # a search for one of these escrows' settlement answers 500
     host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
                                          # side); () = the scenario's version only
+    lying_kind: str = "altered"  # how the lying host lies (indexer.devnet.sealing.fork)
 
 
 Handler = Callable[..., Response]
@@ -77,7 +78,7 @@ class App:
     def __init__(self, net: Devnet, options: AppOptions | None = None) -> None:
         self.net = net
         self.options = options or AppOptions()
-        self.accounts = DevnetAccounts(net.scenario.config.seed, [h.address for h in net.scenario.hosts])
+        self.accounts = DevnetAccounts(net.scenario.keys, [h.address for h in net.scenario.hosts])
         self.base_url = ""
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         for method, pattern, handler in self._table():
@@ -283,7 +284,7 @@ class App:
             return Response.text("invalid diff range", 400)
         if last - first + 1 > hv.MAX_DIFFS_PER_PAGE:
             return Response.text(f"diff range exceeds one page (max {hv.MAX_DIFFS_PER_PAGE} nonces or 8 MiB)", 400)
-        lying = spec.address == self.options.lying_host
+        lying = self.options.lying_kind if spec.address == self.options.lying_host else False
         if self.options.serve_upto is not None:
             last = min(last, self.options.serve_upto)
         return Response.raw_json(hv.diffs_body(self.net, esc, first, last, lying))
@@ -291,7 +292,7 @@ class App:
     def signatures(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
         _, esc = self._session(host, version, escrow, observability=True)
         nonce = _param(q, "nonce") or ""
-        body = hv.signatures_json(esc, int(nonce)) if esc and nonce.isdigit() else None
+        body = hv.signatures_json(self.net, esc, int(nonce)) if esc and nonce.isdigit() else None
         return Response.json(body) if body else Response.text("signatures not found", 404)
 
     def payloads(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
