@@ -46,6 +46,11 @@ def _key(seed: int, label: str) -> tuple[PrivateKey, str]:
     return key, address_of_pubkey(key.public_key.format(compressed=True))
 
 
+def host_address(seed: int, host_name: str) -> str:
+    """The chain address of host ``host_name`` (hostA, hostB, …) in a scenario of ``seed``."""
+    return _key(seed, cold_label(host_name))[1]
+
+
 def sha256(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
@@ -68,7 +73,7 @@ class Keyring:
         return self.address(USER)
 
     def host_address(self, host_name: str) -> str:
-        return self.address(cold_label(host_name))
+        return host_address(self.seed, host_name)
 
     def warm_of(self, participant: str) -> str | None:
         """The warm key address granted by ``participant`` (None: not a devnet host)."""
