@@ -124,12 +124,14 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
     try:
         session = _Recording.new(b.escrow_id, b.config, tuple(h.address for h in b.group), b.amount,
                                  b.protocol_version, warm_resolver=lambda slot, address: address in warm.get(slot, ()))
-    except (apply.ApplyError, sr.UnsupportedVersion) as exc:
+    except sr.UnsupportedVersion as exc:
+        raise _Failed(None, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
+    except apply.ApplyError as exc:
         raise _Failed(None, f"the session cannot open: {exc}") from None
     for position, d in enumerate(b.diffs):
         expected = session.latest_nonce + 1
         try:
-            content = diff.read_diff_content(d.content)
+            content = diff.read_diff_content(d.content, b.protocol_version)
         except (diff.DiffError, pb.ProtoError) as exc:
             raise _Failed(d.nonce, f"DiffContent unreadable: {exc}") from None
         if content.nonce != d.nonce:
@@ -138,7 +140,9 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
         if content.nonce != expected:
             raise _order_problem(b, position, content.nonce, expected)
         try:
-            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id))
+            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id, b.protocol_version))
+        except sr.UnsupportedVersion as exc:
+            raise _Failed(content.nonce, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
         except (diff.DiffError, apply.ApplyError, pb.ProtoError, ValueError) as exc:
             raise _Failed(content.nonce, f"refused by the session rules: {exc}") from None
         if root != content.post_state_root:

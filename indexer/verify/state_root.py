@@ -84,6 +84,8 @@ class Record:
     votes_valid: int = 0
     votes_invalid: int = 0
     validated_by: int = 0  # 128-bit slot bitmap, bit i = slot i
+    started_at_height: int = 0  # v5: the start's block-height stamp (0 = none)
+    confirmed_at_height: int = 0  # v5: the confirm's block-height stamp (0 = none)
 
 
 @dataclass(frozen=True)
@@ -111,20 +113,33 @@ class State:
     warm_keys: dict[int, str] = field(default_factory=dict)
     height_sync: HeightSyncCommit = field(default_factory=HeightSyncCommit)
     composition: tuple[bool, bool] | None = None  # (accumulator wrapper, height-sync term); None = by version
+    record_height_fields: tuple[int, int] | None = None  # proto numbers of the v5 record heights, when established
 
 
-def record_entry(inference_id: int, r: Record) -> bytes:
+def record_entry(inference_id: int, r: Record, height_fields: tuple[int, int] | None = None) -> bytes:
     """Deterministic ``InferenceRecordProto`` bytes (``marshalInferenceEntry``). ``validated_by`` is always the 16-byte
-    little-endian bitmap (``Bitmap128.Bytes``), so field 17 is always present."""
+    little-endian bitmap (``Bitmap128.Bytes``), so field 17 is always present. The v5 height fields are left out while
+    zero (proto3 omits them, whatever their numbers); a non-zero one needs ``height_fields`` (started, confirmed)."""
     if not 0 <= r.validated_by < 1 << 128:
         raise ValueError(f"inference {inference_id}: validated_by bitmap wider than 128 bits")
-    return pb.concat((
-        pb.f_uint(1, inference_id), pb.f_uint(2, r.status), pb.f_uint(3, r.executor_slot), pb.f_str(4, r.model),
-        pb.f_bytes(5, r.prompt_hash), pb.f_bytes(6, r.response_hash), pb.f_uint(7, r.input_length),
-        pb.f_uint(8, r.max_tokens), pb.f_uint(9, r.input_tokens), pb.f_uint(10, r.output_tokens),
-        pb.f_uint(11, r.reserved_cost), pb.f_uint(12, r.actual_cost), pb.f_uint(13, r.started_at),
-        pb.f_uint(14, r.confirmed_at), pb.f_uint(15, r.votes_valid), pb.f_uint(16, r.votes_invalid),
-        pb.f_bytes(17, r.validated_by.to_bytes(16, "little"))))
+    fields = [
+        (1, pb.f_uint(1, inference_id)), (2, pb.f_uint(2, r.status)), (3, pb.f_uint(3, r.executor_slot)),
+        (4, pb.f_str(4, r.model)), (5, pb.f_bytes(5, r.prompt_hash)), (6, pb.f_bytes(6, r.response_hash)),
+        (7, pb.f_uint(7, r.input_length)), (8, pb.f_uint(8, r.max_tokens)), (9, pb.f_uint(9, r.input_tokens)),
+        (10, pb.f_uint(10, r.output_tokens)), (11, pb.f_uint(11, r.reserved_cost)), (12, pb.f_uint(12, r.actual_cost)),
+        (13, pb.f_uint(13, r.started_at)), (14, pb.f_uint(14, r.confirmed_at)), (15, pb.f_uint(15, r.votes_valid)),
+        (16, pb.f_uint(16, r.votes_invalid)), (17, pb.f_bytes(17, r.validated_by.to_bytes(16, "little")))]
+    if r.started_at_height or r.confirmed_at_height:
+        if height_fields is None:
+            raise UnsupportedVersion(
+                f"inference {inference_id} carries a block-height stamp (started_at_height {r.started_at_height}, "
+                f"confirmed_at_height {r.confirmed_at_height}): the InferenceRecordProto numbers of those fields are in "
+                f"no stored upstream state.proto (hash.go @c6c474aa marshals them), so its root is not computed")
+        started, confirmed = height_fields
+        fields += [(started, pb.f_uint(started, r.started_at_height)),
+                   (confirmed, pb.f_uint(confirmed, r.confirmed_at_height))]
+        fields.sort(key=lambda f: f[0])
+    return b"".join(part for _, part in fields)
 
 
 def host_stats_hash(stats: dict[int, HostStats]) -> bytes:
@@ -135,9 +150,9 @@ def host_stats_hash(stats: dict[int, HostStats]) -> bytes:
         for slot, s in sorted(stats.items())))
 
 
-def live_hash(live: dict[int, Record]) -> bytes:
+def live_hash(live: dict[int, Record], height_fields: tuple[int, int] | None = None) -> bytes:
     """``computeInferencesHashFromEntries``: each entry as a length-delimited field 1, ids ascending."""
-    return sha256(b"".join(pb.f_msg(1, record_entry(i, live[i])) for i in sorted(live)))
+    return sha256(b"".join(pb.f_msg(1, record_entry(i, live[i], height_fields)) for i in sorted(live)))
 
 
 def warm_keys_hash(warm: dict[int, str]) -> bytes:
@@ -170,7 +185,7 @@ def composition(version: str) -> tuple[bool, bool]:
 
 def rest_hash(s: State) -> bytes:
     wrapped, height_term = s.composition or composition(s.version)
-    inferences = live_hash(s.live)
+    inferences = live_hash(s.live, s.record_height_fields)
     if wrapped:
         inferences = sha256(s.sealed_acc + inferences)
     elif s.sealed_acc != ZERO32:
