@@ -25,13 +25,11 @@ from typing import Callable
 from indexer.verify import state_root as sr
 from indexer.verify.apply_txs import REFUSED, EXECUTION, ApplyError, TxRules  # noqa: F401 (re-exported)
 from indexer.verify.state_root import FINISHED, PENDING, STARTED, TIMED_OUT, HostStats, Record, State
-from indexer.verify.versions import Rules, rules_for, VERSIONS
+from indexer.verify.versions import Rules, rules_for
 
 STATE_CLOCK_WINDOW_FACTOR = 3  # seal.go stateClockWindowFactor
 _SEALABLE = {FINISHED, sr.VALIDATED, sr.INVALIDATED, TIMED_OUT}
 _TERMINAL = {sr.VALIDATED, sr.INVALIDATED, TIMED_OUT}
-# Version names whose session rules are ported (each mapped to its line in indexer.verify.versions)
-MACHINE_VERSIONS = tuple(VERSIONS)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import copy
 import operator
 from dataclasses import asdict, dataclass, field
 
-from indexer.verify import apply, diff, proto as pb, settlement as st, state_root as sr
+from indexer.verify import apply, diff, proto as pb, settlement as st, state_root as sr, versions
 from indexer.verify.bundle import Bundle, Penalty
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not-checked"
@@ -117,9 +117,11 @@ def _order_problem(b: Bundle, position: int, found: int, expected: int) -> _Fail
 
 
 def check_replayed(b: Bundle) -> tuple[str, _Recording]:
-    if b.protocol_version not in apply.MACHINE_VERSIONS:
+    try:
+        versions.rules_for(b.protocol_version)
+    except sr.UnsupportedVersion:
         raise _Failed(None, f"protocol version {b.protocol_version!r} is not supported by this verifier (session "
-                            f"rules ported: {', '.join(apply.MACHINE_VERSIONS)}): replay not attempted", NOT_CHECKED)
+                            f"rules ported: {versions.ported_names()}): replay not attempted", NOT_CHECKED) from None
     warm = {h.slot: set(h.warm_keys) for h in b.group}
     try:
         session = _Recording.new(b.escrow_id, b.config, tuple(h.address for h in b.group), b.amount,

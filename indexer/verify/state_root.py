@@ -13,11 +13,9 @@ Ported from gonka-ai/gonka ``devshard/state/hash.go`` (@01dfd416 for v1–v4.1, 
 The version tag is a link-time stamp of the devshard binary (``devshard/types/protocol_version.go`` @836162fc) and the
 composition is a compile-time choice of that binary (``devshard/state/composition.go`` @01dfd416:
 ``useV2StateRootComposition = false`` while the default tag was ``v2``), so the tag alone does not prove the
-composition. :data:`COMPOSITION` holds only what is established: v4.1 by the 35 roots of the v4.1 release fixture
-(tests/verify/test_verify_state_root.py), v5 by hash.go @c6c474aa, v1 by the flat composition of the builds before the
-accumulator (mainnet epoch 272 settled as v1). Any other tag (v2, v3, v4, an empty tag, which each build maps to its
-own default) is refused (:class:`UnsupportedVersion`) unless the caller names the composition to try
-(``State.composition``), e.g. to find which one reproduces a signed root.
+composition. Which composition each tag has is :func:`indexer.verify.versions.composition` (only what is established;
+any other tag is refused with :class:`UnsupportedVersion` unless the caller names the composition to try,
+``State.composition``, e.g. to find which one reproduces a signed root).
 """
 from __future__ import annotations
 
@@ -26,24 +24,15 @@ import struct
 from dataclasses import dataclass, field
 
 from indexer.verify import proto as pb
+from indexer.verify.versions import UnsupportedVersion, composition
 
 # Phase byte (devshard/types SessionPhase): the chain recomputes settlement roots with SETTLEMENT.
 ACTIVE, FINALIZING, SETTLEMENT = 0, 1, 2
 # InferenceStatus (devshard/types, iota order)
 PENDING, STARTED, FINISHED, CHALLENGED, VALIDATED, INVALIDATED, TIMED_OUT = range(7)
 
-# version -> (sealed-accumulator wrapper, height-sync term)
-COMPOSITION: dict[str, tuple[bool, bool]] = {
-    "v1": (False, False),  # machine.go computeStateRootLocked with effectiveV2Composition() false
-    "v4.1": (True, False),  # seal.go @bb34d444 computeStateRootLocked; the release vectors
-    "v5": (True, True),  # hash.go @c6c474aa ComputeRestHashV2(..., heightSync)
-}
 U64 = (1 << 64) - 1
 ZERO32 = bytes(32)
-
-
-class UnsupportedVersion(ValueError):
-    """A protocol version whose root composition is not ported (or a v5 state this module cannot hash)."""
 
 
 def sha256(data: bytes) -> bytes:
@@ -173,14 +162,6 @@ def height_sync_hash(h: HeightSyncCommit) -> bytes:
 def fold_sealed(acc: bytes, seal_nonce: int, inference_id: int, entry: bytes) -> bytes:
     """``FoldSealedAccumulator``: acc' = sha256(acc ‖ seal_nonce u64be ‖ inference_id u64be ‖ entry)."""
     return sha256(acc + _u64(seal_nonce, "seal nonce") + _u64(inference_id, "inference id") + entry)
-
-
-def composition(version: str) -> tuple[bool, bool]:
-    try:
-        return COMPOSITION[version]
-    except KeyError:
-        raise UnsupportedVersion(f"state root composition of protocol version {version!r} is not established; "
-                                 f"known: {', '.join(COMPOSITION)} (name one with State.composition)") from None
 
 
 def rest_hash(s: State) -> bytes:

@@ -1,9 +1,10 @@
-"""Which session rules each protocol version name follows, as data: :class:`Rules` says how a line of the devshard
-state machine differs, and :data:`VERSIONS` maps every name this verifier accepts to the rules it follows, with the
-upstream file and commit that shows it. A name missing here is refused (:class:`UnsupportedVersion`), never replayed
-under another version's rules.
+"""What each devshard protocol version name means to this verifier, in one place: the state-root composition of its
+binaries (:func:`composition`) and the session rules it follows (:func:`rules_for`, a :class:`Rules` per line). A
+name is the one the chain's ``approved_versions`` carries and the binary hashes into every root (``make devshardd-build
+DEVSHARD_VERSION=<name>``, "same as approved_versions.name": ``devshard/types/domain.go`` @4e58fa3b). A name with no
+entry is refused (:class:`UnsupportedVersion`), never replayed or hashed under another name's rules.
 
-Lines (gonka-ai/gonka ``devshard/state/``):
+Lines whose rules are ported (gonka-ai/gonka ``devshard/state/``):
 
 ``v4.1``  ``machine.go`` / ``seal.go`` @bb34d444 (the release fixture of ``testdata/v41-state-roots.json``): DevshardTx
           1–8; a still-Pending record is refunded at the settlement drain; a Finished record seals once the state clock
@@ -16,6 +17,16 @@ Lines (gonka-ai/gonka ``devshard/state/``):
           block-hash stamp writes ``started_at_height`` / ``confirmed_at_height`` into the record, and the executor
           receipt signs the confirm's stamp. ``DiffContent`` has no field 5 (``diff.proto`` @27fd7d3d).
 
+Names that follow a ported line (:data:`ALIASES`), each hashing its own name into the root:
+
+``v4.2``   the v4.1 rules: ``devshard/docs/refusal-snapshots.md`` @f04be240 ("Refusal snapshot catch-up (v4.2)" adds
+           refusal packages and ``GET /sessions/:id/state`` only; "State roots and transaction signatures stay the
+           same"; "Deploy this as v4.2 … Set the protocol version at build time").
+``v5.0.N`` the v5 rules: ``docs/release-branches.md`` (devshard section): ``release/devshard/v5.0.x`` are hotfix tags of
+           the live v5 protocol on its maintenance branch ``devshard/v5``; a protocol ships several binaries
+           (``devshard/cmd/devshardd/main.go``: "Same protocol can ship multiple binaries"), which must agree on
+           every root of a shared session.
+
 What no stored upstream file shows, and is therefore refused when an escrow needs it rather than guessed: the
 ``InferenceRecordProto`` numbers of the two v5 height fields (every stored ``state.proto`` / ``state.pb.go`` stops at
 17 ``validated_by``) and the ``ExecutorReceiptContent`` numbers of the confirm's stamp (``diff.proto`` @27fd7d3d stops at
@@ -25,12 +36,25 @@ What no stored upstream file shows, and is therefore refused when an escrow need
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
-from indexer.verify.state_root import UnsupportedVersion
+
+class UnsupportedVersion(ValueError):
+    """A protocol version (or a feature of one) whose hashing or rules are not ported: checked no further."""
+
 
 BASE_KINDS = frozenset({"start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "finalize"})
 HEIGHT_SYNC_KINDS = frozenset({"force_height_sync_turn", "heartbeat", "height_ack"})
+
+# line -> (sealed-accumulator wrapper, height-sync term) of its root
+COMPOSITION: dict[str, tuple[bool, bool]] = {
+    "v1": (False, False),  # machine.go computeStateRootLocked with effectiveV2Composition() false
+    "v4.1": (True, False),  # seal.go @bb34d444 computeStateRootLocked; the release vectors
+    "v5": (True, True),  # hash.go @c6c474aa ComputeRestHashV2(..., heightSync)
+}
+ALIASES: dict[str, str] = {"v4.2": "v4.1"}  # name -> the line it follows (evidence in the module text)
+_V5_HOTFIX = re.compile(r"v5\.0\.(0|[1-9][0-9]{0,5})")
 
 
 @dataclass(frozen=True)
@@ -55,19 +79,37 @@ V5 = Rules(line="v5", source="devshard/state/machine.go, heightsync.go @c6c474aa
            kinds=BASE_KINDS | HEIGHT_SYNC_KINDS | {"error_miss"}, drain_pays_pending=True,
            clock_adds_execution_timeout=True, height_sync=True, diff_sealed_ids=False, stamps=True)
 
-# version name (the tag the session binds and hashes into every root) -> the rules it follows
-VERSIONS: dict[str, Rules] = {
-    "v4.1": V41,
-    "v5": V5,
-}
+# line -> its session rules
+VERSIONS: dict[str, Rules] = {"v4.1": V41, "v5": V5}
+
+
+def line_of(version: str) -> str:
+    """The line a version name follows: itself, or the line :data:`ALIASES` (or a v5.0.N hotfix name) maps it to."""
+    if _V5_HOTFIX.fullmatch(version):
+        return "v5"
+    return ALIASES.get(version, version)
+
+
+def ported_names() -> str:
+    return ", ".join([*VERSIONS, *ALIASES, "v5.0.N"])
+
+
+def composition(version: str) -> tuple[bool, bool]:
+    """(sealed-accumulator wrapper, height-sync term) of the roots a binary of ``version`` computes."""
+    try:
+        return COMPOSITION[line_of(version)]
+    except KeyError:
+        raise UnsupportedVersion(f"state root composition of protocol version {version!r} is not established; "
+                                 f"known: {', '.join([*COMPOSITION, *ALIASES, 'v5.0.N'])} (name one with "
+                                 f"State.composition)") from None
 
 
 def rules_for(version: str) -> Rules:
     try:
-        return VERSIONS[version]
+        return VERSIONS[line_of(version)]
     except KeyError:
         raise UnsupportedVersion(f"the session rules of protocol version {version!r} are not ported (ported: "
-                                 f"{', '.join(VERSIONS)}); its roots can still be hashed from a State") from None
+                                 f"{ported_names()}); its roots can still be hashed from a State") from None
 
 
 def with_height_fields(rules: Rules, record: tuple[int, int], receipt: tuple[int, int]) -> Rules:
