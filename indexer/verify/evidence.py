@@ -119,9 +119,9 @@ def _order_problem(b: Bundle, position: int, found: int, expected: int) -> _Fail
 def check_replayed(b: Bundle) -> tuple[str, _Recording]:
     try:
         versions.rules_for(b.protocol_version)
-    except sr.UnsupportedVersion:
-        raise _Failed(None, f"protocol version {b.protocol_version!r} is not supported by this verifier (session "
-                            f"rules ported: {versions.ported_names()}): replay not attempted", NOT_CHECKED) from None
+    except sr.UnsupportedVersion as exc:
+        raise _Failed(None, f"protocol version {b.protocol_version!r} is not supported by this verifier ({exc}): "
+                            f"replay not attempted", NOT_CHECKED) from None
     warm = {h.slot: set(h.warm_keys) for h in b.group}
     try:
         session = _Recording.new(b.escrow_id, b.config, tuple(h.address for h in b.group), b.amount,

@@ -27,6 +27,10 @@ Names that follow a ported line (:data:`ALIASES`), each hashing its own name int
            (``devshard/cmd/devshardd/main.go``: "Same protocol can ship multiple binaries"), which must agree on
            every root of a shared session.
 
+Names the network has used whose session rules are refused (:data:`NOT_PORTED` says why in each refusal): ``v1``
+(mainnet epoch 272 settled as v1), ``v2``, ``v3``, ``v4``. Their roots can still be hashed from a ``State`` where the
+composition is established (``v1``), so a caller can test a root, but no replay claims them.
+
 What no stored upstream file shows, and is therefore refused when an escrow needs it rather than guessed: the
 ``InferenceRecordProto`` numbers of the two v5 height fields (every stored ``state.proto`` / ``state.pb.go`` stops at
 17 ``validated_by``) and the ``ExecutorReceiptContent`` numbers of the confirm's stamp (``diff.proto`` @27fd7d3d stops at
@@ -81,6 +85,18 @@ V5 = Rules(line="v5", source="devshard/state/machine.go, heightsync.go @c6c474aa
 
 # line -> its session rules
 VERSIONS: dict[str, Rules] = {"v4.1": V41, "v5": V5}
+# names the network has used whose rules are not ported, and why (said in every refusal)
+NOT_PORTED: dict[str, str] = {
+    "v1": "the machine of the v1 binaries (before the sealed accumulator) is in no stored machine.go; the stored "
+          "transitional seal.go shows only their root (a flat hash over every committed entry, sealing leaving it "
+          "unchanged, the settlement drain a no-op), not their tx rules",
+    "v2": "v2 is the compiled default name of builds whose composition was a compile-time constant "
+          "(composition.go @01dfd416, useV2StateRootComposition = false), so the name fixes neither rules nor root",
+    "v3": "no machine.go or seal.go of the v3 release line is identified among the stored upstream versions, and no "
+          "v3 vectors exist",
+    "v4": "no machine.go or seal.go of the v4 release line is identified among the stored upstream versions, and no "
+          "v4 vectors exist (v4.1 is a later, separately named line)",
+}
 
 
 def line_of(version: str) -> str:
@@ -108,8 +124,9 @@ def rules_for(version: str) -> Rules:
     try:
         return VERSIONS[line_of(version)]
     except KeyError:
-        raise UnsupportedVersion(f"the session rules of protocol version {version!r} are not ported (ported: "
-                                 f"{ported_names()}); its roots can still be hashed from a State") from None
+        why = f": {NOT_PORTED[version]}" if version in NOT_PORTED else ""
+        raise UnsupportedVersion(f"the session rules of protocol version {version!r} are not ported{why} (ported: "
+                                 f"{ported_names()})") from None
 
 
 def with_height_fields(rules: Rules, record: tuple[int, int], receipt: tuple[int, int]) -> Rules:

@@ -181,6 +181,8 @@ def test_an_unported_version_stops_at_signed_with_the_reason(good, tmp_path):
                                 ("penalty", NOT_CHECKED)]
     assert report.level == "signed" and "'v6' is not supported by this verifier" in report.failure
     assert cli(tmp_path, dataclasses.replace(good, protocol_version="v6").to_json()).returncode == 1
+    v1 = verify_bundle(dataclasses.replace(good, protocol_version="v1"))
+    assert v1.level == "signed" and "the machine of the v1 binaries (before the sealed accumulator)" in v1.failure
 
 
 def test_a_v5_bundle_must_state_the_execution_timeout(good):
