@@ -18,7 +18,6 @@ signatures, the height floor) are not, since they decide only whether a diff is 
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,6 +44,41 @@ class Config:
 
 
 @dataclass
+class Journal:
+    """What a diff may change, saved so it can be undone: the scalars, shallow copies of the live map, the host-stats
+    map and the warm keys, the ids it sealed, and which records and host stats it has copied on first write (their
+    originals stay in the saved maps)."""
+    balance: int
+    fees: int
+    phase: int
+    sealed_acc: bytes
+    height_sync: sr.HeightSyncCommit
+    live: dict
+    host_stats: dict
+    warm_keys: dict
+    latest_nonce: int
+    finalize_nonce: int
+    records: set = field(default_factory=set)
+    stats: set = field(default_factory=set)
+    sealed: list = field(default_factory=list)
+
+    @classmethod
+    def open(cls, session: "Session") -> "Journal":
+        s = session.state
+        return cls(s.balance, s.fees, s.phase, s.sealed_acc, s.height_sync, dict(s.live), dict(s.host_stats),
+                   dict(s.warm_keys), session.latest_nonce, session.finalize_nonce)
+
+    def restore(self, session: "Session") -> None:
+        s = session.state
+        s.balance, s.fees, s.phase, s.sealed_acc, s.height_sync = (self.balance, self.fees, self.phase,
+                                                                   self.sealed_acc, self.height_sync)
+        s.live, s.host_stats, s.warm_keys = self.live, self.host_stats, self.warm_keys
+        session.latest_nonce, session.finalize_nonce = self.latest_nonce, self.finalize_nonce
+        for i in self.sealed:
+            del session.sealed_nonces[i]
+
+
+@dataclass
 class Session(TxRules):
     """One escrow's session: :class:`State` plus what applying needs and the root leaves out."""
     escrow_id: str
@@ -56,6 +90,8 @@ class Session(TxRules):
     finalize_nonce: int = 0
     sealed_nonces: dict[int, int] = field(default_factory=dict)
     warm_resolver: Callable[[int, str], bool] | None = None  # (slot, recovered address) -> authorised?
+    stopped: str | None = None  # why a diff applied without rollback was refused (the session applies no more)
+    _journal: "Journal | None" = field(default=None, repr=False, compare=False)
 
     @classmethod
     def new(cls, escrow_id: str, config: Config, slots: tuple[str, ...], balance: int, version: str,
@@ -80,8 +116,15 @@ class Session(TxRules):
     def root(self) -> bytes:
         return sr.state_root(self.state)
 
-    def apply(self, nonce: int, txs: list[dict]) -> bytes:
-        """Apply one diff (txs in order) and return its post_state_root; on any error the session is unchanged."""
+    def apply(self, nonce: int, txs: list[dict], rollback: bool = True) -> bytes:
+        """Apply one diff (txs in order) and return its post_state_root.
+
+        With ``rollback`` (the default) a refused diff leaves the session as it was: the diff runs under a
+        :class:`Journal` (records and host stats copied on their first write, scalars and the small maps saved).
+        Without it nothing is saved, for a replay that ends at its first refusal anyway (verification): a refused
+        diff then leaves the session stopped, and any later apply raises :class:`ApplyError` naming why."""
+        if self.stopped is not None:
+            raise ApplyError(f"nonce {nonce}: the session stopped at an earlier refusal ({self.stopped})")
         if nonce != self.latest_nonce + 1:
             raise ApplyError(f"nonce {nonce}: expected {self.latest_nonce + 1}")
         starts = [t for t in txs if t.get("kind") == "start"]
@@ -89,7 +132,7 @@ class Session(TxRules):
             raise ApplyError(f"nonce {nonce}: at most one start, with inference_id == nonce")
         if sum(t.get("kind") == "force_height_sync_turn" for t in txs) > 1:
             raise ApplyError(f"nonce {nonce}: at most one force_height_sync_turn")
-        saved = copy.deepcopy((self.state, self.latest_nonce, self.finalize_nonce, self.sealed_nonces))
+        self._journal = Journal.open(self) if rollback else None
         try:
             for index, tx in enumerate(txs):
                 try:
@@ -100,9 +143,14 @@ class Session(TxRules):
                     raise ApplyError(f"nonce {nonce} tx {index} ({tx.get('kind')}): {exc}") from None
             self._close(nonce)
             return self.root()
-        except Exception:
-            self.state, self.latest_nonce, self.finalize_nonce, self.sealed_nonces = saved
+        except Exception as exc:
+            if self._journal is not None:
+                self._journal.restore(self)
+            else:
+                self.stopped = f"nonce {nonce}: {exc}"
             raise
+        finally:
+            self._journal = None
 
     # ---- per-nonce bookkeeping (applyCore steps 5-6b)
     def _close(self, nonce: int) -> None:
@@ -120,7 +168,7 @@ class Session(TxRules):
         if s.phase == sr.FINALIZING and nonce >= self.finalize_nonce + len(self.slots):
             s.phase = sr.SETTLEMENT
             for i in sorted(s.live):
-                self._settle_live(s.live[i])
+                self._settle_live(self._record(i))
                 self._seal(i, nonce)
         if s.phase == sr.ACTIVE and nonce % self.config.auto_seal_every == 0:
             self._auto_seal(nonce)
@@ -139,6 +187,8 @@ class Session(TxRules):
         entry = sr.record_entry(inference_id, s.live[inference_id], s.record_height_fields)
         s.sealed_acc = sr.fold_sealed(s.sealed_acc, nonce, inference_id, entry)
         self.sealed_nonces[inference_id] = nonce
+        if self._journal is not None:
+            self._journal.sealed.append(inference_id)
         del s.live[inference_id]
 
     def _state_clock(self) -> int:
@@ -170,7 +220,7 @@ class Session(TxRules):
     def _settle_live(self, rec: Record) -> None:
         if rec.status == STARTED or (rec.status == PENDING and self.rules.drain_pays_pending):
             rec.actual_cost, rec.status = rec.reserved_cost, FINISHED
-            self.state.host_stats[rec.executor_slot].cost += rec.reserved_cost
+            self._stats(rec.executor_slot).cost += rec.reserved_cost
         elif rec.status == PENDING:
             self.state.balance += rec.reserved_cost
             rec.actual_cost, rec.status = 0, TIMED_OUT

@@ -10,13 +10,20 @@ from __future__ import annotations
 from indexer.verify import signatures as sig
 from indexer.verify import state_root as sr
 from indexer.verify.state_root import (CHALLENGED, FINISHED, INVALIDATED, PENDING, STARTED, TIMED_OUT, VALIDATED,
-                                       Record)
+                                       HostStats, Record)
 
 REFUSED, EXECUTION = 1, 2  # TimeoutReason
 
 
 class ApplyError(ValueError):
     """A diff the protocol refuses (the message names nonce, tx index and the broken rule)."""
+
+
+def _clone(obj):
+    """A shallow copy of a Record or HostStats (every field is an int, bytes or str)."""
+    out = obj.__class__.__new__(obj.__class__)
+    out.__dict__.update(obj.__dict__)
+    return out
 
 
 def cadence_swallow(forced_start: int, forced_end: int, anchor_k: int, slots: int) -> tuple[int, int]:
@@ -35,15 +42,31 @@ def cadence_swallow(forced_start: int, forced_end: int, anchor_k: int, slots: in
 
 
 class TxRules:
-    """Mixin: expects ``state``, ``slots``, ``config``, ``rules``, ``escrow_id``, ``sealed_nonces``, ``warm_resolver``."""
+    """Mixin: expects ``state``, ``slots``, ``config``, ``rules``, ``escrow_id``, ``sealed_nonces``, ``warm_resolver``
+    and ``_journal`` (None, or the open diff's :class:`indexer.verify.apply.Journal`)."""
 
     # ---- helpers
     def _record(self, inference_id: int) -> Record:
+        """The live record, writable: while a diff may still be rolled back, it is copied on its first write so the
+        diff's journal keeps the original (see :class:`indexer.verify.apply.Journal`)."""
         rec = self.state.live.get(inference_id)
         if rec is None:
             where = "sealed" if inference_id in self.sealed_nonces else "unknown"
             raise ApplyError(f"inference {inference_id} is {where}")
+        journal = self._journal
+        if journal is not None and inference_id not in journal.records:
+            journal.records.add(inference_id)
+            rec = self.state.live[inference_id] = _clone(rec)
         return rec
+
+    def _stats(self, slot: int) -> HostStats:
+        """A slot's host stats, writable (copied on first write while a diff may be rolled back)."""
+        stats = self.state.host_stats[slot]
+        journal = self._journal
+        if journal is not None and slot not in journal.stats:
+            journal.stats.add(slot)
+            stats = self.state.host_stats[slot] = _clone(stats)
+        return stats
 
     def _slot(self, slot: int) -> str:
         if not 0 <= slot < len(self.slots):
@@ -161,7 +184,7 @@ class TxRules:
         self.state.balance += rec.reserved_cost - actual
         rec.status, rec.response_hash, rec.actual_cost = FINISHED, tx["response_hash"], actual
         rec.input_tokens, rec.output_tokens = tx["input_tokens"], tx["output_tokens"]
-        self.state.host_stats[rec.executor_slot].cost += actual
+        self._stats(rec.executor_slot).cost += actual
 
     def _validation(self, tx: dict, nonce: int) -> None:
         rec, slot = self._record(tx["inference_id"]), tx["validator_slot"]
@@ -203,7 +226,7 @@ class TxRules:
             rec.votes_invalid += self._weight(slot)
         if rec.votes_invalid > self.config.vote_threshold:
             rec.status = INVALIDATED
-            hs = self.state.host_stats[rec.executor_slot]
+            hs = self._stats(rec.executor_slot)
             hs.invalid += 1
             hs.cost = max(hs.cost - rec.actual_cost, 0)
             self.state.balance += rec.actual_cost
@@ -218,7 +241,7 @@ class TxRules:
         self._tally(tx["votes"], lambda accept: sig.timeout_vote_bytes(
             escrow_id=self.escrow_id, inference_id=i, reason=reason, accept=accept))
         rec.status = TIMED_OUT
-        self.state.host_stats[rec.executor_slot].missed += 1
+        self._stats(rec.executor_slot).missed += 1
         self.state.balance += rec.reserved_cost
 
     def _error_miss(self, tx: dict, nonce: int) -> None:
@@ -231,7 +254,7 @@ class TxRules:
         self._tally(tx["votes"], lambda accept: sig.error_miss_vote_bytes(
             escrow_id=self.escrow_id, inference_id=i, accept=accept, response_hash=rec.response_hash))
         rec.status = TIMED_OUT
-        hs = self.state.host_stats[rec.executor_slot]
+        hs = self._stats(rec.executor_slot)
         hs.missed += 1
         self.state.balance += rec.actual_cost
         hs.cost = max(hs.cost - rec.actual_cost, 0)

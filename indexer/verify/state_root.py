@@ -103,6 +103,8 @@ class State:
     height_sync: HeightSyncCommit = field(default_factory=HeightSyncCommit)
     composition: tuple[bool, bool] | None = None  # (accumulator wrapper, height-sync term); None = by version
     record_height_fields: tuple[int, int] | None = None  # proto numbers of the v5 record heights, when established
+    # id -> (the record's field values, its framed entry bytes): each live record is encoded again only once changed
+    entry_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def record_entry(inference_id: int, r: Record, height_fields: tuple[int, int] | None = None) -> bytes:
@@ -139,9 +141,24 @@ def host_stats_hash(stats: dict[int, HostStats]) -> bytes:
         for slot, s in sorted(stats.items())))
 
 
-def live_hash(live: dict[int, Record], height_fields: tuple[int, int] | None = None) -> bytes:
-    """``computeInferencesHashFromEntries``: each entry as a length-delimited field 1, ids ascending."""
-    return sha256(b"".join(pb.f_msg(1, record_entry(i, live[i], height_fields)) for i in sorted(live)))
+def live_hash(live: dict[int, Record], height_fields: tuple[int, int] | None = None,
+              cache: dict | None = None) -> bytes:
+    """``computeInferencesHashFromEntries``: each entry as a length-delimited field 1, ids ascending. ``cache`` keeps
+    each record's framed entry under the record's field values, so an unchanged record is not encoded again (the
+    values are compared, so a record changed in place is never served stale)."""
+    if cache is None:
+        return sha256(b"".join(pb.f_msg(1, record_entry(i, live[i], height_fields)) for i in sorted(live)))
+    parts = []
+    for i in sorted(live):
+        key = (height_fields, *live[i].__dict__.values())
+        hit = cache.get(i)
+        if hit is None or hit[0] != key:
+            hit = cache[i] = (key, pb.f_msg(1, record_entry(i, live[i], height_fields)))
+        parts.append(hit[1])
+    if len(cache) > 2 * len(live) + 64:  # drop the sealed ones
+        for i in [i for i in cache if i not in live]:
+            del cache[i]
+    return sha256(b"".join(parts))
 
 
 def warm_keys_hash(warm: dict[int, str]) -> bytes:
@@ -166,7 +183,7 @@ def fold_sealed(acc: bytes, seal_nonce: int, inference_id: int, entry: bytes) ->
 
 def rest_hash(s: State) -> bytes:
     wrapped, height_term = s.composition or composition(s.version)
-    inferences = live_hash(s.live, s.record_height_fields)
+    inferences = live_hash(s.live, s.record_height_fields, s.entry_cache)
     if wrapped:
         inferences = sha256(s.sealed_acc + inferences)
     elif s.sealed_acc != ZERO32:
