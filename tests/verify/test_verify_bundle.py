@@ -176,11 +176,20 @@ def test_a_warm_key_settles_for_its_slot_only_when_the_group_grants_it(good):
 
 
 def test_an_unported_version_stops_at_signed_with_the_reason(good, tmp_path):
-    report = verify_bundle(dataclasses.replace(good, protocol_version="v5"))
+    report = verify_bundle(dataclasses.replace(good, protocol_version="v6"))
     assert outcomes(report) == [("signed", PASS), ("replayed", NOT_CHECKED), ("settled", NOT_CHECKED),
                                 ("penalty", NOT_CHECKED)]
-    assert report.level == "signed" and "'v5' is not supported by this verifier" in report.failure
-    assert cli(tmp_path, dataclasses.replace(good, protocol_version="v5").to_json()).returncode == 1
+    assert report.level == "signed" and "'v6' is not supported by this verifier" in report.failure
+    assert cli(tmp_path, dataclasses.replace(good, protocol_version="v6").to_json()).returncode == 1
+    v1 = verify_bundle(dataclasses.replace(good, protocol_version="v1"))
+    assert v1.level == "signed" and "the machine of the v1 binaries (before the sealed accumulator)" in v1.failure
+
+
+def test_a_v5_bundle_must_state_the_execution_timeout(good):
+    report = verify_bundle(dataclasses.replace(good, protocol_version="v5"))
+    assert report.level == "signed" and report.failed_step == "replayed"
+    assert "the session cannot open: the v5 rules seal a Finished record after seal_grace_seconds + " \
+           "execution_timeout: the session's execution_timeout must be stated" in report.failure
 
 
 def test_without_a_settlement_the_level_is_replayed_and_the_penalty_still_checked(good):
