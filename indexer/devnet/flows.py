@@ -117,13 +117,20 @@ class EscrowGenerator(Engine):
     def _has(self, message: str, name: str) -> bool:
         return name in self.schema.messages[message].by_name
 
+    def _observed(self) -> dict[str, Any]:
+        """The block a start or confirm observed; left out where it would be a height stamp (v5): see
+        :class:`indexer.devnet.sealing.Preimages`."""
+        if self.preimages.stamps:
+            return {}
+        return {"observed_height": self.height(), "observed_block_hash": block_hash(self.height())}
+
     def _start(self, prompt: Prompt, case: str, limit: int, sibling_of: int | None = None) -> None:
         n = self.nonce
         self.inputs[n] = prompt
         msg: dict[str, Any] = {
             "inference_id": n, "prompt_hash": prompt.hash, "model": self.ctx.model.model_id,
             "input_length": prompt.input_length, "max_tokens": prompt.max_tokens, "started_at": self.now(),
-            "observed_height": self.height(), "observed_block_hash": block_hash(self.height()),
+            **self._observed(),
         }
         if self._has("MsgStartInference", "protocol_version"):
             msg["protocol_version"] = self.ctx.protocol_version
@@ -148,8 +155,7 @@ class EscrowGenerator(Engine):
                                  self.preimages.receipt(self.ctx.escrow_id, n, rec, confirmed_at))
         self.log.receipts[n] = receipt
         self.push("confirm_start", {
-            "inference_id": n, "executor_sig": receipt, "confirmed_at": confirmed_at,
-            "observed_height": self.height(), "observed_block_hash": block_hash(self.height()),
+            "inference_id": n, "executor_sig": receipt, "confirmed_at": confirmed_at, **self._observed(),
         })
         if then is not None:
             then()

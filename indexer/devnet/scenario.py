@@ -50,6 +50,7 @@ class ScenarioConfig:
     seal_grace_nonces: int = 160
     seal_grace_seconds: int = 3600
     auto_seal_every: int = 150
+    execution_timeout: int = 1920  # seconds (params execution_timeout); v5 seals a Finished record after grace + it
     max_nonce: int = 1_000_000
     blocks_per_epoch: int = 15391
     seconds_per_block: int = 6
@@ -180,12 +181,11 @@ class Scenario:
         log = gen.generate()
         session_config = Config(cfg.token_price, vote_threshold(len(slots), cfg.vote_threshold_factor),
                                 cfg.seal_grace_nonces, cfg.seal_grace_seconds, cfg.auto_seal_every, cfg.fee_per_nonce,
-                                cfg.create_fee)
+                                cfg.create_fee, cfg.execution_timeout)
         esc = EscrowSim(escrow_id, epoch_index, model, slots, self.keys.user, cfg.escrow_amount, cfg.token_price,
                         cfg.vote_threshold_factor, cfg.validation_rate, cfg.protocol_version, height, log, gen.state,
                         session_config)
-        esc.sealed = sealing.seal(esc, self.keys)
-        sealing.check_against_reference(esc, esc.sealed)
+        esc.sealed = sealing.seal_once((cfg, escrow_id), esc, self.keys)
         for d, root in zip(esc.diffs, esc.sealed.roots):
             d["post_state_root"] = root
         esc.roots, esc.user_sigs = esc.sealed.roots, esc.sealed.user_sigs

@@ -13,11 +13,13 @@
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Hashable
 
 from indexer.devnet.keys import Keyring
 from indexer.verify import apply, diff as vdiff, proto as pb, signatures as sig, state_root as sr
+from indexer.verify.versions import UnsupportedVersion, rules_for
 from indexer.wire.diffs import encode_diff
 
 
@@ -27,8 +29,11 @@ class SealError(RuntimeError):
 
 @dataclass(frozen=True)
 class Preimages:
-    """What each host-signed message of one protocol version is signed over."""
+    """What each host-signed message of one protocol version is signed over. ``stamps``: the version's starts and
+    confirms may carry a block-height stamp; the devnet leaves it out, since the numbers of the receipt fields that
+    would sign it are in no stored upstream proto (indexer.verify.versions), so a stamped receipt is unverifiable."""
     version: str
+    stamps: bool = False
 
     def receipt(self, escrow_id: str, inference_id: int, rec: Any, confirmed_at: int) -> bytes:
         return sig.executor_receipt_bytes(inference_id=inference_id, prompt_hash=rec.prompt_hash, model=rec.model,
@@ -48,14 +53,15 @@ class Preimages:
         return sig.timeout_vote_bytes(escrow_id=escrow_id, inference_id=inference_id, reason=reason, accept=accept)
 
     def error_miss_vote(self, escrow_id: str, inference_id: int, accept: bool, response_hash: bytes) -> bytes:
-        # ErrorMissVoteContent{escrow_id, inference_id, accept, response_hash} (F9); without a ported v5 rule set
-        # nothing checks it, so the timeout-vote layout with reason 0 stands in
-        return sig.timeout_vote_bytes(escrow_id=escrow_id, inference_id=inference_id, reason=0, accept=accept) \
-            + pb.f_bytes(5, response_hash)
+        return sig.error_miss_vote_bytes(escrow_id=escrow_id, inference_id=inference_id, accept=accept,
+                                         response_hash=response_hash)
 
 
 def preimages_for(version: str) -> Preimages:
-    return Preimages(version)
+    try:
+        return Preimages(version, rules_for(version).stamps)
+    except UnsupportedVersion:
+        return Preimages(version)
 
 
 def signed_content(served: bytes, escrow_id: str, root: bytes) -> bytes:
@@ -73,15 +79,6 @@ class Sealed:
     session: apply.Session | None = None  # None: the version's session rules are not ported (roots unverifiable)
 
 
-class _KeptState(sr.State):
-    """The session state without a rollback copy: ``Session.apply`` snapshots the state before each diff to undo a
-    refused one, but the devnet never continues after a refusal (generation fails), so the copy is skipped. It
-    was most of the signing cost."""
-
-    def __deepcopy__(self, memo: dict) -> "_KeptState":
-        return self
-
-
 class _Recording(apply.Session):
     """A session that keeps each record as it is sealed, to compare final statuses with the reference machine."""
 
@@ -95,10 +92,8 @@ def open_session(esc: Any, keys: Keyring) -> apply.Session:
     warm key is authorised for a slot when the slot's participant granted it."""
     def warm(slot: int, address: str) -> bool:
         return keys.granter_of(address) == esc.slots[slot]
-    session = _Recording.new(esc.escrow_id, esc.session_config, tuple(esc.slots), esc.amount, esc.protocol_version,
-                             warm_resolver=warm)
-    session.state.__class__ = _KeptState
-    return session
+    return _Recording.new(esc.escrow_id, esc.session_config, tuple(esc.slots), esc.amount, esc.protocol_version,
+                          warm_resolver=warm)
 
 
 def seal(esc: Any, keys: Keyring, diffs: list[dict[str, Any]] | None = None, resign: bool = True) -> Sealed:
@@ -106,24 +101,47 @@ def seal(esc: Any, keys: Keyring, diffs: list[dict[str, Any]] | None = None, res
     the escrow's own user signatures, as a host that cannot sign for the user must)."""
     diffs = esc.diffs if diffs is None else diffs
     version, out = esc.protocol_version, Sealed()
-    out.session = open_session(esc, keys) if version in apply.MACHINE_VERSIONS else None
+    try:
+        out.session = open_session(esc, keys)
+    except UnsupportedVersion:
+        out.session = None
     root = sr.sha256(f"devnet-genesis-{esc.escrow_id}".encode())
     for i, d in enumerate(diffs):
         served = encode_diff({"nonce": d["nonce"], "txs": d["txs"]}, version)
         if out.session is None:  # no ported rules: a hash chain over the served contents stands in for the root
             root = sr.sha256(root + served)
         else:
-            content = vdiff.read_diff_content(served)
-            content.escrow_id = esc.escrow_id
             try:
-                root = out.session.apply(d["nonce"], vdiff.decode_txs(content, esc.escrow_id))
-            except (apply.ApplyError, vdiff.DiffError) as exc:
+                content = vdiff.read_diff_content(served, version)
+                content.escrow_id = esc.escrow_id
+                # no rollback: the devnet stops at a refusal, so the per-diff undo journal is not needed
+                root = out.session.apply(d["nonce"], vdiff.decode_txs(content, esc.escrow_id, version),
+                                         rollback=False)
+            except (apply.ApplyError, vdiff.DiffError, UnsupportedVersion, ValueError) as exc:
                 raise SealError(f"escrow {esc.escrow_id}: the generated log breaks a {version} rule: {exc}") from None
         out.served.append(served)
         out.roots.append(root)
         out.user_sigs.append(keys.sign(esc.creator, signed_content(served, esc.escrow_id, root)) if resign
                              else esc.user_sigs[i])
     return out
+
+
+_SEALED: "OrderedDict[Hashable, Sealed]" = OrderedDict()
+SEALED_CACHE_SIZE = 512  # escrows; a default scenario has 6, the demo 9
+
+
+def seal_once(key: Hashable, esc: Any, keys: Keyring) -> Sealed:
+    """:func:`seal` of the escrow's own log, worked out once per process for ``key`` (the scenario config and the
+    escrow id fix the log, its keys and so every signature and root): tests build equal scenarios many times, and
+    signing and replaying is most of a scenario's cost. Callers read a Sealed, never change it."""
+    sealed = _SEALED.get(key)
+    if sealed is None:
+        sealed = seal(esc, keys)
+        check_against_reference(esc, sealed)
+        _SEALED[key] = sealed
+        while len(_SEALED) > SEALED_CACHE_SIZE:
+            _SEALED.popitem(last=False)
+    return sealed
 
 
 def check_against_reference(esc: Any, sealed: Sealed) -> None:

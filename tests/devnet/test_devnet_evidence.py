@@ -21,9 +21,10 @@ CHAIN = "/productscience/inference/inference"
 WARM_GRANT = "/inference.inference.MsgStartInference"
 PAGE = 64
 
-# (name, config) of the scenarios every escrow of which is checked
-DEFAULT = ScenarioConfig(protocol_version="v4.1")
-DEMO = ScenarioConfig(seed=2078, epochs=3, escrows_per_epoch=3, inferences_per_escrow=60, protocol_version="v4.1")
+# the scenarios every escrow of which is checked: the default one (v5), the demo's, and the default one as v4.1
+DEFAULT = ScenarioConfig()
+DEMO = ScenarioConfig(seed=2078, epochs=3, escrows_per_epoch=3, inferences_per_escrow=60)
+DEFAULT_V41 = ScenarioConfig(protocol_version="v4.1")
 
 
 def _b64(text: str) -> bytes:
@@ -91,7 +92,8 @@ class Fetch:
                         seal_grace_nonces=int(esc["inference_seal_grace_nonces"]),
                         seal_grace_seconds=int(esc["inference_seal_grace_seconds"]),
                         auto_seal_every=int(esc["auto_seal_every_n_nonces"]),
-                        fee_per_nonce=int(esc["fee_per_nonce"]), create_fee=int(esc["create_devshard_fee"]))
+                        fee_per_nonce=int(esc["fee_per_nonce"]), create_fee=int(esc["create_devshard_fee"]),
+                        execution_timeout=int(params["execution_timeout"]))
         return Bundle(escrow_id=escrow_id, protocol_version=version, creator=esc["creator"],
                       amount=int(esc["amount"]),
                       group=tuple(Host(i, a, self.warm_keys(a)) for i, a in enumerate(slots)),
@@ -113,15 +115,15 @@ def _every_escrow_settles(config: ScenarioConfig) -> int:
     return checked
 
 
-@pytest.mark.parametrize("config", [DEFAULT, DEMO], ids=["default", "demo"])
+@pytest.mark.parametrize("config", [DEFAULT, DEMO, DEFAULT_V41], ids=["default", "demo", "default-v4.1"])
 def test_every_escrow_verifies_from_what_the_devnet_serves(config):
     assert _every_escrow_settles(config) == config.epochs * config.escrows_per_epoch
 
 
-@pytest.fixture(scope="module")
-def small():
+@pytest.fixture(scope="module", params=["v5", "v4.1"])
+def small(request):
     return Scenario(ScenarioConfig(seed=3, epochs=1, escrows_per_epoch=1, inferences_per_escrow=20,
-                                   protocol_version="v4.1"))
+                                   protocol_version=request.param))
 
 
 @pytest.mark.parametrize("kind,check", [("altered", "signed"), ("fork", "settled")])
@@ -147,7 +149,7 @@ def test_signatures_recover_to_each_slots_warm_key_and_the_bundle_file_verifies(
     esc = next(iter(small.escrows.values()))
     with DevnetServer(small) as net, httpx.Client(timeout=30) as client:
         net.advance_epoch()
-        url = f"{net.host_url(esc.slots[0])}/devshard/v4.1/sessions/{esc.escrow_id}/signatures"
+        url = f"{net.host_url(esc.slots[0])}/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}/signatures"
         got = client.get(url, params={"nonce": esc.last_nonce}).json()["signatures"]
         signed = sig.state_signature_bytes(state_root=esc.roots[-1], escrow_id=esc.escrow_id, nonce=esc.last_nonce)
         assert {int(k): sig.recover_address(signed, _b64(v)) for k, v in got.items()} == {
