@@ -48,6 +48,10 @@ def escrow_json(net: Devnet, esc: EscrowSim, max_model_len_mode: str | None = No
         "epoch_index": str(esc.epoch_index),
         "app_hash": hashlib.sha256(f"app-{esc.escrow_id}".encode()).hexdigest(),
         "settled": net.settled(esc), "token_price": str(esc.token_price), "model_id": esc.model.model_id,
+        # session parameters captured at creation (devshard_escrow.proto @056f1980: max_nonce uint32, the timeouts
+        # int64, so JSON strings)
+        "max_nonce": net.scenario.config.max_nonce, "refusal_timeout": str(net.scenario.config.refusal_timeout),
+        "execution_timeout": str(esc.session_config.execution_timeout),
         "create_devshard_fee": str(esc.session_config.create_fee),
         "fee_per_nonce": str(esc.session_config.fee_per_nonce),
         "inference_seal_grace_nonces": esc.session_config.seal_grace_nonces,

@@ -50,6 +50,7 @@ class ScenarioConfig:
     seal_grace_nonces: int = 160
     seal_grace_seconds: int = 3600
     auto_seal_every: int = 150
+    refusal_timeout: int = 60  # seconds (params refusal_timeout)
     execution_timeout: int = 1920  # seconds (params execution_timeout); v5 seals a Finished record after grace + it
     max_nonce: int = 1_000_000
     blocks_per_epoch: int = 15391

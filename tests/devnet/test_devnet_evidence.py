@@ -63,7 +63,7 @@ class Fetch:
                 out.append(SignedDiff(d["nonce"], content, _b64(d["user_sig"])))
         return out
 
-    def settlement(self, escrow_id: str, params: dict) -> Settlement:
+    def settlement(self, escrow_id: str, escrow: dict, params: dict) -> Settlement:
         r = self.c.get(f"{self.net.rpc_url}/tx_search",
                        params={"query": f"\"devshard_escrow_settled.escrow_id='{escrow_id}'\""})
         (found,) = r.json()["result"]["txs"]
@@ -76,7 +76,7 @@ class Fetch:
         decoded = st.decode_settle_msg(msg)  # the JSON and the broadcast bytes say the same
         assert (message["escrow_id"], message["nonce"], _b64(message["state_root"])) == (
             str(decoded.escrow_id), str(decoded.nonce), decoded.state_root)
-        return Settlement(msg=msg, max_nonce=int(params["max_nonce"]),
+        return Settlement(msg=msg, max_nonce=int(escrow["max_nonce"]),
                           approved_versions=tuple(v["name"] for v in params["approved_versions"]),
                           tx_hash=found["hash"], height=int(found["height"]), tx_raw=raw)
 
@@ -93,12 +93,12 @@ class Fetch:
                         seal_grace_seconds=int(esc["inference_seal_grace_seconds"]),
                         auto_seal_every=int(esc["auto_seal_every_n_nonces"]),
                         fee_per_nonce=int(esc["fee_per_nonce"]), create_fee=int(esc["create_devshard_fee"]),
-                        execution_timeout=int(params["execution_timeout"]))
+                        execution_timeout=int(esc["execution_timeout"]))
         return Bundle(escrow_id=escrow_id, protocol_version=version, creator=esc["creator"],
                       amount=int(esc["amount"]),
                       group=tuple(Host(i, a, self.warm_keys(a)) for i, a in enumerate(slots)),
                       config=config, diffs=tuple(self.diffs(host_url, version, escrow_id)),
-                      settlement=self.settlement(escrow_id, params))
+                      settlement=self.settlement(escrow_id, esc, params))
 
 
 def _every_escrow_settles(config: ScenarioConfig) -> int:
