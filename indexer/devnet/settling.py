@@ -38,9 +38,6 @@ class SettlementTx:
     height: int
     sequence: int
 
-    def b64(self) -> str:
-        return base64.b64encode(self.raw).decode()
-
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
