@@ -3,7 +3,9 @@ the 34-diff v4.1 release fixture (repeated) and a synthetic 1,000-nonce escrow o
 few hundred records (a Finished record seals 360 nonces after it confirms, as with a one-hour grace at 10 s a nonce).
 Host signatures are given as the slots' addresses, so the figures are the state machine and the roots alone.
 
-    .venv/bin/python bench/verify_bench.py [--rounds N]
+    .venv/bin/python bench/verify_bench.py [--rounds N] [--nonces N]
+
+Both modes (with and without rollback) must end at the same roots; the last line says whether they did.
 """
 from __future__ import annotations
 
@@ -46,31 +48,34 @@ def synthetic(nonces: int = 1000) -> list[list[dict]]:
     return diffs
 
 
-def run(make, diffs, rounds: int, **kw) -> float:
-    """Best of ``rounds`` replays: microseconds per nonce."""
-    best = None
+def run(make, diffs, rounds: int, **kw) -> tuple[float, bytes]:
+    """Best of ``rounds`` replays: microseconds per nonce, and the last root."""
+    best, root = None, b""
     for _ in range(rounds):
         s = make()
         t = time.perf_counter()
         for nonce, txs in enumerate(diffs, start=1):
-            s.apply(nonce, txs, **kw)
+            root = s.apply(nonce, txs, **kw)
         per = (time.perf_counter() - t) / len(diffs) * 1e6
         best = per if best is None else min(best, per)
-    return best
+    return best, root
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="replays of each escrow; the best one is printed")
+    ap.add_argument("--nonces", type=int, default=1000, help="nonces of the synthetic escrow")
     a = ap.parse_args()
-    fixture = script()
-    modes = [("rollback", {})]
-    if "rollback" in apply.Session.apply.__code__.co_varnames:
-        modes.append(("no rollback", {"rollback": False}))
-    for label, kw in modes:
-        f = run(lambda: apply.Session.new(ESCROW, CONFIG, tuple(HOSTS), 1_000_000, "v4.1"), fixture, a.rounds, **kw)
-        s = run(lambda: apply.Session.new(ESCROW, SYNTH, SLOTS, 10**12, "v4.1"), synthetic(), a.rounds, **kw)
-        print(f"{label:12s} v4.1 fixture (34 nonces): {f:8.1f} us/nonce   synthetic 1,000 nonces: {s:8.1f} us/nonce")
+    fixture, synth = script(), synthetic(a.nonces)
+    roots = set()
+    for label, kw in (("rollback", {}), ("no rollback", {"rollback": False})):
+        f, f_root = run(lambda: apply.Session.new(ESCROW, CONFIG, tuple(HOSTS), 1_000_000, "v4.1"), fixture,
+                        a.rounds, **kw)
+        s, s_root = run(lambda: apply.Session.new(ESCROW, SYNTH, SLOTS, 10**12, "v4.1"), synth, a.rounds, **kw)
+        roots.add((f_root, s_root))
+        print(f"{label:12s} v4.1 fixture (34 nonces): {f:8.1f} us/nonce   synthetic {a.nonces:,} nonces: "
+              f"{s:8.1f} us/nonce")
+    print(f"roots identical in both modes: {len(roots) == 1}")
 
 
 if __name__ == "__main__":

@@ -74,7 +74,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
          _f("epoch_index:u64! model_id:str! model_args:strs!"), scope="epoch"),
     Kind("escrow", "escrow", ("escrow_id",),
          _f("escrow_id:id! epoch_index:u64! model_id:str! slots:strs! vote_threshold_factor:u32 "
-            "validation_rate:u32 max_model_len:u64 protocol_version:str settled:bool")),
+            "validation_rate:u32 max_model_len:u64 protocol_version:str settled:bool creator:str amount:u64n "
+            "token_price:u64n create_devshard_fee:u64n fee_per_nonce:u64n inference_seal_grace_nonces:u64 "
+            "inference_seal_grace_seconds:u64 auto_seal_every_n_nonces:u64")),
     Kind("start", "start_tx", ("escrow_id", "inference_id"),
          _f(_TX + "diff_nonce:u64! prompt_hash:hex model:str input_length:u64 max_tokens:u64 started_at:i64"
             + _TX_TAIL)),
@@ -97,6 +99,12 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("host_epoch_stats", "host_epoch_stats", ("epoch_index", "participant"),
          _f("epoch_index:u64! participant:str! missed:u64 invalid:u64 cost:u64n required_validations:u64 "
             "completed_validations:u64 escrow_count:u64"), scope="epoch"),
+    # what verification needs (indexer.verify): each diff as served, and the settlement transaction
+    Kind("signed_diff", "signed_diff", ("escrow_id", "nonce"),
+         _f("escrow_id:id! nonce:u64! content:str! user_sig:hex post_state_root:hex state_hash:hex source_host:str")),
+    Kind("settlement", "settlement", ("escrow_id",),
+         _f("escrow_id:id! tx_hash:hex height:u64 settler:str state_root:hex rest_hash:hex nonce:u64 fees:u64n "
+            "state_root_and_protocol_version:str host_stats:obj signatures:obj msg:str tx_raw:str")),
     # the epoch's own parameter snapshot and per-participant outcome (chain REST; indexer.wire.chain_records)
     Kind("epoch_params", "epoch_params", ("epoch_index",),
          _f("epoch_index:u64! validation_params:obj bitcoin_reward_params:obj devshard_escrow_params:obj "
@@ -111,6 +119,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
 
 # Load order inside a batch: escrows before the txs that are checked against their slots.
 LOAD_ORDER = ["epoch", "model_snapshot", "escrow", "start", "confirm_start", "finish", "validation",
-              "validation_vote", "timeout", "error_miss", "host_stats", "host_epoch_stats", "epoch_params",
-              "participant_epoch"]
+              "validation_vote", "timeout", "error_miss", "host_stats", "signed_diff", "settlement", "host_epoch_stats",
+              "epoch_params", "participant_epoch"]
 assert set(LOAD_ORDER) == set(KINDS)

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from indexer.verify.inputs import vote_threshold  # one definition: the replay and the verifier count votes alike
+
 STATUSES = ("Pending", "Started", "Finished", "Challenged", "Validated", "Invalidated", "TimedOut")
 
 TX_KINDS = ("start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "error_miss")
@@ -37,13 +39,6 @@ _VALIDATION_OK = frozenset({"Finished", "Challenged", "Validated", "Invalidated"
 _RESOLVED = frozenset({"Validated", "Invalidated"})
 # Timeout reason -> the status it requires (§3.4).
 _TIMEOUT_FROM = {"refused": "Pending", "execution": "Started"}
-
-
-def vote_threshold(group_size: int, factor: int | None) -> int:
-    """§3.1: factor 0 means 'half'; integer floor either way."""
-    if not factor:
-        return group_size // 2
-    return (group_size * factor) // 100
 
 
 @dataclass(frozen=True, slots=True)

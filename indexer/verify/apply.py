@@ -24,7 +24,7 @@ from typing import Callable
 from indexer.verify import state_root as sr
 from indexer.verify.apply_txs import REFUSED, EXECUTION, ApplyError, TxRules  # noqa: F401 (re-exported)
 from indexer.verify.state_root import FINISHED, PENDING, STARTED, TIMED_OUT, HostStats, Record, State
-from indexer.verify.versions import Rules, rules_for
+from indexer.verify.versions import NotCheckable, Rules, rules_for
 
 STATE_CLOCK_WINDOW_FACTOR = 3  # seal.go stateClockWindowFactor
 _SEALABLE = {FINISHED, sr.VALIDATED, sr.INVALIDATED, TIMED_OUT}
@@ -101,10 +101,10 @@ class Session(TxRules):
         rules = rules or rules_for(version)
         if not slots:
             raise ApplyError("an escrow with no slots cannot host inferences")
-        if config.auto_seal_every <= 0:
+        if rules.seals and config.auto_seal_every <= 0:
             raise ApplyError("auto_seal_every must be a positive interval (0 selects a build default not known here)")
         if rules.clock_adds_execution_timeout and config.execution_timeout is None:
-            raise ApplyError(f"the {rules.line} rules seal a Finished record after seal_grace_seconds + "
+            raise NotCheckable(f"the {rules.line} rules seal a Finished record after seal_grace_seconds + "
                              f"execution_timeout: the session's execution_timeout must be stated")
         if balance < config.create_fee:
             raise ApplyError(f"create devshard fee {config.create_fee} exceeds escrow amount {balance}")
@@ -167,10 +167,10 @@ class Session(TxRules):
             self.finalize_nonce = nonce
         if s.phase == sr.FINALIZING and nonce >= self.finalize_nonce + len(self.slots):
             s.phase = sr.SETTLEMENT
-            for i in sorted(s.live):
+            for i in sorted(s.live) if self.rules.seals else ():  # v1: the drain is a no-op
                 self._settle_live(self._record(i))
                 self._seal(i, nonce)
-        if s.phase == sr.ACTIVE and nonce % self.config.auto_seal_every == 0:
+        if self.rules.seals and s.phase == sr.ACTIVE and nonce % self.config.auto_seal_every == 0:
             self._auto_seal(nonce)
 
     def _clear_expired_height_sync(self, nonce: int) -> None:

@@ -117,16 +117,14 @@ def _order_problem(b: Bundle, position: int, found: int, expected: int) -> _Fail
 
 
 def check_replayed(b: Bundle) -> tuple[str, _Recording]:
-    try:
-        versions.rules_for(b.protocol_version)
-    except sr.UnsupportedVersion as exc:
-        raise _Failed(None, f"protocol version {b.protocol_version!r} is not supported by this verifier ({exc}): "
-                            f"replay not attempted", NOT_CHECKED) from None
     warm = {h.slot: set(h.warm_keys) for h in b.group}
     try:
         session = _Recording.new(b.escrow_id, b.config, tuple(h.address for h in b.group), b.amount,
                                  b.protocol_version, warm_resolver=lambda slot, address: address in warm.get(slot, ()))
     except sr.UnsupportedVersion as exc:
+        raise _Failed(None, f"protocol version {b.protocol_version!r} is not supported by this verifier ({exc}): "
+                            f"replay not attempted", NOT_CHECKED) from None
+    except versions.NotCheckable as exc:
         raise _Failed(None, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
     except apply.ApplyError as exc:
         raise _Failed(None, f"the session cannot open: {exc}") from None
@@ -145,7 +143,7 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
             # the replay ends at the first refusal, so no diff needs undoing: the cheap path
             root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id, b.protocol_version),
                                  rollback=False)
-        except sr.UnsupportedVersion as exc:
+        except versions.NotCheckable as exc:
             raise _Failed(content.nonce, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
         except (diff.DiffError, apply.ApplyError, pb.ProtoError, ValueError) as exc:
             raise _Failed(content.nonce, f"refused by the session rules: {exc}") from None

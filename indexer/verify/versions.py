@@ -6,6 +6,13 @@ entry is refused (:class:`UnsupportedVersion`), never replayed or hashed under a
 
 Lines whose rules are ported (gonka-ai/gonka ``devshard/state/``):
 
+``v1``    ``machine.go`` / ``hash.go`` / ``composition.go`` @01dfd416 (``types.DefaultStateRootVersion = "v1"``,
+          ``useV2StateRootComposition = false``; mainnet epoch 272 escrows settled as v1): DevshardTx 1–8 with the
+          v4.1 tx rules; no sealing enters the root (``applyCore`` has no auto-seal, ``SealInference`` is a host-local
+          eviction that keeps every committed entry, the settlement drain is a no-op under this composition), so every
+          record ever started stays in the flat ``live_hash`` with its last status. ``BuildDiffContent`` signs 4
+          fields: no field 5. A host's eviction is not in the log, so a confirm, finish or timeout that a host would
+          refuse on a record it had evicted is applied here (the root is the same either way for what was applied).
 ``v4.1``  ``machine.go`` / ``seal.go`` @bb34d444 (the release fixture of ``testdata/v41-state-roots.json``): DevshardTx
           1–8; a still-Pending record is refunded at the settlement drain; a Finished record seals once the state clock
           is ``seal_grace_seconds`` past its ``confirmed_at``.
@@ -27,9 +34,8 @@ Names that follow a ported line (:data:`ALIASES`), each hashing its own name int
            (``devshard/cmd/devshardd/main.go``: "Same protocol can ship multiple binaries"), which must agree on
            every root of a shared session.
 
-Names the network has used whose session rules are refused (:data:`NOT_PORTED` says why in each refusal): ``v1``
-(mainnet epoch 272 settled as v1), ``v2``, ``v3``, ``v4``. Their roots can still be hashed from a ``State`` where the
-composition is established (``v1``), so a caller can test a root, but no replay claims them.
+Names the network has used whose session rules are refused (:data:`NOT_PORTED` says why in each refusal): ``v2``,
+``v3``, ``v4``; no replay claims them.
 
 What no stored upstream file shows, and is therefore refused when an escrow needs it rather than guessed: the
 ``InferenceRecordProto`` numbers of the two v5 height fields (every stored ``state.proto`` / ``state.pb.go`` stops at
@@ -44,8 +50,13 @@ import re
 from dataclasses import dataclass
 
 
-class UnsupportedVersion(ValueError):
-    """A protocol version (or a feature of one) whose hashing or rules are not ported: checked no further."""
+class NotCheckable(ValueError):
+    """Evidence this verifier cannot judge either way (a rule not ported, an input not stated): checked no further,
+    and never counted as a failure of the evidence (unknown is not false)."""
+
+
+class UnsupportedVersion(NotCheckable):
+    """A protocol version (or a feature of one) whose hashing or rules are not ported."""
 
 
 BASE_KINDS = frozenset({"start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "finalize"})
@@ -66,6 +77,7 @@ class Rules:
     line: str  # the rules' own name (the line they were ported from)
     source: str  # upstream file@commit the rules follow
     kinds: frozenset[str]  # DevshardTx kinds the line applies
+    seals: bool  # records are sealed into the accumulator (auto-seal each interval, all at the settlement drain)
     drain_pays_pending: bool  # settlement drain: Pending -> Finished at its reservation (else refunded, TimedOut)
     clock_adds_execution_timeout: bool  # a Finished record's clock gate is grace + ExecutionTimeout
     height_sync: bool  # the height-sync escrow commit is kept (and hashed)
@@ -77,19 +89,19 @@ class Rules:
     stamps: bool = False  # starts and confirms may carry a block-height stamp that the record keeps
 
 
-V41 = Rules(line="v4.1", source="devshard/state/machine.go, seal.go @bb34d444", kinds=BASE_KINDS,
+V1 = Rules(line="v1", source="devshard/state/machine.go, hash.go, composition.go @01dfd416", kinds=BASE_KINDS,
+           seals=False, drain_pays_pending=False, clock_adds_execution_timeout=False, height_sync=False,
+           diff_sealed_ids=False)
+V41 = Rules(line="v4.1", source="devshard/state/machine.go, seal.go @bb34d444", kinds=BASE_KINDS, seals=True,
             drain_pays_pending=False, clock_adds_execution_timeout=False, height_sync=False, diff_sealed_ids=True)
 V5 = Rules(line="v5", source="devshard/state/machine.go, heightsync.go @c6c474aa; seal.go @0998aad5",
-           kinds=BASE_KINDS | HEIGHT_SYNC_KINDS | {"error_miss"}, drain_pays_pending=True,
+           kinds=BASE_KINDS | HEIGHT_SYNC_KINDS | {"error_miss"}, seals=True, drain_pays_pending=True,
            clock_adds_execution_timeout=True, height_sync=True, diff_sealed_ids=False, stamps=True)
 
 # line -> its session rules
-VERSIONS: dict[str, Rules] = {"v4.1": V41, "v5": V5}
+VERSIONS: dict[str, Rules] = {"v1": V1, "v4.1": V41, "v5": V5}
 # names the network has used whose rules are not ported, and why (said in every refusal)
 NOT_PORTED: dict[str, str] = {
-    "v1": "the machine of the v1 binaries (before the sealed accumulator) is in no stored machine.go; the stored "
-          "transitional seal.go shows only their root (a flat hash over every committed entry, sealing leaving it "
-          "unchanged, the settlement drain a no-op), not their tx rules",
     "v2": "v2 is the compiled default name of builds whose composition was a compile-time constant "
           "(composition.go @01dfd416, useV2StateRootComposition = false), so the name fixes neither rules nor root",
     "v3": "no machine.go or seal.go of the v3 release line is identified among the stored upstream versions, and no "

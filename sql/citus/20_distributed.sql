@@ -16,6 +16,9 @@ SELECT create_distributed_table('rec.validation_vote_tx', 'escrow_id', colocate_
 SELECT create_distributed_table('rec.timeout_tx', 'escrow_id', colocate_with => 'rec.escrow');
 SELECT create_distributed_table('rec.error_miss_tx', 'escrow_id', colocate_with => 'rec.escrow');
 SELECT create_distributed_table('rec.host_stats', 'escrow_id', colocate_with => 'rec.escrow');
+-- what verification reads: each diff as served, and the settlement transaction
+SELECT create_distributed_table('rec.signed_diff', 'escrow_id', colocate_with => 'rec.escrow');
+SELECT create_distributed_table('rec.settlement', 'escrow_id', colocate_with => 'rec.escrow');
 -- the partition (epoch) each escrow's rows above are routed to (0014_partitioned_history); Citus distributes a
 -- partitioned table's partitions with it, so the epoch partitions need no placement of their own
 SELECT create_distributed_table('rec.escrow_epoch', 'escrow_id', colocate_with => 'rec.escrow');
@@ -26,6 +29,7 @@ SELECT create_distributed_table('replay.inference', 'escrow_id', colocate_with =
 SELECT create_distributed_table('replay.rejected_tx', 'escrow_id', colocate_with => 'rec.escrow');
 SELECT create_distributed_table('replay.vote', 'escrow_id', colocate_with => 'rec.escrow');
 SELECT create_distributed_table('replay.slot_stats', 'escrow_id', colocate_with => 'rec.escrow');
+SELECT create_distributed_table('replay.escrow_verification', 'escrow_id', colocate_with => 'rec.escrow');
 
 -- the rules' per-inference and per-escrow findings
 SELECT create_distributed_table('rules.refusal_parse', 'escrow_id', colocate_with => 'rec.escrow');

@@ -19,3 +19,18 @@ FULL JOIN rec.host_stats h ON h.escrow_id = r.escrow_id AND h.slot_id = r.slot_i
 CREATE VIEW api.quarantine AS
 SELECT s.uri AS source, s.digest AS source_digest, q.line, q.kind, q.reason, q.quarantined_at
 FROM rec.quarantine q JOIN rec.source s USING (source_id);
+
+-- api.escrow_verification: per escrow, how far its log was verified the way the protocol signs it (indexer.verify):
+-- none < signed < replayed < settled, with the first check that did not pass. An escrow not yet verified is `none`
+-- with verified_at NULL.
+CREATE VIEW api.escrow_verification AS
+SELECT e.escrow_id, e.epoch_index,
+       COALESCE(v.level, 'none') AS level,
+       COALESCE(v.nonces_checked, 0) AS nonces_checked,
+       v.failed_check, v.failed_nonce, v.failure, v.source_host, v.protocol_version,
+       COALESCE(v.settlement_tx_hash, s.tx_hash) AS settlement_tx_hash,
+       COALESCE(v.settlement_height, s.height) AS settlement_height,
+       v.verified_at
+FROM rec.escrow e
+LEFT JOIN replay.escrow_verification v USING (escrow_id)
+LEFT JOIN rec.settlement s ON s.escrow_id = e.escrow_id;

@@ -151,7 +151,7 @@ def test_a_finished_record_waits_grace_plus_execution_timeout_in_v5():
 
 
 def test_a_v5_session_needs_its_execution_timeout():
-    with pytest.raises(apply.ApplyError, match="execution_timeout must be stated"):
+    with pytest.raises(versions.NotCheckable, match="execution_timeout must be stated"):
         apply.Session.new(ESCROW, CONFIG, tuple(HOSTS), 1_000, "v5")
 
 

@@ -41,12 +41,11 @@ def test_names_without_an_established_meaning_are_refused(name):
 
 
 def test_the_ported_names_are_listed_in_refusals():
-    assert versions.ported_names() == "v4.1, v5, v4.2, v5.0.N"
+    assert versions.ported_names() == "v1, v4.1, v5, v4.2, v5.0.N"
     assert versions.line_of("v4.2") == "v4.1" and versions.line_of("v5.0.7") == "v5" and versions.line_of("v1") == "v1"
 
 
 @pytest.mark.parametrize("name, why", [
-    ("v1", "the machine of the v1 binaries \\(before the sealed accumulator\\) is in no stored machine.go"),
     ("v2", "v2 is the compiled default name of builds whose composition was a compile-time constant"),
     ("v3", "no machine.go or seal.go of the v3 release line is identified"),
     ("v4", "no machine.go or seal.go of the v4 release line is identified"),
@@ -54,11 +53,3 @@ def test_the_ported_names_are_listed_in_refusals():
 def test_the_earlier_versions_are_refused_saying_why(name, why):
     with pytest.raises(sr.UnsupportedVersion, match=f"protocol version '{name}' are not ported: {why}"):
         versions.rules_for(name)
-
-
-def test_a_v1_root_can_still_be_hashed_but_a_v1_session_cannot_open():
-    state = after(0).state
-    v1 = sr.State(**{**state.__dict__, "version": "v1"})
-    assert sr.rest_hash(v1) == sr.sha256(state.balance.to_bytes(8, "big") + sr.live_hash({}) + sr.warm_keys_hash({}))
-    with pytest.raises(sr.UnsupportedVersion, match="'v1' are not ported: the machine of the v1 binaries"):
-        after(0, "v1")

@@ -1,0 +1,55 @@
+"""What a session replay needs, read from an escrow's normalized record (interface.md §2, kind ``escrow``).
+
+The poller (from the chain's ``devshard_escrow`` answer, normalized), the verification stage (from ``rec.escrow``)
+and an evidence bundle all start a :class:`indexer.verify.apply.Session` from the same fields, so they read them
+here: the slots, the creator, the amount (opening balance), the protocol version and the session config the escrow
+was created with (``DevshardEscrow``: token_price, create_devshard_fee, fee_per_nonce, inference_seal_grace_nonces,
+inference_seal_grace_seconds, auto_seal_every_n_nonces, vote_threshold_factor).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the replay imports vote_threshold from here without the session machine and its secp256k1
+    from indexer.verify.apply import Config
+
+
+def vote_threshold(group_size: int, factor: int | None) -> int:
+    """The votes a side must exceed (gonka-devshard.md §3.1): factor 0 or unset means half; integer floor."""
+    if not factor:
+        return group_size // 2
+    return (group_size * factor) // 100
+
+
+@dataclass(frozen=True)
+class SessionInputs:
+    escrow_id: str
+    version: str
+    creator: str
+    balance: int
+    slots: tuple[str, ...]
+    config: Config
+
+
+# record field -> Config field; every one is needed (no protocol default is assumed for a missing value)
+_CONFIG = (("token_price", "token_price"), ("inference_seal_grace_nonces", "seal_grace_nonces"),
+           ("inference_seal_grace_seconds", "seal_grace_seconds"), ("auto_seal_every_n_nonces", "auto_seal_every"),
+           ("fee_per_nonce", "fee_per_nonce"), ("create_devshard_fee", "create_fee"))
+
+
+def session_inputs(escrow: Mapping[str, Any]) -> SessionInputs | str:
+    """The inputs of ``escrow``'s session, or a one-line reason naming what the record lacks (then the log can
+    be checked for signatures at most: its roots cannot be recomputed without them)."""
+    missing = [name for name in ("creator", "amount", "protocol_version", "slots", *(f for f, _ in _CONFIG))
+               if escrow.get(name) in (None, "", [])]
+    if missing:
+        return f"escrow {escrow.get('escrow_id')}: not captured: {', '.join(missing)}"
+    from indexer.verify.apply import Config
+
+    slots = tuple(escrow["slots"])
+    config = Config(vote_threshold=vote_threshold(len(slots), escrow.get("vote_threshold_factor")),
+                    **{field: int(escrow[name]) for name, field in _CONFIG})
+    return SessionInputs(str(escrow["escrow_id"]), str(escrow["protocol_version"]), str(escrow["creator"]),
+                         int(escrow["amount"]), slots, config)
