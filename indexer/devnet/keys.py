@@ -46,6 +46,12 @@ def _key(seed: int, label: str) -> tuple[PrivateKey, str]:
     return key, address_of_pubkey(key.public_key.format(compressed=True))
 
 
+@lru_cache(maxsize=1 << 16)
+def _sign(seed: int, label: str, message: bytes) -> bytes:
+    """RFC 6979 signatures are deterministic, so equal scenarios built again in one process reuse them."""
+    return _key(seed, label)[0].sign_recoverable(message, hasher=sha256)
+
+
 def host_address(seed: int, host_name: str) -> str:
     """The chain address of host ``host_name`` (hostA, hostB, …) in a scenario of ``seed``."""
     return _key(seed, cold_label(host_name))[1]
@@ -95,7 +101,7 @@ class Keyring:
 
     def sign(self, address: str, message: bytes) -> bytes:
         """65-byte ``r ‖ s ‖ v`` (v ∈ {0, 1}) over sha256(``message``), as devshard signers produce it."""
-        return _key(self.seed, self._label_of[address])[0].sign_recoverable(message, hasher=sha256)
+        return _sign(self.seed, self._label_of[address], message)
 
     def sign_as_host(self, participant: str, message: bytes) -> bytes:
         """What a host signs devshard messages with: its warm key (mainnet hosts do, data/README.md)."""
