@@ -60,10 +60,12 @@ def params_json(net: Devnet, height: int | None = None) -> dict[str, Any]:
         "group_size": cfg.group_size, "allowed_creator_addresses": [], "token_price": str(cfg.token_price),
         "approved_versions": [{"name": version, "binary": f"https://example.invalid/devshard-{version}.zip",
                                "sha256": hashlib.sha256(version.encode()).hexdigest()}],
-        "max_nonce": 1000000, "devshard_requests_enabled": True, "default_inference_seal_grace_nonces": 160,
-        "default_inference_seal_grace_seconds": 3600, "create_devshard_fee": "10000", "fee_per_nonce": "1000",
-        "refusal_timeout": "60", "execution_timeout": "1920", "validation_rate": cfg.validation_rate,
-        "vote_threshold_factor": cfg.vote_threshold_factor, "default_auto_seal_every_n_nonces": 150,
+        "max_nonce": cfg.max_nonce, "devshard_requests_enabled": True,
+        "default_inference_seal_grace_nonces": cfg.seal_grace_nonces,
+        "default_inference_seal_grace_seconds": cfg.seal_grace_seconds, "create_devshard_fee": str(cfg.create_fee),
+        "fee_per_nonce": str(cfg.fee_per_nonce), "refusal_timeout": str(cfg.refusal_timeout),
+        "execution_timeout": str(cfg.execution_timeout), "validation_rate": cfg.validation_rate,
+        "vote_threshold_factor": cfg.vote_threshold_factor, "default_auto_seal_every_n_nonces": cfg.auto_seal_every,
     }
     epoch_params = {
         "epoch_length": str(cfg.blocks_per_epoch), "epoch_multiplier": "1", "epoch_shift": "0",
@@ -187,7 +189,8 @@ def excluded_map(net: Devnet, epoch_index: int) -> dict[str, int]:
     if epoch_index >= net.current_epoch:
         return {}
     stats = net.scenario.host_epoch_stats(epoch_index)
-    worst = max(stats.items(), key=lambda kv: (kv[1]["invalid"], kv[0]), default=None)
+    index = {h.address: h.index for h in net.scenario.hosts}  # ties go to the later host, as hostA < hostB < …
+    worst = max(stats.items(), key=lambda kv: (kv[1]["invalid"], index[kv[0]]), default=None)
     if worst is None or worst[1]["invalid"] == 0:
         return {}
     return {worst[0]: end_height(net, epoch_index) - 100}

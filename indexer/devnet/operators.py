@@ -1,9 +1,8 @@
 """Devnet identities for operator mode, and the payload route's authentication as real hosts do it.
 
-Every simulated participant gets a deterministic secp256k1 account key (from the scenario seed and its address)
-and one warm key (address ``<address>-warm``, an authz grantee of the participant), so tests and the demo can run
-the indexer as any host: :func:`write_operator_key` puts a participant's key into a key file operator mode reads.
-The keys are public by construction (derived from the seed): they exist only on the devnet.
+Every simulated participant has the deterministic keys of :mod:`indexer.devnet.keys`: its account (cold) key and
+one warm key, an authz grantee of the participant. So tests and the demo can run the indexer as any host:
+:func:`write_operator_key` puts a participant's (or its warm key's) key into a key file operator mode reads.
 
 :func:`authenticate` follows ``HostManager.authenticatePayloadRequest`` (gonka-ai/gonka
 ``devshard/cmd/devshardd/session/manager.go`` at df69efb70ade57781349bc8eabc0de0662413c00) check by check, with the
@@ -20,16 +19,16 @@ import binascii
 import hashlib
 import os
 import time
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from coincurve import PrivateKey, PublicKey
+from coincurve import PublicKey
 from coincurve.ecdsa import cdata_to_der, deserialize_compact
 
+from indexer.devnet.keys import Keyring
 from indexer.sources.gonka.signing import SECP256K1_N, write_key_file
+from indexer.verify.signatures import address_of_pubkey
 
-WARM_SUFFIX = "-warm"
 # common/utils header names and authenticatePayloadRequest's maxAge / maxFuture
 HEADER_ADDRESS, HEADER_TIMESTAMP, HEADER_EPOCH, HEADER_AUTHORIZATION = (
     "X-Validator-Address", "X-Timestamp", "X-Epoch-Id", "Authorization")
@@ -43,58 +42,37 @@ def dev_bytes(inference_id: str, epoch: int, timestamp: int, address: str) -> by
     return f"{head}{address}".encode()
 
 
-def devnet_secret(seed: int, address: str) -> bytes:
-    """The devnet private key of ``address`` (an account or a warm address)."""
-    counter = 0
-    while True:  # a sha256 output is a valid scalar except with probability ~2^-128; loop for completeness
-        secret = hashlib.sha256(f"devnet-operator-key:{seed}:{address}:{counter}".encode()).digest()
-        if 0 < int.from_bytes(secret, "big") < SECP256K1_N:
-            return secret
-        counter += 1
-
-
-@lru_cache(maxsize=4096)
-def devnet_public_key(seed: int, address: str) -> bytes:
-    return PrivateKey(devnet_secret(seed, address)).public_key.format(compressed=True)
-
-
-def warm_address(address: str) -> str:
-    return address + WARM_SUFFIX
-
-
-def write_operator_key(path: str | os.PathLike, seed: int, address: str) -> Path:
-    """Write the devnet key of ``address`` (a participant, or its :func:`warm_address`) as a 0600 key file."""
-    return write_key_file(path, devnet_secret(seed, address))
+def write_operator_key(path: str | os.PathLike, keys: Keyring, address: str) -> Path:
+    """Write the devnet key of ``address`` (a participant, or its warm key) as a 0600 key file."""
+    return write_key_file(path, keys.secret_of(address))
 
 
 class DevnetAccounts:
     """What a host asks the chain during payload auth: account keys, and warm keys per granter."""
 
-    def __init__(self, seed: int, participants: Sequence[str]) -> None:
-        self.seed = seed
+    def __init__(self, keys: Keyring, participants: Sequence[str]) -> None:
+        self.keys = keys
         self.participants = frozenset(participants)
 
     def granter_of_warm(self, address: str) -> str | None:
         """``VerifyWarmKey``: the participant that ``address`` is a warm key of."""
-        if address.endswith(WARM_SUFFIX):
-            granter = address[: -len(WARM_SUFFIX)]
-            return granter if granter in self.participants else None
-        return None
+        granter = self.keys.granter_of(address)
+        return granter if granter in self.participants else None
 
     def address_of_key(self, public_key: bytes) -> str | None:
-        """The devnet address (participant or warm) whose key ``public_key`` (compressed) is: devnet addresses are
-        names, so the table stands in for the chain's hash of the key."""
-        for participant in sorted(self.participants):
-            for address in (participant, warm_address(participant)):
-                if devnet_public_key(self.seed, address) == public_key:
-                    return address
-        return None
+        """The devnet address (participant or its warm key) of ``public_key`` (compressed), as the chain derives
+        it (bech32 of ripemd160(sha256(key))); None for a key of neither."""
+        try:
+            address = address_of_pubkey(public_key)
+        except ValueError:
+            return None
+        return address if address in self.participants or self.granter_of_warm(address) else None
 
     def keys_of(self, granter: str) -> list[bytes]:
         """``getValidatorPubKeys``: the granter's account key, then its grantees' keys."""
         if granter not in self.participants:
             return []
-        return [devnet_public_key(self.seed, granter), devnet_public_key(self.seed, warm_address(granter))]
+        return [self.keys.public_key(granter), self.keys.public_key(self.keys.warm_of(granter))]
 
 
 def verify_cosmos_secp256k1(public_key: bytes, message: bytes, signature: bytes) -> bool:
@@ -157,7 +135,7 @@ def account_json(accounts: DevnetAccounts, address: str) -> dict | None:
     """``/cosmos/auth/v1beta1/accounts/{address}`` of a participant or warm key: its public key, base64."""
     if address not in accounts.participants and accounts.granter_of_warm(address) is None:
         return None
-    key = base64.b64encode(devnet_public_key(accounts.seed, address)).decode()
+    key = base64.b64encode(accounts.keys.public_key(address)).decode()
     return {"account": {"@type": "/cosmos.auth.v1beta1.BaseAccount", "address": address, "account_number": "0",
                         "pub_key": {"@type": "/cosmos.crypto.secp256k1.PubKey", "key": key}, "sequence": "0"}}
 
@@ -166,9 +144,8 @@ def grantees_json(accounts: DevnetAccounts, granter: str, msg_type: str) -> dict
     """``grantees_by_message_type/{granter}/{msg type}``: a participant's warm key for MsgStartInference."""
     if msg_type != "/inference.inference.MsgStartInference" or granter not in accounts.participants:
         return {"grantees": []}
-    warm = warm_address(granter)
-    return {"grantees": [{"address": warm, "pub_key": base64.b64encode(devnet_public_key(accounts.seed, warm))
-                          .decode()}]}
+    warm = accounts.keys.warm_of(granter)
+    return {"grantees": [{"address": warm, "pub_key": base64.b64encode(accounts.keys.public_key(warm)).decode()}]}
 
 
 def member_for(address: str, group: Sequence[str], accounts: DevnetAccounts) -> str | None:

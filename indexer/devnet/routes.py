@@ -19,7 +19,7 @@ from urllib.parse import unquote
 from indexer.devnet import chainviews as cv
 from indexer.devnet import epochviews as ev
 from indexer.devnet import hostviews as hv
-from indexer.devnet.operators import DevnetAccounts, account_json, authenticate, grantees_json
+from indexer.devnet.operators import DevnetAccounts, account_json, authenticate
 from indexer.devnet.peerrpc import RETIRED_MESSAGE, ConnectError, PeerRpc
 from indexer.devnet.world import Devnet
 from indexer.sources.gonka.signing import REFUSALS
@@ -74,6 +74,7 @@ class AppOptions:
                                      # payloads are served over Connect RPC (indexer.devnet.peerrpc)
     retired_hosts: tuple[str, ...] = ()  # hosts whose HTTP payload route answers that 410 but that serve no Connect
     rpc_session_seconds: float = 300.0  # lifetime of an Attach session token (upstream defaultSessionTTL)
+    lying_kind: str = "altered"  # how the lying host lies (indexer.devnet.sealing.fork)
 
 
 Handler = Callable[..., Response]
@@ -83,7 +84,7 @@ class App:
     def __init__(self, net: Devnet, options: AppOptions | None = None) -> None:
         self.net = net
         self.options = options or AppOptions()
-        self.accounts = DevnetAccounts(net.scenario.config.seed, [h.address for h in net.scenario.hosts])
+        self.accounts = DevnetAccounts(net.scenario.keys, [h.address for h in net.scenario.hosts])
         self.peer_rpc = PeerRpc(self.accounts, self.options.rpc_session_seconds)
         self._with_body = {self.rpc_attach, self.rpc_get_payload}
         self.base_url = ""
@@ -96,6 +97,7 @@ class App:
 
     def _table(self) -> list[tuple[str, str, Handler]]:
         c, h = CHAIN_PREFIX, r"/hosts/(?P<host>[^/]+)"
+        V = r"v\d+(?:\.\d+)*"  # a protocol version in a host route: v5, v4.1, v5.0.2
         return [
             ("POST", "/devnet/advance", self.advance),
             ("GET", "/devnet/state", self.describe),
@@ -115,18 +117,20 @@ class App:
             # x/upgrade: the devnet chain has applied no upgrade plan (height "0", as cosmos-sdk answers then)
             ("GET", f"{c.rsplit('/productscience', 1)[0]}/cosmos/upgrade/v1beta1/applied_plan/(?P<name>[^/]+)",
              lambda q, hd, name: Response.json({"height": "0"})),
+            ("GET", f"{c.rsplit('/productscience', 1)[0]}/cosmos/tx/v1beta1/txs/(?P<tx_hash>[^/]+)", self.get_tx),
             ("GET", "/chain-rpc/status", lambda q, hd: Response.json(cv.status_json(self.net))),
             ("GET", "/chain-rpc/tx_search", self.tx_search),
+            ("GET", "/chain-rpc/tx", self.rpc_tx),
             ("GET", f"{h}/devshard/healthz", self.healthz),
             ("GET", f"{h}/devshard/stats/shards", self.shards_newest),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/stats/shards", self.shards),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/stats/shards/(?P<escrow>[^/]+)", self.shard_detail),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/diffs", self.diffs),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/signatures", self.signatures),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/payloads", self.payloads),
-            ("POST", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/rpc"
+            ("GET", f"{h}/devshard/(?P<version>{V})/stats/shards", self.shards),
+            ("GET", f"{h}/devshard/(?P<version>{V})/stats/shards/(?P<escrow>[^/]+)", self.shard_detail),
+            ("GET", f"{h}/devshard/(?P<version>{V})/sessions/(?P<escrow>[^/]+)/diffs", self.diffs),
+            ("GET", f"{h}/devshard/(?P<version>{V})/sessions/(?P<escrow>[^/]+)/signatures", self.signatures),
+            ("GET", f"{h}/devshard/(?P<version>{V})/sessions/(?P<escrow>[^/]+)/payloads", self.payloads),
+            ("POST", f"{h}/devshard/(?P<version>{V})/sessions/(?P<escrow>[^/]+)/rpc"
                      r"/devshard\.transport\.v1\.PeerAuthService/Attach", self.rpc_attach),
-            ("POST", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/rpc"
+            ("POST", f"{h}/devshard/(?P<version>{V})/sessions/(?P<escrow>[^/]+)/rpc"
                      r"/devshard\.transport\.v1\.PayloadService/GetPayload", self.rpc_get_payload),
             ("GET", f"{h}/v1/devshard/.*", self.gone),
         ]
@@ -232,6 +236,30 @@ class App:
             return grpc_error(5, "participant not found")
         return Response.json(cv.participant_json(self.net, address, self.host_url(address)))
 
+    def get_tx(self, q: Mapping, hd: Mapping, tx_hash: str) -> Response:
+        """cosmos-sdk ``GetTx``: the decoded transaction and its response (gRPC NotFound for an unknown hash)."""
+        body = cv.get_tx_json(self.net, tx_hash)
+        return Response.json(body) if body else grpc_error(5, f"tx not found: {tx_hash}")
+
+    def rpc_tx(self, q: Mapping, hd: Mapping) -> Response:
+        """CometBFT ``tx?hash=0x…``: the result as tx_search lists it, the raw transaction base64-encoded."""
+        wanted = (_param(q, "hash") or "").strip('"').removeprefix("0x").upper()
+        found = next((tx for _, tx in cv.all_txs(self.net, self.options.b64_events,
+                                                 frozenset(self.options.unindexed_settlements))
+                      if tx["hash"] == wanted), None)
+        if found is None:
+            return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
+                "code": -32603, "message": "Internal error", "data": f"tx ({wanted}) not found"}}, 500)
+        return Response.json({"jsonrpc": "2.0", "id": -1, "result": found})
+
+    def grantees(self, q: Mapping, hd: Mapping, granter: str, msg_type: str) -> Response:
+        """``GranteesByMessageType``: a host's warm key is granted ``MsgStartInference`` (what devshard signers and the
+        settlement accept); other message types and other accounts have no grantees."""
+        msg_type = unquote(msg_type)
+        if not msg_type.startswith("/"):
+            msg_type = "/" + msg_type  # a client that did not escape the leading slash of the type URL
+        return Response.json(cv.grantees_json(self.net, granter, msg_type))
+
     def tx_search(self, q: Mapping, hd: Mapping) -> Response:
         try:
             page = int((_param(q, "page") or "1").strip('"'))
@@ -301,7 +329,7 @@ class App:
             return Response.text("invalid diff range", 400)
         if last - first + 1 > hv.MAX_DIFFS_PER_PAGE:
             return Response.text(f"diff range exceeds one page (max {hv.MAX_DIFFS_PER_PAGE} nonces or 8 MiB)", 400)
-        lying = spec.address == self.options.lying_host
+        lying = self.options.lying_kind if spec.address == self.options.lying_host else False
         if self.options.serve_upto is not None:
             last = min(last, self.options.serve_upto)
         return Response.raw_json(hv.diffs_body(self.net, esc, first, last, lying))
@@ -309,7 +337,7 @@ class App:
     def signatures(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
         _, esc = self._session(host, version, escrow, observability=True)
         nonce = _param(q, "nonce") or ""
-        body = hv.signatures_json(esc, int(nonce)) if esc and nonce.isdigit() else None
+        body = hv.signatures_json(self.net, esc, int(nonce)) if esc and nonce.isdigit() else None
         return Response.json(body) if body else Response.text("signatures not found", 404)
 
     def payloads(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
@@ -376,9 +404,6 @@ class App:
     def account(self, q: Mapping, hd: Mapping, address: str) -> Response:
         found = account_json(self.accounts, unquote(address))
         return Response.json(found) if found else grpc_error(5, f"account {unquote(address)} not found")
-
-    def grantees(self, q: Mapping, hd: Mapping, granter: str, msg_type: str) -> Response:
-        return Response.json(grantees_json(self.accounts, unquote(granter), unquote(msg_type)))
 
     def gone(self, q: Mapping, hd: Mapping, host: str) -> Response:
         version = self.net.scenario.config.protocol_version

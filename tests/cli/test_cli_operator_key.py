@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from indexer.cli import main
 from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
-from indexer.devnet.operators import devnet_secret, write_operator_key
+from indexer.devnet.operators import write_operator_key
 from indexer.sources.gonka.signing import Operator
 
 
@@ -19,13 +19,13 @@ def _run(net, db_url, address: str, key_path) -> int:
 def test_run_refuses_a_key_of_another_address_and_runs_with_the_right_one(db_url, tmp_path, capsys):
     scn = Scenario(ScenarioConfig(seed=5, epochs=1, escrows_per_epoch=1, inferences_per_escrow=8))
     address, other = scn.hosts[0].address, scn.hosts[1].address
-    wrong = write_operator_key(tmp_path / "wrong.key", scn.config.seed, other)
-    right = write_operator_key(tmp_path / "right.key", scn.config.seed, address)
+    wrong = write_operator_key(tmp_path / "wrong.key", scn.keys, other)
+    right = write_operator_key(tmp_path / "right.key", scn.keys, address)
     with DevnetServer(scn, payload_auth=True) as net:
         capsys.readouterr()
         assert _run(net, db_url, address, wrong) == 2
         err = capsys.readouterr().err.strip()
-        key_address = Operator(address, devnet_secret(scn.config.seed, other)).key_address
+        key_address = Operator(address, scn.keys.secret_of(other)).key_address
         assert len(err.splitlines()) == 1 and address in err and key_address in err
-        assert devnet_secret(scn.config.seed, other).hex() not in err
+        assert scn.keys.secret_of(other).hex() not in err
         assert _run(net, db_url, address, right) == 0

@@ -28,7 +28,7 @@ def test_poll_reads_old_and_new_hosts_and_records_each_new_hosts_route(db_url, t
     operator = max(hosts, key=lambda a: sum(a in e.slots for e in inside.values()))
     mine = [eid for eid, e in inside.items() if operator in e.slots]
     assert mine and any(set(inside[eid].slots) & set(new) and set(inside[eid].slots) - set(new) for eid in mine)
-    key = write_operator_key(tmp_path / "operator.key", scn.config.seed, operator)
+    key = write_operator_key(tmp_path / "operator.key", scn.keys, operator)
     op = operator_from_env({"GONKA_OPERATOR_ADDRESS": operator, "GONKA_OPERATOR_KEY_FILE": str(key)})
     with DevnetServer(scn, payload_auth=True, rpc_hosts=new) as net:
         poll_once(db_url, net.chain_rest_url, net.rpc_url, operator=op, policy=POLICY, private_hosts=True)

@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
-from indexer.devnet.operators import devnet_secret, warm_address
 from indexer.sources.gonka import ChainRest, DevshardHost, FetchError, Fetcher, RetryPolicy
 from indexer.sources.gonka.fastclient import FastClient
 from indexer.sources.gonka.identity import check_operator_key
@@ -50,7 +49,7 @@ def rpcnet():
 
 
 def _op(net, address: str, key_of: str | None = None) -> Operator:
-    return Operator(address, devnet_secret(net.scenario.config.seed, key_of or address))
+    return Operator(address, net.scenario.keys.secret_of(key_of or address))
 
 
 def _host(net, address: str, op: Operator | None, diagnoses: list | None = None) -> DevshardHost:
@@ -160,7 +159,7 @@ def test_a_warm_key_attaches_under_its_own_address(rpcnet):
     scn = rpcnet.scenario
     address, esc, iid = _case(scn)
     host = rpcnet.app.options.rpc_hosts[0]
-    warm = Operator(warm_address(address), devnet_secret(scn.config.seed, warm_address(address)), member=address)
+    warm = Operator(scn.keys.warm_of(address), scn.keys.secret_of(scn.keys.warm_of(address)), member=address)
     rpc = ConnectPayloads(Fetcher(rpcnet.host_url(host), policy=FAST, client=FastClient()), host, warm)
     assert rpc.payload(esc.protocol_version, esc.escrow_id, iid, esc.epoch_index) == esc.log.payloads[iid]
 
@@ -208,12 +207,12 @@ def test_the_key_of_the_configured_address_or_of_its_grantee_passes(rpcnet):
     address = scn.hosts[0].address
     own = _op(rpcnet, address)
     assert check_operator_key(own, _chain(rpcnet)) == address and own.peer_address == address
-    warm_named = _op(rpcnet, warm_address(address))
-    assert check_operator_key(warm_named, _chain(rpcnet)) == warm_address(address)
+    warm_named = _op(rpcnet, scn.keys.warm_of(address))
+    assert check_operator_key(warm_named, _chain(rpcnet)) == scn.keys.warm_of(address)
     # the cold address configured, the warm key in the file: a grantee, and Attach will name the warm address
-    cold_with_warm = _op(rpcnet, address, key_of=warm_address(address))
-    assert check_operator_key(cold_with_warm, _chain(rpcnet)) == warm_address(address)
-    assert cold_with_warm.peer_address == warm_address(address)
+    cold_with_warm = _op(rpcnet, address, key_of=scn.keys.warm_of(address))
+    assert check_operator_key(cold_with_warm, _chain(rpcnet)) == scn.keys.warm_of(address)
+    assert cold_with_warm.peer_address == scn.keys.warm_of(address)
 
 
 def test_a_key_of_someone_else_stops_the_start_naming_both_addresses(rpcnet):
@@ -224,18 +223,18 @@ def test_a_key_of_someone_else_stops_the_start_naming_both_addresses(rpcnet):
         check_operator_key(wrong, _chain(rpcnet))
     message = str(exc.value)
     assert "\n" not in message and address in message and wrong.key_address in message
-    assert devnet_secret(scn.config.seed, other).hex() not in message
+    assert scn.keys.secret_of(other).hex() not in message
 
 
 def test_a_warm_address_must_be_a_grantee_of_the_member_it_acts_for(rpcnet):
     scn = rpcnet.scenario
     a, b = scn.hosts[0].address, scn.hosts[1].address
-    right = Operator(warm_address(a), devnet_secret(scn.config.seed, warm_address(a)), member=a)
-    assert check_operator_key(right, _chain(rpcnet)) == warm_address(a)
-    wrong = Operator(warm_address(a), devnet_secret(scn.config.seed, warm_address(a)), member=b)
+    right = Operator(scn.keys.warm_of(a), scn.keys.secret_of(scn.keys.warm_of(a)), member=a)
+    assert check_operator_key(right, _chain(rpcnet)) == scn.keys.warm_of(a)
+    wrong = Operator(scn.keys.warm_of(a), scn.keys.secret_of(scn.keys.warm_of(a)), member=b)
     with pytest.raises(OperatorConfigError) as exc:
         check_operator_key(wrong, _chain(rpcnet))
-    assert str(exc.value) == (f"GONKA_OPERATOR_MEMBER {b}: GONKA_OPERATOR_ADDRESS {warm_address(a)} is not a grantee "
+    assert str(exc.value) == (f"GONKA_OPERATOR_MEMBER {b}: GONKA_OPERATOR_ADDRESS {scn.keys.warm_of(a)} is not a grantee "
                               "of it for /inference.inference.MsgStartInference, so hosts would not count it as "
                               "that member")
 

@@ -204,7 +204,7 @@ SLOW = {
     ("tests/reports/test_restitution_delegation.py::"
      "test_demo_report_lists_the_host_whose_delegation_is_unknown"): "1.2 s",
     "tests/reports/test_restitution_demo.py::test_reward_if_passed_is_kept_and_only_flips_are_restituted": "0.9 s",
-    "tests/reports/test_restitution_proposal.py::test_cli_refuses_the_demo_recipients_and_bad_usage": "1.7 s",
+    "tests/reports/test_restitution_proposal.py::test_cli_proposes_the_demo_restitution_and_refuses_bad_usage": "1.7 s",
     "tests/reports/test_restitution_proposal.py::test_cli_writes_the_proposal": "1.3 s",
     "tests/reports/test_restitution_report.py::test_markdown_csv_and_line": "1.0 s",
     "tests/reports/test_restitution_report.py::test_tests_not_computed_are_named": "1.1 s",
