@@ -208,7 +208,9 @@ height:.8em;margin-right:.4em;vertical-align:-1px}.scroll{overflow-x:auto;max-wi
 table{border-collapse:collapse;width:100%;background:#fff;font-size:.9em}th,td{border:1px solid #ddd;
 padding:4px 6px;text-align:left;vertical-align:top}th{background:#f0f0f0}pre{white-space:pre-wrap;
 word-break:break-word;max-width:60ch;margin:.3em 0;font-size:.85em}.filters{display:flex;flex-wrap:wrap;gap:10px;
-align-items:center;margin:.5em 0}select,button{font:inherit;padding:3px 6px}.risk{color:#b00;font-weight:600}
+align-items:center;margin:.5em 0}select,button{font:inherit;padding:3px 6px;max-width:100%}
+.filters label{max-width:100%}.filters select{max-width:60vw}
+p,li,h3{overflow-wrap:anywhere}.risk{color:#b00;font-weight:600}
 .below{background:#fff1c2;font-weight:600}.note{margin:.3em 0;max-width:60ch}
 @media (max-width:600px){main{padding:8px}th,td{padding:3px 4px}.hide-s{display:none}}
 """
