@@ -24,6 +24,7 @@ from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.durability import commit_without_flush_wait
 from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER
+from indexer.load.behind import AnalyzeBehind
 from indexer.load.fresh import KnownNew
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_written, routed_column
 from indexer.load.prepare import Prepared
@@ -117,6 +118,7 @@ class BatchLoader:
         self.known = KnownNew()  # keys new without a probe (indexer.load.fresh)
         # direct writes in savepoints (see _insert_new): only while a batch that met a concurrent key is retried
         self.guarded = False
+        self.behind: AnalyzeBehind | None = None  # told each committed batch's epochs (indexer.load.behind)
         self.staged: set[str] = set()  # the stage tables the open batch filled (emptied before it commits)
         for kind in KINDS.values():
             conn.execute(stage_ddl(kind))
@@ -138,6 +140,8 @@ class BatchLoader:
                 out = retrying_deadlocks(self.conn, lambda: self._commit_once(prepared, source_lines), what)
             finally:
                 self.guarded = False
+        if self.behind is not None:
+            self.behind.batch(out.epochs)
         return out
 
     def _commit_once(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
@@ -275,7 +279,7 @@ def _without_lines(copy: bytes, lines: set[int]) -> bytes:
 
 
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,
-                on_progress=None, on_batch=None) -> IngestSummary:
+                on_progress=None, on_batch=None, behind: AnalyzeBehind | None = None) -> IngestSummary:
     """Load one file. Its batches commit with ``synchronous_commit = off``: a commit returns before the server has
     flushed its WAL (a flush costs 1-28 ms a batch, on the connection the whole load waits for, and more while the
     replay follower commits too). Safe for a file: a batch's rows and its resume cursor are one
@@ -285,6 +289,7 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     durable = commit_without_flush_wait(conn)
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
+    loader.behind = behind
     total = IngestSummary(files=1)
     try:
         # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing
@@ -333,7 +338,7 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
         check_input(name)
     start = time.perf_counter()
     summary = IngestSummary()
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url) as conn, AnalyzeBehind(url) as behind:
         try:
             for name in names:
                 inp = open_input(name)
@@ -341,7 +346,7 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
                     task = progress.add_task(inp.uri, total=inp.size) if progress else None
                     hook = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
                     summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook,
-                                            on_batch=on_batch))
+                                            on_batch=on_batch, behind=behind))
                     summary.files += 1
                 finally:
                     inp.cleanup()
@@ -350,7 +355,8 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
             summary.seconds = time.perf_counter() - start
             exc.partial = summary
             raise
-        summary.deferred_analyze = analyze_grown(conn, summary)
+        summary.deferred_analyze = behind.close()  # the epochs the load moved past, analysed beside it
+        summary.deferred_analyze.add(analyze_grown(conn, summary))
     summary.seconds = time.perf_counter() - start
     return summary
 
