@@ -16,13 +16,22 @@ back (a deadlock victim tried again) registers its escrows again.
 from __future__ import annotations
 
 
+MAX_FRESH = 100_000  # escrows remembered; a poller's loader lives for months: past this it starts again (probes)
+
+
 class KnownNew:
     """One loader's fresh escrows and, per routed kind, the highest key it wrote of each (None: written, range not
     known; then the database is asked)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_FRESH) -> None:
+        self.limit = limit
         self.fresh: set[str] = set()
         self.high: dict[str, dict[str, int | None]] = {}
+
+    def forget(self) -> None:
+        """Everything: after a caller's transaction that held committed batches rolled back (their registry rows
+        went with it), or when the memory is full."""
+        self.fresh, self.high = set(), {}
 
     def to_probe(self, kind: str, batch, registered: set[str]) -> set[str]:
         """The escrows of `batch` (a prepare.KindBatch of a routed kind) whose keys of `kind` may exist already:
@@ -44,6 +53,8 @@ class KnownNew:
     def committed(self, registered: set[str], written: dict[str, object]) -> None:
         """After a batch committed: ``registered`` are fresh from now on; ``written`` maps each routed kind the batch
         wrote to its KindBatch, whose ranges raise the marks of the fresh escrows."""
+        if len(self.fresh) + len(registered) > self.limit:
+            self.forget()
         self.fresh |= registered
         for kind, batch in written.items():
             marks = self.high.setdefault(kind, {})

@@ -25,6 +25,7 @@ from indexer.db.durability import commit_without_flush_wait
 from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER
 from indexer.load.behind import AnalyzeBehind
+from indexer.load.errors import IngestFailed, IngestInterrupted
 from indexer.load.fresh import KnownNew
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_written, routed_column
 from indexer.load.prepare import Prepared
@@ -86,27 +87,6 @@ def register_source(conn: psycopg.Connection, inp: InputFile | SourceKey) -> tup
     return source_id, (0 if completed_at is not None else committed)
 
 
-class IngestInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a load, with where it stopped: every line up to ``line`` of ``uri`` is committed."""
-
-    def __init__(self, uri: str, line: int):
-        super().__init__(f"stopped in {uri} after line {line}")
-        self.uri, self.line = uri, line
-
-
-class IngestFailed(RuntimeError):
-    """A load stopped by the database or its host (the connection lost: the server restarted, the backend was
-    terminated, the network dropped; the server's disk full; a typing process dying): says which file, and up to
-    which line everything is committed, so the operator knows a rerun of the same command resumes there."""
-
-    def __init__(self, uri: str, line: int, cause: BaseException, what: str = "the database connection was lost"):
-        # the server's primary message only: its CONTEXT line quotes the row being copied
-        reason = getattr(getattr(cause, "diag", None), "message_primary", None) or str(cause).split("\n", 1)[0]
-        super().__init__(f"{uri}: {what} after line {line} was committed ({reason}); "
-                         "run the same command again to resume from there")
-        self.uri, self.line = uri, line
-
-
 class BatchLoader:
     """Commits prepared batches of one source: records, quarantine and the resume cursor in one transaction."""
 
@@ -143,6 +123,12 @@ class BatchLoader:
         if self.behind is not None:
             self.behind.batch(out.epochs)
         return out
+
+    def forget(self) -> None:
+        """After a caller's transaction around committed batches rolled back (indexer.poller.store): the partitions
+        and registry rows they made are gone, so is what the loader knew of them."""
+        self.router.forget()
+        self.known.forget()
 
     def _commit_once(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         try:

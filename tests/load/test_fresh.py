@@ -110,3 +110,31 @@ def test_a_batch_rolled_back_registers_nothing(conn, monkeypatch):
         _commit(loader, [escrow("e1", epoch=5)] + _starts("e1", range(1, 4)))
     assert loader.known.fresh == set() and loader.known.high == {}
     assert conn.execute("SELECT count(*) FROM rec.escrow_epoch").fetchone()[0] == 0
+
+
+def test_a_rolled_back_caller_transaction_forgets_what_its_batches_registered(db_url):
+    """The poller commits a cycle's batches inside a transaction of its own; when that rolls back, so do the
+    registry rows, and the loader starts again from the database (indexer.poller.store calls forget)."""
+    with psycopg.connect(db_url) as conn:
+        _source(conn)
+        conn.commit()
+        loader = BatchLoader(conn, 1)
+        with pytest.raises(RuntimeError), conn.transaction():
+            _commit(loader, [escrow("e1", epoch=5)] + _starts("e1", range(1, 4)))
+            assert loader.known.fresh == {"e1"}
+            raise RuntimeError("a later step of the cycle")
+        loader.forget()
+        assert loader.known.fresh == set() and loader.known.high == {}
+        assert conn.execute("SELECT count(*) FROM rec.escrow_epoch").fetchone()[0] == 0
+
+
+def test_past_its_limit_the_memory_starts_again():
+    from indexer.load.fresh import KnownNew
+    from indexer.load.prepare import KindBatch
+
+    known = KnownNew(limit=2)
+    known.committed({"a", "b"}, {"start": KindBatch(b"", 2, {"a", "b"}, key_ranges={"a": (1, 3), "b": (1, 1)})})
+    assert known.fresh == {"a", "b"} and known.high["start"] == {"a": 3, "b": 1}
+    known.committed({"c"}, {})
+    assert known.fresh == {"c"} and known.high == {}
+    assert known.to_probe("start", KindBatch(b"", 1, {"a"}, key_ranges={"a": (4, 4)}), set()) == {"a"}
