@@ -1,19 +1,21 @@
 """NDJSON ingest: lines -> typed COPY text (worker processes) -> the tables, in file order.
 
-Every batch is copied into a temporary stage; a batch of new keys then takes one plain INSERT, a batch that
-touches existing keys one set-based upsert per kind (amendments with history). Each batch commits its records, its quarantined lines
-and the file's resume cursor in one transaction, so a kill -9 at any point followed by a rerun ends with exactly
-the rows of a clean run.
+A kind's rows whose keys are known new (an escrow this load registered: indexer.load.fresh; else an index probe:
+indexer.load.probe) are COPYed straight into their table; other rows go through a temporary stage, then one plain
+INSERT when none of their keys exists, else one set-based upsert per kind (amendments with history). Each batch
+commits its records, its quarantined lines and the file's resume cursor in one transaction, so a kill -9 at any
+point followed by a rerun ends with exactly the rows of a clean run.
 """
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections import Counter, deque
-from contextlib import closing
+from contextlib import closing, nullcontext
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import partial
 
 import psycopg
 
@@ -22,14 +24,20 @@ from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.durability import commit_without_flush_wait
 from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.records import KINDS, LOAD_ORDER
+from indexer.load.behind import AnalyzeBehind
+from indexer.load.errors import IngestFailed, IngestInterrupted
+from indexer.load.fresh import KnownNew
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_written, routed_column
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
-from indexer.load.statements import mark_statement, stage_ddl, stage_table, upsert_statement
+from indexer.load.statements import (conflict_check, insert_staged, mark_statement, stage_ddl, stage_table,
+                                     upsert_statement)
 from indexer.load.typing_pool import TypingPool, TypingWorkerLost
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input, read_ahead
+
+log = logging.getLogger(__name__)
 
 BATCH_LINES = 50_000
 PREPARE_WORKERS = 2
@@ -79,27 +87,6 @@ def register_source(conn: psycopg.Connection, inp: InputFile | SourceKey) -> tup
     return source_id, (0 if completed_at is not None else committed)
 
 
-class IngestInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a load, with where it stopped: every line up to ``line`` of ``uri`` is committed."""
-
-    def __init__(self, uri: str, line: int):
-        super().__init__(f"stopped in {uri} after line {line}")
-        self.uri, self.line = uri, line
-
-
-class IngestFailed(RuntimeError):
-    """A load stopped by the database or its host (the connection lost: the server restarted, the backend was
-    terminated, the network dropped; the server's disk full; a typing process dying): says which file, and up to
-    which line everything is committed, so the operator knows a rerun of the same command resumes there."""
-
-    def __init__(self, uri: str, line: int, cause: BaseException, what: str = "the database connection was lost"):
-        # the server's primary message only: its CONTEXT line quotes the row being copied
-        reason = getattr(getattr(cause, "diag", None), "message_primary", None) or str(cause).split("\n", 1)[0]
-        super().__init__(f"{uri}: {what} after line {line} was committed ({reason}); "
-                         "run the same command again to resume from there")
-        self.uri, self.line = uri, line
-
-
 class BatchLoader:
     """Commits prepared batches of one source: records, quarantine and the resume cursor in one transaction."""
 
@@ -108,6 +95,10 @@ class BatchLoader:
         self.committed_line = 0  # the resume cursor this loader last committed
         self.slots = SlotCheck()
         self.router = EpochRouter()
+        self.known = KnownNew()  # keys new without a probe (indexer.load.fresh)
+        # direct writes in savepoints (see _insert_new): only while a batch that met a concurrent key is retried
+        self.guarded = False
+        self.behind: AnalyzeBehind | None = None  # told each committed batch's epochs (indexer.load.behind)
         self.staged: set[str] = set()  # the stage tables the open batch filled (emptied before it commits)
         for kind in KINDS.values():
             conn.execute(stage_ddl(kind))
@@ -118,8 +109,26 @@ class BatchLoader:
         loader creating an epoch's partitions: indexer.db.deadlocks). ``source_lines()`` gives the batch's (line,
         raw) pairs again, from the committing process's copy (never sent back by the typing workers): a slot out of
         range is rare, and only then are the offending lines looked up."""
-        return retrying_deadlocks(self.conn, lambda: self._commit_once(prepared, source_lines),
-                                  f"batch ending at line {prepared.last_line}")
+        what = f"batch ending at line {prepared.last_line}"
+        try:
+            out = retrying_deadlocks(self.conn, lambda: self._commit_once(prepared, source_lines), what)
+        except _KeyRace:
+            # a concurrent writer inserted a key first: the batch again, each direct write in a savepoint (_guard)
+            log.info("%s: a key was written concurrently; loading the batch again, key by key", what)
+            self.guarded = True
+            try:
+                out = retrying_deadlocks(self.conn, lambda: self._commit_once(prepared, source_lines), what)
+            finally:
+                self.guarded = False
+        if self.behind is not None:
+            self.behind.batch(out.epochs)
+        return out
+
+    def forget(self) -> None:
+        """After a caller's transaction around committed batches rolled back (indexer.poller.store): the partitions
+        and registry rows they made are gone, so is what the loader knew of them."""
+        self.router.forget()
+        self.known.forget()
 
     def _commit_once(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         try:
@@ -136,6 +145,8 @@ class BatchLoader:
         with self.conn.transaction():
             bad, slot_rejects = self.slots.check(self.conn, prepared, self.source_id, source_lines)
             epochs = targets = probes = None
+            registered: set[str] = set()  # escrows this batch registered: none of their rows existed
+            written = {}  # routed kind -> its KindBatch, for the marks of KnownNew once the batch committed
             marks: dict[str, set] = {}  # mark_statement(kind) -> the scopes this batch's inserts dirtied
             for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
                 kb = prepared.kinds[kind]
@@ -144,14 +155,17 @@ class BatchLoader:
                     continue
                 if kind in ROUTED:  # escrow-keyed rows carry their escrow's epoch: the partition key
                     if epochs is None:
-                        epochs = self.router.lock(self.conn, sorted(set().union(
+                        epochs, locked_new = self.router.lock(self.conn, sorted(set().union(
                             *(prepared.kinds[k].scope for k in ROUTED if k in prepared.kinds))))
+                        registered |= locked_new
                         targets = self.router.targets(self.conn, epochs)
                         probes = self.router.probe_tables(self.conn, epochs)
                     copy = self.router.route(copy, epochs, None if kind in bad else kb.escrow_spans)
                     out.epochs.update(epochs.values())
+                    written[kind] = kb
                 if self._insert_new(kind, copy, kb, targets[kind] if kind in ROUTED else f"rec.{KINDS[kind].table}",
-                                    probes[kind] if kind in ROUTED and probes else None):
+                                    probes[kind] if kind in ROUTED and probes else None,
+                                    self.known.to_probe(kind, kb, registered) if kind in ROUTED else None):
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
@@ -159,7 +173,7 @@ class BatchLoader:
                 else:
                     self._upsert(kind, out)  # marks what it changed itself
                 if kind == "escrow":
-                    self.router.sync(self.conn, sorted(kb.scope))
+                    registered |= self.router.sync(self.conn, sorted(kb.scope))[1]
             # one statement per mark table for the batch, not one per kind over mostly the same escrows; in sorted
             # order, as every marker takes them
             for statement, scope in marks.items():
@@ -176,16 +190,19 @@ class BatchLoader:
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
                               (prepared.last_line, self.source_id))
         self.committed_line = prepared.last_line
+        self.known.committed(registered, written)
         return out
 
-    def _insert_new(self, kind: str, copy: bytes, kb, table: str, probe_tables: dict | None = None) -> bool:
+    def _insert_new(self, kind: str, copy: bytes, kb, table: str, probe_tables: dict | None = None,
+                    to_probe: set | None = None) -> bool:
         """Fast path for records whose keys are all new (a first load, a resumed file, the poller's new diffs).
         Whether a key exists already (or twice in the batch) is found out first, never learnt from a unique
         violation (the server would log every such expected failure as an ERROR with the key's values):
 
         * the worker counted the batch's keys (``distinct_keys``);
         * none of the batch's keys can exist yet (indexer.load.probe: an index probe per escrow over the batch's
-          key range, or per epoch; true on a first load of well-ordered records): then the batch is COPYed
+          key range, or per epoch; true on a first load of well-ordered records), asked only of the escrows in
+          ``to_probe`` (None: all; indexer.load.fresh knows the others' keys are new): then the batch is COPYed
           straight into the table;
         * else the batch is staged and one join asks whether any key exists: if none, a plain INSERT from the stage.
 
@@ -195,28 +212,38 @@ class BatchLoader:
         ``probe_tables``, for a batch spanning epochs, the partitions to probe (EpochRouter.probe_tables)."""
         spec = KINDS[kind]
         stage = stage_table(spec)
-        direct = kb.distinct_keys and not keys_may_exist(self.conn, kind, kb, table, probe_tables)
+        direct = kb.distinct_keys and not keys_may_exist(self.conn, kind, kb, table, probe_tables, to_probe)
         if direct:
             try:  # a concurrent ingest may still insert one of these keys first: that one is a real, rare violation
-                with self.conn.transaction(), self.conn.cursor().copy(
+                with self._guard(), self.conn.cursor().copy(
                         f"COPY {table} (source_line, {', '.join(spec.columns)}, extra, source_id"
                         f"{routed_column(kind)}) FROM STDIN"
                 ) as cp:
                     cp.write(copy)
-            except psycopg.errors.UniqueViolation:
+            except psycopg.errors.UniqueViolation as exc:
+                if not self.guarded:
+                    raise _KeyRace from exc
                 direct = False
         if not direct:
             self.staged.add(stage)
             with self.conn.cursor().copy(f"COPY {stage} FROM STDIN") as cp:
                 cp.write(copy)
-            if not kb.distinct_keys or self.conn.execute(_conflict_check(kind, table), prepare=True).fetchone()[0]:
+            if not kb.distinct_keys or self.conn.execute(conflict_check(kind, table), prepare=True).fetchone()[0]:
                 return False
             try:
-                with self.conn.transaction():
-                    self.conn.execute(_insert_staged(kind, table), prepare=True)
-            except psycopg.errors.UniqueViolation:
+                with self._guard():
+                    self.conn.execute(insert_staged(kind, table), prepare=True)
+            except psycopg.errors.UniqueViolation as exc:
+                if not self.guarded:
+                    raise _KeyRace from exc
                 return False
         return True  # the caller marks the batch's scopes dirty
+
+    def _guard(self):
+        """A savepoint around a direct write only while a batch that met a concurrent key is retried: a savepoint
+        costs two round trips and a subtransaction per write, for a violation the probes make rare. Unguarded, a
+        violation rolls the batch back whole and commit() runs it again guarded (a bulk loader's retry, finer)."""
+        return self.conn.transaction() if self.guarded else nullcontext()
 
     def _upsert(self, kind: str, out: IngestSummary) -> None:
         row = self.conn.execute(upsert_statement(kind), {"source_id": self.source_id}).fetchone()
@@ -227,19 +254,8 @@ class BatchLoader:
         out.by_kind[kind] += valid
 
 
-@cache
-def _conflict_check(kind: str, table: str) -> str:
-    spec, stage = KINDS[kind], stage_table(KINDS[kind])
-    key = ", ".join(spec.key) + routed_column(kind)  # one key is only ever in one partition
-    return f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN {table} t USING ({key}))"
-
-
-@cache
-def _insert_staged(kind: str, table: str) -> str:
-    spec = KINDS[kind]
-    cols = ", ".join(spec.columns) + routed_column(kind)
-    return (f"INSERT INTO {table} ({cols}, extra, source_id, source_line) "
-            f"SELECT {cols}, extra, source_id, line FROM {stage_table(spec)}")
+class _KeyRace(Exception):
+    """A direct write met a key that a concurrent writer inserted after the probe: the batch rolled back."""
 
 
 def _without_lines(copy: bytes, lines: set[int]) -> bytes:
@@ -249,7 +265,7 @@ def _without_lines(copy: bytes, lines: set[int]) -> bytes:
 
 
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,
-                on_progress=None, on_batch=None) -> IngestSummary:
+                on_progress=None, on_batch=None, behind: AnalyzeBehind | None = None) -> IngestSummary:
     """Load one file. Its batches commit with ``synchronous_commit = off``: a commit returns before the server has
     flushed its WAL (a flush costs 1-28 ms a batch, on the connection the whole load waits for, and more while the
     replay follower commits too). Safe for a file: a batch's rows and its resume cursor are one
@@ -259,6 +275,7 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     durable = commit_without_flush_wait(conn)
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
+    loader.behind = behind
     total = IngestSummary(files=1)
     try:
         # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing
@@ -307,7 +324,7 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
         check_input(name)
     start = time.perf_counter()
     summary = IngestSummary()
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url) as conn, AnalyzeBehind(url) as behind:
         try:
             for name in names:
                 inp = open_input(name)
@@ -315,7 +332,7 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
                     task = progress.add_task(inp.uri, total=inp.size) if progress else None
                     hook = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
                     summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook,
-                                            on_batch=on_batch))
+                                            on_batch=on_batch, behind=behind))
                     summary.files += 1
                 finally:
                     inp.cleanup()
@@ -324,7 +341,8 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
             summary.seconds = time.perf_counter() - start
             exc.partial = summary
             raise
-        summary.deferred_analyze = analyze_grown(conn, summary)
+        summary.deferred_analyze = behind.close()  # the epochs the load moved past, analysed beside it
+        summary.deferred_analyze.add(analyze_grown(conn, summary))
     summary.seconds = time.perf_counter() - start
     return summary
 

@@ -30,6 +30,7 @@ _LOCK = """
 INSERT INTO rec.escrow_epoch (escrow_id, epoch_index)
 SELECT id, coalesce((SELECT epoch_index FROM rec.escrow WHERE escrow_id = id), -1) FROM unnest(%(ids)s::text[]) id
 ON CONFLICT (escrow_id) DO NOTHING
+RETURNING escrow_id
 """
 _READ_LOCKED = "SELECT escrow_id, epoch_index FROM rec.escrow_epoch WHERE escrow_id = ANY(%(ids)s) FOR SHARE"
 
@@ -47,12 +48,13 @@ WITH want AS (
   WHERE r.epoch_index <> excluded.epoch_index
   RETURNING r.escrow_id, r.epoch_index, r.xmax = 0 AS inserted
 )
-SELECT coalesce(b.epoch_index, -1) AS moved_from, c.epoch_index AS moved_to, array_agg(c.escrow_id)
+SELECT coalesce(b.epoch_index, -1) AS moved_from, c.epoch_index AS moved_to, c.inserted, array_agg(c.escrow_id)
 FROM changed c LEFT JOIN before b USING (escrow_id)
 -- a registry row this statement inserted had none before it, so no tx of its escrow was written: nothing to move
--- (the usual first load of an escrow; a row a concurrent batch inserted is updated here, not inserted)
-WHERE c.epoch_index <> coalesce(b.epoch_index, -1) AND NOT c.inserted
-GROUP BY 1, 2
+-- (the usual first load of an escrow; a row a concurrent batch inserted is updated here, not inserted); those
+-- escrows are returned as registered (indexer.load.fresh)
+WHERE c.inserted OR c.epoch_index <> coalesce(b.epoch_index, -1)
+GROUP BY 1, 2, 3
 """
 
 
@@ -86,24 +88,29 @@ class EpochRouter:
                 for row in escrow_copy.split(b"\n") if row}
 
     @staticmethod
-    def sync(conn: psycopg.Connection, escrow_ids: list[str]) -> int:
+    def sync(conn: psycopg.Connection, escrow_ids: list[str]) -> tuple[int, set[str]]:
         """After a batch's escrow records are written: point their registry rows at their epochs and move the
-        rows of the escrows that changed partition. Returns the number of escrows moved."""
-        moved = 0
-        for moved_from, moved_to, ids in conn.execute(_SYNC, {"ids": escrow_ids}).fetchall():
+        rows of the escrows that changed partition. Returns the number of escrows moved, and the escrows this
+        statement registered (no row of theirs existed: indexer.load.fresh)."""
+        moved, registered = 0, set()
+        for moved_from, moved_to, inserted, ids in conn.execute(_SYNC, {"ids": escrow_ids}).fetchall():
+            if inserted:
+                registered.update(ids)
+                continue
             for kind in sorted(ROUTED):
                 # constant epochs: the planner prunes the UPDATE to the one partition the rows are in
                 conn.execute(f"UPDATE rec.{KINDS[kind].table} SET epoch_index = %(to)s "
                              "WHERE epoch_index = %(from)s AND escrow_id = ANY(%(ids)s)",
                              {"to": moved_to, "from": moved_from, "ids": ids})
             moved += len(ids)
-        return moved
+        return moved, registered
 
     @staticmethod
-    def lock(conn: psycopg.Connection, escrow_ids: list[str]) -> dict[str, int]:
-        """Register and share-lock the escrows whose txs the batch writes; returns escrow_id -> epoch."""
-        conn.execute(_LOCK, {"ids": escrow_ids})
-        return dict(conn.execute(_READ_LOCKED, {"ids": escrow_ids}).fetchall())
+    def lock(conn: psycopg.Connection, escrow_ids: list[str]) -> tuple[dict[str, int], set[str]]:
+        """Register and share-lock the escrows whose txs the batch writes; returns (escrow_id -> epoch, the escrows
+        this call registered: none of their rows existed, indexer.load.fresh)."""
+        registered = {row[0] for row in conn.execute(_LOCK, {"ids": escrow_ids}).fetchall()}
+        return dict(conn.execute(_READ_LOCKED, {"ids": escrow_ids}).fetchall()), registered
 
     @staticmethod
     def targets(conn: psycopg.Connection, epochs: dict[str, int]) -> dict[str, str]:

@@ -18,17 +18,20 @@ from indexer.records import KINDS, PG_TYPES
 
 
 def keys_may_exist(conn: psycopg.Connection, kind: str, batch, table: str | None = None,
-                   scopes_by_table: dict[str, list] | None = None) -> bool:
+                   scopes_by_table: dict[str, list] | None = None, only: set | None = None) -> bool:
     """False only when no key of `batch` (a prepare.KindBatch) can be in rec.<kind> yet. ``table``: where the
     batch's rows go, when that is one epoch partition (indexer.load.partitions.EpochRouter.targets): every row of an
     escrow is in the partition its registry row names, the one the batch routes to, so probing that partition is
     exact, and planning a probe of one partition costs a fraction of planning it over the parent's (which is most
     of a probe's ~2 ms). ``scopes_by_table``: a batch spanning several epochs, its escrows by the partition each is
     in (EpochRouter.partitions): one probe a partition, each as cheap as the one-epoch batch's, where one probe of
-    the parent would plan, and look each escrow up, in every epoch's partition (~6 ms a probe over ten epochs)."""
+    the parent would plan, and look each escrow up, in every epoch's partition (~6 ms a probe over ten epochs).
+    ``only``: the scopes to ask about (None: all); the caller knows the others' keys are new (indexer.load.fresh),
+    and an empty set asks nothing."""
     if scopes_by_table is not None:
-        return any(_probe(conn, kind, batch, part, set(scopes)) for part, scopes in scopes_by_table.items())
-    return _probe(conn, kind, batch, table or f"rec.{KINDS[kind].table}", None)
+        return any(_probe(conn, kind, batch, part, set(scopes) if only is None else only.intersection(scopes))
+                   for part, scopes in scopes_by_table.items())
+    return _probe(conn, kind, batch, table or f"rec.{KINDS[kind].table}", only)
 
 
 def _probe(conn: psycopg.Connection, kind: str, batch, table: str, only: set | None) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 
 from indexer.db.marks import ESCROW_MARK, WHOLE_EPOCH
-from indexer.load.partitions import ROUTED
+from indexer.load.partitions import ROUTED, routed_column
 from indexer.records import KINDS, PG_TYPES, Kind
 
 
@@ -112,3 +112,20 @@ SELECT (SELECT count(*) FROM ins) AS inserted,
                  - (SELECT count(*) FROM src) ELSE 0 END AS superseded_in_batch,
        (SELECT count(*) FROM {stage}) AS valid
 """
+
+
+@cache
+def conflict_check(kind: str, table: str) -> str:
+    """Whether any key of the stage exists in ``table`` (BatchLoader._insert_new)."""
+    spec, stage = KINDS[kind], stage_table(KINDS[kind])
+    key = ", ".join(spec.key) + routed_column(kind)  # one key is only ever in one partition
+    return f"SELECT EXISTS (SELECT 1 FROM {stage} s JOIN {table} t USING ({key}))"
+
+
+@cache
+def insert_staged(kind: str, table: str) -> str:
+    """The stage's rows, all of new keys, into ``table``."""
+    spec = KINDS[kind]
+    cols = ", ".join(spec.columns) + routed_column(kind)
+    return (f"INSERT INTO {table} ({cols}, extra, source_id, source_line) "
+            f"SELECT {cols}, extra, source_id, line FROM {stage_table(spec)}")

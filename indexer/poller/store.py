@@ -307,7 +307,7 @@ class Store:
             try:
                 self._in_transaction(self.conn, body)
             except BaseException:
-                loader.router.forget()  # the partitions it made were rolled back with the transaction
+                loader.forget()  # the partitions and registry rows it made were rolled back with the transaction
                 raise
             return out
 
