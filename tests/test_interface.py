@@ -141,7 +141,7 @@ PLANNED_COLUMNS = {
     ("disputable_penalties", "evidence_level"),
     ("restitution_impact", "evidence_level"),
 }
-PLANNED_COMMANDS = {"evidence"}
+PLANNED_COMMANDS: set[str] = set()
 
 
 def _section(title: str) -> str:

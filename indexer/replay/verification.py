@@ -234,12 +234,13 @@ def verify_material(m: Material) -> Verification:
 
 _COLUMNS = ("escrow_id", "epoch_index", "level", "nonces_checked", "failed_check", "failed_nonce", "failure",
             "source_host", "protocol_version", "settlement_tx_hash", "settlement_height")
+_CONTENT = _COLUMNS[1:]
 _UPSERT = f"""
 INSERT INTO replay.escrow_verification AS v ({', '.join(_COLUMNS)}, verified_at)
 VALUES ({', '.join(f'%({c})s' for c in _COLUMNS)}, now())
-ON CONFLICT (escrow_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _COLUMNS[1:])},
+ON CONFLICT (escrow_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _CONTENT)},
   verified_at = excluded.verified_at
-WHERE ({', '.join(f'v.{c}' for c in _COLUMNS[1:])}) IS DISTINCT FROM ({', '.join(f'excluded.{c}' for c in _COLUMNS[1:])})
+WHERE ({', '.join(f'v.{c}' for c in _CONTENT)}) IS DISTINCT FROM ({', '.join(f'excluded.{c}' for c in _CONTENT)})
 """
 
 

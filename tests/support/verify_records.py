@@ -5,7 +5,6 @@ catch is a change to these records (:func:`tampered`)."""
 from __future__ import annotations
 
 import base64
-import hashlib
 
 import coincurve
 
@@ -151,7 +150,3 @@ def tampered(kind: str) -> list[dict]:
     else:
         raise AssertionError(kind)
     return [escrow, *rest, *diffs.values(), settlement]
-
-
-def tx_hash_of(rec: dict) -> str:
-    return hashlib.sha256(base64.b64decode(rec["tx_raw"])).hexdigest()
