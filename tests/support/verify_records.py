@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import base64
 
+import json
+from functools import cache
+
 import coincurve
 
-from indexer.verify import apply, proto as pb, settlement as st
-from tests.support.verify_kit import CONFIG, HOSTS, KEYS, USER, script
-from tests.verify.test_verify_bundle import ESCROW_ID, ROOTS, settle_msg, signed_diff
+from indexer.verify import apply, bundle as bd, proto as pb, settlement as st
+from tests.support.verify_kit import CONFIG, HOSTS, KEYS, USER, VECTORS, after, diff_content, script, user_sign, wire_tx
 
 EPOCH = 272
-EID = str(ESCROW_ID)
+EID = "124"
+ROOTS = [bytes.fromhex(r) for r in json.loads(VECTORS.read_text())]
 HEIGHT = 777
 SOURCE = "http://host-a.example:8080"
 REASONS = {apply.REFUSED: "refused", apply.EXECUTION: "execution"}
@@ -23,8 +26,31 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def escrow_record(**changes) -> dict:
-    return {"kind": "escrow", "escrow_id": EID, "epoch_index": EPOCH, "model_id": "llama", "slots": list(HOSTS),
+def signed_diff(nonce: int, txs: list[dict], eid: str = EID) -> bd.SignedDiff:
+    content = diff_content(nonce, [wire_tx(t, eid) for t in txs], ROOTS[nonce], eid)
+    return bd.SignedDiff(nonce, content, user_sign(content))
+
+
+@cache
+def _final():
+    return after(34)
+
+
+def settle_msg(eid: str = EID, slots=(0, 1, 2, 3), keys=KEYS, fees_delta: int = 0) -> st.SettleMsg:
+    """The settlement of the fixture's final state for escrow ``eid``, co-signed by ``slots`` with ``keys``."""
+    s = _final()
+    stats = [st.HostStatsEntry(slot, h.missed, h.invalid, h.cost, h.required_validations, h.completed_validations)
+             for slot, h in sorted(s.state.host_stats.items())]
+    msg = st.SettleMsg(settler=USER, escrow_id=int(eid), state_root=s.root(), nonce=34,
+                       rest_hash=st.sr.rest_hash(s.state), host_stats=stats, fees=s.state.fees + fees_delta,
+                       version="v4.1")
+    msg.state_root = st.settlement_root(msg)
+    msg.signatures = [st.SlotSignature(i, st.sign_state(keys[i], msg.state_root, int(eid), 34)) for i in slots]
+    return msg
+
+
+def escrow_record(eid: str = EID, **changes) -> dict:
+    return {"kind": "escrow", "escrow_id": eid, "epoch_index": EPOCH, "model_id": "llama", "slots": list(HOSTS),
             "vote_threshold_factor": 20, "protocol_version": "v4.1", "settled": True, "creator": USER,
             "amount": "1000000", "token_price": str(CONFIG.token_price), "create_devshard_fee": str(CONFIG.create_fee),
             "fee_per_nonce": str(CONFIG.fee_per_nonce), "inference_seal_grace_nonces": CONFIG.seal_grace_nonces,
@@ -32,13 +58,13 @@ def escrow_record(**changes) -> dict:
             "auto_seal_every_n_nonces": CONFIG.auto_seal_every, **changes}
 
 
-def tx_records() -> list[dict]:
+def tx_records(eid: str = EID) -> list[dict]:
     """The replay's records of the fixture's txs (finalize has none; a repeated validation is one record)."""
     out = []
     for nonce, txs in enumerate(script(), start=1):
         for tx in txs:
             kind, i = tx["kind"], tx.get("inference_id")
-            base = {"kind": kind, "escrow_id": EID, "inference_id": i, "diff_nonce": nonce}
+            base = {"kind": kind, "escrow_id": eid, "inference_id": i, "diff_nonce": nonce}
             if kind == "start":
                 out.append({**base, "prompt_hash": tx["prompt_hash"].hex(), "model": tx["model"],
                             "input_length": tx["input_length"], "max_tokens": tx["max_tokens"],
@@ -58,11 +84,11 @@ def tx_records() -> list[dict]:
     return out
 
 
-def signed_diff_records() -> list[dict]:
+def signed_diff_records(eid: str = EID) -> list[dict]:
     out = []
     for nonce, txs in enumerate(script(), start=1):
-        d = signed_diff(nonce, txs)
-        out.append({"kind": "signed_diff", "escrow_id": EID, "nonce": nonce, "content": b64(d.content),
+        d = signed_diff(nonce, txs, eid)
+        out.append({"kind": "signed_diff", "escrow_id": eid, "nonce": nonce, "content": b64(d.content),
                     "user_sig": d.user_sig.hex(), "post_state_root": ROOTS[nonce].hex(),
                     "state_hash": ROOTS[nonce].hex(), "source_host": SOURCE})
     return out
@@ -78,7 +104,7 @@ def settlement_record(msg: st.SettleMsg | None = None, with_msg: bool = True) ->
     msg = msg or settle_msg()
     data = st.encode_settle_msg(msg)
     raw = tx_raw(data)
-    return {"kind": "settlement", "escrow_id": EID, "tx_hash": st.tx_hash(raw).lower(), "height": HEIGHT,
+    return {"kind": "settlement", "escrow_id": str(msg.escrow_id), "tx_hash": st.tx_hash(raw).lower(), "height": HEIGHT,
             "settler": msg.settler, "state_root": msg.state_root.hex(), "rest_hash": msg.rest_hash.hex(),
             "nonce": msg.nonce, "fees": str(msg.fees), "state_root_and_protocol_version": msg.version,
             "host_stats": {str(h.slot_id): {"missed": h.missed, "invalid": h.invalid, "cost": str(h.cost),
@@ -94,9 +120,11 @@ def epoch_params_record() -> dict:
             "devshard_escrow_params": {"approved_versions": [{"name": "v4.1"}], "max_nonce": 1000}}
 
 
-def records() -> list[dict]:
-    """Every record of the fixture escrow, in an order the loader takes (escrow before its txs)."""
-    return [escrow_record(), epoch_params_record(), *tx_records(), *signed_diff_records(), settlement_record()]
+def records(eid: str = EID) -> list[dict]:
+    """Every record of the fixture escrow (as escrow ``eid``), in an order the loader takes (escrow before its txs).
+    Any decimal id gives the same roots; the signatures cover the id, so each id's diffs are signed anew."""
+    return [escrow_record(eid), epoch_params_record(), *tx_records(eid), *signed_diff_records(eid),
+            settlement_record(settle_msg(eid))]
 
 
 def _flip(rec: dict) -> dict:
