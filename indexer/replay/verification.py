@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from dataclasses import dataclass, field
 
 import psycopg
@@ -27,7 +28,9 @@ from indexer.verify.inputs import session_inputs
 NO_LOG = "no signed log captured"
 COLD_ONLY = "warm keys are not captured, so only the slots' own addresses are accepted"
 MAX_SOURCES_TEXT = 200
+MAX_FAILURE = 1000
 _U64 = (1 << 64) - 1
+log = logging.getLogger(__name__)
 _ESCROW = ("escrow_id", "epoch_index", "slots", "vote_threshold_factor", "protocol_version", "settled", "creator",
            "amount", "token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",
            "inference_seal_grace_seconds", "auto_seal_every_n_nonces")
@@ -217,7 +220,12 @@ def verify_material(m: Material) -> Verification:
         check = None if exc.check == "none" else exc.check
         return Verification(level="none", nonces_checked=0, failed_check=check, failed_nonce=exc.nonce,
                             failure=exc.reason, **row)
-    report = verify_bundle(b)
+    try:
+        report = verify_bundle(b)
+    except Exception as exc:  # noqa: BLE001 - served bytes are untrusted: a verifier bug must not stop the replay
+        log.exception("verifying escrow %s", e["escrow_id"])
+        return Verification(level="none", nonces_checked=0, failed_check=None, failed_nonce=None,
+                            failure=_bounded(f"the verifier failed: {type(exc).__name__}: {exc}"), **row)
     failed_check = failure = None
     if report.failure is not None:
         outcome = next(step.outcome for step in report.steps if step.name == report.failed_step)
@@ -229,7 +237,12 @@ def verify_material(m: Material) -> Verification:
         failure = note if failure is None else f"{failure}; {note}"
     return Verification(level=report.level, nonces_checked=_nonces_checked(report, b.diffs),
                         failed_check=failed_check, failed_nonce=report.failed_nonce if failed_check else None,
-                        failure=failure, **row)
+                        failure=None if failure is None else _bounded(failure), **row)
+
+
+def _bounded(text: str) -> str:
+    """A failure as stored: reasons quote served data, so they are cut at :data:`MAX_FAILURE` characters."""
+    return text if len(text) <= MAX_FAILURE else text[:MAX_FAILURE - 1] + "…"
 
 
 _COLUMNS = ("escrow_id", "epoch_index", "level", "nonces_checked", "failed_check", "failed_nonce", "failure",

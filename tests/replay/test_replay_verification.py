@@ -120,3 +120,17 @@ def test_what_stops_verification_short_is_stated(db_url, conn, tmp_path, name, r
     failure = want.pop("failure")
     assert {k: v for k, v in got.items() if k != "failure"} == want
     assert (failure is None and row["failure"] is None) or failure in row["failure"], row["failure"]
+
+
+def test_a_verifier_failure_is_recorded_and_the_replay_goes_on(db_url, conn, tmp_path, monkeypatch):
+    from indexer.replay import verification as stage
+
+    def broken(bundle):
+        raise IndexError("x" * 5000)  # what a verifier bug on some served bytes would raise
+
+    monkeypatch.setattr(stage, "verify_bundle", broken)
+    load(db_url, tmp_path, records())
+    row = verification(conn)
+    assert (row["level"], row["failed_check"]) == ("none", None)
+    assert row["failure"].startswith("the verifier failed: IndexError: xxx") and len(row["failure"]) == 1000
+    assert conn.execute("SELECT tx_count FROM replay.escrow WHERE escrow_id = %s", (EID,)).fetchone()[0] > 0
