@@ -9,8 +9,10 @@ penalties' derivations added, is what ``indexer evidence`` hands out, so the sta
 bytes.
 
 Warm keys are not captured by any record kind: host signatures are accepted from the slots' own (cold) addresses
-only, and a failure where a signature recovered to another key says so. A row is rewritten only when its content
-changed, so a re-run leaves identical rows (``verified_at`` included).
+only, and a failure where a signature recovered to another key says so. Each row keeps a digest of the evidence
+and the verifier version it was computed from: an escrow replayed again with the same evidence (a tx record changed,
+``indexer replay --all``) is not re-checked, and a re-check with the same outcome leaves the row as it was, so a
+re-run gives identical rows (``verified_at`` included).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from indexer.verify import bundle as bd, diff, proto as pb, settlement as st
+from indexer.verify.apply import MACHINE_VERSIONS
 from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
 
@@ -246,7 +249,7 @@ def _bounded(text: str) -> str:
 
 
 _COLUMNS = ("escrow_id", "epoch_index", "level", "nonces_checked", "failed_check", "failed_nonce", "failure",
-            "source_host", "protocol_version", "settlement_tx_hash", "settlement_height")
+            "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "evidence_digest")
 _CONTENT = _COLUMNS[1:]
 _UPSERT = f"""
 INSERT INTO replay.escrow_verification AS v ({', '.join(_COLUMNS)}, verified_at)
@@ -257,10 +260,38 @@ WHERE ({', '.join(f'v.{c}' for c in _CONTENT)}) IS DISTINCT FROM ({', '.join(f'e
 """
 
 
+# The verifier's own version is part of every digest: a change to what the checks accept (a protocol version's rules
+# ported, a fix) re-checks every escrow at its next replay.
+VERIFIER = f"verification 1; session rules {', '.join(MACHINE_VERSIONS)}"
+# What the checks read, per escrow, hashed by the server (the diffs' content never travels for an unchanged escrow).
+# Each part is a row's text or 'null', so a part that is missing cannot pass for another.
+_DIGESTS = """
+SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
+  row(e.epoch_index, e.slots, e.vote_threshold_factor, e.protocol_version, e.settled, e.creator, e.amount,
+      e.token_price, e.create_devshard_fee, e.fee_per_nonce, e.inference_seal_grace_nonces,
+      e.inference_seal_grace_seconds, e.auto_seal_every_n_nonces)::text,
+  coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host)::text, E'\\n' ORDER BY d.nonce)
+            FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index), 'null'),
+  coalesce((SELECT row(s.tx_hash, s.height, s.settler, s.state_root, s.rest_hash, s.nonce, s.fees,
+                       s.state_root_and_protocol_version, s.host_stats, s.signatures, s.msg, s.tx_raw)::text
+            FROM rec.settlement s WHERE s.escrow_id = e.escrow_id AND s.epoch_index = e.epoch_index), 'null'),
+  coalesce((SELECT p.devshard_escrow_params::text FROM rec.epoch_params p WHERE p.epoch_index = e.epoch_index),
+           'null'))),
+  v.evidence_digest
+FROM rec.escrow e LEFT JOIN replay.escrow_verification v ON v.escrow_id = e.escrow_id
+WHERE e.escrow_id = ANY(%(ids)s)
+"""
+
+
 def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verification]:
-    """Verify the escrows ``ids`` and write their rows (caller's transaction); an unchanged row is left as it was."""
-    results = [verify_material(m) for m in load_material(conn, ids).values()]
-    if results:
-        with conn.cursor() as cur:
-            cur.executemany(_UPSERT, [{c: getattr(r, c) for c in _COLUMNS} for r in results])
+    """Verify those of the escrows ``ids`` whose evidence (or the verifier) changed since their row was written, and
+    write their rows (caller's transaction). Returns the rows computed; the others are left as they were."""
+    changed = {eid: digest for eid, digest, stored in conn.execute(_DIGESTS, {"ids": ids, "verifier": VERIFIER})
+               if digest != stored}
+    if not changed:
+        return []
+    results = [verify_material(m) for m in load_material(conn, sorted(changed)).values()]
+    with conn.cursor() as cur:
+        cur.executemany(_UPSERT, [{**{c: getattr(r, c, None) for c in _COLUMNS},
+                                   "evidence_digest": changed[r.escrow_id]} for r in results])
     return results

@@ -25,9 +25,12 @@ def verification(conn, eid=EID) -> dict:
     return dict(zip([c.name for c in cur.description], cur.fetchone()))
 
 
-def stored(url) -> list[tuple]:
+def stored(url, run_time: bool = True) -> list[dict]:
+    """Every verification row (without verified_at unless ``run_time``)."""
     with psycopg.connect(url) as c:
-        return c.execute("SELECT * FROM replay.escrow_verification ORDER BY escrow_id").fetchall()
+        cur = c.execute("SELECT * FROM replay.escrow_verification ORDER BY escrow_id")
+        names = [col.name for col in cur.description]
+        return [{k: v for k, v in zip(names, row) if run_time or k != "verified_at"} for row in cur]
 
 
 def test_the_fixture_reaches_settled_with_every_nonce_checked(db_url, conn, tmp_path):
@@ -63,13 +66,27 @@ def test_a_rerun_leaves_identical_rows_and_worker_processes_write_the_same(db_ur
     first = stored(db_url)
     mark_all_dirty(conn)
     conn.commit()
-    replay_dirty(conn)
-    assert stored(db_url) == first  # verified_at included: an unchanged row is not rewritten
+    assert replay_dirty(conn).verified == 0  # replayed again, the same evidence: not re-checked
+    assert stored(db_url) == first  # verified_at included
     conn.execute("DELETE FROM replay.escrow_verification")
     mark_all_dirty(conn)
-    replay_dirty(conn, url=db_url, workers=2)
-    again = stored(db_url)
-    assert [r[:-1] for r in again] == [r[:-1] for r in first]
+    assert replay_dirty(conn, url=db_url, workers=2).verified == 1
+    assert stored(db_url, run_time=False) == [{k: v for k, v in r.items() if k != "verified_at"} for r in first]
+
+
+def test_changed_evidence_or_verifier_is_checked_again(db_url, conn, tmp_path, monkeypatch):
+    from indexer.replay import verification as stage
+
+    load(db_url, tmp_path, records())
+    digest = conn.execute("SELECT evidence_digest FROM replay.escrow_verification").fetchone()[0]
+    load(db_url, tmp_path, [{**signed_diff_records()[0], "source_host": "http://host-b.example"}], "b.ndjson")
+    row = verification(conn)
+    assert row["source_host"] == f"{SOURCE}, http://host-b.example" and row["level"] == "settled"
+    assert conn.execute("SELECT evidence_digest FROM replay.escrow_verification").fetchone()[0] != digest
+    monkeypatch.setattr(stage, "VERIFIER", stage.VERIFIER + "; a fix")
+    mark_all_dirty(conn)
+    conn.commit()
+    assert replay_dirty(conn).verified == 1
 
 
 def test_export_then_ingest_into_a_fresh_database_gives_the_same_rows(db_url, second_db_url, tmp_path):
@@ -78,9 +95,9 @@ def test_export_then_ingest_into_a_fresh_database_gives_the_same_rows(db_url, se
     load(db_url, tmp_path, records())
     export_records(db_url, str(tmp_path / "out.ndjson"))
     ingest(second_db_url, tmp_path / "out.ndjson")
-    first, second = stored(db_url), stored(second_db_url)
-    assert first and [r[:-1] for r in second] == [r[:-1] for r in first]
-    assert first[0][2] == "settled"
+    first = stored(db_url, run_time=False)
+    assert first and stored(second_db_url, run_time=False) == first  # the evidence digest included
+    assert first[0]["level"] == "settled"
 
 
 def _without(kind):
