@@ -5,6 +5,7 @@ fails with the reason."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -83,6 +84,14 @@ def test_unknown_escrow_or_inference_is_bad_input(loaded, tmp_path, args, messag
     done = run("--database-url", loaded, "evidence", *args, "--out", str(out))
     assert done.returncode == 2 and message.encode() in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_ingest_says_how_many_escrow_logs_it_verified(db_url, tmp_path):
+    path = write_lines(tmp_path / "in.ndjson", records())
+    done = run("--database-url", db_url, "ingest", str(path), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    text = done.stderr.decode()
+    assert re.search(r"escrow logs verified \(evidence new or changed\)\s*\S\s*1\b", text), text
 
 
 def test_an_escrow_without_a_signed_log_is_bad_input(db_url, tmp_path):
