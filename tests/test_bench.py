@@ -141,8 +141,8 @@ def test_replay_bench_runs_and_finds_its_tables_identical(pg_admin_url):
     assert "replay tables identical across all runs: True" in out.stdout
 
 
-def test_verify_bench_runs_and_every_escrow_settles(pg_admin_url):
-    out = _run(["bench/verify_bench.py", "--escrows", "2", "--runs", "1", "--database-url", pg_admin_url])
+def test_verify_stage_bench_runs_and_every_escrow_settles(pg_admin_url):
+    out = _run(["bench/verify_stage_bench.py", "--escrows", "2", "--runs", "1", "--database-url", pg_admin_url])
     assert out.returncode == 0, out.stderr + out.stdout
     assert re.search(r"^verification / replay: [\d.]+x", out.stdout, re.M), out.stdout
     assert "escrows verified to settled: [2] of 2" in out.stdout
@@ -158,3 +158,9 @@ def test_startup_bench_runs(empty_db_url):
     out = _run(["bench/startup_bench.py", "--runs", "1", "--database-url", empty_db_url])
     assert out.returncode == 0, out.stderr
     assert re.search(r"^indexer ingest \(empty file\)\s+[\d.]+ s", out.stdout, re.M), out.stdout
+
+
+def test_verify_bench_runs_and_both_modes_reach_the_same_roots():
+    out = _run(["bench/verify_bench.py", "--rounds", "1", "--nonces", "60"])
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "synthetic 60 nonces" in out.stdout and "roots identical in both modes: True" in out.stdout

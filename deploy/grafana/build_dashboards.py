@@ -81,19 +81,36 @@ OVERVIEW = dashboard("indexer-overview", "Devshard indexer: overview per epoch",
     sql_panel("Amount to restitute per epoch (GNK)", "barchart", """
         SELECT epoch_index::text AS epoch, COALESCE(sum(restitution_amount), 0) / 1e9 AS restitution_gnk,
                count(*) FILTER (WHERE restitution_candidate) AS restitution_candidates,
-               count(*) FILTER (WHERE restitution_candidate IS NULL) AS undecided_hosts
+               count(*) FILTER (WHERE restitution_candidate IS NULL) AS undecided_hosts,
+               COALESCE(sum(restitution_amount) FILTER (WHERE evidence_level = 'settled'), 0) / 1e9
+                 AS on_settled_logs_gnk
         FROM api.restitution_impact GROUP BY epoch_index ORDER BY epoch_index""",
-              ["epoch", "restitution_gnk", "restitution_candidates", "undecided_hosts"], w=12, h=10,
-              options={"stacking": "none"},
+              ["epoch", "restitution_gnk", "restitution_candidates", "undecided_hosts", "on_settled_logs_gnk"],
+              w=12, h=10, options={"stacking": "none"},
               description="The amounts the restitution report asks to pay (api.restitution_impact.restitution_amount, "
                           "ngonka / 1e9): only hosts whose epoch outcome the disputable penalties changed and who "
-                          "pass both tests without them; undecided hosts (NULL) are counted, never summed."),
+                          "pass both tests without them; undecided hosts (NULL) are counted, never summed. "
+                          "on_settled_logs_gnk: the part whose disputable penalties all lie in escrow logs verified "
+                          "to settled (evidence_level)."),
     sql_panel("Hosts with disputable penalties", "table", """
         SELECT epoch_index, participant, missed, invalid, disputable_missed, disputable_invalid
         FROM api.host_epoch_penalties WHERE disputable_missed + disputable_invalid > 0
         ORDER BY epoch_index DESC, disputable_missed + disputable_invalid DESC, participant""",
               ["epoch_index", "participant", "missed", "invalid", "disputable_missed", "disputable_invalid"],
               h=10, options={"footer": {"show": False}}),
+    sql_panel("Escrow logs per evidence level", "barchart", """
+        SELECT epoch_index::text AS epoch, count(*) FILTER (WHERE level = 'settled') AS settled,
+               count(*) FILTER (WHERE level = 'replayed') AS replayed,
+               count(*) FILTER (WHERE level = 'signed') AS signed, count(*) FILTER (WHERE level = 'none') AS "none",
+               count(failed_check) AS failed_a_check
+        FROM api.escrow_verification GROUP BY epoch_index ORDER BY epoch_index""",
+              ["epoch", "settled", "replayed", "signed", "none", "failed_a_check"], w=12, h=10,
+              options={"stacking": "none"},
+              description="Per epoch, escrows by the strongest check their log passed (api.escrow_verification: "
+                          "signed, replayed, settled; none = not verified yet or no log that passes) and how many "
+                          "failed a check. Findings below settled rest on a log not shown to be the one the chain "
+                          "settled; the failed escrows are listed in api.escrow_verification and alerted "
+                          "(escrow_verification_failed)."),
 ], description="What the disputable penalties amount to, epoch by epoch.")
 
 HOST = dashboard("indexer-host", "Devshard indexer: host drill-down", [

@@ -245,6 +245,8 @@ def cmd_run(args, settings: Settings) -> int:
         error("set GONKA_CHAIN_REST_URL and GONKA_RPC_URL (or --gonka-chain-rest-url / --gonka-rpc-url)")
         return EXIT_INPUT
     operator = _operator(args, settings)
+    if operator is not None:
+        _check_operator(operator, chain)
     url = ready_database(args, settings)
     alerts = None if args.no_alerts else alert_job(url, args, settings)
     server = metrics_server(args, settings, url)  # before polling: an address in use stops the start (exit 2)
@@ -313,6 +315,19 @@ def _operator(args, settings: Settings):
               "gonka_operator_key_file": args.gonka_operator_key_file or settings.operator_key_file,
               "gonka_operator_member": args.gonka_operator_member or settings.operator_member}
     return operator_from_env({k: str(v) for k, v in chosen.items() if v})
+
+
+def _check_operator(operator, chain_urls) -> None:
+    """Refuse (OperatorConfigError: exit 2) a key file whose key is neither the configured address's nor a grantee
+    of it, before any cycle signs with it (indexer.sources.gonka.identity)."""
+    from indexer.sources.gonka import ChainRest, Fetcher
+    from indexer.sources.gonka.identity import check_operator_key
+
+    fetcher = Fetcher(chain_urls, name="chain")
+    try:
+        check_operator_key(operator, ChainRest(fetcher))
+    finally:
+        fetcher.close()
 
 
 def cmd_devnet(args, settings: Settings) -> int:  # noqa: ARG001 - the devnet needs no database

@@ -54,6 +54,10 @@ def screen(h: Health, database: str) -> list[str]:
     firing = ", ".join(f"{rule} ({severity}) x{n}" + (f" +{quiet} silenced" if quiet else "")
                        for rule, severity, n, quiet in h.alerts)
     out.append(f"alerts      {'firing: ' + one_line(firing, 300) if firing else 'none firing'}")
+    if h.levels:
+        failed = sum(f for _, _, f in h.levels)
+        out.append("escrows     verified to " + ", ".join(f"{level} {n}" for level, n, _ in reversed(h.levels))
+                   + (f"; {failed} failed a check (api.escrow_verification)" if failed else ""))
     return out
 
 
@@ -83,4 +87,5 @@ def as_json(h: Health, database: str) -> dict:
                            "last_success_at": iso(at)} for s, c, lag, err, at in h.shown],
         "epochs": [{"state": s, "count": n, "first": a, "last": b} for s, n, a, b in h.epochs],
         "alerts_firing": [{"rule": r, "severity": sev, "firing": n, "silenced": q} for r, sev, n, q in h.alerts],
+        "escrows_by_evidence_level": [{"level": lv, "escrows": n, "failed_a_check": f} for lv, n, f in h.levels],
     }

@@ -7,8 +7,10 @@ The keys are public by construction (derived from the seed): they exist only on 
 
 :func:`authenticate` follows ``HostManager.authenticatePayloadRequest`` (gonka-ai/gonka
 ``devshard/cmd/devshardd/session/manager.go`` at df69efb70ade57781349bc8eabc0de0662413c00) check by check, with the
-same status codes and messages (:data:`indexer.sources.gonka.signing.REFUSALS`). The timestamp window is measured
-against the wall clock, like the host's ``time.Now()``; the devnet's simulated chain clock is unrelated.
+same status codes and messages (:data:`indexer.sources.gonka.signing.REFUSALS`). The header names, the time window
+and the signed bytes (``getDevBytes`` with its epoch field) are written out here from the upstream source rather than
+taken from the client, so that the client is checked against an independent reading. The timestamp window is
+measured against the wall clock, like the host's ``time.Now()``; the devnet's simulated chain clock is unrelated.
 """
 
 from __future__ import annotations
@@ -25,12 +27,20 @@ from typing import Callable, Mapping, Sequence
 from coincurve import PrivateKey, PublicKey
 from coincurve.ecdsa import cdata_to_der, deserialize_compact
 
-from indexer.sources.gonka.signing import (
-    HEADER_ADDRESS, HEADER_AUTHORIZATION, HEADER_EPOCH, HEADER_TIMESTAMP, MAX_AGE_NS, MAX_FUTURE_NS,
-    SECP256K1_N, payload_sign_bytes, write_key_file,
-)
+from indexer.sources.gonka.signing import SECP256K1_N, write_key_file
 
 WARM_SUFFIX = "-warm"
+# common/utils header names and authenticatePayloadRequest's maxAge / maxFuture
+HEADER_ADDRESS, HEADER_TIMESTAMP, HEADER_EPOCH, HEADER_AUTHORIZATION = (
+    "X-Validator-Address", "X-Timestamp", "X-Epoch-Id", "Authorization")
+MAX_AGE_NS, MAX_FUTURE_NS = 60 * 10**9, 10 * 10**9
+
+
+def dev_bytes(inference_id: str, epoch: int, timestamp: int, address: str) -> bytes:
+    """``getDevBytes``: the inference id, the epoch (left out when 0), the timestamp (left out when <= 0) and the
+    signer's address, as decimal text with no separators."""
+    head = inference_id + (f"{epoch:d}" if epoch > 0 else "") + (f"{timestamp:d}" if timestamp > 0 else "")
+    return f"{head}{address}".encode()
 
 
 def devnet_secret(seed: int, address: str) -> bytes:
@@ -69,6 +79,15 @@ class DevnetAccounts:
         if address.endswith(WARM_SUFFIX):
             granter = address[: -len(WARM_SUFFIX)]
             return granter if granter in self.participants else None
+        return None
+
+    def address_of_key(self, public_key: bytes) -> str | None:
+        """The devnet address (participant or warm) whose key ``public_key`` (compressed) is: devnet addresses are
+        names, so the table stands in for the chain's hash of the key."""
+        for participant in sorted(self.participants):
+            for address in (participant, warm_address(participant)):
+                if devnet_public_key(self.seed, address) == public_key:
+                    return address
         return None
 
     def keys_of(self, granter: str) -> list[bytes]:
@@ -118,8 +137,7 @@ def authenticate(headers: Mapping[str, str], inference_id: str, group: Sequence[
         return "timestamp_too_old"
     if age < -MAX_FUTURE_NS:
         return "timestamp_in_future"
-    granter = address if address in group else next(
-        (m for m in dict.fromkeys(group) if accounts.granter_of_warm(address) == m), None)
+    granter = member_for(address, group, accounts)
     if granter is None:
         return "not_group_member"
     keys = accounts.keys_of(granter)
@@ -129,10 +147,35 @@ def authenticate(headers: Mapping[str, str], inference_id: str, group: Sequence[
         sig = base64.b64decode(signature, validate=True)  # Go's base64.StdEncoding: strict alphabet and padding
     except (binascii.Error, ValueError):
         return "invalid_signature"
-    message = payload_sign_bytes(inference_id, epoch, timestamp, address)
+    message = dev_bytes(inference_id, epoch, timestamp, address)
     if any(verify_cosmos_secp256k1(k, message, sig) for k in keys):
         return None
     return "invalid_signature"
+
+
+def account_json(accounts: DevnetAccounts, address: str) -> dict | None:
+    """``/cosmos/auth/v1beta1/accounts/{address}`` of a participant or warm key: its public key, base64."""
+    if address not in accounts.participants and accounts.granter_of_warm(address) is None:
+        return None
+    key = base64.b64encode(devnet_public_key(accounts.seed, address)).decode()
+    return {"account": {"@type": "/cosmos.auth.v1beta1.BaseAccount", "address": address, "account_number": "0",
+                        "pub_key": {"@type": "/cosmos.crypto.secp256k1.PubKey", "key": key}, "sequence": "0"}}
+
+
+def grantees_json(accounts: DevnetAccounts, granter: str, msg_type: str) -> dict:
+    """``grantees_by_message_type/{granter}/{msg type}``: a participant's warm key for MsgStartInference."""
+    if msg_type != "/inference.inference.MsgStartInference" or granter not in accounts.participants:
+        return {"grantees": []}
+    warm = warm_address(granter)
+    return {"grantees": [{"address": warm, "pub_key": base64.b64encode(devnet_public_key(accounts.seed, warm))
+                          .decode()}]}
+
+
+def member_for(address: str, group: Sequence[str], accounts: DevnetAccounts) -> str | None:
+    """``findGranterInGroup``: the group member ``address`` is (itself) or acts for (its warm key), or None."""
+    if address in group:
+        return address
+    return next((m for m in dict.fromkeys(group) if accounts.granter_of_warm(address) == m), None)
 
 
 def _go_int(text: str, *, signed: bool) -> int | None:

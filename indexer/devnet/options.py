@@ -36,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="encode each diff log and payload on its first request instead of before serving")
     parser.add_argument("--payload-auth", action="store_true",
                         help="the payload route authenticates like real hosts (signed group-member requests only)")
+    parser.add_argument("--rpc-hosts", default=None, metavar="ADDRESS[,ADDRESS…]|all",
+                        help="make these participants' hosts 'new' hosts: the HTTP payload route answers 410 "
+                             "(X-Devshard-Error: http_session_retired) and payloads are served over Connect RPC "
+                             "after PeerAuthService.Attach")
     parser.add_argument("--operator", default=None, metavar="ADDRESS",
                         help="participant (or its '<address>-warm' key) whose devnet key --operator-key-file "
                              "receives; default: the first host")

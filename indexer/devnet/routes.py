@@ -14,11 +14,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+from urllib.parse import unquote
 
 from indexer.devnet import chainviews as cv
 from indexer.devnet import epochviews as ev
 from indexer.devnet import hostviews as hv
-from indexer.devnet.operators import DevnetAccounts, authenticate
+from indexer.devnet.operators import DevnetAccounts, account_json, authenticate, grantees_json
+from indexer.devnet.peerrpc import RETIRED_MESSAGE, ConnectError, PeerRpc
 from indexer.devnet.world import Devnet
 from indexer.sources.gonka.signing import REFUSALS
 
@@ -68,6 +70,10 @@ class AppOptions:
     failing_settlement_searches: tuple[str, ...] = ()  # a search for one of these escrows' settlement answers 500
     host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
                                          # side); () = the scenario's version only
+    rpc_hosts: tuple[str, ...] = ()  # "new" hosts: the HTTP payload route answers 410 http_session_retired and
+                                     # payloads are served over Connect RPC (indexer.devnet.peerrpc)
+    retired_hosts: tuple[str, ...] = ()  # hosts whose HTTP payload route answers that 410 but that serve no Connect
+    rpc_session_seconds: float = 300.0  # lifetime of an Attach session token (upstream defaultSessionTTL)
 
 
 Handler = Callable[..., Response]
@@ -78,6 +84,8 @@ class App:
         self.net = net
         self.options = options or AppOptions()
         self.accounts = DevnetAccounts(net.scenario.config.seed, [h.address for h in net.scenario.hosts])
+        self.peer_rpc = PeerRpc(self.accounts, self.options.rpc_session_seconds)
+        self._with_body = {self.rpc_attach, self.rpc_get_payload}
         self.base_url = ""
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         for method, pattern, handler in self._table():
@@ -101,6 +109,9 @@ class App:
             ("GET", f"{c}/devshard_escrow/(?P<escrow>[^/]+)", self.escrow),
             ("GET", f"{c}/devshard_host_epoch_stats/(?P<epoch>[^/]+)/(?P<participant>[^/]+)", self.host_epoch_stats),
             ("GET", f"{c}/participant/(?P<address>[^/]+)", self.participant),
+            ("GET", f"{c}/grantees_by_message_type/(?P<granter>[^/]+)/(?P<msg_type>.+)", self.grantees),
+            ("GET", f"{c.rsplit('/productscience', 1)[0]}/cosmos/auth/v1beta1/accounts/(?P<address>[^/]+)",
+             self.account),
             # x/upgrade: the devnet chain has applied no upgrade plan (height "0", as cosmos-sdk answers then)
             ("GET", f"{c.rsplit('/productscience', 1)[0]}/cosmos/upgrade/v1beta1/applied_plan/(?P<name>[^/]+)",
              lambda q, hd, name: Response.json({"height": "0"})),
@@ -113,10 +124,15 @@ class App:
             ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/diffs", self.diffs),
             ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/signatures", self.signatures),
             ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/payloads", self.payloads),
+            ("POST", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/rpc"
+                     r"/devshard\.transport\.v1\.PeerAuthService/Attach", self.rpc_attach),
+            ("POST", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/rpc"
+                     r"/devshard\.transport\.v1\.PayloadService/GetPayload", self.rpc_get_payload),
             ("GET", f"{h}/v1/devshard/.*", self.gone),
         ]
 
-    def handle(self, method: str, path: str, query: Mapping[str, list[str]], headers: Mapping[str, str]) -> Response:
+    def handle(self, method: str, path: str, query: Mapping[str, list[str]], headers: Mapping[str, str],
+               body: bytes = b"") -> Response:
         wrong_method = False
         for route_method, pattern, handler in self._routes:
             m = pattern.match(path)
@@ -126,6 +142,8 @@ class App:
                         refused = self._height_refused(headers)
                         if refused is not None:
                             return refused
+                    if handler in self._with_body:
+                        return handler(query, headers, body=body, **m.groupdict())
                     return handler(query, headers, **m.groupdict())
             wrong_method = wrong_method or m is not None
         return Response.text("method not allowed", 405) if wrong_method else Response.text("404 page not found", 404)
@@ -295,6 +313,12 @@ class App:
         return Response.json(body) if body else Response.text("signatures not found", 404)
 
     def payloads(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
+        spec = self._host(host)
+        if spec is not None and spec.address in self.options.rpc_hosts + self.options.retired_hosts:
+            # transport/httperror.go @621c4a3743cc: DevshardErrorHTTPSessionRetired, HTTPSessionRetiredMessage
+            resp = Response.json({"message": RETIRED_MESSAGE}, 410)
+            resp.headers["X-Devshard-Error"] = "http_session_retired"
+            return resp
         if self.options.payload_auth:
             return self.authenticated_payloads(q, hd, host, version, escrow)
         # lax mode: real hosts check group membership and a signed timestamp; here only the header is wanted
@@ -321,6 +345,40 @@ class App:
             refusal = "payload_not_found"
         status, message = REFUSALS[refusal]
         return Response.json({"message": message}, status)  # echo's rendering of echo.NewHTTPError
+
+    # -- Connect RPC of new hosts (indexer.devnet.peerrpc) ----------------------------------------------------
+    def _rpc(self, host: str, version: str, escrow: str, hd: Mapping, call) -> Response:
+        spec, esc = self._session(host, version, escrow)
+        if spec is None or spec.address not in self.options.rpc_hosts:
+            return Response.text("404 page not found", 404)
+        content_type = next((v for k, v in hd.items() if k.lower() == "content-type"), "")
+        if content_type.split(";")[0].strip() != "application/json":
+            resp = Response(415, b"", {"Accept-Post": "application/json"})  # the devnet speaks the JSON codec only
+            return resp
+        try:
+            if esc is None:
+                raise ConnectError("not_found", "session not found")
+            status, body, headers = 200, hv.compact_json(call(spec, esc)), {"Content-Type": "application/json"}
+        except ConnectError as exc:
+            status, body, headers = exc.answer()
+        return Response(status, body, headers)
+
+    def rpc_attach(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str, body: bytes) -> Response:
+        return self._rpc(host, version, escrow, hd,
+                         lambda spec, esc: self.peer_rpc.attach(spec.address, esc.slots, body))
+
+    def rpc_get_payload(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str,
+                        body: bytes) -> Response:
+        return self._rpc(host, version, escrow, hd, lambda spec, esc: self.peer_rpc.get_payload(
+            spec.address, esc.slots, hd, body, lambda iid: hv.payload_json(esc, iid)))
+
+    # -- keys on the chain: accounts and warm keys (operator mode's start-up check) ----------------------------
+    def account(self, q: Mapping, hd: Mapping, address: str) -> Response:
+        found = account_json(self.accounts, unquote(address))
+        return Response.json(found) if found else grpc_error(5, f"account {unquote(address)} not found")
+
+    def grantees(self, q: Mapping, hd: Mapping, granter: str, msg_type: str) -> Response:
+        return Response.json(grantees_json(self.accounts, unquote(granter), unquote(msg_type)))
 
     def gone(self, q: Mapping, hd: Mapping, host: str) -> Response:
         version = self.net.scenario.config.protocol_version

@@ -25,9 +25,25 @@ def server_from_args(args: argparse.Namespace) -> DevnetServer:
     config = ScenarioConfig(**given)  # options left out keep the scenario's defaults
     faults = FaultConfig(seed=config.seed, p_5xx=args.p_5xx, p_429=args.p_429, p_delay=args.p_delay,
                          delay_seconds=args.delay_seconds, p_truncate=args.p_truncate, lying_host=args.lying_host)
-    return DevnetServer(Scenario(config), faults=faults, b64_events=args.b64_events,
+    scenario = Scenario(config)
+    return DevnetServer(scenario, faults=faults, b64_events=args.b64_events,
                         escrow_max_model_len=args.escrow_max_model_len, host=args.bind, port=args.port,
-                        warm=getattr(args, "warm", False), payload_auth=getattr(args, "payload_auth", False))
+                        warm=getattr(args, "warm", False), payload_auth=getattr(args, "payload_auth", False),
+                        rpc_hosts=rpc_hosts(getattr(args, "rpc_hosts", None), scenario))
+
+
+def rpc_hosts(spec: str | None, scenario: Scenario) -> tuple[str, ...]:
+    """``--rpc-hosts``: "all", or participant addresses separated by commas (an unknown one stops the start)."""
+    if not spec:
+        return ()
+    known = [h.address for h in scenario.hosts]
+    if spec.strip() == "all":
+        return tuple(known)
+    chosen = tuple(a.strip() for a in spec.split(",") if a.strip())
+    unknown = [a for a in chosen if a not in known]
+    if unknown:
+        raise SystemExit(f"--rpc-hosts: {', '.join(unknown)}: not a devnet participant")
+    return chosen
 
 
 def write_operator_key_from_args(args: argparse.Namespace, server: DevnetServer) -> str | None:

@@ -165,9 +165,9 @@ class _Handler(socketserver.BaseRequestHandler):
                 self.out.append(_answer(Response.text("bad request", request), b"", close=True))
                 self._flush()
                 return
-            method, target, headers, keep_alive, pos = request
+            method, target, headers, keep_alive, pos, body = request
             try:
-                served = self._serve(method, target, headers, close=not keep_alive)
+                served = self._serve(method, target, headers, close=not keep_alive, body=body)
             except BaseException:
                 self._flush()  # a route that raised loses its own answer only, not those queued before it
                 raise
@@ -187,7 +187,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return False
         return True
 
-    def _serve(self, method: str, target: str, headers: dict[str, str], close: bool) -> bool:
+    def _serve(self, method: str, target: str, headers: dict[str, str], close: bool, body: bytes = b"") -> bool:
         """Answer one request (queued in ``self.out``); False when the connection must end unanswered (an outage)."""
         head_only = method == "HEAD"  # answered as GET without the body (Go's net/http does the same)
         if head_only:
@@ -209,7 +209,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if decision.status:
             resp = _fault_response(decision.status, faults.config.retry_after)
         else:
-            resp = self.server.app.handle(method, path, parse_qs(url.query, keep_blank_values=True), headers)
+            resp = self.server.app.handle(method, path, parse_qs(url.query, keep_blank_values=True), headers, body)
         body = resp.body
         if decision.truncate and resp.status == 200 and len(body) > 1:
             body = body[: max(1, int(len(body) * decision.truncate))]
@@ -231,12 +231,13 @@ def _answer(resp: Response, body: bytes, close: bool, head_only: bool = False) -
 _RECV_BYTES = 65536
 _MAX_LINE = 65536
 _MAX_HEADERS = 100
+_MAX_BODY = 10 << 20  # the Connect mux's read cap (rpcserver/mux.go maxRecvBytes)
 
 
-def _parse_request(buf: bytearray, pos: int) -> tuple[str, str, dict[str, str], bool, int] | int | None:
-    """(method, target, headers as sent, keep-alive, where the next request starts) of the request at ``pos`` of
-    ``buf``; None if it has not all arrived yet; an HTTP status (400, 414, 431) for a request that cannot be read.
-    Lines end in CRLF or a bare LF (Go accepts both); a body (Content-Length) is skipped."""
+def _parse_request(buf: bytearray, pos: int) -> tuple[str, str, dict[str, str], bool, int, bytes] | int | None:
+    """(method, target, headers as sent, keep-alive, where the next request starts, body) of the request at ``pos``
+    of ``buf``; None if it has not all arrived yet; an HTTP status (400, 413, 414, 431) for a request that cannot be
+    read. Lines end in CRLF or a bare LF (Go accepts both); a body is framed by its Content-Length."""
     end = buf.find(b"\n", pos)
     if end < 0:
         return 414 if len(buf) - pos > _MAX_LINE else None
@@ -274,11 +275,13 @@ def _parse_request(buf: bytearray, pos: int) -> tuple[str, str, dict[str, str], 
         return 431
     if not length.isdigit():
         return 400
+    if int(length) > _MAX_BODY:
+        return 413
     after = end + 1 + int(length)  # the body is drained, so keep-alive framing stays intact
     if after > len(buf):
         return None
     keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return method, target, headers, keep_alive, after
+    return method, target, headers, keep_alive, after, bytes(buf[end + 1:after])
 
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
@@ -309,14 +312,17 @@ class DevnetServer:
     def __init__(self, network: Devnet | Scenario | None = None, *, faults: FaultConfig | None = None,
                  b64_events: bool = False, escrow_max_model_len: str | None = None,
                  host: str = "127.0.0.1", port: int = 0, warm: bool = False, payload_auth: bool = False,
-                 host_versions: tuple[str, ...] = ()) -> None:
+                 host_versions: tuple[str, ...] = (), rpc_hosts: tuple[str, ...] = (),
+                 retired_hosts: tuple[str, ...] = (), rpc_session_seconds: float = 300.0) -> None:
         if network is None:
             network = Scenario()
         self.devnet = network if isinstance(network, Devnet) else Devnet(network)
         self.faults = Faults(faults or FaultConfig())
         self.faults.host_addresses = {h.name: h.address for h in self.devnet.scenario.hosts}
         options = AppOptions(b64_events, escrow_max_model_len, self.faults.config.lying_host,
-                             self.faults.config.serve_upto, payload_auth, host_versions=tuple(host_versions))
+                             self.faults.config.serve_upto, payload_auth, host_versions=tuple(host_versions),
+                             rpc_hosts=tuple(rpc_hosts), retired_hosts=tuple(retired_hosts),
+                             rpc_session_seconds=rpc_session_seconds)
         self.app = App(self.devnet, options)
         if warm:  # pre-encode every diff log and payload (otherwise each is encoded on its first request)
             hostviews.warm(self.devnet, self.faults.config.lying_host)

@@ -34,6 +34,15 @@ _EPOCHS = """SELECT coalesce(state, 'ingested'), count(*), min(epoch_index), max
              GROUP BY 1 ORDER BY min(epoch_index)"""
 _FIRING = """SELECT rule, severity, count(*) FILTER (WHERE NOT silenced), count(*) FILTER (WHERE silenced)
              FROM api.alerts WHERE status = 'firing' GROUP BY 1, 2 ORDER BY 1, 2"""
+# escrows per evidence level, weakest first (every level, 0 when none), and how many of them failed a check
+# (counted first, then joined to the levels: on Citus a distributed table may not sit inside an outer join's null side)
+_LEVELS = """SELECT l.level, COALESCE(c.escrows, 0), COALESCE(c.failed, 0)
+             FROM unnest(fn.evidence_levels()) WITH ORDINALITY AS l(level, n)
+             LEFT JOIN (SELECT level, count(*) AS escrows, count(failed_check) AS failed
+                        FROM api.escrow_verification GROUP BY level) c ON c.level = l.level
+             ORDER BY l.n"""
+_HAS_LEVELS = """SELECT to_regprocedure('fn.evidence_levels()') IS NOT NULL
+                        AND to_regclass('api.escrow_verification') IS NOT NULL"""
 
 SEVERITIES = ("info", "warning", "critical")
 SHOWN_SOURCES = 20
@@ -61,6 +70,8 @@ class Health:
     cycle: tuple | None = None                           # (epoch, last success, error, error at, now)
     epochs: list[tuple] = field(default_factory=list)    # (state, count, first, last)
     alerts: list[tuple] = field(default_factory=list)    # (rule, severity, firing, silenced)
+    levels: list[tuple] = field(default_factory=list)    # (evidence level, escrows, failed a check); [] on a schema
+                                                         # without verification
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -88,6 +99,8 @@ def check(conn: psycopg.Connection, max_lag: float, fail_on: str | None = "warni
     h.cycle = conn.execute(_CYCLE).fetchone()
     h.epochs = conn.execute(_EPOCHS).fetchall()
     h.alerts = conn.execute(_FIRING).fetchall()
+    if conn.execute(_HAS_LEVELS).fetchone()[0]:  # an older schema still answers the rest
+        h.levels = conn.execute(_LEVELS).fetchall()
     if h.lagging:
         total = max(len(h.lagging), sum(n for _, _, _, n, _ in h.sources))
         h.reasons.append(f"{total} source(s) lag more than {max_lag:g} s: "

@@ -2,7 +2,8 @@
 
 Most values are read from the database, so every `indexer run` process sharing one database reports the same picture
 and a restart loses nothing: lag and errors per source class, rows ingested per kind, disputable penalties per rule,
-firing alerts per rule (0 for every known rule that is not firing), readiness. The cycle duration histogram is this
+escrows per evidence level (every level, 0 when none), firing alerts per rule (0 for every known rule that is not
+firing), readiness. The cycle duration histogram is this
 process's own.
 
 Scrapes and readiness probes share one :class:`DatabaseReader`: one database connection (application_name
@@ -46,6 +47,10 @@ _ROWS = """SELECT root.relname, sum(s.n_tup_ins)::bigint FROM pg_stat_user_table
            JOIN pg_class root ON root.oid = coalesce(pg_partition_root(s.relid), s.relid)
            WHERE root.relnamespace = 'rec'::regnamespace GROUP BY root.relname"""
 _DISPUTABLE = "SELECT rule, count(*) FROM api.disputable_penalties GROUP BY 1"
+# every level of fn.evidence_levels (0 when no escrow is at it); an escrow not verified yet counts as none
+_LEVELS = """SELECT l.level, COALESCE(c.escrows, 0) FROM unnest(fn.evidence_levels()) AS l(level)
+             LEFT JOIN (SELECT level, count(*) AS escrows FROM api.escrow_verification GROUP BY level) c
+                    ON c.level = l.level"""
 _FIRING = """SELECT rule, count(*) FILTER (WHERE status = 'firing')
              FROM (SELECT rule, status FROM alert.state UNION ALL SELECT unnest(%s::text[]), NULL) AS known
              GROUP BY 1"""
@@ -121,6 +126,7 @@ class DatabaseReader:
             lagging = health.lagging(conn, self.max_lag)  # the readiness rule `indexer status` shares
             rows = {"lag": conn.execute(_LAG).fetchall(), "errors": conn.execute(_ERRORS).fetchall(),
                     "rows": conn.execute(_ROWS).fetchall(), "disputable": conn.execute(_DISPUTABLE).fetchall(),
+                    "levels": conn.execute(_LEVELS).fetchall(),
                     "firing": conn.execute(_FIRING, (self.rules,)).fetchall()}
         except psycopg.Error as exc:
             self._drop()
@@ -175,6 +181,8 @@ class DatabaseCollector:
                      ((_KIND_OF_TABLE[t], n) for t, n in rows["rows"] if t in _KIND_OF_TABLE))
         yield family(GaugeMetricFamily, "indexer_disputable_penalties", "disputable penalties stored, per rule "
                      "family", "rule", rows["disputable"])
+        yield family(GaugeMetricFamily, "indexer_escrows_by_evidence_level", "escrows per verification level of "
+                     "their log (none, signed, replayed, settled; api.escrow_verification)", "level", rows["levels"])
         yield family(GaugeMetricFamily, "indexer_alerts_firing", "alerts firing per alert rule (every known rule, "
                      "0 when none fires)", "rule", rows["firing"])
 

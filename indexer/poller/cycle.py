@@ -226,8 +226,11 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
                 leases.touch()
                 store.on_failure(*args, **kw)
 
-            with Gonka(chain_urls, rpc_url, policy=policy, on_response=on_response,
-                       on_failure=on_failure, operator=operator, private_hosts=private_hosts) as gonka:
+            def on_diagnosis(source: str, url: str, message: str, transient: bool) -> None:
+                store.fail(source, url, message, transient)  # which payload route a host speaks
+
+            with Gonka(chain_urls, rpc_url, policy=policy, on_response=on_response, on_failure=on_failure,
+                       operator=operator, private_hosts=private_hosts, on_diagnosis=on_diagnosis) as gonka:
                 poller = Poller(gonka, store, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_workers=payload_workers, escrow_workers=escrow_workers,
                                 decode_workers=decode_workers, leases=leases)

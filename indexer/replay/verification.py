@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from indexer.verify import bundle as bd, diff, proto as pb, settlement as st
-from indexer.verify.apply import MACHINE_VERSIONS
+from indexer.verify.versions import ported_names
 from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
 
@@ -183,7 +183,7 @@ def escrow_bundle(m: Material) -> tuple[bd.Bundle, str | None]:
     escrow_id = m.escrow["escrow_id"]
     if not m.diffs:
         raise Unusable("none", None, NO_LOG)
-    inputs = session_inputs(m.escrow)
+    inputs = session_inputs(m.escrow, m.params if isinstance(m.params, dict) else None)
     if isinstance(inputs, str):
         raise Unusable("none", None, inputs)
     diffs = _signed_diffs(escrow_id, m.diffs)
@@ -262,7 +262,7 @@ WHERE ({', '.join(f'v.{c}' for c in _CONTENT)}) IS DISTINCT FROM ({', '.join(f'e
 
 # The verifier's own version is part of every digest: a change to what the checks accept (a protocol version's rules
 # ported, a fix) re-checks every escrow at its next replay.
-VERIFIER = f"verification 1; session rules {', '.join(MACHINE_VERSIONS)}"
+VERIFIER = f"verification 1; session rules {ported_names()}"
 # What the checks read, per escrow, hashed by the server (the diffs' content never travels for an unchanged escrow).
 # Each part is a row's text or 'null', so a part that is missing cannot pass for another.
 _DIGESTS = """

@@ -1,10 +1,12 @@
-"""`indexer report`: findings per epoch and per host in the terminal (the HTML page: :mod:`indexer.reports.html`).
+"""`indexer report`: findings per epoch and per host in the terminal (the HTML page: :mod:`indexer.reports.html`),
+with the evidence level of the escrow logs behind the disputable penalties and every escrow that failed a
+verification check.
 
 Reads only the `api` views, like any dashboard would.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from rich.console import Console
@@ -12,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from indexer.reports.restitution.verdicts import sentence
+from indexer.reports.restitution.verdicts import REASON_LIMIT, sentence
 
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 
@@ -24,6 +26,12 @@ class Findings:
     rules: list[tuple]
     verdicts: list[tuple]
     samples: list[tuple]
+    levels: list[tuple] = field(default_factory=list)    # (epoch, evidence level, penalties, hosts)
+    # (epoch, escrow, check, nonce, reason, how many more than MAX_FAILURES failed), at most MAX_FAILURES rows
+    failures: list[tuple] = field(default_factory=list)
+
+
+MAX_FAILURES = 20  # escrows that failed a check, listed; the rest are counted (api.escrow_verification has them)
 
 
 def collect(url: str, epochs: tuple[int, int] | None = None) -> Findings:
@@ -41,9 +49,19 @@ def collect(url: str, epochs: tuple[int, int] | None = None) -> Findings:
                         GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3"""),
             verdicts=q(f"""SELECT model_id, verdict, count(*) FROM api.context_refusals {_WHERE}
                            GROUP BY 1, 2 ORDER BY 1, 2"""),
-            samples=q(f"""SELECT DISTINCT ON (rule) epoch_index, escrow_id, inference_id, participant, penalty, rule,
-                                 verdict, evidence
-                          FROM api.disputable_penalties {_WHERE} ORDER BY rule, epoch_index, escrow_id, inference_id"""),
+            samples=q(f"""SELECT s.*, v.failed_check, v.failed_nonce, v.failure
+                          FROM (SELECT DISTINCT ON (rule) epoch_index, escrow_id, inference_id, participant, penalty,
+                                       rule, verdict, evidence, evidence_level
+                                FROM api.disputable_penalties {_WHERE}
+                                ORDER BY rule, epoch_index, escrow_id, inference_id) s
+                          LEFT JOIN api.escrow_verification v ON v.escrow_id = s.escrow_id ORDER BY s.rule"""),
+            levels=q(f"""SELECT epoch_index, evidence_level, count(*), count(DISTINCT participant)
+                         FROM api.disputable_penalties {_WHERE}
+                         GROUP BY 1, 2 ORDER BY 1, fn.evidence_rank(evidence_level)"""),
+            failures=q(f"""SELECT epoch_index, escrow_id, failed_check, failed_nonce, failure,
+                                  count(*) OVER () - {MAX_FAILURES}
+                           FROM api.escrow_verification {_WHERE} AND failed_check IS NOT NULL
+                           ORDER BY epoch_index, escrow_id LIMIT {MAX_FAILURES}"""),
         )
 
 
@@ -86,12 +104,37 @@ def print_report(f: Findings, console: Console) -> None:
     for row in f.rules:
         r.add_row(*map(_cell, row))
     console.print(r)
+    _print_evidence(f, console)
     if f.samples:
         console.print("[bold]One example per rule family[/] (full evidence in api.disputable_penalties):")
-        for epoch, escrow, inference, host, penalty, rule, verdict, evidence in f.samples:
-            said = sentence({"rule": rule, "penalty": penalty, "verdict": verdict, "evidence": evidence})
+        for epoch, escrow, inference, host, penalty, rule, verdict, evidence, level, check, nonce, failure \
+                in f.samples:
+            said = sentence({"rule": rule, "penalty": penalty, "verdict": verdict, "evidence": evidence,
+                             "evidence_level": level, "failed_check": check, "failed_nonce": nonce,
+                             "failure": failure})
             console.print(f"  [cyan]{escape(str(rule))}[/] epoch {epoch} escrow {escape(str(escrow))} inference "
                           f"{inference}: {escape(str(host))} {escape(str(penalty))}, verdict {escape(str(verdict))}\n"
                           f"    {escape(_bounded(said))}", soft_wrap=True, highlight=False)
     if not f.rules:
         console.print("[green]no disputable penalties in range[/]")
+
+
+def _print_evidence(f: Findings, console: Console) -> None:
+    """How far the escrow logs behind the disputable penalties were verified, then the escrows that failed a check."""
+    if f.levels:
+        t = Table(title="Evidence behind the disputable penalties (escrow log verification level)")
+        for col in ("epoch", "evidence level", "penalties", "hosts"):
+            t.add_column(col)
+        for epoch, level, n, hosts in f.levels:
+            t.add_row(_cell(epoch), Text(level if level == "settled" else f"{level} (below settled)",
+                                         style=None if level == "settled" else "bold yellow"), _cell(n), _cell(hosts))
+        console.print(t)
+    more = f.failures[0][5] if f.failures else 0
+    for epoch, escrow, check, nonce, reason, _ in f.failures:
+        at = f" at nonce {nonce}" if nonce is not None else ""
+        line = f"escrow {escrow} (epoch {epoch}) failed the {check} check{at}: {reason or 'no reason recorded'}"
+        console.print(Text("verification failed: ", style="bold red") + Text(_bounded(" ".join(line.split()),
+                                                                                       REASON_LIMIT + 100)),
+                      soft_wrap=True, highlight=False)
+    if more > 0:
+        console.print(f"  … and {more} more escrow(s) that failed a check (api.escrow_verification)")

@@ -1,6 +1,7 @@
 """`indexer report --html`: one self-contained page (inline CSS, SVG and a little JS; nothing fetched) that leads
-with what matters per epoch, then where penalties concentrate (host × epoch), then every disputable penalty with
-its evidence (filterable by host and rule, or by host and epoch from a heatmap cell), then the governance
+with what matters per epoch (with the part of the amount to restitute that rests on escrow logs verified to
+settled), then where penalties concentrate (host × epoch), then every disputable penalty with its escrow's evidence
+level and its evidence (filterable by host and rule, or by host and epoch from a heatmap cell), then the governance
 limits in force. Epochs ascend in every section. Reads only the `api` views."""
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from decimal import Decimal
 
 import psycopg
 
-from indexer.reports.restitution.render import gonka
+from indexer.reports.restitution.render import gonka, level_cell
+from indexer.reports.restitution.verdicts import REASON_LIMIT, evidence_note, one_line
 
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 MAX_ROWS = 5000  # evidence rows on the page; the rest are counted and left to api.disputable_penalties
@@ -23,11 +25,14 @@ class Page:
     epochs: list[int] = field(default_factory=list)
     hosts_by_epoch: dict[int, tuple[int, int]] = field(default_factory=dict)   # epoch -> (affected, all)
     rules_by_epoch: dict[int, dict[str, int]] = field(default_factory=dict)
-    stake_by_epoch: dict[int, Decimal | None] | None = None                   # None: view not there yet
+    # epoch -> (to restitute, of which on escrow logs verified to settled); None: view not there yet
+    stake_by_epoch: dict[int, tuple[Decimal | None, Decimal | None]] | None = None
     matrix: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # (host, epoch) -> (missed, invalid)
     penalties: list[tuple] = field(default_factory=list)
     total_penalties: int = 0
     limits: list[tuple] = field(default_factory=list)
+    levels: list[tuple] = field(default_factory=list)    # (evidence level, escrows), weakest first
+    failures: list[tuple] = field(default_factory=list)  # (epoch, escrow, check, nonce, reason), at most MAX_ROWS
 
 
 def collect_page(url: str, epochs: tuple[int, int] | None = None) -> Page:
@@ -45,12 +50,22 @@ def collect_page(url: str, epochs: tuple[int, int] | None = None) -> Page:
             p.rules_by_epoch.setdefault(epoch, {})[rule] = n
         p.epochs = sorted(set(p.hosts_by_epoch) | set(p.rules_by_epoch))
         if conn.execute("SELECT to_regclass('api.restitution_impact')").fetchone()[0] is not None:
-            p.stake_by_epoch = dict(q(f"""SELECT epoch_index, sum(restitution_amount) FILTER (WHERE restitution_candidate)
-                                          FROM api.restitution_impact {_WHERE} GROUP BY 1"""))
+            p.stake_by_epoch = {e: (total, settled) for e, total, settled in q(f"""
+                SELECT epoch_index, sum(restitution_amount) FILTER (WHERE restitution_candidate),
+                       sum(restitution_amount) FILTER (WHERE restitution_candidate AND evidence_level = 'settled')
+                FROM api.restitution_impact {_WHERE} GROUP BY 1""")}
         p.total_penalties = q(f"SELECT count(*) FROM api.disputable_penalties {_WHERE}")[0][0]
-        p.penalties = q(f"""SELECT epoch_index, participant, escrow_id, inference_id, penalty, rule, verdict,
-                                   evidence FROM api.disputable_penalties {_WHERE}
-                            ORDER BY epoch_index, participant, escrow_id, inference_id LIMIT {MAX_ROWS}""")
+        p.penalties = q(f"""SELECT d.epoch_index, d.participant, d.escrow_id, d.inference_id, d.penalty, d.rule,
+                                   d.verdict, d.evidence, d.evidence_level, v.failed_check, v.failed_nonce, v.failure
+                            FROM (SELECT * FROM api.disputable_penalties {_WHERE}
+                                  ORDER BY epoch_index, participant, escrow_id, inference_id LIMIT {MAX_ROWS}) d
+                            LEFT JOIN api.escrow_verification v ON v.escrow_id = d.escrow_id
+                            ORDER BY d.epoch_index, d.participant, d.escrow_id, d.inference_id""")
+        p.levels = q(f"""SELECT level, count(*) FROM api.escrow_verification {_WHERE}
+                         GROUP BY 1 ORDER BY fn.evidence_rank(level)""")
+        p.failures = q(f"""SELECT epoch_index, escrow_id, failed_check, failed_nonce, failure
+                           FROM api.escrow_verification {_WHERE} AND failed_check IS NOT NULL
+                           ORDER BY epoch_index, escrow_id LIMIT {MAX_ROWS}""")
         p.limits = q(f"""SELECT epoch_index, model_id, governance_limit, limit_source, loophole_risk,
                                 array_to_string(model_args, ' ') FROM api.model_limits {_WHERE}
                          ORDER BY epoch_index, model_id""")
@@ -64,6 +79,19 @@ def _e(v) -> str:
 def _gnk(ngonka) -> str:
     """GONKA with six decimals, truncated, as the restitution report writes it (one formatter for both)."""
     return "—" if ngonka is None else f"{gonka(ngonka)} GONKA"
+
+
+def _stake(p: Page, epoch: int) -> str:
+    """The amount to restitute and, when there is one, how much of it rests on escrow logs verified to settled
+    (marked when not all of it does)."""
+    if p.stake_by_epoch is None:
+        return "<p>To restitute: <b>not computed yet</b></p>"
+    total, settled = p.stake_by_epoch.get(epoch, (None, None))
+    out = f"<p>To restitute: <b>{_gnk(total)}</b></p>"
+    if total:
+        mark = "" if settled == total else ' class="below"'
+        out += f"<p{mark}>of which on logs verified to settled: <b>{_gnk(settled or 0)}</b></p>"
+    return out
 
 
 def _rule_colours(p: Page) -> dict[str, str]:
@@ -93,12 +121,11 @@ def _cards(p: Page, colours: dict[str, str]) -> str:
         by_rule = p.rules_by_epoch.get(epoch, {})
         legend = "".join(f'<li><i style="background:{colours[r]}"></i>{_e(r)} <b>{n}</b></li>'
                          for r, n in sorted(by_rule.items()))
-        stake = ("not computed yet" if p.stake_by_epoch is None else _gnk(p.stake_by_epoch.get(epoch)))
         cards.append(f"""<section class="card"><h3>Epoch {epoch}</h3>
 <p class="big"><b>{affected}</b> of {hosts} hosts affected</p>
 <p><b>{sum(by_rule.values())}</b> disputable penalties</p>{_rule_bar(by_rule, colours)}
 <ul class="legend">{legend or '<li>none</li>'}</ul>
-<p>To restitute: <b>{stake}</b></p></section>""")
+{_stake(p, epoch)}</section>""")
     return "".join(cards) or "<p>No epochs in range.</p>"
 
 
@@ -133,14 +160,34 @@ def _heatmap(p: Page) -> str:
 
 def _penalty_rows(p: Page) -> str:
     rows = []
-    for epoch, host, escrow, inference, penalty, rule, verdict, evidence in p.penalties:
+    for epoch, host, escrow, inference, penalty, rule, verdict, evidence, level, check, nonce, failure in p.penalties:
         ev = json.dumps(evidence, indent=1, sort_keys=True, default=str)
+        note = evidence_note({"evidence_level": level, "failed_check": check, "failed_nonce": nonce,
+                              "failure": failure})
         rows.append(f'<tr data-host="{_e(host)}" data-epoch="{epoch}" data-rule="{_e(rule)}"><td>{epoch}</td>'
                     f'<td>{_e(host)}</td>'
                     f'<td>{_e(escrow)}</td><td>{_e(inference)}</td><td>{_e(penalty)}</td><td>{_e(rule)}</td>'
-                    f'<td>{_e(verdict)}</td><td><details><summary>evidence</summary><pre>{html.escape(ev)}</pre>'
-                    f'</details></td></tr>')
+                    f'<td>{_e(verdict)}</td>{level_cell(level)}<td><details><summary>evidence</summary>'
+                    + (f'<p class="note">{html.escape(note)}</p>' if note else "")
+                    + f'<pre>{html.escape(ev)}</pre></details></td></tr>')
     return "".join(rows)
+
+
+def _verification(p: Page) -> str:
+    """Escrows per evidence level in range, then every escrow that failed a check, with the nonce and the reason."""
+    if not p.levels:
+        return "<p>No escrows in range.</p>"
+    below = ' class="below"'
+    counts = ", ".join(f'<span{"" if level == "settled" else below}>{_e(level)}: <b>{n}</b></span>'
+                       for level, n in p.levels)
+    out = f"<p>Escrow logs by the strongest check they passed: {counts}.</p>"
+    if not p.failures:
+        return out + "<p>No escrow failed a verification check.</p>"
+    rows = "".join(f"<tr><td>{epoch}</td><td>{_e(escrow)}</td><td>{_e(check)}</td><td>{_e(nonce)}</td>"
+                   f"<td>{_e(one_line(reason or 'no reason recorded', REASON_LIMIT))}</td></tr>"
+                   for epoch, escrow, check, nonce, reason in p.failures)
+    return out + ('<div class="scroll"><table id="verification-failures"><thead><tr><th>epoch</th><th>escrow</th>'
+                  f"<th>failed check</th><th>nonce</th><th>reason</th></tr></thead><tbody>{rows}</tbody></table></div>")
 
 
 def _options(values) -> str:
@@ -162,6 +209,7 @@ table{border-collapse:collapse;width:100%;background:#fff;font-size:.9em}th,td{b
 padding:4px 6px;text-align:left;vertical-align:top}th{background:#f0f0f0}pre{white-space:pre-wrap;
 word-break:break-word;max-width:60ch;margin:.3em 0;font-size:.85em}.filters{display:flex;flex-wrap:wrap;gap:10px;
 align-items:center;margin:.5em 0}select,button{font:inherit;padding:3px 6px}.risk{color:#b00;font-weight:600}
+.below{background:#fff1c2;font-weight:600}.note{margin:.3em 0;max-width:60ch}
 @media (max-width:600px){main{padding:8px}th,td{padding:3px 4px}.hide-s{display:none}}
 """
 
@@ -226,8 +274,14 @@ that host's in that epoch; click it again (or "show all") to list every row.</p>
 <span><b id="shown">{len(p.penalties)}</b> of
 {len(p.penalties)} shown</span></div>{more}
 <div class="scroll"><table id="penalties"><thead><tr><th>epoch</th><th>host</th><th>escrow</th><th>inference</th>
-<th>penalty</th><th>rule</th><th>verdict</th><th>evidence</th></tr></thead><tbody>{_penalty_rows(p)}</tbody>
+<th>penalty</th><th>rule</th><th>verdict</th><th>evidence level</th><th>evidence</th></tr></thead>
+<tbody>{_penalty_rows(p)}</tbody>
 </table></div>
+<h2 id="verification">Verification of the escrow logs</h2>
+<p>How far each escrow's log was verified the way the protocol signs it: signed (the user signed every diff),
+replayed (every signed state root recomputed), settled (the final root is the one the chain settled). Amounts and
+penalties below settled rest on a log not shown to be the one the chain settled.</p>
+{_verification(p)}
 <h2>Governance limits in force</h2>
 <div class="scroll"><table id="limits"><thead><tr><th>epoch</th><th>model</th><th>limit</th><th>source</th>
 <th>loophole risk</th><th class="hide-s">model args</th></tr></thead><tbody>{limits}</tbody></table></div>

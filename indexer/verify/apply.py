@@ -1,40 +1,34 @@
-"""The minimal devshard session state machine the state root needs, ported from gonka-ai/gonka
-``devshard/state/machine.go`` and ``devshard/state/seal.go`` @bb34d444 (the v4.1 release line): ``NewStateMachine``,
-``applyCore``, ``applyStartInference``, ``applyConfirmStart``, ``applyFinishInference``, ``applyValidation``,
-``applyValidationVote``, ``applyTimeout``, ``applyFinalizeRound``, ``settleLiveRecordLocked``, ``autoSealLocked``,
-``stateClockLocked`` and ``drainLiveIntoSealedAccLocked``.
+"""The devshard session state machine the state root needs, ported per protocol line (:mod:`indexer.verify.versions`
+says which line a version name follows and cites its upstream files): ``NewStateMachine``, ``applyCore``,
+``settleLiveRecordLocked``, ``autoSealLocked``, ``stateClockLocked``, ``drainLiveIntoSealedAccLocked`` and
+``clearExpiredHeightSyncFlags`` here; the per-tx ``apply*`` functions in :mod:`indexer.verify.apply_txs`.
 
-It keeps only what the root commits (records, host stats, balance, fees, phase, sealed accumulator, warm keys), not
-indexer.replay.machine's view (statuses and transitions for the rules; it tracks no costs, balance or seals).
-Signatures are recovered before this module (indexer.verify.diff): a tx here carries the address its signature
-recovered to (``signer``); a confirm may carry its ``executor_sig`` instead, recovered here because the receipt covers
-the record's start fields. This module then decides whether that address may act for the slot (the slot's own
-address, or a warm key the caller has established, bound on first use as ``ResolveWarmKey`` does).
-Any rule a tx breaks raises :class:`ApplyError` naming the nonce, tx index and rule; the whole diff is then refused.
+It keeps only what the root commits (records, host stats, balance, fees, phase, sealed accumulator, warm keys, the v5
+height-sync commit), not indexer.replay.machine's view (statuses and transitions for the rules; it tracks no costs,
+balance or seals). Signatures are recovered before this module (indexer.verify.diff): a tx here carries the address
+its signature recovered to (``signer``); a confirm or an error-miss vote may carry its raw signature instead, recovered
+here because what it signs includes record fields. This module then decides whether that address may act for the
+slot (the slot's own address, or a warm key the caller has established, bound on first use as ``ResolveWarmKey``
+does). Any rule a tx breaks raises :class:`ApplyError` naming the nonce, tx index and rule; the whole diff is then
+refused.
+
+v5 height sync: the root-bearing part is replayed (``MsgForceHeightSyncTurn`` sets the escrow commit, expired flags
+clear after each nonce); the log-plane admission checks (``heightsync.CheckDiffLogPlane`` L0–L7: heartbeat and ack
+signatures, the height floor) are not, since they decide only whether a diff is admitted, never what its root is.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Callable
 
-from indexer.verify import signatures as sig
 from indexer.verify import state_root as sr
-from indexer.verify.state_root import (CHALLENGED, FINISHED, INVALIDATED, PENDING, STARTED, TIMED_OUT, VALIDATED,
-                                       HostStats, Record, State)
+from indexer.verify.apply_txs import REFUSED, EXECUTION, ApplyError, TxRules  # noqa: F401 (re-exported)
+from indexer.verify.state_root import FINISHED, PENDING, STARTED, TIMED_OUT, HostStats, Record, State
+from indexer.verify.versions import NotCheckable, Rules, rules_for
 
 STATE_CLOCK_WINDOW_FACTOR = 3  # seal.go stateClockWindowFactor
-_SEALABLE = {FINISHED, VALIDATED, INVALIDATED, TIMED_OUT}
-_TERMINAL = {VALIDATED, INVALIDATED, TIMED_OUT}
-REFUSED, EXECUTION = 1, 2  # TimeoutReason
-# Versions whose session rules this module follows: the v4.1 release line (the fixture of bb34d444). v1 sessions
-# have no sealed accumulator, v5 adds height sync, error-miss and block heights in records: not ported.
-MACHINE_VERSIONS = ("v4.1",)
-KINDS = ("start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "finalize")
-
-
-class ApplyError(ValueError):
-    """A diff the protocol refuses (the message names nonce, tx index and the broken rule)."""
+_SEALABLE = {FINISHED, sr.VALIDATED, sr.INVALIDATED, TIMED_OUT}
+_TERMINAL = {sr.VALIDATED, sr.INVALIDATED, TIMED_OUT}
 
 
 @dataclass(frozen=True)
@@ -46,60 +40,117 @@ class Config:
     auto_seal_every: int = 1  # 0 means the build's compiled default upstream, which is not known here: refused
     fee_per_nonce: int = 0
     create_fee: int = 0  # CreateDevshardFee, charged once when the session starts
+    execution_timeout: int | None = None  # seconds; v5 seals a Finished record after grace + this (None = unstated)
 
 
 @dataclass
-class Session:
+class Journal:
+    """What a diff may change, saved so it can be undone: the scalars, shallow copies of the live map, the host-stats
+    map and the warm keys, the ids it sealed, and which records and host stats it has copied on first write (their
+    originals stay in the saved maps)."""
+    balance: int
+    fees: int
+    phase: int
+    sealed_acc: bytes
+    height_sync: sr.HeightSyncCommit
+    live: dict
+    host_stats: dict
+    warm_keys: dict
+    latest_nonce: int
+    finalize_nonce: int
+    records: set = field(default_factory=set)
+    stats: set = field(default_factory=set)
+    sealed: list = field(default_factory=list)
+
+    @classmethod
+    def open(cls, session: "Session") -> "Journal":
+        s = session.state
+        return cls(s.balance, s.fees, s.phase, s.sealed_acc, s.height_sync, dict(s.live), dict(s.host_stats),
+                   dict(s.warm_keys), session.latest_nonce, session.finalize_nonce)
+
+    def restore(self, session: "Session") -> None:
+        s = session.state
+        s.balance, s.fees, s.phase, s.sealed_acc, s.height_sync = (self.balance, self.fees, self.phase,
+                                                                   self.sealed_acc, self.height_sync)
+        s.live, s.host_stats, s.warm_keys = self.live, self.host_stats, self.warm_keys
+        session.latest_nonce, session.finalize_nonce = self.latest_nonce, self.finalize_nonce
+        for i in self.sealed:
+            del session.sealed_nonces[i]
+
+
+@dataclass
+class Session(TxRules):
     """One escrow's session: :class:`State` plus what applying needs and the root leaves out."""
     escrow_id: str
     config: Config
     slots: tuple[str, ...]  # index = slot id, value = the slot's (cold) address
     state: State
+    rules: Rules
     latest_nonce: int = 0
     finalize_nonce: int = 0
     sealed_nonces: dict[int, int] = field(default_factory=dict)
     warm_resolver: Callable[[int, str], bool] | None = None  # (slot, recovered address) -> authorised?
+    stopped: str | None = None  # why a diff applied without rollback was refused (the session applies no more)
+    _journal: "Journal | None" = field(default=None, repr=False, compare=False)
 
     @classmethod
     def new(cls, escrow_id: str, config: Config, slots: tuple[str, ...], balance: int, version: str,
-            warm_resolver: Callable[[int, str], bool] | None = None) -> "Session":
-        if version not in MACHINE_VERSIONS:
-            raise sr.UnsupportedVersion(f"the session rules of protocol version {version!r} are not ported (ported: "
-                                        f"{', '.join(MACHINE_VERSIONS)}); its roots can still be hashed from a State")
+            warm_resolver: Callable[[int, str], bool] | None = None, rules: Rules | None = None) -> "Session":
+        """``rules`` defaults to the line ``version`` follows; pass one to replay under named assumptions
+        (:func:`indexer.verify.versions.with_height_fields`)."""
+        rules = rules or rules_for(version)
         if not slots:
             raise ApplyError("an escrow with no slots cannot host inferences")
-        if config.auto_seal_every <= 0:
+        if rules.seals and config.auto_seal_every <= 0:
             raise ApplyError("auto_seal_every must be a positive interval (0 selects a build default not known here)")
+        if rules.clock_adds_execution_timeout and config.execution_timeout is None:
+            raise NotCheckable(f"the {rules.line} rules seal a Finished record after seal_grace_seconds + "
+                             f"execution_timeout: the session's execution_timeout must be stated")
         if balance < config.create_fee:
             raise ApplyError(f"create devshard fee {config.create_fee} exceeds escrow amount {balance}")
         state = State(version=version, balance=balance - config.create_fee, fees=config.create_fee,
-                      host_stats={i: HostStats() for i in range(len(slots))})
-        return cls(escrow_id, config, tuple(slots), state, warm_resolver=warm_resolver)
+                      host_stats={i: HostStats() for i in range(len(slots))},
+                      record_height_fields=rules.record_height_fields)
+        return cls(escrow_id, config, tuple(slots), state, rules, warm_resolver=warm_resolver)
 
     def root(self) -> bytes:
         return sr.state_root(self.state)
 
-    def apply(self, nonce: int, txs: list[dict]) -> bytes:
-        """Apply one diff (txs in order) and return its post_state_root; on any error the session is unchanged."""
+    def apply(self, nonce: int, txs: list[dict], rollback: bool = True) -> bytes:
+        """Apply one diff (txs in order) and return its post_state_root.
+
+        With ``rollback`` (the default) a refused diff leaves the session as it was: the diff runs under a
+        :class:`Journal` (records and host stats copied on their first write, scalars and the small maps saved).
+        Without it nothing is saved, for a replay that ends at its first refusal anyway (verification): a refused
+        diff then leaves the session stopped, and any later apply raises :class:`ApplyError` naming why."""
+        if self.stopped is not None:
+            raise ApplyError(f"nonce {nonce}: the session stopped at an earlier refusal ({self.stopped})")
         if nonce != self.latest_nonce + 1:
             raise ApplyError(f"nonce {nonce}: expected {self.latest_nonce + 1}")
-        starts = [t for t in txs if t["kind"] == "start"]
-        if len(starts) > 1 or any(t["inference_id"] != nonce for t in starts):
+        starts = [t for t in txs if t.get("kind") == "start"]
+        if len(starts) > 1 or any(t.get("inference_id") != nonce for t in starts):
             raise ApplyError(f"nonce {nonce}: at most one start, with inference_id == nonce")
-        saved = copy.deepcopy((self.state, self.latest_nonce, self.finalize_nonce, self.sealed_nonces))
+        if sum(t.get("kind") == "force_height_sync_turn" for t in txs) > 1:
+            raise ApplyError(f"nonce {nonce}: at most one force_height_sync_turn")
+        self._journal = Journal.open(self) if rollback else None
         try:
             for index, tx in enumerate(txs):
                 try:
-                    if tx.get("kind") not in KINDS:
-                        raise ApplyError(f"unknown tx kind {tx.get('kind')!r}")
-                    getattr(self, "_" + tx["kind"])(tx)
+                    if tx.get("kind") not in self.rules.kinds:
+                        raise ApplyError(f"tx kind {tx.get('kind')!r} is not in the {self.rules.line} rules")
+                    getattr(self, "_" + tx["kind"])(tx, nonce)
                 except (KeyError, ApplyError) as exc:
                     raise ApplyError(f"nonce {nonce} tx {index} ({tx.get('kind')}): {exc}") from None
             self._close(nonce)
             return self.root()
-        except Exception:
-            self.state, self.latest_nonce, self.finalize_nonce, self.sealed_nonces = saved
+        except Exception as exc:
+            if self._journal is not None:
+                self._journal.restore(self)
+            else:
+                self.stopped = f"nonce {nonce}: {exc}"
             raise
+        finally:
+            self._journal = None
 
     # ---- per-nonce bookkeeping (applyCore steps 5-6b)
     def _close(self, nonce: int) -> None:
@@ -110,21 +161,34 @@ class Session:
             s.balance -= self.config.fee_per_nonce
             s.fees += self.config.fee_per_nonce
         self.latest_nonce = nonce
+        if self.rules.height_sync:
+            self._clear_expired_height_sync(nonce)
         if s.phase == sr.FINALIZING and self.finalize_nonce == 0:
             self.finalize_nonce = nonce
         if s.phase == sr.FINALIZING and nonce >= self.finalize_nonce + len(self.slots):
             s.phase = sr.SETTLEMENT
-            for i in sorted(s.live):
-                self._settle_live(s.live[i])
+            for i in sorted(s.live) if self.rules.seals else ():  # v1: the drain is a no-op
+                self._settle_live(self._record(i))
                 self._seal(i, nonce)
-        if s.phase == sr.ACTIVE and nonce % self.config.auto_seal_every == 0:
+        if self.rules.seals and s.phase == sr.ACTIVE and nonce % self.config.auto_seal_every == 0:
             self._auto_seal(nonce)
+
+    def _clear_expired_height_sync(self, nonce: int) -> None:
+        """``clearExpiredHeightSyncFlags`` (heightsync.go @c6c474aa), run once the nonce is the latest."""
+        h = self.state.height_sync
+        if h.forced_end and nonce > h.forced_end:
+            h = sr.HeightSyncCommit(0, 0, h.cadence_swallow_until, h.swallow_fe, h.turn_k, h.turn_slots, h.reason)
+        if h.cadence_swallow_until and nonce > h.cadence_swallow_until:
+            h = sr.HeightSyncCommit(h.forced_start, h.forced_end)
+        self.state.height_sync = h
 
     def _seal(self, inference_id: int, nonce: int) -> None:
         s = self.state
-        entry = sr.record_entry(inference_id, s.live[inference_id])
+        entry = sr.record_entry(inference_id, s.live[inference_id], s.record_height_fields)
         s.sealed_acc = sr.fold_sealed(s.sealed_acc, nonce, inference_id, entry)
         self.sealed_nonces[inference_id] = nonce
+        if self._journal is not None:
+            self._journal.sealed.append(inference_id)
         del s.live[inference_id]
 
     def _state_clock(self) -> int:
@@ -132,182 +196,31 @@ class Session:
         ids = sorted(self.state.live)[-(len(self.slots) * STATE_CLOCK_WINDOW_FACTOR or STATE_CLOCK_WINDOW_FACTOR):]
         return max((self.state.live[i].confirmed_at for i in ids if self.state.live[i].confirmed_at > 0), default=0)
 
+    def _clock_required(self) -> int:
+        """Seconds the state clock must pass a Finished record's confirmed_at (``FinishedClockRequiredSeconds``)."""
+        grace = max(self.config.seal_grace_seconds, 0)
+        if self.rules.clock_adds_execution_timeout:
+            return grace + max(self.config.execution_timeout or 0, 0)
+        return grace
+
     def _auto_seal(self, nonce: int) -> None:
         clock = self._state_clock() if self.state.live else 0
         if clock == 0:
             return
+        required = self._clock_required()
         due = []
         for i, rec in self.state.live.items():
             if rec.status not in _SEALABLE or nonce < i + self.config.seal_grace_nonces:
                 continue
-            if rec.status in _TERMINAL or self.config.seal_grace_seconds - (clock - rec.confirmed_at) <= 0:
+            if rec.status in _TERMINAL or required - (clock - rec.confirmed_at) <= 0:
                 due.append(i)
         for i in sorted(due):
             self._seal(i, nonce)
 
     def _settle_live(self, rec: Record) -> None:
-        if rec.status == STARTED:
+        if rec.status == STARTED or (rec.status == PENDING and self.rules.drain_pays_pending):
             rec.actual_cost, rec.status = rec.reserved_cost, FINISHED
-            self.state.host_stats[rec.executor_slot].cost += rec.reserved_cost
+            self._stats(rec.executor_slot).cost += rec.reserved_cost
         elif rec.status == PENDING:
             self.state.balance += rec.reserved_cost
             rec.actual_cost, rec.status = 0, TIMED_OUT
-
-    # ---- helpers
-    def _record(self, inference_id: int) -> Record:
-        rec = self.state.live.get(inference_id)
-        if rec is None:
-            where = "sealed" if inference_id in self.sealed_nonces else "unknown"
-            raise ApplyError(f"inference {inference_id} is {where}")
-        return rec
-
-    def _slot(self, slot: int) -> str:
-        if not 0 <= slot < len(self.slots):
-            raise ApplyError(f"slot {slot} is not in the group of {len(self.slots)}")
-        return self.slots[slot]
-
-    def _may_sign(self, slot: int, signer: str) -> None:
-        """The slot's address signed, or its warm key (bound once, then fixed for the session)."""
-        cold = self._slot(slot)
-        if signer == cold:
-            return
-        bound = self.state.warm_keys.get(slot)
-        if bound is not None:
-            if bound != signer:
-                raise ApplyError(f"slot {slot}: signed by {signer}, its warm key is {bound}")
-            return
-        if self.warm_resolver is None or not self.warm_resolver(slot, signer):
-            raise ApplyError(f"slot {slot}: signed by {signer}, neither {cold} nor an authorised warm key")
-        self.state.warm_keys[slot] = signer
-
-    def _weight(self, slot: int) -> int:
-        return self.slots.count(self.slots[slot])
-
-    def _slots_of(self, slot: int) -> list[int]:
-        return [i for i, a in enumerate(self.slots) if a == self.slots[slot]]
-
-    def _has_validated(self, rec: Record, slot: int) -> bool:
-        return any(rec.validated_by >> i & 1 for i in self._slots_of(slot))
-
-    def _cost(self, a: int, b: int) -> int:
-        cost = (a + b) * self.config.token_price
-        if a + b > sr.U64 or cost > sr.U64:
-            raise ApplyError(f"cost ({a} + {b}) x {self.config.token_price} overflows uint64")
-        return cost
-
-    # ---- transactions
-    def _start(self, tx: dict) -> None:
-        s, i = self.state, tx["inference_id"]
-        if s.phase != sr.ACTIVE:
-            raise ApplyError("session is finalizing")
-        if i in s.live or i in self.sealed_nonces:
-            raise ApplyError(f"duplicate inference id {i}")
-        reserved = self._cost(tx["input_length"], tx["max_tokens"])
-        if s.balance < reserved:
-            raise ApplyError(f"balance {s.balance} below the reservation {reserved}")
-        s.balance -= reserved
-        s.live[i] = Record(status=PENDING, executor_slot=i % len(self.slots), model=tx["model"],
-                           prompt_hash=tx["prompt_hash"], input_length=tx["input_length"],
-                           max_tokens=tx["max_tokens"], reserved_cost=reserved, started_at=tx["started_at"])
-
-    def _confirm_start(self, tx: dict) -> None:
-        rec = self._record(tx["inference_id"])
-        if rec.status != PENDING:
-            raise ApplyError(f"confirm needs Pending, record is {rec.status}")
-        signer = tx.get("signer")
-        if signer is None:  # the receipt covers the record's start fields, so it is recovered here, against state
-            receipt = sig.executor_receipt_bytes(
-                inference_id=tx["inference_id"], prompt_hash=rec.prompt_hash, model=rec.model,
-                input_length=rec.input_length, max_tokens=rec.max_tokens, started_at=rec.started_at,
-                escrow_id=self.escrow_id, confirmed_at=tx["confirmed_at"])
-            try:
-                signer = sig.recover_address(receipt, tx["executor_sig"])
-            except sig.SignatureError as exc:
-                raise ApplyError(f"executor receipt: {exc}") from None
-        self._may_sign(rec.executor_slot, signer)
-        rec.status, rec.confirmed_at = STARTED, tx["confirmed_at"]
-
-    def _finish(self, tx: dict) -> None:
-        rec = self._record(tx["inference_id"])
-        if rec.status != STARTED:
-            raise ApplyError(f"finish needs Started, record is {rec.status}")
-        if tx["executor_slot"] != rec.executor_slot:
-            raise ApplyError(f"executor slot {tx['executor_slot']}, record's is {rec.executor_slot}")
-        self._may_sign(rec.executor_slot, tx["signer"])
-        if tx["escrow_id"] != self.escrow_id:
-            raise ApplyError(f"escrow id {tx['escrow_id']!r} is not {self.escrow_id!r}")
-        actual = min(self._cost(tx["input_tokens"], tx["output_tokens"]), rec.reserved_cost)
-        self.state.balance += rec.reserved_cost - actual
-        rec.status, rec.response_hash, rec.actual_cost = FINISHED, tx["response_hash"], actual
-        rec.input_tokens, rec.output_tokens = tx["input_tokens"], tx["output_tokens"]
-        self.state.host_stats[rec.executor_slot].cost += actual
-
-    def _validation(self, tx: dict) -> None:
-        rec, slot = self._record(tx["inference_id"]), tx["validator_slot"]
-        self._slot(slot)
-        if slot == rec.executor_slot:
-            raise ApplyError("an executor cannot validate its own inference")
-        if self._has_validated(rec, slot):
-            return  # idempotent: a repeat from the same address is a no-op
-        if rec.status not in (FINISHED, CHALLENGED, VALIDATED, INVALIDATED):
-            raise ApplyError(f"validation needs Finished or later, record is {rec.status}")
-        self._may_sign(slot, tx["signer"])
-        if tx["escrow_id"] != self.escrow_id:
-            raise ApplyError(f"escrow id {tx['escrow_id']!r} is not {self.escrow_id!r}")
-        rec.validated_by |= 1 << slot
-        if rec.status == FINISHED:
-            if tx["valid"]:
-                rec.votes_valid += self._weight(slot)
-            else:
-                rec.votes_invalid += self._weight(slot)
-                rec.status = CHALLENGED
-
-    def _validation_vote(self, tx: dict) -> None:
-        rec, slot = self._record(tx["inference_id"]), tx["voter_slot"]
-        self._slot(slot)
-        if rec.status in (VALIDATED, INVALIDATED):
-            return
-        if rec.status != CHALLENGED:
-            raise ApplyError(f"vote needs Challenged, record is {rec.status}")
-        if self._has_validated(rec, slot):
-            raise ApplyError(f"slot {slot}: its address already voted")
-        self._may_sign(slot, tx["signer"])
-        if tx["escrow_id"] != self.escrow_id:
-            raise ApplyError(f"escrow id {tx['escrow_id']!r} is not {self.escrow_id!r}")
-        for i in self._slots_of(slot):
-            rec.validated_by |= 1 << i
-        if tx["vote_valid"]:
-            rec.votes_valid += self._weight(slot)
-        else:
-            rec.votes_invalid += self._weight(slot)
-        if rec.votes_invalid > self.config.vote_threshold:
-            rec.status = INVALIDATED
-            hs = self.state.host_stats[rec.executor_slot]
-            hs.invalid += 1
-            hs.cost = max(hs.cost - rec.actual_cost, 0)
-            self.state.balance += rec.actual_cost
-        elif rec.votes_valid > self.config.vote_threshold:
-            rec.status = VALIDATED
-
-    def _timeout(self, tx: dict) -> None:
-        rec, reason = self._record(tx["inference_id"]), tx["reason"]
-        if (reason, rec.status) not in ((REFUSED, PENDING), (EXECUTION, STARTED)):
-            raise ApplyError(f"timeout reason {reason} does not fit status {rec.status}")
-        accept, seen = 0, set()
-        for slot, accepts, signer in tx["votes"]:
-            address = self._slot(slot)
-            if address in seen:
-                raise ApplyError(f"slot {slot}: its address already voted")
-            seen.add(address)
-            self._may_sign(slot, signer)
-            accept += self._weight(slot) if accepts else 0
-        if accept <= self.config.vote_threshold:
-            raise ApplyError(f"need more than {self.config.vote_threshold} accept votes, got {accept}")
-        rec.status = TIMED_OUT
-        self.state.host_stats[rec.executor_slot].missed += 1
-        self.state.balance += rec.reserved_cost
-
-    def _finalize(self, tx: dict) -> None:
-        if self.state.phase != sr.ACTIVE:
-            raise ApplyError("already finalizing")
-        self.state.phase = sr.FINALIZING

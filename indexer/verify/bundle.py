@@ -39,6 +39,7 @@ MAX_SLOTS = 1024
 U64 = (1 << 64) - 1
 CONFIG_FIELDS = ("token_price", "vote_threshold", "seal_grace_nonces", "seal_grace_seconds", "auto_seal_every",
                  "fee_per_nonce", "create_fee")
+CONFIG_OPTIONAL = ("execution_timeout",)  # seconds; the v5 rules need it (a Finished record's seal clock)
 COMPARISONS = ("<=", "<", ">=", ">", "==", "!=")
 
 
@@ -118,7 +119,8 @@ def to_document(b: Bundle) -> dict:
         "format": FORMAT, "escrow_id": b.escrow_id, "protocol_version": b.protocol_version, "creator": b.creator,
         "amount": b.amount,
         "group": [{"slot": h.slot, "address": h.address, "warm_keys": list(h.warm_keys)} for h in b.group],
-        "config": {name: getattr(b.config, name) for name in CONFIG_FIELDS},
+        "config": {**{name: getattr(b.config, name) for name in CONFIG_FIELDS},
+                   **{name: getattr(b.config, name) for name in CONFIG_OPTIONAL if getattr(b.config, name) is not None}},
         "diffs": [{"nonce": d.nonce, "content": _b64(d.content), "user_sig": _b64(d.user_sig)} for d in b.diffs],
         "settlement": settlement,
         "penalties": [{"rule": p.rule, "inference_id": p.inference_id, "status": p.status, "numbers": p.numbers,
@@ -210,7 +212,7 @@ def parse_bundle(data: bytes, where: str = "bundle") -> Bundle:
         warm = tuple(r.as_text(k, f"{path}.warm_keys[{j}]")
                      for j, k in enumerate(r.as_list(h.get("warm_keys", []), path + ".warm_keys", MAX_SLOTS)))
         group.append(Host(i, r.as_text(h["address"], path + ".address"), warm))
-    config = r.obj(doc["config"], "config", CONFIG_FIELDS)
+    config = r.obj(doc["config"], "config", CONFIG_FIELDS, CONFIG_OPTIONAL)
     diffs = []
     for i, d in enumerate(r.as_list(doc["diffs"], "diffs")):
         path = f"diffs[{i}]"
@@ -221,7 +223,9 @@ def parse_bundle(data: bytes, where: str = "bundle") -> Bundle:
         escrow_id=r.as_text(doc["escrow_id"], "escrow_id"),
         protocol_version=r.as_text(doc["protocol_version"], "protocol_version"),
         creator=r.as_text(doc["creator"], "creator"), amount=r.as_int(doc["amount"], "amount"), group=tuple(group),
-        config=apply.Config(**{k: r.as_int(config[k], "config." + k) for k in CONFIG_FIELDS}), diffs=tuple(diffs),
+        config=apply.Config(**{k: r.as_int(config[k], "config." + k) for k in CONFIG_FIELDS},
+                            **{k: r.as_int(config[k], "config." + k) for k in CONFIG_OPTIONAL if k in config}),
+        diffs=tuple(diffs),
         settlement=_settlement(r, doc.get("settlement")),
         penalties=tuple(_penalty(r, p, f"penalties[{i}]")
                         for i, p in enumerate(r.as_list(doc.get("penalties", []), "penalties"))))

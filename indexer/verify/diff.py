@@ -2,13 +2,18 @@
 host serves, then its txs decoded (with the address each host signature recovers to) for
 :meth:`indexer.verify.apply.Session.apply`, whose root must equal the signed ``post_state_root``.
 
-Messages (gonka-ai/gonka ``devshard/proto/devshard/v1/diff.proto`` @250ebdb3 and ``tx.proto`` @1074652b):
-``DiffContent{1 nonce, 2 txs (DevshardTx), 3 escrow_id, 4 post_state_root, 5 sealed_inference_ids}``; ``DevshardTx``
-oneof 1 start, 2 confirm_start, 3 finish, 4 timeout, 5 validation, 6 validation_vote, 7 reveal_seed (ignored upstream),
-8 finalize_round. A host-signed tx is signed over its own deterministic bytes without the signature field
+Messages (gonka-ai/gonka ``devshard/proto/devshard/v1/diff.proto`` @250ebdb3 and @27fd7d3d, ``tx.proto`` @1074652b):
+``DiffContent{1 nonce, 2 txs (DevshardTx), 3 escrow_id, 4 post_state_root, 5 sealed_inference_ids}`` (field 5 only where
+:attr:`indexer.verify.versions.Rules.diff_sealed_ids` says so: @250ebdb3 has it, the v5 @27fd7d3d does not);
+``DevshardTx`` oneof 1 start, 2 confirm_start, 3 finish, 4 timeout, 5 validation, 6 validation_vote, 7 reveal_seed
+(ignored upstream), 8 finalize_round, and from v5 9 force_height_sync_turn, 10 heartbeat, 11 height_ack (12, 13
+reserved) and 14 error_miss (the number of the error-miss design, ``devshard/docs/proposals/error-finish-miss.md``
+@325631c1). A host-signed tx is signed over its own deterministic bytes without the signature field
 (``verifyProposerSig`` re-marshals the message the same way); a timeout vote over ``TimeoutVoteContent{1 escrow_id,
-2 inference_id, 3 reason, 4 accept}``. The user signs ``DiffContent`` (``verifyDiffUserSig``) and must be the escrow's
-creator. DevshardTx members of later versions (v5: 9–14) are refused as :class:`DiffError`, not skipped.
+2 inference_id, 3 reason, 4 accept}``; an error-miss vote over ``ErrorMissVoteContent``, which holds the record's
+response hash, so it is recovered in :mod:`indexer.verify.apply_txs`. A height ack's ``host_sig`` is the log plane's
+and is not checked here (it never enters a root). The user signs ``DiffContent`` (``verifyDiffUserSig``) and must be
+the escrow's creator. A member outside the version's table is refused as :class:`DiffError`, never skipped.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from dataclasses import dataclass, field
 
 from indexer.verify import proto as pb
 from indexer.verify import signatures as sig
+from indexer.verify.versions import rules_for
 
 _I64 = 1 << 63
 
@@ -38,7 +44,8 @@ def _int64(value: int) -> int:
 
 
 def _flat(data: bytes, where: str, schema: dict[int, tuple[str, str]]) -> dict:
-    """One message level into {name: value} by ``schema`` {number: (name, kind)}; kinds u, i64, b, s, bool."""
+    """One message level into {name: value} by ``schema`` {number: (name, kind)}; kinds u, i64, b, s, bool, and rep (a
+    repeated message, kept as its list of raw bodies)."""
     out: dict = {}
     for number, wire, value in pb.fields(data):
         if number not in schema:
@@ -51,7 +58,10 @@ def _flat(data: bytes, where: str, schema: dict[int, tuple[str, str]]) -> dict:
                 value = value.decode("utf-8")
             except UnicodeDecodeError:
                 raise DiffError(f"{where}: field {number} ({name}) is not UTF-8") from None
-        out[name] = _int64(value) if kind == "i64" else bool(value) if kind == "bool" else value
+        if kind == "rep":
+            out.setdefault(name, []).append(value)
+        else:
+            out[name] = _int64(value) if kind == "i64" else bool(value) if kind == "bool" else value
     return out
 
 
@@ -68,11 +78,23 @@ _VALIDATION = {1: ("inference_id", "u"), 2: ("validator_slot", "u"), 3: ("valid"
 _VOTE = {1: ("inference_id", "u"), 2: ("voter_slot", "u"), 3: ("vote_valid", "bool"), 4: ("proposer_sig", "b"),
          5: ("escrow_id", "s")}
 _TIMEOUT_VOTE = {1: ("voter_slot", "u"), 2: ("accept", "bool"), 3: ("signature", "b")}
+_FORCE_TURN = {1: ("trigger_nonce", "u"), 2: ("end_nonce", "u"), 3: ("anchor_k", "u"), 4: ("slots_num", "u"),
+               5: ("reason", "s")}
+_HEARTBEAT = {1: ("turn_seq", "u"), 2: ("observed_height", "u"), 3: ("observed_block_hash", "b"), 4: ("slots_num", "u"),
+              5: ("reason", "s"), 6: ("sync_vector", "rep")}
+_HEIGHT_ACK = {1: ("turn_seq", "u"), 2: ("ref_nonce", "u"), 3: ("slot_id", "u"), 4: ("observed_height", "u"),
+               5: ("observed_block_hash", "b"), 6: ("sync_state", "u"), 7: ("peer_seen", "b"), 8: ("host_sig", "b")}
+_ERROR_MISS = {1: ("inference_id", "u"), 2: ("votes", "rep")}
 _KINDS = {1: "start", 2: "confirm_start", 3: "finish", 4: "timeout", 5: "validation", 6: "validation_vote",
-          7: "reveal_seed", 8: "finalize"}
+          7: "reveal_seed", 8: "finalize", 9: "force_height_sync_turn", 10: "heartbeat", 11: "height_ack",
+          14: "error_miss"}
+_PLAIN = {"start": _START, "confirm_start": _CONFIRM, "force_height_sync_turn": _FORCE_TURN, "heartbeat": _HEARTBEAT,
+          "height_ack": _HEIGHT_ACK}
 
 
-def read_diff_content(data: bytes) -> DiffContent:
+def read_diff_content(data: bytes, version: str | None = None) -> DiffContent:
+    """The served ``DiffContent``; with ``version``, a field 5 that version's proto lacks is refused."""
+    sealed_ids = rules_for(version).diff_sealed_ids if version is not None else True
     out = DiffContent()
     for number, wire, value in pb.fields(data):
         if number == 1 and wire == pb.VARINT:
@@ -86,6 +108,9 @@ def read_diff_content(data: bytes) -> DiffContent:
                 raise DiffError("DiffContent: escrow_id is not UTF-8") from None
         elif number == 4 and wire == pb.LEN:
             out.post_state_root = value
+        elif number == 5 and not sealed_ids:
+            raise DiffError(f"DiffContent: field 5 (sealed_inference_ids) is not in the DiffContent of protocol "
+                            f"version {version!r}")
         elif number == 5 and wire == pb.LEN:  # packed repeated uint64
             pos = 0
             while pos < len(value):
@@ -117,8 +142,9 @@ def _signer(message: bytes, signature: bytes, where: str) -> str:
         raise DiffError(f"{where}: {exc}") from None
 
 
-def decode_tx(data: bytes, escrow_id: str, where: str = "tx") -> dict | None:
-    """One ``DevshardTx`` as the dict :mod:`indexer.verify.apply` takes (None for an ignored reveal_seed)."""
+def decode_tx(data: bytes, escrow_id: str, where: str = "tx", version: str | None = None) -> dict | None:
+    """One ``DevshardTx`` as the dict :mod:`indexer.verify.apply` takes (None for an ignored reveal_seed). With
+    ``version``, a member that version's rules do not have is refused."""
     members = pb.fields(data)
     if len(members) != 1 or members[0][1] != pb.LEN:
         raise DiffError(f"{where}: a DevshardTx holds exactly one member, found {[(n, w) for n, w, _ in members]}")
@@ -126,17 +152,22 @@ def decode_tx(data: bytes, escrow_id: str, where: str = "tx") -> dict | None:
     kind = _KINDS.get(number)
     if kind is None:
         raise DiffError(f"{where}: DevshardTx member {number} is not in this module's table")
+    if version is not None and kind != "reveal_seed" and kind not in rules_for(version).kinds:
+        raise DiffError(f"{where}: DevshardTx member {number} ({kind}) is not in protocol version {version!r}")
     where = f"{where} ({kind})"
     if kind == "reveal_seed":
         return None
     if kind == "finalize":
         return {"kind": "finalize"}
-    if kind == "start":
-        return {"kind": kind, **_defaults(_START, _flat(body, where, _START))}
-    if kind == "confirm_start":
-        return {"kind": kind, **_defaults(_CONFIRM, _flat(body, where, _CONFIRM))}
+    if kind in _PLAIN:
+        return {"kind": kind, **_defaults(_PLAIN[kind], _flat(body, where, _PLAIN[kind]))}
     if kind == "timeout":
         return _timeout(body, escrow_id, where)
+    if kind == "error_miss":
+        msg = _defaults(_ERROR_MISS, _flat(body, where, _ERROR_MISS))
+        votes = [_defaults(_TIMEOUT_VOTE, _flat(v, where + " vote", _TIMEOUT_VOTE)) for v in msg["votes"]]
+        return {"kind": kind, "inference_id": msg["inference_id"],
+                "votes": [(v["voter_slot"], v["accept"], v["signature"]) for v in votes]}
     schema, builder = {"finish": (_FINISH, sig.finish_bytes), "validation": (_VALIDATION, sig.validation_bytes),
                        "validation_vote": (_VOTE, sig.validation_vote_bytes)}[kind]
     msg = _defaults(schema, _flat(body, where, schema))
@@ -146,7 +177,7 @@ def decode_tx(data: bytes, escrow_id: str, where: str = "tx") -> dict | None:
 
 def _defaults(schema: dict[int, tuple[str, str]], found: dict) -> dict:
     zero = {"u": 0, "i64": 0, "bool": False, "b": b"", "s": ""}
-    return {name: found.get(name, zero[kind]) for name, kind in schema.values()}
+    return {name: found.get(name, [] if kind == "rep" else zero[kind]) for name, kind in schema.values()}
 
 
 def _timeout(body: bytes, escrow_id: str, where: str) -> dict:
@@ -166,12 +197,12 @@ def _timeout(body: bytes, escrow_id: str, where: str) -> dict:
         for v in votes]}
 
 
-def decode_txs(content: DiffContent, escrow_id: str) -> list[dict]:
+def decode_txs(content: DiffContent, escrow_id: str, version: str | None = None) -> list[dict]:
     if content.escrow_id != escrow_id:
         raise DiffError(f"nonce {content.nonce}: diff is for escrow {content.escrow_id!r}, not {escrow_id!r}")
     out = []
     for index, data in enumerate(content.txs):
-        tx = decode_tx(data, escrow_id, f"nonce {content.nonce} tx {index}")
+        tx = decode_tx(data, escrow_id, f"nonce {content.nonce} tx {index}", version)
         if tx is not None:
             out.append(tx)
     return out

@@ -20,7 +20,7 @@ import copy
 import operator
 from dataclasses import asdict, dataclass, field
 
-from indexer.verify import apply, diff, proto as pb, settlement as st, state_root as sr
+from indexer.verify import apply, diff, proto as pb, settlement as st, state_root as sr, versions
 from indexer.verify.bundle import Bundle, Penalty
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not-checked"
@@ -117,19 +117,21 @@ def _order_problem(b: Bundle, position: int, found: int, expected: int) -> _Fail
 
 
 def check_replayed(b: Bundle) -> tuple[str, _Recording]:
-    if b.protocol_version not in apply.MACHINE_VERSIONS:
-        raise _Failed(None, f"protocol version {b.protocol_version!r} is not supported by this verifier (session "
-                            f"rules ported: {', '.join(apply.MACHINE_VERSIONS)}): replay not attempted", NOT_CHECKED)
     warm = {h.slot: set(h.warm_keys) for h in b.group}
     try:
         session = _Recording.new(b.escrow_id, b.config, tuple(h.address for h in b.group), b.amount,
                                  b.protocol_version, warm_resolver=lambda slot, address: address in warm.get(slot, ()))
-    except (apply.ApplyError, sr.UnsupportedVersion) as exc:
+    except sr.UnsupportedVersion as exc:
+        raise _Failed(None, f"protocol version {b.protocol_version!r} is not supported by this verifier ({exc}): "
+                            f"replay not attempted", NOT_CHECKED) from None
+    except versions.NotCheckable as exc:
+        raise _Failed(None, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
+    except apply.ApplyError as exc:
         raise _Failed(None, f"the session cannot open: {exc}") from None
     for position, d in enumerate(b.diffs):
         expected = session.latest_nonce + 1
         try:
-            content = diff.read_diff_content(d.content)
+            content = diff.read_diff_content(d.content, b.protocol_version)
         except (diff.DiffError, pb.ProtoError) as exc:
             raise _Failed(d.nonce, f"DiffContent unreadable: {exc}") from None
         if content.nonce != d.nonce:
@@ -138,7 +140,11 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
         if content.nonce != expected:
             raise _order_problem(b, position, content.nonce, expected)
         try:
-            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id))
+            # the replay ends at the first refusal, so no diff needs undoing: the cheap path
+            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id, b.protocol_version),
+                                 rollback=False)
+        except versions.NotCheckable as exc:
+            raise _Failed(content.nonce, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
         except (diff.DiffError, apply.ApplyError, pb.ProtoError, ValueError) as exc:
             raise _Failed(content.nonce, f"refused by the session rules: {exc}") from None
         if root != content.post_state_root:

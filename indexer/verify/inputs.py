@@ -39,9 +39,23 @@ _CONFIG = (("token_price", "token_price"), ("inference_seal_grace_nonces", "seal
            ("fee_per_nonce", "fee_per_nonce"), ("create_devshard_fee", "create_fee"))
 
 
-def session_inputs(escrow: Mapping[str, Any]) -> SessionInputs | str:
+def _seconds(value: Any) -> int | None:
+    """A duration as the chain's JSON writes it: an integer, a decimal string, or a Go duration in whole seconds
+    ("1920s"); None when absent or of another form."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    text = str(value).strip()
+    text = text[:-1] if text.endswith("s") else text
+    return int(text) if text.isdigit() else None
+
+
+def session_inputs(escrow: Mapping[str, Any], escrow_params: Mapping[str, Any] | None = None) -> SessionInputs | str:
     """The inputs of ``escrow``'s session, or a one-line reason naming what the record lacks (then the log can
-    be checked for signatures at most: its roots cannot be recomputed without them)."""
+    be checked for signatures at most: its roots cannot be recomputed without them). ``escrow_params`` is the
+    epoch's ``devshard_escrow_params`` (rec.epoch_params): v5's seal clock adds its ``execution_timeout`` when the
+    escrow record does not carry one; without either, a v5 replay says it cannot be checked."""
     missing = [name for name in ("creator", "amount", "protocol_version", "slots", *(f for f, _ in _CONFIG))
                if escrow.get(name) in (None, "", [])]
     if missing:
@@ -49,7 +63,10 @@ def session_inputs(escrow: Mapping[str, Any]) -> SessionInputs | str:
     from indexer.verify.apply import Config
 
     slots = tuple(escrow["slots"])
+    timeout = _seconds(escrow.get("execution_timeout"))
+    if timeout is None and escrow_params:
+        timeout = _seconds(escrow_params.get("execution_timeout"))
     config = Config(vote_threshold=vote_threshold(len(slots), escrow.get("vote_threshold_factor")),
-                    **{field: int(escrow[name]) for name, field in _CONFIG})
+                    execution_timeout=timeout, **{field: int(escrow[name]) for name, field in _CONFIG})
     return SessionInputs(str(escrow["escrow_id"]), str(escrow["protocol_version"]), str(escrow["creator"]),
                          int(escrow["amount"]), slots, config)

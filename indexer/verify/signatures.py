@@ -141,13 +141,23 @@ def recover_address(message: bytes, signature: bytes, hrp: str = HRP) -> str:
 # ---- @1074652b, state.proto and types at the commits named per function)
 
 def executor_receipt_bytes(*, inference_id: int, prompt_hash: bytes, model: str, input_length: int, max_tokens: int,
-                           started_at: int, escrow_id: int | str, confirmed_at: int) -> bytes:
+                           started_at: int, escrow_id: int | str, confirmed_at: int, observed_height: int = 0,
+                           observed_block_hash: bytes = b"", height_fields: tuple[int, int] | None = None) -> bytes:
     """``ExecutorReceiptContent`` the executor signs when it confirms a start (its signature is
     ``MsgConfirmStart.executor_sig``): 1 inference_id, 2 prompt_hash, 3 model, 4 input_length, 5 max_tokens,
-    6 started_at, 7 escrow_id (decimal string), 8 confirmed_at."""
-    return pb.concat((pb.f_uint(1, inference_id), pb.f_bytes(2, prompt_hash), pb.f_str(3, model),
-                      pb.f_uint(4, input_length), pb.f_uint(5, max_tokens), pb.f_uint(6, started_at),
-                      pb.f_str(7, str(escrow_id)), pb.f_uint(8, confirmed_at)))
+    6 started_at, 7 escrow_id (decimal string), 8 confirmed_at (diff.proto @27fd7d3d). v5 (machine.go @c6c474aa) also
+    signs the confirm's observed_height / observed_block_hash, at the numbers ``height_fields`` names: a stamp without
+    them is refused (ValueError), since no stored proto shows them."""
+    fields = [(1, pb.f_uint(1, inference_id)), (2, pb.f_bytes(2, prompt_hash)), (3, pb.f_str(3, model)),
+              (4, pb.f_uint(4, input_length)), (5, pb.f_uint(5, max_tokens)), (6, pb.f_uint(6, started_at)),
+              (7, pb.f_str(7, str(escrow_id))), (8, pb.f_uint(8, confirmed_at))]
+    if observed_height or observed_block_hash:
+        if height_fields is None:
+            raise ValueError("an executor receipt with a block-height stamp needs the stamp's field numbers")
+        height, block = height_fields
+        fields += [(height, pb.f_uint(height, observed_height)), (block, pb.f_bytes(block, observed_block_hash))]
+        fields.sort(key=lambda f: f[0])
+    return b"".join(part for _, part in fields)
 
 
 def finish_bytes(*, inference_id: int, response_hash: bytes, input_tokens: int, output_tokens: int,
@@ -182,3 +192,11 @@ def timeout_vote_bytes(*, escrow_id: int | str, inference_id: int, reason: int, 
     """``TimeoutVoteContent{1 escrow_id, 2 inference_id, 3 reason, 4 accept}`` (diff.proto @250ebdb3)."""
     return pb.concat((pb.f_str(1, str(escrow_id)), pb.f_uint(2, inference_id), pb.f_uint(3, reason),
                       pb.f_bool(4, accept)))
+
+
+def error_miss_vote_bytes(*, escrow_id: int | str, inference_id: int, accept: bool, response_hash: bytes) -> bytes:
+    """``ErrorMissVoteContent{1 escrow_id, 2 inference_id, 3 accept, 4 response_hash}`` (numbers of the error-miss
+    design, ``devshard/docs/proposals/error-finish-miss.md`` @325631c1; the response hash is the record's, as
+    ``applyErrorMiss`` @c6c474aa builds it)."""
+    return pb.concat((pb.f_str(1, str(escrow_id)), pb.f_uint(2, inference_id), pb.f_bool(3, accept),
+                      pb.f_bytes(4, response_hash)))

@@ -13,11 +13,9 @@ Ported from gonka-ai/gonka ``devshard/state/hash.go`` (@01dfd416 for v1–v4.1, 
 The version tag is a link-time stamp of the devshard binary (``devshard/types/protocol_version.go`` @836162fc) and the
 composition is a compile-time choice of that binary (``devshard/state/composition.go`` @01dfd416:
 ``useV2StateRootComposition = false`` while the default tag was ``v2``), so the tag alone does not prove the
-composition. :data:`COMPOSITION` holds only what is established: v4.1 by the 35 roots of the v4.1 release fixture
-(tests/verify/test_verify_state_root.py), v5 by hash.go @c6c474aa, v1 by the flat composition of the builds before the
-accumulator (mainnet epoch 272 settled as v1). Any other tag (v2, v3, v4, an empty tag, which each build maps to its
-own default) is refused (:class:`UnsupportedVersion`) unless the caller names the composition to try
-(``State.composition``), e.g. to find which one reproduces a signed root.
+composition. Which composition each tag has is :func:`indexer.verify.versions.composition` (only what is established;
+any other tag is refused with :class:`UnsupportedVersion` unless the caller names the composition to try,
+``State.composition``, e.g. to find which one reproduces a signed root).
 """
 from __future__ import annotations
 
@@ -26,24 +24,15 @@ import struct
 from dataclasses import dataclass, field
 
 from indexer.verify import proto as pb
+from indexer.verify.versions import UnsupportedVersion, composition
 
 # Phase byte (devshard/types SessionPhase): the chain recomputes settlement roots with SETTLEMENT.
 ACTIVE, FINALIZING, SETTLEMENT = 0, 1, 2
 # InferenceStatus (devshard/types, iota order)
 PENDING, STARTED, FINISHED, CHALLENGED, VALIDATED, INVALIDATED, TIMED_OUT = range(7)
 
-# version -> (sealed-accumulator wrapper, height-sync term)
-COMPOSITION: dict[str, tuple[bool, bool]] = {
-    "v1": (False, False),  # machine.go computeStateRootLocked with effectiveV2Composition() false
-    "v4.1": (True, False),  # seal.go @bb34d444 computeStateRootLocked; the release vectors
-    "v5": (True, True),  # hash.go @c6c474aa ComputeRestHashV2(..., heightSync)
-}
 U64 = (1 << 64) - 1
 ZERO32 = bytes(32)
-
-
-class UnsupportedVersion(ValueError):
-    """A protocol version whose root composition is not ported (or a v5 state this module cannot hash)."""
 
 
 def sha256(data: bytes) -> bytes:
@@ -84,6 +73,8 @@ class Record:
     votes_valid: int = 0
     votes_invalid: int = 0
     validated_by: int = 0  # 128-bit slot bitmap, bit i = slot i
+    started_at_height: int = 0  # v5: the start's block-height stamp (0 = none)
+    confirmed_at_height: int = 0  # v5: the confirm's block-height stamp (0 = none)
 
 
 @dataclass(frozen=True)
@@ -111,20 +102,35 @@ class State:
     warm_keys: dict[int, str] = field(default_factory=dict)
     height_sync: HeightSyncCommit = field(default_factory=HeightSyncCommit)
     composition: tuple[bool, bool] | None = None  # (accumulator wrapper, height-sync term); None = by version
+    record_height_fields: tuple[int, int] | None = None  # proto numbers of the v5 record heights, when established
+    # id -> (the record's field values, its framed entry bytes): each live record is encoded again only once changed
+    entry_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
 
-def record_entry(inference_id: int, r: Record) -> bytes:
+def record_entry(inference_id: int, r: Record, height_fields: tuple[int, int] | None = None) -> bytes:
     """Deterministic ``InferenceRecordProto`` bytes (``marshalInferenceEntry``). ``validated_by`` is always the 16-byte
-    little-endian bitmap (``Bitmap128.Bytes``), so field 17 is always present."""
+    little-endian bitmap (``Bitmap128.Bytes``), so field 17 is always present. The v5 height fields are left out while
+    zero (proto3 omits them, whatever their numbers); a non-zero one needs ``height_fields`` (started, confirmed)."""
     if not 0 <= r.validated_by < 1 << 128:
         raise ValueError(f"inference {inference_id}: validated_by bitmap wider than 128 bits")
-    return pb.concat((
-        pb.f_uint(1, inference_id), pb.f_uint(2, r.status), pb.f_uint(3, r.executor_slot), pb.f_str(4, r.model),
-        pb.f_bytes(5, r.prompt_hash), pb.f_bytes(6, r.response_hash), pb.f_uint(7, r.input_length),
-        pb.f_uint(8, r.max_tokens), pb.f_uint(9, r.input_tokens), pb.f_uint(10, r.output_tokens),
-        pb.f_uint(11, r.reserved_cost), pb.f_uint(12, r.actual_cost), pb.f_uint(13, r.started_at),
-        pb.f_uint(14, r.confirmed_at), pb.f_uint(15, r.votes_valid), pb.f_uint(16, r.votes_invalid),
-        pb.f_bytes(17, r.validated_by.to_bytes(16, "little"))))
+    fields = [
+        (1, pb.f_uint(1, inference_id)), (2, pb.f_uint(2, r.status)), (3, pb.f_uint(3, r.executor_slot)),
+        (4, pb.f_str(4, r.model)), (5, pb.f_bytes(5, r.prompt_hash)), (6, pb.f_bytes(6, r.response_hash)),
+        (7, pb.f_uint(7, r.input_length)), (8, pb.f_uint(8, r.max_tokens)), (9, pb.f_uint(9, r.input_tokens)),
+        (10, pb.f_uint(10, r.output_tokens)), (11, pb.f_uint(11, r.reserved_cost)), (12, pb.f_uint(12, r.actual_cost)),
+        (13, pb.f_uint(13, r.started_at)), (14, pb.f_uint(14, r.confirmed_at)), (15, pb.f_uint(15, r.votes_valid)),
+        (16, pb.f_uint(16, r.votes_invalid)), (17, pb.f_bytes(17, r.validated_by.to_bytes(16, "little")))]
+    if r.started_at_height or r.confirmed_at_height:
+        if height_fields is None:
+            raise UnsupportedVersion(
+                f"inference {inference_id} carries a block-height stamp (started_at_height {r.started_at_height}, "
+                f"confirmed_at_height {r.confirmed_at_height}): the InferenceRecordProto numbers of those fields are in "
+                f"no stored upstream state.proto (hash.go @c6c474aa marshals them), so its root is not computed")
+        started, confirmed = height_fields
+        fields += [(started, pb.f_uint(started, r.started_at_height)),
+                   (confirmed, pb.f_uint(confirmed, r.confirmed_at_height))]
+        fields.sort(key=lambda f: f[0])
+    return b"".join(part for _, part in fields)
 
 
 def host_stats_hash(stats: dict[int, HostStats]) -> bytes:
@@ -135,9 +141,24 @@ def host_stats_hash(stats: dict[int, HostStats]) -> bytes:
         for slot, s in sorted(stats.items())))
 
 
-def live_hash(live: dict[int, Record]) -> bytes:
-    """``computeInferencesHashFromEntries``: each entry as a length-delimited field 1, ids ascending."""
-    return sha256(b"".join(pb.f_msg(1, record_entry(i, live[i])) for i in sorted(live)))
+def live_hash(live: dict[int, Record], height_fields: tuple[int, int] | None = None,
+              cache: dict | None = None) -> bytes:
+    """``computeInferencesHashFromEntries``: each entry as a length-delimited field 1, ids ascending. ``cache`` keeps
+    each record's framed entry under the record's field values, so an unchanged record is not encoded again (the
+    values are compared, so a record changed in place is never served stale)."""
+    if cache is None:
+        return sha256(b"".join(pb.f_msg(1, record_entry(i, live[i], height_fields)) for i in sorted(live)))
+    parts = []
+    for i in sorted(live):
+        key = (height_fields, *live[i].__dict__.values())
+        hit = cache.get(i)
+        if hit is None or hit[0] != key:
+            hit = cache[i] = (key, pb.f_msg(1, record_entry(i, live[i], height_fields)))
+        parts.append(hit[1])
+    if len(cache) > 2 * len(live) + 64:  # drop the sealed ones
+        for i in [i for i in cache if i not in live]:
+            del cache[i]
+    return sha256(b"".join(parts))
 
 
 def warm_keys_hash(warm: dict[int, str]) -> bytes:
@@ -160,17 +181,9 @@ def fold_sealed(acc: bytes, seal_nonce: int, inference_id: int, entry: bytes) ->
     return sha256(acc + _u64(seal_nonce, "seal nonce") + _u64(inference_id, "inference id") + entry)
 
 
-def composition(version: str) -> tuple[bool, bool]:
-    try:
-        return COMPOSITION[version]
-    except KeyError:
-        raise UnsupportedVersion(f"state root composition of protocol version {version!r} is not established; "
-                                 f"known: {', '.join(COMPOSITION)} (name one with State.composition)") from None
-
-
 def rest_hash(s: State) -> bytes:
     wrapped, height_term = s.composition or composition(s.version)
-    inferences = live_hash(s.live)
+    inferences = live_hash(s.live, s.record_height_fields, s.entry_cache)
     if wrapped:
         inferences = sha256(s.sealed_acc + inferences)
     elif s.sealed_acc != ZERO32:

@@ -10,11 +10,13 @@ SELECT 'disputable_penalty:' || epoch_index || ':' || participant AS alert_key,
          'disputable_missed', sum(missed)::bigint,
          'disputable_invalid', sum(invalid)::bigint,
          'by_rule', jsonb_object_agg(rule, n),
-         'first_detected_at', min(first_detected_at)) AS details
+         'first_detected_at', min(first_detected_at),
+         -- how far the weakest escrow log behind them was verified (none, signed, replayed, settled)
+         'evidence_level', fn.evidence_level(min(weakest))) AS details
 FROM (SELECT epoch_index, participant, rule, count(*) AS n,
              count(*) FILTER (WHERE penalty = 'missed') AS missed,
              count(*) FILTER (WHERE penalty = 'invalid') AS invalid,
-             min(detected_at) AS first_detected_at
+             min(detected_at) AS first_detected_at, min(fn.evidence_rank(evidence_level)) AS weakest
       FROM api.disputable_penalties
       GROUP BY epoch_index, participant, rule) per_rule
 GROUP BY epoch_index, participant

@@ -33,10 +33,13 @@ SELECT epoch_index, participant, model_id, evidence_kind, observed_tokens, gover
        inference_id, rule_version
 FROM rules.suspect;
 
+-- evidence_level: how far the penalty's escrow log was verified (fn.evidence_levels); an escrow without a
+-- verification row has not been verified yet and is level none, as api.escrow_verification says.
 CREATE VIEW api.disputable_penalties AS
-SELECT epoch_index, escrow_id, inference_id, participant, executor_slot, penalty, rule, verdict, evidence,
-       detected_at, rule_version
-FROM rules.disputable;
+SELECT d.epoch_index, d.escrow_id, d.inference_id, d.participant, d.executor_slot, d.penalty, d.rule, d.verdict,
+       d.evidence, d.detected_at, d.rule_version, COALESCE(v.level, 'none') AS evidence_level
+FROM rules.disputable d
+LEFT JOIN replay.escrow_verification v ON v.escrow_id = d.escrow_id;
 
 -- Recorded penalties (the replay's counters summed per host and epoch, beside what the chain reported in
 -- host_epoch_stats when captured) against the disputable ones. Keyed by the union of the three sides' (epoch,

@@ -82,9 +82,11 @@ WITH variants(variant) AS (
 ), host_escrow AS (  -- the settled escrows the chain counted; assigned: its bound at the settled nonce when known
   SELECT r.epoch_index, r.participant, r.escrow_id, (e.extra ->> 'settled_height')::bigint AS settled_height,
          COALESCE(b.assigned, r.ran) AS assigned, r.missed, r.invalid,
-         b.assigned IS NOT NULL AS assigned_from_settle_nonce
+         b.assigned IS NOT NULL AS assigned_from_settle_nonce,
+         COALESCE(ev.level, 'none') AS evidence_level  -- no verification row: not verified yet
   FROM replayed r
   LEFT JOIN rec.escrow e ON e.escrow_id = r.escrow_id
+  LEFT JOIN replay.escrow_verification ev ON ev.escrow_id = r.escrow_id
   LEFT JOIN rec.epoch ep ON ep.epoch_index = r.epoch_index
   LEFT JOIN LATERAL (
     SELECT sum(fn.devshard_assigned_upper_bound((e.extra ->> 'settle_nonce')::bigint, cardinality(e.slots),
@@ -121,7 +123,7 @@ SELECT epoch_index, variant, participant, escrow_id,
        settled_height, assigned, assigned_from_settle_nonce, missed - excused_missed AS missed,
        invalid - excused_invalid AS invalid,
        assigned - (missed - excused_missed) - (invalid - excused_invalid) AS passes,
-       excused_missed, excused_invalid
+       excused_missed, excused_invalid, evidence_level
 FROM ordered;
 
 -- Per epoch, variant and host: the counts the chain would hold and its two tests on them.
@@ -133,7 +135,11 @@ WITH steps AS (
          bool_and(assigned_from_settle_nonce) AS assigned_from_settle_nonce,
          sum(assigned)::bigint AS assigned, sum(missed)::bigint AS missed, sum(invalid)::bigint AS invalid,
          sum(passes)::bigint AS validated, sum(excused_missed)::bigint AS excused_missed,
-         sum(excused_invalid)::bigint AS excused_invalid
+         sum(excused_invalid)::bigint AS excused_invalid,
+         -- the weakest verification level among the escrows whose penalties the variant removes (none removed:
+         -- NULL, not 'none')
+         fn.evidence_level(min(fn.evidence_rank(evidence_level)) FILTER (WHERE excused_missed + excused_invalid > 0))
+           AS evidence_level
   FROM api.restitution_steps GROUP BY 1, 2, 3
 ), settled_late AS (  -- escrows of the epoch a host held a slot in, settled after it (not in its counters)
   SELECT e.epoch_index, slot.participant, array_agg(DISTINCT e.escrow_id ORDER BY e.escrow_id) AS escrows
@@ -179,7 +185,8 @@ WITH steps AS (
          sl.escrows AS escrows_settled_late,
          pe.missed_requests - LEAST(COALESCE(s.excused_missed, 0), pe.missed_requests) AS downtime_missed,
          -- (past 2^63 - 1 the chain's uint64 sum has no bigint: unknown, not an error that stops the view)
-         fn.bigint_or_null(pe.inference_count::numeric + pe.missed_requests) AS downtime_total
+         fn.bigint_or_null(pe.inference_count::numeric + pe.missed_requests) AS downtime_total,
+         s.evidence_level
   FROM hosts h CROSS JOIN variants v
   LEFT JOIN steps s ON s.epoch_index = h.epoch_index AND s.participant = h.participant AND s.variant = v.variant
   LEFT JOIN rec.participant_epoch pe ON pe.epoch_index = h.epoch_index AND pe.participant = h.participant
@@ -233,7 +240,8 @@ WITH pair AS (
   SELECT o.*, w.downtime_passes AS downtime_passes_without, w.sprt_max_llr AS sprt_max_llr_without,
          w.sprt_crossed AS sprt_crossed_without, w.sprt_crossed_at_escrow AS sprt_crossed_at_escrow_without,
          w.downtime_missed AS downtime_missed_without, w.downtime_p0 AS downtime_p0_without,
-         w.excused_missed AS disputable_missed, w.excused_invalid AS disputable_invalid
+         w.excused_missed AS disputable_missed, w.excused_invalid AS disputable_invalid,
+         w.evidence_level AS disputable_evidence_level
   FROM api.restitution_outcomes o
   JOIN api.restitution_outcomes w ON w.epoch_index = o.epoch_index AND w.participant = o.participant
                                  AND w.variant = 'without_disputable'
@@ -410,5 +418,7 @@ SELECT epoch_index, participant,
                  || 'host above 30 percent of the effective total',
                'confirmation_weight is the last stored value, which may predate later confirmation rounds'),
              'not_included', jsonb_build_array('work coins', 'collateral slash', 'reputation reset'))
-       )) AS evidence
+       )) AS evidence,
+       -- the weakest verification level among the escrows of the disputable penalties counted here (NULL: none)
+       disputable_evidence_level AS evidence_level
 FROM delegated;

@@ -40,6 +40,7 @@ def test_rules_on_ingested_findings(db_url, tmp_path):
         suspects = conn.execute("SELECT DISTINCT epoch_index, participant, model_id FROM api.raised_limit_suspects"
                                 ).fetchall()
     assert hosts and {(a.epoch_index, a.participant) for a in got["disputable_penalty"]} == set(hosts)
+    assert {a.details["evidence_level"] for a in got["disputable_penalty"]} == {"none"}  # nothing verified here
     assert len(got["raised_limit_suspect"]) == len(suspects)
     changed = {a.alert_key: a.details for a in got["governance_limit_changed"]}
     assert changed.keys() == {"governance_limit_changed:m/loop:901", "governance_limit_changed:m/loop:902"}

@@ -143,3 +143,25 @@ def test_status_after_the_demo(demo_db_url):
     assert res.returncode == 0, res.stdout
     assert "health      healthy" in res.stdout and "last cycle  ok" in res.stdout
     assert all(len(line) <= 300 for line in res.stdout.splitlines())
+
+
+def test_escrows_per_evidence_level_and_those_that_failed(db_url, conn, tmp_path):
+    from tests.reports.test_restitution_db import small_escrow
+    from tests.support.rules_kit import load
+
+    load(db_url, tmp_path, [r for e in ("8101", "8102", "8103") for r in small_escrow(e, 600, invalid=0, served=2)])
+    conn.execute("INSERT INTO replay.escrow_verification (escrow_id, level, failed_check, failed_nonce, failure) "
+                 "VALUES ('8101', 'settled', NULL, NULL, NULL), ('8102', 'signed', 'replayed', 4, 'root differs')")
+    res = status(db_url)
+    assert "escrows     verified to settled 1, replayed 0, signed 1, none 1; 1 failed a check " \
+           "(api.escrow_verification)\n" in res.stdout
+    _, body = as_json(db_url)
+    assert body["escrows_by_evidence_level"] == [
+        {"level": "none", "escrows": 1, "failed_a_check": 0}, {"level": "signed", "escrows": 1, "failed_a_check": 1},
+        {"level": "replayed", "escrows": 0, "failed_a_check": 0}, {"level": "settled", "escrows": 1,
+                                                                    "failed_a_check": 0}]
+    # a schema from before verification still answers the rest of the screen, without the line
+    conn.execute("DROP VIEW api.escrow_verification")
+    res = status(db_url)
+    assert res.returncode in (0, 1), res.stderr
+    assert "alerts      " in res.stdout and "escrows     verified" not in res.stdout

@@ -325,3 +325,40 @@ def test_a_route_that_raises_loses_only_its_own_answer(net):
         f"GET /hosts/{host}/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}/signatures?nonce=1 HTTP/1.1\r\n"
         "Host: x\r\n\r\n").encode())
     assert answers.count(b"HTTP/1.1 200 OK\r\n") == 2
+
+
+def test_rpc_hosts_retire_the_http_payload_route_and_take_connect_posts(scenario):
+    import argparse
+
+    from indexer.devnet.options import add_arguments
+    from indexer.devnet.run import server_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    new, old = scenario.hosts[0].address, scenario.hosts[1].address
+    with pytest.raises(SystemExit, match="gonka1nobody: not a devnet participant"):
+        server_from_args(parser.parse_args(["--seed", str(scenario.config.seed), "--rpc-hosts", "gonka1nobody"]))
+    args = parser.parse_args(["--seed", str(scenario.config.seed), "--epochs", str(scenario.config.epochs),
+                              "--rpc-hosts", new])
+    with server_from_args(args) as net, httpx.Client(timeout=5) as client:
+        esc = next(e for e in net.scenario.escrows.values() if new in e.slots and old in e.slots)
+        iid = next(iter(esc.log.payloads))
+        path = f"/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}"
+        r = client.get(net.host_url(new) + path + "/payloads", params={"inference_id": iid},
+                       headers={"X-Validator-Address": old})
+        assert (r.status_code, r.headers["X-Devshard-Error"]) == (410, "http_session_retired")
+        assert r.json() == {"message": "peer HTTP session route retired; use Connect /sessions/{id}/rpc/"}
+        r = client.get(net.host_url(old) + path + "/payloads", params={"inference_id": iid},
+                       headers={"X-Validator-Address": old})
+        assert r.status_code == 200  # an old host keeps its HTTP route
+        attach = path + "/rpc/devshard.transport.v1.PeerAuthService/Attach"
+        r = client.post(net.host_url(new) + attach, content=b'{"peerAddress": ""}',
+                        headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()) == (400, {"code": "invalid_argument", "message": "peer_address is required"})
+        r = client.post(net.host_url(new) + attach, content=b"\x0a\x00", headers={"Content-Type": "application/proto"})
+        assert r.status_code == 415  # the devnet speaks Connect's JSON codec only
+        r = client.post(net.host_url(old) + attach, content=b"{}", headers={"Content-Type": "application/json"})
+        assert r.status_code == 404  # an old host has no Connect service
+        r = client.post(net.host_url(new) + path + "/rpc/devshard.transport.v1.PayloadService/GetPayload",
+                        content=b"{}", headers={"Content-Type": "application/json", "X-Devshard-Session": "00" * 16})
+        assert (r.status_code, r.headers["X-Devshard-Error"]) == (401, "invalid_session_token")

@@ -189,3 +189,17 @@ def test_a_failed_request_is_logged_as_one_line(server, caplog):
     (record,) = caplog.records
     assert record.exc_info is None and record.getMessage() == (
         "metrics: request from 127.0.0.1 failed: BrokenPipeError: [Errno 32] Broken pipe")
+
+
+def test_escrows_per_evidence_level_every_level_with_zero(db_url, tmp_path, server):
+    from tests.reports.test_restitution_db import small_escrow
+    from tests.support.rules_kit import load
+
+    load(db_url, tmp_path, [r for e in ("8001", "8002", "8003") for r in small_escrow(e, 600, invalid=0, served=2)])
+    with psycopg.connect(db_url, autocommit=True) as conn:  # 8003 has no verification row: none
+        conn.execute("INSERT INTO replay.escrow_verification (escrow_id, level, failed_check, failure) VALUES "
+                     "('8001', 'settled', NULL, NULL), ('8002', 'none', 'signed', 'signature of another key')")
+    m = _samples(server)
+    assert {level: m[("indexer_escrows_by_evidence_level", (("level", level),))]
+            for level in ("none", "signed", "replayed", "settled")} == {"none": 2, "signed": 0, "replayed": 0,
+                                                                      "settled": 1}

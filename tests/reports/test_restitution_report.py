@@ -55,7 +55,8 @@ def test_markdown_csv_and_line(db_url, tmp_path):
     assert lines[0] == "restitution: 1 host epoch outcome(s) flip without the disputable penalties"
     assert lines[1] == "  epoch 366 gonka1hostX" and lines[2].startswith("    SPRT max LLR 4.46 → ")
     assert lines[3] == "    to restitute: 37,609.316890 GONKA (37,609,316,890,103 ngonka)"
-    assert lines[4] == "  1 host-epoch(s) could not be evaluated (see the reports' \"Hosts that could not be evaluated\")"
+    assert lines[4] == "    evidence level: none (below settled)"  # no escrow verified yet
+    assert lines[5] == "  1 host-epoch(s) could not be evaluated (see the reports' \"Hosts that could not be evaluated\")"
     fragment, data = html_section([case])
     assert "<svg" in fragment and "H = 4" in fragment
     series = data["366"][X]

@@ -78,6 +78,9 @@ SLOW = {
     "tests/alerts/test_alerts_rules.py::test_packaged_rules_evaluate_without_error_apart_from_missing_views": "1.3 s",
     "tests/alerts/test_alerts_rules.py::test_restitution_rules_run_on_the_real_view": "1.4 s",
     "tests/alerts/test_alerts_rules.py::test_rules_on_ingested_findings": "1.0 s",
+    "tests/alerts/test_alerts_verification.py::test_fires_once_and_resolves_when_the_escrow_passes": "2.2 s",
+    ("tests/alerts/test_alerts_verification.py::"
+     "test_one_alert_per_failed_escrow_with_check_nonce_and_a_bounded_reason"): "1.0 s",
     "tests/cli/test_cli.py::test_a_byte_order_mark_before_stdin_s_first_line_is_ignored": "0.8 s",
     "tests/cli/test_cli.py::test_database_url_option_after_the_subcommand": "1.1 s",
     "tests/cli/test_cli.py::test_db_url_starts_the_embedded_server_and_db_stop_stops_it": "2.4 s",
@@ -85,6 +88,7 @@ SLOW = {
     "tests/cli/test_cli.py::test_replay_all_replays_every_escrow_the_first_time": "1.2 s",
     "tests/cli/test_cli_hints.py::test_the_demo_hint_runs_as_printed": "3.0 s",
     "tests/cli/test_cli_status.py::test_a_firing_alert_is_not_healthy_unless_below_fail_on_or_silenced": "1.0 s",
+    "tests/cli/test_cli_status.py::test_escrows_per_evidence_level_and_those_that_failed": "2.8 s",
     "tests/cli/test_cli_status.py::test_status_after_the_demo": "4.6 s",
     "tests/cli/test_reliability_inputs.py::test_a_named_pipe_is_read_like_stdin": "1.0 s",
     "tests/cli/test_reliability_inputs.py::test_corrupt_gzip_is_exit_2_naming_the_file": "0.8 s",
@@ -147,6 +151,7 @@ SLOW = {
     "tests/load/test_reliability_workers.py::test_a_typing_process_that_dies_once_loses_nothing": "0.8 s",
     "tests/load/test_typer.py::test_random_records_type_as_the_python_paths": "1.9 s",
     "tests/observe/test_observe.py::test_concurrent_scrapes_use_one_connection_and_all_get_an_answer": "12.2 s",
+    "tests/observe/test_observe.py::test_escrows_per_evidence_level_every_level_with_zero": "1.7 s",
     "tests/observe/test_observe.py::test_firing_alerts_have_a_series_per_rule_even_when_none_fires": "0.8 s",
     "tests/observe/test_observe.py::test_metrics_carry_the_interface_names_with_database_values": "2.4 s",
     ("tests/observe/test_observe.py::"
@@ -187,6 +192,10 @@ SLOW = {
     "tests/replay/test_reliability_replay_workers.py": "5 tests, 12 s",
     "tests/replay/test_replay_db.py::test_parallel_replay_workers_give_the_same_tables_as_one_connection": "1.8 s",
     "tests/replay/test_replay_machine.py::test_any_tx_list_never_raises": "1.4 s",
+    "tests/reports/test_evidence_level.py::test_reports_show_the_level_and_why_it_is_below_settled_escaped": "2.3 s",
+    "tests/reports/test_evidence_level.py::test_terminal_report_lists_levels_and_failed_escrows": "1.4 s",
+    ("tests/reports/test_evidence_level.py::"
+     "test_views_carry_each_escrows_level_and_the_weakest_behind_a_host_epoch"): "1.2 s",
     "tests/reports/test_report.py::test_html_report_is_self_contained_with_charts": "1.3 s",
     "tests/reports/test_restitution_db.py::test_crosses_mid_epoch_but_ends_below": "1.0 s",
     "tests/reports/test_restitution_db.py::test_e366_anchor_llr_reward_and_flip": "0.8 s",

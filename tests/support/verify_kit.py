@@ -84,6 +84,26 @@ def after(n, version="v4.1", **kw):
     return s
 
 
+V5_CONFIG = apply.Config(token_price=1, vote_threshold=1, seal_grace_nonces=6, seal_grace_seconds=3600,
+                         auto_seal_every=1, execution_timeout=0)  # the v4.1 fixture's config as the v5 line takes it
+
+
+def v5(n=0, **kw):
+    """A v5 session after the first ``n`` fixture diffs."""
+    return after(n, "v5", config=kw.pop("config", V5_CONFIG), **kw)
+
+
+def sign_by(slot: int, message: bytes) -> bytes:
+    return KEYS[slot].sign_recoverable(message, hasher=lambda m: hashlib.sha256(m).digest())
+
+
+def error_miss(i, slots=(2, 3), response_hash=b"response", accept=True):
+    """A v5 error-miss of inference ``i`` with the votes of ``slots`` signed over the record's response hash."""
+    return {"kind": "error_miss", "inference_id": i, "votes": [
+        (slot, accept, sign_by(slot, sig.error_miss_vote_bytes(escrow_id=ESCROW, inference_id=i, accept=accept,
+                                                               response_hash=response_hash))) for slot in slots]}
+
+
 USER = sig.address_of_pubkey(KEYS[5].public_key.format())
 
 

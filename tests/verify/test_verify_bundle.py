@@ -176,11 +176,20 @@ def test_a_warm_key_settles_for_its_slot_only_when_the_group_grants_it(good):
 
 
 def test_an_unported_version_stops_at_signed_with_the_reason(good, tmp_path):
-    report = verify_bundle(dataclasses.replace(good, protocol_version="v5"))
+    report = verify_bundle(dataclasses.replace(good, protocol_version="v6"))
     assert outcomes(report) == [("signed", PASS), ("replayed", NOT_CHECKED), ("settled", NOT_CHECKED),
                                 ("penalty", NOT_CHECKED)]
-    assert report.level == "signed" and "'v5' is not supported by this verifier" in report.failure
-    assert cli(tmp_path, dataclasses.replace(good, protocol_version="v5").to_json()).returncode == 1
+    assert report.level == "signed" and "'v6' is not supported by this verifier" in report.failure
+    assert cli(tmp_path, dataclasses.replace(good, protocol_version="v6").to_json()).returncode == 1
+    v2 = verify_bundle(dataclasses.replace(good, protocol_version="v2"))
+    assert v2.level == "signed" and "v2 is the compiled default name of builds" in v2.failure
+
+
+def test_a_v5_bundle_must_state_the_execution_timeout(good):
+    report = verify_bundle(dataclasses.replace(good, protocol_version="v5"))
+    assert outcomes(report)[:2] == [("signed", PASS), ("replayed", NOT_CHECKED)] and report.level == "signed"
+    assert report.failure == "not checkable by this verifier: the v5 rules seal a Finished record after " \
+                             "seal_grace_seconds + execution_timeout: the session's execution_timeout must be stated"
 
 
 def test_without_a_settlement_the_level_is_replayed_and_the_penalty_still_checked(good):
@@ -353,3 +362,25 @@ def test_a_raw_transaction_that_does_not_carry_the_settlement_fails(good, raw, t
     settlement = dataclasses.replace(good.settlement, tx_raw=raw(good.settlement.msg), tx_hash=tx_hash)
     report = verify_bundle(dataclasses.replace(good, settlement=settlement))
     assert report.failed_step == "settled" and re.search(reason, report.failure), report.failure
+
+
+def test_a_v5_bundle_carries_its_execution_timeout_and_is_replayed_under_the_v5_rules(good):
+    b = dataclasses.replace(good, protocol_version="v5", config=dataclasses.replace(good.config, execution_timeout=0))
+    document = b.to_json()
+    assert '"execution_timeout": 0' in document and bd.parse_bundle(document.encode()) == b
+    assert '"execution_timeout"' not in good.to_json()
+    report = verify_bundle(b)  # the fixture signs v4.1 roots: under v5 the first root already differs
+    assert (report.level, report.failed_step, report.failed_nonce) == ("signed", "replayed", 1)
+    assert "recomputed post_state_root" in report.failure
+
+
+def test_a_stamped_v5_start_stops_at_signed_saying_what_is_missing(good):
+    body = pb.concat((pb.f_uint(1, 1), pb.f_bytes(2, b"prompt"), pb.f_str(3, "llama"), pb.f_uint(4, 100),
+                      pb.f_uint(5, 50), pb.f_uint(6, 1000), pb.f_uint(7, 4242), pb.f_bytes(8, b"\x11" * 32)))
+    content = diff_content(1, [pb.f_msg(1, body)], bytes(32), str(ESCROW_ID))
+    b = dataclasses.replace(good, protocol_version="v5", config=dataclasses.replace(good.config, execution_timeout=0),
+                            diffs=(bd.SignedDiff(1, content, user_sign(content)),), settlement=None, penalties=())
+    report = verify_bundle(b)
+    assert outcomes(report)[:2] == [("signed", PASS), ("replayed", NOT_CHECKED)]
+    assert report.failed_nonce == 1 and report.failure.startswith(
+        "not checkable by this verifier: inference 1 carries a block-height stamp (started_at_height 4242")

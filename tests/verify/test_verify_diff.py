@@ -9,7 +9,8 @@ import coincurve
 import pytest
 
 from indexer.verify import apply, diff, proto as pb
-from tests.support.verify_kit import ESCROW, USER, VECTORS, diff_content, script, session, user_sign, wire_tx
+from tests.support.verify_kit import (ESCROW, USER, VECTORS, diff_content, error_miss, script, session, user_sign, v5,
+                                      wire_tx)
 
 
 def _served():
@@ -78,7 +79,7 @@ def _content(*txs, escrow=ESCROW):
 
 
 @pytest.mark.parametrize("tx, message", [
-    (pb.f_msg(9, b""), "tx 0: DevshardTx member 9 is not in this module's table"),
+    (pb.f_msg(12, b""), "tx 0: DevshardTx member 12 is not in this module's table"),
     (pb.f_uint(1, 1), "exactly one member"),
     (pb.f_msg(1, b"") + pb.f_msg(2, b""), "exactly one member"),
     (pb.f_msg(1, pb.f_uint(10, 1)), r"tx 0 \(start\): field 10 is not in this module's table"),
@@ -104,3 +105,44 @@ def test_reveal_seed_is_ignored_finalize_and_negative_times_decode():
 def test_a_diff_for_another_escrow_is_refused():
     with pytest.raises(diff.DiffError, match="nonce 1: diff is for escrow 'other', not 'escrow-journal'"):
         diff.decode_txs(_content(escrow="other"), ESCROW)
+
+
+def test_the_v5_members_decode():
+    vote = pb.f_uint(1, 2) + pb.f_bool(2, True) + pb.f_bytes(3, b"s" * 65)
+    txs = diff.decode_txs(_content(
+        pb.f_msg(9, pb.concat((pb.f_uint(1, 1), pb.f_uint(2, 5), pb.f_uint(3, 10), pb.f_uint(4, 5),
+                               pb.f_str(5, "operator")))),
+        pb.f_msg(10, pb.concat((pb.f_uint(1, 3), pb.f_uint(2, 4242), pb.f_bytes(3, b"h"), pb.f_uint(4, 5),
+                                pb.f_str(5, "forced"), pb.f_msg(6, pb.f_uint(1, 1)), pb.f_msg(6, pb.f_uint(1, 2))))),
+        pb.f_msg(11, pb.concat((pb.f_uint(1, 3), pb.f_uint(2, 1), pb.f_uint(3, 4), pb.f_uint(6, 1),
+                                pb.f_bytes(8, b"sig")))),
+        pb.f_msg(14, pb.f_uint(1, 7) + pb.f_msg(2, vote) + pb.f_msg(2, vote))), ESCROW, "v5")
+    assert txs[0] == {"kind": "force_height_sync_turn", "trigger_nonce": 1, "end_nonce": 5, "anchor_k": 10,
+                      "slots_num": 5, "reason": "operator"}
+    assert (txs[1]["kind"], txs[1]["observed_height"], txs[1]["sync_vector"]) == (
+        "heartbeat", 4242, [pb.f_uint(1, 1), pb.f_uint(1, 2)])
+    assert (txs[2]["kind"], txs[2]["slot_id"], txs[2]["sync_state"], txs[2]["host_sig"]) == ("height_ack", 4, 1, b"sig")
+    assert txs[3] == {"kind": "error_miss", "inference_id": 7, "votes": [(2, True, b"s" * 65)] * 2}
+
+
+def test_a_member_or_field_outside_the_version_is_refused():
+    with pytest.raises(diff.DiffError, match=r"tx 0: DevshardTx member 9 \(force_height_sync_turn\) is not in "
+                                             r"protocol version 'v4.1'"):
+        diff.decode_txs(_content(pb.f_msg(9, b"")), ESCROW, "v4.1")
+    with pytest.raises(diff.DiffError, match=r"member 14 \(error_miss\) is not in protocol version 'v4.1'"):
+        diff.decode_txs(_content(pb.f_msg(14, b"")), ESCROW, "v4.1")
+    sealed = diff_content(1, [], bytes(32)) + pb.f_bytes(5, pb.uvarint(3))
+    assert diff.read_diff_content(sealed, "v4.1").sealed_inference_ids == [3]
+    with pytest.raises(diff.DiffError, match="field 5 \\(sealed_inference_ids\\) is not in the DiffContent of "
+                                             "protocol version 'v5'"):
+        diff.read_diff_content(sealed, "v5")
+
+
+def test_a_served_v5_error_miss_verifies_end_to_end():
+    s = v5(3)
+    tx = error_miss(1)
+    votes = b"".join(pb.f_msg(2, pb.f_uint(1, slot) + pb.f_bool(2, accept) + pb.f_bytes(3, signature))
+                     for slot, accept, signature in tx["votes"])
+    content = diff.read_diff_content(diff_content(4, [pb.f_msg(14, pb.f_uint(1, 1) + votes)], bytes(32)), "v5")
+    s.apply(4, diff.decode_txs(content, ESCROW, "v5"))
+    assert s.state.live[1].status == 6 and s.state.host_stats[1].missed == 1

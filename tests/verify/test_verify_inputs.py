@@ -26,3 +26,12 @@ def test_a_missing_field_is_named_not_defaulted():
 def test_vote_threshold_floor_and_half():
     assert [vote_threshold(n, 0) for n in (1, 2, 3, 16)] == [0, 1, 1, 8]
     assert vote_threshold(16, 66) == 10 and vote_threshold(3, None) == 1
+
+
+def test_execution_timeout_from_the_record_else_the_epoch_params():
+    assert session_inputs(ESCROW).config.execution_timeout is None  # unknown stays unknown
+    assert session_inputs(ESCROW, {"execution_timeout": "1920"}).config.execution_timeout == 1920
+    assert session_inputs(ESCROW, {"execution_timeout": "1920s"}).config.execution_timeout == 1920
+    own = session_inputs({**ESCROW, "execution_timeout": 60}, {"execution_timeout": "1920"})
+    assert own.config.execution_timeout == 60
+    assert session_inputs(ESCROW, {"execution_timeout": "soon"}).config.execution_timeout is None

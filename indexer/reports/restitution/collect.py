@@ -17,14 +17,17 @@ SELECT epoch_index, participant, inference_count, missed, invalid, validated, di
        params_height, params_changed_by_next_epoch, exclusion_matches_sprt, evidence, reward_if_passed,
        restitution_amount, weight_basis, unknown_reason, exclusion_not_reproduced, weight, raw_confirmation_weight,
        zero_confirmation_weight, reward_if_full_weight, chain_rewarded_coins, payout_matches_rule,
-       power_cap_may_bind, delegation_share, restitution_amount_if_delegating, delegation_status
+       power_cap_may_bind, delegation_share, restitution_amount_if_delegating, delegation_status, evidence_level
 FROM api.restitution_impact WHERE epoch_index = %(epoch)s
 ORDER BY restitution_candidate IS NOT TRUE, restitution_amount DESC NULLS LAST, participant"""
 
+# each penalty with its escrow's evidence level and, below settled, the check that failed and why
 _PENALTIES = """
-SELECT escrow_id, inference_id, participant, penalty, rule, verdict, evidence
-FROM api.disputable_penalties WHERE epoch_index = %(epoch)s AND participant = ANY(%(hosts)s)
-ORDER BY participant, escrow_id, inference_id"""
+SELECT d.escrow_id, d.inference_id, d.participant, d.penalty, d.rule, d.verdict, d.evidence, d.evidence_level,
+       v.failed_check, v.failed_nonce, v.failure
+FROM api.disputable_penalties d LEFT JOIN api.escrow_verification v ON v.escrow_id = d.escrow_id
+WHERE d.epoch_index = %(epoch)s AND d.participant = ANY(%(hosts)s)
+ORDER BY d.participant, d.escrow_id, d.inference_id"""
 
 _VARIANTS = """
 SELECT variant, participant, missed, invalid, removed_missed, removed_invalid, downtime_passes, sprt_crossed

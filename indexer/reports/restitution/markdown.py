@@ -1,7 +1,8 @@
 """restitution-<epoch>.md and .csv: complete for every epoch. The Markdown says how many hosts were examined, which
-outcomes change (with the amounts), every host the chain excluded, every host that could not be evaluated and why,
-each disputable penalty of those hosts as a sentence with its arithmetic (raw evidence in a collapsed block), the
-parameters in force and what the report does not claim. The CSV has one row per host examined.
+outcomes change (with the amounts, and which of them rest on escrow logs verified to settled), every host the chain
+excluded, every host that could not be evaluated and why, each disputable penalty of those hosts as a sentence with
+its arithmetic and its escrow's evidence level (raw evidence in a collapsed block), the parameters in force and what
+the report does not claim. The CSV has one row per host examined, with its evidence level.
 
 Everything that came from the network (addresses, evidence strings) is escaped for the sink: Markdown
 metacharacters in prose and tables, a fenced block longer than any backtick run for raw JSON, and CSV cells that a
@@ -17,7 +18,7 @@ from typing import Any
 
 from indexer.reports.restitution.collect import EpochCase
 from indexer.reports.restitution.render import NOT_CLAIMED, fmt, gonka, role
-from indexer.reports.restitution.verdicts import raw_json, sentence
+from indexer.reports.restitution.verdicts import SETTLED, level_label, raw_json, sentence
 
 CSV_COLUMNS = ("epoch_index", "participant", "outcome", "role", "flipped_test", "amount_gonka", "amount_ngonka",
                "reward_if_passed_ngonka", "weight_basis", "missed", "invalid", "disputable_missed",
@@ -25,7 +26,7 @@ CSV_COLUMNS = ("epoch_index", "participant", "outcome", "role", "flipped_test", 
                "sprt_max_llr_without_disputable", "sprt_threshold", "excluded_reason", "exclusion_not_reproduced",
                "unknown_reason", "confirmation_weight", "weight", "raw_confirmation_weight", "total_weight",
                "theoretical_epoch_reward", "chain_version", "params_exact", "disputable_penalties",
-               "disputable_evidence_json", "delegation_status", "amount_if_delegating_ngonka")
+               "disputable_evidence_json", "delegation_status", "amount_if_delegating_ngonka", "evidence_level")
 MAX_CELL = 30_000  # a spreadsheet cell holds 32,767 characters; longer evidence is referred to the Markdown
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#])")
 
@@ -88,15 +89,29 @@ def _summary(case: EpochCase) -> list[str]:
         return lines + [""]
     total = sum((r["restitution_amount"] or 0) for r in cands)
     lines += _table(["participant", "role", "would have been paid (GONKA)", "to restitute (GONKA)",
-                     "to restitute (ngonka)", "weight basis"],
+                     "to restitute (ngonka)", "weight basis", "evidence level"],
                     [[code(r["participant"]), role(r), gonka(r["reward_if_passed"]),
                       f"**{gonka(r['restitution_amount'])}**", fmt(r["restitution_amount"]),
-                      md(r["weight_basis"] or "unknown")] for r in cands]
-                    + [["**Total**", "", "", f"**{gonka(total)}**", fmt(total), ""]])
+                      md(r["weight_basis"] or "unknown"), md(level_label(r["evidence_level"]))] for r in cands]
+                    + [["**Total**", "", "", f"**{gonka(total)}**", fmt(total), "", ""]])
+    lines += ["", _evidence_split(cands, total)]
     if any((r["delegation_status"] or "").startswith("unknown") for r in cands):
         lines += ["", "Amounts before delegation: a host that delegated in this epoch is owed less (see "
                   "\"Delegation\")."]
     return lines + [""]
+
+
+def _evidence_split(cands: list[dict[str, Any]], total: Any) -> str:
+    """Which part of the total rests on escrow logs verified to settled, and which hosts' amounts do not."""
+    below = [r for r in cands if r["evidence_level"] != SETTLED]
+    if not below:
+        return ("Evidence: every amount rests on escrow logs verified to settled (each disputable penalty behind it "
+                "is in a log whose state roots the chain settled).")
+    settled = sum((r["restitution_amount"] or 0) for r in cands if r["evidence_level"] == SETTLED)
+    hosts = ", ".join(f"{code(r['participant'])} ({md(level_label(r['evidence_level']))})" for r in below)
+    return (f"Evidence: {gonka(settled)} of the {gonka(total)} GONKA rest on escrow logs verified to settled; the "
+            f"amounts of {hosts} rest on logs not shown to be the ones the chain settled (api.escrow_verification; "
+            "each penalty below says what its level leaves unshown).")
 
 
 def _amount_rule(case: EpochCase) -> list[str]:
@@ -164,7 +179,9 @@ def _incident(case: EpochCase) -> list[str]:
                   f"{_flip(r['sprt_crossed'], r['sprt_crossed_without_disputable'])}",
                   f"- downtime test: passes {_flip(r['downtime_passes'], r['downtime_passes_without_disputable'])} "
                   f"(p0 {fmt(r['downtime_p0'])})",
-                  f"- observed exclusion: {md(r['excluded_reason'] or 'none')}", ""]
+                  f"- observed exclusion: {md(r['excluded_reason'] or 'none')}",
+                  f"- evidence level of the escrows behind the disputable penalties: "
+                  f"{md(level_label(r['evidence_level']))}", ""]
     return lines
 
 
@@ -204,12 +221,13 @@ def _excluded(case: EpochCase) -> list[str]:
         return lines + ["The chain excluded no host in this epoch (excluded_participants as captured).", ""]
     lines += _table(["participant", "chain's reason", "indexer's test agrees", "SPRT max LLR with → without (H)",
                      "disputable missed / invalid", "downtime passes with → without", "would have been paid (GONKA)",
-                     "also at stake", "restitution"],
+                     "also at stake", "restitution", "evidence level"],
                     [[code(r["participant"]), md(r["excluded_reason"]), _agrees(r),
                       f"{_flip(r['sprt_max_llr'], r['sprt_max_llr_without_disputable'])} ({fmt(r['sprt_threshold'])})",
                       f"{fmt(r['disputable_missed'])} / {fmt(r['disputable_invalid'])}",
                       _flip(r["downtime_passes"], r["downtime_passes_without_disputable"]),
-                      gonka(r["reward_if_passed"]), _also_at_stake(r), outcome(r)] for r in case.excluded])
+                      gonka(r["reward_if_passed"]), _also_at_stake(r), outcome(r),
+                      md(level_label(r["evidence_level"]))] for r in case.excluded])
     return lines + [""]
 
 
@@ -218,10 +236,11 @@ def _unknown(case: EpochCase) -> list[str]:
     if not case.unknown:
         return lines + ["None: both tests were evaluated, with and without the disputable penalties, for every "
                         "host examined.", ""]
-    lines += _table(["participant", "what is missing", "disputable missed / invalid", "would have been paid (GONKA)"],
+    lines += _table(["participant", "what is missing", "disputable missed / invalid", "would have been paid (GONKA)",
+                     "evidence level"],
                     [[code(r["participant"]), md(r["unknown_reason"] or "not stated"),
-                      f"{fmt(r['disputable_missed'])} / {fmt(r['disputable_invalid'])}", gonka(r["reward_if_passed"])]
-                     for r in case.unknown])
+                      f"{fmt(r['disputable_missed'])} / {fmt(r['disputable_invalid'])}", gonka(r["reward_if_passed"]),
+                      md(level_label(r["evidence_level"]))] for r in case.unknown])
     return lines + [""]
 
 
@@ -235,7 +254,8 @@ def _penalties(case: EpochCase) -> list[str]:
             host = p["participant"]
             lines += [f"### {code(host)}", ""]
         lines += [f"{k}. Escrow {code(p['escrow_id'])}, inference {code(p['inference_id'])}, penalty "
-                  f"{md(p['penalty'])}, rule {md(p['rule'])}: {md(sentence(p))}", "",
+                  f"{md(p['penalty'])}, rule {md(p['rule'])}, evidence level {md(level_label(p['evidence_level']))}: "
+                  f"{md(sentence(p))}", "",
                   "   <details><summary>raw evidence (api.disputable_penalties.evidence)</summary>", ""]
         lines += ["   " + x for x in fenced(raw_json(p))] + ["", "   </details>", ""]
     return lines

@@ -16,6 +16,7 @@ from typing import Any
 
 from indexer.reports.restitution.collect import EpochCase
 from indexer.reports.restitution.render import gonka
+from indexer.reports.restitution.verdicts import level_label
 from indexer.verify.signatures import SignatureError, bech32_decode
 from indexer.verify.signatures import bech32_encode as bech32_address
 
@@ -71,8 +72,10 @@ def build(cases: list[EpochCase], deposit: str, vesting_epochs: int = 150) -> di
             if why:
                 raise ProposalError(f"epoch {case.epoch}: recipient {r['participant']!r}: {why}; no proposal written")
             paid[r["participant"]] = paid.get(r["participant"], 0) + int(Decimal(amount))
+            level = r.get("evidence_level")
+            verified = f"evidence level {level_label(level)}; " if level else ""
             lines.append(f"epoch {case.epoch} {r['participant']}: {r['flipped_test']} outcome flips without the "
-                         f"disputable penalties; {gonka(amount)} GONKA ({int(amount)} ngonka); evidence in "
+                         f"disputable penalties; {gonka(amount)} GONKA ({int(amount)} ngonka); {verified}evidence in "
                          f"restitution-{case.epoch}.md")
     if not paid:
         raise NothingToPay("no amount to restitute in the epochs reported; no proposal written")

@@ -10,6 +10,7 @@ from typing import Any
 
 from indexer.reports.restitution.charts import downtime_svg, sprt_svg
 from indexer.reports.restitution.collect import EpochCase
+from indexer.reports.restitution.verdicts import SETTLED, level_label
 
 NGONKA = Decimal(10) ** 9
 VARIANTS = ("current", "issue_2078", "tokenize_2093", "narrow_prompt_ge_limit", "hardened_sibling")
@@ -57,8 +58,8 @@ def fmt(value: Any) -> str:
 
 def restitution_summary(cases: list[EpochCase]) -> str:
     """The closing summary of `demo` and `report --restitution`: a heading, then per host its epoch, the test that
-    flips and the amount to restitute, each on its own short line (a terminal or a log shows it unwrapped), and how
-    many host-epochs could not be evaluated."""
+    flips, the amount to restitute and the evidence level behind it, each on its own short line (a terminal or a log
+    shows it unwrapped), and how many host-epochs could not be evaluated."""
     found = [(c.epoch, r) for c in cases for r in c.candidates]
     unknown = sum(len(c.unknown) for c in cases)
     tail = [f"  {unknown} host-epoch(s) could not be evaluated (see the reports' \"Hosts that could not be "
@@ -74,8 +75,15 @@ def restitution_summary(cases: list[EpochCase]) -> str:
         else:
             why = f"downtime test fails → passes without {r['disputable_missed']} disputable miss(es)"
         lines += [f"  epoch {epoch} {r['participant']}", f"    {why}",
-                  f"    to restitute: {gonka(r['restitution_amount'])} GONKA ({fmt(r['restitution_amount'])} ngonka)"]
+                  f"    to restitute: {gonka(r['restitution_amount'])} GONKA ({fmt(r['restitution_amount'])} ngonka)",
+                  f"    evidence level: {level_label(r['evidence_level'])}"]
     return "\n".join(lines + tail)
+
+
+def level_cell(level: str | None) -> str:
+    """An evidence level as a table cell of the HTML page: marked (class "below") when not settled."""
+    mark = "" if level == SETTLED else ' class="below"'
+    return f'<td{mark} data-level="{html.escape(level or "")}">{html.escape(level_label(level))}</td>'
 
 
 def _downtime_flips(r: dict[str, Any]) -> bool:
@@ -95,10 +103,11 @@ def html_section(cases: list[EpochCase]) -> tuple[str, dict[str, Any]]:
             continue
         # tables scroll in their own box (class "scroll" of the page), so a phone's page never scrolls sideways
         parts.append(f"<h3>Epoch {case.epoch}</h3><div class=\"scroll\"><table><tr><th>participant</th><th>role</th>"
-                     "<th>to restitute (GONKA)</th><th>to restitute (ngonka)</th></tr>")
+                     "<th>to restitute (GONKA)</th><th>to restitute (ngonka)</th><th>evidence level</th></tr>")
         for r in case.candidates:
             parts.append(f"<tr><td>{html.escape(r['participant'])}</td><td>{html.escape(role(r))}</td>"
-                         f"<td>{gonka(r['restitution_amount'])}</td><td>{fmt(r['restitution_amount'])}</td></tr>")
+                         f"<td>{gonka(r['restitution_amount'])}</td><td>{fmt(r['restitution_amount'])}</td>"
+                         f"{level_cell(r['evidence_level'])}</tr>")
         parts.append("</table></div>")
         for r in case.candidates:
             series = case.trajectories.get(r["participant"], {})

@@ -1,7 +1,8 @@
 """One disputable penalty (api.disputable_penalties) as a sentence with its arithmetic, for a committee to read:
 what was penalised, the numbers that show the request did not fit (or that nothing settles it), and where each
-number came from. The raw evidence stays beside the sentence (the report's collapsed block, the CSV's own column),
-never cut into the prose."""
+number came from; then, when its escrow's log is verified below settled, what that level leaves unshown
+(api.escrow_verification). The raw evidence stays beside the sentence (the report's collapsed block, the CSV's own
+column), never cut into the prose."""
 from __future__ import annotations
 
 import json
@@ -109,8 +110,7 @@ def _error_miss(verdict: str | None, ev: Mapping[str, Any]) -> str:
             + (f"; {' and '.join(rules)}" if rules else "") + f" (verdict {verdict or 'unknown'}).")
 
 
-def sentence(penalty: Mapping[str, Any]) -> str:
-    """The penalty as a sentence with its arithmetic (one line, no raw JSON)."""
+def _arithmetic(penalty: Mapping[str, Any]) -> str:
     ev = penalty.get("evidence") or {}
     rule = penalty.get("rule")
     if rule == "invalidated_context_refusal":
@@ -121,6 +121,50 @@ def sentence(penalty: Mapping[str, Any]) -> str:
         return _error_miss(penalty.get("verdict"), ev)
     return f"{penalty.get('penalty') or 'penalty'} under rule {rule or 'unknown'}, verdict " \
            f"{penalty.get('verdict') or 'unknown'} (see the evidence)."
+
+
+def sentence(penalty: Mapping[str, Any]) -> str:
+    """The penalty as a sentence with its arithmetic, then its evidence note (one line, no raw JSON)."""
+    note = evidence_note(penalty)
+    return _arithmetic(penalty) + (f" {note}" if note else "")
+
+
+SETTLED = "settled"  # the level at which a log is shown to be the one the chain settled (fn.evidence_levels)
+REASON_LIMIT = 200   # characters of a verification failure's reason quoted in a sentence
+_BELOW = {"none": "the escrow's log was not verified, so the penalty rests on the log as the hosts served it",
+          "signed": "the user signed every diff, but the state roots were not recomputed from the log",
+          "replayed": "every signed state root was recomputed, but the final one was not shown to be the root the "
+                      "chain settled"}
+
+
+def one_line(text: Any, most: int) -> str:
+    """A peer-influenced text on one line, cut at ``most`` characters with an ellipsis."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= most else flat[:most - 1] + "…"
+
+
+def level_label(level: str | None) -> str:
+    """A row's evidence level for a table cell: settled as it is, a lower level marked, none behind the row."""
+    if level is None:
+        return "no disputable penalty"
+    return level if level == SETTLED else f"{level} (below settled)"
+
+
+def evidence_note(penalty: Mapping[str, Any]) -> str:
+    """What the escrow's evidence level leaves unshown, with the check that failed and why; empty at settled or
+    when the level was not read."""
+    level = penalty.get("evidence_level")
+    if level is None or level == SETTLED:
+        return ""
+    why = _BELOW.get(level, "the level is not one the indexer knows")
+    check, nonce, failure = penalty.get("failed_check"), penalty.get("failed_nonce"), penalty.get("failure")
+    if check:
+        at = f" at nonce {nonce}" if nonce is not None else ""
+        why += f"; the {one_line(check, 20)} check failed{at}"
+        why += f": {one_line(failure, REASON_LIMIT)}" if failure else ""
+    elif failure:
+        why += f"; verification stopped: {one_line(failure, REASON_LIMIT)}"
+    return f"Evidence level {one_line(level, 20)}, below settled: {why}."
 
 
 def raw_json(penalty: Mapping[str, Any]) -> str:

@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 from indexer.sources.gonka.chain import ChainRest
 from indexer.sources.gonka.fastclient import FastClient, PermanentTransportError
-from indexer.sources.gonka.host import DevshardHost, HostGroup
+from indexer.sources.gonka.host import Diagnosis, DevshardHost, HostGroup
 from indexer.sources.gonka.http import FailureHook, Fetcher, FetchError, ResponseHook, RetryPolicy
 from indexer.sources.gonka.rpc import CometRpc
 from indexer.sources.gonka.signing import Operator, operator_from_env
@@ -34,13 +34,15 @@ class Gonka:
     """All clients of one poll: chain REST (with failover over ``chain_urls``), RPC, and hosts by address.
 
     ``operator`` (see :func:`operator_from_env`) signs payload requests of the escrows whose group holds it.
+    ``on_diagnosis(source, url, message, transient)`` hears which payload route each host speaks (HTTP, or Connect
+    RPC once its HTTP route answers 410 http_session_retired).
     ``private_hosts``: whether a host's ``inference_url`` may resolve to a loopback, private or link-local address
     (:mod:`indexer.sources.gonka.urls`; the chain URLs are the operator's own and are never restricted)."""
 
     def __init__(self, chain_urls: str | Sequence[str], rpc_urls: str | Sequence[str], *,
                  policy: RetryPolicy | None = None, on_response: ResponseHook | None = None,
                  on_failure: FailureHook | None = None, operator: Operator | None = None,
-                 private_hosts: bool = False) -> None:
+                 private_hosts: bool = False, on_diagnosis: Diagnosis | None = None) -> None:
         self.policy = policy or RetryPolicy()
         # httpx's interface at a third of its CPU cost
         self.client = FastClient(timeout=self.policy.timeout, deadline=self.policy.deadline)
@@ -48,6 +50,7 @@ class Gonka:
         kw = dict(policy=self.policy, client=self.client, on_response=on_response, on_failure=on_failure)
         self._kw = kw
         self.operator = operator
+        self.on_diagnosis = on_diagnosis  # which payload route each host speaks (DevshardHost._diagnose)
         chain_fetcher = Fetcher(chain_urls, name="chain", **kw)
         self.chain = _GroupRecordingChain(chain_fetcher) if operator is not None else ChainRest(chain_fetcher)
         self.rpc = CometRpc(Fetcher(rpc_urls, name="rpc", **kw))
@@ -74,7 +77,7 @@ class Gonka:
             else:
                 fetcher = Fetcher(url, name=f"host:{address}", **self._kw)
                 self._hosts[address] = self._vetted(address, fetcher) or DevshardHost(
-                    address, fetcher, operator=self.operator, groups=self._group)
+                    address, fetcher, operator=self.operator, groups=self._group, on_diagnosis=self.on_diagnosis)
         host = self._hosts[address]
         if isinstance(host, FetchError):
             raise host

@@ -122,16 +122,20 @@ class _Conn:
     def close(self) -> None:
         self.sock.close()
 
-    def send(self, requests: Sequence[tuple[str, Mapping[str, str]]], timeout: float) -> None:
-        """Write GET requests (target, headers) back to back, in one send."""
+    def send(self, requests: Sequence[tuple[str, Mapping[str, str], bytes | None]], timeout: float) -> None:
+        """Write requests (target, headers, body) back to back, in one send: a GET without a body, a POST with
+        one (its Content-Length set here)."""
         self.sock.settimeout(timeout)  # reads may have shortened it to meet a deadline
         self.timeout = timeout
         out = []
-        for target, headers in requests:
-            lines = [f"GET {target} HTTP/1.1", f"Host: {self.host_header}"]
+        for target, headers, body in requests:
+            method = "GET" if body is None else "POST"
+            lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
             lines += [f"{k}: {v}" for k, v in headers.items()]
-            out.append("\r\n".join(lines) + "\r\n\r\n")
-        self.sock.sendall("".join(out).encode("latin-1"))
+            if body is not None:
+                lines.append(f"Content-Length: {len(body)}")
+            out.append(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
+        self.sock.sendall(b"".join(out))
 
     def _recv_into(self, view: memoryview, deadline: float) -> int:
         """One read into ``view`` (0 at the end of the stream), under the read timeout and ``deadline``."""
@@ -149,13 +153,14 @@ class _Conn:
                 raise _Deadline("the answer did not complete within its deadline") from None
             raise
 
-    def response(self, target: str, deadline: float) -> tuple[int, Headers, bytes, bool]:
+    def response(self, target: str, deadline: float, method: str = "GET") -> tuple[int, Headers, bytes, bool]:
         """The next response on the connection: (status, headers, body, the server closes after it), read before
         ``deadline`` (time.monotonic()) or not at all (:class:`_Deadline`)."""
         parser = self.parser
         # the parser tracks one request/answer cycle at a time: it is told of each request (already on the wire)
         # just before its answer is read, so pipelined answers are framed one after the other
-        parser.send(h11.Request(method="GET", target=target, headers=[("Host", self.host_header)]))
+        # (a POST's body is already on the wire too: announced without a length, h11 takes it as sent)
+        parser.send(h11.Request(method=method, target=target, headers=[("Host", self.host_header)]))
         parser.send(h11.EndOfMessage())
         status, out, body, got = 0, Headers(), bytearray(), False
         while True:
@@ -268,6 +273,17 @@ class FastClient:
         assert answer is not None  # a lone request is answered or has the error that ended its connection
         return answer
 
+    def post(self, url: str, content: bytes, headers: Mapping[str, str] | None = None,
+             timeout: float | None = None) -> Response:
+        """POST ``content`` to ``url`` (httpx.Client.post's arguments), on this thread's connection to its origin,
+        under the same deadline, size limit and address guard as a GET."""
+        prepared = self._prepare(url, None, headers, bytes(content))
+        answer = self._pipeline([prepared], timeout)[0]
+        if isinstance(answer, Exception):
+            raise answer
+        assert answer is not None
+        return answer
+
     def get_many(self, requests: Sequence[tuple[str, Mapping[str, Any] | None, Mapping[str, str] | None]],
                  timeout: float | None = None) -> list[Response | httpx.HTTPError | None]:
         """GET requests (url, params, headers) to one origin, pipelined on this thread's connection: all written
@@ -277,7 +293,7 @@ class FastClient:
         a request never answered that may simply be sent again (the server closed the connection after an earlier
         answer, as keep-alive servers do after a number of requests)."""
         prepared = [self._prepare(url, params, headers) for url, params, headers in requests]
-        origins = {(scheme, netloc) for scheme, netloc, _, _, _ in prepared}
+        origins = {(p[0], p[1]) for p in prepared}
         if len(origins) > 1:
             raise ValueError(f"get_many takes requests to one origin, got {sorted(origins)}")
         if len(prepared) > 1 and origins <= self._serial:  # a server (or proxy) that does not answer pipelines
@@ -295,9 +311,11 @@ class FastClient:
             reused, answered = False, 0
             try:
                 conn, reused = self._conn(scheme, netloc, timeout)
-                conn.send([(target, hdrs) for _, _, target, _, hdrs in prepared[done:]], timeout)
+                conn.send([(target, hdrs, body) for _, _, target, _, hdrs, body in prepared[done:]], timeout)
                 while done < len(prepared):
-                    status, out, body, close = conn.response(prepared[done][2], time.monotonic() + self.deadline)
+                    method = "GET" if prepared[done][5] is None else "POST"
+                    status, out, body, close = conn.response(prepared[done][2], time.monotonic() + self.deadline,
+                                                             method)
                     results[done] = Response(status, body, out, prepared[done][3])
                     done += 1
                     answered += 1
@@ -341,9 +359,9 @@ class FastClient:
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _prepare(url: str, params: Mapping[str, Any] | None,
-                 headers: Mapping[str, str] | None) -> tuple[str, str, str, str, dict[str, str]]:
-        """(scheme, netloc, request target, the URL as shown, headers) of one GET."""
+    def _prepare(url: str, params: Mapping[str, Any] | None, headers: Mapping[str, str] | None,
+                 body: bytes | None = None) -> tuple[str, str, str, str, dict[str, str], bytes | None]:
+        """(scheme, netloc, request target, the URL as shown, headers, body) of one GET (body None) or POST."""
         parts = urlsplit(url)
         target = quote(parts.path or "/", safe="/%:@!$&'()*+,;=-._~")
         query = parts.query
@@ -354,7 +372,7 @@ class FastClient:
         hdrs = {"User-Agent": USER_AGENT, "Accept": "*/*"}
         if headers:
             hdrs.update(headers)
-        return parts.scheme, parts.netloc, target, f"{parts.scheme}://{parts.netloc}{target}", hdrs
+        return parts.scheme, parts.netloc, target, f"{parts.scheme}://{parts.netloc}{target}", hdrs, body
 
     def close(self) -> None:
         with self._lock:

@@ -13,6 +13,9 @@ import time
 from typing import Any, Callable, Collection, Sequence
 
 from indexer.sources.gonka.http import Fetcher, FetchError
+from indexer.sources.gonka.rpcpayloads import (
+    ERROR_HEADER, HTTP_SESSION_RETIRED, ConnectPayloads, PayloadShapeError, RpcNotServed, rpc_base,
+)
 from indexer.sources.gonka.signing import Operator
 from indexer.wire.diffs import b64decode, diff_from_host_json, diff_header_from_host_json, state_root
 from indexer.wire.errors import WireDecodeError
@@ -21,17 +24,35 @@ from indexer.wire.schemas import version_key
 log = logging.getLogger(__name__)
 PAGE_NONCES = 64
 
+# which payload route a host speaks (DevshardHost.route): the HTTP GET route, Connect RPC after the HTTP route
+# answered 410 http_session_retired, or neither (retired, and no Connect service or no operator mode to attach with)
+ROUTE_HTTP, ROUTE_RPC, ROUTE_NONE = "http", "connect-rpc", "none"
+Diagnosis = Callable[[str, str, str, bool], None]  # (source, url, message, transient): a net.failure row
+
+
+def _gone(status: int, body: bytes) -> bool:  # noqa: ARG001 - a 410 is a diagnosis, not a generic failure
+    return status == 410
+
 
 class DevshardHost:
     """One participant's devshard host. With an ``operator``, payload requests of escrows whose group holds the
     operator are signed (:mod:`indexer.sources.gonka.signing`); ``groups(escrow_id)`` gives an escrow's slot
-    addresses when the caller does not pass them."""
+    addresses when the caller does not pass them.
+
+    Payloads are asked over the HTTP route first. A host that answers it with 410 ``X-Devshard-Error:
+    http_session_retired`` is read over Connect RPC from then on (:mod:`indexer.sources.gonka.rpcpayloads`), and
+    ``on_diagnosis`` hears once which route it speaks, or why neither serves its payloads."""
 
     def __init__(self, address: str, fetcher: Fetcher, *, operator: Operator | None = None,
-                 groups: Callable[[str], Collection[str] | None] | None = None) -> None:
+                 groups: Callable[[str], Collection[str] | None] | None = None,
+                 on_diagnosis: Diagnosis | None = None) -> None:
         self.address, self.http = address, fetcher
         self.operator, self.groups = operator, groups
+        self.on_diagnosis = on_diagnosis
         self._versions: list[str] | None = None
+        self.route = ROUTE_HTTP  # remembered for the host's life (one cycle): ROUTE_* above
+        self.rpc = ConnectPayloads(fetcher, address, operator) if operator is not None else None
+        self._said: set[str] = set()  # diagnoses already reported for this host
 
     def versions(self) -> list[str]:
         """Protocol versions the host runs, newest first (``/devshard/healthz``)."""
@@ -84,13 +105,22 @@ class DevshardHost:
         if members is None and op is not None and self.groups is not None:
             members = self.groups(str(escrow_id))
         signed = op is not None and op.signs_for(members)
+        if self.route != ROUTE_HTTP:
+            return self._rpc_payloads(version, escrow_id, inference_ids, epoch, signed)
         if signed:
             headers = [op.payload_headers(iid, epoch) for iid in inference_ids]
         else:
             stamp = str(time.time_ns())
             headers = [{"X-Validator-Address": validator, "X-Timestamp": stamp, "X-Epoch-Id": str(epoch)}
                        for _ in inference_ids]
-        answers = self.http.get_json_many(path, params, headers)
+        answers = self.http.get_json_many(path, params, headers, permanent=_gone)
+        retired = next((a for a in answers if isinstance(a, FetchError) and a.status == 410), None)
+        if retired is not None:
+            if retired.headers.get(ERROR_HEADER) == HTTP_SESSION_RETIRED:
+                self.route = ROUTE_RPC
+                return self._rpc_payloads(version, escrow_id, inference_ids, epoch, signed)
+            self._diagnose(f"payload route answered 410 without {ERROR_HEADER}: {HTTP_SESSION_RETIRED}: {retired}",
+                           retired.url)
         out: list[str | None | FetchError] = []
         for iid, p, data in zip(inference_ids, params, answers):
             if signed and isinstance(data, FetchError) and data.status == 400 and "request timestamp" in str(data):
@@ -107,9 +137,47 @@ class DevshardHost:
         return out
 
 
-class PayloadShapeError(FetchError):
-    """A payload response that is not validation.PayloadResponse: no payload is taken from it."""
+    def _diagnose(self, message: str, url: str, transient: bool = False) -> None:
+        """Report which payload route this host speaks, once per host and message: a net.failure row of source
+        ``host:<address>``, so api.source_errors shows it beside the host's other failures."""
+        if message in self._said:
+            return
+        self._said.add(message)
+        log.info("host %s: %s", self.address, message)
+        if self.on_diagnosis is not None:
+            self.on_diagnosis(f"host:{self.address}", url, message, transient)
 
+    def _rpc_payloads(self, version: str, escrow_id: str, inference_ids: Sequence[int], epoch: int,
+                      signed: bool) -> list[str | None | FetchError]:
+        """Payloads of a host whose HTTP route is retired, over Connect RPC (operator mode and a group holding the
+        operator are needed: Attach is signed, and the host opens it only to members of the escrow)."""
+        url = self.http.base_urls[0] + rpc_base(version, escrow_id)
+        why = f"the HTTP payload route is retired (410 {ERROR_HEADER}: {HTTP_SESSION_RETIRED})"
+        if self.rpc is None or self.route == ROUTE_NONE:
+            if self.rpc is None:
+                self.route = ROUTE_NONE
+                reason = ("payloads are served only over Connect RPC, which needs operator mode "
+                          "(GONKA_OPERATOR_ADDRESS, GONKA_OPERATOR_KEY_FILE)")
+                self._diagnose(f"payload route: {why}; {reason}: this host's payloads stay unknown", url)
+            else:
+                reason = "and the host serves no Connect RPC"
+            return [FetchError(url, f"{why}; {reason}", status=410, transient=False) for _ in inference_ids]
+        if not signed:  # the host would refuse the Attach: the operator is not in this escrow's group
+            return [FetchError(url, f"{why}; the operator is not in escrow {escrow_id}'s group", status=410,
+                               transient=False) for _ in inference_ids]
+        answers = self.rpc.payloads(version, escrow_id, inference_ids, epoch)
+        failed = next((a for a in answers if isinstance(a, RpcNotServed)), None)
+        if failed is not None:
+            self.route = ROUTE_NONE
+            self._diagnose(f"payload route: {why}, and the host serves no Connect RPC either ({failed}): this "
+                           "host's payloads stay unknown", url)
+        elif any(not isinstance(a, FetchError) for a in answers):
+            self._diagnose(f"payload route: Connect RPC ({why})", url)
+        else:
+            refused = next((a for a in answers if "Attach" in str(a)), None)
+            if refused is not None:
+                self._diagnose(f"payload route: Connect RPC ({why}); {refused}", url, refused.transient)
+        return answers
 
 def stored_response_payload(data: Any) -> str | None:
     """The stored response payload in a host's answer to ``GET …/payloads?inference_id=``, as the text whose bytes

@@ -31,10 +31,11 @@ class FetchError(Exception):
     """A request that did not yield usable JSON. ``transient`` tells whether trying later may help."""
 
     def __init__(self, url: str, message: str, *, status: int | None = None, transient: bool = True,
-                 expected: bool = False) -> None:
+                 expected: bool = False, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(f"{message} ({url})")
         self.url, self.status, self.transient = url, status, transient
         self.expected = expected  # an answer the caller declared it handles (``permanent``): no failover
+        self.headers = headers or {}  # the response headers of an error answer (X-Devshard-Error, say)
 
 
 @dataclass
@@ -136,7 +137,8 @@ class Fetcher:
         return self.get_json_meta(path, params, headers)[0]
 
     def get_json_many(self, path: str, params: Sequence[Mapping[str, Any] | None],
-                      headers: Sequence[Mapping[str, str] | None]) -> list[Any]:
+                      headers: Sequence[Mapping[str, str] | None],
+                      permanent: Callable[[int, bytes], bool] | None = None) -> list[Any]:
         """:meth:`get_json` of ``path`` with each of ``params`` / ``headers``: one entry per request, its JSON or
         the :class:`FetchError` it ended with (returned, not raised). With a client that pipelines (FastClient's
         ``get_many``), the first attempts go to the first base URL at once, back to back on one connection; every
@@ -152,15 +154,24 @@ class Fetcher:
         out: list[Any] = []
         for p, h, first in zip(params, headers, firsts):
             try:
-                out.append(self.get_json_meta(path, p, h, first=None if first is None else (base, first))[0])
+                out.append(self.get_json_meta(path, p, h, permanent,
+                                              first=None if first is None else (base, first))[0])
             except FetchError as exc:
                 out.append(exc)
         return out
 
+    def post_json(self, path: str, body: bytes, headers: Mapping[str, str] | None = None, *,
+                  permanent: Callable[[int, bytes], bool] | None = None, archive: bool = True) -> Any:
+        """POST ``body`` to ``path`` and read a JSON answer, with the retry policy and failover of a GET (the
+        Connect unary calls of :mod:`indexer.sources.gonka.rpcpayloads`, which are safe to send again).
+        ``archive=False``: the answer is not reported to ``on_response`` (it holds a session credential)."""
+        return self.get_json_meta(path, None, headers, permanent, body=body, archive=archive)[0]
+
     def get_json_meta(self, path: str, params: Mapping[str, Any] | None = None,
                       headers: Mapping[str, str] | None = None,
                       permanent: Callable[[int, bytes], bool] | None = None,
-                      first: Any = None) -> tuple[Any, Mapping[str, str]]:
+                      first: Any = None, body: bytes | None = None,
+                      archive: bool = True) -> tuple[Any, Mapping[str, str]]:
         """(JSON, response headers). ``permanent(status, body)``: an error answer it accepts is raised at once as
         deterministic (e.g. a node saying a height is pruned: retrying or failing over cannot help), and is not
         reported to ``on_failure`` (the caller expects it and handles it). ``first``: the answer (response or
@@ -170,7 +181,8 @@ class Fetcher:
         for base in list(self.base_urls):
             try:
                 result = self._get_from(base, path, params, headers, permanent,
-                                        first[1] if first is not None and first[0] == base else None)
+                                        first[1] if first is not None and first[0] == base else None,
+                                        body, archive)
             except FetchError as exc:
                 if exc.expected:
                     raise
@@ -186,8 +198,9 @@ class Fetcher:
         raise transient or last  # transient when trying later at some base URL may help
 
     def _get_from(self, base: str, path: str, params, headers, permanent=None,
-                  first: Any = None) -> tuple[Any, Mapping[str, str]]:
+                  first: Any = None, body: bytes | None = None, archive: bool = True) -> tuple[Any, Mapping[str, str]]:
         url = base + path
+        keep = self._archive if archive else (lambda *a: None)
         policy = self.policy
         headers = self._authorized(base, headers)
         last: FetchError | None = None
@@ -200,7 +213,10 @@ class Fetcher:
                         raise resp
                 else:
                     self.requests += 1
-                    resp = self.client.get(url, params=params, headers=headers, timeout=policy.timeout)
+                    if body is None:
+                        resp = self.client.get(url, params=params, headers=headers, timeout=policy.timeout)
+                    else:
+                        resp = self.client.post(url, content=body, headers=headers, timeout=policy.timeout)
             except (DeadlineExceeded, PermanentTransportError, httpx.UnsupportedProtocol) as exc:
                 # trying this base URL again cannot help (or would cost another whole deadline): fail over
                 err = FetchError(url, f"{type(exc).__name__}: {exc}",
@@ -216,27 +232,27 @@ class Fetcher:
                     try:
                         data = _loads(resp.content)
                     except ValueError as exc:
-                        self._archive(shown, resp, False)
+                        keep(shown, resp, False)
                         last = FetchError(shown, f"truncated or invalid JSON: {exc}", status=200, transient=True)
                     else:
-                        self._archive(shown, resp, True)
+                        keep(shown, resp, True)
                         return data, resp.headers
                 elif permanent is not None and permanent(resp.status_code, resp.content):
                     # an answer the caller expects and handles (a pruned height: live values stand in, flagged in
                     # the data), so not a source failure: no net.failure row; the caller records what it lacks
-                    self._archive(shown, resp, False)
+                    keep(shown, resp, False)
                     raise FetchError(shown, f"HTTP {resp.status_code}: {_shown(resp.content, 300)}",
-                                     status=resp.status_code, transient=False, expected=True)
+                                     status=resp.status_code, transient=False, expected=True, headers=resp.headers)
                 elif resp.status_code == 429 or resp.status_code >= 500:
-                    self._archive(shown, resp, False)
+                    keep(shown, resp, False)
                     last = FetchError(shown, f"HTTP {resp.status_code}: {_shown(resp.content, 200)}",
                                       status=resp.status_code, transient=True)
                     if resp.status_code == 429:
                         wait = retry_after_seconds(resp.headers.get("Retry-After"))
                 else:  # 1xx, other 2xx, 3xx (redirects are not followed), 4xx: the same answer on a retry
-                    self._archive(shown, resp, False)
+                    keep(shown, resp, False)
                     err = FetchError(shown, f"HTTP {resp.status_code}: {_shown(resp.content, 200)}",
-                                     status=resp.status_code, transient=False)
+                                     status=resp.status_code, transient=False, headers=resp.headers)
                     self._failed(err)
                     raise err
             self._failed(last)

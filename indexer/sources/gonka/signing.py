@@ -14,11 +14,15 @@ What the host checks, in order (status and message of each refusal in :data:`REF
 5. the signature verifies under one of the member's keys: its account public key (``AccountByAddress``) or the
    keys of its grantees for ``/inference.inference.MsgStartInference`` (401 otherwise).
 
-The signed bytes are ``calculations.getDevBytes`` (``inference-chain/x/inference/calculations/
-signature_validate.go`` at 5b1abfe90db751f8b4c2c7dfa525600d4d21aaab) for ``Payload = inference_id`` (the query
-string value as sent), ``EpochId = X-Epoch-Id``, ``Timestamp = X-Timestamp``, ``TransferAddress =
-X-Validator-Address``: the plain concatenation ``inference_id ‖ epoch ‖ timestamp ‖ address`` of decimal strings,
-no separators, where the epoch is left out when it is 0 and the timestamp when it is ≤ 0. The verifier is Cosmos
+The signed bytes are ``calculations.getDevBytes`` in its version with the ``EpochId`` field
+(``inference-chain/x/inference/calculations/signature_validate.go`` as in the fork zpoken/gonka at
+89ff8bdb32bca19688cd505bef749a468b281bf4, the only indexed copy that has the field: gonka-ai/gonka at 5b1abfe90db7
+and 2566be19c155 predate it; the host fills ``SignatureComponents{Payload, EpochId, Timestamp, TransferAddress}`` in
+``authenticatePayloadRequest``) for ``Payload = inference_id`` (the query string value as sent), ``EpochId =
+X-Epoch-Id``, ``Timestamp = X-Timestamp``, ``TransferAddress = X-Validator-Address``: the plain concatenation
+``inference_id ‖ epoch ‖ timestamp ‖ address`` of decimal strings, no separators, where the epoch is left out when
+it is 0 and the timestamp when it is ≤ 0. The same bytes, signature and base64 text travel in the Connect
+``PayloadService.GetPayload`` request of newer hosts (:mod:`indexer.sources.gonka.rpcpayloads`). The verifier is Cosmos
 SDK ``secp256k1.PubKey.VerifySignature``: ECDSA over secp256k1 of **sha256(bytes)**, signature exactly 64 bytes
 ``r ‖ s`` (big-endian, not DER) with low ``s`` (``s ≤ n/2``; high-s is refused as malleable). ``Authorization``
 carries it base64-encoded (standard alphabet, padded), with no scheme prefix: the validators' own client
@@ -49,6 +53,7 @@ from typing import Collection, Mapping
 from coincurve import PrivateKey
 
 from indexer.settings import ConfigError
+from indexer.verify.signatures import address_of_pubkey
 
 # header names as the host reads them (common/utils: XValidatorAddressHeader, XTimestampHeader, XEpochIdHeader,
 # AuthorizationHeader)
@@ -151,14 +156,19 @@ class Operator:
 
     ``address`` goes into ``X-Validator-Address`` and the signed bytes; ``member`` is the group member it acts for
     (itself, or the granter when ``address`` is a warm key) and decides which escrows are signed for.
+
+    ``peer_address`` is the address the key itself is known by on chain (the account it is the key of, or the
+    grantee it is): what a Connect ``Attach`` names as its signer, since the host recovers the signer from the
+    signature. It is ``address`` until :func:`indexer.sources.gonka.identity.check_operator_key` finds otherwise.
     """
 
-    __slots__ = ("address", "member", "_key")
+    __slots__ = ("address", "member", "peer_address", "_key")
 
     def __init__(self, address: str, secret: bytes, member: str | None = None) -> None:
         if not address:
             raise OperatorConfigError("operator address is empty")
         self.address, self.member = address, member or address
+        self.peer_address = address
         self._key = PrivateKey(bytes(secret))
 
     def __repr__(self) -> str:
@@ -179,6 +189,16 @@ class Operator:
         (libsecp256k1 always normalizes), as Cosmos ``PrivKey.Sign`` produces."""
         compact = self._key.sign_recoverable(message, hasher=lambda m: hashlib.sha256(m).digest())[:64]
         return base64.b64encode(compact).decode("ascii")
+
+    @property
+    def key_address(self) -> str:
+        """The bech32 ``gonka`` address of the key (ripemd160 of sha256 of the compressed public key)."""
+        return address_of_pubkey(self.public_key)
+
+    def sign_recoverable(self, message: bytes) -> bytes:
+        """go-ethereum ``crypto.Sign`` of sha256(message), as devshard's ``Secp256k1Signer.Sign`` makes it
+        (``devshard/signing/secp256k1.go`` @1924b248f808): 65 bytes ``r ‖ s ‖ v`` with v in {0, 1}, low s."""
+        return self._key.sign_recoverable(message, hasher=lambda m: hashlib.sha256(m).digest())
 
     def signs_for(self, members: Collection[str] | None) -> bool:
         """Whether an escrow with these slot addresses should get signed requests (unknown group: no)."""
