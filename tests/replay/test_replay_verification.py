@@ -107,9 +107,13 @@ def _without(kind):
 @pytest.mark.parametrize("name, recs, want", [
     ("no signed log", lambda: _without("signed_diff"),
      {"level": "none", "nonces_checked": 0, "failed_check": None, "failure": NO_LOG}),
-    ("unported version", lambda: [escrow_record(protocol_version="v5"), *_without("escrow")[:-1]],
+    ("unported version", lambda: [escrow_record(protocol_version="v3"), *_without("escrow")[:-1]],
      {"level": "signed", "nonces_checked": 34, "failed_check": None,
-      "failure": "protocol version 'v5' is not supported by this verifier"}),
+      "failure": "protocol version 'v3' is not supported by this verifier"}),
+    ("v5 without its execution timeout", lambda: [escrow_record(protocol_version="v5"), *_without("escrow")[:-1]],
+     {"level": "signed", "nonces_checked": 34, "failed_check": None,
+      "failure": "not checkable by this verifier: the v5 rules seal a Finished record after seal_grace_seconds + "
+                 "execution_timeout"}),
     ("no settlement", lambda: [escrow_record(settled=False), *_without("escrow")[:-1]],
      {"level": "replayed", "nonces_checked": 34, "failed_check": None,
       "failure": "no settlement transaction captured (the escrow is not settled)"}),
