@@ -141,6 +141,13 @@ def test_replay_bench_runs_and_finds_its_tables_identical(pg_admin_url):
     assert "replay tables identical across all runs: True" in out.stdout
 
 
+def test_verify_stage_bench_runs_and_every_escrow_settles(pg_admin_url):
+    out = _run(["bench/verify_stage_bench.py", "--escrows", "2", "--runs", "1", "--database-url", pg_admin_url])
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert re.search(r"^verification / replay: [\d.]+x", out.stdout, re.M), out.stdout
+    assert "escrows verified to settled: [2] of 2" in out.stdout
+
+
 def test_rules_bench_runs(pg_admin_url):
     out = _run(["bench/rules_bench.py", "--inferences", "2000", "--database-url", pg_admin_url])
     assert out.returncode == 0, out.stderr

@@ -137,6 +137,30 @@ def cmd_export(args, settings: Settings) -> int:
     return EXIT_OK
 
 
+def cmd_evidence(args, settings: Settings) -> int:
+    import psycopg
+
+    from indexer.rules.evidence import EvidenceError, build_evidence
+    from indexer.verify.evidence import verify_bundle
+
+    url = ready_database(args, settings)
+    try:
+        with psycopg.connect(url) as conn:
+            evidence = build_evidence(conn, args.escrow, args.inference)
+    except EvidenceError as exc:
+        error(str(exc))
+        return EXIT_INPUT
+    b = evidence.bundle
+    with open(args.out, "w", encoding="utf-8") as fh:
+        fh.write(b.to_json())
+    for note in evidence.notes:
+        warn(note)
+    say(f"wrote {args.out}: escrow {b.escrow_id}, {len(b.diffs)} signed diffs, "
+        f"{'a' if b.settlement else 'no'} settlement, {len(b.penalties)} penalty derivation(s); checked here to "
+        f"{verify_bundle(b).level} (python -m indexer.verify {args.out} checks it without this database)")
+    return EXIT_OK
+
+
 def cmd_archive(args, settings: Settings) -> int:
     from indexer.archive import archive
 

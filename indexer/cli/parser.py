@@ -162,6 +162,16 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--force", action="store_true",
                     help="archive epochs that are not final in net.epoch_state (their records may still change)")
 
+    ev = sub.add_parser("evidence", help="write an escrow's evidence bundle (python -m indexer.verify checks it)",
+                        description="A self-contained devshard-evidence/1 bundle: the escrow's signed diffs, its "
+                                    "settlement transaction, the group, creator, amount and session config, and "
+                                    "each disputable penalty's derivation (rule, numbers, governance limit and its "
+                                    "source). Anyone can check it with `python -m indexer.verify FILE`.")
+    ev.add_argument("escrow", metavar="ESCROW", help="the escrow id")
+    ev.add_argument("inference", metavar="INFERENCE", type=int, nargs="?",
+                    help="only this inference's penalties (default: every disputable penalty of the escrow)")
+    ev.add_argument("--out", required=True, metavar="FILE", help="where to write the bundle (JSON)")
+
     db = sub.add_parser("db", help="embedded database: url | stop")
     db.add_argument("action", choices=["url", "stop"],
                     help="url: print the URL (starting the embedded server if needed); stop: stop it")

@@ -19,6 +19,7 @@ def print_ingest_summary(summary, downstream) -> None:
             ("amended", summary.amended), ("unchanged", summary.unchanged), ("quarantined", summary.quarantined),
             ("resumed past (already committed)", summary.skipped_resumed), ("escrows touched", replay.escrows),
             ("txs replayed", replay.txs), ("txs rejected by the state machine", replay.rejected),
+            ("escrow logs verified (evidence new or changed)", replay.verified),
             ("seconds (load / replay / rules)", f"{summary.seconds:.2f} / {replay.seconds:.2f} / {rules.seconds:.2f}"),
             ("epochs re-evaluated", rules.epochs)]
     if replay.held:

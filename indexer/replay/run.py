@@ -24,6 +24,7 @@ from indexer.db.marks import EPOCH_MARK
 from indexer.load.partitions import analyze_epochs
 from indexer.workers import InterruptAtSafePoints, no_cyclic_gc, pool as workers_pool, run_alone, stop_requested
 from indexer.replay.machine import KIND_ORDER, EscrowConfig, replay_rows
+from indexer.replay.verification import verify_escrows
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,10 @@ _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slo
 # needs next: a replay that took rec.start_tx and then waited for rec.confirm_start_tx, while the loader held
 # that one and waited for rec.start_tx, was a deadlock. ONLY: the partitions themselves are locked as the chunk
 # reaches them, always after their parent.
+_EVIDENCE = ("rec.signed_diff", "rec.settlement")  # read by the verification stage (indexer.replay.verification)
 _LOCK_PARENTS = ";".join(f"LOCK TABLE ONLY {table} IN {mode} MODE" for table, mode in sorted(
-    [(table, "ACCESS SHARE") for table, _ in _SOURCES] + [("replay.inference", "ROW EXCLUSIVE")],
+    [(table, "ACCESS SHARE") for table, _ in _SOURCES] + [(table, "ACCESS SHARE") for table in _EVIDENCE]
+    + [("replay.inference", "ROW EXCLUSIVE")],
     key=lambda t: t[0].split(".")))
 
 
@@ -93,6 +96,7 @@ class ReplaySummary:
     txs: int = 0
     rejected: int = 0
     inferences: int = 0
+    verified: int = 0  # escrows whose verification row was (re)computed
     seconds: float = 0.0
     deferred_analyze: Deferred | None = None  # tables skipped while autovacuum held them (indexer.db.quickstats)
     # escrows whose replay killed its worker process, the last time alone: left dirty, skipped by the rest of the pass
@@ -103,6 +107,7 @@ class ReplaySummary:
         self.txs += other.txs
         self.rejected += other.rejected
         self.inferences += other.inferences
+        self.verified += other.verified
         self.held += other.held
 
 
@@ -151,8 +156,8 @@ def replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, pr
 
 def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, hold: list | tuple = (), *,
                  only: list | tuple | None = None, on_claim=None) -> bool:
-    """Claim up to ``chunk`` dirty escrows (not those in ``hold``; with ``only``, only those), replay them and
-    write their rows, in one transaction. False when none was dirty."""
+    """Claim up to ``chunk`` dirty escrows (not those in ``hold``; with ``only``, only those), replay them, write
+    their rows and verify their logs (indexer.replay.verification), in one transaction. False when none was dirty."""
     with conn.transaction(), no_cyclic_gc():
         conn.execute(_LOCK_PARENTS)
         ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk, hold, only)
@@ -161,6 +166,7 @@ def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, h
         if on_claim is not None:
             on_claim(ids)
         _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
+        summary.verified += len(verify_escrows(conn, ids))
     return True
 
 

@@ -13,6 +13,7 @@ tag in front of some messages (``devshard/types/signed_preimage.go`` @0d660980);
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import coincurve
@@ -107,6 +108,13 @@ def address_of_pubkey(pubkey: bytes, hrp: str = HRP) -> str:
     except (ValueError, TypeError) as exc:
         raise SignatureError(f"public key {pubkey.hex()[:20]}… ({len(pubkey)} bytes) is not on secp256k1: {exc}") \
             from None
+    return _address(compressed, hrp)
+
+
+@functools.lru_cache(maxsize=4096)
+def _address(compressed: bytes, hrp: str) -> str:
+    """The address of a compressed key. A session's signers are few (its slots, their warm keys, the user) and sign
+    every nonce: each key's hashes and bech32 text are made once (bounded), not per signature."""
     return bech32_encode(hrp, ripemd160(hashlib.sha256(compressed).digest()))
 
 
@@ -126,7 +134,7 @@ def recover_pubkey(message: bytes, signature: bytes) -> bytes:
 
 def recover_address(message: bytes, signature: bytes, hrp: str = HRP) -> str:
     """Address of the key that signed ``message`` (the bytes, unhashed) with ``signature``."""
-    return address_of_pubkey(recover_pubkey(message, signature), hrp)
+    return _address(recover_pubkey(message, signature), hrp)  # compressed already: no second parse
 
 
 # ---- the signed bytes of each host- and user-signed message (field numbers from devshard/proto/devshard/v1/tx.proto

@@ -27,8 +27,9 @@ def test_demo_polls_the_devnet_and_finds_every_rule_family(db_url):
     summary = lines[next(i for i, line in enumerate(lines) if line.startswith("restitution: ")):]
     epoch, host, _, _ = flips[0]
     assert f"  epoch {epoch} {host}" in summary and "GONKA" in summary[3 * len(flips)]
-    # a heading, three lines per host, and one naming the undecided host-epochs: readable in a terminal
-    assert len(summary) == 1 + 3 * len(flips) + 1
+    # a heading, four lines per host (epoch, test, amount, evidence level), and one naming the undecided
+    # host-epochs: readable in a terminal
+    assert len(summary) == 1 + 4 * len(flips) + 1
     assert summary[-1].endswith("host-epoch(s) could not be evaluated (see the reports' \"Hosts that could not be "
                                 "evaluated\")")
     assert all(len(line) <= 100 for line in summary), max(summary, key=len)

@@ -38,8 +38,8 @@ def record_state(url: str) -> dict[str, list]:
                               "AND table_type = 'BASE TABLE' ORDER BY 1").fetchall():
             cols = [r[0] for r in c.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = 'replay' "
-                "AND table_name = %s AND column_name NOT IN ('replayed_at', 'marked_at') ORDER BY ordinal_position",
-                (t,))]
+                "AND table_name = %s AND column_name NOT IN ('replayed_at', 'marked_at', 'verified_at') "
+                "ORDER BY ordinal_position", (t,))]
             order = ", ".join(str(i + 1) for i in range(len(cols)))
             out[f"replay.{t}"] = c.execute(f"SELECT {', '.join(cols)} FROM replay.{t} ORDER BY {order}").fetchall()
     return out

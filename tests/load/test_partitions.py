@@ -196,7 +196,10 @@ def test_migration_converts_data_and_back(three_epochs):
         assert c.execute("SELECT count(*) FROM pg_partitioned_table").fetchone() == (0,)
         assert c.execute("SELECT count(*) FROM rec.finish_tx").fetchone()[0] > 0
     migrate.upgrade(three_epochs)
-    assert db_state(three_epochs) == tables_before
+    after = db_state(three_epochs)
+    # derived by the verification stage, dropped by the downgrade and created empty by 0029: the next replay refills it
+    assert after.pop("replay.escrow_verification") == []
+    assert after == {t: rows for t, rows in tables_before.items() if t != "replay.escrow_verification"}
     with psycopg.connect(three_epochs) as c:
         assert c.execute("SELECT count(*) FROM part.rec_finish_tx_default").fetchone() == (0,)
         assert c.execute("SELECT count(*) FROM part.rec_finish_tx_e400").fetchone()[0] > 0

@@ -1,0 +1,297 @@
+"""The verification stage: each replayed escrow's log checked the way the protocol signs it, from the database.
+
+For every escrow a replay chunk replays, the stored evidence (``rec.escrow`` for the session inputs,
+``rec.signed_diff`` in nonce order, ``rec.settlement``, and the epoch's ``devshard_escrow_params`` for the approved
+versions and ``max_nonce``) becomes an :class:`indexer.verify.bundle.Bundle`, the pure verifier
+(:func:`indexer.verify.evidence.verify_bundle`) runs its three checks, and ``replay.escrow_verification`` gets one
+row: the level reached, how many nonces passed, the first failing check, nonce and reason. The same bundle, with the
+penalties' derivations added, is what ``indexer evidence`` hands out, so the stage and a third party check the same
+bytes.
+
+Warm keys are not captured by any record kind: host signatures are accepted from the slots' own (cold) addresses
+only, and a failure where a signature recovered to another key says so. Each row keeps a digest of the evidence
+and the verifier version it was computed from: an escrow replayed again with the same evidence (a tx record changed,
+``indexer replay --all``) is not re-checked, and a re-check with the same outcome leaves the row as it was, so a
+re-run gives identical rows (``verified_at`` included).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from dataclasses import dataclass, field
+
+import psycopg
+
+from indexer.verify import bundle as bd, diff, proto as pb, settlement as st
+from indexer.verify.versions import ported_names
+from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
+from indexer.verify.inputs import session_inputs
+
+NO_LOG = "no signed log captured"
+COLD_ONLY = "warm keys are not captured, so only the slots' own addresses are accepted"
+MAX_SOURCES_TEXT = 200
+MAX_FAILURE = 1000
+_U64 = (1 << 64) - 1
+log = logging.getLogger(__name__)
+_ESCROW = ("escrow_id", "epoch_index", "slots", "vote_threshold_factor", "protocol_version", "settled", "creator",
+           "amount", "token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",
+           "inference_seal_grace_seconds", "auto_seal_every_n_nonces")
+_SETTLEMENT = ("escrow_id", "tx_hash", "height", "settler", "state_root", "rest_hash", "nonce", "fees",
+               "state_root_and_protocol_version", "host_stats", "signatures", "msg", "tx_raw")
+_HOST_STATS = ("missed", "invalid", "cost", "required_validations", "completed_validations")
+
+
+class Unusable(ValueError):
+    """Stored evidence that cannot be read (the check it stops, the nonce when one applies, the reason)."""
+
+    def __init__(self, check: str, nonce: int | None, reason: str):
+        super().__init__(reason)
+        self.check, self.nonce, self.reason = check, nonce, reason
+
+
+@dataclass
+class Material:
+    """One escrow's stored evidence, as read from the database."""
+    escrow: dict
+    diffs: list[tuple] = field(default_factory=list)  # (nonce, content, user_sig, source_host), by nonce
+    settlement: dict | None = None
+    params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured
+
+
+@dataclass(frozen=True)
+class Verification:
+    escrow_id: str
+    epoch_index: int | None
+    level: str
+    nonces_checked: int
+    failed_check: str | None
+    failed_nonce: int | None
+    failure: str | None
+    source_host: str | None
+    protocol_version: str | None
+    settlement_tx_hash: str | None
+    settlement_height: int | None
+
+
+def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Material]:
+    """The stored evidence of the escrows ``ids`` (those in rec.escrow), one query per table."""
+    out: dict[str, Material] = {}
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {', '.join(_ESCROW)} FROM rec.escrow WHERE escrow_id = ANY(%s) ORDER BY escrow_id",
+                    (ids,))
+        for row in cur:
+            out[row[0]] = Material(dict(zip(_ESCROW, row)))
+        epochs = sorted({m.escrow["epoch_index"] for m in out.values() if m.escrow["epoch_index"] is not None})
+        # the tables are partitioned by epoch (docs/partitioning.md): naming the epochs reads only those partitions
+        cur.execute("SELECT escrow_id, nonce, content, user_sig, source_host FROM rec.signed_diff "
+                    "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) ORDER BY escrow_id, nonce", (ids, epochs))
+        for escrow_id, *row in cur:
+            if escrow_id in out:
+                out[escrow_id].diffs.append(tuple(row))
+        cur.execute(f"SELECT {', '.join(_SETTLEMENT)} FROM rec.settlement "
+                    "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s)", (ids, epochs))
+        for row in cur:
+            if row[0] in out:
+                out[row[0]].settlement = dict(zip(_SETTLEMENT, row))
+        cur.execute("SELECT epoch_index, devshard_escrow_params FROM rec.epoch_params WHERE epoch_index = ANY(%s)",
+                    (epochs,))
+        params = dict(cur.fetchall())
+    for m in out.values():
+        m.params = params.get(m.escrow["epoch_index"])
+    return out
+
+
+def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...]:
+    """The stored diffs as the verifier reads them: the nonce each lists is the one inside its signed content (the
+    row's own nonce when the content cannot be read, which the replay check then reports)."""
+    out = []
+    for nonce, content, user_sig, _ in rows:
+        where = f"rec.signed_diff escrow {escrow_id} nonce {nonce}"
+        try:
+            data = base64.b64decode(content, validate=True)
+        except (binascii.Error, ValueError):
+            raise Unusable("signed", nonce, f"{where}: content is not base64") from None
+        if not user_sig:
+            raise Unusable("signed", nonce, f"{where}: no user signature captured")
+        try:
+            nonce = diff.read_diff_content(data).nonce
+        except (diff.DiffError, pb.ProtoError):
+            pass
+        out.append(bd.SignedDiff(nonce, data, bytes.fromhex(user_sig)))
+    return tuple(out)
+
+
+def _bytes(row: dict, name: str) -> bytes:
+    value = row.get(name)
+    return b"" if value is None else bytes.fromhex(value)
+
+
+def settle_msg_bytes(row: dict) -> bytes:
+    """The settlement's ``MsgSettleDevshardEscrow`` bytes: as captured, or re-encoded from its stored fields (the
+    deterministic serialization, :func:`indexer.verify.settlement.encode_settle_msg`) when the bytes were not."""
+    where = f"rec.settlement escrow {row['escrow_id']}"
+    if row.get("msg") is not None:
+        try:
+            return base64.b64decode(row["msg"], validate=True)
+        except (binascii.Error, ValueError):
+            raise Unusable("settled", None, f"{where}: msg is not base64") from None
+    try:
+        stats = row.get("host_stats") or {}
+        signatures = row.get("signatures") or {}
+        msg = st.SettleMsg(
+            settler=row.get("settler") or "", escrow_id=int(row["escrow_id"]), state_root=_bytes(row, "state_root"),
+            nonce=int(row.get("nonce") or 0), rest_hash=_bytes(row, "rest_hash"), fees=int(row.get("fees") or 0),
+            version=row.get("state_root_and_protocol_version") or "",
+            host_stats=[st.HostStatsEntry(int(slot), *(int(stats[slot].get(k) or 0) for k in _HOST_STATS))
+                        for slot in sorted(stats, key=int)],
+            signatures=[st.SlotSignature(int(slot), bytes.fromhex(signatures[slot]))
+                        for slot in sorted(signatures, key=int)])
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise Unusable("settled", None, f"{where}: its fields cannot be re-encoded ({exc})") from None
+    return st.encode_settle_msg(msg)
+
+
+def _settlement(m: Material) -> tuple[bd.Settlement | None, str | None]:
+    """The bundle's settlement, and a note when the approved versions or max_nonce were not captured."""
+    row = m.settlement
+    if row is None:
+        return None, None
+    note = None
+    params = m.params if isinstance(m.params, dict) else {}
+    versions = params.get("approved_versions")
+    max_nonce = params.get("max_nonce")
+    if not isinstance(versions, list) or not isinstance(max_nonce, int):
+        note = (f"the approved versions and max_nonce were not checked: no devshard_escrow_params with them "
+                f"captured for epoch {m.escrow['epoch_index']}")
+        versions, max_nonce = [], _U64
+    names = tuple(str(v["name"]) for v in versions if isinstance(v, dict) and v.get("name") is not None)
+    tx_raw = None
+    if row.get("tx_raw") is not None:
+        try:
+            tx_raw = base64.b64decode(row["tx_raw"], validate=True)
+        except (binascii.Error, ValueError):
+            raise Unusable("settled", None, f"rec.settlement escrow {row['escrow_id']}: tx_raw is not base64") \
+                from None
+    return bd.Settlement(settle_msg_bytes(row), max_nonce=max_nonce, approved_versions=names,
+                         tx_hash=row.get("tx_hash"), height=row.get("height"), tx_raw=tx_raw), note
+
+
+def escrow_bundle(m: Material) -> tuple[bd.Bundle, str | None]:
+    """``m`` as an evidence bundle (no penalties) and a note on what could not be checked; :class:`Unusable` when
+    the log is missing or unreadable, or the session inputs were not captured."""
+    escrow_id = m.escrow["escrow_id"]
+    if not m.diffs:
+        raise Unusable("none", None, NO_LOG)
+    inputs = session_inputs(m.escrow, m.params if isinstance(m.params, dict) else None)
+    if isinstance(inputs, str):
+        raise Unusable("none", None, inputs)
+    diffs = _signed_diffs(escrow_id, m.diffs)
+    settlement, note = _settlement(m)
+    group = tuple(bd.Host(slot, address) for slot, address in enumerate(inputs.slots))
+    return bd.Bundle(escrow_id=escrow_id, protocol_version=inputs.version, creator=inputs.creator,
+                     amount=inputs.balance, group=group, config=inputs.config, diffs=diffs,
+                     settlement=settlement), note
+
+
+def _nonces_checked(report: Report, diffs: tuple[bd.SignedDiff, ...]) -> int:
+    """The diffs that passed every check made on them: those before the failing nonce, or all of them."""
+    if report.failed_step in ("signed", "replayed") and report.failure is not None:
+        outcome = next(s.outcome for s in report.steps if s.name == report.failed_step)
+        if outcome != NOT_CHECKED:
+            return 0 if report.failed_nonce is None else sum(1 for d in diffs if d.nonce < report.failed_nonce)
+    return len(diffs)
+
+
+def _explain(failure: str) -> str:
+    """A failure where a host signature recovered to a key that is not the slot's: say that warm keys are unknown."""
+    if "recovered" in failure or "authorised warm key" in failure:
+        return f"{failure} ({COLD_ONLY})"
+    return failure
+
+
+def verify_material(m: Material) -> Verification:
+    """The verification row of one escrow from its stored evidence."""
+    e, s = m.escrow, m.settlement or {}
+    sources = ", ".join(sorted({row[3] for row in m.diffs if row[3]}))
+    row = dict(escrow_id=e["escrow_id"], epoch_index=e["epoch_index"], protocol_version=e["protocol_version"],
+               source_host=sources[:MAX_SOURCES_TEXT] or None, settlement_tx_hash=s.get("tx_hash"),
+               settlement_height=s.get("height"))
+    try:
+        b, note = escrow_bundle(m)
+    except Unusable as exc:
+        check = None if exc.check == "none" else exc.check
+        return Verification(level="none", nonces_checked=0, failed_check=check, failed_nonce=exc.nonce,
+                            failure=exc.reason, **row)
+    try:
+        report = verify_bundle(b)
+    except Exception as exc:  # noqa: BLE001 - served bytes are untrusted: a verifier bug must not stop the replay
+        log.exception("verifying escrow %s", e["escrow_id"])
+        return Verification(level="none", nonces_checked=0, failed_check=None, failed_nonce=None,
+                            failure=_bounded(f"the verifier failed: {type(exc).__name__}: {exc}"), **row)
+    failed_check = failure = None
+    if report.failure is not None:
+        outcome = next(step.outcome for step in report.steps if step.name == report.failed_step)
+        failed_check = None if outcome == NOT_CHECKED else report.failed_step
+        failure = _explain(report.failure)
+        if report.failed_step == "settled" and b.settlement is None:
+            failure = "no settlement transaction captured" + ("" if e["settled"] else " (the escrow is not settled)")
+    if note is not None and b.settlement is not None and report.level == "settled":
+        failure = note if failure is None else f"{failure}; {note}"
+    return Verification(level=report.level, nonces_checked=_nonces_checked(report, b.diffs),
+                        failed_check=failed_check, failed_nonce=report.failed_nonce if failed_check else None,
+                        failure=None if failure is None else _bounded(failure), **row)
+
+
+def _bounded(text: str) -> str:
+    """A failure as stored: reasons quote served data, so they are cut at :data:`MAX_FAILURE` characters."""
+    return text if len(text) <= MAX_FAILURE else text[:MAX_FAILURE - 1] + "…"
+
+
+_COLUMNS = ("escrow_id", "epoch_index", "level", "nonces_checked", "failed_check", "failed_nonce", "failure",
+            "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "evidence_digest")
+_CONTENT = _COLUMNS[1:]
+_UPSERT = f"""
+INSERT INTO replay.escrow_verification AS v ({', '.join(_COLUMNS)}, verified_at)
+VALUES ({', '.join(f'%({c})s' for c in _COLUMNS)}, now())
+ON CONFLICT (escrow_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _CONTENT)},
+  verified_at = excluded.verified_at
+WHERE ({', '.join(f'v.{c}' for c in _CONTENT)}) IS DISTINCT FROM ({', '.join(f'excluded.{c}' for c in _CONTENT)})
+"""
+
+
+# The verifier's own version is part of every digest: a change to what the checks accept (a protocol version's rules
+# ported, a fix) re-checks every escrow at its next replay.
+VERIFIER = f"verification 1; session rules {ported_names()}"
+# What the checks read, per escrow, hashed by the server (the diffs' content never travels for an unchanged escrow).
+# Each part is a row's text or 'null', so a part that is missing cannot pass for another.
+_DIGESTS = """
+SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
+  row(e.epoch_index, e.slots, e.vote_threshold_factor, e.protocol_version, e.settled, e.creator, e.amount,
+      e.token_price, e.create_devshard_fee, e.fee_per_nonce, e.inference_seal_grace_nonces,
+      e.inference_seal_grace_seconds, e.auto_seal_every_n_nonces)::text,
+  coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host)::text, E'\\n' ORDER BY d.nonce)
+            FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index), 'null'),
+  coalesce((SELECT row(s.tx_hash, s.height, s.settler, s.state_root, s.rest_hash, s.nonce, s.fees,
+                       s.state_root_and_protocol_version, s.host_stats, s.signatures, s.msg, s.tx_raw)::text
+            FROM rec.settlement s WHERE s.escrow_id = e.escrow_id AND s.epoch_index = e.epoch_index), 'null'),
+  coalesce((SELECT p.devshard_escrow_params::text FROM rec.epoch_params p WHERE p.epoch_index = e.epoch_index),
+           'null'))),
+  v.evidence_digest
+FROM rec.escrow e LEFT JOIN replay.escrow_verification v ON v.escrow_id = e.escrow_id
+WHERE e.escrow_id = ANY(%(ids)s)
+"""
+
+
+def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verification]:
+    """Verify those of the escrows ``ids`` whose evidence (or the verifier) changed since their row was written, and
+    write their rows (caller's transaction). Returns the rows computed; the others are left as they were."""
+    changed = {eid: digest for eid, digest, stored in conn.execute(_DIGESTS, {"ids": ids, "verifier": VERIFIER})
+               if digest != stored}
+    if not changed:
+        return []
+    results = [verify_material(m) for m in load_material(conn, sorted(changed)).values()]
+    with conn.cursor() as cur:
+        cur.executemany(_UPSERT, [{**{c: getattr(r, c, None) for c in _COLUMNS},
+                                   "evidence_digest": changed[r.escrow_id]} for r in results])
+    return results

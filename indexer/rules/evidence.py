@@ -1,0 +1,119 @@
+"""An escrow's evidence bundle (``indexer evidence``): its stored log, settlement, group and creator as the
+verification stage reads them (:func:`indexer.replay.verification.escrow_bundle`), plus each disputable penalty's
+derivation from the rules' findings, stated so that the standalone verifier re-derives it
+(:func:`indexer.verify.evidence.check_penalty`).
+
+Every disputable rule turns on one question: is the request shown over the governance limit
+(``fn.shown_over_limit``: ``max_tokens > limit``, or ``prompt >= limit``, or ``prompt + max_tokens > limit``)? The
+derivation states the first of those the finding's numbers decide, with the numbers themselves: ``max_tokens`` and
+``input_length`` are the inference's own (the verifier compares them with its replayed record), the prompt count is
+the one the rule used (``prompt_tokens`` of a context refusal, ``sibling_input_tokens`` of a sibling), and the limit
+names its source (the escrow's ``max_model_len``, or the epoch snapshot's model args at the snapshot's height).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+import psycopg
+
+from indexer.replay.verification import COLD_ONLY, Unusable, escrow_bundle, load_material
+from indexer.verify import bundle as bd
+
+# the prompt count each rule decides on (rules.disputable evidence keys, sql/rules/60_disputable.sql)
+PROMPT_KEY = {"invalidated_context_refusal": "prompt_tokens", "error_miss_sibling": "sibling_input_tokens",
+              "timeout_over_limit": "sibling_input_tokens"}
+LIMIT_PARAMETER = {"escrow": "max_model_len", "model_args": "model_args --max-model-len"}
+
+
+class EvidenceError(ValueError):
+    """No bundle can be made (unknown escrow or inference, no signed log): a one-line reason."""
+
+
+@dataclass
+class Evidence:
+    bundle: bd.Bundle
+    notes: list[str] = field(default_factory=list)  # what the bundle leaves out, and why
+
+
+def snake(status: str) -> str:
+    """replay.inference's status name as the verifier names it (TimedOut -> timed_out)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", status).lower()
+
+
+def _number(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def derivation(rule: str, verdict: str, evidence: dict, status: str, inference_id: int,
+               limit_source: dict) -> bd.Penalty | str:
+    """The stated derivation of one finding, or why its numbers cannot state one."""
+    limit = _number(evidence.get("governance_limit"))
+    if limit is None:
+        return "no governance limit in its evidence"
+    prompt_key = PROMPT_KEY.get(rule)
+    numbers = {"governance_limit": limit}
+    for name in ("max_tokens", "input_length", prompt_key):
+        if name is not None and _number(evidence.get(name)) is not None:
+            numbers[name] = evidence[name]
+    max_tokens, prompt = numbers.get("max_tokens"), numbers.get(prompt_key)
+    if max_tokens is not None and max_tokens > limit:
+        terms, compare = ("max_tokens",), ">"
+    elif prompt is not None and prompt >= limit:
+        terms, compare = (prompt_key,), ">="
+    elif prompt is not None and max_tokens is not None:
+        terms, compare = (prompt_key, "max_tokens"), ">"
+    else:
+        return "its prompt count and max_tokens are not both known, and neither alone is over the limit"
+    total = sum(numbers[t] for t in terms)
+    holds = total > limit if compare == ">" else total >= limit
+    return bd.Penalty(rule=f"{rule} ({verdict})"[:bd.MAX_TEXT], inference_id=inference_id, status=snake(status),
+                      numbers=numbers, sum=terms, compare=compare, against="governance_limit", holds=holds,
+                      limit_source=limit_source)
+
+
+def _limit_source(conn: psycopg.Connection, escrow_id: str, epoch: int | None) -> dict:
+    row = conn.execute("SELECT limit_source FROM rules.escrow_limit WHERE escrow_id = %s", (escrow_id,)).fetchone()
+    source = row[0] if row else None
+    height = None
+    if source == "model_args":
+        found = conn.execute("SELECT params_height FROM rec.epoch_params WHERE epoch_index = %s", (epoch,)).fetchone()
+        height = found[0] if found else None
+    out = {"parameter": LIMIT_PARAMETER.get(source), "epoch": epoch, "height": height, "source": source}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def build_evidence(conn: psycopg.Connection, escrow_id: str, inference_id: int | None = None) -> Evidence:
+    """The bundle of ``escrow_id`` with its disputable penalties (only those of ``inference_id`` when given)."""
+    material = load_material(conn, [escrow_id]).get(escrow_id)
+    if material is None:
+        raise EvidenceError(f"escrow {escrow_id}: not in the database")
+    try:
+        bundle, note = escrow_bundle(material)
+    except Unusable as exc:
+        raise EvidenceError(exc.reason if escrow_id in exc.reason else f"escrow {escrow_id}: {exc.reason}") from None
+    notes = [note] if note else []
+    notes.append(f"the group lists each slot's own address only: {COLD_ONLY}")
+    if bundle.settlement is None:
+        notes.append("no settlement transaction captured: the bundle can reach replayed at most")
+    if inference_id is not None and conn.execute(
+            "SELECT 1 FROM replay.inference WHERE escrow_id = %s AND inference_id = %s",
+            (escrow_id, inference_id)).fetchone() is None:
+        raise EvidenceError(f"escrow {escrow_id}: no inference {inference_id} in its replay")
+    limit_source = _limit_source(conn, escrow_id, material.escrow["epoch_index"])
+    rows = conn.execute(
+        "SELECT d.rule, d.verdict, d.evidence, i.status, d.inference_id FROM rules.disputable d "
+        "JOIN replay.inference i ON i.escrow_id = d.escrow_id AND i.inference_id = d.inference_id "
+        "WHERE d.escrow_id = %s AND (%s::bigint IS NULL OR d.inference_id = %s) ORDER BY d.inference_id, d.rule",
+        (escrow_id, inference_id, inference_id)).fetchall()
+    penalties = []
+    for rule, verdict, evidence, status, inference in rows:
+        made = derivation(rule, verdict, evidence or {}, status, inference, limit_source)
+        if isinstance(made, str):
+            notes.append(f"{rule}: inference {inference}: not in the bundle: {made}")
+        else:
+            penalties.append(made)
+    if not rows:
+        notes.append("no disputable penalty" + (f" of inference {inference_id}" if inference_id is not None else ""))
+    return Evidence(dataclasses.replace(bundle, penalties=tuple(penalties)), notes)

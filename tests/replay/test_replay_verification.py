@@ -1,0 +1,157 @@
+"""The verification stage through the database: the v4.1 release fixture loaded as NDJSON records (escrow, txs,
+signed diffs, settlement, the epoch's escrow params) reaches ``settled`` in api.escrow_verification, and each kind of
+fault in the records is caught at its check and nonce (tests/support/verify_records.py)."""
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from indexer.replay.run import mark_all_dirty, replay_dirty
+from indexer.replay.verification import COLD_ONLY, NO_LOG
+from tests.support.helpers import ingest, write_lines
+from tests.support.verify_records import (EID, HEIGHT, SOURCE, TAMPERS, epoch_params_record, escrow_record, records,
+                                          settlement_record, signed_diff_records, tampered, tx_records)
+
+COLUMNS = ("escrow_id, epoch_index, level, nonces_checked, failed_check, failed_nonce, failure, source_host, "
+           "protocol_version, settlement_tx_hash, settlement_height, verified_at")
+
+
+def load(db_url, tmp_path, recs, name="in.ndjson"):
+    return ingest(db_url, write_lines(tmp_path / name, recs))
+
+
+def verification(conn, eid=EID) -> dict:
+    cur = conn.execute(f"SELECT {COLUMNS} FROM api.escrow_verification WHERE escrow_id = %s", (eid,))
+    return dict(zip([c.name for c in cur.description], cur.fetchone()))
+
+
+def stored(url, run_time: bool = True) -> list[dict]:
+    """Every verification row (without verified_at unless ``run_time``)."""
+    with psycopg.connect(url) as c:
+        cur = c.execute("SELECT * FROM replay.escrow_verification ORDER BY escrow_id")
+        names = [col.name for col in cur.description]
+        return [{k: v for k, v in zip(names, row) if run_time or k != "verified_at"} for row in cur]
+
+
+def test_the_fixture_reaches_settled_with_every_nonce_checked(db_url, conn, tmp_path):
+    load(db_url, tmp_path, records())
+    row = verification(conn)
+    settlement = settlement_record()
+    assert {k: v for k, v in row.items() if k != "verified_at"} == {
+        "escrow_id": EID, "epoch_index": 272, "level": "settled", "nonces_checked": 34, "failed_check": None,
+        "failed_nonce": None, "failure": None, "source_host": SOURCE, "protocol_version": "v4.1",
+        "settlement_tx_hash": settlement["tx_hash"], "settlement_height": HEIGHT}
+    assert row["verified_at"] is not None
+    # the replay ran beside it on the same records
+    assert conn.execute("SELECT tx_count FROM replay.escrow WHERE escrow_id = %s", (EID,)).fetchone()[0] > 0
+
+
+@pytest.mark.parametrize("kind", sorted(TAMPERS))
+def test_each_fault_is_caught_at_its_check_and_nonce(db_url, conn, tmp_path, kind):
+    check, nonce, reason = TAMPERS[kind]
+    load(db_url, tmp_path, tampered(kind))
+    row = verification(conn)
+    order = ["signed", "replayed", "settled"]
+    assert (row["failed_check"], row["failed_nonce"]) == (check, nonce), row["failure"]
+    assert reason in row["failure"], row["failure"]
+    assert row["level"] == (["none"] + order)[order.index(check)]
+    # the nonces before the failing one passed; a settlement fault leaves every nonce checked
+    assert row["nonces_checked"] == (34 if check == "settled" else nonce - 1)
+    if kind == "forged host signature":  # no record kind carries warm keys: the row says why a key is refused
+        assert row["failure"].endswith(f"({COLD_ONLY})")
+
+
+def test_a_rerun_leaves_identical_rows_and_worker_processes_write_the_same(db_url, conn, tmp_path):
+    load(db_url, tmp_path, records())
+    first = stored(db_url)
+    mark_all_dirty(conn)
+    conn.commit()
+    assert replay_dirty(conn).verified == 0  # replayed again, the same evidence: not re-checked
+    assert stored(db_url) == first  # verified_at included
+    conn.execute("DELETE FROM replay.escrow_verification")
+    mark_all_dirty(conn)
+    assert replay_dirty(conn, url=db_url, workers=2).verified == 1
+    assert stored(db_url, run_time=False) == [{k: v for k, v in r.items() if k != "verified_at"} for r in first]
+
+
+def test_changed_evidence_or_verifier_is_checked_again(db_url, conn, tmp_path, monkeypatch):
+    from indexer.replay import verification as stage
+
+    load(db_url, tmp_path, records())
+    digest = conn.execute("SELECT evidence_digest FROM replay.escrow_verification").fetchone()[0]
+    load(db_url, tmp_path, [{**signed_diff_records()[0], "source_host": "http://host-b.example"}], "b.ndjson")
+    row = verification(conn)
+    assert row["source_host"] == f"{SOURCE}, http://host-b.example" and row["level"] == "settled"
+    assert conn.execute("SELECT evidence_digest FROM replay.escrow_verification").fetchone()[0] != digest
+    monkeypatch.setattr(stage, "VERIFIER", stage.VERIFIER + "; a fix")
+    mark_all_dirty(conn)
+    conn.commit()
+    assert replay_dirty(conn).verified == 1
+
+
+def test_export_then_ingest_into_a_fresh_database_gives_the_same_rows(db_url, second_db_url, tmp_path):
+    from indexer.load.export import export_records
+
+    load(db_url, tmp_path, records())
+    export_records(db_url, str(tmp_path / "out.ndjson"))
+    ingest(second_db_url, tmp_path / "out.ndjson")
+    first = stored(db_url, run_time=False)
+    assert first and stored(second_db_url, run_time=False) == first  # the evidence digest included
+    assert first[0]["level"] == "settled"
+
+
+def _without(kind):
+    return [r for r in records() if r["kind"] != kind]
+
+
+@pytest.mark.parametrize("name, recs, want", [
+    ("no signed log", lambda: _without("signed_diff"),
+     {"level": "none", "nonces_checked": 0, "failed_check": None, "failure": NO_LOG}),
+    ("unported version", lambda: [escrow_record(protocol_version="v3"), *_without("escrow")[:-1]],
+     {"level": "signed", "nonces_checked": 34, "failed_check": None,
+      "failure": "protocol version 'v3' is not supported by this verifier"}),
+    ("v5 without its execution timeout", lambda: [escrow_record(protocol_version="v5"), *_without("escrow")[:-1]],
+     {"level": "signed", "nonces_checked": 34, "failed_check": None,
+      "failure": "not checkable by this verifier: the v5 rules seal a Finished record after seal_grace_seconds + "
+                 "execution_timeout"}),
+    ("no settlement", lambda: [escrow_record(settled=False), *_without("escrow")[:-1]],
+     {"level": "replayed", "nonces_checked": 34, "failed_check": None,
+      "failure": "no settlement transaction captured (the escrow is not settled)"}),
+    ("settlement fields without its bytes", lambda: [*_without("settlement"), settlement_record(with_msg=False)],
+     {"level": "settled", "nonces_checked": 34, "failed_check": None, "failure": None}),
+    ("no escrow params", lambda: _without("epoch_params"),
+     {"level": "settled", "nonces_checked": 34, "failed_check": None,
+      "failure": "the approved versions and max_nonce were not checked: no devshard_escrow_params with them "
+                 "captured for epoch 272"}),
+    ("session config not captured", lambda: [escrow_record(token_price=None, creator=None), *_without("escrow")],
+     {"level": "none", "nonces_checked": 0, "failed_check": None,
+      "failure": f"escrow {EID}: not captured: creator, token_price"}),
+    ("content not base64", lambda: [*_without("signed_diff"), *signed_diff_records()[:4],
+                                    {**signed_diff_records()[4], "content": "%%%"}],
+     {"level": "none", "nonces_checked": 0, "failed_check": "signed", "failed_nonce": 5,
+      "failure": f"rec.signed_diff escrow {EID} nonce 5: content is not base64"}),
+    ("no user signature", lambda: [*_without("signed_diff"), {**signed_diff_records()[0], "user_sig": None}],
+     {"level": "none", "failed_check": "signed", "failed_nonce": 1,
+      "failure": f"rec.signed_diff escrow {EID} nonce 1: no user signature captured"}),
+])
+def test_what_stops_verification_short_is_stated(db_url, conn, tmp_path, name, recs, want):
+    load(db_url, tmp_path, recs())
+    row = verification(conn)
+    got = {k: row[k] for k in want}
+    failure = want.pop("failure")
+    assert {k: v for k, v in got.items() if k != "failure"} == want
+    assert (failure is None and row["failure"] is None) or failure in row["failure"], row["failure"]
+
+
+def test_a_verifier_failure_is_recorded_and_the_replay_goes_on(db_url, conn, tmp_path, monkeypatch):
+    from indexer.replay import verification as stage
+
+    def broken(bundle):
+        raise IndexError("x" * 5000)  # what a verifier bug on some served bytes would raise
+
+    monkeypatch.setattr(stage, "verify_bundle", broken)
+    load(db_url, tmp_path, records())
+    row = verification(conn)
+    assert (row["level"], row["failed_check"]) == ("none", None)
+    assert row["failure"].startswith("the verifier failed: IndexError: xxx") and len(row["failure"]) == 1000
+    assert conn.execute("SELECT tx_count FROM replay.escrow WHERE escrow_id = %s", (EID,)).fetchone()[0] > 0
