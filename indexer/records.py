@@ -105,6 +105,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("settlement", "settlement", ("escrow_id",),
          _f("escrow_id:id! tx_hash:hex height:u64 settler:str state_root:hex rest_hash:hex nonce:u64 fees:u64n "
             "state_root_and_protocol_version:str host_stats:obj signatures:obj msg:str tx_raw:str")),
+    # each participant's warm keys (authz grantees for MsgStartInference): the keys hosts sign devshard messages with
+    Kind("warm_key", "warm_key", ("epoch_index", "participant", "grantee"),
+         _f("epoch_index:u64! participant:str! grantee:str! pub_key:str"), scope="epoch"),
     # the epoch's own parameter snapshot and per-participant outcome (chain REST; indexer.wire.chain_records)
     Kind("epoch_params", "epoch_params", ("epoch_index",),
          _f("epoch_index:u64! validation_params:obj bitcoin_reward_params:obj devshard_escrow_params:obj "
@@ -120,5 +123,5 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
 # Load order inside a batch: escrows before the txs that are checked against their slots.
 LOAD_ORDER = ["epoch", "model_snapshot", "escrow", "start", "confirm_start", "finish", "validation",
               "validation_vote", "timeout", "error_miss", "host_stats", "signed_diff", "settlement", "host_epoch_stats",
-              "epoch_params", "participant_epoch"]
+              "epoch_params", "participant_epoch", "warm_key"]
 assert set(LOAD_ORDER) == set(KINDS)

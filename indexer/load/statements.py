@@ -25,12 +25,24 @@ def dirty_mark(kind: Kind) -> tuple[str, str, str]:
     return "rules.dirty_epoch (epoch_index)", "epoch_index", WHOLE_EPOCH
 
 
+# Epoch-level records the verification stage reads beside each escrow's own (indexer.replay.verification): the
+# grants that make a host's warm-key signatures its own, and the approved versions and max_nonce of the escrow
+# params. A change to one re-marks the epoch's escrows for the replay, whose verification then re-checks them.
+VERIFY_INPUTS = frozenset({"warm_key", "epoch_params"})
+_REVERIFY = ("INSERT INTO replay.dirty_escrow (escrow_id) SELECT escrow_id FROM rec.escrow "
+             "WHERE epoch_index IN (SELECT epoch_index FROM {epochs}) ORDER BY 1 ON CONFLICT " + ESCROW_MARK)
+
+
 @cache
 def mark_statement(kind_name: str) -> str:
     """Mark the scopes (one array parameter) of new `kind_name` records dirty (dirty_mark)."""
     kind = KINDS[kind_name]
     target, column, on_conflict = dirty_mark(kind)
-    return f"INSERT INTO {target} SELECT unnest(%s::{PG_TYPES[kind.field(column).type]}[]) ON CONFLICT {on_conflict}"
+    mark = f"INSERT INTO {target} SELECT unnest(%s::{PG_TYPES[kind.field(column).type]}[]) ON CONFLICT {on_conflict}"
+    if kind_name not in VERIFY_INPUTS:
+        return mark
+    return (f"WITH marked AS ({mark} RETURNING epoch_index) "
+            + _REVERIFY.format(epochs="marked"))
 
 
 def stage_table(kind: Kind) -> str:
@@ -56,6 +68,14 @@ KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT
 
 def _row(prefix: str, cols: list[str]) -> str:
     return "(" + ", ".join(f"{prefix}{c}" for c in cols) + ")"
+
+
+def _reverify(kind_name: str, scope_col: str) -> str:
+    """The upsert's extra step for :data:`VERIFY_INPUTS`: the changed epochs' escrows marked for the replay."""
+    if kind_name not in VERIFY_INPUTS:
+        return ""
+    changed = (f"(SELECT {scope_col} AS epoch_index FROM ins UNION SELECT {scope_col} FROM upd) c")
+    return f", reverify AS (\n  {_REVERIFY.format(epochs=changed)}\n)"
 
 
 @cache
@@ -104,7 +124,7 @@ WITH src AS (
   UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL
   ORDER BY 1
   ON CONFLICT {on_conflict}
-)
+){_reverify(kind_name, scope_col)}
 SELECT (SELECT count(*) FROM ins) AS inserted,
        (SELECT count(*) FROM upd) AS amended,
        CASE WHEN (SELECT count(*) FROM {stage}) > (SELECT count(*) FROM src)  -- duplicates of a key in one batch

@@ -8,8 +8,9 @@ row: the level reached, how many nonces passed, the first failing check, nonce a
 penalties' derivations added, is what ``indexer evidence`` hands out, so the stage and a third party check the same
 bytes.
 
-Warm keys are not captured by any record kind: host signatures are accepted from the slots' own (cold) addresses
-only, and a failure where a signature recovered to another key says so. Each row keeps a digest of the evidence
+Host signatures are accepted from a slot's own address or from a warm key its participant granted, as captured for
+the escrow's epoch (``rec.warm_key``); where an epoch has no grants captured, a failure where a signature recovered to
+another key says so. Each row keeps a digest of the evidence
 and the verifier version it was computed from: an escrow replayed again with the same evidence (a tx record changed,
 ``indexer replay --all``) is not re-checked, and a re-check with the same outcome leaves the row as it was, so a
 re-run gives identical rows (``verified_at`` included).
@@ -29,7 +30,7 @@ from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
 
 NO_LOG = "no signed log captured"
-COLD_ONLY = "warm keys are not captured, so only the slots' own addresses are accepted"
+COLD_ONLY = "no warm keys captured for the epoch, so only the slots' own addresses are accepted"
 MAX_SOURCES_TEXT = 200
 MAX_FAILURE = 1000
 _U64 = (1 << 64) - 1
@@ -57,6 +58,7 @@ class Material:
     diffs: list[tuple] = field(default_factory=list)  # (nonce, content, user_sig, source_host), by nonce
     settlement: dict | None = None
     params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured
+    warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys (grantees) in the escrow's epoch
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,14 @@ def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Materia
         cur.execute("SELECT epoch_index, devshard_escrow_params FROM rec.epoch_params WHERE epoch_index = ANY(%s)",
                     (epochs,))
         params = dict(cur.fetchall())
+        cur.execute("SELECT epoch_index, participant, grantee FROM rec.warm_key WHERE epoch_index = ANY(%s) "
+                    "ORDER BY 1, 2, 3", (epochs,))
+        grants: dict = {}
+        for epoch, participant, grantee in cur:
+            grants.setdefault(epoch, {}).setdefault(participant, []).append(grantee)
     for m in out.values():
         m.params = params.get(m.escrow["epoch_index"])
+        m.warm_keys = grants.get(m.escrow["epoch_index"], {})
     return out
 
 
@@ -188,7 +196,8 @@ def escrow_bundle(m: Material) -> tuple[bd.Bundle, str | None]:
         raise Unusable("none", None, inputs)
     diffs = _signed_diffs(escrow_id, m.diffs)
     settlement, note = _settlement(m)
-    group = tuple(bd.Host(slot, address) for slot, address in enumerate(inputs.slots))
+    group = tuple(bd.Host(slot, address, tuple(m.warm_keys.get(address, ())))
+                  for slot, address in enumerate(inputs.slots))
     return bd.Bundle(escrow_id=escrow_id, protocol_version=inputs.version, creator=inputs.creator,
                      amount=inputs.balance, group=group, config=inputs.config, diffs=diffs,
                      settlement=settlement), note
@@ -203,9 +212,10 @@ def _nonces_checked(report: Report, diffs: tuple[bd.SignedDiff, ...]) -> int:
     return len(diffs)
 
 
-def _explain(failure: str) -> str:
-    """A failure where a host signature recovered to a key that is not the slot's: say that warm keys are unknown."""
-    if "recovered" in failure or "authorised warm key" in failure:
+def _explain(failure: str, m: Material) -> str:
+    """A failure where a host signature recovered to a key that is not the slot's, in an epoch with no grants
+    captured: say that warm keys are unknown."""
+    if not m.warm_keys and ("recovered" in failure or "authorised warm key" in failure):
         return f"{failure} ({COLD_ONLY})"
     return failure
 
@@ -233,7 +243,7 @@ def verify_material(m: Material) -> Verification:
     if report.failure is not None:
         outcome = next(step.outcome for step in report.steps if step.name == report.failed_step)
         failed_check = None if outcome == NOT_CHECKED else report.failed_step
-        failure = _explain(report.failure)
+        failure = _explain(report.failure, m)
         if report.failed_step == "settled" and b.settlement is None:
             failure = "no settlement transaction captured" + ("" if e["settled"] else " (the escrow is not settled)")
     if note is not None and b.settlement is not None and report.level == "settled":
@@ -276,7 +286,9 @@ SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
                        s.state_root_and_protocol_version, s.host_stats, s.signatures, s.msg, s.tx_raw)::text
             FROM rec.settlement s WHERE s.escrow_id = e.escrow_id AND s.epoch_index = e.epoch_index), 'null'),
   coalesce((SELECT p.devshard_escrow_params::text FROM rec.epoch_params p WHERE p.epoch_index = e.epoch_index),
-           'null'))),
+           'null'),
+  coalesce((SELECT string_agg(row(w.participant, w.grantee)::text, E'\\n' ORDER BY w.participant, w.grantee)
+            FROM rec.warm_key w WHERE w.epoch_index = e.epoch_index AND w.participant = ANY(e.slots)), 'null'))),
   v.evidence_digest
 FROM rec.escrow e LEFT JOIN replay.escrow_verification v ON v.escrow_id = e.escrow_id
 WHERE e.escrow_id = ANY(%(ids)s)

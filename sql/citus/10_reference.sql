@@ -18,6 +18,7 @@ SELECT create_reference_table('rec.epoch_params');
 -- which are grouped by epoch and participant, so a copy on every node is what those joins need.
 SELECT create_reference_table('rec.host_epoch_stats');
 SELECT create_reference_table('rec.participant_epoch');
+SELECT create_reference_table('rec.warm_key');
 
 -- governance limits per (epoch, model): read by every escrow of the epoch
 SELECT create_reference_table('rules.model_limit');

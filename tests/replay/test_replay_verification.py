@@ -155,3 +155,27 @@ def test_a_verifier_failure_is_recorded_and_the_replay_goes_on(db_url, conn, tmp
     assert (row["level"], row["failed_check"]) == ("none", None)
     assert row["failure"].startswith("the verifier failed: IndexError: xxx") and len(row["failure"]) == 1000
     assert conn.execute("SELECT tx_count FROM replay.escrow WHERE escrow_id = %s", (EID,)).fetchone()[0] > 0
+
+
+def test_a_warm_key_signature_counts_once_its_grant_is_captured(db_url, conn, tmp_path):
+    """Hosts sign with warm keys (mainnet epoch 272): slot 0's settlement signature made with a key its participant
+    granted fails until rec.warm_key holds the grant; loading the grant alone re-marks the epoch's escrows, and the
+    next replay settles the escrow."""
+    import coincurve
+
+    from indexer.verify.signatures import address_of_pubkey
+    from tests.support.verify_kit import HOSTS, KEYS
+    from tests.support.verify_records import EPOCH, settle_msg
+
+    warm_secret = coincurve.PrivateKey(b"\x07" * 32)
+    warm = address_of_pubkey(warm_secret.public_key.format(compressed=True))
+    msg = settle_msg(keys={**dict(enumerate(KEYS)), 0: warm_secret})
+    recs = [r for r in records() if r["kind"] != "settlement"] + [settlement_record(msg)]
+    load(db_url, tmp_path, recs)
+    row = verification(conn)
+    assert (row["level"], row["failed_check"]) == ("replayed", "settled") and row["failure"].endswith(f"({COLD_ONLY})")
+    grant = {"kind": "warm_key", "epoch_index": EPOCH, "participant": HOSTS[0], "grantee": warm}
+    load(db_url, tmp_path, [grant], "grants.ndjson")
+    assert conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0] == 0  # replayed by the ingest
+    row = verification(conn)
+    assert (row["level"], row["failed_check"], row["failure"]) == ("settled", None, None)

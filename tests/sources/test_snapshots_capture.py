@@ -77,3 +77,33 @@ def test_capture_of_epoch_267():
     assert "epoch_group_data/267?model_id=" in qwen.url
     assert "snapshot:267:params" in cap.succeeded and not cap.complete
     assert all(json.loads(dumps_record(r)) for r in cap.records)  # every record serialises as NDJSON
+
+
+def test_an_ended_epoch_captures_each_participants_warm_keys_and_names_a_failed_read():
+    """Hosts sign devshard messages with warm keys: the grants (grantees_by_message_type for MsgStartInference) are
+    read once the epoch ends, as warm_key records; a failed read is a warm_keys failure naming the participant, and
+    a participant with no grants (the node's 404) has none."""
+    other = "gonka12pcu9mcrpa4w4sjd9y3dsksnvu495ss6f9r4ra"
+    warm = "gonka1uyqp5z3dveamfw4pmw7p7rfvwdvgzewnqrzhsu"
+    base = _node([])
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        path = req.url.path.removeprefix(PREFIX)
+        if path == f"/grantees_by_message_type/{KNOWN}//inference.inference.MsgStartInference":
+            return httpx.Response(200, json={"grantees": [
+                {"address": warm, "pub_key": {"@type": "/cosmos.crypto.secp256k1.PubKey", "key": "A0Jt"}},
+                {"pub_key": "no address: left out"}]})
+        if path == f"/grantees_by_message_type/{other}//inference.inference.MsgStartInference":
+            return httpx.Response(500, json={"code": 13, "message": "internal", "details": []})
+        return base(req)
+
+    fetcher = Fetcher("http://node", policy=RetryPolicy(attempts=1, sleep=lambda s: None),
+                      client=httpx.Client(transport=httpx.MockTransport(handler)))
+    cap = capture_epoch(ChainRest(fetcher), 267, ended=True)
+    assert [r for r in cap.records if r["kind"] == "warm_key"] == [
+        {"kind": "warm_key", "epoch_index": 267, "participant": KNOWN, "grantee": warm, "pub_key": "A0Jt"}]
+    failed = [f for f in cap.failures if f.what == "warm_keys"]
+    assert [(f.participant, f.source) for f in failed] == [(other, f"snapshot:267:warm_keys:{other}")]
+    assert f"snapshot:267:warm_keys:{KNOWN}" in cap.succeeded
+    running = capture_epoch(ChainRest(fetcher), 267, ended=False)
+    assert not [r for r in running.records if r["kind"] == "warm_key"]  # today's grants are not a running epoch's

@@ -30,11 +30,12 @@ from indexer.sources.gonka.signing import ENV_ADDRESS, ENV_KEY_FILE, ENV_MEMBER,
 WARM_KEY_MSG_TYPE = "/inference.inference.MsgStartInference"
 
 
-def _key_of(value: Any) -> str | None:
+def public_key_text(value: Any) -> str | None:
     """The base64 key of a ``pub_key`` as the REST gateway renders it: ``{"@type": …, "key": "…"}`` or a string."""
     if isinstance(value, dict):
         value = value.get("key")
     return value if isinstance(value, str) and value else None
+
 
 
 def account_public_key(chain: ChainRest, address: str) -> str | None:
@@ -46,7 +47,7 @@ def account_public_key(chain: ChainRest, address: str) -> str | None:
             return None
         raise
     account = data.get("account") if isinstance(data, dict) else None
-    return _key_of(account.get("pub_key")) if isinstance(account, dict) else None
+    return public_key_text(account.get("pub_key")) if isinstance(account, dict) else None
 
 
 def grantees(chain: ChainRest, granter: str) -> list[dict]:
@@ -74,7 +75,7 @@ def check_operator_key(op: Operator, chain: ChainRest) -> str:
     else:
         for grantee in grantees(chain, op.address):
             listed = grantee.get("address")
-            if isinstance(listed, str) and (listed == key_address or _key_of(grantee.get("pub_key")) == own):
+            if isinstance(listed, str) and (listed == key_address or public_key_text(grantee.get("pub_key")) == own):
                 peer = listed
                 break
     if peer is None:

@@ -15,7 +15,10 @@
   read at and ``params_exact = false``, and a later capture of an ended epoch replaces them where it can (an
   exact snapshot is never replaced by an inexact one: the load's upsert keeps it, indexer.load.statements);
 * once the epoch has ended: ``excluded_participants/E`` and ``epoch_performance_summary/E/{participant}`` for
-  every participant of the root group or of the exclusions: ``participant_epoch`` records.
+  every participant of the root group or of the exclusions: ``participant_epoch`` records; and each root-group
+  participant's warm keys (``grantees_by_message_type/{participant}/…MsgStartInference``): ``warm_key`` records,
+  the keys its host signed the epoch's devshard messages with (what verification accepts besides the address).
+  The chain answers with the grants of today, so they are read when the epoch ends, while they are the epoch's.
 
 Nothing here raises for a failed read: each becomes a :class:`SnapshotFailure` (epoch, model or participant, URL,
 error) so the caller can log it and show it in ``api.ingest_status``; what could be read is still returned.
@@ -25,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
+from indexer.sources.gonka import identity
 from indexer.sources.gonka.chain import ChainRest, HeightPruned
 from indexer.sources.gonka.http import FetchError
 from indexer.wire import chain_records as cr
@@ -36,7 +40,7 @@ READ_ERRORS = (FetchError, NormalizeError)
 @dataclass(frozen=True)
 class SnapshotFailure:
     epoch: int
-    what: str                     # 'root', 'model', 'params', 'excluded', 'participant'
+    what: str                     # 'root', 'model', 'params', 'excluded', 'participant', 'warm_keys'
     url: str
     error: str
     transient: bool
@@ -133,6 +137,26 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
         except NormalizeError as exc:
             failed("model", exc, f"{root_url}?model_id=*")
         out.records.extend(_participants(chain, epoch, weights, raw, mapper, failed, ok))
+        out.records.extend(_warm_keys(chain, epoch, sorted(weights), mapper, failed, ok))
+    return out
+
+
+def _warm_keys(chain: ChainRest, epoch: int, participants: list[str], mapper: Mapper, failed, ok) -> list[dict]:
+    def one(addr: str):
+        try:
+            return addr, identity.grantees(chain, addr), None
+        except READ_ERRORS as exc:
+            return addr, None, exc
+
+    out = []
+    for addr, listed, exc in mapper(one, participants):
+        if exc is not None:
+            failed("warm_keys", exc, f"grantees_by_message_type/{addr}", participant=addr)
+            continue
+        ok("warm_keys", addr)
+        out.extend({"kind": "warm_key", "epoch_index": epoch, "participant": addr, "grantee": g["address"],
+                    "pub_key": identity.public_key_text(g.get("pub_key"))}
+                   for g in listed if isinstance(g.get("address"), str) and g["address"])
     return out
 
 
