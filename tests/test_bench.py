@@ -151,3 +151,21 @@ def test_startup_bench_runs(empty_db_url):
     out = _run(["bench/startup_bench.py", "--runs", "1", "--database-url", empty_db_url])
     assert out.returncode == 0, out.stderr
     assert re.search(r"^indexer ingest \(empty file\)\s+[\d.]+ s", out.stdout, re.M), out.stdout
+
+
+def test_change_bench_runs(pg_admin_url):
+    out = _run(["bench/change_bench.py", "--inferences", "3000", "--epochs", "2", "--repeat", "1", "--full-runs", "1",
+                "--database-url", pg_admin_url])
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert re.search(r"^change work beyond start-up\s+:\s+-?[\d.]+s = -?[\d.]+x the full rules run .*"
+                     r"rules alone [\d.]+x; 1 amendment\(s\) recorded$", out.stdout, re.M), out.stdout
+
+
+def test_history_bench_runs(pg_admin_url):
+    out = _run(["bench/history_bench.py", "--history-records", "3000", "--template-records", "1000", "--repeat", "1",
+                "--escrows-per-epoch", "1", "--inferences-per-escrow", "5", "--database-url", pg_admin_url])
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert re.search(r"^history: [\d,]+ records in epochs \d+\.\.407", out.stdout, re.M), out.stdout
+    for kind in ("empty", "history", "archived"):
+        assert re.search(rf"^poll cycle, {kind}\s+history: median\s+[\d.]+s .*= [\d.]+x the empty one", out.stdout,
+                         re.M), out.stdout
