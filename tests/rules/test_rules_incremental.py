@@ -3,6 +3,8 @@ ends (every api view compared), and rewrites only the changed escrows' rows of t
 challenges, disputable penalties) unless the epoch's set of suspects changed."""
 from __future__ import annotations
 
+import re
+
 import psycopg
 import pytest
 
@@ -135,3 +137,16 @@ def test_a_new_suspect_rebuilds_the_epochs_challenges(db_url, tmp_path, evaluate
     after = {(e, i): x for e, i, x in conn.execute(versions, (epoch, changed["escrow_id"]))}
     assert before and after.keys() == before.keys()
     assert all(after[key] != before[key] for key in before)
+
+
+def test_the_stale_parser_check_reads_no_whole_table(conn):
+    """Every rules run asks for parses by an older parser: the question goes by the version's index, so it costs
+    the stale rows, not the history's refusals (with statistics, each stale parse's escrow is then probed: measured
+    at 0.1 ms where the scans took 170 ms on 10M records of history)."""
+    from indexer import refusals
+    from indexer.rules.run import RULE_VERSION, STALE_EPOCHS
+
+    conn.execute("SET enable_seqscan = off")  # a tiny table would be scanned anyway: is any other way possible?
+    plan = "\n".join(r[0] for r in conn.execute(
+        "EXPLAIN (COSTS off) " + STALE_EPOCHS, {"rules": RULE_VERSION, "parser": refusals.PARSER_VERSION}))
+    assert re.search(r"Index Cond: \(+refusal_parse\.parser_version [<>]|Index Cond: \(+parser_version [<>]", plan), plan
