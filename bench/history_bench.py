@@ -170,8 +170,9 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for kind, name in templates.items():
-                if args.reuse:
-                    break
+                if args.reuse:  # brought to this code's schema
+                    migrate.upgrade(with_database(server, name))
+                    continue
                 url = create(server, name, templates["history"] if kind == "archived" else None)
                 if kind == "empty":
                     migrate.upgrade(url)
