@@ -4,8 +4,8 @@ Loads a multi-epoch synthetic history (indexer.synth, the rules benchmark's gene
 rules stage (timed, median of --full-runs). Then, --repeat times and alternating: the real `indexer ingest` command
 on an empty file (the command's start-up: interpreter, imports, connection, schema check) and on a file holding ONE
 amended record (a Finish of one escrow of the chosen epoch with a new response hash; a different escrow each time).
-The work of the change is the amended command's time less the empty one's (median of each); its load, replay and
-rules seconds are read from the command's own summary.
+The work of the change is the amended command's time less the empty one's run just before it (the median of the
+pairs); its load, replay and rules seconds are also read from the command's own summary.
 
 Target: the change's work <= 0.1x the full rules run.
 
@@ -113,14 +113,16 @@ def main() -> int:
         with psycopg.connect(url) as conn:
             amended = conn.execute("SELECT count(*) FROM rec.amendment").fetchone()[0]
     start, change = statistics.median(startups), statistics.median(changes)
-    work = change - start
+    work = statistics.median(c - s for c, s in zip(changes, startups))  # each pair ran back to back
     load_s, replay_s, rules_s = (statistics.median(p[i] for p in parts) for i in range(3))
     print(f"full rules run, {args.epochs} epochs (median of {len(fulls)})       : {full:7.3f}s")
     print(f"indexer ingest, empty file (start-up), median of {len(startups)} : {start:7.3f}s")
     print(f"indexer ingest, one amended Finish, median of {len(changes)}    : {change:7.3f}s  "
           f"(its summary: load {load_s:.3f}s, replay {replay_s:.3f}s, rules {rules_s:.3f}s)")
-    print(f"change work beyond start-up                      : {work:7.3f}s = {work / full:.3f}x the full rules run "
-          f"(target <= 0.1x); rules alone {rules_s / full:.3f}x; {amended} amendment(s) recorded")
+    print(f"change work beyond start-up (median of the pairs) : {work:7.3f}s = {work / full:.3f}x the full rules run "
+          f"(target <= 0.1x); load + replay + rules by the command's own clock "
+          f"{(load_s + replay_s + rules_s) / full:.3f}x; rules alone {rules_s / full:.3f}x; "
+          f"{amended} amendment(s) recorded")
     return 0
 
 
