@@ -131,7 +131,8 @@ def test_a_new_suspect_rebuilds_the_epochs_challenges(db_url, tmp_path, evaluate
     changed = next(r for r in evaluated if r["kind"] == "finish" and r["output_tokens"] > 0
                    and r["escrow_id"] in escrows
                    and escrows[r["escrow_id"]]["slots"][r["executor_slot"]] not in suspects)
-    versions = "SELECT escrow_id, inference_id, xmin::text FROM rules.challenge WHERE epoch_index = %s AND escrow_id <> %s"
+    versions = ("SELECT escrow_id, inference_id, xmin::text FROM rules.challenge "
+                "WHERE epoch_index = %s AND escrow_id <> %s")
     before = {(e, i): x for e, i, x in conn.execute(versions, (epoch, changed["escrow_id"]))}
     _change(db_url, tmp_path, dict(changed, input_tokens=MODELS[escrows[changed["escrow_id"]]["model_id"]] + 10))
     after = {(e, i): x for e, i, x in conn.execute(versions, (epoch, changed["escrow_id"]))}
@@ -149,4 +150,4 @@ def test_the_stale_parser_check_reads_no_whole_table(conn):
     conn.execute("SET enable_seqscan = off")  # a tiny table would be scanned anyway: is any other way possible?
     plan = "\n".join(r[0] for r in conn.execute(
         "EXPLAIN (COSTS off) " + STALE_EPOCHS, {"rules": RULE_VERSION, "parser": refusals.PARSER_VERSION}))
-    assert re.search(r"Index Cond: \(+refusal_parse\.parser_version [<>]|Index Cond: \(+parser_version [<>]", plan), plan
+    assert re.search(r"Index Cond: \(+(refusal_parse\.)?parser_version [<>]", plan), plan
