@@ -164,3 +164,22 @@ def test_verify_bench_runs_and_both_modes_reach_the_same_roots():
     out = _run(["bench/verify_bench.py", "--rounds", "1", "--nonces", "60"])
     assert out.returncode == 0, out.stderr + out.stdout
     assert "synthetic 60 nonces" in out.stdout and "roots identical in both modes: True" in out.stdout
+
+
+def test_change_bench_runs(pg_admin_url):
+    out = _run(["bench/change_bench.py", "--inferences", "3000", "--epochs", "2", "--repeat", "1", "--full-runs", "1",
+                "--database-url", pg_admin_url])
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert re.search(r"^change work beyond start-up \(median of the pairs\) :\s+-?[\d.]+s = -?[\d.]+x the full rules "
+                     r"run .*own clock [\d.]+x; rules alone [\d.]+x; 1 amendment\(s\) recorded$", out.stdout, re.M), \
+        out.stdout
+
+
+def test_history_bench_runs(pg_admin_url):
+    out = _run(["bench/history_bench.py", "--history-records", "3000", "--template-records", "1000", "--repeat", "1",
+                "--escrows-per-epoch", "1", "--inferences-per-escrow", "5", "--database-url", pg_admin_url])
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert re.search(r"^history: [\d,]+ records in epochs \d+\.\.407", out.stdout, re.M), out.stdout
+    for kind in ("empty", "history", "archived"):
+        assert re.search(rf"^poll cycle, {kind}\s+history: median\s+[\d.]+s .*= [\d.]+x the empty one", out.stdout,
+                         re.M), out.stdout

@@ -79,12 +79,20 @@ def rule_statements() -> tuple[tuple[str, str], ...]:
 
 
 def mark_stale_versions(conn: psycopg.Connection) -> None:
-    """Epochs evaluated by older rules, or holding payloads parsed by an older parser, are evaluated again."""
-    conn.execute(f"""INSERT INTO rules.dirty_epoch (epoch_index)
-                     SELECT epoch_index FROM rules.model_limit WHERE rule_version <> %(rules)s
-                     UNION SELECT e.epoch_index FROM rules.refusal_parse p JOIN rec.escrow e USING (escrow_id)
-                           WHERE p.parser_version <> %(parser)s AND e.epoch_index IS NOT NULL
-                     ON CONFLICT {WHOLE_EPOCH}""", {"rules": RULE_VERSION, "parser": refusals.PARSER_VERSION})
+    """Epochs evaluated by older rules, or holding payloads parsed by an older parser, are evaluated again. Every
+    run asks, so the question costs what the stale rows cost, not what the history holds: rules.model_limit has a
+    few rows an epoch, and the parses are found by their version's index (two ranges: ``<>`` cannot use it)."""
+    conn.execute(f"INSERT INTO rules.dirty_epoch (epoch_index) {STALE_EPOCHS} ON CONFLICT {WHOLE_EPOCH}",
+                 {"rules": RULE_VERSION, "parser": refusals.PARSER_VERSION})
+
+
+STALE_EPOCHS = """
+SELECT epoch_index FROM rules.model_limit WHERE rule_version <> %(rules)s
+UNION SELECT e.epoch_index FROM rec.escrow e
+      WHERE e.escrow_id IN (SELECT escrow_id FROM rules.refusal_parse
+                            WHERE parser_version < %(parser)s OR parser_version > %(parser)s)
+        AND e.epoch_index IS NOT NULL
+"""
 
 
 def mark_epochs(conn: psycopg.Connection, lo: int, hi: int) -> None:
@@ -137,7 +145,11 @@ def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], sum
     parsed = parse_payloads(conn, escrows, sorted(set(epochs).union(*parts.values())))
     for epoch in epochs:
         mine = sorted(escrow_id for escrow_id, under in found_under if under == epoch)
-        _evaluate_epoch(conn, epoch, mine, sorted({epoch}.union(*(parts.get(e, ()) for e in mine))))
+        touched = sorted({epoch}.union(*(parts.get(e, ()) for e in mine)))
+        if len(touched) > 1:  # an escrow moved between epochs: both epochs' epoch-wide findings are rebuilt
+            conn.execute(f"INSERT INTO rules.dirty_epoch (epoch_index) SELECT unnest(%s::bigint[]) "
+                         f"ON CONFLICT {WHOLE_EPOCH}", ([e for e in touched if e != epoch],))
+        _evaluate_epoch(conn, epoch, mine, touched, scoped=epoch not in whole and len(touched) == 1)
     summary.parsed += parsed
     found = conn.execute("SELECT count(*) FROM rules.disputable WHERE epoch_index = ANY(%s)", (epochs,)).fetchone()[0]
     # clock_timestamp: now() is the transaction's start, which started_at already holds
@@ -147,15 +159,35 @@ def _evaluate(conn: psycopg.Connection, epochs: list[int], whole: list[int], sum
     summary.disputable += found
 
 
-def _evaluate_epoch(conn: psycopg.Connection, epoch: int, escrows: list[str], parts: list[int]) -> None:
+def _evaluate_epoch(conn: psycopg.Connection, epoch: int, escrows: list[str], parts: list[int], *,
+                    scoped: bool) -> None:
     """Per-escrow findings for the epoch's escrows that changed (all of them when whole), then the epoch-wide ones,
-    every statement reading and writing only the partitions `parts`."""
-    params = {"epochs": [epoch], "escrows": escrows, "parts": parts, "version": RULE_VERSION}
+    every statement reading and writing only the partitions `parts`.
+
+    ``scoped``: the epoch-wide tables (suspects, challenges, disputable penalties) hold one escrow's evidence a row,
+    so only the changed escrows' rows are rewritten, at a cost that follows the change, not the epoch. One input
+    is the epoch's: a challenge's counterfactual reads the epoch's set of suspects (model, participant), so when the
+    changed escrows' suspects change that set, every challenge and disputable penalty of the epoch is rebuilt.
+    Not scoped: an epoch-level input changed (``whole``), or an escrow moved between epochs."""
+    params = {"epochs": [epoch], "escrows": escrows, "parts": parts, "version": RULE_VERSION, "scoped": scoped}
+    suspects = _suspect_set(conn, epoch) if scoped else None
     for name, statement in rule_statements():
+        if suspects is not None and name > _SUSPECTS_FILE:  # the first statement after 40_suspects.sql
+            params["scoped"] = _suspect_set(conn, epoch) == suspects
+            suspects = None
         try:
             conn.execute(statement, params, prepare=True)
         except psycopg.Error as exc:
             raise RuntimeError(f"rules statement in sql/rules/{name} failed: {exc}") from exc
+
+
+_SUSPECTS_FILE = "40_suspects.sql"  # the statements after it read the epoch's set of suspects
+
+
+def _suspect_set(conn: psycopg.Connection, epoch: int) -> set[tuple]:
+    """The epoch's suspects as rules.challenge reads them: (model, participant) pairs."""
+    return set(conn.execute("SELECT DISTINCT model_id, participant FROM rules.suspect WHERE epoch_index = %s",
+                            (epoch,), prepare=True).fetchall())
 
 
 def parse_payloads(conn: psycopg.Connection, escrows: list[str], parts: list[int]) -> int:

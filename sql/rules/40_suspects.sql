@@ -1,7 +1,9 @@
 -- Hosts with behavioural evidence of a local limit above governance (#1911 loophole): they served more tokens
 -- than the governance limit allows, stated a higher limit in their own refusal, or voted invalid on a refusal
--- shown over the limit.
-DELETE FROM rules.suspect WHERE epoch_index = ANY(%(epochs)s);
+-- shown over the limit. Every row is one escrow's evidence, so an epoch re-evaluated for a few changed escrows
+-- (%(scoped)s: indexer.rules.run) rewrites only their rows; a whole epoch rewrites all of them.
+DELETE FROM rules.suspect
+WHERE epoch_index = ANY(%(epochs)s) AND (NOT %(scoped)s OR escrow_id = ANY(%(escrows)s));
 
 INSERT INTO rules.suspect (epoch_index, participant, model_id, evidence_kind, observed_tokens, governance_limit,
                            escrow_id, inference_id, rule_version)
@@ -15,12 +17,14 @@ CROSS JOIN LATERAL (  -- per escrow, and only escrows whose largest Finish (10_l
   WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
     AND input_tokens::numeric + output_tokens > el.governance_limit) f
 WHERE el.epoch_index = ANY(%(epochs)s) AND el.max_served_tokens >= el.governance_limit  -- >=: capped at 2^63 - 1
+  AND (NOT %(scoped)s OR el.escrow_id = ANY(%(escrows)s))
   AND f.executor_slot < cardinality(e.slots)
 UNION ALL
 SELECT cr.epoch_index, cr.executor_address, cr.model_id, 'stated_limit_above', cr.reported_limit,
        cr.governance_limit, cr.escrow_id, cr.inference_id, %(version)s
 FROM rules.context_refusal cr
 WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.reported_limit > cr.governance_limit AND cr.executor_address IS NOT NULL
+  AND (NOT %(scoped)s OR cr.escrow_id = ANY(%(escrows)s))
 UNION ALL
 SELECT cr.epoch_index, e.slots[v.slot + 1], cr.model_id, 'voted_invalid_on_over_limit', cr.prompt_tokens,
        cr.governance_limit, cr.escrow_id, cr.inference_id, %(version)s
@@ -34,4 +38,5 @@ CROSS JOIN LATERAL (
   SELECT voter_slot FROM rec.validation_vote_tx
   WHERE escrow_id = cr.escrow_id AND inference_id = cr.inference_id AND epoch_index = cr.epoch_index
     AND epoch_index = ANY(%(parts)s) AND NOT vote_valid) v
-WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.verdict = 'over_limit' AND v.slot < cardinality(e.slots);
+WHERE cr.epoch_index = ANY(%(epochs)s) AND cr.verdict = 'over_limit' AND v.slot < cardinality(e.slots)
+  AND (NOT %(scoped)s OR cr.escrow_id = ANY(%(escrows)s));

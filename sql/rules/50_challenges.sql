@@ -3,14 +3,26 @@
 -- recorded (replay.vote, protocol order): applied weights, plus votes cast after the real tally had resolved
 -- (without the suspects it might not have), invalid checked first after each vote. Without a suspect
 -- challenger there is no challenge at all: the record would have stayed Finished.
-DELETE FROM rules.challenge WHERE epoch_index = ANY(%(epochs)s);
+-- A row depends on its escrow's records and on the epoch's set of suspects: with %(scoped)s (that set unchanged by
+-- 40, indexer.rules.run) only the changed escrows' rows are rewritten, else the whole epoch's.
+DELETE FROM rules.challenge
+WHERE epoch_index = ANY(%(epochs)s) AND (NOT %(scoped)s OR escrow_id = ANY(%(escrows)s));
 
 INSERT INTO rules.challenge (escrow_id, inference_id, epoch_index, is_client_fault_finish, suspect_invalid_weight,
                              suspect_voters, outcome_without_suspects, rule_version)
 WITH challenged AS (
   SELECT i.escrow_id, i.inference_id, i.epoch_index, i.challenger_slot, i.vote_threshold, e.model_id
   FROM replay.inference i JOIN rec.escrow e ON e.escrow_id = i.escrow_id
-  WHERE i.epoch_index = ANY(%(epochs)s) AND i.challenged_nonce IS NOT NULL
+  WHERE NOT %(scoped)s AND i.epoch_index = ANY(%(epochs)s) AND i.challenged_nonce IS NOT NULL
+  UNION ALL  -- scoped: the changed escrows' inferences, read by escrow (the challenged test outside the OFFSET 0
+             -- subquery, so the planner cannot walk the epoch's partial index of challenges instead)
+  SELECT i.escrow_id, i.inference_id, i.epoch_index, i.challenger_slot, i.vote_threshold, e.model_id
+  FROM rec.escrow e
+  CROSS JOIN LATERAL (
+    SELECT escrow_id, inference_id, epoch_index, challenger_slot, vote_threshold, challenged_nonce
+    FROM replay.inference WHERE escrow_id = e.escrow_id AND epoch_index = ANY(%(epochs)s)
+    OFFSET 0) i
+  WHERE %(scoped)s AND e.escrow_id = ANY(%(escrows)s) AND i.challenged_nonce IS NOT NULL
 ), suspects AS (
   SELECT DISTINCT epoch_index, model_id, participant FROM rules.suspect WHERE epoch_index = ANY(%(epochs)s)
 ), weighted AS (

@@ -4,7 +4,8 @@
 --                                (or that not even today's rule admits)
 --   timeout_over_limit           a refused/execution timeout on a request shown over the limit by signed tokens
 -- detected_at survives re-evaluation: one MERGE keyed like the table updates a finding only when it changed, so it
--- keeps the time it was first seen, and deletes the epochs' findings no longer found.
+-- keeps the time it was first seen, and deletes the epochs' findings no longer found. A finding depends on its
+-- escrow's rows and its challenge row (50): with %(scoped)s only the changed escrows' findings are merged.
 MERGE INTO rules.disputable existing
 USING (
 WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown over the limit, found from the compact
@@ -29,7 +30,7 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
     -- no probe when even the escrow's largest input (10_limits) could not show it over the limit (OFFSET 0 keeps
     -- this a gate in front of the probe, not a filter the join applies after it)
     WHERE fn.shown_over_limit(el.max_input_tokens, s.max_tokens, el.governance_limit) OFFSET 0) sib ON true
-  WHERE el.epoch_index = ANY(%(epochs)s)
+  WHERE el.epoch_index = ANY(%(epochs)s) AND (NOT %(scoped)s OR el.escrow_id = ANY(%(escrows)s))
     AND fn.shown_over_limit(sib.sibling_input_tokens, s.max_tokens, el.governance_limit)
 ), found AS (
   SELECT cr.epoch_index, cr.escrow_id, cr.inference_id, cr.executor_address AS participant, cr.executor_slot,
@@ -56,6 +57,7 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
     -- 'unknown': a 0/0 Finish without payload (fn.is_client_fault_finish NULL). The decision: it counts as a
     -- context refusal, since a refusal counts against the host only when shown to fit (interface.md §3)
     AND cr.refusal_kind IN ('context_length', 'unknown') AND cr.verdict <> 'fits'
+    AND (NOT %(scoped)s OR cr.escrow_id = ANY(%(escrows)s))
   UNION ALL
   SELECT sf.epoch_index, sf.escrow_id, sf.inference_id, i.executor_address, i.executor_slot, 'missed',
          'error_miss_sibling', COALESCE(cr.verdict, 'undetermined'),
@@ -78,6 +80,7 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
   -- that the invalidated family above gives an 'unknown' refusal.
   WHERE sf.epoch_index = ANY(%(epochs)s) AND sf.applied AND sf.client_fault_basis IS NOT NULL
     AND (sf.accepted_current_rule IS NOT TRUE OR sf.accepted_hardened_rule IS NOT TRUE)
+    AND (NOT %(scoped)s OR sf.escrow_id = ANY(%(escrows)s))
   UNION ALL
   SELECT i.epoch_index, i.escrow_id, i.inference_id, i.executor_address, i.executor_slot, 'missed',
          'timeout_over_limit', 'over_limit',
@@ -94,7 +97,8 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
                          AND i.epoch_index = over_limit.epoch_index AND i.epoch_index = ANY(%(parts)s)
   WHERE i.epoch_index = ANY(%(epochs)s) AND i.status = 'TimedOut' AND i.timeout_reason IN ('refused', 'execution')
 ), old AS (
-  SELECT escrow_id, inference_id, penalty FROM rules.disputable WHERE epoch_index = ANY(%(epochs)s)
+  SELECT escrow_id, inference_id, penalty FROM rules.disputable
+  WHERE epoch_index = ANY(%(epochs)s) AND (NOT %(scoped)s OR escrow_id = ANY(%(escrows)s))
 )
 SELECT * FROM found FULL JOIN old USING (escrow_id, inference_id, penalty)  -- rule IS NULL: no longer found
 ) latest ON existing.escrow_id = latest.escrow_id AND existing.inference_id = latest.inference_id
