@@ -271,6 +271,13 @@ def model_snapshot_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 _ZERO_IS_UNSET = frozenset({"validation_rate", "max_model_len"})
+# The session config an escrow was created with, which every state root depends on (indexer.verify.inputs): kept as
+# the chain publishes it, 0 included (a 0 the session rules cannot use is refused there, with the reason), and left
+# out when the chain's answer has no such field (then the roots cannot be recomputed: not captured, not zero).
+# DevshardEscrow fields 8, 14, 15 (inference-chain/proto/inference/inference/devshard_escrow.proto @056f1980);
+# the seal and auto-seal fields of later builds by their JSON names (DevshardEscrowParams' default_* values).
+_SESSION_CONFIG = ("token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",
+                   "inference_seal_grace_seconds", "auto_seal_every_n_nonces")
 
 
 def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) -> dict[str, Any] | None:
@@ -294,7 +301,12 @@ def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) 
         # 0 / absent means "compiled default" (floor(group/2)); the replay applies that rule
         "vote_threshold_factor": _opt_u64(esc, "vote_threshold_factor") or 0,
     }
-    for key in ("validation_rate", "max_model_len", "token_price"):
+    creator = esc.get("creator")
+    if creator not in (None, "") and not isinstance(creator, str):
+        raise NormalizeError(f"creator: expected an address string, got {type(creator).__name__}")
+    if creator:
+        rec["creator"] = creator  # who signs every diff (the user): the signed check recovers to it
+    for key in ("validation_rate", "max_model_len", "amount", *_SESSION_CONFIG):
         value = _opt_u64(esc, key)
         # 0 is proto3's unset: "zero values fall back to compiled defaults" (devshard_escrow.proto), not a rate of 0
         if value is not None and not (key in _ZERO_IS_UNSET and value == 0):
