@@ -42,8 +42,9 @@ class Decoded:
         return self.blob.split(b"\n") if self.count else []
 
 
-def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool) -> Decoded:
-    out, txs = run_lines(escrow_id, version, entries, hold_refusals)
+def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool,
+                   source_host: str | None = None) -> Decoded:
+    out, txs = run_lines(escrow_id, version, entries, hold_refusals, source_host)
     blob = b"\n".join(out.lines)
     # typed here, by the file load's block typer (C for the bulk kinds, ~1 µs a line against ~10 for typing the
     # dicts in Python): the poller's committing thread only renumbers the rows. A held record's place is a blank
@@ -53,16 +54,19 @@ def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, 
 
 
 def run_lines(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]],
-              hold_refusals: bool) -> tuple[TxLines, int]:
-    """A contiguous run of entries → its records' lines (and held refusals), and how many txs it had."""
+              hold_refusals: bool, source_host: str | None = None) -> tuple[TxLines, int]:
+    """A contiguous run of entries → its records' lines (and held refusals), then one ``signed_diff`` line per diff
+    (what verification needs, served by ``source_host``), and how many txs it had."""
     contents = diff_contents_from_host_json(entries, version, escrow_id)
     out = TxLines(escrow_id, version, _refusal if hold_refusals else None)
     txs = 0
-    for i, (nonce, content, owner) in enumerate(contents):
+    for i, (nonce, content, owner, _) in enumerate(contents):
         if nonce != contents[0][0] + i:  # checked on the headers already; the full decode agrees
             raise ValueError(f"diff run not contiguous at nonce {nonce}")
         check_diff_escrow(escrow_id, nonce, owner)
         txs += out.diff(nonce, content.txs)
+    for nonce, _, _, signed in contents:  # after the txs' lines: the held records' positions stay as they are
+        out.signed(nonce, signed, source_host)
     return out, txs
 
 

@@ -260,7 +260,8 @@ class EscrowFetcher:
         filled in; with their typed parts (numbered from the run's first line)."""
         t0 = time.perf_counter()
         entries = [d["entry"] for d in diffs]
-        dec = self._decoding(decode_entries, escrow_id, version, entries, self.fetch_payloads)
+        # the serving member: HostGroup.page leaves the member it read the run from as the primary
+        dec = self._decoding(decode_entries, escrow_id, version, entries, self.fetch_payloads, group.primary)
         done.t_decode += time.perf_counter() - t0
         lines = dec.lines()
         if dec.held:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence  # not typing.Mapping: its isinstance costs ~1.5 µs, per diff and tx
-from typing import Any
+from typing import Any, NamedTuple
 
 from indexer.wire.protobuf import WireDecodeError, parse, to_dict
 from indexer.wire.schemas import schema_for
@@ -122,19 +122,31 @@ def _check_entry(entry: Any, escrow_id: str | None) -> None:
 
 
 def diff_contents_from_host_json(entries: Sequence[Any], version: str | None,
-                                 escrow_id: str | None = None) -> list[tuple[int, Any, str]]:
-    """The poller's reading of a run of entries: ``(nonce, parsed DiffContent, escrow id)`` each, with every check
-    of :func:`diff_messages_from_host_json` (the signature and roots are checked as base64, not kept), and the same
-    errors. The txs are ``content.txs``, read where they are."""
+                                 escrow_id: str | None = None) -> list[tuple[int, Any, str, Signed]]:
+    """The poller's reading of a run of entries: ``(nonce, parsed DiffContent, escrow id, Signed)`` each, with every
+    check of :func:`diff_messages_from_host_json` and the same errors. The txs are ``content.txs``, read where they
+    are; :class:`Signed` keeps what verification needs of the entry as served."""
     schema = schema_for(version, escrow=escrow_id)
     label = f"escrow {escrow_id or '?'} diff"
     out = []
     for entry in entries:
         _check_entry(entry, escrow_id)
         nonce, content, _ = _content(entry, label, schema)
-        _signed(entry, label, nonce)
-        out.append((nonce, content, content.escrow_id or str(entry["diff"].get("escrow_id") or "")))
+        _, user_sig, state_hash = _signed(entry, label, nonce)
+        out.append((nonce, content, content.escrow_id or str(entry["diff"].get("escrow_id") or ""),
+                    Signed(entry["diff"].get("txs") or "", user_sig, content.post_state_root, state_hash)))
     return out
+
+
+class Signed(NamedTuple):
+    """One served diff as the user signed it: ``content`` is the entry's base64 ``txs`` string exactly as served
+    (checked as strict base64 and parsed, never re-encoded: the user's signature is over its bytes);
+    ``post_state_root`` is the content's own field 4 (the root the user signed, not the entry's unsigned copy);
+    ``state_hash`` the root the serving host computed."""
+    content: str
+    user_sig: bytes
+    post_state_root: bytes
+    state_hash: bytes
 
 
 def _signed(entry: Mapping[str, Any], label: str, nonce: int) -> tuple[bytes, bytes, bytes]:

@@ -171,6 +171,16 @@ def normalize_diffs(
     return out
 
 
+def signed_diff_record(escrow_id: str, nonce: int, content: str, user_sig: bytes, post_state_root: bytes,
+                       state_hash: bytes, source_host: str | None) -> dict[str, Any]:
+    """The ``signed_diff`` record of one served diff (interface.md §2): ``content`` the served base64 DiffContent
+    string itself, the byte fields as lowercase hex, null where the entry has none. The poller writes the same line
+    from a template (:meth:`indexer.wire.txlines.TxLines.signed`)."""
+    return {"kind": "signed_diff", "escrow_id": escrow_id, "nonce": nonce, "content": content,
+            "user_sig": user_sig.hex() or None, "post_state_root": post_state_root.hex() or None,
+            "state_hash": state_hash.hex() or None, "source_host": source_host}
+
+
 def check_diff_escrow(escrow_id: str, nonce: int, owner: Any) -> None:
     """A diff that names an escrow (DiffContent.escrow_id, or the entry's) must name the one whose log it is in."""
     if owner and str(owner) != escrow_id:
