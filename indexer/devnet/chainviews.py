@@ -10,8 +10,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from datetime import datetime, timezone
 from typing import Any
 
+from indexer.devnet import settling
+from indexer.devnet.keys import WARM_GRANT_TYPE
 from indexer.devnet.models import MODELS_BY_ID
 from indexer.devnet.scenario import EscrowSim
 from indexer.devnet.world import Devnet
@@ -45,8 +48,11 @@ def escrow_json(net: Devnet, esc: EscrowSim, max_model_len_mode: str | None = No
         "epoch_index": str(esc.epoch_index),
         "app_hash": hashlib.sha256(f"app-{esc.escrow_id}".encode()).hexdigest(),
         "settled": net.settled(esc), "token_price": str(esc.token_price), "model_id": esc.model.model_id,
-        "create_devshard_fee": "10000", "fee_per_nonce": "1000", "inference_seal_grace_nonces": 160,
-        "inference_seal_grace_seconds": 3600, "auto_seal_every_n_nonces": 150,
+        "create_devshard_fee": str(esc.session_config.create_fee),
+        "fee_per_nonce": str(esc.session_config.fee_per_nonce),
+        "inference_seal_grace_nonces": esc.session_config.seal_grace_nonces,
+        "inference_seal_grace_seconds": esc.session_config.seal_grace_seconds,
+        "auto_seal_every_n_nonces": esc.session_config.auto_seal_every,
         "validation_rate": esc.validation_rate, "vote_threshold_factor": esc.vote_threshold_factor,
         "logprobs_mode": "processed_logprobs",
     }
@@ -83,6 +89,14 @@ def participant_json(net: Devnet, address: str, inference_url: str) -> dict[str,
                             "models": list(MODELS_BY_ID), "current_epoch_stats": zero}}
 
 
+def grantees_json(net: Devnet, granter: str, msg_type: str) -> dict[str, Any]:
+    """``QueryGranteesByMessageTypeResponse``: each grantee's address and public key (base64 compressed key)."""
+    keys = net.scenario.keys
+    warm = keys.warm_of(granter) if msg_type == WARM_GRANT_TYPE else None
+    return {"grantees": [] if warm is None else [
+        {"address": warm, "pub_key": base64.b64encode(keys.public_key(warm)).decode()}]}
+
+
 def status_json(net: Devnet) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": -1, "result": {
         "node_info": {"network": "gonka-devnet", "version": "0.38.17", "moniker": "devnet"},
@@ -99,14 +113,50 @@ def _attrs(pairs: dict[str, str], b64: bool) -> list[dict[str, Any]]:
     return [{"key": enc(k), "value": enc(v), "index": True} for k, v in pairs.items()]
 
 
-def _tx(height: int, kind: str, msg_type: str, pairs: dict[str, str], b64: bool) -> dict[str, Any]:
-    tx_hash = hashlib.sha256(f"{kind}-{pairs['escrow_id']}".encode()).hexdigest().upper()
-    events = [{"type": "message", "attributes": _attrs({"action": f"{MODULE}.{msg_type}"}, b64)},
-              {"type": kind, "attributes": _attrs(pairs, b64)}]
-    return {"hash": tx_hash, "height": str(height), "index": 0,
+def _events(kind: str, msg_type: str, pairs: dict[str, str], b64: bool) -> list[dict[str, Any]]:
+    return [{"type": "message", "attributes": _attrs({"action": f"{MODULE}.{msg_type}"}, b64)},
+            {"type": kind, "attributes": _attrs(pairs, b64)}]
+
+
+def _tx(height: int, kind: str, msg_type: str, pairs: dict[str, str], b64: bool,
+        raw: bytes | None = None) -> dict[str, Any]:
+    """A tx_search result: ``tx`` is the base64 of the broadcast TxRaw and ``hash`` its sha256 (a stand-in body for
+    the txs the devnet does not build, escrow creation)."""
+    raw = raw if raw is not None else f"devnet-tx-{kind}-{pairs['escrow_id']}".encode()
+    return {"hash": hashlib.sha256(raw).hexdigest().upper(), "height": str(height), "index": 0,
             "tx_result": {"code": 0, "data": "", "log": "", "gas_wanted": "200000", "gas_used": "120000",
-                          "events": events},
-            "tx": base64.b64encode(f"devnet-tx-{tx_hash}".encode()).decode()}
+                          "events": _events(kind, msg_type, pairs, b64)},
+            "tx": base64.b64encode(raw).decode()}
+
+
+def settled_attributes(esc: EscrowSim) -> dict[str, str]:
+    """The ``devshard_escrow_settled`` event: the settler is the creator; hosts are paid the total cost, the user
+    gets back what is left after cost and fees."""
+    cost = sum(s.cost for s in esc.state.stats)
+    return {"escrow_id": esc.escrow_id, "settler": esc.creator, "total_payout": str(cost), "fees": str(esc.fees),
+            "remainder": str(esc.amount - cost - esc.fees), "state_root_and_protocol_version": esc.protocol_version}
+
+
+def settlement_tx(net: Devnet, esc: EscrowSim):
+    """The escrow's settlement transaction (None while unsettled, or when its version's rules are not ported)."""
+    return net.scenario.settlement(esc, net.settle_height(esc)) if net.settled(esc) else None
+
+
+def get_tx_json(net: Devnet, tx_hash: str) -> dict[str, Any] | None:
+    """``GET /cosmos/tx/v1beta1/txs/{hash}`` of a settlement (None: no such transaction)."""
+    for epoch in net.scenario.epochs:
+        for esc in epoch.escrows:
+            tx = settlement_tx(net, esc) if net.created(esc) else None
+            if tx is not None and tx.hash == tx_hash.upper():
+                events = _events("devshard_escrow_settled", "MsgSettleDevshardEscrow", settled_attributes(esc), False)
+                return settling.tx_json(tx, net.scenario.keys, events, _timestamp(net, tx.height))
+    return None
+
+
+def _timestamp(net: Devnet, height: int) -> str:
+    cfg = net.scenario.config
+    unix = cfg.genesis_time + (height - cfg.genesis_height) * cfg.seconds_per_block
+    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def all_txs(net: Devnet, b64: bool, unindexed: frozenset[str] = frozenset()
@@ -123,12 +173,10 @@ def all_txs(net: Devnet, b64: bool, unindexed: frozenset[str] = frozenset()
             out.append(({"devshard_escrow_created": created, "tm": {"event": "Tx"}},
                         _tx(esc.created_height, "devshard_escrow_created", "MsgCreateDevshardEscrow", created, b64)))
             if net.settled(esc) and esc.escrow_id not in unindexed:
-                settled = {"escrow_id": esc.escrow_id, "settler": esc.slots[0], "total_payout": str(esc.amount),
-                           "fees": str(10000 + 1000 * esc.last_nonce), "remainder": "0",
-                           "state_root_and_protocol_version": esc.protocol_version}
+                settled, tx = settled_attributes(esc), settlement_tx(net, esc)
                 out.append(({"devshard_escrow_settled": settled, "tm": {"event": "Tx"}},
                             _tx(net.settle_height(esc), "devshard_escrow_settled", "MsgSettleDevshardEscrow",
-                                settled, b64)))
+                                settled, b64, tx.raw if tx is not None else None)))
     return out
 
 

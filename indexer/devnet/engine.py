@@ -4,7 +4,10 @@ Each nonce gets one diff. While inferences remain, the diff opens with one ``Msg
 (so ``inference_id == nonce``, as the protocol requires) and then carries due follow-ups (receipts,
 finishes, validations, votes, timeouts). Every tx is applied to the reference
 :class:`~indexer.devnet.state.EscrowState` the moment it is emitted, so later actions see the state
-a host would see, and an illegal tx fails loudly instead of producing a bogus log.
+a host would see, and an illegal tx fails loudly instead of producing a bogus log. After the last
+follow-up the user finalizes the round; one empty diff per slot follows, after which the session is
+in its settlement phase (``applyCore``: settlement starts ``len(group)`` nonces after the finalize).
+Hosts sign what they propose with their warm keys (:meth:`Engine.host_sign`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from indexer.devnet.keys import Keyring
 from indexer.devnet.models import HostSpec, ModelSpec
 from indexer.devnet.state import EscrowState
 
@@ -35,6 +39,8 @@ class EscrowContext:
     start_time: int
     start_height: int
     inferences: int
+    keys: Keyring
+    heartbeats: bool = True  # the version's DevshardTx has MsgHeartbeat (v5 height sync)
 
 
 @dataclass
@@ -45,12 +51,8 @@ class EscrowLog:
     prompts: dict[int, dict[str, Any]] = field(default_factory=dict)  # inference_id -> PayloadJSON
     labels: dict[int, dict[str, Any]] = field(default_factory=dict)  # inference_id -> scenario facts
     other: dict[str, int] = field(default_factory=dict)  # skipped tx kinds (heartbeat, finalize_round)
-
-
-def fake_sig(*parts: Any) -> bytes:
-    """Deterministic stand-in for an ECDSA signature (DER-sized); nothing verifies it."""
-    digest = hashlib.sha512(repr(parts).encode()).digest()
-    return b"\x30\x46" + digest[:70]
+    receipts: dict[int, bytes] = field(default_factory=dict)  # inference_id -> the executor's receipt signature
+    validation_sampled: dict[int, int] = field(default_factory=dict)  # slot -> validations the sampler asked of it
 
 
 def block_hash(height: int) -> bytes:
@@ -61,12 +63,13 @@ class Engine:
     def __init__(self, rng: random.Random, ctx: EscrowContext) -> None:
         self.rng = rng
         self.ctx = ctx
-        self.state = EscrowState(ctx.slots, ctx.vote_threshold_factor, ctx.token_price)
+        self.state = EscrowState(ctx.slots, ctx.vote_threshold_factor, ctx.token_price, ctx.protocol_version)
         self.log = EscrowLog()
         self.nonce = 0
         self._agenda: list[tuple[int, int, Callable[[], None]]] = []
         self._seq = 0
         self._txs: list[dict[str, Any]] = []
+        self._shortfalls = 0  # vote rounds of this diff that fell short (work done, nothing to submit)
 
     # -- time ---------------------------------------------------------------------------------
     def now(self) -> int:
@@ -84,6 +87,10 @@ class Engine:
 
     def first_slot(self, address: str) -> int:
         return self.ctx.slots.index(address)
+
+    def host_sign(self, address: str, message: bytes) -> bytes:
+        """The signature of host ``address`` (with its warm key) over ``message``."""
+        return self.ctx.keys.sign_as_host(address, message)
 
     def addresses(self, exclude: tuple[str, ...] = ()) -> list[str]:
         """Distinct group addresses in slot order (one voter per address)."""
@@ -109,12 +116,16 @@ class Engine:
                 new_inference()
                 remaining -= 1
             self._run_due(force=not self._txs)
-            if not self._txs or self.rng.random() < 0.03:
+            if (not (self._txs or self._shortfalls) or self.rng.random() < 0.03) and self.ctx.heartbeats:
                 self.push("heartbeat", {})  # liveness txs exist on the wire; the indexer skips them
             self._close_diff()
         self.nonce += 1
         self.push("finalize_round", {})
         self._close_diff()
+        for _ in self.ctx.slots:  # the finalizing nonces: the session enters settlement after the last one
+            self.nonce += 1
+            self._close_diff()
+        self.state.settle()
         return self.log
 
     def _run_due(self, force: bool) -> None:
@@ -124,11 +135,16 @@ class Engine:
             if due > self.nonce and not (force and done == 0):
                 break  # with no start left, an idle nonce pulls the next action forward
             heapq.heappop(self._agenda)
-            before = len(self._txs)
+            before = len(self._txs) + self._shortfalls
             action()
-            done += len(self._txs) - before
+            done += len(self._txs) + self._shortfalls - before
 
     # -- emission -----------------------------------------------------------------------------
+    def shortfall(self) -> None:
+        """A vote round (timeout or error-miss) that fell short of the threshold: the gateway collected the votes
+        but has nothing to submit. It counts as a follow-up of this diff, as a submitted tx would."""
+        self._shortfalls += 1
+
     def push(self, name: str, msg: dict[str, Any]) -> None:
         """Emit one tx into the current diff and apply it to the reference state right away."""
         self.state.apply(name, msg, self.nonce)
@@ -145,7 +161,7 @@ class Engine:
     def _close_diff(self) -> None:
         self.log.diffs.append({"nonce": self.nonce, "txs": self._txs, "escrow_id": self.ctx.escrow_id,
                                "post_state_root": b"", "sealed_inference_ids": []})
-        self._txs = []
+        self._txs, self._shortfalls = [], 0
 
 
 def _votes(votes: list[dict[str, Any]]) -> list[dict[str, Any]]:

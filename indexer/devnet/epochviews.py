@@ -187,7 +187,8 @@ def excluded_map(net: Devnet, epoch_index: int) -> dict[str, int]:
     if epoch_index >= net.current_epoch:
         return {}
     stats = net.scenario.host_epoch_stats(epoch_index)
-    worst = max(stats.items(), key=lambda kv: (kv[1]["invalid"], kv[0]), default=None)
+    index = {h.address: h.index for h in net.scenario.hosts}  # ties go to the later host, as hostA < hostB < …
+    worst = max(stats.items(), key=lambda kv: (kv[1]["invalid"], index[kv[0]]), default=None)
     if worst is None or worst[1]["invalid"] == 0:
         return {}
     return {worst[0]: end_height(net, epoch_index) - 100}

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from indexer.devnet import payloads as pl
-from indexer.devnet.engine import Engine, EscrowLog, block_hash, fake_sig
+from indexer.devnet.engine import Engine, EscrowLog, block_hash
+from indexer.devnet.sealing import preimages_for
 from indexer.devnet.state import CHALLENGED, FINISHED, INVALIDATED, PENDING, STARTED, VALIDATED
 from indexer.wire.schemas import schema_for
 
@@ -62,11 +63,11 @@ class EscrowGenerator(Engine):
     def generate(self) -> EscrowLog:
         self.gov = self.ctx.model.governance_limit
         self.schema = schema_for(self.ctx.protocol_version)
+        self.preimages = preimages_for(self.ctx.protocol_version)
         self.decks: dict[str, list[str]] = {}
         self.wants: list[Want] = []
         self.inputs: dict[int, Prompt] = {}
         log = self.run(self.new_inference)
-        self.state.settle()
         for iid in self.state.records:
             log.labels[iid]["status"] = self.state.status_name(iid)
         return log
@@ -142,9 +143,12 @@ class EscrowGenerator(Engine):
         if self.state.records[n].status != PENDING:
             return
         rec = self.state.records[n]
+        confirmed_at = self.now() + self.rng.randint(1, 4)
+        receipt = self.host_sign(self.ctx.slots[rec.executor_slot],
+                                 self.preimages.receipt(self.ctx.escrow_id, n, rec, confirmed_at))
+        self.log.receipts[n] = receipt
         self.push("confirm_start", {
-            "inference_id": n, "executor_sig": fake_sig("receipt", self.ctx.escrow_id, n, rec.prompt_hash),
-            "confirmed_at": self.now() + self.rng.randint(1, 4),
+            "inference_id": n, "executor_sig": receipt, "confirmed_at": confirmed_at,
             "observed_height": self.height(), "observed_block_hash": block_hash(self.height()),
         })
         if then is not None:
@@ -158,11 +162,12 @@ class EscrowGenerator(Engine):
         msg: dict[str, Any] = {
             "inference_id": n, "response_hash": pl.response_hash(payload), "input_tokens": input_tokens,
             "output_tokens": output_tokens, "executor_slot": n % len(self.ctx.slots),
-            "proposer_sig": fake_sig("finish", self.ctx.escrow_id, n), "escrow_id": self.ctx.escrow_id,
+            "escrow_id": self.ctx.escrow_id,
             "observed_height": self.height(), "observed_block_hash": block_hash(self.height()),
         }
         if self._has("MsgFinishInference", "served_hash"):
             msg["served_hash"] = pl.served_hash(payload)
+        msg["proposer_sig"] = self.host_sign(self.ctx.slots[n % len(self.ctx.slots)], self.preimages.finish(msg))
         self.push("finish_inference", msg)
 
     def _serve(self, n: int, then: Any = None) -> None:
@@ -186,26 +191,37 @@ class EscrowGenerator(Engine):
             # the "insufficient" variant: voters that still see a Finish coming reject
             accept = sufficient or weight + self.state.weight(addr) <= self.state.threshold
             weight += self.state.weight(addr) if accept else 0
-            votes.append(self._vote_entry("timeout", n, addr, accept, reason))
+            votes.append(self._vote_entry(addr, accept, self.preimages.timeout_vote(self.ctx.escrow_id, n, reason,
+                                                                                    accept)))
+        if not self.state.accepts(votes):
+            self.log.labels[n]["timeout_rejected"] = reason  # too few accept votes: the gateway cannot submit it
+            self.shortfall()
+            return
         self.push("timeout_inference", {"inference_id": n, "reason": reason, "votes": votes})
 
-    def _vote_entry(self, what: str, n: int, addr: str, accept: bool, *extra: Any) -> dict[str, Any]:
-        return {"voter_slot": self.first_slot(addr), "accept": accept,
-                "signature": fake_sig(what, self.ctx.escrow_id, n, accept, addr, *extra)}
+    def _vote_entry(self, addr: str, accept: bool, preimage: bytes) -> dict[str, Any]:
+        return {"voter_slot": self.first_slot(addr), "accept": accept, "signature": self.host_sign(addr, preimage)}
 
     def _error_miss(self, n: int, sibling: int | None) -> None:
         rec = self.state.records[n]
         if rec.status != FINISHED:
             return  # an error-miss needs a Finished record; the gateway would not send it
+        if not self._has("DevshardTx", "error_miss"):
+            self.log.labels[n]["error_miss_unsupported"] = True  # before v5 a session has no error-miss
+            return
         kind = self.log.labels[n].get("finish_kind")
         sib = self.state.records.get(sibling) if sibling is not None else None
         sibling_ok = (sib is not None and sibling != n and sib.prompt_hash == rec.prompt_hash
                       and sib.output_tokens > 0 and sib.status in (FINISHED, VALIDATED))
         accept = kind in ("engine_fault", "billed_fault") or sibling_ok
         exec_addr = self.ctx.slots[rec.executor_slot]
-        votes = [self._vote_entry("error_miss", n, a, accept, rec.response_hash)
-                 for a in self.addresses(exclude=(exec_addr,))]
+        preimage = self.preimages.error_miss_vote(self.ctx.escrow_id, n, accept, rec.response_hash)
+        votes = [self._vote_entry(a, accept, preimage) for a in self.addresses(exclude=(exec_addr,))]
         self.log.labels[n]["error_miss_sibling"] = sibling
+        if not self.state.accepts(votes):
+            self.log.labels[n]["error_miss_rejected"] = True  # the voters refused: nothing to submit
+            self.shortfall()
+            return
         self.push("error_miss", {"inference_id": n, "votes": votes})
 
     # -- validation and challenges ------------------------------------------------------------
@@ -221,15 +237,19 @@ class EscrowGenerator(Engine):
 
     def _sample_validations(self, n: int) -> None:
         for addr in self.rng.sample(self._validators(n), self.rng.choice((0, 0, 1, 1, 2))):
-            self.state.stats[self.first_slot(addr)].required_validations += 1
+            self._sampled(addr)
             if self.rng.random() < 0.85:  # some owed validations are never delivered
                 self.later((2, 8), lambda a=addr: self._validate(n, a))
+
+    def _sampled(self, addr: str) -> None:
+        slot = self.first_slot(addr)  # observability only: the session's host stats count no validations
+        self.log.validation_sampled[slot] = self.log.validation_sampled.get(slot, 0) + 1
 
     def _open_challenge(self, n: int, valid: bool | None = None) -> None:
         """Validation by a raised-limit validator if there is one (the #2078 path)."""
         capable = [a for a in self._validators(n) if self.limit_of(a) >= self.inputs[n].total]
         addr = self.rng.choice(capable or self._validators(n))
-        self.state.stats[self.first_slot(addr)].required_validations += 1
+        self._sampled(addr)
         self.later((2, 6), lambda: self._validate(n, addr, valid))
 
     def _validate(self, n: int, addr: str, valid: bool | None = None) -> None:
@@ -238,8 +258,10 @@ class EscrowGenerator(Engine):
             return
         valid = self._verdict(n, addr) if valid is None else valid
         was_finished = rec.status == FINISHED
-        self.push("validation", {"inference_id": n, "validator_slot": self.first_slot(addr), "valid": valid,
-                                 "proposer_sig": fake_sig("validation", n, addr), "escrow_id": self.ctx.escrow_id})
+        msg = {"inference_id": n, "validator_slot": self.first_slot(addr), "valid": valid,
+               "escrow_id": self.ctx.escrow_id}
+        msg["proposer_sig"] = self.host_sign(addr, self.preimages.validation(msg))
+        self.push("validation", msg)
         if was_finished and rec.status == CHALLENGED:
             for voter in self._validators(n):
                 if voter not in rec.validated_by:
@@ -252,9 +274,10 @@ class EscrowGenerator(Engine):
             return
         if decided and self.rng.random() < 0.5:
             return  # late votes are sometimes batched anyway; the chain ignores them
-        self.push("validation_vote", {"inference_id": n, "voter_slot": self.first_slot(addr),
-                                      "vote_valid": self._verdict(n, addr),
-                                      "proposer_sig": fake_sig("vote", n, addr), "escrow_id": self.ctx.escrow_id})
+        msg = {"inference_id": n, "voter_slot": self.first_slot(addr), "vote_valid": self._verdict(n, addr),
+               "escrow_id": self.ctx.escrow_id}
+        msg["proposer_sig"] = self.host_sign(addr, self.preimages.vote(msg))
+        self.push("validation_vote", msg)
 
     # -- context refusals ---------------------------------------------------------------------
     def _refusal(self, n: int, prompt: Prompt) -> None:

@@ -8,7 +8,7 @@ import json
 from bisect import bisect_left, bisect_right
 from typing import Any, Sequence
 
-from indexer.devnet.engine import fake_sig
+from indexer.devnet import settling
 from indexer.devnet.models import HostSpec
 from indexer.devnet.scenario import EscrowSim
 from indexer.devnet.world import Devnet
@@ -51,8 +51,12 @@ def shards_json(net: Devnet, host: HostSpec, version: str) -> dict[str, Any]:
 def shard_detail_json(net: Devnet, esc: EscrowSim) -> dict[str, Any]:
     """F11: final per-slot host stats of the session, plus observability and the slot group."""
     stats = esc.host_stats()
-    by_slot = {str(i): {"missed": 0, "invalid": 0, "cost": 0, "required_validations": s["required_validations"],
-                        "completed_validations": s["completed_validations"]} for i, s in enumerate(stats)}
+    required, completed = esc.log.validation_sampled, {}
+    for r in esc.log.records:
+        if r["kind"] == "validation":
+            completed[r["validator_slot"]] = completed.get(r["validator_slot"], 0) + 1
+    by_slot = {str(i): {"missed": 0, "invalid": 0, "cost": 0, "required_validations": required.get(i, 0),
+                        "completed_validations": completed.get(i, 0)} for i in range(len(stats))}
     return {
         "escrow_id": esc.escrow_id, "epoch_id": esc.epoch_index, "nonce": esc.last_nonce,
         "version": esc.protocol_version, "state_root_and_protocol_version": esc.protocol_version,
@@ -60,13 +64,13 @@ def shard_detail_json(net: Devnet, esc: EscrowSim) -> dict[str, Any]:
         "host_stats": {str(i): s for i, s in enumerate(stats)},
         "validation_observability": {
             "by_slot": by_slot,
-            "totals": {"required_validations": sum(s["required_validations"] for s in stats),
-                       "completed_validations": sum(s["completed_validations"] for s in stats)}},
+            "totals": {"required_validations": sum(required.values()),
+                       "completed_validations": sum(completed.values())}},
         "group": [{"SlotID": i, "ValidatorAddress": addr} for i, addr in enumerate(esc.slots)],
     }
 
 
-def encoded_log(net: Devnet, esc: EscrowSim, lying: bool) -> tuple[list[int], list[bytes]]:
+def encoded_log(net: Devnet, esc: EscrowSim, lying: bool | str) -> tuple[list[int], list[bytes]]:
     """(nonces, JSON bytes per entry) of one host's view of an escrow's log, encoded once: the devnet's logs
     never change after generation, so a page is a slice of precomputed bytes instead of a re-encoding."""
     key = (esc.escrow_id, lying)
@@ -80,31 +84,30 @@ def encoded_log(net: Devnet, esc: EscrowSim, lying: bool) -> tuple[list[int], li
     return cached
 
 
-def warm(net: Devnet, lying: str | None = None) -> None:
+def warm(net: Devnet, lying: str | None = None, lying_kind: str = "altered") -> None:
     """Encode every host's view of every diff log, and every stored payload, now (a real host serves stored
     bytes), so that serving a page or a payload never pays for encoding. ``lying``: the lying host's address,
     whose view of the log differs (its payloads do not)."""
     for esc in net.scenario.escrows.values():
         encoded_log(net, esc, False)
         if lying is not None and lying in esc.slots:
-            encoded_log(net, esc, True)
+            encoded_log(net, esc, lying_kind)
         for inference_id in esc.log.payloads:
             payload_body(net, esc, inference_id)
 
 
-def diffs_body(net: Devnet, esc: EscrowSim, first: int, last: int, lying: bool) -> bytes:
+def diffs_body(net: Devnet, esc: EscrowSim, first: int, last: int, lying: bool | str) -> bytes:
     """The JSON body of ``diffs?from=first&to=last``: a slice of the encoded log."""
     nonces, entries = encoded_log(net, esc, lying)
     lo, hi = bisect_left(nonces, first), bisect_right(nonces, last)
     return b"[" + b",".join(entries[lo:hi]) + b"]"
 
 
-def signatures_json(esc: EscrowSim, nonce: int) -> dict[str, Any] | None:
+def signatures_json(net: Devnet, esc: EscrowSim, nonce: int) -> dict[str, Any] | None:
+    """``SignaturesResponse``: each slot's co-signature (``StateSignatureContent``) of the root after ``nonce``."""
     if not 1 <= nonce <= esc.last_nonce:
         return None
-    root = esc.roots[nonce - 1]
-    return {"signatures": {str(i): base64.b64encode(fake_sig("state", root, esc.escrow_id, nonce, addr)).decode()
-                           for i, addr in enumerate(esc.slots)}}
+    return {"signatures": settling.signatures_at(net.scenario.keys, esc, esc.roots[nonce - 1], nonce)}
 
 
 def payload_body(net: Devnet, esc: EscrowSim, inference_id: int) -> bytes | None:
@@ -130,4 +133,4 @@ def payload_json(esc: EscrowSim, inference_id: int) -> dict[str, Any] | None:
     return {"inference_id": str(inference_id),
             "prompt_payload": base64.b64encode(prompt.encode()).decode(),
             "response_payload": base64.b64encode(response.encode()).decode(),
-            "executor_signature": base64.b64encode(fake_sig("receipt", esc.escrow_id, inference_id)).decode()}
+            "executor_signature": base64.b64encode(esc.log.receipts.get(inference_id, b"")).decode()}

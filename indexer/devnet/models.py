@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 DEEPSEEK = "deepseek-ai/DeepSeek-V4-Flash-0731"
 MINIMAX = "MiniMaxAI/MiniMax-M2.7"
@@ -109,8 +110,14 @@ def max_model_len(args: list[str]) -> int | None:
     return found
 
 
-def make_hosts(rng: random.Random, count: int) -> list[HostSpec]:
-    """``count`` hosts with a guaranteed mix of roles (at least two raised and two governance)."""
+def host_name(index: int) -> str:
+    """The URL path segment of host ``index`` (hostA … hostZ, then host26 …)."""
+    return f"host{chr(ord('A') + index)}" if index < 26 else f"host{index}"
+
+
+def make_hosts(rng: random.Random, count: int, address_of: Callable[[str], str]) -> list[HostSpec]:
+    """``count`` hosts with a guaranteed mix of roles (at least two raised and two governance); ``address_of`` gives
+    a host name's chain address (the bech32 address of its account key)."""
     roles = ["raised", "governance", "raised", "governance", "lowered", "raised_glm_only"]
     while len(roles) < count:
         roles.append(rng.choice(["governance", "raised", "governance"]))
@@ -118,6 +125,6 @@ def make_hosts(rng: random.Random, count: int) -> list[HostSpec]:
     rng.shuffle(roles)
     hosts = []
     for i, role in enumerate(roles):
-        name = f"host{chr(ord('A') + i)}" if i < 26 else f"host{i}"
-        hosts.append(HostSpec(i, f"gonka1{name}", name, role, HOST_ROLES[role], VLLM_STYLES[i % len(VLLM_STYLES)]))
+        name = host_name(i)
+        hosts.append(HostSpec(i, address_of(name), name, role, HOST_ROLES[role], VLLM_STYLES[i % len(VLLM_STYLES)]))
     return hosts

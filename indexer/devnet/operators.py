@@ -1,9 +1,8 @@
 """Devnet identities for operator mode, and the payload route's authentication as real hosts do it.
 
-Every simulated participant gets a deterministic secp256k1 account key (from the scenario seed and its address)
-and one warm key (address ``<address>-warm``, an authz grantee of the participant), so tests and the demo can run
-the indexer as any host: :func:`write_operator_key` puts a participant's key into a key file operator mode reads.
-The keys are public by construction (derived from the seed): they exist only on the devnet.
+Every simulated participant has the deterministic keys of :mod:`indexer.devnet.keys`: its account (cold) key and
+one warm key, an authz grantee of the participant. So tests and the demo can run the indexer as any host:
+:func:`write_operator_key` puts a participant's (or its warm key's) key into a key file operator mode reads.
 
 :func:`authenticate` follows ``HostManager.authenticatePayloadRequest`` (gonka-ai/gonka
 ``devshard/cmd/devshardd/session/manager.go`` at df69efb70ade57781349bc8eabc0de0662413c00) check by check, with the
@@ -18,64 +17,41 @@ import binascii
 import hashlib
 import os
 import time
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from coincurve import PrivateKey, PublicKey
+from coincurve import PublicKey
 from coincurve.ecdsa import cdata_to_der, deserialize_compact
 
+from indexer.devnet.keys import Keyring
 from indexer.sources.gonka.signing import (
     HEADER_ADDRESS, HEADER_AUTHORIZATION, HEADER_EPOCH, HEADER_TIMESTAMP, MAX_AGE_NS, MAX_FUTURE_NS,
     SECP256K1_N, payload_sign_bytes, write_key_file,
 )
 
-WARM_SUFFIX = "-warm"
 
-
-def devnet_secret(seed: int, address: str) -> bytes:
-    """The devnet private key of ``address`` (an account or a warm address)."""
-    counter = 0
-    while True:  # a sha256 output is a valid scalar except with probability ~2^-128; loop for completeness
-        secret = hashlib.sha256(f"devnet-operator-key:{seed}:{address}:{counter}".encode()).digest()
-        if 0 < int.from_bytes(secret, "big") < SECP256K1_N:
-            return secret
-        counter += 1
-
-
-@lru_cache(maxsize=4096)
-def devnet_public_key(seed: int, address: str) -> bytes:
-    return PrivateKey(devnet_secret(seed, address)).public_key.format(compressed=True)
-
-
-def warm_address(address: str) -> str:
-    return address + WARM_SUFFIX
-
-
-def write_operator_key(path: str | os.PathLike, seed: int, address: str) -> Path:
-    """Write the devnet key of ``address`` (a participant, or its :func:`warm_address`) as a 0600 key file."""
-    return write_key_file(path, devnet_secret(seed, address))
+def write_operator_key(path: str | os.PathLike, keys: Keyring, address: str) -> Path:
+    """Write the devnet key of ``address`` (a participant, or its warm key) as a 0600 key file."""
+    return write_key_file(path, keys.secret_of(address))
 
 
 class DevnetAccounts:
     """What a host asks the chain during payload auth: account keys, and warm keys per granter."""
 
-    def __init__(self, seed: int, participants: Sequence[str]) -> None:
-        self.seed = seed
+    def __init__(self, keys: Keyring, participants: Sequence[str]) -> None:
+        self.keys = keys
         self.participants = frozenset(participants)
 
     def granter_of_warm(self, address: str) -> str | None:
         """``VerifyWarmKey``: the participant that ``address`` is a warm key of."""
-        if address.endswith(WARM_SUFFIX):
-            granter = address[: -len(WARM_SUFFIX)]
-            return granter if granter in self.participants else None
-        return None
+        granter = self.keys.granter_of(address)
+        return granter if granter in self.participants else None
 
     def keys_of(self, granter: str) -> list[bytes]:
         """``getValidatorPubKeys``: the granter's account key, then its grantees' keys."""
         if granter not in self.participants:
             return []
-        return [devnet_public_key(self.seed, granter), devnet_public_key(self.seed, warm_address(granter))]
+        return [self.keys.public_key(granter), self.keys.public_key(self.keys.warm_of(granter))]
 
 
 def verify_cosmos_secp256k1(public_key: bytes, message: bytes, signature: bytes) -> bool:

@@ -32,12 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--p-truncate", type=float, default=0.0,
                         help="probability a response body is cut short (default 0)")
     parser.add_argument("--lying-host", default=None, help="participant address serving a diverging diff log")
+    parser.add_argument("--lying-kind", choices=("altered", "fork"), default="altered",
+                        help="altered: txs changed under the user's signatures (the signature check fails); fork: a "
+                             "history the user signed as well (only the settlement tells it apart)")
     parser.add_argument("--no-warm", dest="warm", action="store_false",
                         help="encode each diff log and payload on its first request instead of before serving")
     parser.add_argument("--payload-auth", action="store_true",
                         help="the payload route authenticates like real hosts (signed group-member requests only)")
     parser.add_argument("--operator", default=None, metavar="ADDRESS",
-                        help="participant (or its '<address>-warm' key) whose devnet key --operator-key-file "
+                        help="participant (or its warm key's address) whose devnet key --operator-key-file "
                              "receives; default: the first host")
     parser.add_argument("--operator-key-file", default=None, metavar="PATH",
                         help="write the operator's devnet private key there (mode 0600, must not exist) for "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+from urllib.parse import unquote
 
 from indexer.devnet import chainviews as cv
 from indexer.devnet import epochviews as ev
@@ -68,6 +69,7 @@ class AppOptions:
     failing_settlement_searches: tuple[str, ...] = ()  # a search for one of these escrows' settlement answers 500
     host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
                                          # side); () = the scenario's version only
+    lying_kind: str = "altered"  # how the lying host lies (indexer.devnet.sealing.fork)
 
 
 Handler = Callable[..., Response]
@@ -77,7 +79,7 @@ class App:
     def __init__(self, net: Devnet, options: AppOptions | None = None) -> None:
         self.net = net
         self.options = options or AppOptions()
-        self.accounts = DevnetAccounts(net.scenario.config.seed, [h.address for h in net.scenario.hosts])
+        self.accounts = DevnetAccounts(net.scenario.keys, [h.address for h in net.scenario.hosts])
         self.base_url = ""
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         for method, pattern, handler in self._table():
@@ -101,18 +103,21 @@ class App:
             ("GET", f"{c}/devshard_escrow/(?P<escrow>[^/]+)", self.escrow),
             ("GET", f"{c}/devshard_host_epoch_stats/(?P<epoch>[^/]+)/(?P<participant>[^/]+)", self.host_epoch_stats),
             ("GET", f"{c}/participant/(?P<address>[^/]+)", self.participant),
+            ("GET", f"{c}/grantees_by_message_type/(?P<granter>[^/]+)/(?P<msg_type>.+)", self.grantees),
             # x/upgrade: the devnet chain has applied no upgrade plan (height "0", as cosmos-sdk answers then)
             ("GET", f"{c.rsplit('/productscience', 1)[0]}/cosmos/upgrade/v1beta1/applied_plan/(?P<name>[^/]+)",
              lambda q, hd, name: Response.json({"height": "0"})),
+            ("GET", f"{c.rsplit('/productscience', 1)[0]}/cosmos/tx/v1beta1/txs/(?P<tx_hash>[^/]+)", self.get_tx),
             ("GET", "/chain-rpc/status", lambda q, hd: Response.json(cv.status_json(self.net))),
             ("GET", "/chain-rpc/tx_search", self.tx_search),
+            ("GET", "/chain-rpc/tx", self.rpc_tx),
             ("GET", f"{h}/devshard/healthz", self.healthz),
             ("GET", f"{h}/devshard/stats/shards", self.shards_newest),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/stats/shards", self.shards),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/stats/shards/(?P<escrow>[^/]+)", self.shard_detail),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/diffs", self.diffs),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/signatures", self.signatures),
-            ("GET", f"{h}/devshard/(?P<version>v\\d+)/sessions/(?P<escrow>[^/]+)/payloads", self.payloads),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+(?:\\.\\d+)*)/stats/shards", self.shards),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+(?:\\.\\d+)*)/stats/shards/(?P<escrow>[^/]+)", self.shard_detail),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+(?:\\.\\d+)*)/sessions/(?P<escrow>[^/]+)/diffs", self.diffs),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+(?:\\.\\d+)*)/sessions/(?P<escrow>[^/]+)/signatures", self.signatures),
+            ("GET", f"{h}/devshard/(?P<version>v\\d+(?:\\.\\d+)*)/sessions/(?P<escrow>[^/]+)/payloads", self.payloads),
             ("GET", f"{h}/v1/devshard/.*", self.gone),
         ]
 
@@ -214,6 +219,30 @@ class App:
             return grpc_error(5, "participant not found")
         return Response.json(cv.participant_json(self.net, address, self.host_url(address)))
 
+    def get_tx(self, q: Mapping, hd: Mapping, tx_hash: str) -> Response:
+        """cosmos-sdk ``GetTx``: the decoded transaction and its response (gRPC NotFound for an unknown hash)."""
+        body = cv.get_tx_json(self.net, tx_hash)
+        return Response.json(body) if body else grpc_error(5, f"tx not found: {tx_hash}")
+
+    def rpc_tx(self, q: Mapping, hd: Mapping) -> Response:
+        """CometBFT ``tx?hash=0x…``: the result as tx_search lists it, the raw transaction base64-encoded."""
+        wanted = (_param(q, "hash") or "").strip('"').removeprefix("0x").upper()
+        found = next((tx for _, tx in cv.all_txs(self.net, self.options.b64_events,
+                                                 frozenset(self.options.unindexed_settlements))
+                      if tx["hash"] == wanted), None)
+        if found is None:
+            return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
+                "code": -32603, "message": "Internal error", "data": f"tx ({wanted}) not found"}}, 500)
+        return Response.json({"jsonrpc": "2.0", "id": -1, "result": found})
+
+    def grantees(self, q: Mapping, hd: Mapping, granter: str, msg_type: str) -> Response:
+        """``GranteesByMessageType``: a host's warm key is granted ``MsgStartInference`` (what devshard signers and the
+        settlement accept); other message types and other accounts have no grantees."""
+        msg_type = unquote(msg_type)
+        if not msg_type.startswith("/"):
+            msg_type = "/" + msg_type  # a client that did not escape the leading slash of the type URL
+        return Response.json(cv.grantees_json(self.net, granter, msg_type))
+
     def tx_search(self, q: Mapping, hd: Mapping) -> Response:
         try:
             page = int((_param(q, "page") or "1").strip('"'))
@@ -283,7 +312,7 @@ class App:
             return Response.text("invalid diff range", 400)
         if last - first + 1 > hv.MAX_DIFFS_PER_PAGE:
             return Response.text(f"diff range exceeds one page (max {hv.MAX_DIFFS_PER_PAGE} nonces or 8 MiB)", 400)
-        lying = spec.address == self.options.lying_host
+        lying = self.options.lying_kind if spec.address == self.options.lying_host else False
         if self.options.serve_upto is not None:
             last = min(last, self.options.serve_upto)
         return Response.raw_json(hv.diffs_body(self.net, esc, first, last, lying))
@@ -291,7 +320,7 @@ class App:
     def signatures(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
         _, esc = self._session(host, version, escrow, observability=True)
         nonce = _param(q, "nonce") or ""
-        body = hv.signatures_json(esc, int(nonce)) if esc and nonce.isdigit() else None
+        body = hv.signatures_json(self.net, esc, int(nonce)) if esc and nonce.isdigit() else None
         return Response.json(body) if body else Response.text("signatures not found", 404)
 
     def payloads(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:

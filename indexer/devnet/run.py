@@ -24,7 +24,8 @@ def server_from_args(args: argparse.Namespace) -> DevnetServer:
     given = {name: getattr(args, name) for name in SCENARIO_OPTIONS if getattr(args, name, None) is not None}
     config = ScenarioConfig(**given)  # options left out keep the scenario's defaults
     faults = FaultConfig(seed=config.seed, p_5xx=args.p_5xx, p_429=args.p_429, p_delay=args.p_delay,
-                         delay_seconds=args.delay_seconds, p_truncate=args.p_truncate, lying_host=args.lying_host)
+                         delay_seconds=args.delay_seconds, p_truncate=args.p_truncate, lying_host=args.lying_host,
+                         lying_kind=getattr(args, "lying_kind", "altered"))
     return DevnetServer(Scenario(config), faults=faults, b64_events=args.b64_events,
                         escrow_max_model_len=args.escrow_max_model_len, host=args.bind, port=args.port,
                         warm=getattr(args, "warm", False), payload_auth=getattr(args, "payload_auth", False))
@@ -38,7 +39,7 @@ def write_operator_key_from_args(args: argparse.Namespace, server: DevnetServer)
     address = getattr(args, "operator", None) or server.scenario.hosts[0].address
     if server.app.accounts.granter_of_warm(address) is None and address not in server.app.accounts.participants:
         raise SystemExit(f"--operator {address}: not a devnet participant or warm key")
-    write_operator_key(path, server.scenario.config.seed, address)
+    write_operator_key(path, server.scenario.keys, address)
     return address
 
 

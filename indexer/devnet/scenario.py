@@ -3,7 +3,10 @@
 ``Scenario(ScenarioConfig(seed=…))`` builds, per epoch, the model snapshots, escrows (16 slots over
 6–8 hosts) and each escrow's complete diff log, stored payloads, labels and ground truth (final
 statuses and per-slot host stats from the reference state machine). Everything derives from one
-``random.Random(seed)``, so equal configs give byte-identical networks.
+``random.Random(seed)``, so equal configs give byte-identical networks. Keys derive from the seed too
+(:mod:`indexer.devnet.keys`): every tx carries its proposer's real signature, every diff the real state root and
+the user's signature (:mod:`indexer.devnet.sealing`), and every escrow a settlement transaction with the hosts'
+quorum signatures (:mod:`indexer.devnet.settling`).
 
 The devnet clock is explicit: :class:`indexer.devnet.world.Devnet` decides what is visible,
 settled or pruned at its current epoch; the scenario itself is immutable data.
@@ -12,16 +15,18 @@ settled or pruned at its current epoch; the scenario itself is immutable data.
 from __future__ import annotations
 
 import copy
-import hashlib
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from indexer.devnet.engine import EscrowContext, EscrowLog, fake_sig
+from indexer.devnet import sealing, settling
+from indexer.devnet.engine import EscrowContext, EscrowLog
 from indexer.devnet.flows import EscrowGenerator
-from indexer.devnet.models import MODELS, HostSpec, ModelSpec, make_hosts
-from indexer.devnet.state import STATUS_NAMES, EscrowState
-from indexer.wire.diffs import encode_diff
+from indexer.devnet.keys import Keyring
+from indexer.devnet.models import MODELS, HostSpec, ModelSpec, host_name, make_hosts
+from indexer.devnet.state import STATUS_NAMES, EscrowState, vote_threshold
+from indexer.verify.apply import Config
+from indexer.wire.schemas import schema_for
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,13 @@ class ScenarioConfig:
     token_price: int = 10
     vote_threshold_factor: int = 50
     validation_rate: int = 1000
+    escrow_amount: int = 5_000_000_000
+    create_fee: int = 10_000  # CreateDevshardFee, charged when the session opens
+    fee_per_nonce: int = 1_000  # charged per nonce while the session is active
+    seal_grace_nonces: int = 160
+    seal_grace_seconds: int = 3600
+    auto_seal_every: int = 150
+    max_nonce: int = 1_000_000
     blocks_per_epoch: int = 15391
     seconds_per_block: int = 6
     genesis_height: int = 2_450_000
@@ -60,8 +72,11 @@ class EscrowSim:
     created_height: int
     log: EscrowLog
     state: EscrowState
+    session_config: Config
     roots: list[bytes] = field(default_factory=list)
     user_sigs: list[bytes] = field(default_factory=list)
+    sealed: sealing.Sealed | None = None
+    settlement: settling.SettlementTx | None = None
 
     @property
     def diffs(self) -> list[dict[str, Any]]:
@@ -81,6 +96,14 @@ class EscrowSim:
     def host_stats(self) -> list[dict[str, int]]:
         return [s.as_dict() for s in self.state.stats]
 
+    @property
+    def fees(self) -> int:
+        """The fees the session charged: the create fee, then one fee per nonce while active."""
+        if self.sealed is not None and self.sealed.session is not None:
+            return self.sealed.session.state.fees
+        finalize = next(d["nonce"] for d in self.diffs if any("finalize_round" in tx for tx in d["txs"]))
+        return self.session_config.create_fee + self.session_config.fee_per_nonce * (finalize - 1)
+
 
 @dataclass
 class EpochSim:
@@ -95,8 +118,11 @@ class Scenario:
     def __init__(self, config: ScenarioConfig | None = None) -> None:
         self.config = config or ScenarioConfig()
         self.rng = random.Random(self.config.seed)
-        self.hosts: list[HostSpec] = make_hosts(self.rng, self.config.hosts)
+        self.keys = Keyring(self.config.seed, [host_name(i) for i in range(self.config.hosts)])
+        self.hosts: list[HostSpec] = make_hosts(self.rng, self.config.hosts, self.keys.host_address)
         self.hosts_by_address = {h.address: h for h in self.hosts}
+        self.hosts_by_name = {h.name: h for h in self.hosts}
+        self._lying: dict[tuple[str, str], tuple[list[dict[str, Any]], sealing.Sealed, int]] = {}
         self.epochs: list[EpochSim] = []
         next_id = self.config.first_escrow_id
         for i in range(self.config.epochs):
@@ -146,24 +172,52 @@ class Scenario:
     def _escrow(self, escrow_id: str, epoch_index: int, model: ModelSpec, k: int, height: int, time: int) -> EscrowSim:
         cfg = self.config
         slots = self._group(model, raised_heavy=(epoch_index + k) % 2 == 0)
+        heartbeats = "heartbeat" in schema_for(cfg.protocol_version).messages["DevshardTx"].by_name
         ctx = EscrowContext(escrow_id, epoch_index, model, slots, self.hosts_by_address, cfg.token_price,
                             cfg.vote_threshold_factor, cfg.protocol_version, time + 60 * (k + 1), height + 10,
-                            cfg.inferences_per_escrow)
+                            cfg.inferences_per_escrow, self.keys, heartbeats)
         gen = EscrowGenerator(random.Random(self.rng.getrandbits(64)), ctx)
         log = gen.generate()
-        esc = EscrowSim(escrow_id, epoch_index, model, slots, "gonka1gatewayuser", 5_000_000_000, cfg.token_price,
-                        cfg.vote_threshold_factor, cfg.validation_rate, cfg.protocol_version, height, log, gen.state)
-        esc.roots, esc.user_sigs = seal_diffs(esc.diffs, escrow_id, cfg.protocol_version)
+        session_config = Config(cfg.token_price, vote_threshold(len(slots), cfg.vote_threshold_factor),
+                                cfg.seal_grace_nonces, cfg.seal_grace_seconds, cfg.auto_seal_every, cfg.fee_per_nonce,
+                                cfg.create_fee)
+        esc = EscrowSim(escrow_id, epoch_index, model, slots, self.keys.user, cfg.escrow_amount, cfg.token_price,
+                        cfg.vote_threshold_factor, cfg.validation_rate, cfg.protocol_version, height, log, gen.state,
+                        session_config)
+        esc.sealed = sealing.seal(esc, self.keys)
+        sealing.check_against_reference(esc, esc.sealed)
+        for d, root in zip(esc.diffs, esc.sealed.roots):
+            d["post_state_root"] = root
+        esc.roots, esc.user_sigs = esc.sealed.roots, esc.sealed.user_sigs
         return esc
+
+    def settlement(self, esc: EscrowSim, height: int) -> settling.SettlementTx | None:
+        """The escrow's settlement transaction, broadcast at ``height`` (built once); None when the version's session
+        rules are not ported (no settlement-phase state to sign)."""
+        if esc.settlement is None and esc.sealed is not None and esc.sealed.session is not None:
+            sequence = sorted(self.escrows).index(esc.escrow_id)  # the user's account sequence, one tx per escrow
+            esc.settlement = settling.build_tx(settling.settle_msg(esc, self.keys, esc.sealed.session), self.keys,
+                                               height, sequence)
+        return esc.settlement
 
     # -- views over the data --------------------------------------------------------------------
     def host_diff_log(self, escrow: EscrowSim, lying: bool = False) -> list[tuple[dict, bytes, bytes]]:
-        """(diff, user_sig, state_hash) per nonce as one host serves it; a lying host diverges."""
+        """(diff, user_sig, state_hash) per nonce as one host serves it; a lying host diverges (``lying``: False,
+        True or a kind of :func:`indexer.devnet.sealing.fork`; True is ``altered``)."""
         if not lying:
             return list(zip(escrow.diffs, escrow.user_sigs, escrow.roots))
-        diffs = lie_about(escrow.diffs)
-        roots, _ = seal_diffs(diffs, escrow.escrow_id, escrow.protocol_version)
-        return list(zip(diffs, escrow.user_sigs, roots))  # it cannot forge the user's signatures
+        diffs, sealed, _ = self.lying_log(escrow, "altered" if lying is True else lying)
+        return list(zip(diffs, sealed.user_sigs, sealed.roots))
+
+    def lying_log(self, escrow: EscrowSim, kind: str) -> tuple[list[dict[str, Any]], sealing.Sealed, int]:
+        """(diffs with their served roots, sealed, first diverging nonce) of a lying host, worked out once."""
+        key = (escrow.escrow_id, kind)
+        if key not in self._lying:
+            diffs, sealed, nonce = sealing.fork(escrow, self.keys, kind)
+            for d, root in zip(diffs, sealed.roots):
+                d["post_state_root"] = root
+            self._lying[key] = (diffs, sealed, nonce)
+        return self._lying[key]
 
     def epoch_sums(self, name: str, epoch_index: int,
                    compute: Callable[[int], dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
@@ -197,37 +251,3 @@ class Scenario:
     def tx_records(self, escrow_id: str) -> list[dict[str, Any]]:
         """Ground truth: the normalized tx records of an escrow, in (diff_nonce, tx_index) order."""
         return copy.deepcopy(self.escrows[escrow_id].log.records)
-
-
-def seal_diffs(diffs: list[dict[str, Any]], escrow_id: str, version: str) -> tuple[list[bytes], list[bytes]]:
-    """Fill ``post_state_root`` (a hash chain over the diff bodies) and make the user signatures.
-
-    The real root is a state-tree hash; a chain over the serialized txs is enough for the devnet:
-    any divergence in txs changes every later root, which is what an indexer can check.
-    """
-    root = hashlib.sha256(f"devnet-genesis-{escrow_id}".encode()).digest()
-    roots, sigs = [], []
-    for diff in diffs:
-        body = encode_diff({"nonce": diff["nonce"], "txs": diff["txs"], "escrow_id": escrow_id}, version)
-        root = hashlib.sha256(root + body).digest()
-        diff["post_state_root"] = root
-        roots.append(root)
-        sigs.append(fake_sig("user", escrow_id, hashlib.sha256(encode_diff(diff, version)).digest()))
-    return roots, sigs
-
-
-def lie_about(diffs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A diverging copy: from the middle on, the first vote/validation/finish found is altered."""
-    lied = copy.deepcopy(diffs)
-    for diff in lied[len(lied) // 2 :] + lied[: len(lied) // 2]:
-        for tx in diff["txs"]:
-            if "validation_vote" in tx:
-                tx["validation_vote"]["vote_valid"] = not tx["validation_vote"]["vote_valid"]
-                return lied
-            if "validation" in tx:
-                tx["validation"]["valid"] = not tx["validation"]["valid"]
-                return lied
-            if "finish_inference" in tx:
-                tx["finish_inference"]["output_tokens"] += 1
-                return lied
-    return lied

@@ -44,6 +44,8 @@ class FaultConfig:
     delay_seconds: float = 1.0
     p_truncate: float = 0.0
     lying_host: str | None = None  # participant address whose host serves a diverging diff log
+    lying_kind: str = "altered"  # "altered": txs changed under the user's signatures (fails the signature check);
+                                 # "fork": a history the user signed too (only the settlement tells it apart)
     paths: tuple[str, ...] = ()  # only paths with one of these prefixes get faults; () = all but /devnet/
     serve_upto: int | None = None  # hosts serve no diff beyond this nonce (a stuck log; shard detail still
                                    # reports the full nonce): what the poller's progress watchdog must notice
@@ -316,10 +318,11 @@ class DevnetServer:
         self.faults = Faults(faults or FaultConfig())
         self.faults.host_addresses = {h.name: h.address for h in self.devnet.scenario.hosts}
         options = AppOptions(b64_events, escrow_max_model_len, self.faults.config.lying_host,
-                             self.faults.config.serve_upto, payload_auth, host_versions=tuple(host_versions))
+                             self.faults.config.serve_upto, payload_auth, host_versions=tuple(host_versions),
+                             lying_kind=self.faults.config.lying_kind)
         self.app = App(self.devnet, options)
         if warm:  # pre-encode every diff log and payload (otherwise each is encoded on its first request)
-            hostviews.warm(self.devnet, self.faults.config.lying_host)
+            hostviews.warm(self.devnet, self.faults.config.lying_host, self.faults.config.lying_kind)
         self._address = (host, port)
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None

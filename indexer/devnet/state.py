@@ -4,10 +4,15 @@ The generator applies every tx it emits through this machine, so the diff logs i
 by construction (an illegal tx raises :class:`ProtocolViolation`, i.e. a generator bug) and the
 final statuses / host stats are what a correct replay must reproduce.
 
-Assumptions where §3 is silent (documented because the indexer's replay must agree):
-* a timeout or error-miss whose accept weight is not above the threshold is a no-op, not an error;
-* ``completed_validations[validator_slot] += 1`` per accepted, non-duplicate ``MsgValidation``;
-  ``required_validations`` is bumped by the generator when it samples a validator (not on the wire).
+It follows the session rules the hosts apply (gonka-ai/gonka ``devshard/state/machine.go``, ported in
+:mod:`indexer.verify.apply`), and the devnet checks every escrow against that port when it signs the log
+(:mod:`indexer.devnet.sealing`):
+* a timeout or error-miss whose accept weight is not above the threshold is refused (``ErrInsufficientVotes``), so
+  the generator never emits one;
+* the session counts no validations: ``required_validations`` and ``completed_validations`` stay 0 in host stats
+  (the generator keeps the validations it sampled apart, as observability);
+* the settlement drain finishes Started records at their reserved cost; a Pending one is refunded and TimedOut
+  without a miss up to v4.1, finished at its reserved cost from v5 (``settleLiveRecordLocked``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class Record:
     input_length: int
     max_tokens: int
     reserved_cost: int
+    started_at: int = 0
     status: int = PENDING
     input_tokens: int = 0
     output_tokens: int = 0
@@ -62,8 +68,10 @@ def vote_threshold(group_size: int, factor: int) -> int:
 
 
 class EscrowState:
-    def __init__(self, slots: list[str], vote_threshold_factor: int, token_price: int) -> None:
+    def __init__(self, slots: list[str], vote_threshold_factor: int, token_price: int,
+                 protocol_version: str = "v5") -> None:
         self.slots = list(slots)
+        self.protocol_version = protocol_version
         self.threshold = vote_threshold(len(slots), vote_threshold_factor)
         self.token_price = token_price
         self.records: dict[int, Record] = {}
@@ -107,7 +115,7 @@ class EscrowState:
             raise ProtocolViolation(f"start {m['inference_id']} in diff {nonce}")
         reserved = (m["input_length"] + m["max_tokens"]) * self.token_price
         self.records[nonce] = Record(nonce, self.executor_slot(nonce), m["model"], m["prompt_hash"],
-                                     m["input_length"], m["max_tokens"], reserved)
+                                     m["input_length"], m["max_tokens"], reserved, m["started_at"])
 
     def _apply_confirm_start(self, m: Mapping[str, Any], nonce: int) -> None:
         rec = self._expect(m["inference_id"], PENDING, "confirm")
@@ -128,17 +136,26 @@ class EscrowState:
         if needed is None:
             raise ProtocolViolation(f"timeout reason {m['reason']}")
         rec = self._expect(m["inference_id"], needed, "timeout")
-        if self._accept_weight(m["votes"]) > self.threshold:
-            rec.status = TIMED_OUT
-            self.stats[rec.executor_slot].missed += 1
+        self._enough_votes(m["votes"], "timeout")
+        rec.status = TIMED_OUT
+        self.stats[rec.executor_slot].missed += 1
 
     def _apply_error_miss(self, m: Mapping[str, Any], nonce: int) -> None:
         rec = self._expect(m["inference_id"], FINISHED, "error-miss")
-        if self._accept_weight(m["votes"]) > self.threshold:
-            rec.status = TIMED_OUT
-            st = self.stats[rec.executor_slot]
-            st.missed += 1
-            st.cost = max(0, st.cost - rec.actual_cost)
+        self._enough_votes(m["votes"], "error-miss")
+        rec.status = TIMED_OUT
+        st = self.stats[rec.executor_slot]
+        st.missed += 1
+        st.cost = max(0, st.cost - rec.actual_cost)
+
+    def accepts(self, votes: list[Mapping[str, Any]]) -> bool:
+        """Whether ``votes`` carry more than the threshold's accept weight (what a timeout or error-miss needs)."""
+        return self._accept_weight(votes) > self.threshold
+
+    def _enough_votes(self, votes: list[Mapping[str, Any]], what: str) -> None:
+        if not self.accepts(votes):
+            raise ProtocolViolation(f"{what} with {self._accept_weight(votes)} accept votes, need more than "
+                                    f"{self.threshold}")
 
     def _apply_validation(self, m: Mapping[str, Any], nonce: int) -> None:
         rec = self.record(m["inference_id"])
@@ -150,7 +167,6 @@ class EscrowState:
         if addr in rec.validated_by:
             return  # idempotent per address
         rec.validated_by.add(addr)
-        self.stats[m["validator_slot"]].completed_validations += 1
         if rec.status != FINISHED:
             return
         if m["valid"]:
@@ -191,9 +207,13 @@ class EscrowState:
         return rec
 
     def settle(self) -> None:
-        """Settlement drain (§1.2): live Pending/Started records finish at reserved cost, no miss."""
+        """Settlement drain: live Started records finish at their reserved cost, no miss; Pending ones are refunded
+        and TimedOut (no miss) up to v4.1, finished at their reserved cost from v5."""
+        drain_pending = self.protocol_version not in ("v1", "v2", "v3", "v4", "v4.1")
         for rec in self.records.values():
-            if rec.status in (PENDING, STARTED):
+            if rec.status == STARTED or (rec.status == PENDING and drain_pending):
                 rec.status = FINISHED
                 rec.actual_cost = rec.reserved_cost
                 self.stats[rec.executor_slot].cost += rec.reserved_cost
+            elif rec.status == PENDING:
+                rec.status = TIMED_OUT

@@ -14,7 +14,12 @@ class ProtoError(ValueError):
     """Bytes that are not the protobuf this module expects (the message names the field and offset)."""
 
 
+_ONE_BYTE = tuple(bytes((i,)) for i in range(0x80))  # every one-byte varint: field keys and small counts
+
+
 def uvarint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     if value < 0 or value >= 1 << 64:
         raise ProtoError(f"varint out of range: {value}")
     out = bytearray()

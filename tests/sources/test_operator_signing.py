@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
 from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
-from indexer.devnet.operators import devnet_secret, verify_cosmos_secp256k1, warm_address, write_operator_key
+from indexer.devnet.operators import verify_cosmos_secp256k1, write_operator_key
 from indexer.poller import poll_once
 from indexer.sources.gonka import DevshardHost, FetchError, Fetcher, RetryPolicy
 from indexer.sources.gonka.host import stored_response_payload
@@ -175,14 +175,14 @@ def _get(net, esc, iid, headers, host=None):
 def test_devnet_serves_a_signed_member_request(authnet):
     scn = authnet.scenario
     address, esc, iid, _ = _case(scn)
-    op = Operator(address, devnet_secret(scn.config.seed, address))
+    op = Operator(address, scn.keys.secret_of(address))
     r = _get(authnet, esc, iid, op.payload_headers(iid, esc.epoch_index))
     assert r.status_code == 200 and stored_response_payload(r.json()) == esc.log.payloads[iid]
     # a warm key of the member, under its own address, is a member too (findGranterInGroup)
-    warm = Operator(warm_address(address), devnet_secret(scn.config.seed, warm_address(address)), member=address)
+    warm = Operator(scn.keys.warm_of(address), scn.keys.secret_of(scn.keys.warm_of(address)), member=address)
     assert _get(authnet, esc, iid, warm.payload_headers(iid, esc.epoch_index)).status_code == 200
     # the member's address signed with its warm key: getValidatorPubKeys lists the grantees' keys as well
-    cold_name = Operator(address, devnet_secret(scn.config.seed, warm_address(address)))
+    cold_name = Operator(address, scn.keys.secret_of(scn.keys.warm_of(address)))
     assert _get(authnet, esc, iid, cold_name.payload_headers(iid, esc.epoch_index)).status_code == 200
     # epoch 0 (old devshardd builds) is left out of the signed bytes and still accepted
     assert _get(authnet, esc, iid, op.payload_headers(iid, 0)).status_code == 200
@@ -191,7 +191,7 @@ def test_devnet_serves_a_signed_member_request(authnet):
 def test_devnet_refuses_each_bad_kind_like_the_host(authnet):
     scn = authnet.scenario
     address, esc, iid, other = _case(scn)
-    op = Operator(address, devnet_secret(scn.config.seed, address))
+    op = Operator(address, scn.keys.secret_of(address))
     epoch, now = esc.epoch_index, time.time_ns()
     good = op.payload_headers(iid, epoch)
 
@@ -220,7 +220,7 @@ def test_devnet_refuses_each_bad_kind_like_the_host(authnet):
         "other key": (stranger.payload_headers(iid, epoch), 401, "invalid signature"),
         "high s": ({**good, "Authorization": base64.b64encode(high_s).decode()}, 401, "invalid signature"),
         "not base64": ({**good, "Authorization": "Bearer " + good["Authorization"]}, 401, "invalid signature"),
-        "non-member": (Operator(outsider, devnet_secret(scn.config.seed, outsider)).payload_headers(iid, epoch),
+        "non-member": (Operator(outsider, scn.keys.secret_of(outsider)).payload_headers(iid, epoch),
                        401, "not a group member"),
     }
     for name, (headers, status, message) in cases.items():
@@ -239,7 +239,7 @@ def test_devnet_refuses_each_bad_kind_like_the_host(authnet):
 def test_host_client_signs_only_for_member_escrows(authnet):
     scn = authnet.scenario
     address, esc, iid, other = _case(scn)
-    op = Operator(address, devnet_secret(scn.config.seed, address))
+    op = Operator(address, scn.keys.secret_of(address))
     with httpx.Client() as client:
         def host(member_url_of):
             return DevshardHost(member_url_of, Fetcher(authnet.host_url(member_url_of), policy=FAST, client=client),
@@ -264,7 +264,7 @@ def test_a_request_gone_stale_is_signed_afresh_once(authnet, monkeypatch):
 
     scn = authnet.scenario
     address, esc, iid, _ = _case(scn)
-    op = Operator(address, devnet_secret(scn.config.seed, address))
+    op = Operator(address, scn.keys.secret_of(address))
     real, stamps = time.time_ns, []
 
     def clock():  # the first signature is 61 s old by the time the host sees it (a retry after long timeouts)
@@ -292,7 +292,7 @@ def test_lax_devnet_keeps_the_unsigned_flow():
 def test_poll_in_operator_mode_fills_member_payloads_and_keeps_the_key_out(db_url, tmp_path, monkeypatch, caplog):
     scn = _scenario()
     address, inside, outside = _operator_host(scn)
-    key_path = write_operator_key(tmp_path / "operator.key", scn.config.seed, address)
+    key_path = write_operator_key(tmp_path / "operator.key", scn.keys, address)
     assert oct(os.stat(key_path).st_mode & 0o777) == oct(0o600)
     op = operator_from_env({"GONKA_OPERATOR_ADDRESS": address, "GONKA_OPERATOR_KEY_FILE": str(key_path)})
     signatures: list[str] = []
@@ -306,7 +306,7 @@ def test_poll_in_operator_mode_fills_member_payloads_and_keeps_the_key_out(db_ur
         got = {(e, int(i)): p for e, i, p in c.execute(
             "SELECT escrow_id, inference_id, response_payload FROM rec.finish_tx WHERE response_payload IS NOT NULL")}
         archive = c.execute("SELECT url, coalesce(convert_from(body, 'UTF8'), '') FROM net.raw_response").fetchall()
-        secret = devnet_secret(scn.config.seed, address)
+        secret = scn.keys.secret_of(address)
         raw_hits = c.execute("SELECT count(*) FROM net.raw_response WHERE position(%s::bytea IN body) > 0 "
                              "OR position(%s::bytea IN body) > 0", (secret, secret.hex().encode())).fetchone()[0]
         failures = c.execute("SELECT url, error FROM net.failure").fetchall()
