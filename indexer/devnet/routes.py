@@ -67,6 +67,8 @@ class AppOptions:
     unindexed_settlements: tuple[str, ...] = ()  # escrows whose settlement tx_search does not find (a node whose tx
                                                  # index lags the state it serves)
     failing_settlement_searches: tuple[str, ...] = ()  # a search for one of these escrows' settlement answers 500
+    missing_settlement_txs: tuple[str, ...] = ()  # RPC tx and GetTx of these escrows' settlement answer not found (a
+                                                  # node that pruned, or has not yet indexed, the block)
     host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
                                          # side); () = the scenario's version only
     lying_kind: str = "altered"  # how the lying host lies (indexer.devnet.sealing.fork)
@@ -221,13 +223,20 @@ class App:
 
     def get_tx(self, q: Mapping, hd: Mapping, tx_hash: str) -> Response:
         """cosmos-sdk ``GetTx``: the decoded transaction and its response (gRPC NotFound for an unknown hash)."""
-        body = cv.get_tx_json(self.net, tx_hash)
+        body = None if self._missing_settlement(tx_hash) else cv.get_tx_json(self.net, tx_hash)
         return Response.json(body) if body else grpc_error(5, f"tx not found: {tx_hash}")
+
+    def _missing_settlement(self, tx_hash: str) -> bool:
+        """Whether ``tx_hash`` is the settlement of an escrow in ``missing_settlement_txs``."""
+        missing = self.options.missing_settlement_txs
+        return bool(missing) and any(
+            tx["hash"] == tx_hash.upper() for events, tx in cv.all_txs(self.net, False)
+            if (events.get("devshard_escrow_settled") or {}).get("escrow_id") in missing)
 
     def rpc_tx(self, q: Mapping, hd: Mapping) -> Response:
         """CometBFT ``tx?hash=0x…``: the result as tx_search lists it, the raw transaction base64-encoded."""
         wanted = (_param(q, "hash") or "").strip('"').removeprefix("0x").upper()
-        found = next((tx for _, tx in cv.all_txs(self.net, self.options.b64_events,
+        found = None if self._missing_settlement(wanted) else next((tx for _, tx in cv.all_txs(self.net, self.options.b64_events,
                                                  frozenset(self.options.unindexed_settlements))
                       if tx["hash"] == wanted), None)
         if found is None:

@@ -214,6 +214,10 @@ class EscrowCommitter:
             done.slots = self.store.stored_slots([done.escrow_id]).get(done.escrow_id, [])
             msg = ("pruned before capture" if not done.slots else
                    f"pruned before its log was final (captured up to nonce {done.after})")
+            if done.slots and self.store.settlement_lost(done.escrow_id):
+                # read on every cycle since it settled, never served: the settled check can never be made for it
+                msg += ("; its settlement transaction was never read, and is lost (the reasons of each read are "
+                        "in api.source_errors)")
             self.store.fail(source, f"devshard_escrow/{done.escrow_id}", msg, False)
             self.store.error(source, msg)
             return done

@@ -19,6 +19,7 @@ from indexer.poller.decode import DecodePool, decode_entries
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
 from indexer.sources.gonka.chain import PREFIX
 from indexer.sources.gonka.host import PAGE_NONCES, PayloadShapeError
+from indexer.sources.gonka.settlements import read_settlement
 from indexer.wire.rpc import TxEvent
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
                                     parse_u64)
@@ -62,10 +63,12 @@ class EscrowDone:
 
 @dataclass(frozen=True)
 class Settlement:
-    """What an escrow's settlement event says (tx_search): its protocol version and the height it settled at. The
-    height orders settlements, which is the order the chain applies each escrow's results to its hosts' SPRT."""
+    """What an escrow's settlement event says (tx_search): its protocol version, the height it settled at and the
+    transaction that settled it. The height orders settlements, which is the order the chain applies each escrow's
+    results to its hosts' SPRT; the transaction carries what the settled check needs (a ``settlement`` record)."""
     version: str
     height: int | None
+    tx_hash: str = ""
 
 
 def settlements_from(events: list[TxEvent]) -> dict[str, Settlement]:
@@ -75,7 +78,7 @@ def settlements_from(events: list[TxEvent]) -> dict[str, Settlement]:
     for ev in events:
         v = ev.attributes.get("state_root_and_protocol_version", "")
         if ev.attributes.get("escrow_id") and v.startswith("v"):
-            out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height)
+            out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height, ev.tx_hash)
     return out
 
 
@@ -124,8 +127,7 @@ class EscrowFetcher:
                           on_skip=lambda a, r, t: self.report_failure(f"host:{a}", f"escrow:{escrow_id}", r, t),
                           full_decode=False)
         try:
-            self._escrow_log(escrow_id, epoch, version, after, emit, done, data, group,
-                             settlement.height if settlement else None)
+            self._escrow_log(escrow_id, epoch, version, after, emit, done, data, group, settlement)
         finally:
             done.t_fetch += group.t_fetch
             done.t_decode += group.t_decode
@@ -145,6 +147,16 @@ class EscrowFetcher:
             self.report_failure(f"escrow:{escrow_id}", "tx_search", "settled on chain, but tx_search has no "
                                 "settlement event for it yet: not final until its height is known", True)
         return found
+
+    def _settlement_tx(self, escrow_id: str, settlement: Settlement) -> dict | None:
+        """The escrow's ``settlement`` record, read from its transaction (:mod:`indexer.sources.gonka.settlements`);
+        None (said in net.failure, with both reasons) while no node serves it: the escrow then stays pending and the
+        next cycle reads again, until it is read or the chain prunes the escrow (then it is recorded as lost)."""
+        try:
+            return read_settlement(self.g.rpc, self.g.chain, escrow_id, settlement.tx_hash, settlement.height)
+        except FetchError as exc:
+            self.report_failure(f"escrow:{escrow_id}", exc.url, str(exc), True)
+            return None
 
     def _escrow(self, escrow_id: str, epoch: int) -> dict:
         """The chain's ``devshard_escrow/<id>`` from a node that puts it under ``epoch`` (the epoch whose creation
@@ -172,7 +184,8 @@ class EscrowFetcher:
 
     def _escrow_log(self, escrow_id: str, epoch: int, version: str | None, after: int,
                     emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict,
-                    group: HostGroup, settled_height: int | None) -> None:
+                    group: HostGroup, settlement: Settlement | None) -> None:
+        settled_height = settlement.height if settlement else None
         guessed = not version
         if guessed:
             versions, _ = group.call(lambda h: h.versions())
@@ -236,12 +249,17 @@ class EscrowFetcher:
                 break
             emit(self._chunk(escrow_id, pending, nonce, False, diffs_n, txs_n, done, parts, untyped))
             pending, diffs_n, txs_n, parts, untyped = [], 0, 0, [], []
+        settled_tx = None
         if complete:
-            untyped.extend(range(len(pending), len(pending) + len(stats)))
-            pending.extend(dumps_record_bytes(r) for r in stats)
-        # a settled escrow whose settlement height is unknown is fetched again (cheaply: its log is complete) until
-        # the height is known; stored final without it, it would keep its place out of the SPRT order for good
-        final = complete and settled and bool(stats) and settled_height is not None
+            if settled and settlement is not None and settlement.tx_hash:
+                settled_tx = self._settlement_tx(escrow_id, settlement)
+            extra = stats + ([settled_tx] if settled_tx else [])
+            untyped.extend(range(len(pending), len(pending) + len(extra)))
+            pending.extend(dumps_record_bytes(r) for r in extra)
+        # a settled escrow whose settlement height or transaction is unknown is fetched again (cheaply: its log is
+        # complete) until both are known: stored final without the height, it would keep its place out of the SPRT
+        # order for good, and without the transaction its settled check could never be made
+        final = complete and settled and bool(stats) and settled_height is not None and settled_tx is not None
         emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done, parts, untyped))
         done.nonce, done.final = nonce, final
 

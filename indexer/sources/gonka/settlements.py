@@ -73,7 +73,12 @@ def _from_rpc(rpc: CometRpc, escrow_id: str, tx_hash: str, height: int | None) -
             continue
         if answer.code != 0:
             raise ValueError(f"tx {tx_hash.upper()} failed on chain (code {answer.code})")
-        msg = _ours(escrow_id, st.settle_msgs_in_tx(answer.tx_raw))
+        try:
+            msg = _ours(escrow_id, st.settle_msgs_in_tx(answer.tx_raw))
+        except (pb.ProtoError, ValueError) as exc:
+            # the bytes are the named transaction's (its hash is checked), so reading again cannot change them: the
+            # transaction is kept with the reason, and the settled check fails on it
+            return unreadable_record(escrow_id, tx_hash, answer.height, answer.tx_raw, str(exc))
         return settlement_record(escrow_id, tx_hash, answer.height, msg, answer.tx_raw)
     assert last is not None
     raise last
@@ -85,6 +90,14 @@ def _ours(escrow_id: str, messages: list[bytes]) -> bytes:
         raise ValueError(f"the transaction carries {len(mine)} MsgSettleDevshardEscrow for escrow {escrow_id} "
                          f"(of {len(messages)} settlement messages), expected one")
     return mine[0]
+
+
+def unreadable_record(escrow_id: str, tx_hash: str, height: int, tx_raw: bytes, reason: str) -> dict[str, Any]:
+    """The record of a settlement transaction that was read (its bytes hash to the event's hash) but carries no
+    readable settlement of this escrow: the transaction and the reason (``msg_unreadable``, kept in
+    rec.settlement.extra), every message field null."""
+    return {"kind": "settlement", "escrow_id": escrow_id, "tx_hash": tx_hash.lower(), "height": height,
+            "msg": None, "tx_raw": base64.b64encode(tx_raw).decode("ascii"), "msg_unreadable": reason[:2000]}
 
 
 def settlement_record(escrow_id: str, tx_hash: str, height: int | None, msg: bytes, tx_raw: bytes | None,
