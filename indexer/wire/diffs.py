@@ -23,7 +23,7 @@ import binascii
 from collections.abc import Mapping, Sequence  # not typing.Mapping: its isinstance costs ~1.5 µs, per diff and tx
 from typing import Any, NamedTuple
 
-from indexer.wire.protobuf import WireDecodeError, parse, to_dict
+from indexer.wire.protobuf import WireDecodeError, encode_varint, parse, to_dict
 from indexer.wire.schemas import schema_for
 
 
@@ -131,22 +131,45 @@ def diff_contents_from_host_json(entries: Sequence[Any], version: str | None,
     out = []
     for entry in entries:
         _check_entry(entry, escrow_id)
-        nonce, content, _ = _content(entry, label, schema)
-        _, user_sig, state_hash = _signed(entry, label, nonce)
+        nonce, content, raw = _content(entry, label, schema)
+        served_root, user_sig, state_hash = _signed(entry, label, nonce)
         out.append((nonce, content, content.escrow_id or str(entry["diff"].get("escrow_id") or ""),
-                    Signed(entry["diff"].get("txs") or "", user_sig, content.post_state_root, state_hash)))
+                    Signed(entry["diff"].get("txs") or "", raw, content.post_state_root or served_root, user_sig,
+                           state_hash, bool(content.escrow_id or content.post_state_root
+                                            or content.sealed_inference_ids))))
     return out
 
 
 class Signed(NamedTuple):
-    """One served diff as the user signed it: ``content`` is the entry's base64 ``txs`` string exactly as served
-    (checked as strict base64 and parsed, never re-encoded: the user's signature is over its bytes);
-    ``post_state_root`` is the content's own field 4 (the root the user signed, not the entry's unsigned copy);
-    ``state_hash`` the root the serving host computed."""
+    """One served diff as the user signed it. ``content`` is the entry's base64 ``txs`` string exactly as served
+    (checked as strict base64 and parsed, never re-encoded), ``raw`` its bytes. ``post_state_root`` is the root the
+    user signed: the content's own field 4 when it carries one, else the entry's ``post_state_root`` (DiffToJSON
+    serves ``DiffContent{nonce, txs}`` and the root beside it); ``state_hash`` the root the serving host computed.
+    ``whole``: the served content carries fields past ``txs``, so it is the signed message itself."""
     content: str
-    user_sig: bytes
+    raw: bytes
     post_state_root: bytes
+    user_sig: bytes
     state_hash: bytes
+    whole: bool
+
+    def signed_bytes(self, escrow_id: str) -> bytes:
+        """The bytes the user signed (:func:`user_signed_bytes`)."""
+        return self.raw if self.whole else user_signed_bytes(self.raw, escrow_id, self.post_state_root)
+
+
+def user_signed_bytes(served: bytes, escrow_id: str, post_state_root: bytes) -> bytes:
+    """The ``DiffContent`` a user signs (``BuildDiffContent``: nonce, txs, escrow_id, post_state_root) from the served
+    ``DiffContent{nonce, txs}`` bytes: fields 3 and 4 follow in number order, as the deterministic marshal of the
+    whole message writes them (gonka-ai/gonka devshard/transport/types.go ``DiffToJSON`` serves the first two
+    fields; gonka-devshard.md §4.8). Fields left at their default are not written, as proto3 leaves them out."""
+    out = served
+    if escrow_id:
+        data = escrow_id.encode("utf-8")
+        out += b"\x1a" + encode_varint(len(data)) + data
+    if post_state_root:
+        out += b"\x22" + encode_varint(len(post_state_root)) + post_state_root
+    return out
 
 
 def _signed(entry: Mapping[str, Any], label: str, nonce: int) -> tuple[bytes, bytes, bytes]:
