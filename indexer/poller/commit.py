@@ -207,6 +207,8 @@ class EscrowCommitter:
         s.t_decode += done.t_decode
         s.escrows += done.found
         source = f"escrow:{done.escrow_id}"
+        for address, why in done.rejected:  # a member whose log failed the signed check: on its own status row
+            self.store.error(f"host:{address}", why)
         if done.pruned:
             # a job is never final yet, so whatever the chain pruned before this fetch is a gap: say so in
             # net.failure and on the escrow's api.ingest_status row (its cursor, if any, stays where it was)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import prepare_batch
-from indexer.poller.decode import DecodePool, decode_entries
+from indexer.poller.decode import DecodePool, Decoded, LogRejected, decode_entries
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
 from indexer.sources.gonka.chain import PREFIX
 from indexer.sources.gonka.host import PAGE_NONCES, PayloadShapeError
@@ -23,7 +23,6 @@ from indexer.sources.gonka.settlements import read_settlement
 from indexer.wire.rpc import TxEvent
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
                                     parse_u64)
-from indexer.wire.errors import WireDecodeError
 from indexer.wire.schemas import SCHEMAS, schema_for
 
 PAGES_PER_CHUNK = 16          # 1024 nonces per run of pages (one witness check, one unit of commit)
@@ -59,6 +58,7 @@ class EscrowDone:
     pruned: bool = False             # the chain answered found:false
     t_fetch: float = 0.0
     t_decode: float = 0.0
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # (member, why): logs that failed the signed check
 
 
 @dataclass(frozen=True)
@@ -215,6 +215,10 @@ class EscrowFetcher:
             esc["settle_nonce"] = tip
         stats = host_stats_records(detail) if detail else []
         done.tip = tip
+        creator = esc.get("creator")
+        if not creator:  # unknown is not false: the log is taken on the members' cross-check alone, and said so
+            self.report_failure(f"escrow:{escrow_id}", f"{PREFIX}/devshard_escrow/{escrow_id}", "signed check not "
+                                "made: the chain's devshard_escrow names no creator", False)
 
         pending: list[bytes] = [dumps_record_bytes(esc)]
         parts: list = []
@@ -229,16 +233,18 @@ class EscrowFetcher:
             first = nonce + 1
             want = PAGE_NONCES * PAGES_PER_CHUNK
             last = nonce + want if tip is None else min(tip, nonce + want)
-            diffs = group.page(first, last, tip)  # headers only: nonce, state root, the entry
+            run: list = []  # the run decoded and checked, from the member page() read it from last
+            try:  # the run checked first (every diff's user signature), then compared with a witness's root
+                diffs = group.page(first, last, tip, lambda read: run.append(
+                    self._checked(escrow_id, version, read, group, done, creator)))
+            except FetchError as exc:
+                if not done.rejected:
+                    raise
+                raise FetchError(f"escrow:{escrow_id}", "log rejected: no member serves a log that passes the signed "
+                                 f"check from nonce {first} ({'; '.join(f'{a}: {w}' for a, w in done.rejected)}; "
+                                 f"then: {exc}): none of it is taken", transient=True) from None
             if diffs:
-                try:
-                    lines, ntx, typed = self._records(escrow_id, version, epoch, diffs, group, done)
-                except (WireDecodeError, NormalizeError) as exc:
-                    # the serving member's txs do not decode: skip it and read the run from another member
-                    if group.primary is None:
-                        raise
-                    group._skip(group.primary, f"diffs {first}..{diffs[-1]['nonce']}: {exc}", False)
-                    continue
+                lines, ntx, typed = self._records(escrow_id, version, epoch, run[-1], group)
                 parts.extend((len(pending), part) for part in typed)
                 pending.extend(lines)
                 nonce = diffs[-1]["nonce"]
@@ -272,15 +278,25 @@ class EscrowFetcher:
             cursors[f"escrow-final:{escrow_id}"] = str(nonce)
         return Chunk(escrow_id, lines, cursors, diffs, txs, parts, untyped)
 
-    def _records(self, escrow_id: str, version: str, epoch: int, diffs: list[dict], group: HostGroup,
-                 done: EscrowDone) -> tuple[list[bytes], int, list[Any]]:
-        """NDJSON lines of a run of diffs (decoded and typed in the process pool), 0/0 Finish payloads fetched and
-        filled in; with their typed parts (numbered from the run's first line)."""
+    def _checked(self, escrow_id: str, version: str, diffs: list[dict], group: HostGroup, done: EscrowDone,
+                 creator: str | None) -> Decoded:
+        """A run read from one member (HostGroup.page's primary while it asks), decoded and typed in the process pool
+        and, with ``creator``, checked there as signed by it. A run that fails raises, and page() skips the member
+        and reads the run from the next (:class:`LogRejected`: kept in ``done.rejected`` too)."""
         t0 = time.perf_counter()
-        entries = [d["entry"] for d in diffs]
-        # the serving member: HostGroup.page leaves the member it read the run from as the primary
-        dec = self._decoding(decode_entries, escrow_id, version, entries, self.fetch_payloads, group.primary)
-        done.t_decode += time.perf_counter() - t0
+        try:
+            return self._decoding(decode_entries, escrow_id, version, [d["entry"] for d in diffs],
+                                  self.fetch_payloads, group.primary, creator or None)
+        except LogRejected as exc:
+            done.rejected.append((group.primary or "", str(exc)))
+            raise
+        finally:
+            done.t_decode += time.perf_counter() - t0
+
+    def _records(self, escrow_id: str, version: str, epoch: int, dec: Decoded,
+                 group: HostGroup) -> tuple[list[bytes], int, list[Any]]:
+        """NDJSON lines of a decoded run, 0/0 Finish payloads fetched and filled in; with their typed parts
+        (numbered from the run's first line)."""
         lines = dec.lines()
         if dec.held:
             wanted = [rec["inference_id"] for _, rec in dec.held]

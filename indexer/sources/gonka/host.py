@@ -255,8 +255,14 @@ class HostGroup:
                 return True
         return False
 
-    def page(self, first: int, last: int, tip: int | None = None) -> list[dict]:
+    def page(self, first: int, last: int, tip: int | None = None,
+             check: Callable[[list[dict]], None] | None = None) -> list[dict]:
         """Decoded diffs ``first..last`` (fewer at the end of the log), agreed by two members when possible.
+
+        ``check(diffs)`` is called on each run as read, before any witness is asked (the primary is the member it
+        came from): a run it raises on (a ValueError, e.g. a diff whose user signature does not recover to the
+        escrow's creator) skips that member, naming the reason, and the run is read from the next. The comparison of
+        roots between members follows, for what the check cannot decide (a history the user signed twice).
 
         ``last − first`` may span several pages: they are read from one member and only the last state root
         (:func:`~indexer.wire.diffs.state_root`) is checked against a witness. The root commits to the whole state
@@ -271,6 +277,12 @@ class HostGroup:
                 continue
             if not diffs:
                 return diffs
+            if check is not None:
+                try:
+                    check(diffs)
+                except (WireDecodeError, ValueError, KeyError, TypeError) as exc:
+                    self._skip(source, f"diffs {first}..{diffs[-1]['nonce']}: {exc}", False)
+                    continue
             tip = diffs[-1]["nonce"]
             witnesses = [m for m in self.candidates() if m != source]
             agreed = verdict = None
