@@ -205,6 +205,19 @@ def parse_u64(value: Any, what: str = "value") -> int:
     return n
 
 
+def parse_i64(value: Any, what: str = "value") -> int:
+    """Chain REST int64 (decimal string, maybe signed) or Go JSON number → int. Floats and bools are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise NormalizeError(f"{what}: expected an integer, got {type(value).__name__}")
+    text = str(value).strip()
+    if not (text.lstrip("-").isdigit() and text.count("-") <= 1):
+        raise NormalizeError(f"{what}: expected an integer, got {value!r}")
+    n = int(text)
+    if not -(1 << 63) <= n < 1 << 63:
+        raise NormalizeError(f"{what}: {n} out of int64 range")
+    return n
+
+
 def parse_decimal(value: Any, what: str = "decimal") -> Decimal:
     """``{"value":"97","exponent":-2}`` → Decimal('0.97'); a plain decimal string is accepted too."""
     try:
@@ -284,10 +297,11 @@ _ZERO_IS_UNSET = frozenset({"validation_rate", "max_model_len"})
 # The session config an escrow was created with, which every state root depends on (indexer.verify.inputs): kept as
 # the chain publishes it, 0 included (a 0 the session rules cannot use is refused there, with the reason), and left
 # out when the chain's answer has no such field (then the roots cannot be recomputed: not captured, not zero).
-# DevshardEscrow fields 8, 14, 15 (inference-chain/proto/inference/inference/devshard_escrow.proto @056f1980);
+# DevshardEscrow fields 8, 10-12, 14, 15 (inference-chain/proto/inference/inference/devshard_escrow.proto @056f1980);
 # the seal and auto-seal fields of later builds by their JSON names (DevshardEscrowParams' default_* values).
 _SESSION_CONFIG = ("token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",
-                   "inference_seal_grace_seconds", "auto_seal_every_n_nonces")
+                   "inference_seal_grace_seconds", "auto_seal_every_n_nonces", "max_nonce")
+_SESSION_TIMES = ("refusal_timeout", "execution_timeout")  # int64 seconds
 
 
 def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) -> dict[str, Any] | None:
@@ -321,6 +335,9 @@ def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) 
         # 0 is proto3's unset: "zero values fall back to compiled defaults" (devshard_escrow.proto), not a rate of 0
         if value is not None and not (key in _ZERO_IS_UNSET and value == 0):
             rec[key] = value
+    for key in _SESSION_TIMES:
+        if esc.get(key) not in (None, ""):
+            rec[key] = parse_i64(esc[key], key)
     if protocol_version:
         rec["protocol_version"] = protocol_version
     if isinstance(esc.get("settled"), bool):

@@ -90,6 +90,16 @@ def test_escrow_config_absent_is_not_captured_and_zero_is_kept():
     assert session_inputs(rec) == "escrow 1971: not captured: creator, inference_seal_grace_nonces"
 
 
+def test_escrow_max_nonce_and_timeouts_as_published():
+    data = {"escrow": {**F3["escrow"], "max_nonce": 1000000, "refusal_timeout": "60", "execution_timeout": "1920"},
+            "found": True}
+    rec = escrow_record(data)
+    assert (rec["max_nonce"], rec["refusal_timeout"], rec["execution_timeout"]) == (1000000, 60, 1920)
+    assert "execution_timeout" not in escrow_record(F3)  # absent: not captured, not zero
+    with pytest.raises(NormalizeError, match="execution_timeout: expected an integer, got '1.5'"):
+        escrow_record({"escrow": {**F3["escrow"], "execution_timeout": "1.5"}, "found": True})
+
+
 def test_escrow_creator_of_another_type_is_refused():
     with pytest.raises(NormalizeError, match="creator: expected an address string, got int"):
         escrow_record({"escrow": {**F3["escrow"], "creator": 7}, "found": True})
