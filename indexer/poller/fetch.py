@@ -233,10 +233,10 @@ class EscrowFetcher:
             first = nonce + 1
             want = PAGE_NONCES * PAGES_PER_CHUNK
             last = nonce + want if tip is None else min(tip, nonce + want)
-            run: list = []  # the run decoded and checked, from the member page() read it from last
-            try:  # the run checked first (every diff's user signature), then compared with a witness's root
-                diffs = group.page(first, last, tip, lambda read: run.append(
-                    self._checked(escrow_id, version, read, group, done, creator)))
+            runs: list = []  # (diffs as read, their decoded run), of each member page() asked
+            try:  # a run checked first (every diff's user signature), then compared with a witness's checked root
+                diffs = group.page(first, last, tip, lambda member, read: runs.append(
+                    (read, self._checked(escrow_id, version, read, member, done, creator))))
             except FetchError as exc:
                 if not done.rejected:
                     raise
@@ -244,7 +244,8 @@ class EscrowFetcher:
                                  f"check from nonce {first} ({'; '.join(f'{a}: {w}' for a, w in done.rejected)}; "
                                  f"then: {exc}): none of it is taken", transient=True) from None
             if diffs:
-                lines, ntx, typed = self._records(escrow_id, version, epoch, run[-1], group)
+                decoded = next(dec for read, dec in reversed(runs) if read is diffs)
+                lines, ntx, typed = self._records(escrow_id, version, epoch, decoded, group)
                 parts.extend((len(pending), part) for part in typed)
                 pending.extend(lines)
                 nonce = diffs[-1]["nonce"]
@@ -278,17 +279,17 @@ class EscrowFetcher:
             cursors[f"escrow-final:{escrow_id}"] = str(nonce)
         return Chunk(escrow_id, lines, cursors, diffs, txs, parts, untyped)
 
-    def _checked(self, escrow_id: str, version: str, diffs: list[dict], group: HostGroup, done: EscrowDone,
+    def _checked(self, escrow_id: str, version: str, diffs: list[dict], member: str, done: EscrowDone,
                  creator: str | None) -> Decoded:
-        """A run read from one member (HostGroup.page's primary while it asks), decoded and typed in the process pool
-        and, with ``creator``, checked there as signed by it. A run that fails raises, and page() skips the member
-        and reads the run from the next (:class:`LogRejected`: kept in ``done.rejected`` too)."""
+        """Diffs ``member`` served, decoded and typed in the process pool and, with ``creator``, checked there as
+        signed by it. Diffs that fail raise, and HostGroup.page skips the member (a source: the run is read from the
+        next; a witness: its root is not compared) (:class:`LogRejected`: kept in ``done.rejected`` too)."""
         t0 = time.perf_counter()
         try:
             return self._decoding(decode_entries, escrow_id, version, [d["entry"] for d in diffs],
-                                  self.fetch_payloads, group.primary, creator or None)
+                                  self.fetch_payloads, member, creator or None)
         except LogRejected as exc:
-            done.rejected.append((group.primary or "", str(exc)))
+            done.rejected.append((member, str(exc)))
             raise
         finally:
             done.t_decode += time.perf_counter() - t0
