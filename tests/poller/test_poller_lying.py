@@ -78,3 +78,22 @@ def test_a_fork_the_user_signed_too_is_left_to_the_cross_check(db_url):
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM api.source_errors WHERE source = %s AND error LIKE 'diverging%%'",
                          (f"host:{liar}",)).fetchone()[0] >= 1
+
+
+def test_a_lying_witness_does_not_hold_up_an_honest_log(db_url):
+    """The honest member serves first and the liar is the only witness: the liar's diff fails the signed check, so
+    the honest log is taken without a third member to decide between them."""
+    scn = _scn()
+    esc = next(iter(scn.escrows.values()))
+    members = list(dict.fromkeys(esc.slots))
+    honest, liar = members[0], members[1]
+    down = tuple(a for a in members if a not in (honest, liar))
+    with DevnetServer(scn, faults=FaultConfig(lying_host=liar, hosts_down=down)) as net:
+        _poll(db_url, net)
+        served = [orjson.loads(e)["diff"]["txs"] for e in hostviews.encoded_log(net.devnet, esc, False)[1]]
+    got = _signed_diffs(db_url, esc.escrow_id)
+    assert [content for _, content, _ in got] == served and {host for _, _, host in got} == {honest}
+    with psycopg.connect(db_url) as c:
+        errors = [e for (e,) in c.execute("SELECT error FROM api.source_errors WHERE source = %s",
+                                          (f"host:{liar}",))]
+    assert any(f"escrow {esc.escrow_id} nonce " in e and "signed check failed" in e for e in errors), errors
