@@ -239,8 +239,7 @@ class HostGroup:
                 check(address, page)
             return state_root(page[0]) if page else None
         except (FetchError, WireDecodeError, ValueError, KeyError, TypeError) as exc:
-            self._skip(address, f"diff {nonce}: {exc}" if not isinstance(exc, FetchError) else str(exc),
-                       getattr(exc, "transient", False))
+            self._skip(address, str(exc), getattr(exc, "transient", False))
             return None
 
     def _longer(self, source: str, first: int, last: int, got: int) -> bool:
