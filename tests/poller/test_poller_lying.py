@@ -97,3 +97,26 @@ def test_a_lying_witness_does_not_hold_up_an_honest_log(db_url):
         errors = [e for (e,) in c.execute("SELECT error FROM api.source_errors WHERE source = %s",
                                           (f"host:{liar}",))]
     assert any(f"escrow {esc.escrow_id} nonce " in e and "signed check failed" in e for e in errors), errors
+
+
+def test_without_a_creator_the_log_is_taken_on_the_cross_check_and_said_so(db_url, monkeypatch):
+    """An escrow whose chain answer names no creator cannot be checked as signed (unknown is not false): its log is
+    taken as the members agree on it, and the escrow's errors say the check was not made."""
+    from indexer.devnet import chainviews
+
+    def without_creator(*args, **kw):
+        body = escrow_json(*args, **kw)
+        if "escrow" in body:
+            body["escrow"] = {k: v for k, v in body["escrow"].items() if k != "creator"}
+        return body
+    escrow_json = chainviews.escrow_json
+    monkeypatch.setattr(chainviews, "escrow_json", without_creator)
+    scn = _scn()
+    esc = next(iter(scn.escrows.values()))
+    with DevnetServer(scn) as net:
+        _poll(db_url, net)
+    assert len(_signed_diffs(db_url, esc.escrow_id)) == esc.last_nonce
+    with psycopg.connect(db_url) as c:
+        errors = [e for (e,) in c.execute("SELECT error FROM api.source_errors WHERE source = %s",
+                                          (f"escrow:{esc.escrow_id}",))]
+    assert "signed check not made: the chain's devshard_escrow names no creator" in errors
