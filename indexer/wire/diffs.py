@@ -158,6 +158,16 @@ class Signed(NamedTuple):
         return self.raw if self.whole else user_signed_bytes(self.raw, escrow_id, self.post_state_root)
 
 
+def signed_diff_record(escrow_id: str, nonce: int, content: str, user_sig: bytes, post_state_root: bytes,
+                       state_hash: bytes, source_host: str | None) -> dict[str, Any]:
+    """The ``signed_diff`` record of one served diff (interface.md §2): ``content`` the served base64 DiffContent
+    string itself, the byte fields as lowercase hex, null where the entry has none. The poller writes the same line
+    from a template (:meth:`indexer.wire.txlines.TxLines.signed`)."""
+    return {"kind": "signed_diff", "escrow_id": escrow_id, "nonce": nonce, "content": content,
+            "user_sig": user_sig.hex() or None, "post_state_root": post_state_root.hex() or None,
+            "state_hash": state_hash.hex() or None, "source_host": source_host}
+
+
 def user_signed_bytes(served: bytes, escrow_id: str, post_state_root: bytes) -> bytes:
     """The ``DiffContent`` a user signs (``BuildDiffContent``: nonce, txs, escrow_id, post_state_root) from the served
     ``DiffContent{nonce, txs}`` bytes: fields 3 and 4 follow in number order, as the deterministic marshal of the

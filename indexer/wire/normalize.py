@@ -171,16 +171,6 @@ def normalize_diffs(
     return out
 
 
-def signed_diff_record(escrow_id: str, nonce: int, content: str, user_sig: bytes, post_state_root: bytes,
-                       state_hash: bytes, source_host: str | None) -> dict[str, Any]:
-    """The ``signed_diff`` record of one served diff (interface.md §2): ``content`` the served base64 DiffContent
-    string itself, the byte fields as lowercase hex, null where the entry has none. The poller writes the same line
-    from a template (:meth:`indexer.wire.txlines.TxLines.signed`)."""
-    return {"kind": "signed_diff", "escrow_id": escrow_id, "nonce": nonce, "content": content,
-            "user_sig": user_sig.hex() or None, "post_state_root": post_state_root.hex() or None,
-            "state_hash": state_hash.hex() or None, "source_host": source_host}
-
-
 def check_diff_escrow(escrow_id: str, nonce: int, owner: Any) -> None:
     """A diff that names an escrow (DiffContent.escrow_id, or the entry's) must name the one whose log it is in."""
     if owner and str(owner) != escrow_id:
@@ -207,15 +197,10 @@ def parse_u64(value: Any, what: str = "value") -> int:
 
 def parse_i64(value: Any, what: str = "value") -> int:
     """Chain REST int64 (decimal string, maybe signed) or Go JSON number → int. Floats and bools are refused."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise NormalizeError(f"{what}: expected an integer, got {type(value).__name__}")
-    text = str(value).strip()
-    if not (text.lstrip("-").isdigit() and text.count("-") <= 1):
-        raise NormalizeError(f"{what}: expected an integer, got {value!r}")
-    n = int(text)
-    if not -(1 << 63) <= n < 1 << 63:
-        raise NormalizeError(f"{what}: {n} out of int64 range")
-    return n
+    text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+    if not (text.removeprefix("-").isdigit() and -(1 << 63) <= int(text) < 1 << 63):
+        raise NormalizeError(f"{what}: expected an int64, got {value!r}")
+    return int(text)
 
 
 def parse_decimal(value: Any, what: str = "decimal") -> Decimal:
@@ -294,9 +279,8 @@ def model_snapshot_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 _ZERO_IS_UNSET = frozenset({"validation_rate", "max_model_len"})
-# The session config an escrow was created with, which every state root depends on (indexer.verify.inputs): kept as
-# the chain publishes it, 0 included (a 0 the session rules cannot use is refused there, with the reason), and left
-# out when the chain's answer has no such field (then the roots cannot be recomputed: not captured, not zero).
+# The session config an escrow was created with, which every state root depends on (indexer.verify.inputs): as the
+# chain publishes it, 0 included (the session rules refuse a 0 they cannot use, saying why); absent = not captured.
 # DevshardEscrow fields 8, 10-12, 14, 15 (inference-chain/proto/inference/inference/devshard_escrow.proto @056f1980);
 # the seal and auto-seal fields of later builds by their JSON names (DevshardEscrowParams' default_* values).
 _SESSION_CONFIG = ("token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",

@@ -9,7 +9,8 @@ import pytest
 
 from indexer.poller.decode import decode_entries
 from indexer.wire import SCHEMAS, WireDecodeError
-from indexer.wire.normalize import dumps_record_bytes, signed_diff_record
+from indexer.wire.diffs import signed_diff_record
+from indexer.wire.normalize import dumps_record_bytes
 
 
 def _entry(nonce: int, root: bytes = b"", user_sig: bytes = b"\x01" * 65, unsigned_root: bytes = b"") -> dict:

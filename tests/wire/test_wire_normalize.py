@@ -96,7 +96,7 @@ def test_escrow_max_nonce_and_timeouts_as_published():
     rec = escrow_record(data)
     assert (rec["max_nonce"], rec["refusal_timeout"], rec["execution_timeout"]) == (1000000, 60, 1920)
     assert "execution_timeout" not in escrow_record(F3)  # absent: not captured, not zero
-    with pytest.raises(NormalizeError, match="execution_timeout: expected an integer, got '1.5'"):
+    with pytest.raises(NormalizeError, match="execution_timeout: expected an int64, got '1.5'"):
         escrow_record({"escrow": {**F3["escrow"], "execution_timeout": "1.5"}, "found": True})
 
 

@@ -25,7 +25,8 @@ from indexer.wire import (
 )
 from indexer.wire.diffs import diff_from_host_json, diff_messages_from_host_json
 from indexer.verify.diff import read_diff_content
-from indexer.wire.normalize import NormalizeError, dumps_record_bytes, signed_diff_record, tx_record
+from indexer.wire.diffs import signed_diff_record
+from indexer.wire.normalize import NormalizeError, dumps_record_bytes, tx_record
 from indexer.wire.txlines import TxLines
 
 # --------------------------------------------------------------------------- an independent encoder
