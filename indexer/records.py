@@ -76,7 +76,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
          _f("escrow_id:id! epoch_index:u64! model_id:str! slots:strs! vote_threshold_factor:u32 "
             "validation_rate:u32 max_model_len:u64 protocol_version:str settled:bool creator:str amount:u64n "
             "token_price:u64n create_devshard_fee:u64n fee_per_nonce:u64n inference_seal_grace_nonces:u64 "
-            "inference_seal_grace_seconds:u64 auto_seal_every_n_nonces:u64")),
+            "inference_seal_grace_seconds:u64 auto_seal_every_n_nonces:u64 max_nonce:u64 refusal_timeout:i64 "
+            "execution_timeout:i64")),
     Kind("start", "start_tx", ("escrow_id", "inference_id"),
          _f(_TX + "diff_nonce:u64! prompt_hash:hex model:str input_length:u64 max_tokens:u64 started_at:i64"
             + _TX_TAIL)),

@@ -68,6 +68,8 @@ class AppOptions:
     unindexed_settlements: tuple[str, ...] = ()  # escrows whose settlement tx_search does not find (a node whose tx
                                                  # index lags the state it serves)
     failing_settlement_searches: tuple[str, ...] = ()  # a search for one of these escrows' settlement answers 500
+    missing_settlement_txs: tuple[str, ...] = ()  # RPC tx and GetTx of these escrows' settlement answer not found (a
+                                                  # node that pruned, or has not yet indexed, the block)
     host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
                                          # side); () = the scenario's version only
     rpc_hosts: tuple[str, ...] = ()  # "new" hosts: the HTTP payload route answers 410 http_session_retired and
@@ -238,15 +240,30 @@ class App:
 
     def get_tx(self, q: Mapping, hd: Mapping, tx_hash: str) -> Response:
         """cosmos-sdk ``GetTx``: the decoded transaction and its response (gRPC NotFound for an unknown hash)."""
-        body = cv.get_tx_json(self.net, tx_hash)
+        body = None if self._missing_settlement(tx_hash) else cv.get_tx_json(self.net, tx_hash)
         return Response.json(body) if body else grpc_error(5, f"tx not found: {tx_hash}")
+
+    def _txs_by_hash(self) -> dict[str, tuple[str | None, dict]]:
+        """hash → (the escrow a settlement settles, else None; the tx as tx_search lists it), built once per clock
+        and options (a lookup by hash scanned every tx, ~50 ms a request at the benchmark's size)."""
+        unindexed = frozenset(self.options.unindexed_settlements)
+        key = (self.net.current_epoch, self.options.b64_events, unindexed)
+        with self.net.lock:
+            if getattr(self, "_tx_index_key", None) != key:
+                self._tx_index = {tx["hash"]: ((events.get("devshard_escrow_settled") or {}).get("escrow_id"), tx)
+                                  for events, tx in cv.all_txs(self.net, self.options.b64_events, unindexed)}
+                self._tx_index_key = key
+            return self._tx_index
+
+    def _missing_settlement(self, tx_hash: str) -> bool:
+        """Whether ``tx_hash`` is the settlement of an escrow in ``missing_settlement_txs``."""
+        settles = self._txs_by_hash().get(tx_hash.upper(), (None, None))[0]
+        return settles is not None and settles in self.options.missing_settlement_txs
 
     def rpc_tx(self, q: Mapping, hd: Mapping) -> Response:
         """CometBFT ``tx?hash=0x…``: the result as tx_search lists it, the raw transaction base64-encoded."""
         wanted = (_param(q, "hash") or "").strip('"').removeprefix("0x").upper()
-        found = next((tx for _, tx in cv.all_txs(self.net, self.options.b64_events,
-                                                 frozenset(self.options.unindexed_settlements))
-                      if tx["hash"] == wanted), None)
+        found = None if self._missing_settlement(wanted) else self._txs_by_hash().get(wanted, (None, None))[1]
         if found is None:
             return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
                 "code": -32603, "message": "Internal error", "data": f"tx ({wanted}) not found"}}, 500)

@@ -207,6 +207,8 @@ class EscrowCommitter:
         s.t_decode += done.t_decode
         s.escrows += done.found
         source = f"escrow:{done.escrow_id}"
+        for address, why in done.rejected:  # a member whose log failed the signed check: on its own status row
+            self.store.error(f"host:{address}", why)
         if done.pruned:
             # a job is never final yet, so whatever the chain pruned before this fetch is a gap: say so in
             # net.failure and on the escrow's api.ingest_status row (its cursor, if any, stays where it was)
@@ -214,6 +216,10 @@ class EscrowCommitter:
             done.slots = self.store.stored_slots([done.escrow_id]).get(done.escrow_id, [])
             msg = ("pruned before capture" if not done.slots else
                    f"pruned before its log was final (captured up to nonce {done.after})")
+            if done.slots and self.store.settlement_lost(done.escrow_id):
+                # read on every cycle since it settled, never served: the settled check can never be made for it
+                msg += ("; its settlement transaction was never read, and is lost (the reasons of each read are "
+                        "in api.source_errors)")
             self.store.fail(source, f"devshard_escrow/{done.escrow_id}", msg, False)
             self.store.error(source, msg)
             return done

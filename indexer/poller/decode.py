@@ -18,8 +18,10 @@ from typing import Any, Mapping, Sequence
 
 from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import Prepared, prepare_block
+from indexer.verify.diff import DiffError, user_signer
 from indexer.workers import pool as workers_pool, run_alone
 from indexer.wire.diffs import diff_contents_from_host_json
+from indexer.wire.errors import WireDecodeError
 from indexer.wire.normalize import check_diff_escrow
 from indexer.wire.txlines import TxLines
 
@@ -42,8 +44,14 @@ class Decoded:
         return self.blob.split(b"\n") if self.count else []
 
 
-def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool) -> Decoded:
-    out, txs = run_lines(escrow_id, version, entries, hold_refusals)
+class LogRejected(WireDecodeError):
+    """A served log that fails the signed check: the serving member's log is not used (the message names the escrow,
+    the nonce and the reason)."""
+
+
+def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]], hold_refusals: bool,
+                   source_host: str | None = None, creator: str | None = None) -> Decoded:
+    out, txs = run_lines(escrow_id, version, entries, hold_refusals, source_host, creator)
     blob = b"\n".join(out.lines)
     # typed here, by the file load's block typer (C for the bulk kinds, ~1 µs a line against ~10 for typing the
     # dicts in Python): the poller's committing thread only renumbers the rows. A held record's place is a blank
@@ -53,17 +61,40 @@ def decode_entries(escrow_id: str, version: str, entries: Sequence[Mapping[str, 
 
 
 def run_lines(escrow_id: str, version: str, entries: Sequence[Mapping[str, Any]],
-              hold_refusals: bool) -> tuple[TxLines, int]:
-    """A contiguous run of entries → its records' lines (and held refusals), and how many txs it had."""
+              hold_refusals: bool, source_host: str | None = None,
+              creator: str | None = None) -> tuple[TxLines, int]:
+    """A contiguous run of entries → its records' lines (and held refusals), then one ``signed_diff`` line per diff
+    (what verification needs, served by ``source_host``), and how many txs it had. With ``creator``, every diff's
+    user signature must recover to it first (:class:`LogRejected` at the first that does not)."""
     contents = diff_contents_from_host_json(entries, version, escrow_id)
+    if creator is not None:
+        check_signed(escrow_id, creator, contents)
     out = TxLines(escrow_id, version, _refusal if hold_refusals else None)
     txs = 0
-    for i, (nonce, content, owner) in enumerate(contents):
+    for i, (nonce, content, owner, _) in enumerate(contents):
         if nonce != contents[0][0] + i:  # checked on the headers already; the full decode agrees
             raise ValueError(f"diff run not contiguous at nonce {nonce}")
         check_diff_escrow(escrow_id, nonce, owner)
         txs += out.diff(nonce, content.txs)
+    for nonce, _, _, signed in contents:  # after the txs' lines: the held records' positions stay as they are
+        out.signed(nonce, signed, source_host)
     return out, txs
+
+
+def check_signed(escrow_id: str, creator: str, contents: Sequence[tuple[int, Any, str, Any]]) -> None:
+    """The *signed* check of a run (gonka-devshard.md §4.8): each diff's user signature, over the DiffContent the
+    user signed (the served bytes, with the escrow id and the signed root as ``BuildDiffContent`` adds them),
+    recovers to the escrow's creator. Made here, in the decode process beside the decoding, for every protocol
+    version: the user signs DiffContent with no domain tag. A diff served without the root the user signed (builds
+    whose DiffToJSON leaves it out) cannot fail it: its signed bytes are not all known, so it is not rejected, and
+    the members' cross-check of roots decides for it (HostGroup.page)."""
+    for nonce, _, _, signed in contents:
+        try:
+            user_signer(signed.signed_bytes(escrow_id), signed.user_sig, creator)
+        except DiffError as exc:
+            if not signed.post_state_root:
+                continue  # unknown is not false: what the user signed is not all served
+            raise LogRejected(f"escrow {escrow_id} nonce {nonce}: signed check failed: {exc}") from None
 
 
 def _refusal(finish: Any) -> bool:

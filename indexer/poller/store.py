@@ -139,6 +139,12 @@ class Store:
         rows = self.conn.execute("SELECT escrow_id, slots FROM rec.escrow WHERE escrow_id = ANY(%s)", (escrow_ids,))
         return {escrow_id: list(slots or []) for escrow_id, slots in rows}
 
+    def settlement_lost(self, escrow_id: str) -> bool:
+        """Whether the escrow is stored as settled with no settlement transaction captured."""
+        row = self.conn.execute("SELECT e.settled AND NOT EXISTS (SELECT 1 FROM rec.settlement s WHERE s.escrow_id = "
+                                "e.escrow_id) FROM rec.escrow e WHERE e.escrow_id = %s", (escrow_id,)).fetchone()
+        return bool(row and row[0])
+
     def escrow_ids(self, epoch: int) -> list[str]:
         rows = self.conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,)).fetchall()
         return [escrow_id for (escrow_id,) in rows]

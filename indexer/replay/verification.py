@@ -28,6 +28,7 @@ from indexer.verify import bundle as bd, diff, proto as pb, settlement as st
 from indexer.verify.versions import ported_names
 from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
+from indexer.wire.diffs import user_signed_bytes
 
 NO_LOG = "no signed log captured"
 COLD_ONLY = "no warm keys captured for the epoch, so only the slots' own addresses are accepted"
@@ -37,7 +38,7 @@ _U64 = (1 << 64) - 1
 log = logging.getLogger(__name__)
 _ESCROW = ("escrow_id", "epoch_index", "slots", "vote_threshold_factor", "protocol_version", "settled", "creator",
            "amount", "token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",
-           "inference_seal_grace_seconds", "auto_seal_every_n_nonces")
+           "inference_seal_grace_seconds", "auto_seal_every_n_nonces", "execution_timeout")
 _SETTLEMENT = ("escrow_id", "tx_hash", "height", "settler", "state_root", "rest_hash", "nonce", "fees",
                "state_root_and_protocol_version", "host_stats", "signatures", "msg", "tx_raw")
 _HOST_STATS = ("missed", "invalid", "cost", "required_validations", "completed_validations")
@@ -55,7 +56,7 @@ class Unusable(ValueError):
 class Material:
     """One escrow's stored evidence, as read from the database."""
     escrow: dict
-    diffs: list[tuple] = field(default_factory=list)  # (nonce, content, user_sig, source_host), by nonce
+    diffs: list[tuple] = field(default_factory=list)  # (nonce, content, user_sig, source_host, post_state_root)
     settlement: dict | None = None
     params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured
     warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys (grantees) in the escrow's epoch
@@ -86,7 +87,7 @@ def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Materia
             out[row[0]] = Material(dict(zip(_ESCROW, row)))
         epochs = sorted({m.escrow["epoch_index"] for m in out.values() if m.escrow["epoch_index"] is not None})
         # the tables are partitioned by epoch (docs/partitioning.md): naming the epochs reads only those partitions
-        cur.execute("SELECT escrow_id, nonce, content, user_sig, source_host FROM rec.signed_diff "
+        cur.execute("SELECT escrow_id, nonce, content, user_sig, source_host, post_state_root FROM rec.signed_diff "
                     "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) ORDER BY escrow_id, nonce", (ids, epochs))
         for escrow_id, *row in cur:
             if escrow_id in out:
@@ -114,10 +115,12 @@ def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...
     """The stored diffs as the verifier reads them: the nonce each lists is the one inside its signed content (the
     row's own nonce when the content cannot be read, which the replay check then reports)."""
     out = []
-    for nonce, content, user_sig, _ in rows:
+    for nonce, content, user_sig, _, root in rows:
         where = f"rec.signed_diff escrow {escrow_id} nonce {nonce}"
         try:
             data = base64.b64decode(content, validate=True)
+            if root and not _has_root(data):  # served as DiffContent{nonce, txs}: the user signed it whole
+                data = user_signed_bytes(data, escrow_id, bytes.fromhex(root))
         except (binascii.Error, ValueError):
             raise Unusable("signed", nonce, f"{where}: content is not base64") from None
         if not user_sig:
@@ -128,6 +131,15 @@ def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...
             pass
         out.append(bd.SignedDiff(nonce, data, bytes.fromhex(user_sig)))
     return tuple(out)
+
+
+def _has_root(content: bytes) -> bool:
+    """Whether served content carries field 4 (post_state_root) itself; unreadable content counts as not (the
+    signature check then reports it)."""
+    try:
+        return any(number == 4 for number, _, _ in pb.fields(content))
+    except pb.ProtoError:
+        return True
 
 
 def _bytes(row: dict, name: str) -> bytes:
@@ -279,7 +291,7 @@ _DIGESTS = """
 SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
   row(e.epoch_index, e.slots, e.vote_threshold_factor, e.protocol_version, e.settled, e.creator, e.amount,
       e.token_price, e.create_devshard_fee, e.fee_per_nonce, e.inference_seal_grace_nonces,
-      e.inference_seal_grace_seconds, e.auto_seal_every_n_nonces)::text,
+      e.inference_seal_grace_seconds, e.auto_seal_every_n_nonces, e.execution_timeout)::text,
   coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host)::text, E'\\n' ORDER BY d.nonce)
             FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index), 'null'),
   coalesce((SELECT row(s.tx_hash, s.height, s.settler, s.state_root, s.rest_hash, s.nonce, s.fees,

@@ -21,9 +21,9 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence  # not typing.Mapping: its isinstance costs ~1.5 µs, per diff and tx
-from typing import Any
+from typing import Any, NamedTuple
 
-from indexer.wire.protobuf import WireDecodeError, parse, to_dict
+from indexer.wire.protobuf import WireDecodeError, encode_varint, parse, to_dict
 from indexer.wire.schemas import schema_for
 
 
@@ -122,18 +122,63 @@ def _check_entry(entry: Any, escrow_id: str | None) -> None:
 
 
 def diff_contents_from_host_json(entries: Sequence[Any], version: str | None,
-                                 escrow_id: str | None = None) -> list[tuple[int, Any, str]]:
-    """The poller's reading of a run of entries: ``(nonce, parsed DiffContent, escrow id)`` each, with every check
-    of :func:`diff_messages_from_host_json` (the signature and roots are checked as base64, not kept), and the same
-    errors. The txs are ``content.txs``, read where they are."""
+                                 escrow_id: str | None = None) -> list[tuple[int, Any, str, Signed]]:
+    """The poller's reading of a run of entries: ``(nonce, parsed DiffContent, escrow id, Signed)`` each, with every
+    check of :func:`diff_messages_from_host_json` and the same errors. The txs are ``content.txs``, read where they
+    are; :class:`Signed` keeps what verification needs of the entry as served."""
     schema = schema_for(version, escrow=escrow_id)
     label = f"escrow {escrow_id or '?'} diff"
     out = []
     for entry in entries:
         _check_entry(entry, escrow_id)
-        nonce, content, _ = _content(entry, label, schema)
-        _signed(entry, label, nonce)
-        out.append((nonce, content, content.escrow_id or str(entry["diff"].get("escrow_id") or "")))
+        nonce, content, raw = _content(entry, label, schema)
+        served_root, user_sig, state_hash = _signed(entry, label, nonce)
+        out.append((nonce, content, content.escrow_id or str(entry["diff"].get("escrow_id") or ""),
+                    Signed(entry["diff"].get("txs") or "", raw, content.post_state_root or served_root, user_sig,
+                           state_hash, bool(content.escrow_id or content.post_state_root
+                                            or content.sealed_inference_ids))))
+    return out
+
+
+class Signed(NamedTuple):
+    """One served diff as the user signed it. ``content`` is the entry's base64 ``txs`` string exactly as served
+    (checked as strict base64 and parsed, never re-encoded), ``raw`` its bytes. ``post_state_root`` is the root the
+    user signed: the content's own field 4 when it carries one, else the entry's ``post_state_root`` (DiffToJSON
+    serves ``DiffContent{nonce, txs}`` and the root beside it); ``state_hash`` the root the serving host computed.
+    ``whole``: the served content carries fields past ``txs``, so it is the signed message itself."""
+    content: str
+    raw: bytes
+    post_state_root: bytes
+    user_sig: bytes
+    state_hash: bytes
+    whole: bool
+
+    def signed_bytes(self, escrow_id: str) -> bytes:
+        """The bytes the user signed (:func:`user_signed_bytes`)."""
+        return self.raw if self.whole else user_signed_bytes(self.raw, escrow_id, self.post_state_root)
+
+
+def signed_diff_record(escrow_id: str, nonce: int, content: str, user_sig: bytes, post_state_root: bytes,
+                       state_hash: bytes, source_host: str | None) -> dict[str, Any]:
+    """The ``signed_diff`` record of one served diff (interface.md §2): ``content`` the served base64 DiffContent
+    string itself, the byte fields as lowercase hex, null where the entry has none. The poller writes the same line
+    from a template (:meth:`indexer.wire.txlines.TxLines.signed`)."""
+    return {"kind": "signed_diff", "escrow_id": escrow_id, "nonce": nonce, "content": content,
+            "user_sig": user_sig.hex() or None, "post_state_root": post_state_root.hex() or None,
+            "state_hash": state_hash.hex() or None, "source_host": source_host}
+
+
+def user_signed_bytes(served: bytes, escrow_id: str, post_state_root: bytes) -> bytes:
+    """The ``DiffContent`` a user signs (``BuildDiffContent``: nonce, txs, escrow_id, post_state_root) from the served
+    ``DiffContent{nonce, txs}`` bytes: fields 3 and 4 follow in number order, as the deterministic marshal of the
+    whole message writes them (gonka-ai/gonka devshard/transport/types.go ``DiffToJSON`` serves the first two
+    fields; gonka-devshard.md §4.8). Fields left at their default are not written, as proto3 leaves them out."""
+    out = served
+    if escrow_id:
+        data = escrow_id.encode("utf-8")
+        out += b"\x1a" + encode_varint(len(data)) + data
+    if post_state_root:
+        out += b"\x22" + encode_varint(len(post_state_root)) + post_state_root
     return out
 
 

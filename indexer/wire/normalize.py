@@ -195,6 +195,14 @@ def parse_u64(value: Any, what: str = "value") -> int:
     return n
 
 
+def parse_i64(value: Any, what: str = "value") -> int:
+    """Chain REST int64 (decimal string, maybe signed) or Go JSON number → int. Floats and bools are refused."""
+    text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+    if not (text.removeprefix("-").isdigit() and -(1 << 63) <= int(text) < 1 << 63):
+        raise NormalizeError(f"{what}: expected an int64, got {value!r}")
+    return int(text)
+
+
 def parse_decimal(value: Any, what: str = "decimal") -> Decimal:
     """``{"value":"97","exponent":-2}`` → Decimal('0.97'); a plain decimal string is accepted too."""
     try:
@@ -271,6 +279,13 @@ def model_snapshot_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 _ZERO_IS_UNSET = frozenset({"validation_rate", "max_model_len"})
+# The session config an escrow was created with, which every state root depends on (indexer.verify.inputs): as the
+# chain publishes it, 0 included (the session rules refuse a 0 they cannot use, saying why); absent = not captured.
+# DevshardEscrow fields 8, 10-12, 14, 15 (inference-chain/proto/inference/inference/devshard_escrow.proto @056f1980);
+# the seal and auto-seal fields of later builds by their JSON names (DevshardEscrowParams' default_* values).
+_SESSION_CONFIG = ("token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",
+                   "inference_seal_grace_seconds", "auto_seal_every_n_nonces", "max_nonce")
+_SESSION_TIMES = ("refusal_timeout", "execution_timeout")  # int64 seconds
 
 
 def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) -> dict[str, Any] | None:
@@ -294,11 +309,19 @@ def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) 
         # 0 / absent means "compiled default" (floor(group/2)); the replay applies that rule
         "vote_threshold_factor": _opt_u64(esc, "vote_threshold_factor") or 0,
     }
-    for key in ("validation_rate", "max_model_len", "token_price"):
+    creator = esc.get("creator")
+    if creator not in (None, "") and not isinstance(creator, str):
+        raise NormalizeError(f"creator: expected an address string, got {type(creator).__name__}")
+    if creator:
+        rec["creator"] = creator  # who signs every diff (the user): the signed check recovers to it
+    for key in ("validation_rate", "max_model_len", "amount", *_SESSION_CONFIG):
         value = _opt_u64(esc, key)
         # 0 is proto3's unset: "zero values fall back to compiled defaults" (devshard_escrow.proto), not a rate of 0
         if value is not None and not (key in _ZERO_IS_UNSET and value == 0):
             rec[key] = value
+    for key in _SESSION_TIMES:
+        if esc.get(key) not in (None, ""):
+            rec[key] = parse_i64(esc[key], key)
     if protocol_version:
         rec["protocol_version"] = protocol_version
     if isinstance(esc.get("settled"), bool):

@@ -82,3 +82,27 @@ def tx_search_events(data: Mapping[str, Any], event_type: str | None = None) -> 
 def latest_block_height(data: Mapping[str, Any]) -> int:
     """``/status`` → ``result.sync_info.latest_block_height``."""
     return parse_u64(_result(data)["sync_info"]["latest_block_height"], "latest_block_height")
+
+
+@dataclass(frozen=True)
+class TxAnswer:
+    """CometBFT ``/tx`` of one transaction: its hash and height as the node states them, its result code and the
+    broadcast ``TxRaw`` (base64 decoded, strict)."""
+    tx_hash: str
+    height: int
+    code: int
+    tx_raw: bytes
+
+
+def tx_answer(data: Mapping[str, Any]) -> TxAnswer:
+    result = _result(data)
+    encoded = result.get("tx")
+    if not isinstance(encoded, str) or not encoded:
+        raise NormalizeError("RPC /tx: 'result.tx' is not a base64 string")
+    try:
+        raw = binascii.a2b_base64(encoded, strict_mode=True)
+    except (binascii.Error, ValueError):
+        raise NormalizeError("RPC /tx: 'result.tx' is not strict base64") from None
+    code = (result.get("tx_result") or {}).get("code", 0)
+    return TxAnswer(str(result.get("hash", "")), parse_u64(result.get("height"), "result.height"),
+                    parse_u64(code or 0, "tx_result.code"), raw)

@@ -17,10 +17,15 @@ from typing import Any, Callable
 
 import orjson
 
+from indexer.wire.diffs import Signed
 from indexer.wire.normalize import TIMEOUT_REASONS, dumps_record_bytes, tx_record
 
 _BOOL = (b"false", b"true")
 _REASON_TEXT = {number: word.encode() for number, word in TIMEOUT_REASONS.items()}
+
+
+def _hex_or_null(value: bytes) -> bytes:
+    return b'"%s"' % hexlify(value) if value else b"null"
 
 
 def _votes(votes: Any) -> bytes:
@@ -61,6 +66,10 @@ class TxLines:
         self._vote = _template(e, pv, b"validation_vote", b"voter_slot", b'"vote_valid":%s')
         self._timeout = _template(e, pv, b"timeout", None, b'"reason":"%s","votes":%s')
         self._error_miss = _template(e, pv, b"error_miss", None, b'"votes":%s')
+        # the content is strict base64 (checked by the decode), so it needs no JSON escaping
+        self._signed = (b'{"kind":"signed_diff","escrow_id":%s,' % e.replace(b"%", b"%%")
+                        + b'"nonce":%d,"content":"%s","user_sig":%s,"post_state_root":%s,"state_hash":%s,'
+                          b'"source_host":%s}')
 
     def diff(self, nonce: int, txs: Any) -> int:
         """Append the records of one diff's txs (message objects, in order); return how many txs it had."""
@@ -101,6 +110,14 @@ class TxLines:
             else:
                 self._record(nonce, index, tx)
         return index + 1
+
+    def signed(self, nonce: int, signed: Signed, source_host: str | None) -> None:
+        """Append the ``signed_diff`` line of one served diff: ``dumps_record_bytes(signed_diff_record(…))`` byte for
+        byte (tests/wire/test_wire_versions.py checks it)."""
+        self.lines.append(self._signed % (
+            nonce, signed.content.encode("ascii"), _hex_or_null(signed.user_sig),
+            _hex_or_null(signed.post_state_root), _hex_or_null(signed.state_hash),
+            b"null" if source_host is None else orjson.dumps(source_host)))
 
     def _record(self, nonce: int, index: int, tx: Any) -> None:
         rec, name = tx_record(self.escrow_id, nonce, index, tx, self.version)

@@ -18,9 +18,9 @@ Capturable, precisely (per escrow, from the cycles that complete; a cycle ended 
 resume cycle at the same clock with the same faults, which serves what the dropped one would have):
 
 * *served* in a cycle: its epoch is in the cycle's window (clock − 2 … clock), it is not final yet, the chain still
-  has it, and at least one member of its group is up; with the lying host up, two honest members must be up too
-  (the liar and one honest member disagree with no third to decide: the escrow waits for a later cycle; the liar
-  alone cannot be told from the truth, so plans take it down when no honest member of a group is up);
+  has it, and at least one member of its group is up; the lying host's altered diffs fail the signed check, as
+  source or as witness, so one honest member up beside it is enough (plans still take a liar down when no honest
+  member of a group is up: the poller would reject its log, and the escrow would wait, which other tests show);
 * *fully captured*: served in a cycle after its epoch ended (settled): log, final host stats, ``escrow-final``;
   its rec.*, replay.* and rules.* rows must equal a clean run's;
 * *captured open*: served only while its epoch was current: its tx rows must equal a clean run's, and its gap
@@ -163,10 +163,11 @@ def draw_plan(seed: int) -> Plan:
         if liar is not None:
             live = [e for e in scn.escrows.values() if clock - WINDOW <= e.epoch_index <= clock and liar in e.slots]
             if live and rng.random() < 0.3:
-                # a disputed log: the liar and one honest member up, no third to decide
+                # the liar and one honest member up: no third member is needed, the liar's diffs fail the signed
+                # check (these plans stay as drawn, so each seed's other faults are what they were)
                 honest = sorted(set(rng.choice(live).slots) - {liar})
                 down |= set(honest) - {rng.choice(honest)}
-            # a lone liar cannot be told from the truth (nothing to check it against): take it down then
+            # a lone liar: take it down then (its log would be rejected, and the escrow wait for a later cycle)
             for esc in scn.escrows.values():
                 if liar in esc.slots and not set(esc.slots) - down - {liar}:
                     down.add(liar)
@@ -246,10 +247,7 @@ def simulate(plan: Plan) -> Capture:
                 cap.pruned_in[i].add(esc.escrow_id)
                 continue
             up = set(esc.slots) - cycle.down_hosts
-            liar = plan.faults.lying_host
-            # none up; or a disputed log with no third member (only when pages are read: a log captured while
-            # open is complete, as the devnet serves whole logs, and later cycles read its settlement only)
-            if not up or (liar in up and len(up) == 2 and esc.escrow_id not in opened):
+            if not up:  # none up (a liar beside an honest member does not block: its log fails the signed check)
                 cap.unserved[i].add(esc.escrow_id)
                 continue
             if e < c + cycle.tick:  # after a tick the cycle's current epoch is settled on chain when fetched

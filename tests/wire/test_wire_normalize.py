@@ -66,8 +66,43 @@ def test_f3_escrow():
     rec = escrow_record(F3, protocol_version="v7")
     assert rec == {"kind": "escrow", "escrow_id": "1971", "epoch_index": 408,
                    "model_id": "deepseek-ai/DeepSeek-V4-Flash-0731", "slots": F3["escrow"]["slots"],
-                   "vote_threshold_factor": 50, "validation_rate": 1000, "token_price": 10,
-                   "protocol_version": "v7", "settled": False}
+                   "vote_threshold_factor": 50, "creator": "gonka1gatewayuser", "validation_rate": 1000,
+                   "amount": 5000000000, "token_price": 10, "create_devshard_fee": 10000, "fee_per_nonce": 1000,
+                   "inference_seal_grace_nonces": 160, "inference_seal_grace_seconds": 3600,
+                   "auto_seal_every_n_nonces": 150, "protocol_version": "v7", "settled": False}
+
+
+def test_escrow_session_config_feeds_the_session_inputs():
+    # the poller's escrow record is what the verification replays from: every input read, none guessed
+    from indexer.verify.inputs import SessionInputs, session_inputs
+    inputs = session_inputs(escrow_record(F3, protocol_version="v4.1"))
+    assert isinstance(inputs, SessionInputs)
+    assert (inputs.creator, inputs.balance, inputs.config.create_fee, inputs.config.fee_per_nonce,
+            inputs.config.seal_grace_nonces, inputs.config.seal_grace_seconds, inputs.config.auto_seal_every) == (
+        "gonka1gatewayuser", 5000000000, 10000, 1000, 160, 3600, 150)
+
+
+def test_escrow_config_absent_is_not_captured_and_zero_is_kept():
+    older = {k: v for k, v in F3["escrow"].items() if k not in ("creator", "inference_seal_grace_nonces")}
+    rec = escrow_record({"escrow": {**older, "fee_per_nonce": "0"}, "found": True}, protocol_version="v4.1")
+    assert "creator" not in rec and "inference_seal_grace_nonces" not in rec and rec["fee_per_nonce"] == 0
+    from indexer.verify.inputs import session_inputs
+    assert session_inputs(rec) == "escrow 1971: not captured: creator, inference_seal_grace_nonces"
+
+
+def test_escrow_max_nonce_and_timeouts_as_published():
+    data = {"escrow": {**F3["escrow"], "max_nonce": 1000000, "refusal_timeout": "60", "execution_timeout": "1920"},
+            "found": True}
+    rec = escrow_record(data)
+    assert (rec["max_nonce"], rec["refusal_timeout"], rec["execution_timeout"]) == (1000000, 60, 1920)
+    assert "execution_timeout" not in escrow_record(F3)  # absent: not captured, not zero
+    with pytest.raises(NormalizeError, match="execution_timeout: expected an int64, got '1.5'"):
+        escrow_record({"escrow": {**F3["escrow"], "execution_timeout": "1.5"}, "found": True})
+
+
+def test_escrow_creator_of_another_type_is_refused():
+    with pytest.raises(NormalizeError, match="creator: expected an address string, got int"):
+        escrow_record({"escrow": {**F3["escrow"], "creator": 7}, "found": True})
 
 
 @pytest.mark.parametrize("value", ["400000", 400000])

@@ -24,6 +24,8 @@ from indexer.wire import (
     version_key,
 )
 from indexer.wire.diffs import diff_from_host_json, diff_messages_from_host_json
+from indexer.verify.diff import read_diff_content
+from indexer.wire.diffs import signed_diff_record
 from indexer.wire.normalize import NormalizeError, dumps_record_bytes, tx_record
 from indexer.wire.txlines import TxLines
 
@@ -181,10 +183,18 @@ def test_decoded_runs_are_the_normalized_records_of_the_devnet():
                 lines.append(b"")
             else:
                 lines.append(dumps_record_bytes(rec))
-        got = decode_entries(eid, version, entries, True)
-        assert (got.lines(), got.held) == (lines, held)
+        signed = []  # then one signed_diff line per diff: the served content string, the root its field 4 signs
+        for e in entries:
+            d = diff_from_host_json(e, version)
+            signed.append(dumps_record_bytes(signed_diff_record(
+                eid, d["nonce"], e["diff"]["txs"], d["user_sig"],
+                read_diff_content(d["raw_content"]).post_state_root or d["post_state_root"], d["state_hash"],
+                "gonka1host")))
+        got = decode_entries(eid, version, entries, True, "gonka1host")
+        assert (got.lines(), got.held) == (lines + signed, held)
         assert got.txs == len(want.records) + sum(want.other.values())
-        assert decode_entries(eid, version, entries, False).lines() == [dumps_record_bytes(r) for r in want.records]
+        assert decode_entries(eid, version, entries, False, "gonka1host").lines() == [
+            dumps_record_bytes(r) for r in want.records] + signed
         held_any += len(held)
     assert held_any  # the scenario has refusals: the held path ran
 

@@ -31,6 +31,10 @@ def _pruned_answer(status: int, body: bytes) -> bool:
     return status != 200 and _PRUNED.search(body) is not None
 
 
+def _not_found(status: int, body: bytes) -> bool:
+    return status == 404 or (status != 200 and b"not found" in body)
+
+
 def served_height(headers: Mapping[str, str]) -> int | None:
     """The height a response was served at (gateway metadata header, or the plain gRPC header)."""
     for key in ("Grpc-Metadata-X-Cosmos-Block-Height", HEIGHT_HEADER):
@@ -92,6 +96,13 @@ class ChainRest:
 
     def host_epoch_stats(self, epoch: int, participant: str) -> dict:
         return self._get(f"/devshard_host_epoch_stats/{int(epoch)}/{quote(participant, safe='')}")
+
+    def tx(self, tx_hash: str) -> dict:
+        """cosmos-sdk ``GetTx`` (``/cosmos/tx/v1beta1/txs/{hash}``): ``{"tx": {"body": {"messages": [{"@type", …}]},
+        …}, "tx_response": {"height", "txhash", "code", …}}``, the messages as JSON (a re-encoding, not the signed
+        bytes). A 404 or a ``not found`` error is raised at once (retrying cannot bring the block back)."""
+        return self.http.get_json_meta(f"/cosmos/tx/v1beta1/txs/{quote(tx_hash.upper(), safe='')}",
+                                       permanent=_not_found)[0]
 
     def participant(self, address: str) -> dict:
         return self._get(f"/participant/{quote(address, safe='')}")

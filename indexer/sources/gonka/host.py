@@ -206,6 +206,9 @@ def stored_response_payload(data: Any) -> str | None:
         raise ValueError(f"the stored response payload is not UTF-8 text (byte {exc.start})") from None
 
 
+Check = Callable[[str, list[dict]], None]  # (member, diffs it served): raises ValueError when they fail
+
+
 class HostGroup:
     """The members of one escrow's group that can serve its log, primary first."""
 
@@ -292,12 +295,16 @@ class HostGroup:
         diffs = [diff for page in self._decoded_pages(host, ranges) for diff in page]
         return diffs, (state_root(diffs[-1]) if diffs else None)
 
-    def _root(self, address: str, nonce: int) -> bytes | None:
+    def _root(self, address: str, nonce: int, check: Check | None = None) -> bytes | None:
+        """The witness ``address``'s state root after ``nonce``; None when it cannot give one (it is skipped when it
+        fails, or when its diff fails ``check``: a witness is believed no more than a source)."""
         host = self._host(address)
         if host is None:
             return None
         try:
             page = self._decoded_page(host, nonce, nonce)
+            if page and check is not None:
+                check(address, page)
             return state_root(page[0]) if page else None
         except (FetchError, WireDecodeError, ValueError, KeyError, TypeError) as exc:
             self._skip(address, str(exc), getattr(exc, "transient", False))
@@ -323,8 +330,14 @@ class HostGroup:
                 return True
         return False
 
-    def page(self, first: int, last: int, tip: int | None = None) -> list[dict]:
+    def page(self, first: int, last: int, tip: int | None = None, check: Check | None = None) -> list[dict]:
         """Decoded diffs ``first..last`` (fewer at the end of the log), agreed by two members when possible.
+
+        ``check(member, diffs)`` is called on each run as read, before any witness is asked, and on each witness's
+        diff before its root is compared: a member whose diffs it raises on (a ValueError, e.g. a diff whose user
+        signature does not recover to the escrow's creator) is skipped, naming the reason, and the run is read from
+        the next. The comparison of roots between members follows, for what the check cannot decide (a history the
+        user signed twice).
 
         ``last − first`` may span several pages: they are read from one member and only the last state root
         (:func:`~indexer.wire.diffs.state_root`) is checked against a witness. The root commits to the whole state
@@ -339,11 +352,17 @@ class HostGroup:
                 continue
             if not diffs:
                 return diffs
+            if check is not None:
+                try:
+                    check(source, diffs)
+                except (WireDecodeError, ValueError, KeyError, TypeError) as exc:
+                    self._skip(source, f"diffs {first}..{diffs[-1]['nonce']}: {exc}", False)
+                    continue
             tip = diffs[-1]["nonce"]
             witnesses = [m for m in self.candidates() if m != source]
             agreed = verdict = None
             for w in witnesses:
-                other = self._root(w, tip)
+                other = self._root(w, tip, check)
                 if other is None:
                     continue
                 if agreed is None:

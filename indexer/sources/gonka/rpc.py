@@ -16,6 +16,10 @@ PER_PAGE = 100
 MAX_PAGES = 1000  # 100,000 txs: far above one epoch's escrow creations or one window's settlements
 
 
+def _tx_not_found(status: int, body: bytes) -> bool:
+    return status != 200 and b"not found" in body
+
+
 class TxSearchLie(FetchError):
     """A ``tx_search`` that cannot be true (a page served twice, more pages than its count, a count past the cap)."""
 
@@ -65,6 +69,12 @@ class CometRpc:
             if page >= pages or not txs:
                 return out
             page += 1
+
+    def tx(self, tx_hash: str) -> Any:
+        """CometBFT ``/tx?hash=0x<HASH>``: ``{"result": {hash, height, index, tx_result, tx (base64 TxRaw)}}``. A
+        node that does not have it (never indexed, or its block pruned) answers an error naming the tx ``not found``:
+        raised at once as a permanent FetchError (retrying cannot bring the block back)."""
+        return self.http.get_json_meta("/tx", {"hash": f"0x{tx_hash.upper()}"}, permanent=_tx_not_found)[0]
 
     def escrows_created(self, epoch: int) -> list[TxEvent]:
         return self.tx_search(f"devshard_escrow_created.epoch_index='{int(epoch)}'", "devshard_escrow_created")

@@ -1,0 +1,188 @@
+"""An escrow's settlement transaction, read while a node keeps its block, as a ``settlement`` record.
+
+The root, rest hash, host stats, host signatures, nonce, fees and version of a settlement survive only in the
+transaction's body (gonka-devshard.md §4.8): the ``devshard_escrow_settled`` event names the transaction, this
+module reads it. Preferred: CometBFT ``/tx?hash=0x…``, whose ``result.tx`` is the broadcast ``TxRaw``; its sha256
+must be the hash the event named (a node that answers other bytes is a lying node: recorded, and the next one
+asked), and :func:`indexer.verify.settlement.settle_msgs_in_tx` gives the ``MsgSettleDevshardEscrow`` bytes exactly
+as signed. Fallback: cosmos-sdk REST ``/cosmos/tx/v1beta1/txs/{hash}``, whose JSON is a rendering of the message:
+its bytes are re-encoded (:func:`indexer.verify.settlement.encode_settle_msg`), ``tx_raw`` stays null and the
+record's ``msg_source`` says so (a field the encoder does not know is named there: the re-encoding lacks it).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from indexer.sources.gonka.chain import ChainRest
+from indexer.sources.gonka.http import FetchError
+from indexer.sources.gonka.rpc import CometRpc
+from indexer.verify import proto as pb
+from indexer.verify import settlement as st
+from indexer.wire.normalize import NormalizeError, parse_u64
+from indexer.wire.rpc import tx_answer
+
+_READ_ERRORS = (FetchError, NormalizeError, pb.ProtoError, ValueError, TypeError, KeyError)
+
+
+class SettlementLie(FetchError):
+    """A node's answer that cannot be the named transaction (other bytes, another height)."""
+
+
+def read_settlement(rpc: CometRpc, chain: ChainRest, escrow_id: str, tx_hash: str,
+                    height: int | None) -> dict[str, Any]:
+    """The ``settlement`` record of ``escrow_id`` from its transaction ``tx_hash`` (hex) at ``height``: from the RPC,
+    else from the REST. A FetchError (transient: a later cycle asks again) names both reasons when neither serves
+    it."""
+    try:
+        return _from_rpc(rpc, escrow_id, tx_hash, height)
+    except _READ_ERRORS as exc:
+        rpc_reason = f"RPC /tx: {exc}"
+    try:
+        return _from_rest(chain, escrow_id, tx_hash, height, rpc_reason)
+    except _READ_ERRORS as exc:
+        raise FetchError(f"escrow:{escrow_id}", f"settlement tx {tx_hash} not read: {rpc_reason}; "
+                         f"REST /cosmos/tx/v1beta1/txs: {exc}", transient=True) from None
+
+
+def _from_rpc(rpc: CometRpc, escrow_id: str, tx_hash: str, height: int | None) -> dict[str, Any]:
+    http = rpc.http
+    last: Exception | None = None
+    for _ in range(len(http.base_urls)):
+        node = http.base_urls[0]
+        try:
+            answer = tx_answer(rpc.tx(tx_hash))
+            computed = st.tx_hash(answer.tx_raw)
+            if computed != tx_hash.upper():
+                raise SettlementLie(f"{node}/tx", f"the TxRaw served for {tx_hash.upper()} hashes to {computed}")
+            if height is not None and answer.height != height:
+                raise SettlementLie(f"{node}/tx", f"tx {tx_hash.upper()} served at height {answer.height}, the "
+                                    f"settlement event is at height {height}")
+        except SettlementLie as exc:
+            last = exc
+            http._failed(exc)  # a lying node: recorded, and the next one asked first from now on
+            http.base_urls.append(http.base_urls.pop(0))
+            continue
+        except FetchError as exc:
+            if not exc.expected:
+                raise  # every node was asked already (Fetcher fails over)
+            last = exc  # this node has not got it (pruned, or not indexed): another may keep older blocks
+            http.base_urls.append(http.base_urls.pop(0))
+            continue
+        if answer.code != 0:
+            raise ValueError(f"tx {tx_hash.upper()} failed on chain (code {answer.code})")
+        try:
+            msg = _ours(escrow_id, st.settle_msgs_in_tx(answer.tx_raw))
+        except (pb.ProtoError, ValueError) as exc:
+            # the bytes are the named transaction's (its hash is checked), so reading again cannot change them: the
+            # transaction is kept with the reason, and the settled check fails on it
+            return unreadable_record(escrow_id, tx_hash, answer.height, answer.tx_raw, str(exc))
+        return settlement_record(escrow_id, tx_hash, answer.height, msg, answer.tx_raw)
+    assert last is not None
+    raise last
+
+
+def _ours(escrow_id: str, messages: list[bytes]) -> bytes:
+    mine = [m for m in messages if str(st.decode_settle_msg(m).escrow_id) == escrow_id]
+    if len(mine) != 1:
+        raise ValueError(f"the transaction carries {len(mine)} MsgSettleDevshardEscrow for escrow {escrow_id} "
+                         f"(of {len(messages)} settlement messages), expected one")
+    return mine[0]
+
+
+def unreadable_record(escrow_id: str, tx_hash: str, height: int, tx_raw: bytes, reason: str) -> dict[str, Any]:
+    """The record of a settlement transaction that was read (its bytes hash to the event's hash) but carries no
+    readable settlement of this escrow: the transaction and the reason (``msg_unreadable``, kept in
+    rec.settlement.extra), every message field null."""
+    return {"kind": "settlement", "escrow_id": escrow_id, "tx_hash": tx_hash.lower(), "height": height,
+            "msg": None, "tx_raw": base64.b64encode(tx_raw).decode("ascii"), "msg_unreadable": reason[:2000]}
+
+
+def settlement_record(escrow_id: str, tx_hash: str, height: int | None, msg: bytes, tx_raw: bytes | None,
+                      msg_source: str | None = None) -> dict[str, Any]:
+    """The record of a settlement message ``msg`` (serialized ``MsgSettleDevshardEscrow``): its fields decoded, the
+    message itself and the ``TxRaw`` carrying it base64 (interface.md §2, kind ``settlement``)."""
+    m = st.decode_settle_msg(msg)
+    rec: dict[str, Any] = {
+        "kind": "settlement", "escrow_id": escrow_id, "tx_hash": tx_hash.lower(), "height": height,
+        "settler": m.settler, "state_root": m.state_root.hex() or None, "rest_hash": m.rest_hash.hex() or None,
+        "nonce": m.nonce, "fees": m.fees, "state_root_and_protocol_version": m.version,
+        "host_stats": {str(h.slot_id): {"missed": h.missed, "invalid": h.invalid, "cost": h.cost,
+                                        "required_validations": h.required_validations,
+                                        "completed_validations": h.completed_validations} for h in m.host_stats},
+        "signatures": {str(s.slot_id): s.signature.hex() for s in m.signatures},
+        "msg": base64.b64encode(msg).decode("ascii"),
+        "tx_raw": None if tx_raw is None else base64.b64encode(tx_raw).decode("ascii"),
+    }
+    if msg_source:
+        rec["msg_source"] = msg_source  # not a field of the kind: kept in rec.settlement.extra
+    return rec
+
+
+# ---- the REST fallback: the message as JSON (grpc-gateway: u64 as strings, bytes as base64)
+
+_MSG_KEYS = {"@type", "settler", "escrow_id", "state_root", "nonce", "rest_hash", "host_stats", "signatures", "fees",
+             "version", "state_root_and_protocol_version"}
+_STAT_KEYS = ("slot_id", "missed", "invalid", "cost", "required_validations", "completed_validations")
+
+
+def _from_rest(chain: ChainRest, escrow_id: str, tx_hash: str, height: int | None,
+               rpc_reason: str) -> dict[str, Any]:
+    data = chain.tx(tx_hash)
+    if not isinstance(data, Mapping) or not isinstance(data.get("tx_response"), Mapping):
+        raise ValueError("expected an object with 'tx_response'")
+    resp = data["tx_response"]
+    if str(resp.get("txhash", "")).upper() != tx_hash.upper():
+        raise ValueError(f"the answer is for tx {resp.get('txhash')!r}, not {tx_hash.upper()}")
+    served = parse_u64(resp.get("height"), "tx_response.height")
+    if height is not None and served != height:
+        raise ValueError(f"tx served at height {served}, the settlement event is at height {height}")
+    if parse_u64(resp.get("code") or 0, "tx_response.code") != 0:
+        raise ValueError(f"tx {tx_hash.upper()} failed on chain (code {resp.get('code')})")
+    messages = (((data.get("tx") or {}).get("body") or {}).get("messages")) or []
+    found = [m for m in messages if isinstance(m, Mapping) and m.get("@type") == st.SETTLE_TYPE_URL
+             and str(m.get("escrow_id")) == escrow_id]
+    if len(found) != 1:
+        raise ValueError(f"the transaction carries {len(found)} MsgSettleDevshardEscrow for escrow {escrow_id}, "
+                         "expected one")
+    msg, unknown = _encode_json_msg(found[0])
+    note = (f"msg re-encoded from the REST JSON of /cosmos/tx/v1beta1/txs/{tx_hash.upper()}, not the signed bytes; "
+            f"tx_raw not available ({rpc_reason})")
+    if unknown:
+        note += f"; fields left out of the re-encoding: {', '.join(sorted(unknown))}"
+    return settlement_record(escrow_id, tx_hash, served, msg, None, note[:2000])
+
+
+def _bytes(value: Any, what: str) -> bytes:
+    if value in (None, ""):
+        return b""
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: expected a base64 string")
+    try:
+        return binascii.a2b_base64(value, strict_mode=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{what}: not strict base64") from None
+
+
+def _encode_json_msg(m: Mapping[str, Any]) -> tuple[bytes, set[str]]:
+    """The deterministic bytes of a ``MsgSettleDevshardEscrow`` given as JSON, and the keys it could not encode."""
+    unknown = {k for k in m if k not in _MSG_KEYS}
+    stats = []
+    for i, h in enumerate(m.get("host_stats") or []):
+        unknown |= {f"host_stats.{k}" for k in h if k not in _STAT_KEYS}
+        stats.append(st.HostStatsEntry(**{k: parse_u64(h.get(k) or 0, f"host_stats[{i}].{k}") for k in _STAT_KEYS}))
+    sigs = []
+    for i, s in enumerate(m.get("signatures") or []):
+        unknown |= {f"signatures.{k}" for k in s if k not in ("slot_id", "signature")}
+        sigs.append(st.SlotSignature(parse_u64(s.get("slot_id") or 0, f"signatures[{i}].slot_id"),
+                                     _bytes(s.get("signature"), f"signatures[{i}].signature")))
+    version = m.get("version", m.get("state_root_and_protocol_version")) or ""
+    if not isinstance(version, str) or not isinstance(m.get("settler", ""), str):
+        raise ValueError("settler and version must be strings")
+    msg = st.SettleMsg(settler=m.get("settler") or "", escrow_id=parse_u64(m.get("escrow_id"), "escrow_id"),
+                       state_root=_bytes(m.get("state_root"), "state_root"),
+                       nonce=parse_u64(m.get("nonce") or 0, "nonce"), rest_hash=_bytes(m.get("rest_hash"), "rest_hash"),
+                       host_stats=stats, signatures=sigs, fees=parse_u64(m.get("fees") or 0, "fees"), version=version)
+    return st.encode_settle_msg(msg), unknown

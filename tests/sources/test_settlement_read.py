@@ -1,0 +1,140 @@
+"""The settlement transaction read for the settled check (indexer.sources.gonka.settlements): the RPC's TxRaw kept
+and checked against the event's hash, the REST JSON as a stated re-encoding, lying and forgetful nodes. The
+transaction wraps the golden MsgSettleDevshardEscrow (/work/shared/data/upstream-vectors/settle-msg-goldens/)."""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import httpx
+import pytest
+
+from indexer.sources.gonka import ChainRest, CometRpc, Fetcher, FetchError, RetryPolicy
+from indexer.sources.gonka.settlements import read_settlement
+from indexer.verify import proto as pb, settlement as st
+
+GOLDEN = base64.b64decode(
+    Path("/work/shared/data/upstream-vectors/settle-msg-goldens/settle_msg_full.b64").read_text().strip())
+TX_RAW = pb.concat((pb.f_bytes(1, pb.f_msg(1, pb.f_str(1, st.SETTLE_TYPE_URL) + pb.f_bytes(2, GOLDEN))),
+                    pb.f_bytes(2, b"auth-info"), pb.f_bytes(3, b"s" * 64)))
+HASH = st.tx_hash(TX_RAW)
+HEIGHT = 5210
+
+
+def _rpc_tx(raw: bytes = TX_RAW, height: int = HEIGHT, code: int = 0) -> dict:
+    return {"jsonrpc": "2.0", "id": -1, "result": {"hash": HASH, "height": str(height), "index": 0,
+                                                   "tx_result": {"code": code}, "tx": base64.b64encode(raw).decode()}}
+
+
+NOT_FOUND = httpx.Response(500, json={"jsonrpc": "2.0", "id": -1, "error": {
+    "code": -32603, "message": "Internal error", "data": f"tx ({HASH}) not found"}})
+
+
+def _rest_tx(**extra) -> dict:
+    m = st.decode_settle_msg(GOLDEN)
+    msg = {"@type": st.SETTLE_TYPE_URL, "settler": m.settler, "escrow_id": str(m.escrow_id),
+           "state_root": base64.b64encode(m.state_root).decode(), "nonce": str(m.nonce),
+           "rest_hash": base64.b64encode(m.rest_hash).decode(),
+           "host_stats": [{"slot_id": h.slot_id, "missed": h.missed, "invalid": h.invalid, "cost": str(h.cost),
+                           "required_validations": h.required_validations,
+                           "completed_validations": h.completed_validations} for h in m.host_stats],
+           "signatures": [{"slot_id": s.slot_id, "signature": base64.b64encode(s.signature).decode()}
+                          for s in m.signatures], "fees": str(m.fees), "version": m.version, **extra}
+    return {"tx": {"body": {"messages": [msg]}}, "tx_response": {"height": str(HEIGHT), "txhash": HASH, "code": 0}}
+
+
+def _clients(rpc_answers: dict[str, list], rest_answer=None):
+    """An RPC with nodes ``rpc_answers`` (node → answers in turn) and a REST node; what each was asked, and the
+    failures recorded."""
+    asked: list[str] = []
+    failures: list[tuple] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        asked.append(f"{req.url.host}{req.url.path}")
+        if req.url.host == "rest":
+            return rest_answer if isinstance(rest_answer, httpx.Response) else httpx.Response(200, json=rest_answer)
+        assert req.url.params["hash"].startswith("0x")
+        answer = rpc_answers[req.url.host].pop(0)
+        return answer if isinstance(answer, httpx.Response) else httpx.Response(200, json=answer)
+
+    kw = dict(policy=RetryPolicy(attempts=1, sleep=lambda s: None),
+              client=httpx.Client(transport=httpx.MockTransport(handler)),
+              on_failure=lambda u, e, t: failures.append((u, e)))
+    rpc = CometRpc(Fetcher([f"http://{n}" for n in rpc_answers], name="rpc", **kw))
+    return rpc, ChainRest(Fetcher(["http://rest"], name="chain", **kw)), asked, failures
+
+
+def test_the_rpc_transaction_is_kept_as_broadcast():
+    rpc, chain, asked, _ = _clients({"a": [_rpc_tx()]})
+    rec = read_settlement(rpc, chain, "123", HASH.lower(), HEIGHT)
+    assert asked == ["a/tx"]
+    assert rec == {
+        "kind": "settlement", "escrow_id": "123", "tx_hash": HASH.lower(), "height": HEIGHT,
+        "settler": "gonka1settler0000000000000000000000000", "state_root": b"fixed-state-root-32-bytes-long!".hex(),
+        "rest_hash": b"fixed-rest-hash-bytes".hex(), "nonce": 456, "fees": 789, "state_root_and_protocol_version":
+        "v1.2.3", "host_stats": {
+            "1": {"missed": 2, "invalid": 3, "cost": 400, "required_validations": 5, "completed_validations": 6},
+            "7": {"missed": 8, "invalid": 9, "cost": 1000, "required_validations": 11, "completed_validations": 12}},
+        "signatures": {"1": b"fixed-signature-one".hex(), "7": b"fixed-signature-two".hex()},
+        "msg": base64.b64encode(GOLDEN).decode(), "tx_raw": base64.b64encode(TX_RAW).decode()}
+
+
+def test_a_node_serving_other_bytes_is_recorded_and_the_next_node_asked():
+    forged = TX_RAW.replace(b"s" * 64, b"t" * 64)
+    rpc, chain, asked, failures = _clients({"a": [_rpc_tx(forged)], "b": [_rpc_tx()]})
+    rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    assert rec["tx_raw"] == base64.b64encode(TX_RAW).decode() and asked == ["a/tx", "b/tx"]
+    assert failures == [("http://a/tx", f"the TxRaw served for {HASH} hashes to {st.tx_hash(forged)} (http://a/tx)")]
+    assert rpc.http.base_urls[0] == "http://b"  # the lying node is asked last from now on
+
+
+def test_another_height_is_a_lie_too():
+    rpc, chain, _, failures = _clients({"a": [_rpc_tx(height=HEIGHT + 1)]}, {"tx_response": {}})
+    with pytest.raises(FetchError, match=f"served at height {HEIGHT + 1}, the settlement event is at height {HEIGHT}"):
+        read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    assert len(failures) == 1
+
+
+def test_without_the_block_at_any_rpc_node_the_rest_json_is_re_encoded_and_says_so():
+    rpc, chain, asked, _ = _clients({"a": [NOT_FOUND], "b": [NOT_FOUND]}, _rest_tx())
+    rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    assert asked == ["a/tx", "b/tx", f"rest/cosmos/tx/v1beta1/txs/{HASH}"]  # every node asked once, no retries
+    assert rec["msg"] == base64.b64encode(GOLDEN).decode()  # deterministic: here the re-encoding is the golden
+    assert rec["tx_raw"] is None and rec["nonce"] == 456 and rec["signatures"]["7"] == b"fixed-signature-two".hex()
+    assert rec["msg_source"].startswith(f"msg re-encoded from the REST JSON of /cosmos/tx/v1beta1/txs/{HASH}, not "
+                                        "the signed bytes; tx_raw not available (RPC /tx: HTTP 500:")
+
+
+def test_a_rest_field_the_encoder_does_not_know_is_named():
+    rpc, chain, _, _ = _clients({"a": [NOT_FOUND]}, _rest_tx(sealed_bonus="7"))
+    rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    assert rec["msg_source"].endswith("; fields left out of the re-encoding: sealed_bonus")
+
+
+@pytest.mark.parametrize("rest, reason", [
+    (httpx.Response(404, json={"code": 5, "message": f"tx not found: {HASH}"}), "HTTP 404"),
+    ({"tx_response": {"txhash": "AB" * 32, "height": str(HEIGHT)}}, "the answer is for tx"),
+    (_rest_tx(escrow_id="124"), "carries 0 MsgSettleDevshardEscrow for escrow 123"),
+    (_rest_tx(state_root="not base64!"), "state_root: not strict base64"),
+])
+def test_unread_everywhere_is_a_transient_failure_naming_both_reasons(rest, reason):
+    rpc, chain, _, _ = _clients({"a": [NOT_FOUND]}, rest)
+    with pytest.raises(FetchError) as err:
+        read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    assert err.value.transient and err.value.url == "escrow:123"
+    assert f"settlement tx {HASH} not read: RPC /tx: HTTP 500" in str(err.value) and reason in str(err.value)
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (pb.f_bytes(1, pb.f_msg(1, pb.f_str(1, st.SETTLE_TYPE_URL) + pb.f_bytes(2, GOLDEN.replace(
+        pb.f_uint(2, 123), pb.f_uint(2, 124))))), "the transaction carries 0 MsgSettleDevshardEscrow for escrow 123 "
+     "(of 1 settlement messages), expected one"),
+    (b"devnet-tx-not-a-TxRaw", "field 12 at offset 0: unsupported wire type 4"),
+])
+def test_a_read_transaction_without_this_escrows_settlement_is_kept_with_the_reason(raw, reason):
+    """Its bytes are the named transaction's: no later read can change them, so the record is final, not pending."""
+    rpc, chain, asked, _ = _clients({"a": [_rpc_tx(raw)]})
+    rec = read_settlement(rpc, chain, "123", st.tx_hash(raw), HEIGHT)
+    assert rec == {"kind": "settlement", "escrow_id": "123", "tx_hash": st.tx_hash(raw).lower(), "height": HEIGHT,
+                   "msg": None, "tx_raw": base64.b64encode(raw).decode(), "msg_unreadable": reason}
+    assert asked == ["a/tx"]
