@@ -94,7 +94,8 @@ def build_evidence(conn: psycopg.Connection, escrow_id: str, inference_id: int |
     except Unusable as exc:
         raise EvidenceError(exc.reason if escrow_id in exc.reason else f"escrow {escrow_id}: {exc.reason}") from None
     notes = [note] if note else []
-    notes.append(f"the group lists each slot's own address only: {COLD_ONLY}")
+    if not material.warm_keys:
+        notes.append(f"the group lists each slot's own address only: {COLD_ONLY}")
     if bundle.settlement is None:
         notes.append("no settlement transaction captured: the bundle can reach replayed at most")
     if inference_id is not None and conn.execute(

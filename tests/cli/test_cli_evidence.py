@@ -35,7 +35,7 @@ def test_the_bundle_verifies_with_its_penalty_and_a_tampered_one_fails(loaded, c
     done = run("--database-url", loaded, "evidence", EID, "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert b"34 signed diffs, a settlement, 1 penalty derivation(s); checked here to settled" in done.stderr
-    assert b"the group lists each slot's own address only: warm keys are not captured" in done.stderr
+    assert b"the group lists each slot's own address only: no warm keys captured for the epoch" in done.stderr
     doc = json.loads(out.read_text())
     assert doc["penalties"] == [{
         "rule": "timeout_over_limit (over_limit)", "inference_id": 19, "status": "timed_out",

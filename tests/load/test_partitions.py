@@ -174,9 +174,10 @@ def test_one_epoch_query_reads_one_partition_per_table(three_epochs, view, parti
 
 
 # what migrations after 0013 add to rec/replay: tables, and columns of older tables
-LATER_TABLES = {"rec.signed_diff", "rec.settlement", "replay.escrow_verification"}
+LATER_TABLES = {"rec.signed_diff", "rec.settlement", "replay.escrow_verification", "rec.warm_key"}
 LATER_COLUMNS = {"creator", "amount", "token_price", "create_devshard_fee", "fee_per_nonce",  # rec.escrow (0029)
-                 "inference_seal_grace_nonces", "inference_seal_grace_seconds", "auto_seal_every_n_nonces"}
+                 "inference_seal_grace_nonces", "inference_seal_grace_seconds", "auto_seal_every_n_nonces",
+                 "max_nonce", "refusal_timeout", "execution_timeout"}  # rec.escrow (0033)
 
 
 def test_migration_converts_data_and_back(three_epochs):
