@@ -5,7 +5,7 @@ import sys
 import psycopg
 
 
-def test_demo_polls_the_devnet_and_finds_every_rule_family(db_url):
+def test_demo_polls_the_devnet_and_finds_every_rule_family(db_url, tmp_path):
     run = subprocess.run([sys.executable, "-m", "indexer", "demo", "--database-url", db_url, "--epochs", "3"],
                          capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -15,6 +15,10 @@ def test_demo_polls_the_devnet_and_finds_every_rule_family(db_url):
         mismatches = conn.execute("SELECT count(*) FROM api.host_stats_check WHERE mismatch").fetchone()[0]
         reported = conn.execute("SELECT count(*) FROM api.host_stats_check WHERE reported_missed IS NOT NULL"
                                 ).fetchone()[0]
+        levels = dict(conn.execute("SELECT v.level, count(*) FROM api.escrow_verification v JOIN rec.escrow e "
+                                   "USING (escrow_id) WHERE e.settled GROUP BY 1").fetchall())
+        penalty = conn.execute("SELECT escrow_id, inference_id FROM api.disputable_penalties "
+                               "WHERE evidence_level = 'settled' ORDER BY 1, 2 LIMIT 1").fetchone()
         flips = conn.execute("SELECT epoch_index, participant, flipped_test, disputable_missed + disputable_invalid "
                              "FROM api.restitution_impact WHERE restitution_candidate").fetchall()
     assert families == {"invalidated_context_refusal", "error_miss_sibling", "timeout_over_limit"}
@@ -33,3 +37,14 @@ def test_demo_polls_the_devnet_and_finds_every_rule_family(db_url):
     assert summary[-1].endswith("host-epoch(s) could not be evaluated (see the reports' \"Hosts that could not be "
                                 "evaluated\")")
     assert all(len(line) <= 100 for line in summary), max(summary, key=len)
+    # every settled escrow's log verified the way the protocol signs it, and a penalty's evidence bundle checks out
+    # with the standalone verifier, which reads no database
+    assert set(levels) == {"settled"} and penalty is not None, levels
+    bundle = tmp_path / "evidence.json"
+    made = subprocess.run([sys.executable, "-m", "indexer", "--database-url", db_url, "evidence", penalty[0],
+                           str(penalty[1]), "--out", str(bundle)], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    checked = subprocess.run([sys.executable, "-m", "indexer.verify", str(bundle)], capture_output=True, text=True,
+                             timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "settled" in checked.stdout and "penalty" in checked.stdout
