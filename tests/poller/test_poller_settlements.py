@@ -98,9 +98,10 @@ def test_a_transaction_never_read_is_recorded_lost_when_the_chain_prunes_the_esc
 
 
 def test_a_read_transaction_without_a_settlement_message_is_kept_with_the_reason(db_url):
-    """The devnet's v5 escrows settle with a stand-in body (v5 session rules are not ported there): read, its bytes
-    checked against the hash, and kept final with the reason, not asked again every cycle."""
-    scn5 = Scenario(ScenarioConfig(seed=11, epochs=2, escrows_per_epoch=1, inferences_per_escrow=8))
+    """The devnet's escrows of a version whose session rules are not ported (v4) settle with a stand-in body: read,
+    its bytes checked against the hash, and kept final with the reason, not asked again every cycle."""
+    scn5 = Scenario(ScenarioConfig(seed=11, epochs=2, escrows_per_epoch=1, inferences_per_escrow=8,
+                                   protocol_version="v4"))
     with DevnetServer(scn5) as net:
         net.advance_to_last_epoch()
         _poll(db_url, net)
