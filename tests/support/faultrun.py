@@ -29,7 +29,7 @@ IGNORED_COLUMNS = {"loaded_at", "amended_at", "replayed_at", "marked_at", "quara
                    "last_loaded_at", "completed_at", "source_id", "source_line", "revision", "computed_at",
                    "evaluated_at", "created_at", "updated_at", "detected_at", "verified_at"}
 # which group member served a diff depends on which members answered, not on the log, which is the same
-IGNORED_COLUMNS |= {"source_host"}
+IGNORED_COLUMNS |= {"source_host", "evidence_digest"}  # the digest covers which member served it
 # bookkeeping, not results: provenance, amendments (a re-read row is amended once per differing load), work queues
 SKIPPED_TABLES = {"rec.source", "rec.amendment", "replay.dirty_escrow", "rules.dirty_escrow", "rules.dirty_epoch",
                   "rules.run"}
