@@ -38,7 +38,8 @@ def dump(server: str, path: Path, into: Path) -> tuple[list[str], list[int]]:
             epochs = [r[0] for r in src.execute("SELECT DISTINCT epoch_index FROM rec.escrow "
                                                 "WHERE epoch_index IS NOT NULL")]
             for table in tables:
-                with open(into / table, "wb") as out, src.cursor().copy(f"COPY (SELECT * FROM {table}) TO STDOUT") as cp:
+                with open(into / table, "wb") as out, \
+                        src.cursor().copy(f"COPY (SELECT * FROM {table}) TO STDOUT") as cp:
                     for chunk in cp:
                         out.write(chunk)
     return tables, epochs
