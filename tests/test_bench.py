@@ -95,6 +95,18 @@ def test_ingest_bench_runs(pg_admin_url, tmp_path):
                      out.stdout, re.M), out.stdout
 
 
+def test_index_floor_bench_runs(pg_admin_url, tmp_path):
+    from indexer.synth import generate, write_ndjson
+
+    path = tmp_path / "f.ndjson"
+    write_ndjson(str(path), generate(seed=3, escrows=3, inferences=20))
+    out = _run(["bench/index_floor_bench.py", "--file", str(path), "--repeat", "1", "--database-url", pg_admin_url,
+                "--drop", "rec.ix_start_tx_sibling_key"])
+    assert out.returncode == 0, out.stderr
+    for variant in ("every index", "rec.ix_start_tx_sibling_key"):
+        assert re.search(rf"^{re.escape(variant)}\s+server CPU\s+[\d.]+s \([\d.]+x\)", out.stdout, re.M), out.stdout
+
+
 def test_interleaved_order_is_the_same_records_each_escrow_in_diff_order(monkeypatch):
     """The ingest bench's interleaved stream: every record of the generator once, each escrow's txs by nonce, the
     escrow record before its txs, and many escrows open at once (not one after another)."""

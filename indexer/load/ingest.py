@@ -276,6 +276,9 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
     loader.behind = behind
+    if inp.epochs:  # every partition the file's escrows need, in one call, before the replay follower holds parents
+        loader.router.ensure(conn, set(inp.epochs))
+        conn.commit()
     total = IngestSummary(files=1)
     try:
         # small first blocks, doubling up to batch_lines: the first commit waits for an eighth of a block's typing

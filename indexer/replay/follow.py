@@ -29,7 +29,7 @@ from collections.abc import Iterable
 import psycopg
 
 from indexer.db.durability import commit_without_flush_wait
-from indexer.replay.run import CHUNK_ESCROWS, ReplaySummary, replay_loop
+from indexer.replay.run import CHUNK_ESCROWS, CHUNK_TXS, ReplaySummary, replay_loop
 from indexer.workers import exit_with_parent, keep_freed_memory, sigint_blocked
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,9 @@ class ReplayFollower:
     """``batch(lines, escrows)`` just before each batch commits; ``finish()`` when the load is done (returns what
     the follower replayed). A context manager: leaving it stops a follower still running."""
 
-    def __init__(self, url: str, *, after_lines: int = FOLLOW_AFTER_LINES, chunk: int = CHUNK_ESCROWS) -> None:
-        self.url, self.after_lines, self.chunk = url, after_lines, chunk
+    def __init__(self, url: str, *, after_lines: int = FOLLOW_AFTER_LINES, chunk: int = CHUNK_ESCROWS,
+                 txs: int = CHUNK_TXS) -> None:
+        self.url, self.after_lines, self.chunk, self.txs = url, after_lines, chunk, txs
         self.lines = 0
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._send = None
@@ -84,7 +85,7 @@ class ReplayFollower:
         ctx = multiprocessing.get_context("fork")  # inherits the imported replay machine; never touches our conn
         receive, self._send = ctx.Pipe(duplex=False)
         self._results, report = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_follow, args=(self.url, self.chunk, receive, report, os.getpid()),
+        self._proc = ctx.Process(target=_follow, args=(self.url, self.chunk, self.txs, receive, report, os.getpid()),
                                  name="replay-follower", daemon=True)
         with sigint_blocked():
             self._proc.start()
@@ -117,10 +118,11 @@ class ReplayFollower:
 _CATCH_UP = "catch up"  # the stop message that first finishes the pass over what was dirty before the last batch
 
 
-def _follow(url: str, chunk: int, receive, report, owner: int) -> None:
+def _follow(url: str, chunk: int, txs: int, receive, report, owner: int) -> None:
     """The follower process: after each batch message (that batch's escrows), replay what is dirty but those and
     the previous batch's, a chunk at a time, taking newer batch messages between chunks; stop between chunks on
-    None, or after a last such pass on _CATCH_UP; then report."""
+    None, or after a last such pass on _CATCH_UP; then report. A chunk holds at most ``txs`` txs in memory at once
+    (an escrow larger than that alone), so the follower's peak does not grow with the escrows' size."""
     exit_with_parent(owner)
     keep_freed_memory()
     summary = ReplaySummary()
@@ -154,7 +156,7 @@ def _follow(url: str, chunk: int, receive, report, owner: int) -> None:
                 if take_messages():
                     break
                 if batches:
-                    replay_loop(conn, chunk, summary, hold=held, stop=take_messages)
+                    replay_loop(conn, chunk, summary, hold=held, stop=take_messages, txs=txs)
     except Exception as exc:  # noqa: BLE001 - whatever it was, the pass after the load replays what is left
         log.warning("replay follower stopped: %s", exc)
         return

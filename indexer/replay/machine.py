@@ -377,7 +377,7 @@ def replay_rows(config: EscrowConfig, rows: Iterable[tuple], *, transitions: boo
     """`replay` for callers that hold rows rather than Txs (the database path): each row is a Tx with the kind's
     code (KIND_ORDER) in place of its name, fields after the last one its kind reads may be left out (slot always
     present), and the rows come in protocol order (`sort_key`: the database path sorts by diff_nonce and tx_index
-    first, indexer.replay.run._escrow_logs)."""
+    first, indexer.replay.reads.escrow_logs)."""
     return _replay(config, rows, transitions, TX_KINDS)
 
 

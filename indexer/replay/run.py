@@ -7,7 +7,6 @@ next pass replays it again.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import tempfile
@@ -23,12 +22,18 @@ from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.db.marks import EPOCH_MARK
 from indexer.load.partitions import analyze_epochs
 from indexer.workers import InterruptAtSafePoints, no_cyclic_gc, pool as workers_pool, run_alone, stop_requested
-from indexer.replay.machine import KIND_ORDER, EscrowConfig, replay_rows
+from indexer.replay.machine import EscrowConfig, replay_rows
+from indexer.replay.reads import SOURCES, escrow_logs, escrow_sizes, parts
 from indexer.replay.verification import verify_escrows
 
 log = logging.getLogger(__name__)
 
-CHUNK_ESCROWS = 50  # bounds a worker's memory: one chunk's txs and results are held at once
+CHUNK_ESCROWS = 50  # escrows claimed by one transaction
+# What a chunk holds in memory at once: its escrows are read and replayed in parts of at most this many txs and of
+# vote lists of at most this many bytes (an escrow larger than that is a part of its own). An escrow's log grows with
+# the load (ten times the txs at 10M lines as at 1M), so a bound in escrows alone let the peak grow with it.
+CHUNK_TXS = 20_000
+CHUNK_VOTE_BYTES = 16 << 20
 REPLAY_WORKERS = 2
 ANALYZE_AFTER_ROWS = 10_000
 FRUITLESS_POOLS = 3  # broken pools in a row that no escrow could be blamed for: then the pass fails
@@ -38,20 +43,6 @@ MAX_HELD = 20  # more escrows than this killing their replay process alone is a 
 class ReplayWorkersLost(RuntimeError):
     """Replay processes keep dying in a way no few escrows explain: the pass stops (what it committed stays)."""
 
-# Where each tx kind's rows come from: its table, then the row fields in `replay_rows` order (diff_nonce, kind
-# code, inference_id, slot, valid, reason, votes, input_tokens, output_tokens) as column names or constants.
-# Fields after the last one a kind reads are left out.
-_SOURCES = (
-    ("rec.start_tx", ("diff_nonce", KIND_ORDER["start"], "inference_id", None)),
-    ("rec.confirm_start_tx", ("diff_nonce", KIND_ORDER["confirm_start"], "inference_id", None)),
-    ("rec.finish_tx", ("diff_nonce", KIND_ORDER["finish"], "inference_id", "executor_slot", None, None, (),
-                       "input_tokens", "output_tokens")),
-    ("rec.validation_tx", ("diff_nonce", KIND_ORDER["validation"], "inference_id", "validator_slot", "valid")),
-    ("rec.validation_vote_tx", ("diff_nonce", KIND_ORDER["validation_vote"], "inference_id", "voter_slot",
-                                "vote_valid")),
-    ("rec.timeout_tx", ("diff_nonce", KIND_ORDER["timeout"], "inference_id", None, None, "reason", "votes")),
-    ("rec.error_miss_tx", ("diff_nonce", KIND_ORDER["error_miss"], "inference_id", None, None, None, "votes")),
-)
 _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slot_stats", "replay.escrow")
 # The epoch-partitioned parents a chunk reads and writes, locked when its transaction starts, in the order
 # part.ensure_epochs locks them to create an epoch's partitions (schema, then name). A loader making a new epoch's
@@ -61,7 +52,7 @@ _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slo
 # reaches them, always after their parent.
 _EVIDENCE = ("rec.signed_diff", "rec.settlement")  # read by the verification stage (indexer.replay.verification)
 _LOCK_PARENTS = ";".join(f"LOCK TABLE ONLY {table} IN {mode} MODE" for table, mode in sorted(
-    [(table, "ACCESS SHARE") for table, _ in _SOURCES] + [(table, "ACCESS SHARE") for table in _EVIDENCE]
+    [(table, "ACCESS SHARE") for table, _ in SOURCES] + [(table, "ACCESS SHARE") for table in _EVIDENCE]
     + [("replay.inference", "ROW EXCLUSIVE")],
     key=lambda t: t[0].split(".")))
 
@@ -98,6 +89,7 @@ class ReplaySummary:
     inferences: int = 0
     verified: int = 0  # escrows whose verification row was (re)computed
     seconds: float = 0.0
+    peak_txs: int = 0  # the most txs one part of a chunk held in memory at once (CHUNK_TXS bounds it)
     deferred_analyze: Deferred | None = None  # tables skipped while autovacuum held them (indexer.db.quickstats)
     # escrows whose replay killed its worker process, the last time alone: left dirty, skipped by the rest of the pass
     held: list[str] = field(default_factory=list)
@@ -108,11 +100,13 @@ class ReplaySummary:
         self.rejected += other.rejected
         self.inferences += other.inferences
         self.verified += other.verified
+        self.peak_txs = max(self.peak_txs, other.peak_txs)
         self.held += other.held
 
 
 def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progress=None,
-                 url: str | None = None, workers: int = 1, prior: ReplaySummary | None = None) -> ReplaySummary:
+                 url: str | None = None, workers: int = 1, prior: ReplaySummary | None = None,
+                 txs: int = CHUNK_TXS) -> ReplaySummary:
     """Replay every dirty escrow. With `url` the pass runs in worker processes (up to `workers`, one a chunk), each
     claiming its own chunks with SKIP LOCKED on its own connection: the machine is pure Python, and a process that
     dies then costs its escrow, not this command (:func:`_replay_in_workers`). A pass of one chunk still takes a
@@ -130,7 +124,7 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
             conn.commit()        # (``indexer replay --all`` marks every escrow, then replays)
         _replay_in_workers(url, chunk, min(workers, -(-dirty // chunk)), summary)
     else:
-        replay_loop(conn, chunk, summary, progress)
+        replay_loop(conn, chunk, summary, progress, txs=txs)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
         summary.deferred_analyze = analyze_quickly(conn, [t for t in _DERIVED if t != "replay.inference"])
         # replay.inference by epoch: the partitions the rules stage is about to read
@@ -143,11 +137,12 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
 
 
 def replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, progress=None,
-                hold: list | tuple = (), stop=None, on_claim=None) -> None:
+                hold: list | tuple = (), stop=None, on_claim=None, txs: int = CHUNK_TXS) -> None:
     """Claim, replay and write chunks until none is dirty (but the escrows in ``hold``, read at every claim: the
     caller may change the list between chunks), or until ``stop()`` says so between chunks; each chunk is one
-    transaction. ``on_claim(ids)`` is told each chunk's escrows before they are replayed."""
-    while replay_chunk(conn, chunk, summary, hold, on_claim=on_claim):
+    transaction. ``on_claim(ids)`` is told each chunk's escrows before they are replayed; ``txs`` bounds the txs a
+    chunk holds in memory at once."""
+    while replay_chunk(conn, chunk, summary, hold, on_claim=on_claim, txs=txs):
         if progress:
             progress(summary)
         if stop is not None and stop():
@@ -155,9 +150,10 @@ def replay_loop(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, pr
 
 
 def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, hold: list | tuple = (), *,
-                 only: list | tuple | None = None, on_claim=None) -> bool:
+                 only: list | tuple | None = None, on_claim=None, txs: int = CHUNK_TXS) -> bool:
     """Claim up to ``chunk`` dirty escrows (not those in ``hold``; with ``only``, only those), replay them, write
-    their rows and verify their logs (indexer.replay.verification), in one transaction. False when none was dirty."""
+    their rows and verify their logs (indexer.replay.verification), in one transaction, holding at most ``txs`` txs
+    (and their signed diffs) in memory at once (:func:`parts`). False when none was dirty."""
     with conn.transaction(), no_cyclic_gc():
         conn.execute(_LOCK_PARENTS)
         ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk, hold, only)
@@ -165,9 +161,17 @@ def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, h
             return False
         if on_claim is not None:
             on_claim(ids)
-        _write_chunk(conn, ids, _replay_chunk(conn, ids), summary)
-        summary.verified += len(verify_escrows(conn, ids))
+        _clear_chunk(conn, ids)
+        # one escrow is one part whatever its size: no need to count it (a small change replays one escrow)
+        for part in [ids] if len(ids) == 1 else parts(escrow_sizes(conn, ids), txs, CHUNK_VOTE_BYTES):
+            results = _replay_chunk(conn, part)
+            _write(conn, results)
+            _count(results, summary)
+            summary.verified += len(verify_escrows(conn, part))
+        summary.escrows += len(ids)
     return True
+
+
 
 
 def _replay_in_workers(url: str, chunk: int, workers: int, summary: ReplaySummary) -> None:
@@ -269,7 +273,7 @@ def _load_configs(conn, ids: list[str]) -> dict[str, tuple[EscrowConfig, int | N
 
 def _replay_chunk(conn: psycopg.Connection, ids: list[str]) -> list:
     configs = _load_configs(conn, ids)
-    logs = _escrow_logs(conn, list(configs), sorted({epoch for _, epoch in configs.values() if epoch is not None}))
+    logs = escrow_logs(conn, list(configs), sorted({epoch for _, epoch in configs.values() if epoch is not None}))
     results = []
     for escrow_id, (config, epoch) in configs.items():
         rows = logs.get(escrow_id, [])  # an escrow without txs still replays: every slot has 0 missed / 0 invalid
@@ -277,52 +281,23 @@ def _replay_chunk(conn: psycopg.Connection, ids: list[str]) -> list:
     return results
 
 
-def _write_chunk(conn: psycopg.Connection, ids: list[str], results, summary: ReplaySummary) -> None:
-    """Replace the chunk's derived rows and mark its escrows for the rules stage (caller's transaction)."""
+def _clear_chunk(conn: psycopg.Connection, ids: list[str]) -> None:
+    """Mark the chunk's escrows and epochs for the rules stage and delete their derived rows (caller's
+    transaction), before any part of the chunk is written."""
     conn.execute(_MARK_EPOCHS, {"ids": ids})  # first: replay.escrow still names the epoch an escrow was in
     conn.execute(_MARK_ESCROWS, {"ids": ids})
     for table in _DERIVED:
         conn.execute(_DELETE_OLD.get(table, f"DELETE FROM {table} WHERE escrow_id = ANY(%(ids)s)"), {"ids": ids})
-    _write(conn, results)
-    summary.escrows += len(ids)
+
+
+def _count(results, summary: ReplaySummary) -> None:
+    held = 0
     for _, _, result, n in results:
-        summary.txs += n
+        held += n
         summary.rejected += len(result.rejections)
         summary.inferences += len(result.inferences)
-
-
-def _escrow_logs(conn: psycopg.Connection, ids: list[str], epochs: list[int]) -> dict[str, list[tuple]]:
-    """Each escrow's rows in protocol order (machine.sort_key): by diff_nonce and tx_index, the order the hosts
-    applied them in, then (for records without a tx_index) by kind code, inference_id and slot, which the tables'
-    keys make unique within an escrow. One query per tx table returns each escrow's txs as column arrays (all
-    aggregates of a group consume its rows in the same order, so the arrays line up) and zip makes the rows in C,
-    each behind its (diff_nonce, tx_index) for the sort. The tx tables are partitioned by the escrows' epochs
-    (docs/partitioning.md): naming them reads only those partitions."""
-    keyed: dict[str, list[tuple]] = {}
-    with conn.cursor(binary=True) as cur:
-        for table, fields in _SOURCES:
-            columns = [f for f in fields if isinstance(f, str)]
-            cur.execute(f"SELECT escrow_id, {', '.join(f'array_agg({c})' for c in columns)}, "
-                        f"array_agg(coalesce(tx_index, -1)) FROM {table} "
-                        "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) GROUP BY escrow_id", (ids, epochs))
-            for escrow_id, *arrays in cur:
-                by_name = dict(zip(columns, arrays))
-                keyed.setdefault(escrow_id, []).extend(zip(by_name["diff_nonce"], arrays[-1], _rows(fields, by_name)))
-    logs: dict[str, list[tuple]] = {}
-    for escrow_id, rows in keyed.items():
-        rows.sort()
-        logs[escrow_id] = [row for _, _, row in rows]
-    return logs
-
-
-def _rows(fields: tuple, arrays: dict[str, list]):
-    """One table's rows of one escrow from its column arrays; jsonb votes become (voter_slot, accept) pairs."""
-    return zip(*(itertools.repeat(f) if not isinstance(f, str)
-                 else map(_votes, arrays[f]) if f == "votes" else arrays[f] for f in fields))
-
-
-def _votes(votes: list | None) -> tuple:
-    return tuple((v["voter_slot"], v["accept"]) for v in votes) if votes else ()
+    summary.txs += held
+    summary.peak_txs = max(summary.peak_txs, held)
 
 
 def _write(conn: psycopg.Connection, results) -> None:

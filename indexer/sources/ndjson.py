@@ -7,7 +7,6 @@ Cuts a file into blocks of whole lines with constant memory (`InputFile.open_blo
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import queue
@@ -24,6 +23,7 @@ from typing import BinaryIO, Iterator
 import orjson
 
 from indexer.records import KINDS
+from indexer.sources.epochs import read_digest
 from indexer.sources.gunzip import GzipUntilBroken
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -196,6 +196,7 @@ class InputFile:
     size: int
     digest: str
     _spooled: bool = False
+    epochs: frozenset[int] | None = None  # the epochs its escrow records name (indexer.sources.epochs), if known
 
     def open_blocks(self, lines_per_block: int, progress=None, *, max_bytes: int = BLOCK_BYTES,
                     chunk_bytes: int = _CHUNK,
@@ -374,17 +375,15 @@ def open_input(name: str) -> InputFile:
         with open(path, "rb") as fh:
             return _spool(fh, str(path))
     try:
-        return InputFile(uri=str(path.resolve()), path=path, size=path.stat().st_size, digest=file_digest(path))
+        digest, epochs = digest_and_epochs(path)
+        return InputFile(uri=str(path.resolve()), path=path, size=path.stat().st_size, digest=digest, epochs=epochs)
     except OSError as exc:
         raise InputError(f"{name}: cannot be read: {exc.strerror or exc}") from None
 
 
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+def digest_and_epochs(path: Path) -> tuple[str, frozenset[int] | None]:
+    """The file's digest, and the epochs its escrow records name (None for a gzip file: its bytes are not lines)."""
+    return read_digest(path, _CHUNK, lines=not _is_gzip(path))
 
 
 def _spool(stream: BinaryIO, uri: str) -> InputFile:
@@ -393,7 +392,8 @@ def _spool(stream: BinaryIO, uri: str) -> InputFile:
     with tmp:
         shutil.copyfileobj(stream, tmp, _CHUNK)
     path = Path(tmp.name)
-    return InputFile(uri=uri, path=path, size=path.stat().st_size, digest=file_digest(path), _spooled=True)
+    digest, epochs = digest_and_epochs(path)
+    return InputFile(uri=uri, path=path, size=path.stat().st_size, digest=digest, _spooled=True, epochs=epochs)
 
 
 def _is_gzip(path: Path) -> bool:

@@ -1,5 +1,5 @@
-"""The database path replays rows, not Txs: each tx table's column arrays become rows (`run._rows`, laid out by
-`run._SOURCES`), a plain sort orders them, and `replay_rows` replays them. On any log the tables' keys allow, that
+"""The database path replays rows, not Txs: each tx table's column arrays become rows (`reads._rows`, laid out by
+`reads.SOURCES`), a plain sort orders them, and `replay_rows` replays them. On any log the tables' keys allow, that
 must give exactly what `replay` gives on the same txs as Txs.
 
 No database: the column arrays are built here the way the aggregate queries return them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.replay import run
+from indexer.replay import reads
 from indexer.replay.machine import TX_KINDS, EscrowConfig, Tx, replay, replay_rows
 from tests.replay.test_replay_machine import F_LOG, SLOTS_1971, configs
 
@@ -30,14 +30,14 @@ def columns(tx: Tx) -> dict:
 
 
 def db_rows(txs: list[Tx], rnd) -> list[tuple]:
-    """Rows as run._escrow_logs builds them: per table, column arrays in the database's (any) order, then sorted."""
+    """Rows as reads.escrow_logs builds them: per table, column arrays in the database's (any) order, then sorted."""
     rows = []
-    for _, fields in run._SOURCES:
+    for _, fields in reads.SOURCES:
         kind = TX_KINDS[fields[1]]
         table = [columns(tx) for tx in txs if tx.kind == kind]
         rnd.shuffle(table)
         arrays = {c: [r[c] for r in table] for c in fields if isinstance(c, str)}
-        rows.extend(run._rows(fields, arrays))
+        rows.extend(reads._rows(fields, arrays))
     rnd.shuffle(rows)
     rows.sort()
     return rows

@@ -1,0 +1,83 @@
+"""A replay chunk holds a bounded number of txs in memory however large its escrows are (indexer.replay.reads.parts):
+the chunk is read and replayed in parts, and the tables are those of a replay in one piece."""
+from __future__ import annotations
+
+import psycopg
+
+from indexer.load.ingest import ingest_paths
+from indexer.replay.follow import ReplayFollower
+from indexer.replay.reads import escrow_sizes, parts
+from indexer.replay.run import replay_dirty
+from indexer.synth import generate
+from tests.support.helpers import table_snapshot, write_lines
+
+REPLAYED = ["replay.inference", "replay.vote", "replay.slot_stats", "replay.escrow", "replay.rejected_tx"]
+
+
+def test_parts_keep_the_order_and_both_bounds():
+    sizes = [("a", 4, 0), ("b", 5, 0), ("c", 2, 90), ("d", 30, 0), ("e", 1, 5), ("f", 1, 5), ("g", 0, 0)]
+    got = parts(sizes, 10, 100)
+    assert [e for part in got for e in part] == list("abcdefg")
+    assert got == [["a", "b"], ["c"], ["d"], ["e", "f", "g"]]  # c's votes; d alone over the tx bound
+    by_id = {e: (n, b) for e, n, b in sizes}
+    for part in got:
+        if len(part) > 1:
+            assert sum(by_id[e][0] for e in part) <= 10 and sum(by_id[e][1] for e in part) <= 100
+    assert parts([], 10, 100) == []
+
+
+def _corpus(tmp_path):
+    return write_lines(tmp_path / "p.ndjson", generate(seed=5, escrows=6, inferences=60, epochs=2,
+                                                       mix="adversarial"))
+
+
+def _largest_escrow(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        ids = [r[0] for r in conn.execute("SELECT escrow_id FROM rec.escrow ORDER BY 1")]
+        sizes = escrow_sizes(conn, ids)
+    assert all(n > 0 for _, n, _ in sizes)
+    with psycopg.connect(url) as conn:  # the counts are the rows the replay reads
+        total = sum(conn.execute(f"SELECT count(*) FROM rec.{k}_tx").fetchone()[0] for k in (
+            "start", "confirm_start", "finish", "validation", "validation_vote", "timeout", "error_miss"))
+    assert sum(n for _, n, _ in sizes) == total
+    return max(n for _, n, _ in sizes)
+
+
+def test_a_chunk_holds_no_more_txs_than_the_bound(db_url, second_db_url, tmp_path):
+    path = _corpus(tmp_path)
+    for url in (db_url, second_db_url):
+        ingest_paths(url, [str(path)])
+    bound = _largest_escrow(db_url) + 1
+    with psycopg.connect(second_db_url) as conn:
+        whole = replay_dirty(conn, chunk=50, txs=10**9)
+    with psycopg.connect(db_url) as conn:
+        bounded = replay_dirty(conn, chunk=50, txs=bound)
+    assert whole.peak_txs > bound, "the corpus is too small to need parts"
+    assert 0 < bounded.peak_txs <= bound
+    assert (bounded.escrows, bounded.txs, bounded.inferences, bounded.rejected) == (
+        whole.escrows, whole.txs, whole.inferences, whole.rejected)
+    assert table_snapshot(db_url, REPLAYED) == table_snapshot(second_db_url, REPLAYED)
+
+
+def test_an_escrow_over_the_bound_is_replayed_alone(db_url, second_db_url, tmp_path):
+    path = _corpus(tmp_path)
+    for url in (db_url, second_db_url):
+        ingest_paths(url, [str(path)])
+    largest = _largest_escrow(db_url)
+    with psycopg.connect(second_db_url) as conn:
+        replay_dirty(conn, txs=10**9)
+    with psycopg.connect(db_url) as conn:
+        alone = replay_dirty(conn, txs=1)
+    assert alone.peak_txs == largest
+    assert table_snapshot(db_url, REPLAYED) == table_snapshot(second_db_url, REPLAYED)
+
+
+def test_the_follower_keeps_its_chunks_within_the_bound(db_url, second_db_url, tmp_path):
+    path = _corpus(tmp_path)
+    ingest_paths(second_db_url, [str(path)])
+    bound = _largest_escrow(second_db_url) + 1
+    with ReplayFollower(db_url, after_lines=1, txs=bound) as follower:
+        ingest_paths(db_url, [str(path)], batch_lines=97, on_batch=follower.batch)
+        replayed = follower.finish(catch_up=True)
+    assert replayed.escrows > 1
+    assert 0 < replayed.peak_txs <= bound
