@@ -2,6 +2,9 @@
 captures escrows before the devnet prunes them), then the findings report. --sample FILE ingests NDJSON instead."""
 from __future__ import annotations
 
+import shlex
+import sys
+
 import psycopg
 
 from indexer.cli.output import EXIT_OK, console, say
@@ -26,6 +29,13 @@ def run_demo(url: str, args, *, embedded: bool = False) -> int:
 
     login = "db url --reader" if embedded else "db url"  # the reader reads api, all an analyst needs
     say(f"query the views yourself: psql \"$({self_command()} {login})\" -c 'select * from api.disputable_penalties'")
+    with psycopg.connect(url) as conn:
+        penalty = conn.execute("SELECT escrow_id, inference_id FROM api.disputable_penalties "
+                               "WHERE evidence_level = 'settled' ORDER BY epoch_index, escrow_id, inference_id "
+                               "LIMIT 1").fetchone()
+    if penalty is not None:  # the escrow id is a decimal string from the chain; quoted all the same
+        say(f"check one without trusting this database: {self_command()} evidence {shlex.quote(penalty[0])} "
+            f"{penalty[1]} --out evidence.json && {shlex.quote(sys.executable)} -m indexer.verify evidence.json")
     from indexer.reports.restitution import collect as restitution_cases, restitution_summary
 
     # last: the hosts whose epoch outcome the disputable penalties flipped (api.restitution_impact)

@@ -48,3 +48,4 @@ def test_demo_polls_the_devnet_and_finds_every_rule_family(db_url, tmp_path):
                              timeout=120)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "settled" in checked.stdout and "penalty" in checked.stdout
+    assert "check one without trusting this database: " in run.stdout + run.stderr  # the demo shows how
