@@ -17,13 +17,16 @@ def test_each_rules_statement_planned_for_one_epoch_keeps_that_epochs_partitions
     with psycopg.connect(three_epochs) as conn:
         conn.execute(rules_run._SETTINGS)
         escrows = [r[0] for r in conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,))]
-        params = {"epochs": [epoch], "escrows": escrows, "parts": [epoch], "version": rules_run.RULE_VERSION}
         seen = set()
-        for name, statement in rules_run.rule_statements():
-            plan = conn.execute("EXPLAIN (FORMAT JSON, VERBOSE) " + statement, params, prepare=False).fetchone()[0]
-            partitions = plan_partitions(plan)
-            assert all(p.endswith(f"_e{epoch}") for p in partitions), (name, sorted(partitions))
-            seen |= partitions
+        for scoped in (False, True):  # the epoch whole, and only the changed escrows' rows (indexer.rules.run)
+            params = {"epochs": [epoch], "escrows": escrows, "parts": [epoch], "version": rules_run.RULE_VERSION,
+                      "scoped": scoped}
+            for name, statement in rules_run.rule_statements():
+                plan = conn.execute("EXPLAIN (FORMAT JSON, VERBOSE) " + statement, params,
+                                    prepare=False).fetchone()[0]
+                partitions = plan_partitions(plan)
+                assert all(p.endswith(f"_e{epoch}") for p in partitions), (name, scoped, sorted(partitions))
+                seen |= partitions
         conn.rollback()
     # the statements together read every partitioned table the rules use, each in the epoch's partition only
     assert {f"rec_{t}_e{epoch}" for t in ("start_tx", "finish_tx", "error_miss_tx", "timeout_tx", "validation_tx",
