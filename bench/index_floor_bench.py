@@ -84,7 +84,8 @@ def main() -> int:
     base = statistics.median(cpu for _, cpu in runs["every index"])
     for name, rs in runs.items():
         cpu = statistics.median(c for _, c in rs)
-        print(f"{name:60s} server CPU {cpu:6.2f}s ({cpu / base:.3f}x)  wall {statistics.median(s for s, _ in rs):6.2f}s"
+        ratio = f"{cpu / base:.3f}" if base > 0 else "n/a"  # a file too small to register server CPU at all
+        print(f"{name:60s} server CPU {cpu:6.2f}s ({ratio}x)  wall {statistics.median(s for s, _ in rs):6.2f}s"
               f"  rounds {', '.join(f'{c:.2f}' for _, c in rs)}")
     return 0
 
