@@ -29,19 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.db import migrate  # noqa: E402
 from indexer.db.scratch import scratch_database  # noqa: E402
 from indexer.db.url import resolve_database_url  # noqa: E402
-from indexer.load.ingest import ingest_paths  # noqa: E402
-from indexer.replay.run import replay_dirty  # noqa: E402
 from indexer.rules.run import run_rules  # noqa: E402
-from indexer.synth import generate, write_ndjson  # noqa: E402
+from synthetic_db import replayed_history, timed  # noqa: E402
 
 PER_ESCROW = 300
 _SECONDS = re.compile(r"seconds \(load / replay / rules\)\s*[│|]?\s*([\d.]+) / ([\d.]+) / ([\d.]+)")
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def amendment(conn: psycopg.Connection, escrow_id: str, salt: int) -> bytes:
@@ -76,16 +68,9 @@ def main() -> int:
     with scratch_database(server, "cbench", keep=args.keep) as url, tempfile.TemporaryDirectory() as tmp:
         migrate.upgrade(url)
         escrows = max(1, args.inferences // (PER_ESCROW * args.epochs))
-        path = Path(tmp) / "history.ndjson"
-        n = write_ndjson(str(path), generate(seed=3, escrows=escrows, inferences=PER_ESCROW, epochs=args.epochs))
-        load = timed(lambda: ingest_paths(url, [str(path)]))
+        print(replayed_history(url, Path(tmp) / "history.ndjson", escrows=escrows, inferences=PER_ESCROW,
+                               epochs=args.epochs))
         with psycopg.connect(url) as conn:
-            replay_s = timed(lambda: replay_dirty(conn))
-            conn.execute("DELETE FROM rules.dirty_epoch")
-            conn.commit()
-            inferences = conn.execute("SELECT count(*) FROM replay.inference").fetchone()[0]
-            print(f"database: {n:,} records, {inferences:,} inferences, {args.epochs} epochs "
-                  f"(load {load:.1f}s, replay {replay_s:.1f}s)")
             fulls = [timed(lambda: run_rules(conn, (0, 2**62))) for _ in range(args.full_runs)]
             epochs = [r[0] for r in conn.execute("SELECT DISTINCT epoch_index FROM rec.escrow ORDER BY 1")]
             epoch = epochs[len(epochs) // 2]

@@ -13,7 +13,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import orjson
@@ -26,15 +25,9 @@ from indexer.db.url import resolve_database_url  # noqa: E402
 from indexer.load.ingest import ingest_paths  # noqa: E402
 from indexer.replay.run import replay_dirty  # noqa: E402
 from indexer.rules.run import run_rules  # noqa: E402
-from indexer.synth import generate, write_ndjson  # noqa: E402
+from synthetic_db import replayed_history, timed  # noqa: E402
 
 EPOCHS, PER_ESCROW = 10, 300
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def late_records(conn: psycopg.Connection, url: str, epoch: int, share: float = 0.1) -> int:
@@ -72,17 +65,9 @@ def main() -> int:
         migrate.upgrade(url)
         escrows = max(1, args.inferences // (PER_ESCROW * EPOCHS))
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "rules.ndjson"
-            n = write_ndjson(str(path), generate(seed=3, escrows=escrows, inferences=PER_ESCROW, epochs=EPOCHS,
-                                                 mix=args.mix))
-            load = timed(lambda: ingest_paths(url, [str(path)]))
+            print(replayed_history(url, Path(tmp) / "rules.ndjson", escrows=escrows, inferences=PER_ESCROW,
+                                   epochs=EPOCHS, mix=args.mix), f"{args.mix} mix")
         with psycopg.connect(url) as conn:
-            replay_s = timed(lambda: replay_dirty(conn))
-            conn.execute("DELETE FROM rules.dirty_epoch")
-            conn.commit()
-            inferences = conn.execute("SELECT count(*) FROM replay.inference").fetchone()[0]
-            print(f"database: {n:,} records, {inferences:,} inferences, {EPOCHS} epochs, {args.mix} mix "
-                  f"(load {load:.1f}s, replay {replay_s:.1f}s)")
             conn.execute("DROP TABLE IF EXISTS bench_ctas")
             conn.commit()
             base = timed(lambda: (conn.execute("CREATE TABLE bench_ctas AS SELECT * FROM replay.inference"),
