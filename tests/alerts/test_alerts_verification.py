@@ -12,6 +12,7 @@ from indexer.alerts.engine import Policy, evaluate
 from indexer.alerts.messages import SLACK_TEXT_LIMIT, TELEGRAM_TEXT_LIMIT, slack_message, telegram_message
 from indexer.alerts.rules import load_rules, run_rule
 from tests.reports.test_restitution_db import small_escrow
+from tests.support.helpers import set_verification
 from tests.support.rules_kit import load
 
 RULE = next(r for r in load_rules() if r.name == "escrow_verification_failed")
@@ -23,20 +24,12 @@ def _escrows(db_url, tmp_path):
          + small_escrow("7002", 500, invalid=1, served=3) + small_escrow("7003", 501, invalid=0, served=3))
 
 
-def _verify(conn, escrow, level, check=None, nonce=None, failure=None):
-    conn.execute("INSERT INTO replay.escrow_verification (escrow_id, epoch_index, level, nonces_checked, failed_check,"
-                 " failed_nonce, failure) VALUES (%s, NULL, %s, 5, %s, %s, %s) ON CONFLICT (escrow_id) DO UPDATE "
-                 "SET level = excluded.level, failed_check = excluded.failed_check, "
-                 "failed_nonce = excluded.failed_nonce, failure = excluded.failure",
-                 (escrow, level, check, nonce, failure))
-
-
 def test_one_alert_per_failed_escrow_with_check_nonce_and_a_bounded_reason(db_url, tmp_path, conn):
     _escrows(db_url, tmp_path)
     assert run_rule(conn, RULE) == []  # nothing verified: nothing failed
-    _verify(conn, "7001", "signed", "replayed", 12, HOSTILE)
-    _verify(conn, "7002", "replayed", "settled", None, "host signatures reach 2 of the quorum's 3")
-    _verify(conn, "7003", "settled")
+    set_verification(conn, "7001", "signed", "replayed", 12, HOSTILE)
+    set_verification(conn, "7002", "replayed", "settled", None, "host signatures reach 2 of the quorum's 3")
+    set_verification(conn, "7003", "settled")
     alerts = {a.alert_key: a for a in run_rule(conn, RULE)}
     assert set(alerts) == {"escrow_verification_failed:7001", "escrow_verification_failed:7002"}
     a, b = alerts["escrow_verification_failed:7001"], alerts["escrow_verification_failed:7002"]
@@ -61,7 +54,7 @@ def test_a_long_escrow_id_is_bounded_and_keys_stay_distinct(db_url, tmp_path, co
     long_ids = ["1" * 119 + "1", "1" * 119 + "2"]  # the loader takes ids up to 128 characters; same first 100
     load(db_url, tmp_path, [r for e in long_ids for r in small_escrow(e, 502, invalid=0, served=2)])
     for escrow in long_ids:
-        _verify(conn, escrow, "none", "signed", 1, "user signature recovers to another address")
+        set_verification(conn, escrow, "none", "signed", 1, "user signature recovers to another address")
     alerts = run_rule(conn, RULE)
     assert len({a.alert_key for a in alerts}) == 2 and all(len(a.alert_key) < 200 for a in alerts)
     assert all(a.summary.startswith("escrow " + "1" * 60 + "…") for a in alerts)
@@ -69,14 +62,14 @@ def test_a_long_escrow_id_is_bounded_and_keys_stay_distinct(db_url, tmp_path, co
 
 def test_fires_once_and_resolves_when_the_escrow_passes(db_url, tmp_path, conn):
     _escrows(db_url, tmp_path)
-    _verify(conn, "7001", "none", "signed", 3, "user signature recovers to gonka1other, not the creator")
+    set_verification(conn, "7001", "none", "signed", 3, "user signature recovers to gonka1other, not the creator")
     policy = Policy(resolve_after=1, cooldown=timedelta(hours=1))
     with psycopg.connect(db_url) as c:
         first = evaluate(c, [RULE], ["webhook:x"], policy)
         again = evaluate(c, [RULE], ["webhook:x"], policy)
     assert (first.new, first.firing, first.notifications) == (1, 1, 1)
     assert (again.new, again.firing, again.notifications) == (0, 1, 0)  # still failing: no second notification
-    _verify(conn, "7001", "settled")
+    set_verification(conn, "7001", "settled")
     with psycopg.connect(db_url) as c:
         passed = evaluate(c, [RULE], ["webhook:x"], policy)
     assert (passed.resolved, passed.firing) == (1, 0)

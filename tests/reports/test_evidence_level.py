@@ -5,6 +5,7 @@ of the E366-shaped case, on the real pipeline and a real PostgreSQL."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 from io import StringIO
@@ -19,6 +20,7 @@ from indexer.reports.restitution.collect import EpochCase
 from indexer.reports.restitution.proposal import build
 from indexer.verify.signatures import bech32_encode
 from tests.reports.test_restitution_db import X, params, small_escrow, summary
+from tests.support.helpers import set_verification
 from tests.support.rules_kit import gov_snapshot, load
 
 HOSTILE = "root 0xab <script>alert(1)</script> | *x* `y` =cmd\nsecond line " + "z" * 400
@@ -38,12 +40,7 @@ def _case(db_url, tmp_path, conn):
                                                                                            served=9))
 
 
-def _verify(conn, escrow, level, check=None, nonce=None, failure=None):
-    conn.execute("INSERT INTO replay.escrow_verification (escrow_id, epoch_index, level, nonces_checked, failed_check,"
-                 " failed_nonce, failure, source_host) VALUES (%s, 366, %s, 40, %s, %s, %s, 'http://host-b') "
-                 "ON CONFLICT (escrow_id) DO UPDATE SET level = excluded.level, failed_check = excluded.failed_check,"
-                 " failed_nonce = excluded.failed_nonce, failure = excluded.failure",
-                 (escrow, level, check, nonce, failure))
+_verify = functools.partial(set_verification, epoch=366, nonces=40, source_host="http://host-b")
 
 
 def _levels(conn):

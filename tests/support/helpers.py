@@ -81,3 +81,15 @@ def ingest_expecting_quarantine(url: str, path: Path, conn, lines: list[bytes], 
     assert sorted(got) == sorted(want)
     wrong = {n: got[n] for n, fragments in want.items() if not all(f in got[n] for f in fragments)}
     assert not wrong, wrong
+
+
+def set_verification(conn, escrow_id: str, level: str, check: str | None = None, nonce: int | None = None,
+                     failure: str | None = None, *, epoch: int | None = None, nonces: int = 5,
+                     source_host: str | None = None) -> None:
+    """Write one escrow's ``replay.escrow_verification`` row by hand (upserted), for the tests of what reads it: the
+    stage that writes it needs signed logs these tests do not carry."""
+    conn.execute("INSERT INTO replay.escrow_verification (escrow_id, epoch_index, level, nonces_checked, failed_check,"
+                 " failed_nonce, failure, source_host) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                 "ON CONFLICT (escrow_id) DO UPDATE SET level = excluded.level, failed_check = excluded.failed_check,"
+                 " failed_nonce = excluded.failed_nonce, failure = excluded.failure",
+                 (escrow_id, epoch, level, nonces, check, nonce, failure, source_host))
