@@ -135,15 +135,19 @@ class ChainRoutes:
                 self._tx_index_key = key
             return self._tx_index
 
-    def _missing_settlement(self, tx_hash: str) -> bool:
-        """Whether ``tx_hash`` is the settlement of an escrow in ``missing_settlement_txs``."""
+    def _missing_settlement(self, tx_hash: str, escrows: tuple[str, ...] | None = None) -> bool:
+        """Whether ``tx_hash`` is the settlement of an escrow in ``escrows`` (default ``missing_settlement_txs``)."""
         settles = self._txs_by_hash().get(tx_hash.upper(), (None, None))[0]
-        return settles is not None and settles in self.options.missing_settlement_txs
+        return settles is not None and settles in (self.options.missing_settlement_txs if escrows is None else escrows)
 
     def rpc_tx(self, q: Mapping, hd: Mapping) -> Response:
         """CometBFT ``tx?hash=0x…``: the result as tx_search lists it, the raw transaction base64-encoded."""
         wanted = (query_param(q, "hash") or "").strip('"').removeprefix("0x").upper()
-        found = None if self._missing_settlement(wanted) else self._txs_by_hash().get(wanted, (None, None))[1]
+        if self._missing_settlement(wanted, self.options.failing_rpc_txs):
+            return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
+                "code": -32603, "message": "Internal error", "data": "simulated failure of a tx read"}}, 500)
+        missing = self._missing_settlement(wanted) or self._missing_settlement(wanted, self.options.pruned_rpc_txs)
+        found = None if missing else self._txs_by_hash().get(wanted, (None, None))[1]
         if found is None:
             return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
                 "code": -32603, "message": "Internal error", "data": f"tx ({wanted}) not found"}}, 500)

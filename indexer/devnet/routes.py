@@ -43,6 +43,8 @@ class AppOptions:
     failing_settlement_searches: tuple[str, ...] = ()  # a search for one of these escrows' settlement answers 500
     missing_settlement_txs: tuple[str, ...] = ()  # RPC tx and GetTx of these escrows' settlement answer not found (a
                                                   # node that pruned, or has not yet indexed, the block)
+    failing_rpc_txs: tuple[str, ...] = ()  # RPC tx of these escrows' settlement answers 500 (GetTx still serves it)
+    pruned_rpc_txs: tuple[str, ...] = ()  # RPC tx of these escrows' settlement answers not found (GetTx serves it)
     host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
                                          # side); () = the scenario's version only
     rpc_hosts: tuple[str, ...] = ()  # "new" hosts: the HTTP payload route answers 410 http_session_retired and
