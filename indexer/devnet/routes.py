@@ -50,6 +50,7 @@ class AppOptions:
     rpc_hosts: tuple[str, ...] = ()  # "new" hosts: the HTTP payload route answers 410 http_session_retired and
                                      # payloads are served over Connect RPC (indexer.devnet.peerrpc)
     retired_hosts: tuple[str, ...] = ()  # hosts whose HTTP payload route answers that 410 but that serve no Connect
+    refusing_attach_hosts: tuple[str, ...] = ()  # new hosts that refuse every Attach (403 permission_denied)
     rpc_session_seconds: float = 300.0  # lifetime of an Attach session token (upstream defaultSessionTTL)
     lying_kind: str = "altered"  # how the lying host lies (indexer.devnet.sealing.fork)
 
@@ -257,8 +258,11 @@ class App(ChainRoutes):
         return Response(status, body, headers)
 
     def rpc_attach(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str, body: bytes) -> Response:
-        return self._rpc(host, version, escrow, hd,
-                         lambda spec, esc: self.peer_rpc.attach(spec.address, esc.slots, body))
+        def attach(spec, esc):
+            if spec.address in self.options.refusing_attach_hosts:
+                raise ConnectError("permission_denied", "simulated refusal of every Attach")
+            return self.peer_rpc.attach(spec.address, esc.slots, body)
+        return self._rpc(host, version, escrow, hd, attach)
 
     def rpc_get_payload(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str,
                         body: bytes) -> Response:

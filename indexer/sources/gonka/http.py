@@ -184,11 +184,15 @@ class Fetcher:
         return out
 
     def post_json(self, path: str, body: bytes, headers: Mapping[str, str] | None = None, *,
-                  permanent: Callable[[int, bytes], bool] | None = None, archive: bool = True) -> Any:
+                  permanent: Callable[[int, bytes], bool] | None = None, archive: bool = True,
+                  once: bool = False) -> Any:
         """POST ``body`` to ``path`` and read a JSON answer, with the retry policy and failover of a GET (the
-        Connect unary calls of :mod:`indexer.sources.gonka.rpcpayloads`, which are safe to send again).
+        Connect unary calls of :mod:`indexer.sources.gonka.rpcpayloads`). ``once``: one attempt per base URL, for
+        a body the server must never see twice (an Attach's nonce; the caller builds a new body to try again).
         ``archive=False``: the answer is not reported to ``on_response`` (it holds a session credential)."""
-        return self.get_json_meta(path, None, headers, permanent, body=body, archive=archive)[0]
+        data, _, _ = self._request(path, None, headers, permanent, body=body, archive=archive,
+                                   attempts=1 if once else None)
+        return data
 
     def get_json_meta(self, path: str, params: Mapping[str, Any] | None = None,
                       headers: Mapping[str, str] | None = None,
@@ -217,14 +221,14 @@ class Fetcher:
         return self._get_from(base, path, params, None, permanent)[0]
 
     def _request(self, path: str, params, headers, permanent=None, first: Any = None, body: bytes | None = None,
-                 archive: bool = True) -> tuple[Any, Mapping[str, str], str]:
+                 archive: bool = True, attempts: int | None = None) -> tuple[Any, Mapping[str, str], str]:
         last: FetchError | None = None
         transient: FetchError | None = None
         for base in self.urls():
             try:
                 data, resp_headers = self._get_from(base, path, params, headers, permanent,
                                                     first[1] if first is not None and first[0] == base else None,
-                                                    body, archive)
+                                                    body, archive, attempts)
             except FetchError as exc:
                 if exc.expected:
                     raise
@@ -237,14 +241,16 @@ class Fetcher:
         assert last is not None
         raise transient or last  # transient when trying later at some base URL may help
 
-    def _get_from(self, base: str, path: str, params, headers, permanent=None,
-                  first: Any = None, body: bytes | None = None, archive: bool = True) -> tuple[Any, Mapping[str, str]]:
+    def _get_from(self, base: str, path: str, params, headers, permanent=None, first: Any = None,
+                  body: bytes | None = None, archive: bool = True,
+                  attempts: int | None = None) -> tuple[Any, Mapping[str, str]]:
         url = base + path
         keep = self._archive if archive else (lambda *a: None)
         policy = self.policy
+        attempts = policy.attempts if attempts is None else attempts
         headers = self._authorized(base, headers)
         last: FetchError | None = None
-        for attempt in range(policy.attempts):
+        for attempt in range(attempts):
             wait = None
             try:
                 if attempt == 0 and first is not None:  # sent already, with others (get_json_many)
@@ -296,7 +302,7 @@ class Fetcher:
                     self._failed(err)
                     raise err
             self._failed(last)
-            if attempt + 1 < policy.attempts:
+            if attempt + 1 < attempts:
                 policy.sleep(min(policy.retry_after_max, wait) if wait is not None else policy.backoff(attempt))
         assert last is not None
         raise last
