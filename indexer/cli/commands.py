@@ -245,8 +245,8 @@ def cmd_run(args, settings: Settings) -> int:
         error("set GONKA_CHAIN_REST_URL and GONKA_RPC_URL (or --gonka-chain-rest-url / --gonka-rpc-url)")
         return EXIT_INPUT
     operator = _operator(args, settings)
-    if operator is not None:
-        _check_operator(operator, chain)
+    if operator is not None and not _check_operator(operator, chain):
+        return EXIT_RUNTIME
     url = ready_database(args, settings)
     alerts = None if args.no_alerts else alert_job(url, args, settings)
     server = metrics_server(args, settings, url)  # before polling: an address in use stops the start (exit 2)
@@ -317,17 +317,23 @@ def _operator(args, settings: Settings):
     return operator_from_env({k: str(v) for k, v in chosen.items() if v})
 
 
-def _check_operator(operator, chain_urls) -> None:
+def _check_operator(operator, chain_urls) -> bool:
     """Refuse (OperatorConfigError: exit 2) a key file whose key is neither the configured address's nor a grantee
-    of it, before any cycle signs with it (indexer.sources.gonka.identity)."""
-    from indexer.sources.gonka import ChainRest, Fetcher
+    of it, before any cycle signs with it (indexer.sources.gonka.identity). False, said in one line naming the URL,
+    when the chain did not answer the check (exit 1: a runtime failure, the same start may pass later)."""
+    from indexer.sources.gonka import ChainRest, Fetcher, FetchError
     from indexer.sources.gonka.identity import check_operator_key
 
     fetcher = Fetcher(chain_urls, name="chain")
     try:
         check_operator_key(operator, ChainRest(fetcher))
+    except FetchError as exc:
+        error(f"the operator key check could not read the chain: {exc}; not started (try again once the chain "
+              "REST answers)")
+        return False
     finally:
         fetcher.close()
+    return True
 
 
 def cmd_devnet(args, settings: Settings) -> int:  # noqa: ARG001 - the devnet needs no database

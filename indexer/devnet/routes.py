@@ -12,46 +12,19 @@ URL layout (one listener for the whole network):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
-from urllib.parse import unquote
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from indexer.devnet import chainviews as cv
 from indexer.devnet import epochviews as ev
 from indexer.devnet import hostviews as hv
-from indexer.devnet.operators import DevnetAccounts, account_json, authenticate
+from indexer.devnet.chainroutes import CHAIN_PREFIX, ChainRoutes, Response, query_param
+from indexer.devnet.operators import DevnetAccounts, authenticate
 from indexer.devnet.peerrpc import RETIRED_MESSAGE, ConnectError, PeerRpc
 from indexer.devnet.world import Devnet
 from indexer.sources.gonka.signing import REFUSALS
 
-CHAIN_PREFIX = "/chain-api/productscience/inference/inference"
-HEIGHT_HEADER = "x-cosmos-block-height"
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def json(cls, obj: Any, status: int = 200) -> "Response":
-        return cls.raw_json(hv.compact_json(obj), status)
-
-    @classmethod
-    def raw_json(cls, body: bytes, status: int = 200) -> "Response":
-        """Already-encoded JSON (precomputed bodies)."""
-        return cls(status, body, {"Content-Type": "application/json"})
-
-    @classmethod
-    def text(cls, message: str, status: int) -> "Response":
-        # Go's http.Error: text/plain with a trailing newline
-        return cls(status, (message + "\n").encode(), {"Content-Type": "text/plain; charset=utf-8"})
-
-
-def grpc_error(code: int, message: str) -> Response:
-    http = {3: 400, 5: 404}.get(code, 500)
-    return Response.json({"code": code, "message": message, "details": []}, http)
+__all__ = ["App", "AppOptions", "CHAIN_PREFIX", "Response"]
 
 
 @dataclass
@@ -70,11 +43,14 @@ class AppOptions:
     failing_settlement_searches: tuple[str, ...] = ()  # a search for one of these escrows' settlement answers 500
     missing_settlement_txs: tuple[str, ...] = ()  # RPC tx and GetTx of these escrows' settlement answer not found (a
                                                   # node that pruned, or has not yet indexed, the block)
+    failing_rpc_txs: tuple[str, ...] = ()  # RPC tx of these escrows' settlement answers 500 (GetTx still serves it)
+    pruned_rpc_txs: tuple[str, ...] = ()  # RPC tx of these escrows' settlement answers not found (GetTx serves it)
     host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
                                          # side); () = the scenario's version only
     rpc_hosts: tuple[str, ...] = ()  # "new" hosts: the HTTP payload route answers 410 http_session_retired and
                                      # payloads are served over Connect RPC (indexer.devnet.peerrpc)
     retired_hosts: tuple[str, ...] = ()  # hosts whose HTTP payload route answers that 410 but that serve no Connect
+    refusing_attach_hosts: tuple[str, ...] = ()  # new hosts that refuse every Attach (403 permission_denied)
     rpc_session_seconds: float = 300.0  # lifetime of an Attach session token (upstream defaultSessionTTL)
     lying_kind: str = "altered"  # how the lying host lies (indexer.devnet.sealing.fork)
 
@@ -82,7 +58,7 @@ class AppOptions:
 Handler = Callable[..., Response]
 
 
-class App:
+class App(ChainRoutes):
     def __init__(self, net: Devnet, options: AppOptions | None = None) -> None:
         self.net = net
         self.options = options or AppOptions()
@@ -168,133 +144,6 @@ class App:
                               "txs": sum(len(d["txs"]) for e in self.net.scenario.escrows.values()
                                          for d in e.diffs)})
 
-    # -- chain REST -------------------------------------------------------------------------------
-    def _height(self, hd: Mapping[str, str]) -> int | None:
-        value = next((v for k, v in hd.items() if k.lower() == HEIGHT_HEADER), None)
-        return int(value) if value is not None and value.strip().isdigit() else None
-
-    def _height_refused(self, hd: Mapping[str, str]) -> Response | None:
-        """cosmos-sdk ``CreateQueryContext`` for a query with ``x-cosmos-block-height``: a future height is
-        ErrInvalidHeight (gRPC InvalidArgument, 400), a height whose state was pruned is ErrNotFound wrapped
-        (registered without a gRPC code: Unknown, 500 through the gateway). The devnet keeps the state of the
-        last ``options.state_retain_blocks`` blocks (default: one epoch's worth)."""
-        height = self._height(hd)
-        if height is None or height == 0:
-            return None
-        latest = self.net.latest_height()
-        if height > latest:
-            return grpc_error(3, "cannot query with height in the future; please provide a valid height: "
-                                 "invalid height")
-        retain = self.options.state_retain_blocks
-        if retain is None:
-            retain = self.net.scenario.config.blocks_per_epoch
-        if height < latest - retain:
-            return grpc_error(2, f"failed to load state at height {height}; version does not exist "
-                                 f"(latest height: {latest}): not found")
-        return None
-
-    def params(self, q: Mapping, hd: Mapping) -> Response:
-        height = self._height(hd) or self.net.latest_height()
-        resp = Response.json(ev.params_json(self.net, height))
-        resp.headers["Grpc-Metadata-X-Cosmos-Block-Height"] = str(height)  # the gateway forwards the gRPC header
-        return resp
-
-    def performance_summary(self, q: Mapping, hd: Mapping, epoch: str, participant: str) -> Response:
-        if not epoch.isdigit():
-            return grpc_error(3, f"invalid epoch {epoch!r}")
-        body = ev.performance_summary_json(self.net, int(epoch), participant)
-        return Response.json(body) if body else grpc_error(5, "not found")
-
-    def excluded_participants(self, q: Mapping, hd: Mapping, epoch: str) -> Response:
-        if not epoch.isdigit():
-            return grpc_error(3, f"invalid epoch {epoch!r}")
-        return Response.json(ev.excluded_participants_json(self.net, int(epoch)))
-
-    def epoch_group_data(self, q: Mapping, hd: Mapping, epoch: str) -> Response:
-        if not epoch.isdigit():
-            return grpc_error(3, f"invalid epoch {epoch!r}")
-        if int(epoch) in self.options.missing_epochs:
-            return grpc_error(5, "epoch group data not found")
-        if _param(q, "model_id") in self.options.failing_models:
-            return grpc_error(13, "simulated failure of a model group read")
-        body = ev.epoch_group_data_json(self.net, int(epoch), _param(q, "model_id"))
-        return Response.json(body) if body else grpc_error(5, "epoch group data not found")
-
-    def escrow(self, q: Mapping, hd: Mapping, escrow: str) -> Response:
-        if not escrow.isdigit():
-            return grpc_error(3, f"invalid escrow id {escrow!r}")
-        esc = self.net.escrow(escrow)
-        if esc is None:
-            return Response.json({"found": False})
-        return Response.json(cv.escrow_json(self.net, esc, self.options.escrow_max_model_len))
-
-    def host_epoch_stats(self, q: Mapping, hd: Mapping, epoch: str, participant: str) -> Response:
-        if not epoch.isdigit():
-            return grpc_error(3, f"invalid epoch {epoch!r}")
-        return Response.json(cv.host_epoch_stats_json(self.net, int(epoch), participant))
-
-    def participant(self, q: Mapping, hd: Mapping, address: str) -> Response:
-        if address not in self.net.scenario.hosts_by_address:
-            return grpc_error(5, "participant not found")
-        return Response.json(cv.participant_json(self.net, address, self.host_url(address)))
-
-    def get_tx(self, q: Mapping, hd: Mapping, tx_hash: str) -> Response:
-        """cosmos-sdk ``GetTx``: the decoded transaction and its response (gRPC NotFound for an unknown hash)."""
-        body = None if self._missing_settlement(tx_hash) else cv.get_tx_json(self.net, tx_hash)
-        return Response.json(body) if body else grpc_error(5, f"tx not found: {tx_hash}")
-
-    def _txs_by_hash(self) -> dict[str, tuple[str | None, dict]]:
-        """hash → (the escrow a settlement settles, else None; the tx as tx_search lists it), built once per clock
-        and options (a lookup by hash scanned every tx, ~50 ms a request at the benchmark's size)."""
-        unindexed = frozenset(self.options.unindexed_settlements)
-        key = (self.net.current_epoch, self.options.b64_events, unindexed)
-        with self.net.lock:
-            if getattr(self, "_tx_index_key", None) != key:
-                self._tx_index = {tx["hash"]: ((events.get("devshard_escrow_settled") or {}).get("escrow_id"), tx)
-                                  for events, tx in cv.all_txs(self.net, self.options.b64_events, unindexed)}
-                self._tx_index_key = key
-            return self._tx_index
-
-    def _missing_settlement(self, tx_hash: str) -> bool:
-        """Whether ``tx_hash`` is the settlement of an escrow in ``missing_settlement_txs``."""
-        settles = self._txs_by_hash().get(tx_hash.upper(), (None, None))[0]
-        return settles is not None and settles in self.options.missing_settlement_txs
-
-    def rpc_tx(self, q: Mapping, hd: Mapping) -> Response:
-        """CometBFT ``tx?hash=0x…``: the result as tx_search lists it, the raw transaction base64-encoded."""
-        wanted = (_param(q, "hash") or "").strip('"').removeprefix("0x").upper()
-        found = None if self._missing_settlement(wanted) else self._txs_by_hash().get(wanted, (None, None))[1]
-        if found is None:
-            return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
-                "code": -32603, "message": "Internal error", "data": f"tx ({wanted}) not found"}}, 500)
-        return Response.json({"jsonrpc": "2.0", "id": -1, "result": found})
-
-    def grantees(self, q: Mapping, hd: Mapping, granter: str, msg_type: str) -> Response:
-        """``GranteesByMessageType``: a host's warm key is granted ``MsgStartInference`` (what devshard signers and the
-        settlement accept); other message types and other accounts have no grantees."""
-        msg_type = unquote(msg_type)
-        if not msg_type.startswith("/"):
-            msg_type = "/" + msg_type  # a client that did not escape the leading slash of the type URL
-        return Response.json(cv.grantees_json(self.net, granter, msg_type))
-
-    def tx_search(self, q: Mapping, hd: Mapping) -> Response:
-        try:
-            page = int((_param(q, "page") or "1").strip('"'))
-            per_page = int((_param(q, "per_page") or "30").strip('"'))
-        except ValueError:
-            return Response.json({"jsonrpc": "2.0", "id": -1, "error": {"code": -32602, "message": "Invalid params"}}, 500)
-        query = _param(q, "query") or ""
-        one = re.search(r"devshard_escrow_settled\.escrow_id\s*=\s*'(\d+)'", query)
-        if one and one.group(1) in self.options.failing_settlement_searches:
-            return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
-                "code": -32603, "message": "Internal error", "data": "simulated failure of a settlement search"}}, 500)
-        status, body = cv.tx_search_json(self.net, query, page, per_page, _param(q, "order_by") or "asc",
-                                         self.options.b64_events, frozenset(self.options.unindexed_settlements))
-        if status == 200 and "devshard_escrow_settled.escrow_id EXISTS" in query \
-                and page * max(1, min(per_page, 100)) >= int(body["result"]["total_count"]):
-            self.net.settlement_search_answered()
-        return Response.json(body, status)
-
     # -- devshard hosts ---------------------------------------------------------------------------
     def _host(self, name: str):
         return next((h for h in self.net.scenario.hosts if h.name == name), None)
@@ -338,8 +187,8 @@ class App:
         if esc is None:
             return Response.text("session not found", 404)
         try:
-            first = int(_param(q, "from") or "")
-            last = int(_param(q, "to") or first + hv.MAX_DIFFS_PER_PAGE - 1)
+            first = int(query_param(q, "from") or "")
+            last = int(query_param(q, "to") or first + hv.MAX_DIFFS_PER_PAGE - 1)
         except ValueError:
             return Response.text("invalid from/to", 400)
         if first < 0 or last < first:
@@ -353,7 +202,7 @@ class App:
 
     def signatures(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
         _, esc = self._session(host, version, escrow, observability=True)
-        nonce = _param(q, "nonce") or ""
+        nonce = query_param(q, "nonce") or ""
         body = hv.signatures_json(self.net, esc, int(nonce)) if esc and nonce.isdigit() else None
         return Response.json(body) if body else Response.text("signatures not found", 404)
 
@@ -370,7 +219,7 @@ class App:
         if not {k.lower() for k in hd} & {"x-validator-address"}:
             return Response.text("missing validator authentication", 401)
         _, esc = self._session(host, version, escrow)
-        iid = _param(q, "inference_id") or ""
+        iid = query_param(q, "inference_id") or ""
         body = hv.payload_body(self.net, esc, int(iid)) if esc and iid.isdigit() else None
         return Response.raw_json(body) if body else Response.text("payload not found", 404)
 
@@ -379,7 +228,7 @@ class App:
         _, esc = self._session(host, version, escrow)
         if esc is None:
             return Response.text("session not found", 404)
-        iid = _param(q, "inference_id") or ""
+        iid = query_param(q, "inference_id") or ""
         refusal = "missing_inference_id" if iid == "" else authenticate(hd, iid, esc.slots, self.accounts)
         if refusal is None:
             if not iid.isdigit():
@@ -409,26 +258,19 @@ class App:
         return Response(status, body, headers)
 
     def rpc_attach(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str, body: bytes) -> Response:
-        return self._rpc(host, version, escrow, hd,
-                         lambda spec, esc: self.peer_rpc.attach(spec.address, esc.slots, body))
+        def attach(spec, esc):
+            if spec.address in self.options.refusing_attach_hosts:
+                raise ConnectError("permission_denied", "simulated refusal of every Attach")
+            return self.peer_rpc.attach(spec.address, esc.slots, body)
+        return self._rpc(host, version, escrow, hd, attach)
 
     def rpc_get_payload(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str,
                         body: bytes) -> Response:
         return self._rpc(host, version, escrow, hd, lambda spec, esc: self.peer_rpc.get_payload(
             spec.address, esc.slots, hd, body, lambda iid: hv.payload_json(esc, iid)))
 
-    # -- keys on the chain: accounts and warm keys (operator mode's start-up check) ----------------------------
-    def account(self, q: Mapping, hd: Mapping, address: str) -> Response:
-        found = account_json(self.accounts, unquote(address))
-        return Response.json(found) if found else grpc_error(5, f"account {unquote(address)} not found")
-
     def gone(self, q: Mapping, hd: Mapping, host: str) -> Response:
         version = self.net.scenario.config.protocol_version
         resp = Response.text("devshard API moved to /devshard/{version}", 410)
         resp.headers.update({"Deprecation": "true", "Link": f'</devshard/{version}>; rel="successor-version"'})
         return resp
-
-
-def _param(q: Mapping[str, list[str]], name: str) -> str | None:
-    values = q.get(name)
-    return values[0] if values else None

@@ -70,11 +70,24 @@ def _row(prefix: str, cols: list[str]) -> str:
     return "(" + ", ".join(f"{prefix}{c}" for c in cols) + ")"
 
 
+# The columns of a VERIFY_INPUTS kind that verification reads, where it reads only some: an update that leaves them
+# as they were re-marks nothing. The poller captures the open epoch's params every cycle with a new params_height
+# and live values, and verification reads only devshard_escrow_params from them.
+VERIFIED_COLUMNS = {"epoch_params": ("devshard_escrow_params",)}
+
+
 def _reverify(kind_name: str, scope_col: str) -> str:
-    """The upsert's extra step for :data:`VERIFY_INPUTS`: the changed epochs' escrows marked for the replay."""
+    """The upsert's extra step for :data:`VERIFY_INPUTS`: the escrows of the epochs with a new record, or with an
+    updated one whose verified columns (:data:`VERIFIED_COLUMNS`, else all) changed, marked for the replay."""
     if kind_name not in VERIFY_INPUTS:
         return ""
-    changed = (f"(SELECT {scope_col} AS epoch_index FROM ins UNION SELECT {scope_col} FROM upd) c")
+    updated = f"SELECT {scope_col} FROM upd"
+    if kind_name in VERIFIED_COLUMNS:
+        # `previous` is to_jsonb of the stored row: a NULL column there is JSON null
+        differs = " OR ".join(f"coalesce(c.{col}::jsonb, 'null') IS DISTINCT FROM c.previous->'{col}'"
+                              for col in VERIFIED_COLUMNS[kind_name])
+        updated = f"SELECT c.{scope_col} FROM changed c WHERE {differs}"
+    changed = f"(SELECT {scope_col} AS epoch_index FROM ins UNION {updated}) c"
     return f", reverify AS (\n  {_REVERIFY.format(epochs=changed)}\n)"
 
 

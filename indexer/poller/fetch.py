@@ -28,7 +28,7 @@ from indexer.poller.decode import DecodePool, Decoded, LogRejected, decode_entri
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
 from indexer.sources.gonka.chain import PREFIX
 from indexer.sources.gonka.host import PAGE_NONCES, PayloadShapeError
-from indexer.sources.gonka.settlements import read_settlement
+from indexer.sources.gonka.settlements import is_final, read_settlement
 from indexer.wire.rpc import TxEvent
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
                                     parse_u64)
@@ -174,8 +174,7 @@ class EscrowFetcher:
         http = self.g.chain.http
         said = None
         for _ in range(len(http.base_urls)):
-            node = http.base_urls[0]
-            data = self.g.chain.escrow(escrow_id)
+            data, node = self.g.chain.escrow_from(escrow_id)
             esc = data.get("escrow") if isinstance(data, dict) else None
             if data.get("found") is False or not isinstance(esc, dict):
                 return data
@@ -185,9 +184,7 @@ class EscrowFetcher:
             self.report_failure("http", f"{node}{PREFIX}/devshard_escrow/{escrow_id}",
                                 f"escrow {escrow_id}: epoch_index {said}, but epoch {epoch} listed its creation",
                                 False)
-            if node in http.base_urls and len(http.base_urls) > 1:  # the next read starts at another node
-                http.base_urls.remove(node)
-                http.base_urls.append(node)
+            http.demote(node)  # the next read starts at another node
         raise FetchError(f"escrow:{escrow_id}", f"every chain node puts escrow {escrow_id} under epoch {said}, "
                          f"not {epoch} whose creation events listed it", transient=True)
 
@@ -274,8 +271,10 @@ class EscrowFetcher:
             pending.extend(dumps_record_bytes(r) for r in extra)
         # a settled escrow whose settlement height or transaction is unknown is fetched again (cheaply: its log is
         # complete) until both are known: stored final without the height, it would keep its place out of the SPRT
-        # order for good, and without the transaction its settled check could never be made
-        final = complete and settled and bool(stats) and settled_height is not None and settled_tx is not None
+        # order for good, and without the transaction its settled check could never be made; a transaction read
+        # only over REST is stored, and /tx asked again until it answers or no node keeps the block (is_final)
+        final = (complete and settled and bool(stats) and settled_height is not None and settled_tx is not None
+                 and is_final(settled_tx))
         emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done, parts, untyped))
         done.nonce, done.final = nonce, final
 

@@ -281,14 +281,6 @@ def _replay_chunk(conn: psycopg.Connection, ids: list[str]) -> list:
     return results
 
 
-def _write_chunk(conn: psycopg.Connection, ids: list[str], results, summary: ReplaySummary) -> None:
-    """Replace the chunk's derived rows and mark its escrows for the rules stage (caller's transaction)."""
-    _clear_chunk(conn, ids)
-    _write(conn, results)
-    summary.escrows += len(ids)
-    _count(results, summary)
-
-
 def _clear_chunk(conn: psycopg.Connection, ids: list[str]) -> None:
     """Mark the chunk's escrows and epochs for the rules stage and delete their derived rows (caller's
     transaction), before any part of the chunk is written."""

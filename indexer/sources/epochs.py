@@ -19,18 +19,26 @@ _EPOCH = re.compile(rb'"epoch_index"\s*:\s*(\d{1,19})\b')
 
 class EpochScan:
     """Feed the file's bytes in order (``feed``); ``epochs()`` is what the escrow lines named, or None when they
-    named more than MAX_EPOCHS."""
+    named more than MAX_EPOCHS. A line longer than ``max_line`` bytes (the loader's limit: it quarantines such a
+    line unread) is not held: it is skipped to its end."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int) -> None:
         self._found: set[int] = set()
+        self._max_line = max_line
         self._open = b""  # the start of the line the last chunk ended in
+        self._skipping = False  # inside a line past max_line: nothing of it is kept
 
     def feed(self, chunk: bytes) -> None:
         first = chunk.find(b"\n")
         if first < 0:
-            self._open += chunk
+            if not self._skipping:
+                self._open += chunk
+                if len(self._open) > self._max_line:
+                    self._open, self._skipping = b"", True
             return
-        self._line(self._open + chunk[:first])
+        if not self._skipping and len(self._open) + first <= self._max_line:
+            self._line(self._open + chunk[:first])
+        self._skipping = False
         last = chunk.rfind(b"\n")
         at = chunk.find(b'"escrow"', first + 1, last)  # bytes.find, not the regex, over most of the file
         while at >= 0:
@@ -39,6 +47,8 @@ class EpochScan:
                 self._epoch(chunk, start, end)
             at = chunk.find(b'"escrow"', end, last)
         self._open = chunk[last + 1:]
+        if len(self._open) > self._max_line:
+            self._open, self._skipping = b"", True
 
     def epochs(self) -> frozenset[int] | None:
         self._line(self._open)
@@ -57,10 +67,10 @@ class EpochScan:
             self._found.add(int(match.group(1)))
 
 
-def read_digest(path: Path, chunk_bytes: int, *, lines: bool) -> tuple[str, frozenset[int] | None]:
+def read_digest(path: Path, chunk_bytes: int, *, lines: bool, max_line: int) -> tuple[str, frozenset[int] | None]:
     """The sha256 of the file's bytes and, when they are lines (``lines``: not gzip), the epochs its escrow
-    records name."""
-    h, scan = hashlib.sha256(), EpochScan() if lines else None
+    records of at most ``max_line`` bytes name."""
+    h, scan = hashlib.sha256(), EpochScan(max_line) if lines else None
     with open(path, "rb") as fh:
         while chunk := fh.read(chunk_bytes):
             h.update(chunk)

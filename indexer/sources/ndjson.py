@@ -383,7 +383,7 @@ def open_input(name: str) -> InputFile:
 
 def digest_and_epochs(path: Path) -> tuple[str, frozenset[int] | None]:
     """The file's digest, and the epochs its escrow records name (None for a gzip file: its bytes are not lines)."""
-    return read_digest(path, _CHUNK, lines=not _is_gzip(path))
+    return read_digest(path, _CHUNK, lines=not _is_gzip(path), max_line=MAX_LINE_BYTES)
 
 
 def _spool(stream: BinaryIO, uri: str) -> InputFile:

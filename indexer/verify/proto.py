@@ -69,12 +69,13 @@ def read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
             raise ProtoError(f"truncated varint at offset {pos}")
         b = data[pos]
         pos += 1
+        if shift == 63 and b > 1:  # the 10th byte holds bit 63 alone (Go's binary.Uvarint: overflow)
+            raise ProtoError(f"varint longer than 10 bytes at offset {pos}" if b & 0x80 else
+                             f"varint overflows 64 bits at offset {pos - 1}")
         value |= (b & 0x7F) << shift
         if not b & 0x80:
             return value, pos
         shift += 7
-        if shift > 63:
-            raise ProtoError(f"varint longer than 10 bytes at offset {pos}")
 
 
 def fields(data: bytes) -> list[tuple[int, int, int | bytes]]:

@@ -14,8 +14,8 @@ from indexer.synth import generate
 from tests.support.helpers import write_lines
 
 
-def _scan(data: bytes, chunk: int) -> frozenset[int] | None:
-    scan = EpochScan()
+def _scan(data: bytes, chunk: int, max_line: int = 1 << 20) -> frozenset[int] | None:
+    scan = EpochScan(max_line)
     for at in range(0, len(data), chunk):
         scan.feed(data[at:at + chunk])
     return scan.epochs()
@@ -30,6 +30,24 @@ def test_the_scan_finds_escrow_epochs_across_chunk_boundaries():
             b'{"kind":"escrow","escrow_id":"d","epoch_index":14}')  # the last line has no newline
     for chunk in (1, 2, 3, 7, 16, 64, len(data)):
         assert _scan(data, chunk) == {12, 13, 14}, chunk
+
+
+def test_a_line_past_the_loaders_limit_is_skipped_not_held():
+    """The loader quarantines a line past its limit unread; the scan does not hold such a line either (it held
+    all of it, however long, before looking for its end)."""
+    long_line = b'{"kind":"escrow","epoch_index":21,"pad":"' + b"x" * 5000 + b'"}\n'
+    data = (b'{"kind":"escrow","epoch_index":20}\n' + long_line + b'{"kind":"escrow","epoch_index":22}\n'
+            + long_line.rstrip(b"\n"))  # a long last line without a newline too
+    for chunk in (1, 7, 64, 1000, 4096):
+        scan = EpochScan(1000)
+        for at in range(0, len(data), chunk):
+            scan.feed(data[at:at + chunk])
+            assert len(scan._open) <= 1000 + chunk, chunk
+        assert scan.epochs() == {20, 22}, chunk
+    # a line of exactly the limit is still read
+    exact = b'{"kind":"escrow","epoch_index":23,"pad":"'
+    exact += b"y" * (1000 - len(exact) - 2) + b'"}'
+    assert len(exact) == 1000 and _scan(exact + b"\n", 7, 1000) == {23} and _scan(exact, 7, 1000) == {23}
 
 
 def test_a_file_naming_too_many_epochs_gets_none_up_front(monkeypatch):

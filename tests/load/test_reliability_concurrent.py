@@ -77,8 +77,7 @@ def test_two_concurrent_ingests_match_a_serial_run(pg_admin_url, template_db, tm
 def test_a_rules_run_skips_an_epoch_whose_replay_is_not_committed(db_url, tmp_path):
     """The interleaving the stress test above looks for, made deterministic with two connections: a replay chunk
     is written but not committed while another process's rules run claims dirty epochs."""
-    from indexer.replay.run import ReplaySummary, _replay_chunk, _write_chunk
-    from indexer.db.claims import claim
+    from indexer.replay.run import ReplaySummary, replay_chunk
     from indexer.load.ingest import ingest_paths
     from indexer.rules.run import run_rules
     from tests.support.helpers import escrow, ingest, tx
@@ -91,9 +90,10 @@ def test_a_rules_run_skips_an_epoch_whose_replay_is_not_committed(db_url, tmp_pa
         c.execute("INSERT INTO rules.dirty_epoch (epoch_index, whole) VALUES (408, false)")
 
     with psycopg.connect(db_url) as replayer, psycopg.connect(db_url) as rules:
-        with replayer.transaction():
-            ids = claim(replayer, "replay.dirty_escrow", "escrow_id", 50)
-            _write_chunk(replayer, ids, _replay_chunk(replayer, ids), ReplaySummary())
+        with replayer.transaction():  # the production chunk, held open: its own transaction is a savepoint here
+            replayed = ReplaySummary()
+            assert replay_chunk(replayer, 50, replayed)
+            assert replayed.escrows == 1
             during = run_rules(rules)  # the other process, while the replay is uncommitted
         assert during.epochs == 0  # it did not evaluate epoch 408 from the replay it cannot see yet
         with replayer.cursor() as cur:

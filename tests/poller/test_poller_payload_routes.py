@@ -50,3 +50,27 @@ def test_poll_reads_old_and_new_hosts_and_records_each_new_hosts_route(db_url, t
     # payload answers are archived like the HTTP route's; Attach answers carry the session token and are not
     assert any(u.endswith("PayloadService/GetPayload") for u in archived)
     assert not any("PeerAuthService" in u for u in archived)
+
+
+def test_a_member_refusing_the_attach_leaves_the_payloads_to_the_next_member(db_url, tmp_path):
+    """Every member but the last refuses the operator's Attach: the refusal says nothing about the payloads, so
+    the next member is asked and every 0/0 Finish is stored with its payload (not as one without)."""
+    scn = Scenario(ScenarioConfig(seed=11, epochs=1, escrows_per_epoch=4, inferences_per_escrow=30))
+    eid, esc = next((eid, e) for eid, e in scn.escrows.items() if _zero_zero(scn, eid)
+                    and len(set(e.slots)) >= 3)
+    members = list(dict.fromkeys(esc.slots))
+    operator, serving = members[0], members[-1]
+    key = write_operator_key(tmp_path / "operator.key", scn.keys, operator)
+    op = operator_from_env({"GONKA_OPERATOR_ADDRESS": operator, "GONKA_OPERATOR_KEY_FILE": str(key)})
+    hosts = tuple(h.address for h in scn.hosts)
+    with DevnetServer(scn, payload_auth=True, rpc_hosts=hosts) as net:
+        net.app.options.refusing_attach_hosts = tuple(h for h in hosts if h != serving)
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, operator=op, policy=POLICY, private_hosts=True)
+    with psycopg.connect(db_url) as c:
+        got = {int(i): p for i, p in c.execute(
+            "SELECT inference_id, response_payload FROM rec.finish_tx WHERE escrow_id = %s "
+            "AND input_tokens = 0 AND output_tokens = 0", (eid,))}
+        refused = c.execute("SELECT count(*) FROM api.source_errors WHERE error LIKE '%%refused%%Attach%%' "
+                            "OR error LIKE '%%Attach%%refused%%'").fetchone()[0]
+    assert got == _zero_zero(scn, eid)
+    assert refused >= 1  # the refusals are said

@@ -62,7 +62,7 @@ def test_each_settled_escrow_has_its_transaction_as_broadcast(db_url, scn):
         assert base64.b64decode(msg) == tx.msg_bytes and st.settle_msgs_in_tx(raw) == [tx.msg_bytes]
         assert (height, root, nonce) == (tx.height, tx.msg.state_root.hex(), tx.msg.nonce)
         assert signatures == {str(s.slot_id): s.signature.hex() for s in tx.msg.signatures}
-        assert "msg_source" not in (extra or {}) and _final(db_url, eid)
+        assert extra["msg_source"] == "tx" and _final(db_url, eid)
 
 
 def test_a_transaction_no_node_serves_stays_pending_and_is_read_later(db_url, scn):
@@ -79,6 +79,37 @@ def test_a_transaction_no_node_serves_stays_pending_and_is_read_later(db_url, sc
         net.app.options.missing_settlement_txs = ()
         _poll(db_url, net)  # the next cycle reads it
         assert victim.escrow_id in _settlements(db_url) and _final(db_url, victim.escrow_id)
+
+
+def test_a_settlement_read_over_rest_only_is_read_again_over_rpc(db_url, scn):
+    """RPC /tx fails for one cycle: the REST reading is stored (re-encoded, no tx_raw) but the escrow is not final,
+    and the next cycle's /tx answer replaces it with the transaction as broadcast."""
+    victim = scn.epochs[0].escrows[0]
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        net.app.options.failing_rpc_txs = (victim.escrow_id,)
+        _poll(db_url, net)
+        _, _, _, tx_raw, _, _, _, extra = _settlements(db_url)[victim.escrow_id]
+        assert tx_raw is None and extra["msg_source"].startswith("msg re-encoded from the REST JSON")
+        assert "tx_pruned" not in extra and not _final(db_url, victim.escrow_id)
+        assert _final(db_url, scn.epochs[0].escrows[1].escrow_id)
+        net.app.options.failing_rpc_txs = ()
+        _poll(db_url, net)
+        tx = scn.settlement(victim, net.devnet.settle_height(victim))
+    _, _, msg, tx_raw, _, _, _, extra = _settlements(db_url)[victim.escrow_id]
+    assert base64.b64decode(tx_raw) == tx.raw and base64.b64decode(msg) == tx.msg_bytes
+    assert extra == {"msg_source": "tx"} and _final(db_url, victim.escrow_id)
+
+
+def test_a_settlement_no_rpc_node_keeps_is_kept_from_rest_and_says_so(db_url, scn):
+    victim = scn.epochs[0].escrows[0]
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        net.app.options.pruned_rpc_txs = (victim.escrow_id,)
+        _poll(db_url, net)
+    _, _, _, tx_raw, _, _, _, extra = _settlements(db_url)[victim.escrow_id]
+    assert tx_raw is None and extra["msg_source"].startswith("msg re-encoded from the REST JSON")
+    assert extra["tx_pruned"].startswith("every RPC node answered /tx not found") and _final(db_url, victim.escrow_id)
 
 
 def test_a_transaction_never_read_is_recorded_lost_when_the_chain_prunes_the_escrow(db_url, scn):

@@ -196,6 +196,58 @@ def test_a_retired_route_without_connect_or_without_a_key_is_a_clear_diagnosis(r
         "GONKA_OPERATOR_KEY_FILE): this host's payloads stay unknown"]
 
 
+class _LoseFirstAttach(httpx.BaseTransport):
+    """Forwards to the devnet, but answers the first Attach the host took with a 503 (a proxy losing the answer):
+    the host has used that nonce. Every Attach body sent is kept."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.attach_bodies: list[dict] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        resp = self.inner.handle_request(request)
+        if request.url.path.endswith(ATTACH_PROCEDURE):
+            self.attach_bodies.append(json.loads(request.content))
+            if len(self.attach_bodies) == 1:
+                resp.read()
+                resp.close()
+                return httpx.Response(503, text="upstream connect error or disconnect/reset before headers")
+        return resp
+
+
+def test_an_attach_whose_answer_is_lost_is_sent_again_with_a_new_nonce(rpcnet):
+    """Resending the same Attach body would meet "attach_nonce already in use" (403): each attempt is a new body."""
+    scn = rpcnet.scenario
+    address, esc, iid = _case(scn)
+    host = rpcnet.app.options.rpc_hosts[0]
+    transport = _LoseFirstAttach()
+    with httpx.Client(transport=transport) as client:
+        rpc = ConnectPayloads(Fetcher(rpcnet.host_url(host), policy=FAST, client=client), host, _op(rpcnet, address))
+        assert rpc.payload(esc.protocol_version, esc.escrow_id, iid, esc.epoch_index) == esc.log.payloads[iid]
+    nonces = [b["attachNonce"] for b in transport.attach_bodies]
+    assert len(nonces) == 2 and nonces[0] != nonces[1] and rpc.attaches == 1
+
+
+def test_an_attach_refusal_is_transient_for_the_payloads_behind_it(rpcnet):
+    """A refused Attach says nothing about the payloads: each id ends transient (the poller asks the next member,
+    and stores no "no payload" for it), and the rest of the batch is not asked of this host again."""
+    scn = rpcnet.scenario
+    address, esc, iid = _case(scn)
+    new = rpcnet.app.options.rpc_hosts[0]
+    used = b"\x5a" * 16
+    first = ConnectPayloads(Fetcher(rpcnet.host_url(new), policy=FAST, client=FastClient()), new,
+                            _op(rpcnet, address), nonce=lambda n: used)
+    assert first.payload(esc.protocol_version, esc.escrow_id, iid, esc.epoch_index) == esc.log.payloads[iid]
+    host = _host(rpcnet, new, _op(rpcnet, address))
+    host.rpc.nonce = lambda n: used  # the host refuses it: attach_nonce already in use
+    got = host.payloads(esc.protocol_version, esc.escrow_id, [iid, iid + 1], validator="x", epoch=esc.epoch_index,
+                        members=esc.slots)
+    assert [type(g).__name__ for g in got] == ["AttachRefused", "AttachRefused"]
+    assert all(g.transient and g.status == 403 for g in got)
+    assert "Connect Attach as" in str(got[0]) and "attach_nonce already in use" in str(got[0])
+    assert host.rpc.attaches == 0
+
+
 # -- start-up check: the key file's key belongs to the configured address or a grantee of it ---------------------
 
 def _chain(net) -> ChainRest:

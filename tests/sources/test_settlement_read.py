@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from indexer.sources.gonka import ChainRest, CometRpc, Fetcher, FetchError, RetryPolicy
-from indexer.sources.gonka.settlements import read_settlement
+from indexer.sources.gonka.settlements import is_final, read_settlement
 from indexer.verify import proto as pb, settlement as st
 
 GOLDEN = base64.b64decode(
@@ -76,7 +76,8 @@ def test_the_rpc_transaction_is_kept_as_broadcast():
             "1": {"missed": 2, "invalid": 3, "cost": 400, "required_validations": 5, "completed_validations": 6},
             "7": {"missed": 8, "invalid": 9, "cost": 1000, "required_validations": 11, "completed_validations": 12}},
         "signatures": {"1": b"fixed-signature-one".hex(), "7": b"fixed-signature-two".hex()},
-        "msg": base64.b64encode(GOLDEN).decode(), "tx_raw": base64.b64encode(TX_RAW).decode()}
+        "msg": base64.b64encode(GOLDEN).decode(), "tx_raw": base64.b64encode(TX_RAW).decode(), "msg_source": "tx"}
+    assert is_final(rec)
 
 
 def test_a_node_serving_other_bytes_is_recorded_and_the_next_node_asked():
@@ -103,6 +104,8 @@ def test_without_the_block_at_any_rpc_node_the_rest_json_is_re_encoded_and_says_
     assert rec["tx_raw"] is None and rec["nonce"] == 456 and rec["signatures"]["7"] == b"fixed-signature-two".hex()
     assert rec["msg_source"].startswith(f"msg re-encoded from the REST JSON of /cosmos/tx/v1beta1/txs/{HASH}, not "
                                         "the signed bytes; tx_raw not available (RPC /tx: HTTP 500:")
+    # no node keeps the block: this is the last reading there can be, and it says so
+    assert is_final(rec) and rec["tx_pruned"].startswith("every RPC node answered /tx not found")
 
 
 def test_a_rest_field_the_encoder_does_not_know_is_named():
@@ -136,5 +139,91 @@ def test_a_read_transaction_without_this_escrows_settlement_is_kept_with_the_rea
     rpc, chain, asked, _ = _clients({"a": [_rpc_tx(raw)]})
     rec = read_settlement(rpc, chain, "123", st.tx_hash(raw), HEIGHT)
     assert rec == {"kind": "settlement", "escrow_id": "123", "tx_hash": st.tx_hash(raw).lower(), "height": HEIGHT,
-                   "msg": None, "tx_raw": base64.b64encode(raw).decode(), "msg_unreadable": reason}
+                   "msg": None, "tx_raw": base64.b64encode(raw).decode(), "msg_source": "tx", "msg_unreadable": reason}
+    assert is_final(rec)
     assert asked == ["a/tx"]
+
+
+UNAVAILABLE = httpx.Response(503, text="upstream connect error")
+
+
+@pytest.mark.parametrize("answers", [
+    {"a": [UNAVAILABLE]},  # a transient failure
+    {"a": [NOT_FOUND], "b": [UNAVAILABLE]},  # one node lacks it, another may have it once it answers
+    {"a": [_rpc_tx(TX_RAW.replace(b"s" * 64, b"t" * 64))]},  # a lying node
+    {"a": [{"jsonrpc": "2.0", "id": -1, "result": {"height": "1"}}]},  # an answer without the tx
+])
+def test_a_rest_reading_while_an_rpc_node_may_still_serve_the_tx_is_not_final(answers):
+    rpc, chain, asked, _ = _clients(answers, _rest_tx())
+    rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    assert rec["tx_raw"] is None and rec["msg_source"].startswith("msg re-encoded from the REST JSON")
+    assert "tx_pruned" not in rec and not is_final(rec)  # the poller asks /tx again on its next cycle
+    assert [a for a in asked if a.endswith("/tx")] == [f"{n}/tx" for n in answers]  # every node asked once
+
+
+def test_the_lie_names_the_node_that_told_it_not_the_one_first_in_line():
+    """Node a fails (5xx), node b serves other bytes: the lie is b's, recorded as b's, and b goes last."""
+    forged = TX_RAW.replace(b"s" * 64, b"t" * 64)
+    rpc, chain, asked, failures = _clients({"a": [UNAVAILABLE], "b": [_rpc_tx(forged)], "c": [_rpc_tx()]})
+    rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    assert rec["tx_raw"] == base64.b64encode(TX_RAW).decode() and asked == ["a/tx", "b/tx", "c/tx"]
+    lies = [f for f in failures if "hashes to" in f[1]]
+    assert lies == [("http://b/tx", f"the TxRaw served for {HASH} hashes to {st.tx_hash(forged)} (http://b/tx)")]
+    assert rpc.http.urls() == ["http://c", "http://a", "http://b"]  # the answering node first, the liar last
+
+
+class _GuardedList(list):
+    """A base URL list that fails any reordering made without its Fetcher's lock held."""
+
+    def __init__(self, items, fetcher):
+        super().__init__(items)
+        self.fetcher = fetcher
+
+    def _check(self):
+        lock = getattr(self.fetcher, "_order", None)
+        assert lock is not None and lock.locked(), "base_urls reordered without the Fetcher's lock"
+
+    def remove(self, x):
+        self._check()
+        super().remove(x)
+
+    def insert(self, i, x):
+        self._check()
+        super().insert(i, x)
+
+    def append(self, x):
+        self._check()
+        super().append(x)
+
+    def pop(self, i=-1):
+        self._check()
+        return super().pop(i)
+
+
+def test_the_shared_node_list_is_reordered_only_under_its_lock():
+    """Escrow workers read settlements on one RPC Fetcher at once: a reordering without the lock beside another
+    thread's (the Fetcher moving the answering node first) can raise ValueError, read as a failed /tx."""
+    forged = TX_RAW.replace(b"s" * 64, b"t" * 64)
+    rpc, chain, _, _ = _clients({"a": [_rpc_tx(forged)], "b": [UNAVAILABLE], "c": [_rpc_tx()]}, _rest_tx())
+    rpc.http.base_urls = _GuardedList(rpc.http.base_urls, rpc.http)
+    rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    assert rec["msg_source"] == "tx" and rpc.http.urls() == ["http://c", "http://a", "http://b"]
+
+
+@pytest.mark.parametrize("answer, field", [
+    (["not", "an", "object"], "answer: expected an object, got list"),
+    ({"tx_response": "x"}, "tx_response: expected an object, got str"),
+    ({**_rest_tx(), "tx": "x"}, "tx: expected an object, got str"),
+    ({**_rest_tx(), "tx": {"body": ["x"]}}, "tx.body: expected an object, got list"),
+    ({**_rest_tx(), "tx": {"body": {"messages": "x"}}}, "tx.body.messages: expected an array, got str"),
+    (_rest_tx(host_stats=["x"]), "host_stats[0]: expected an object, got str"),
+    (_rest_tx(host_stats={"slot_id": 1}), "host_stats: expected an array, got dict"),
+    (_rest_tx(signatures=[7]), "signatures[0]: expected an object, got int"),
+])
+def test_a_rest_answer_of_the_wrong_shape_is_a_failure_naming_its_field_and_url(answer, field):
+    rpc, chain, _, _ = _clients({"a": [NOT_FOUND]}, answer)
+    with pytest.raises(FetchError) as err:
+        read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    text = str(err.value)
+    assert err.value.transient and "\n" not in text
+    assert f"{field} (http://rest/cosmos/tx/v1beta1/txs/{HASH})" in text, text

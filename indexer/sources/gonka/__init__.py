@@ -22,12 +22,12 @@ class _GroupRecordingChain(ChainRest):
         super().__init__(fetcher)
         self.groups: dict[str, frozenset[str]] = {}
 
-    def escrow(self, escrow_id: str | int) -> dict:
-        data = super().escrow(escrow_id)
+    def escrow_from(self, escrow_id: str | int) -> tuple[dict, str]:
+        data, node = super().escrow_from(escrow_id)
         slots = (data.get("escrow") or {}).get("slots") if isinstance(data, dict) else None
         if isinstance(slots, list):
             self.groups[str(int(escrow_id))] = frozenset(str(s) for s in slots)
-        return data
+        return data, node
 
 
 class Gonka:

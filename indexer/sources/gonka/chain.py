@@ -92,17 +92,23 @@ class ChainRest:
 
     def escrow(self, escrow_id: str | int) -> dict:
         """``{"escrow":{…},"found":true}`` or ``{"found":false}`` (pruned or unknown)."""
-        return self._get(f"/devshard_escrow/{int(escrow_id)}")
+        return self.escrow_from(escrow_id)[0]
+
+    def escrow_from(self, escrow_id: str | int) -> tuple[dict, str]:
+        """:meth:`escrow`, and the base URL of the node that answered it."""
+        return self.http.get_json_from(PREFIX + f"/devshard_escrow/{int(escrow_id)}")
 
     def host_epoch_stats(self, epoch: int, participant: str) -> dict:
         return self._get(f"/devshard_host_epoch_stats/{int(epoch)}/{quote(participant, safe='')}")
 
-    def tx(self, tx_hash: str) -> dict:
+    def tx(self, tx_hash: str) -> tuple[Any, str]:
         """cosmos-sdk ``GetTx`` (``/cosmos/tx/v1beta1/txs/{hash}``): ``{"tx": {"body": {"messages": [{"@type", …}]},
         …}, "tx_response": {"height", "txhash", "code", …}}``, the messages as JSON (a re-encoding, not the signed
-        bytes). A 404 or a ``not found`` error is raised at once (retrying cannot bring the block back)."""
-        return self.http.get_json_meta(f"/cosmos/tx/v1beta1/txs/{quote(tx_hash.upper(), safe='')}",
-                                       permanent=_not_found)[0]
+        bytes), and the URL that answered. A 404 or a ``not found`` error is raised at once (retrying cannot bring
+        the block back)."""
+        path = f"/cosmos/tx/v1beta1/txs/{quote(tx_hash.upper(), safe='')}"
+        data, base = self.http.get_json_from(path, permanent=_not_found)
+        return data, base + path
 
     def participant(self, address: str) -> dict:
         return self._get(f"/participant/{quote(address, safe='')}")

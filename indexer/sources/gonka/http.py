@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -106,7 +107,9 @@ FailureHook = Callable[[str, str, bool], None]
 
 
 class Fetcher:
-    """GET JSON from one of ``base_urls`` (failover in order, the last good one is tried first next time)."""
+    """GET JSON from one of ``base_urls`` (failover in order, the last good one is tried first next time). One
+    Fetcher serves several threads: ``base_urls`` is reordered only under its lock (:meth:`prefer`, :meth:`demote`),
+    and read as a copy (:meth:`urls`)."""
 
     def __init__(self, base_urls: str | Sequence[str], *, policy: RetryPolicy | None = None,
                  client: httpx.Client | None = None, on_response: ResponseHook | None = None,
@@ -114,6 +117,7 @@ class Fetcher:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
             raise ValueError("no base URL")
+        self._order = threading.Lock()  # guards the order of base_urls
         self._auth: dict[str, str] = {}  # bare base URL -> Authorization value, for URLs that carried userinfo
         self.base_urls = []
         for u in urls:
@@ -132,6 +136,25 @@ class Fetcher:
         if self._own_client:
             self.client.close()
 
+    def urls(self) -> list[str]:
+        """The base URLs in the order they are asked now (a copy)."""
+        with self._order:
+            return list(self.base_urls)
+
+    def prefer(self, base: str) -> None:
+        """Ask ``base`` first from now on (it answered)."""
+        with self._order:
+            if base in self.base_urls and self.base_urls[0] != base:
+                self.base_urls.remove(base)
+                self.base_urls.insert(0, base)
+
+    def demote(self, base: str) -> None:
+        """Ask ``base`` last from now on (it lied, or lacks what was asked)."""
+        with self._order:
+            if base in self.base_urls and len(self.base_urls) > 1:
+                self.base_urls.remove(base)
+                self.base_urls.append(base)
+
     def get_json(self, path: str, params: Mapping[str, Any] | None = None,
                  headers: Mapping[str, str] | None = None) -> Any:
         return self.get_json_meta(path, params, headers)[0]
@@ -146,7 +169,7 @@ class Fetcher:
         request the connection closed on before answering is sent again. Other clients: one request at a time."""
         many = getattr(self.client, "get_many", None)
         firsts: list[Any] = [None] * len(params)
-        base = self.base_urls[0]
+        base = self.urls()[0]
         if many is not None and len(params) > 1:
             firsts = many([(base + path, p, self._authorized(base, h)) for p, h in zip(params, headers)],
                           self.policy.timeout)
@@ -161,11 +184,15 @@ class Fetcher:
         return out
 
     def post_json(self, path: str, body: bytes, headers: Mapping[str, str] | None = None, *,
-                  permanent: Callable[[int, bytes], bool] | None = None, archive: bool = True) -> Any:
+                  permanent: Callable[[int, bytes], bool] | None = None, archive: bool = True,
+                  once: bool = False) -> Any:
         """POST ``body`` to ``path`` and read a JSON answer, with the retry policy and failover of a GET (the
-        Connect unary calls of :mod:`indexer.sources.gonka.rpcpayloads`, which are safe to send again).
+        Connect unary calls of :mod:`indexer.sources.gonka.rpcpayloads`). ``once``: one attempt per base URL, for
+        a body the server must never see twice (an Attach's nonce; the caller builds a new body to try again).
         ``archive=False``: the answer is not reported to ``on_response`` (it holds a session credential)."""
-        return self.get_json_meta(path, None, headers, permanent, body=body, archive=archive)[0]
+        data, _, _ = self._request(path, None, headers, permanent, body=body, archive=archive,
+                                   attempts=1 if once else None)
+        return data
 
     def get_json_meta(self, path: str, params: Mapping[str, Any] | None = None,
                       headers: Mapping[str, str] | None = None,
@@ -176,13 +203,32 @@ class Fetcher:
         deterministic (e.g. a node saying a height is pruned: retrying or failing over cannot help), and is not
         reported to ``on_failure`` (the caller expects it and handles it). ``first``: the answer (response or
         transport error) to the first attempt at a base URL, already sent: (base URL, answer) (:meth:`get_json_many`)."""
+        data, resp_headers, _ = self._request(path, params, headers, permanent, first, body, archive)
+        return data, resp_headers
+
+    def get_json_from(self, path: str, params: Mapping[str, Any] | None = None,
+                      headers: Mapping[str, str] | None = None,
+                      permanent: Callable[[int, bytes], bool] | None = None) -> tuple[Any, str]:
+        """(JSON, the base URL that answered it): :meth:`get_json` for a caller that judges the answer and must
+        name the node it came from."""
+        data, _, base = self._request(path, params, headers, permanent)
+        return data, base
+
+    def get_json_at(self, base: str, path: str, params: Mapping[str, Any] | None = None,
+                    permanent: Callable[[int, bytes], bool] | None = None) -> Any:
+        """:meth:`get_json` from ``base`` alone (its retries, no failover): for a caller that walks the nodes
+        itself."""
+        return self._get_from(base, path, params, None, permanent)[0]
+
+    def _request(self, path: str, params, headers, permanent=None, first: Any = None, body: bytes | None = None,
+                 archive: bool = True, attempts: int | None = None) -> tuple[Any, Mapping[str, str], str]:
         last: FetchError | None = None
         transient: FetchError | None = None
-        for base in list(self.base_urls):
+        for base in self.urls():
             try:
-                result = self._get_from(base, path, params, headers, permanent,
-                                        first[1] if first is not None and first[0] == base else None,
-                                        body, archive)
+                data, resp_headers = self._get_from(base, path, params, headers, permanent,
+                                                    first[1] if first is not None and first[0] == base else None,
+                                                    body, archive, attempts)
             except FetchError as exc:
                 if exc.expected:
                     raise
@@ -190,21 +236,21 @@ class Fetcher:
                 if exc.transient:
                     transient = exc
                 continue
-            if base != self.base_urls[0]:  # prefer the base URL that answered
-                self.base_urls.remove(base)
-                self.base_urls.insert(0, base)
-            return result
+            self.prefer(base)  # the base URL that answered is asked first next time
+            return data, resp_headers, base
         assert last is not None
         raise transient or last  # transient when trying later at some base URL may help
 
-    def _get_from(self, base: str, path: str, params, headers, permanent=None,
-                  first: Any = None, body: bytes | None = None, archive: bool = True) -> tuple[Any, Mapping[str, str]]:
+    def _get_from(self, base: str, path: str, params, headers, permanent=None, first: Any = None,
+                  body: bytes | None = None, archive: bool = True,
+                  attempts: int | None = None) -> tuple[Any, Mapping[str, str]]:
         url = base + path
         keep = self._archive if archive else (lambda *a: None)
         policy = self.policy
+        attempts = policy.attempts if attempts is None else attempts
         headers = self._authorized(base, headers)
         last: FetchError | None = None
-        for attempt in range(policy.attempts):
+        for attempt in range(attempts):
             wait = None
             try:
                 if attempt == 0 and first is not None:  # sent already, with others (get_json_many)
@@ -256,7 +302,7 @@ class Fetcher:
                     self._failed(err)
                     raise err
             self._failed(last)
-            if attempt + 1 < policy.attempts:
+            if attempt + 1 < attempts:
                 policy.sleep(min(policy.retry_after_max, wait) if wait is not None else policy.backoff(attempt))
         assert last is not None
         raise last

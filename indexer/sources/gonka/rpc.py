@@ -21,7 +21,12 @@ def _tx_not_found(status: int, body: bytes) -> bool:
 
 
 class TxSearchLie(FetchError):
-    """A ``tx_search`` that cannot be true (a page served twice, more pages than its count, a count past the cap)."""
+    """A ``tx_search`` that cannot be true (a page served twice, more pages than its count, a count past the cap),
+    told by the base URL ``node``."""
+
+    def __init__(self, node: str, where: str, message: str) -> None:
+        super().__init__(where, message, transient=True)
+        self.node = node
 
 
 class CometRpc:
@@ -38,7 +43,7 @@ class CometRpc:
             except TxSearchLie as exc:
                 last = exc
                 self.http._failed(exc)
-                self.http.base_urls.append(self.http.base_urls.pop(0))  # the next search starts elsewhere
+                self.http.demote(exc.node)  # the next search starts elsewhere
         assert last is not None
         raise FetchError(last.url, f"every RPC node lied in tx_search: {last}", transient=True)
 
@@ -47,34 +52,32 @@ class CometRpc:
         seen: set[bytes] = set()
         page, pages = 1, 1
         while True:
-            node = self.http.base_urls[0]
-            data: Any = self.http.get_json("/tx_search", {"query": f'"{query}"', "order_by": '"asc"',
-                                                          "page": str(page), "per_page": str(per_page)})
+            data, node = self.http.get_json_from("/tx_search", {"query": f'"{query}"', "order_by": '"asc"',
+                                                                "page": str(page), "per_page": str(per_page)})
             where = f"{node}/tx_search?query={query} page {page}"
             txs = ((data.get("result") or {}).get("txs") if isinstance(data, dict) else None) or []
             total = tx_search_total(data)
             pages = -(-total // per_page)
             if pages > MAX_PAGES:
-                raise TxSearchLie(where, f"total_count {total} is past {MAX_PAGES} pages of {per_page}",
-                                  transient=True)
+                raise TxSearchLie(node, where, f"total_count {total} is past {MAX_PAGES} pages of {per_page}")
             if len(txs) > per_page:
-                raise TxSearchLie(where, f"{len(txs)} txs on a page of {per_page}", transient=True)
+                raise TxSearchLie(node, where, f"{len(txs)} txs on a page of {per_page}")
             key = hashlib.sha256(repr([(t.get("height"), t.get("hash"), t.get("index")) for t in txs
                                        if isinstance(t, dict)]).encode()).digest()
             if txs and key in seen:
-                raise TxSearchLie(where, "the same txs as an earlier page (total_count "
-                                  f"{total})", transient=True)
+                raise TxSearchLie(node, where, f"the same txs as an earlier page (total_count {total})")
             seen.add(key)
             out.extend(tx_search_events(data, event_type))
             if page >= pages or not txs:
                 return out
             page += 1
 
-    def tx(self, tx_hash: str) -> Any:
-        """CometBFT ``/tx?hash=0x<HASH>``: ``{"result": {hash, height, index, tx_result, tx (base64 TxRaw)}}``. A
-        node that does not have it (never indexed, or its block pruned) answers an error naming the tx ``not found``:
-        raised at once as a permanent FetchError (retrying cannot bring the block back)."""
-        return self.http.get_json_meta("/tx", {"hash": f"0x{tx_hash.upper()}"}, permanent=_tx_not_found)[0]
+    def tx(self, tx_hash: str, node: str) -> Any:
+        """CometBFT ``/tx?hash=0x<HASH>`` from the base URL ``node`` alone: ``{"result": {hash, height, index,
+        tx_result, tx (base64 TxRaw)}}``. A node that does not have it (never indexed, or its block pruned) answers
+        an error naming the tx ``not found``: raised at once as an expected, permanent FetchError (retrying there
+        cannot bring the block back; another node may keep it)."""
+        return self.http.get_json_at(node, "/tx", {"hash": f"0x{tx_hash.upper()}"}, permanent=_tx_not_found)
 
     def escrows_created(self, epoch: int) -> list[TxEvent]:
         return self.tx_search(f"devshard_escrow_created.epoch_index='{int(epoch)}'", "devshard_escrow_created")

@@ -61,6 +61,11 @@ class RpcNotServed(FetchError):
     """The host retired its HTTP payload route but answers no Connect ``Attach`` either."""
 
 
+class AttachRefused(FetchError):
+    """The host refused an Attach (401, 403, another 4xx). Transient for the payloads behind it: the same payload
+    may be served by another member, or by this one on a later cycle; it is not a payload the host lacks."""
+
+
 def attach_message(host_address: str, timestamp: int, peer_address: str, nonce: bytes,
                    protocol_version: str = ATTACH_PROTOCOL_VERSION, channel_binding: bytes = b"") -> bytes:
     """``AttachSignatureMessage``: sha256 of the domain, then u32-length-prefixed host address, the timestamp as
@@ -115,25 +120,30 @@ class ConnectPayloads:
 
     def attach(self, version: str, escrow_id: str) -> str:
         """A fresh session token (hex) through ``escrow_id``'s door; raises FetchError (:class:`RpcNotServed` when
-        the host has no Connect service there)."""
-        now = int(self.clock())
-        nonce = self.nonce(NONCE_BYTES)
-        op = self.operator
-        message = attach_message(self.host_address, now, op.peer_address, nonce)
-        body = {"peerAddress": op.peer_address, "attachNonce": base64.b64encode(nonce).decode(),
-                "protocolVersion": ATTACH_PROTOCOL_VERSION, "hostAddress": self.host_address,
-                "timestamp": str(now), "signature": base64.b64encode(op.sign_recoverable(message)).decode()}
+        the host has no Connect service there, :class:`AttachRefused` when it refuses). Each attempt is a new body
+        with a new nonce, sent once: a host that took an Attach whose answer was lost refuses its nonce again
+        (``attach_nonce already in use``), so a body is never resent."""
+        policy = self.http.policy
         path = rpc_base(version, escrow_id) + ATTACH_PROCEDURE
-        try:
-            data = self.http.post_json(path, json.dumps(body).encode(), CONNECT_HEADERS, archive=False,
-                                       permanent=lambda status, _: status in NOT_SERVED)
-        except FetchError as exc:
-            if exc.status in NOT_SERVED:
-                raise RpcNotServed(exc.url, f"no Connect PeerAuthService.Attach (HTTP {exc.status})",
-                                   status=exc.status, transient=False) from None
-            said = str(exc).removesuffix(f" ({exc.url})")
-            raise FetchError(exc.url, f"Connect Attach as {op.peer_address} refused: {said}", status=exc.status,
-                             transient=exc.transient) from None
+        op = self.operator
+        for attempt in range(policy.attempts):
+            now = int(self.clock())
+            try:
+                data = self.http.post_json(path, self._attach_body(now), CONNECT_HEADERS, archive=False, once=True,
+                                           permanent=lambda status, _: status in NOT_SERVED)
+                break
+            except FetchError as exc:
+                if exc.status in NOT_SERVED:
+                    raise RpcNotServed(exc.url, f"no Connect PeerAuthService.Attach (HTTP {exc.status})",
+                                       status=exc.status, transient=False) from None
+                said = str(exc).removesuffix(f" ({exc.url})")
+                if not exc.transient:
+                    raise AttachRefused(exc.url, f"Connect Attach as {op.peer_address} refused: {said}",
+                                        status=exc.status, transient=True) from None
+                if attempt + 1 == policy.attempts:
+                    raise FetchError(exc.url, f"Connect Attach as {op.peer_address} failed: {said}",
+                                     status=exc.status, transient=True) from None
+                policy.sleep(policy.backoff(attempt))
         self.attaches += 1
         token = data.get("sessionToken", data.get("session_token")) if isinstance(data, dict) else None
         try:
@@ -147,6 +157,16 @@ class ConnectPayloads:
         hex_token = raw.hex()
         self._tokens[version] = (hex_token, float(expires))
         return hex_token
+
+    def _attach_body(self, now: int) -> bytes:
+        """A signed AttachRequest at unix time ``now``, with a new nonce."""
+        nonce = self.nonce(NONCE_BYTES)
+        op = self.operator
+        message = attach_message(self.host_address, now, op.peer_address, nonce)
+        return json.dumps({"peerAddress": op.peer_address, "attachNonce": base64.b64encode(nonce).decode(),
+                           "protocolVersion": ATTACH_PROTOCOL_VERSION, "hostAddress": self.host_address,
+                           "timestamp": str(now),
+                           "signature": base64.b64encode(op.sign_recoverable(message)).decode()}).encode()
 
     def _token(self, version: str, escrow_id: str, stale: str | None = None) -> str:
         with self._lock:
@@ -194,7 +214,7 @@ class ConnectPayloads:
                 out.append(self.payload(version, escrow_id, iid, epoch))
             except FetchError as exc:
                 out.append(exc)
-                if isinstance(exc, RpcNotServed) or (exc.status in (401, 403) and "Attach" in str(exc)):
+                if isinstance(exc, (RpcNotServed, AttachRefused)):
                     # the door is shut for this escrow: the others would be refused alike
                     out.extend(exc for _ in inference_ids[len(out):])
                     break

@@ -8,6 +8,11 @@ asked), and :func:`indexer.verify.settlement.settle_msgs_in_tx` gives the ``MsgS
 as signed. Fallback: cosmos-sdk REST ``/cosmos/tx/v1beta1/txs/{hash}``, whose JSON is a rendering of the message:
 its bytes are re-encoded (:func:`indexer.verify.settlement.encode_settle_msg`), ``tx_raw`` stays null and the
 record's ``msg_source`` says so (a field the encoder does not know is named there: the re-encoding lacks it).
+
+``msg_source`` (kept in rec.settlement.extra) is ``tx`` for a message read from the TxRaw, else that sentence. A REST
+record is not final while an RPC node may still serve the transaction: the poller asks /tx again on later cycles
+(a transient failure, a lying node), and keeps the REST record for good only once every RPC node answers not found,
+said in ``tx_pruned`` (:func:`is_final`).
 """
 from __future__ import annotations
 
@@ -35,25 +40,45 @@ def read_settlement(rpc: CometRpc, chain: ChainRest, escrow_id: str, tx_hash: st
                     height: int | None) -> dict[str, Any]:
     """The ``settlement`` record of ``escrow_id`` from its transaction ``tx_hash`` (hex) at ``height``: from the RPC,
     else from the REST. A FetchError (transient: a later cycle asks again) names both reasons when neither serves
-    it."""
+    it. A REST record is final (:func:`is_final`) only when every RPC node answered that it has not got the
+    transaction (its block pruned): otherwise the RPC is asked again on later cycles."""
     try:
         return _from_rpc(rpc, escrow_id, tx_hash, height)
     except _READ_ERRORS as exc:
         rpc_reason = f"RPC /tx: {exc}"
+        pruned = isinstance(exc, FetchError) and exc.expected
     try:
-        return _from_rest(chain, escrow_id, tx_hash, height, rpc_reason)
+        rec = _from_rest(chain, escrow_id, tx_hash, height, rpc_reason)
     except _READ_ERRORS as exc:
         raise FetchError(f"escrow:{escrow_id}", f"settlement tx {tx_hash} not read: {rpc_reason}; "
                          f"REST /cosmos/tx/v1beta1/txs: {exc}", transient=True) from None
+    if pruned:
+        rec[TX_PRUNED] = ("every RPC node answered /tx not found (block pruned, or never indexed): this re-encoding "
+                          "is kept and the transaction is not asked for again")
+    return rec
+
+
+# In rec.settlement.extra of a REST record: no RPC node has the transaction, so no later cycle can read it there.
+TX_PRUNED = "tx_pruned"
+
+
+def is_final(rec: dict[str, Any]) -> bool:
+    """Whether a settlement record is the last the chain can give: read over /tx (its bytes hash-checked), or
+    re-encoded from the REST when no RPC node keeps the transaction any more."""
+    return rec.get("tx_raw") is not None or TX_PRUNED in rec
 
 
 def _from_rpc(rpc: CometRpc, escrow_id: str, tx_hash: str, height: int | None) -> dict[str, Any]:
+    """Each RPC node in turn until one serves the named transaction. Raises the one node's error, or one naming
+    every node's; ``expected`` (a permanent FetchError) only when every node answered not found."""
     http = rpc.http
-    last: Exception | None = None
-    for _ in range(len(http.base_urls)):
-        node = http.base_urls[0]
+    failures: list[FetchError] = []
+    for node in http.urls():
         try:
-            answer = tx_answer(rpc.tx(tx_hash))
+            try:
+                answer = tx_answer(rpc.tx(tx_hash, node))
+            except (NormalizeError, ValueError, TypeError, KeyError) as exc:
+                raise SettlementLie(f"{node}/tx", f"unreadable /tx answer for {tx_hash.upper()}: {exc}") from None
             computed = st.tx_hash(answer.tx_raw)
             if computed != tx_hash.upper():
                 raise SettlementLie(f"{node}/tx", f"the TxRaw served for {tx_hash.upper()} hashes to {computed}")
@@ -61,27 +86,30 @@ def _from_rpc(rpc: CometRpc, escrow_id: str, tx_hash: str, height: int | None) -
                 raise SettlementLie(f"{node}/tx", f"tx {tx_hash.upper()} served at height {answer.height}, the "
                                     f"settlement event is at height {height}")
         except SettlementLie as exc:
-            last = exc
+            failures.append(exc)
             http._failed(exc)  # a lying node: recorded, and the next one asked first from now on
-            http.base_urls.append(http.base_urls.pop(0))
+            http.demote(node)
             continue
         except FetchError as exc:
-            if not exc.expected:
-                raise  # every node was asked already (Fetcher fails over)
-            last = exc  # this node has not got it (pruned, or not indexed): another may keep older blocks
-            http.base_urls.append(http.base_urls.pop(0))
+            # not got (pruned, or not indexed: another node may keep older blocks), or failing (recorded by the
+            # Fetcher): the next node is asked
+            failures.append(exc)
+            http.demote(node)
             continue
+        http.prefer(node)
         if answer.code != 0:
-            raise ValueError(f"tx {tx_hash.upper()} failed on chain (code {answer.code})")
+            raise ValueError(f"tx {tx_hash.upper()} failed on chain (code {answer.code}) ({node}/tx)")
         try:
             msg = _ours(escrow_id, st.settle_msgs_in_tx(answer.tx_raw))
         except (pb.ProtoError, ValueError) as exc:
             # the bytes are the named transaction's (its hash is checked), so reading again cannot change them: the
             # transaction is kept with the reason, and the settled check fails on it
             return unreadable_record(escrow_id, tx_hash, answer.height, answer.tx_raw, str(exc))
-        return settlement_record(escrow_id, tx_hash, answer.height, msg, answer.tx_raw)
-    assert last is not None
-    raise last
+        return settlement_record(escrow_id, tx_hash, answer.height, msg, answer.tx_raw, "tx")
+    if len(failures) == 1:
+        raise failures[0]
+    every = all(f.expected for f in failures)
+    raise FetchError(failures[-1].url, "; ".join(str(f) for f in failures), transient=not every, expected=every)
 
 
 def _ours(escrow_id: str, messages: list[bytes]) -> bytes:
@@ -97,7 +125,8 @@ def unreadable_record(escrow_id: str, tx_hash: str, height: int, tx_raw: bytes, 
     readable settlement of this escrow: the transaction and the reason (``msg_unreadable``, kept in
     rec.settlement.extra), every message field null."""
     return {"kind": "settlement", "escrow_id": escrow_id, "tx_hash": tx_hash.lower(), "height": height,
-            "msg": None, "tx_raw": base64.b64encode(tx_raw).decode("ascii"), "msg_unreadable": reason[:2000]}
+            "msg": None, "tx_raw": base64.b64encode(tx_raw).decode("ascii"), "msg_source": "tx",
+            "msg_unreadable": reason[:2000]}
 
 
 def settlement_record(escrow_id: str, tx_hash: str, height: int | None, msg: bytes, tx_raw: bytes | None,
@@ -130,10 +159,30 @@ _STAT_KEYS = ("slot_id", "missed", "invalid", "cost", "required_validations", "c
 
 def _from_rest(chain: ChainRest, escrow_id: str, tx_hash: str, height: int | None,
                rpc_reason: str) -> dict[str, Any]:
-    data = chain.tx(tx_hash)
-    if not isinstance(data, Mapping) or not isinstance(data.get("tx_response"), Mapping):
-        raise ValueError("expected an object with 'tx_response'")
-    resp = data["tx_response"]
+    data, url = chain.tx(tx_hash)
+    try:
+        return _rest_record(data, escrow_id, tx_hash, height, rpc_reason)
+    except _READ_ERRORS as exc:
+        raise ValueError(f"{exc} ({url})") from None
+
+
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _array(value: Any, what: str) -> list[Any]:
+    """A JSON array (absent or null: empty)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{what}: expected an array, got {type(value).__name__}")
+    return value
+
+
+def _rest_record(data: Any, escrow_id: str, tx_hash: str, height: int | None, rpc_reason: str) -> dict[str, Any]:
+    resp = _object(_object(data, "answer").get("tx_response"), "tx_response")
     if str(resp.get("txhash", "")).upper() != tx_hash.upper():
         raise ValueError(f"the answer is for tx {resp.get('txhash')!r}, not {tx_hash.upper()}")
     served = parse_u64(resp.get("height"), "tx_response.height")
@@ -141,7 +190,8 @@ def _from_rest(chain: ChainRest, escrow_id: str, tx_hash: str, height: int | Non
         raise ValueError(f"tx served at height {served}, the settlement event is at height {height}")
     if parse_u64(resp.get("code") or 0, "tx_response.code") != 0:
         raise ValueError(f"tx {tx_hash.upper()} failed on chain (code {resp.get('code')})")
-    messages = (((data.get("tx") or {}).get("body") or {}).get("messages")) or []
+    body = _object(_object(data.get("tx") or {}, "tx").get("body") or {}, "tx.body")
+    messages = _array(body.get("messages"), "tx.body.messages")
     found = [m for m in messages if isinstance(m, Mapping) and m.get("@type") == st.SETTLE_TYPE_URL
              and str(m.get("escrow_id")) == escrow_id]
     if len(found) != 1:
@@ -170,11 +220,13 @@ def _encode_json_msg(m: Mapping[str, Any]) -> tuple[bytes, set[str]]:
     """The deterministic bytes of a ``MsgSettleDevshardEscrow`` given as JSON, and the keys it could not encode."""
     unknown = {k for k in m if k not in _MSG_KEYS}
     stats = []
-    for i, h in enumerate(m.get("host_stats") or []):
+    for i, h in enumerate(_array(m.get("host_stats"), "host_stats")):
+        h = _object(h, f"host_stats[{i}]")
         unknown |= {f"host_stats.{k}" for k in h if k not in _STAT_KEYS}
         stats.append(st.HostStatsEntry(**{k: parse_u64(h.get(k) or 0, f"host_stats[{i}].{k}") for k in _STAT_KEYS}))
     sigs = []
-    for i, s in enumerate(m.get("signatures") or []):
+    for i, s in enumerate(_array(m.get("signatures"), "signatures")):
+        s = _object(s, f"signatures[{i}]")
         unknown |= {f"signatures.{k}" for k in s if k not in ("slot_id", "signature")}
         sigs.append(st.SlotSignature(parse_u64(s.get("slot_id") or 0, f"signatures[{i}].slot_id"),
                                      _bytes(s.get("signature"), f"signatures[{i}].signature")))
