@@ -66,6 +66,16 @@ def test_decode_bench_runs_and_both_codecs_agree():
     assert re.search(r"^entries → lines\s+[\d.]+\s+[\d.]+", out.stdout, re.M), out.stdout  # the poller's decode
 
 
+def test_poller_decode_bench_runs_and_splits_a_decode():
+    out = _run(["bench/poller_decode_bench.py", "--epochs", "1", "--escrows-per-epoch", "2", "--inferences-per-escrow",
+                "10", "--repeat", "1"])
+    assert out.returncode == 0, out.stderr
+    for row in ("decode_entries, signed check on", "signed check", "  secp256k1 recovery", "  (verify instead)",
+                "entries → lines", "typing", "pickling"):
+        assert re.search(rf"^{re.escape(row)}\s+[\d.]+$", out.stdout, re.M), out.stdout
+    assert re.search(r"^the signed check is \d+% of a decode process's work per diff$", out.stdout, re.M), out.stdout
+
+
 def test_refusal_bench_runs_both_sides():
     base = re.search(r'^BASE_REV = "([^"]+)"', (ROOT / "bench/refusal_bench.py").read_text(), re.M).group(1)
     if not _has_revision(base):

@@ -1,0 +1,57 @@
+"""The decode processes' signed check (indexer.poller.decode.check_signed) on a devnet escrow's served log, without
+a database: it is a recovery of each user signature, compared with the escrow's creator, and not a verification
+against the creator's key, which would be cheaper (bench/poller_decode_bench.py) but would take a signature whose
+recovery byte was changed: that signature still verifies against the creator's key, while its recovery, the
+chain's own check (Ecrecover), names another key."""
+from __future__ import annotations
+
+import base64
+
+import coincurve
+import pytest
+from coincurve.ecdsa import cdata_to_der, deserialize_recoverable, recoverable_convert
+
+from indexer.devnet import Scenario, ScenarioConfig
+from indexer.poller.decode import LogRejected, check_signed, decode_entries
+from indexer.wire.diffs import diff_contents_from_host_json, diff_to_host_json
+
+
+@pytest.fixture(scope="module")
+def served():
+    """(escrow id, version, creator, the host JSON entries of its log) of one devnet escrow."""
+    scn = Scenario(ScenarioConfig(seed=11, epochs=1, escrows_per_epoch=1, inferences_per_escrow=8))
+    version = scn.config.protocol_version
+    (eid, esc), = scn.escrows.items()
+    entries = [diff_to_host_json(d, version, sig, root) for d, sig, root in scn.host_diff_log(esc)]
+    assert len(entries) >= 3
+    return eid, version, esc.creator, entries
+
+
+def _with_recovery_byte_flipped(entry: dict) -> dict:
+    sig = bytearray(base64.b64decode(entry["diff"]["user_sig"]))
+    sig[64] ^= 1
+    return {**entry, "diff": {**entry["diff"], "user_sig": base64.b64encode(bytes(sig)).decode()}}
+
+
+def test_a_log_the_creator_signed_passes(served):
+    eid, version, creator, entries = served
+    check_signed(eid, creator, diff_contents_from_host_json(entries, version, eid))
+    assert decode_entries(eid, version, entries, False, "member", creator).count > 0
+
+
+def test_a_flipped_recovery_byte_fails_though_the_signature_verifies_against_the_creator(served):
+    eid, version, creator, entries = served
+    bad_at = 2
+    forged = [*entries[:bad_at], _with_recovery_byte_flipped(entries[bad_at]), *entries[bad_at + 1:]]
+    contents = diff_contents_from_host_json(forged, version, eid)
+    nonce, _, _, signed = contents[bad_at]
+    # the creator's key, recovered from an untouched diff of the same log
+    _, _, _, good = contents[0]
+    key = coincurve.PublicKey.from_signature_and_message(good.user_sig, good.signed_bytes(eid))
+    der = cdata_to_der(recoverable_convert(deserialize_recoverable(signed.user_sig)))
+    assert key.verify(der, signed.signed_bytes(eid))  # a verification alone would take it
+    with pytest.raises(LogRejected, match=rf"^escrow {eid} nonce {nonce}: signed check failed: user signature "
+                                          rf"recovers to gonka1\w+, the escrow creator is {creator}$"):
+        check_signed(eid, creator, contents)
+    with pytest.raises(LogRejected, match=rf"nonce {nonce}: signed check failed"):
+        decode_entries(eid, version, forged, False, "member", creator)
