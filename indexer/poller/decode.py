@@ -85,15 +85,16 @@ def check_signed(escrow_id: str, creator: str, contents: Sequence[tuple[int, Any
     """The *signed* check of a run (gonka-devshard.md §4.8): each diff's user signature, over the DiffContent the
     user signed (the served bytes, with the escrow id and the signed root as ``BuildDiffContent`` adds them),
     recovers to the escrow's creator. Made here, in the decode process beside the decoding, for every protocol
-    version: the user signs DiffContent with no domain tag. A diff served without the root the user signed (builds
-    whose DiffToJSON leaves it out) cannot fail it: its signed bytes are not all known, so it is not rejected, and
-    the members' cross-check of roots decides for it (HostGroup.page)."""
+    version: the user signs DiffContent with no domain tag. A diff served without the signed root (an omitempty
+    field some builds' DiffToJSON leaves out) is checked over the ``state_hash`` the member serves, the root an
+    honest host's diff was signed over; one served without a user signature fails: leaving a field out never lets
+    a diff past the check. (The stored ``signed_diff`` keeps what was served: its root stays null.)"""
     for nonce, _, _, signed in contents:
+        if not signed.post_state_root:
+            signed = signed._replace(post_state_root=signed.state_hash)
         try:
             user_signer(signed.signed_bytes(escrow_id), signed.user_sig, creator)
         except DiffError as exc:
-            if not signed.post_state_root:
-                continue  # unknown is not false: what the user signed is not all served
             raise LogRejected(f"escrow {escrow_id} nonce {nonce}: signed check failed: {exc}") from None
 
 

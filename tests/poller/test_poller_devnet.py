@@ -162,8 +162,8 @@ def test_epochs_advance_with_pruning(db_url):
 
 @pytest.mark.parametrize("signed_root", [True, False], ids=["post_state_root", "state_hash_only"])
 def test_lying_host_is_skipped(db_url, monkeypatch, signed_root):
-    """Hosts are compared on the signed post_state_root, or, from builds whose DiffToJSON leaves it out
-    (omitempty), on the state_hash each computed."""
+    """A lying member is caught by the signed check whether its build serves the signed post_state_root or, as
+    builds whose DiffToJSON leaves it out (omitempty) do, only the state_hash it computed."""
     if not signed_root:
         from indexer.devnet import hostviews
 
@@ -179,9 +179,9 @@ def test_lying_host_is_skipped(db_url, monkeypatch, signed_root):
     ids = list(scn.escrows)
     assert _tx_counts(db_url) == _expected_counts(scn, ids)
     assert _statuses(db_url) == _expected_statuses(scn, ids)
-    # with the signed root served, the liar's altered diff fails the user's signature; without it the signed
-    # check cannot decide, and the members' cross-check of roots finds the liar
-    caught = "%signed check failed: user signature recovers to%" if signed_root else "diverging%"
+    # the liar's altered diff fails the user's signature, checked over the signed root or, where the build leaves
+    # that out, over the state_hash the member serves: leaving the root out does not get it past the check
+    caught = "%signed check failed: user signature recovers to%"
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM net.failure WHERE source = %s AND error LIKE %s",
                          (f"host:{liar}", caught)).fetchone()[0] >= 1

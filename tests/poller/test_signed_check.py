@@ -13,6 +13,7 @@ from coincurve.ecdsa import cdata_to_der, deserialize_recoverable, recoverable_c
 
 from indexer.devnet import Scenario, ScenarioConfig
 from indexer.poller.decode import LogRejected, check_signed, decode_entries
+from indexer.verify import proto as pb
 from indexer.wire.diffs import diff_contents_from_host_json, diff_to_host_json
 
 
@@ -55,3 +56,38 @@ def test_a_flipped_recovery_byte_fails_though_the_signature_verifies_against_the
         check_signed(eid, creator, contents)
     with pytest.raises(LogRejected, match=rf"nonce {nonce}: signed check failed"):
         decode_entries(eid, version, forged, False, "member", creator)
+
+
+def _without(entry: dict, *names: str) -> dict:
+    diff = {k: v for k, v in entry["diff"].items() if k not in names}
+    return {**entry, "diff": diff}
+
+
+def _one_tx_dropped(entry: dict) -> dict:
+    """The entry with its DiffContent's last tx left out: what a lying member serves in place of the log."""
+    parts = pb.fields(base64.b64decode(entry["diff"]["txs"]))
+    last = max(i for i, (number, _, _) in enumerate(parts) if number == 2)
+    kept = [pb.f_uint(n, v) if wire == 0 else pb.f_bytes(n, v) for i, (n, wire, v) in enumerate(parts) if i != last]
+    return {**entry, "diff": {**entry["diff"], "txs": base64.b64encode(b"".join(kept)).decode()}}
+
+
+def test_a_log_served_without_its_signed_roots_is_checked_over_the_hosts_state_hash(served):
+    eid, version, creator, entries = served
+    bare = [_without(e, "post_state_root") for e in entries]
+    assert all(e["state_hash"] for e in bare)
+    check_signed(eid, creator, diff_contents_from_host_json(bare, version, eid))
+
+
+def test_leaving_the_root_or_the_signature_out_does_not_take_a_diff_past_the_check(served):
+    eid, version, creator, entries = served
+    with_txs = next(i for i, e in enumerate(entries) if sum(n == 2 for n, _, _ in
+                                                            pb.fields(base64.b64decode(e["diff"]["txs"]))) > 1)
+    nonce = entries[with_txs]["diff"]["nonce"]
+    # altered txs, the signed root left out, the member's true state_hash kept
+    lie = [*entries[:with_txs], _without(_one_tx_dropped(entries[with_txs]), "post_state_root"), *entries[with_txs + 1:]]
+    with pytest.raises(LogRejected, match=rf"^escrow {eid} nonce {nonce}: signed check failed: user signature "
+                                          rf"recovers to gonka1\w+, the escrow creator is {creator}$"):
+        check_signed(eid, creator, diff_contents_from_host_json(lie, version, eid))
+    unsigned = [*entries[:with_txs], _without(entries[with_txs], "user_sig"), *entries[with_txs + 1:]]
+    with pytest.raises(LogRejected, match=rf"^escrow {eid} nonce {nonce}: signed check failed: user signature: "):
+        check_signed(eid, creator, diff_contents_from_host_json(unsigned, version, eid))
