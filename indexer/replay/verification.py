@@ -28,9 +28,12 @@ from indexer.verify import bundle as bd, diff, proto as pb, settlement as st
 from indexer.verify.versions import ported_names
 from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
-from indexer.wire.diffs import user_signed_bytes
+from indexer.wire.diffs import signs_whole, user_signed_bytes
 
 NO_LOG = "no signed log captured"
+# A row whose checks raised instead of answering starts its failure with this (the escrow_verification_failed alert
+# selects it) and keeps no evidence digest, so the escrow is checked again at its next replay.
+VERIFIER_FAILED = "the verifier failed: "
 COLD_ONLY = "no warm keys captured for the epoch, so only the slots' own addresses are accepted"
 MAX_SOURCES_TEXT = 200
 MAX_FAILURE = 1000
@@ -75,6 +78,7 @@ class Verification:
     protocol_version: str | None
     settlement_tx_hash: str | None
     settlement_height: int | None
+    crashed: bool = False  # the checks raised instead of answering (failure starts with VERIFIER_FAILED)
 
 
 def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Material]:
@@ -119,7 +123,7 @@ def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...
         where = f"rec.signed_diff escrow {escrow_id} nonce {nonce}"
         try:
             data = base64.b64decode(content, validate=True)
-            if root and not _has_root(data):  # served as DiffContent{nonce, txs}: the user signed it whole
+            if root and not _signs_whole(data):  # served as DiffContent{nonce, txs}: the user signed it whole
                 data = user_signed_bytes(data, escrow_id, bytes.fromhex(root))
         except (binascii.Error, ValueError):
             raise Unusable("signed", nonce, f"{where}: content is not base64") from None
@@ -133,13 +137,14 @@ def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...
     return tuple(out)
 
 
-def _has_root(content: bytes) -> bool:
-    """Whether served content carries field 4 (post_state_root) itself; unreadable content counts as not (the
-    signature check then reports it)."""
+def _signs_whole(content: bytes) -> bool:
+    """Whether served content is the signed message as it is (:func:`indexer.wire.diffs.signs_whole`, the poller's
+    test); unreadable content counts as not (the signature check then reports it)."""
     try:
-        return any(number == 4 for number, _, _ in pb.fields(content))
-    except pb.ProtoError:
-        return True
+        c = diff.read_diff_content(content)
+    except (diff.DiffError, pb.ProtoError):
+        return False
+    return signs_whole(c.escrow_id, c.post_state_root, c.sealed_inference_ids)
 
 
 def _bytes(row: dict, name: str) -> bytes:
@@ -253,7 +258,7 @@ def verify_material(m: Material) -> Verification:
     except Exception as exc:  # noqa: BLE001 - served bytes are untrusted: a verifier bug must not stop the replay
         log.exception("verifying escrow %s", e["escrow_id"])
         return Verification(level="none", nonces_checked=0, failed_check=None, failed_nonce=None,
-                            failure=_bounded(f"the verifier failed: {type(exc).__name__}: {exc}"), **row)
+                            failure=_bounded(f"{VERIFIER_FAILED}{type(exc).__name__}: {exc}"), crashed=True, **row)
     failed_check = failure = None
     if report.failure is not None:
         outcome = next(step.outcome for step in report.steps if step.name == report.failed_step)
@@ -296,7 +301,8 @@ SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
   row(e.epoch_index, e.slots, e.vote_threshold_factor, e.protocol_version, e.settled, e.creator, e.amount,
       e.token_price, e.create_devshard_fee, e.fee_per_nonce, e.inference_seal_grace_nonces,
       e.inference_seal_grace_seconds, e.auto_seal_every_n_nonces, e.execution_timeout)::text,
-  coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host)::text, E'\\n' ORDER BY d.nonce)
+  coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host, d.post_state_root)::text, E'\\n'
+                              ORDER BY d.nonce)
             FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index), 'null'),
   coalesce((SELECT row(s.tx_hash, s.height, s.settler, s.state_root, s.rest_hash, s.nonce, s.fees,
                        s.state_root_and_protocol_version, s.host_stats, s.signatures, s.msg, s.tx_raw)::text
@@ -321,5 +327,6 @@ def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verificatio
     results = [verify_material(m) for m in load_material(conn, sorted(changed)).values()]
     with conn.cursor() as cur:
         cur.executemany(_UPSERT, [{**{c: getattr(r, c, None) for c in _COLUMNS},
-                                   "evidence_digest": changed[r.escrow_id]} for r in results])
+                                   "evidence_digest": None if r.crashed else changed[r.escrow_id]}
+                                  for r in results])
     return results
