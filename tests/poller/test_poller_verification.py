@@ -19,6 +19,9 @@ def test_every_settled_devnet_escrow_is_verified_to_settled(db_url, version):
                                   protocol_version=version))
     liar = next(iter(scn.escrows.values())).slots[0]
     with DevnetServer(scn, faults=FaultConfig(lying_host=liar)) as net:
+        # an archive node: the ended epochs' grants are read as of their end heights (a node that pruned them gives
+        # today's grants only, which leave warm-key signatures not checked)
+        net.app.options.state_retain_blocks = 10**9
         net.advance_to_last_epoch()
         poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), private_hosts=True)
     with psycopg.connect(db_url) as c:
@@ -26,7 +29,7 @@ def test_every_settled_devnet_escrow_is_verified_to_settled(db_url, version):
                                    (SELECT count(*) FROM rec.signed_diff d WHERE d.escrow_id = v.escrow_id)
                             FROM api.escrow_verification v JOIN rec.escrow e USING (escrow_id)
                             WHERE e.settled ORDER BY 1""").fetchall()
-        grants = c.execute("SELECT count(*) FROM rec.warm_key").fetchone()[0]
+        grants = c.execute("SELECT count(*) FROM rec.warm_key WHERE grantee <> '' AND read_exact").fetchone()[0]
         alerts = c.execute("SELECT count(*) FROM api.escrow_verification WHERE failed_check IS NOT NULL").fetchone()
     assert rows and grants > 0
     for escrow_id, level, failed, failure, checked, source, diffs in rows:
