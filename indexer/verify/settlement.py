@@ -36,7 +36,8 @@ U64 = (1 << 64) - 1
 
 class SettlementError(ValueError):
     """A settlement the chain would refuse; the message is the chain's reason. ``unknown_signer``: as
-    :class:`indexer.verify.apply_txs.ApplyError`'s (slot address, recovered key), for a slot signature by another key."""
+    :class:`indexer.verify.apply_txs.ApplyError`'s (slot address, recovered key), for a slot signature by another
+    key."""
 
     def __init__(self, message: str, unknown_signer: tuple[str, str] | None = None):
         super().__init__(message)

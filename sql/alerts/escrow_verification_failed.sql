@@ -3,9 +3,9 @@
 -- settlement without its hosts' quorum (settled). Findings on that escrow rest on a log not shown to be the real one.
 -- A row where the verifier itself raised (failure starting 'the verifier failed: ', no check named,
 -- indexer.replay.verification.VERIFIER_FAILED) is a warning: nothing was shown either way, and a verifier fix
--- re-checks it. One alert per escrow; it resolves when the escrow passes (failed_check NULL). The summary is one line with the
--- escrow id and the reason bounded (both can carry a peer's text; a long id keeps a digest so keys stay distinct);
--- each channel escapes it (indexer.alerts.messages).
+-- re-checks it. One alert per escrow; it resolves when the escrow passes (failed_check NULL). The summary is one
+-- line with the escrow id and the reason bounded (both can carry a peer's text; a long id keeps a digest so keys
+-- stay distinct); each channel escapes it (indexer.alerts.messages).
 SELECT 'escrow_verification_failed:' || t.escrow AS alert_key,
        CASE WHEN v.failed_check IS NULL THEN 'warning' ELSE 'critical' END AS severity,
        NULL::text AS participant, v.epoch_index,
