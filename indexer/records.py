@@ -106,9 +106,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("settlement", "settlement", ("escrow_id",),
          _f("escrow_id:id! tx_hash:hex height:u64 settler:str state_root:hex rest_hash:hex nonce:u64 fees:u64n "
             "state_root_and_protocol_version:str host_stats:obj signatures:obj msg:str tx_raw:str")),
-    # each participant's warm keys (authz grantees for MsgStartInference): the keys hosts sign devshard messages with
+    # each participant's warm keys (authz grantees for MsgStartInference): the keys hosts sign devshard messages with;
+    # an empty grantee records a participant whose grants were read and listed none
     Kind("warm_key", "warm_key", ("epoch_index", "participant", "grantee"),
-         _f("epoch_index:u64! participant:str! grantee:str! pub_key:str"), scope="epoch"),
+         _f("epoch_index:u64! participant:str! grantee:str! pub_key:str read_height:u64 read_exact:bool"),
+         scope="epoch"),
     # the epoch's own parameter snapshot and per-participant outcome (chain REST; indexer.wire.chain_records)
     Kind("epoch_params", "epoch_params", ("epoch_index",),
          _f("epoch_index:u64! validation_params:obj bitcoin_reward_params:obj devshard_escrow_params:obj "

@@ -182,6 +182,7 @@ class Epochs:
         records = cap.records
         if info is not None and not any(r["kind"] == "epoch" for r in records):
             records.insert(0, epoch_record(info))  # the root group failed: the current epoch's start is still known
+        records = self._keep_exact_grants(epoch, records)
         self._snapshot_complete[epoch] = cap.complete
         for f in cap.failures:
             subject = (f"model {f.model_id}" if f.model_id else f"participant {f.participant}" if f.participant
@@ -191,6 +192,18 @@ class Epochs:
         self.store.load_many([([dumps_record_bytes(r) for r in records], f"chain:epoch_group_data/{epoch}")], None,
                              after=lambda c: self.store.snapshot_outcome(c, cap.failures, cap.succeeded),
                              fence=self.fence(epoch))
+
+    def _keep_exact_grants(self, epoch: int, records: list[dict]) -> list[dict]:
+        """``records`` without the live-read warm keys (the epoch's end height pruned) of participants whose grants
+        are stored as read at the epoch's end: a later, inexact read never replaces the epoch's own grants (as an
+        exact params snapshot is kept, indexer.load.statements.KEEP_STORED)."""
+        def live(r: dict) -> bool:
+            return r["kind"] == "warm_key" and r.get("read_exact") is not True
+
+        if not any(live(r) for r in records):
+            return records
+        exact = self.store.exactly_granted(epoch)
+        return [r for r in records if not (live(r) and r["participant"] in exact)]
 
     def _inside(self, epoch: int, answered: set[int]) -> bool:
         """Whether the chain has epochs on both sides of ``epoch``: a later one answered this cycle, an earlier one

@@ -149,6 +149,12 @@ class Store:
         rows = self.conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,)).fetchall()
         return [escrow_id for (escrow_id,) in rows]
 
+    def exactly_granted(self, epoch: int) -> set[str]:
+        """The participants whose warm keys for ``epoch`` are stored as read at the epoch's end height."""
+        return {p for (p,) in self.conn.execute(
+            "SELECT participant FROM rec.warm_key WHERE epoch_index = %s GROUP BY 1 HAVING bool_and(read_exact)",
+            (epoch,))}
+
     def epoch_known_before(self, epoch: int) -> bool:
         """Whether an epoch before ``epoch`` is stored."""
         return self.conn.execute("SELECT EXISTS (SELECT 1 FROM rec.epoch WHERE epoch_index < %s)",

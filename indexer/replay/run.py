@@ -25,6 +25,7 @@ from indexer.workers import InterruptAtSafePoints, no_cyclic_gc, pool as workers
 from indexer.replay.machine import EscrowConfig, replay_rows
 from indexer.replay.reads import SOURCES, escrow_logs, escrow_sizes, parts
 from indexer.replay.verification import verify_escrows
+from indexer.replay.verifier import mark_stale_verifications
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     summary, start = ReplaySummary(), time.perf_counter()
     if prior is not None:
         summary.add(prior)
+    mark_stale_verifications(conn)  # rows another verifier wrote are checked again (indexer.replay.verifier)
     dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
     if url is not None and workers > 0 and dirty:
         if not conn.autocommit:  # the workers claim on connections of their own: they must see this one's marks

@@ -19,19 +19,27 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
 import psycopg
 
 from indexer.verify import bundle as bd, diff, proto as pb, settlement as st
-from indexer.verify.versions import ported_names
 from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
-from indexer.wire.diffs import user_signed_bytes
+from indexer.replay.verifier import VERIFIER
+from indexer.wire.diffs import signs_whole, user_signed_bytes
 
 NO_LOG = "no signed log captured"
+# A row whose checks raised instead of answering starts its failure with this (the escrow_verification_failed alert
+# selects it) and keeps no evidence digest, so the escrow is checked again at its next replay.
+VERIFIER_FAILED = "the verifier failed: "
 COLD_ONLY = "no warm keys captured for the epoch, so only the slots' own addresses are accepted"
+INEXACT = ("the participant's grants were read from live values, not as of the epoch's end, so they neither "
+           "authorise nor refute the key: not checked")
+NO_RAW_TX = ("settled not shown: the settlement was not read as broadcast (no raw transaction binds its message to "
+             "tx {tx}), so the message checked may not be the one the chain settled")
 MAX_SOURCES_TEXT = 200
 MAX_FAILURE = 1000
 _U64 = (1 << 64) - 1
@@ -40,16 +48,17 @@ _ESCROW = ("escrow_id", "epoch_index", "slots", "vote_threshold_factor", "protoc
            "amount", "token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",
            "inference_seal_grace_seconds", "auto_seal_every_n_nonces", "execution_timeout")
 _SETTLEMENT = ("escrow_id", "tx_hash", "height", "settler", "state_root", "rest_hash", "nonce", "fees",
-               "state_root_and_protocol_version", "host_stats", "signatures", "msg", "tx_raw")
+               "state_root_and_protocol_version", "host_stats", "signatures", "msg", "tx_raw", "extra")
 _HOST_STATS = ("missed", "invalid", "cost", "required_validations", "completed_validations")
 
 
 class Unusable(ValueError):
-    """Stored evidence that cannot be read (the check it stops, the nonce when one applies, the reason)."""
+    """Stored evidence that cannot be read (the check it stops, the nonce when one applies, the reason). ``fails``:
+    the evidence shows the check fails; False when it is only missing (the check is then not made)."""
 
-    def __init__(self, check: str, nonce: int | None, reason: str):
+    def __init__(self, check: str, nonce: int | None, reason: str, fails: bool = True):
         super().__init__(reason)
-        self.check, self.nonce, self.reason = check, nonce, reason
+        self.check, self.nonce, self.reason, self.fails = check, nonce, reason, fails
 
 
 @dataclass
@@ -59,7 +68,8 @@ class Material:
     diffs: list[tuple] = field(default_factory=list)  # (nonce, content, user_sig, source_host, post_state_root)
     settlement: dict | None = None
     params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured
-    warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys (grantees) in the escrow's epoch
+    warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys read as of the epoch's end
+    captured: dict = field(default_factory=dict)  # participant -> its grants' read was exact (as of the epoch's end)
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,7 @@ class Verification:
     protocol_version: str | None
     settlement_tx_hash: str | None
     settlement_height: int | None
+    crashed: bool = False  # the checks raised instead of answering (failure starts with VERIFIER_FAILED)
 
 
 def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Material]:
@@ -100,15 +111,28 @@ def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Materia
         cur.execute("SELECT epoch_index, devshard_escrow_params FROM rec.epoch_params WHERE epoch_index = ANY(%s)",
                     (epochs,))
         params = dict(cur.fetchall())
-        cur.execute("SELECT epoch_index, participant, grantee FROM rec.warm_key WHERE epoch_index = ANY(%s) "
-                    "ORDER BY 1, 2, 3", (epochs,))
-        grants: dict = {}
-        for epoch, participant, grantee in cur:
-            grants.setdefault(epoch, {}).setdefault(participant, []).append(grantee)
+        grants, captured = _warm_key_rows(cur, epochs)
     for m in out.values():
         m.params = params.get(m.escrow["epoch_index"])
         m.warm_keys = grants.get(m.escrow["epoch_index"], {})
+        m.captured = captured.get(m.escrow["epoch_index"], {})
     return out
+
+
+def _warm_key_rows(cur: psycopg.Cursor, epochs: list[int]) -> tuple[dict, dict]:
+    """(epoch -> participant -> grantees read as of the epoch's end, epoch -> participant -> exact) from
+    rec.warm_key: a participant is captured when it has any row (an empty grantee: read, none granted), and exact
+    only when every row of it was read as of the epoch's end (read_exact null, not recorded, counts as not)."""
+    cur.execute("SELECT epoch_index, participant, grantee, read_exact IS TRUE FROM rec.warm_key "
+                "WHERE epoch_index = ANY(%s) ORDER BY 1, 2, 3", (epochs,))
+    grants: dict = {}
+    captured: dict = {}
+    for epoch, participant, grantee, exact in cur:
+        seen = captured.setdefault(epoch, {})
+        seen[participant] = seen.get(participant, True) and exact
+        if grantee and exact:
+            grants.setdefault(epoch, {}).setdefault(participant, []).append(grantee)
+    return grants, captured
 
 
 def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...]:
@@ -119,7 +143,7 @@ def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...
         where = f"rec.signed_diff escrow {escrow_id} nonce {nonce}"
         try:
             data = base64.b64decode(content, validate=True)
-            if root and not _has_root(data):  # served as DiffContent{nonce, txs}: the user signed it whole
+            if root and not _signs_whole(data):  # served as DiffContent{nonce, txs}: the user signed it whole
                 data = user_signed_bytes(data, escrow_id, bytes.fromhex(root))
         except (binascii.Error, ValueError):
             raise Unusable("signed", nonce, f"{where}: content is not base64") from None
@@ -133,13 +157,14 @@ def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...
     return tuple(out)
 
 
-def _has_root(content: bytes) -> bool:
-    """Whether served content carries field 4 (post_state_root) itself; unreadable content counts as not (the
-    signature check then reports it)."""
+def _signs_whole(content: bytes) -> bool:
+    """Whether served content is the signed message as it is (:func:`indexer.wire.diffs.signs_whole`, the poller's
+    test); unreadable content counts as not (the signature check then reports it)."""
     try:
-        return any(number == 4 for number, _, _ in pb.fields(content))
-    except pb.ProtoError:
-        return True
+        c = diff.read_diff_content(content)
+    except (diff.DiffError, pb.ProtoError):
+        return False
+    return signs_whole(c.escrow_id, c.post_state_root, c.sealed_inference_ids)
 
 
 def _bytes(row: dict, name: str) -> bytes:
@@ -156,19 +181,27 @@ def settle_msg_bytes(row: dict) -> bytes:
             return base64.b64decode(row["msg"], validate=True)
         except (binascii.Error, ValueError):
             raise Unusable("settled", None, f"{where}: msg is not base64") from None
+    extra = row.get("extra") if isinstance(row.get("extra"), dict) else {}
+    if extra.get("msg_unreadable") is not None:  # the transaction was read and carries no readable settlement
+        raise Unusable("settled", None, f"{where}: the settlement transaction {row.get('tx_hash')} carries no "
+                                        f"readable settlement: {extra['msg_unreadable']}")
+    missing = [k for k in ("settler", "nonce", "fees", "state_root_and_protocol_version") if row.get(k) is None]
+    if missing:  # null is not zero: a field not captured is not re-encoded as its default
+        raise Unusable("settled", None, f"{where}: no message bytes, and not captured: {', '.join(missing)}",
+                       fails=False)
     try:
         stats = row.get("host_stats") or {}
         signatures = row.get("signatures") or {}
         msg = st.SettleMsg(
-            settler=row.get("settler") or "", escrow_id=int(row["escrow_id"]), state_root=_bytes(row, "state_root"),
-            nonce=int(row.get("nonce") or 0), rest_hash=_bytes(row, "rest_hash"), fees=int(row.get("fees") or 0),
-            version=row.get("state_root_and_protocol_version") or "",
-            host_stats=[st.HostStatsEntry(int(slot), *(int(stats[slot].get(k) or 0) for k in _HOST_STATS))
+            settler=row["settler"], escrow_id=int(row["escrow_id"]), state_root=_bytes(row, "state_root"),
+            nonce=int(row["nonce"]), rest_hash=_bytes(row, "rest_hash"), fees=int(row["fees"]),
+            version=row["state_root_and_protocol_version"],
+            host_stats=[st.HostStatsEntry(int(slot), *(int(stats[slot][k]) for k in _HOST_STATS))
                         for slot in sorted(stats, key=int)],
             signatures=[st.SlotSignature(int(slot), bytes.fromhex(signatures[slot]))
                         for slot in sorted(signatures, key=int)])
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise Unusable("settled", None, f"{where}: its fields cannot be re-encoded ({exc})") from None
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise Unusable("settled", None, f"{where}: its fields cannot be re-encoded ({exc!r})", fails=False) from None
     return st.encode_settle_msg(msg)
 
 
@@ -224,15 +257,16 @@ def _nonces_checked(report: Report, diffs: tuple[bd.SignedDiff, ...]) -> int:
     return len(diffs)
 
 
-def _awaits_grants(failure: str, m: Material) -> bool:
-    """A host signature recovered to a key that is not the slot's, in an epoch with no grants captured: it may be
-    the host's warm key (mainnet hosts sign with theirs), so the check cannot tell yet; the grants are read when
-    the epoch ends, and loading them re-checks the escrow."""
-    return not m.warm_keys and ("recovered" in failure or "authorised warm key" in failure)
-
-
-def _explain(failure: str, m: Material) -> str:
-    return f"{failure} ({COLD_ONLY})" if _awaits_grants(failure, m) else failure
+def _grant_gap(report: Report, m: Material) -> str | None:
+    """Why a host signature by a key not known to be the slot's does not fail the check, or None when it does: the
+    slot's participant's grants are not captured yet (mainnet hosts sign with warm keys; loading the grants re-checks
+    the escrow), or were read from live values only."""
+    if report.unknown_signer is None:
+        return None
+    participant = report.unknown_signer[0]
+    if participant not in m.captured:
+        return COLD_ONLY
+    return None if m.captured[participant] else INEXACT
 
 
 def verify_material(m: Material) -> Verification:
@@ -243,9 +277,9 @@ def verify_material(m: Material) -> Verification:
                source_host=sources[:MAX_SOURCES_TEXT] or None, settlement_tx_hash=s.get("tx_hash"),
                settlement_height=s.get("height"))
     try:
-        b, note = escrow_bundle(m)
+        b, note, settle_problem = _bundle(m)
     except Unusable as exc:
-        check = None if exc.check == "none" else exc.check
+        check = None if exc.check == "none" or not exc.fails else exc.check
         return Verification(level="none", nonces_checked=0, failed_check=check, failed_nonce=exc.nonce,
                             failure=exc.reason, **row)
     try:
@@ -253,20 +287,46 @@ def verify_material(m: Material) -> Verification:
     except Exception as exc:  # noqa: BLE001 - served bytes are untrusted: a verifier bug must not stop the replay
         log.exception("verifying escrow %s", e["escrow_id"])
         return Verification(level="none", nonces_checked=0, failed_check=None, failed_nonce=None,
-                            failure=_bounded(f"the verifier failed: {type(exc).__name__}: {exc}"), **row)
-    failed_check = failure = None
+                            failure=_bounded(f"{VERIFIER_FAILED}{type(exc).__name__}: {exc}"), crashed=True, **row)
+    level, failed_check, failure = report.level, None, None
     if report.failure is not None:
         outcome = next(step.outcome for step in report.steps if step.name == report.failed_step)
-        # not a failure while the key may be a warm key not captured yet: the level says how far it got
-        failed_check = None if outcome == NOT_CHECKED or _awaits_grants(report.failure, m) else report.failed_step
-        failure = _explain(report.failure, m)
+        # not a failure while the key may be a warm key whose grant is not captured (or not exactly): the level
+        # says how far it got
+        gap = _grant_gap(report, m)
+        failed_check = None if outcome == NOT_CHECKED or gap else report.failed_step
+        failure = report.failure if gap is None else f"{report.failure} ({gap})"
         if report.failed_step == "settled" and b.settlement is None:
             failure = "no settlement transaction captured" + ("" if e["settled"] else " (the escrow is not settled)")
+            if settle_problem is not None:  # the log passed: now the stored settlement's own problem counts
+                failed_check = "settled" if settle_problem.fails else None
+                failure = settle_problem.reason
+    if level == "settled" and b.settlement.tx_raw is None:  # its message is only as the REST rendering gave it
+        level, failure = "replayed", _no_raw_tx(m.settlement)
     if note is not None and b.settlement is not None and report.level == "settled":
         failure = note if failure is None else f"{failure}; {note}"
-    return Verification(level=report.level, nonces_checked=_nonces_checked(report, b.diffs),
+    return Verification(level=level, nonces_checked=_nonces_checked(report, b.diffs),
                         failed_check=failed_check, failed_nonce=report.failed_nonce if failed_check else None,
                         failure=None if failure is None else _bounded(failure), **row)
+
+
+def _bundle(m: Material) -> tuple[bd.Bundle, str | None, Unusable | None]:
+    """:func:`escrow_bundle`, and when only the stored settlement is unusable, the bundle without it and why: the
+    log is still checked, and the settlement's problem is reported once the signed and replayed checks pass."""
+    try:
+        return (*escrow_bundle(m), None)
+    except Unusable as exc:
+        if exc.check != "settled":
+            raise
+        b, note = escrow_bundle(dataclasses.replace(m, settlement=None))
+        return b, note, exc
+
+
+def _no_raw_tx(row: dict) -> str:
+    """Why a settlement with no raw transaction stops at replayed (with what the capture said of its source)."""
+    extra = row.get("extra") if isinstance(row.get("extra"), dict) else {}
+    source = extra.get("msg_source")
+    return NO_RAW_TX.format(tx=row.get("tx_hash") or "(hash not given)") + (f"; read from: {source}" if source else "")
 
 
 def _bounded(text: str) -> str:
@@ -275,7 +335,7 @@ def _bounded(text: str) -> str:
 
 
 _COLUMNS = ("escrow_id", "epoch_index", "level", "nonces_checked", "failed_check", "failed_nonce", "failure",
-            "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "evidence_digest")
+            "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "evidence_digest", "verifier")
 _CONTENT = _COLUMNS[1:]
 _UPSERT = f"""
 INSERT INTO replay.escrow_verification AS v ({', '.join(_COLUMNS)}, verified_at)
@@ -286,9 +346,8 @@ WHERE ({', '.join(f'v.{c}' for c in _CONTENT)}) IS DISTINCT FROM ({', '.join(f'e
 """
 
 
-# The verifier's own version is part of every digest: a change to what the checks accept (a protocol version's rules
-# ported, a fix) re-checks every escrow at its next replay.
-VERIFIER = f"verification 1; session rules {ported_names()}"
+# The verifier's identity (VERIFIER: a hash of the checks' source, indexer.replay.verifier) is part of every digest
+# and stored in every row: a change to what the checks accept re-checks every escrow (replay_dirty marks stale rows).
 # What the checks read, per escrow, hashed by the server (the diffs' content never travels for an unchanged escrow).
 # Each part is a row's text or 'null', so a part that is missing cannot pass for another.
 _DIGESTS = """
@@ -296,16 +355,19 @@ SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
   row(e.epoch_index, e.slots, e.vote_threshold_factor, e.protocol_version, e.settled, e.creator, e.amount,
       e.token_price, e.create_devshard_fee, e.fee_per_nonce, e.inference_seal_grace_nonces,
       e.inference_seal_grace_seconds, e.auto_seal_every_n_nonces, e.execution_timeout)::text,
-  coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host)::text, E'\\n' ORDER BY d.nonce)
+  coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host, d.post_state_root)::text, E'\\n'
+                              ORDER BY d.nonce)
             FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index), 'null'),
   coalesce((SELECT row(s.tx_hash, s.height, s.settler, s.state_root, s.rest_hash, s.nonce, s.fees,
-                       s.state_root_and_protocol_version, s.host_stats, s.signatures, s.msg, s.tx_raw)::text
+                       s.state_root_and_protocol_version, s.host_stats, s.signatures, s.msg, s.tx_raw,
+                       s.extra)::text
             FROM rec.settlement s WHERE s.escrow_id = e.escrow_id AND s.epoch_index = e.epoch_index), 'null'),
   coalesce((SELECT p.devshard_escrow_params::text FROM rec.epoch_params p WHERE p.epoch_index = e.epoch_index),
            'null'),
-  coalesce((SELECT string_agg(row(w.participant, w.grantee)::text, E'\\n' ORDER BY w.participant, w.grantee)
+  coalesce((SELECT string_agg(row(w.participant, w.grantee, w.read_exact)::text, E'\\n'
+                              ORDER BY w.participant, w.grantee)
             FROM rec.warm_key w WHERE w.epoch_index = e.epoch_index AND w.participant = ANY(e.slots)), 'null'))),
-  v.evidence_digest
+  v.evidence_digest, v.verifier
 FROM rec.escrow e LEFT JOIN replay.escrow_verification v ON v.escrow_id = e.escrow_id
 WHERE e.escrow_id = ANY(%(ids)s)
 """
@@ -314,12 +376,14 @@ WHERE e.escrow_id = ANY(%(ids)s)
 def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verification]:
     """Verify those of the escrows ``ids`` whose evidence (or the verifier) changed since their row was written, and
     write their rows (caller's transaction). Returns the rows computed; the others are left as they were."""
-    changed = {eid: digest for eid, digest, stored in conn.execute(_DIGESTS, {"ids": ids, "verifier": VERIFIER})
-               if digest != stored}
+    changed = {eid: digest for eid, digest, stored, by in conn.execute(_DIGESTS, {"ids": ids, "verifier": VERIFIER})
+               if digest != stored or by != VERIFIER}
     if not changed:
         return []
     results = [verify_material(m) for m in load_material(conn, sorted(changed)).values()]
     with conn.cursor() as cur:
         cur.executemany(_UPSERT, [{**{c: getattr(r, c, None) for c in _COLUMNS},
-                                   "evidence_digest": changed[r.escrow_id]} for r in results])
+                                   "evidence_digest": None if r.crashed else changed[r.escrow_id],
+                                   "verifier": VERIFIER}
+                                  for r in results])
     return results

@@ -50,10 +50,15 @@ def collect_page(url: str, epochs: tuple[int, int] | None = None) -> Page:
             p.rules_by_epoch.setdefault(epoch, {})[rule] = n
         p.epochs = sorted(set(p.hosts_by_epoch) | set(p.rules_by_epoch))
         if conn.execute("SELECT to_regclass('api.restitution_impact')").fetchone()[0] is not None:
+            # settled with a note (something the check could not make) does not count as verified to settled
             p.stake_by_epoch = {e: (total, settled) for e, total, settled in q(f"""
                 SELECT epoch_index, sum(restitution_amount) FILTER (WHERE restitution_candidate),
-                       sum(restitution_amount) FILTER (WHERE restitution_candidate AND evidence_level = 'settled')
-                FROM api.restitution_impact {_WHERE} GROUP BY 1""")}
+                       sum(restitution_amount) FILTER (WHERE restitution_candidate AND evidence_level = 'settled'
+                         AND NOT EXISTS (SELECT 1 FROM api.disputable_penalties d
+                                         JOIN api.escrow_verification v ON v.escrow_id = d.escrow_id
+                                         WHERE d.epoch_index = r.epoch_index AND d.participant = r.participant
+                                           AND v.failure IS NOT NULL))
+                FROM api.restitution_impact r {_WHERE} GROUP BY 1""")}
         p.total_penalties = q(f"SELECT count(*) FROM api.disputable_penalties {_WHERE}")[0][0]
         p.penalties = q(f"""SELECT d.epoch_index, d.participant, d.escrow_id, d.inference_id, d.penalty, d.rule,
                                    d.verdict, d.evidence, d.evidence_level, v.failed_check, v.failed_nonce, v.failure

@@ -35,7 +35,7 @@ _TERMINAL = {sr.VALIDATED, sr.INVALIDATED, TIMED_OUT}
 class Config:
     token_price: int
     vote_threshold: int
-    seal_grace_nonces: int
+    seal_grace_nonces: int | None  # None: 0 published, whose build default is not known here (sealing rules refuse)
     seal_grace_seconds: int
     auto_seal_every: int = 1  # 0 means the build's compiled default upstream, which is not known here: refused
     fee_per_nonce: int = 0
@@ -103,6 +103,9 @@ class Session(TxRules):
             raise ApplyError("an escrow with no slots cannot host inferences")
         if rules.seals and config.auto_seal_every <= 0:
             raise ApplyError("auto_seal_every must be a positive interval (0 selects a build default not known here)")
+        if rules.seals and config.seal_grace_nonces is None:
+            raise NotCheckable("the session's inference_seal_grace_nonces is 0, which selects its build's compiled "
+                               "default (max(group size × a multiplier, 20), not the same in every build)")
         if rules.clock_adds_execution_timeout and config.execution_timeout is None:
             raise NotCheckable(f"the {rules.line} rules seal a Finished record after seal_grace_seconds + "
                              f"execution_timeout: the session's execution_timeout must be stated")
@@ -140,7 +143,8 @@ class Session(TxRules):
                         raise ApplyError(f"tx kind {tx.get('kind')!r} is not in the {self.rules.line} rules")
                     getattr(self, "_" + tx["kind"])(tx, nonce)
                 except (KeyError, ApplyError) as exc:
-                    raise ApplyError(f"nonce {nonce} tx {index} ({tx.get('kind')}): {exc}") from None
+                    raise ApplyError(f"nonce {nonce} tx {index} ({tx.get('kind')}): {exc}",
+                                     getattr(exc, "unknown_signer", None)) from None
             self._close(nonce)
             return self.root()
         except Exception as exc:

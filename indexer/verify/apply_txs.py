@@ -16,7 +16,13 @@ REFUSED, EXECUTION = 1, 2  # TimeoutReason
 
 
 class ApplyError(ValueError):
-    """A diff the protocol refuses (the message names nonce, tx index and the broken rule)."""
+    """A diff the protocol refuses (the message names nonce, tx index and the broken rule). ``unknown_signer`` is
+    (the slot's address, the key its signature recovered to) when the refusal is a host signature by a key that is
+    neither the slot's nor a warm key the caller knows of: a grant not captured would change the answer."""
+
+    def __init__(self, message: str, unknown_signer: tuple[str, str] | None = None):
+        super().__init__(message)
+        self.unknown_signer = unknown_signer
 
 
 def _clone(obj):
@@ -84,7 +90,8 @@ class TxRules:
                 raise ApplyError(f"slot {slot}: signed by {signer}, its warm key is {bound}")
             return
         if self.warm_resolver is None or not self.warm_resolver(slot, signer):
-            raise ApplyError(f"slot {slot}: signed by {signer}, neither {cold} nor an authorised warm key")
+            raise ApplyError(f"slot {slot}: signed by {signer}, neither {cold} nor an authorised warm key",
+                             (cold, signer))
         self.state.warm_keys[slot] = signer
 
     def _weight(self, slot: int) -> int:

@@ -9,8 +9,9 @@ Layout (every byte string is standard base64 of the exact bytes served or broadc
      "creator": "gonka1...",                  the escrow creator: every diff's user signature must recover to it
      "amount": 1000000,                       the escrow amount (the session's opening balance)
      "group": [{"slot": 0, "address": "gonka1...", "warm_keys": ["gonka1..."]}, ...],
-     "config": {"token_price", "vote_threshold", "seal_grace_nonces", "seal_grace_seconds", "auto_seal_every",
-                "fee_per_nonce", "create_fee"},  the session parameters apply.Config needs (integers)
+     "config": {"token_price", "vote_threshold", "seal_grace_seconds", "auto_seal_every", "fee_per_nonce",
+                "create_fee"[, "execution_timeout"][, "seal_grace_nonces"]},  the session parameters apply.Config
+                                              needs (integers; an optional one absent when not known)
      "diffs": [{"nonce": 1, "content": b64 DiffContent, "user_sig": b64 65 bytes}, ...],
      "settlement": null | {"msg": b64 MsgSettleDevshardEscrow, "tx_hash": str|null, "height": int|null,
                            "tx_raw": b64 TxRaw|null, "max_nonce": int, "approved_versions": [str, ...]},
@@ -37,9 +38,11 @@ MAX_BUNDLE_BYTES = 256 << 20
 MAX_TEXT = 256  # ids, addresses, versions, rule and parameter names, sources
 MAX_SLOTS = 1024
 U64 = (1 << 64) - 1
-CONFIG_FIELDS = ("token_price", "vote_threshold", "seal_grace_nonces", "seal_grace_seconds", "auto_seal_every",
-                 "fee_per_nonce", "create_fee")
-CONFIG_OPTIONAL = ("execution_timeout",)  # seconds; the v5 rules need it (a Finished record's seal clock)
+CONFIG_FIELDS = ("token_price", "vote_threshold", "seal_grace_seconds", "auto_seal_every", "fee_per_nonce",
+                 "create_fee")
+# execution_timeout: seconds, the v5 rules need it (a Finished record's seal clock); seal_grace_nonces: absent when
+# the escrow published 0, whose build default is not known (a replay under sealing rules is then not checkable)
+CONFIG_OPTIONAL = ("execution_timeout", "seal_grace_nonces")
 COMPARISONS = ("<=", "<", ">=", ">", "==", "!=")
 
 
@@ -223,8 +226,9 @@ def parse_bundle(data: bytes, where: str = "bundle") -> Bundle:
         escrow_id=r.as_text(doc["escrow_id"], "escrow_id"),
         protocol_version=r.as_text(doc["protocol_version"], "protocol_version"),
         creator=r.as_text(doc["creator"], "creator"), amount=r.as_int(doc["amount"], "amount"), group=tuple(group),
-        config=apply.Config(**{k: r.as_int(config[k], "config." + k) for k in CONFIG_FIELDS},
-                            **{k: r.as_int(config[k], "config." + k) for k in CONFIG_OPTIONAL if k in config}),
+        config=apply.Config(**{"seal_grace_nonces": None,
+                               **{k: r.as_int(config[k], "config." + k) for k in CONFIG_FIELDS},
+                               **{k: r.as_int(config[k], "config." + k) for k in CONFIG_OPTIONAL if k in config}}),
         diffs=tuple(diffs),
         settlement=_settlement(r, doc.get("settlement")),
         penalties=tuple(_penalty(r, p, f"penalties[{i}]")

@@ -48,6 +48,9 @@ class Report:
     failed_step: str | None = None
     failed_nonce: int | None = None
     failure: str | None = None
+    # of the first failure: (slot address, recovered key) when it is a host signature by a key not known to be the
+    # slot's; a grant the bundle does not list would change the answer
+    unknown_signer: tuple[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -83,9 +86,10 @@ class _Recording(apply.Session):
 class _Failed(Exception):
     """A check's outcome other than pass: the nonce it stopped at (None when no nonce applies) and the reason."""
 
-    def __init__(self, nonce: int | None, reason: str, outcome: str = "fail"):
+    def __init__(self, nonce: int | None, reason: str, outcome: str = "fail",
+                 unknown_signer: tuple[str, str] | None = None):
         super().__init__(reason)
-        self.nonce, self.reason, self.outcome = nonce, reason, outcome
+        self.nonce, self.reason, self.outcome, self.unknown_signer = nonce, reason, outcome, unknown_signer
 
 
 def _claimed_nonce(d) -> int:
@@ -146,7 +150,8 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
         except versions.NotCheckable as exc:
             raise _Failed(content.nonce, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
         except (diff.DiffError, apply.ApplyError, pb.ProtoError, ValueError) as exc:
-            raise _Failed(content.nonce, f"refused by the session rules: {exc}") from None
+            raise _Failed(content.nonce, f"refused by the session rules: {exc}",
+                          unknown_signer=getattr(exc, "unknown_signer", None)) from None
         if root != content.post_state_root:
             raise _Failed(content.nonce, f"recomputed post_state_root {root.hex()}, the diff signs "
                                          f"{content.post_state_root.hex()}")
@@ -180,7 +185,8 @@ def check_settled(b: Bundle, session: _Recording) -> str:
     try:
         check = st.verify_settlement(msg, escrow, lambda granter, grantee: grantee in warm.get(granter, ()))
     except st.SettlementError as exc:
-        raise _Failed(final, f"the chain would refuse the settlement: {exc}") from None
+        raise _Failed(final, f"the chain would refuse the settlement: {exc}",
+                      unknown_signer=exc.unknown_signer) from None
     where = f"{_transaction(s)} at height {s.height if s.height is not None else '(not given)'}"
     return (f"root {check.root.hex()} at nonce {final}; {check.votes} slot signatures, quorum {check.quorum} of "
             f"{len(escrow.slots)}; {where}")
@@ -241,6 +247,8 @@ def verify_bundle(b: Bundle) -> Report:
             else:
                 report.add(name, PASS, check_settled(b, session))
         except _Failed as exc:
+            if report.failure is None:
+                report.unknown_signer = exc.unknown_signer
             report.add(name, exc.outcome, exc.reason, exc.nonce)
     for p in b.penalties:
         if session is None:

@@ -39,6 +39,28 @@ _CONFIG = (("token_price", "token_price"), ("inference_seal_grace_nonces", "seal
            ("fee_per_nonce", "fee_per_nonce"), ("create_devshard_fee", "create_fee"))
 
 
+# A config field the chain publishes as 0 means "the compiled default" (gonka-devshard.md §4.6): upstream builds the
+# session config from DefaultSessionConfig and overlays only non-zero escrow fields (gonka-ai/gonka
+# devshard/types/config.go @d4411ed0 SessionConfigFromEscrow, NormalizeSessionConfig). The defaults below are the
+# ones that file compiles in (TokenPrice 1, "0 is treated as 1"; DefaultInferenceSealGraceSeconds 3600 and
+# DefaultAutoSealEveryNNonces 150, both "must match inference-chain"). inference_seal_grace_nonces has no default
+# shown for every build (max(group size × a multiplier, 20); the multiplier and a live overlay differ between
+# versions of that file): 0 stays unknown (None), and a replay whose rules seal says it cannot be checked.
+# execution_timeout 0 is not stated: the epoch's governance value stands in, as the live overlay at bind does
+# (ApplyLiveSessionParams overlays it when > 0). The fees are replayed as published: a fee of 0 is what the
+# release fixture's sessions charge.
+COMPILED_DEFAULTS = {"token_price": 1, "inference_seal_grace_seconds": 3600, "auto_seal_every_n_nonces": 150}
+FIELDS_WITHOUT_DEFAULT = ("inference_seal_grace_nonces",)
+
+
+def _config_value(escrow: Mapping[str, Any], name: str) -> int | None:
+    """A config field as the session uses it: the published value, or for 0 the compiled default (None: not known)."""
+    value = int(escrow[name])
+    if value != 0 or name not in (*COMPILED_DEFAULTS, *FIELDS_WITHOUT_DEFAULT):
+        return value
+    return COMPILED_DEFAULTS.get(name)
+
+
 def _seconds(value: Any) -> int | None:
     """A duration as the chain's JSON writes it: an integer, a decimal string, or a Go duration in whole seconds
     ("1920s"); None when absent or of another form."""
@@ -63,10 +85,10 @@ def session_inputs(escrow: Mapping[str, Any], escrow_params: Mapping[str, Any] |
     from indexer.verify.apply import Config
 
     slots = tuple(escrow["slots"])
-    timeout = _seconds(escrow.get("execution_timeout"))
+    timeout = _seconds(escrow.get("execution_timeout")) or None  # 0: not stated for this escrow
     if timeout is None and escrow_params:
-        timeout = _seconds(escrow_params.get("execution_timeout"))
+        timeout = _seconds(escrow_params.get("execution_timeout")) or None
     config = Config(vote_threshold=vote_threshold(len(slots), escrow.get("vote_threshold_factor")),
-                    execution_timeout=timeout, **{field: int(escrow[name]) for name, field in _CONFIG})
+                    execution_timeout=timeout, **{field: _config_value(escrow, name) for name, field in _CONFIG})
     return SessionInputs(str(escrow["escrow_id"]), str(escrow["protocol_version"]), str(escrow["creator"]),
                          int(escrow["amount"]), slots, config)

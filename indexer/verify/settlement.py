@@ -35,7 +35,13 @@ U64 = (1 << 64) - 1
 
 
 class SettlementError(ValueError):
-    """A settlement the chain would refuse; the message is the chain's reason."""
+    """A settlement the chain would refuse; the message is the chain's reason. ``unknown_signer``: as
+    :class:`indexer.verify.apply_txs.ApplyError`'s (slot address, recovered key), for a slot signature by another
+    key."""
+
+    def __init__(self, message: str, unknown_signer: tuple[str, str] | None = None):
+        super().__init__(message)
+        self.unknown_signer = unknown_signer
 
 
 @dataclass
@@ -232,7 +238,8 @@ def verify_settlement(m: SettleMsg, escrow: Escrow,
             raise SettlementError(f"failed to recover address for slot {s.slot_id}: {exc}") from None
         expected = escrow.slots[s.slot_id]
         if recovered != expected and (is_warm_key is None or not is_warm_key(expected, recovered)):
-            raise SettlementError(f"signature for slot {s.slot_id} recovered {recovered}, expected {expected}")
+            raise SettlementError(f"signature for slot {s.slot_id} recovered {recovered}, expected {expected}",
+                                  (expected, recovered))
         signers[s.slot_id] = recovered
     quorum = 2 * len(escrow.slots) // 3 + 1
     if len(signers) < quorum:

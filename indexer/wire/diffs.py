@@ -135,8 +135,8 @@ def diff_contents_from_host_json(entries: Sequence[Any], version: str | None,
         served_root, user_sig, state_hash = _signed(entry, label, nonce)
         out.append((nonce, content, content.escrow_id or str(entry["diff"].get("escrow_id") or ""),
                     Signed(entry["diff"].get("txs") or "", raw, content.post_state_root or served_root, user_sig,
-                           state_hash, bool(content.escrow_id or content.post_state_root
-                                            or content.sealed_inference_ids))))
+                           state_hash, signs_whole(content.escrow_id, content.post_state_root,
+                                                   content.sealed_inference_ids))))
     return out
 
 
@@ -166,6 +166,14 @@ def signed_diff_record(escrow_id: str, nonce: int, content: str, user_sig: bytes
     return {"kind": "signed_diff", "escrow_id": escrow_id, "nonce": nonce, "content": content,
             "user_sig": user_sig.hex() or None, "post_state_root": post_state_root.hex() or None,
             "state_hash": state_hash.hex() or None, "source_host": source_host}
+
+
+def signs_whole(escrow_id: Any, post_state_root: Any, sealed_inference_ids: Any) -> bool:
+    """Whether served ``DiffContent`` is the message the user signed as it is: it carries a field past ``txs``
+    (escrow_id, post_state_root or sealed_inference_ids). ``DiffToJSON`` serves ``DiffContent{nonce, txs}`` only,
+    which the user signed with fields 3 and 4 appended (:func:`user_signed_bytes`). The poller and the verification
+    stage both decide with this one test."""
+    return bool(escrow_id or post_state_root or sealed_inference_ids)
 
 
 def user_signed_bytes(served: bytes, escrow_id: str, post_state_root: bytes) -> bytes:

@@ -1,13 +1,17 @@
 -- An escrow whose log failed a verification check (api.escrow_verification.failed_check): txs the user did not sign
 -- (signed), state roots the replay does not reproduce (replayed), or a final root the chain did not settle or a
 -- settlement without its hosts' quorum (settled). Findings on that escrow rest on a log not shown to be the real one.
--- One alert per escrow; it resolves when the escrow passes (failed_check NULL). The summary is one line with the
--- escrow id and the reason bounded (both can carry a peer's text; a long id keeps a digest so keys stay distinct);
--- each channel escapes it (indexer.alerts.messages).
+-- A row where the verifier itself raised (failure starting 'the verifier failed: ', no check named,
+-- indexer.replay.verification.VERIFIER_FAILED) is a warning: nothing was shown either way, and a verifier fix
+-- re-checks it. One alert per escrow; it resolves when the escrow passes (failed_check NULL). The summary is one
+-- line with the escrow id and the reason bounded (both can carry a peer's text; a long id keeps a digest so keys
+-- stay distinct); each channel escapes it (indexer.alerts.messages).
 SELECT 'escrow_verification_failed:' || t.escrow AS alert_key,
-       'critical' AS severity, NULL::text AS participant, v.epoch_index,
-       format('escrow %s (epoch %s) failed the %s check%s: %s', t.escrow, COALESCE(v.epoch_index::text, 'unknown'),
-              v.failed_check, COALESCE(' at nonce ' || v.failed_nonce, ''),
+       CASE WHEN v.failed_check IS NULL THEN 'warning' ELSE 'critical' END AS severity,
+       NULL::text AS participant, v.epoch_index,
+       format('escrow %s (epoch %s) %s%s: %s', t.escrow, COALESCE(v.epoch_index::text, 'unknown'),
+              COALESCE('failed the ' || v.failed_check || ' check', 'could not be verified'),
+              COALESCE(' at nonce ' || v.failed_nonce, ''),
               CASE WHEN length(t.reason) > 300 THEN left(t.reason, 299) || '…'
                    ELSE COALESCE(NULLIF(t.reason, ''), 'no reason recorded') END) AS summary,
        jsonb_build_object('escrow_id', left(v.escrow_id, 1000), 'check', v.failed_check, 'nonce', v.failed_nonce,
@@ -19,4 +23,4 @@ CROSS JOIN LATERAL (
               ELSE left(v.escrow_id, 60) || '…' || md5(v.escrow_id) END AS escrow,
          btrim(regexp_replace(v.failure, '[[:space:][:cntrl:]]+', ' ', 'g')) AS reason
 ) t
-WHERE v.failed_check IS NOT NULL
+WHERE v.failed_check IS NOT NULL OR starts_with(v.failure, 'the verifier failed: ')

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from indexer.replay.run import mark_all_dirty, replay_dirty
-from indexer.replay.verification import COLD_ONLY, NO_LOG
+from indexer.replay.verification import COLD_ONLY, INEXACT, NO_LOG
 from tests.support.helpers import ingest, write_lines
 from tests.support.verify_records import (EID, HEIGHT, SOURCE, TAMPERS, epoch_params_record, escrow_record, records,
                                           settlement_record, signed_diff_records, tampered, tx_records)
@@ -56,8 +56,8 @@ def test_each_fault_is_caught_at_its_check_and_nonce(db_url, conn, tmp_path, kin
         assert (row["level"], row["failed_check"]) == ("replayed", None) and row["failure"].endswith(f"({COLD_ONLY})")
         from tests.support.verify_kit import HOSTS
         from tests.support.verify_records import EPOCH
-        grant = {"kind": "warm_key", "epoch_index": EPOCH, "participant": HOSTS[0],
-                 "grantee": "gonka1qyqszqgpqyqszqgpqyqszqgpqyqszqgpzxxq27"}  # a grant, of another key
+        grant = {"kind": "warm_key", "epoch_index": EPOCH, "participant": HOSTS[0], "read_height": 900,
+                 "read_exact": True, "grantee": "gonka1qyqszqgpqyqszqgpqyqszqgpqyqszqgpzxxq27"}  # another key
         load(db_url, tmp_path, [grant], "grants.ndjson")
         row = verification(conn)
     order = ["signed", "replayed", "settled"]
@@ -126,7 +126,8 @@ def _without(kind):
      {"level": "replayed", "nonces_checked": 34, "failed_check": None,
       "failure": "no settlement transaction captured (the escrow is not settled)"}),
     ("settlement fields without its bytes", lambda: [*_without("settlement"), settlement_record(with_msg=False)],
-     {"level": "settled", "nonces_checked": 34, "failed_check": None, "failure": None}),
+     {"level": "replayed", "nonces_checked": 34, "failed_check": None,
+      "failure": "settled not shown: the settlement was not read as broadcast"}),
     ("no escrow params", lambda: _without("epoch_params"),
      {"level": "settled", "nonces_checked": 34, "failed_check": None,
       "failure": "the approved versions and max_nonce were not checked: no devshard_escrow_params with them "
@@ -167,8 +168,9 @@ def test_a_verifier_failure_is_recorded_and_the_replay_goes_on(db_url, conn, tmp
 
 def test_a_warm_key_signature_counts_once_its_grant_is_captured(db_url, conn, tmp_path):
     """Hosts sign with warm keys (mainnet epoch 272): slot 0's settlement signature made with a key its participant
-    granted fails until rec.warm_key holds the grant; loading the grant alone re-marks the epoch's escrows, and the
-    next replay settles the escrow."""
+    granted fails until rec.warm_key holds the grant; loading the grant alone re-marks the epoch's escrows. A grant
+    read from live values (read_exact false) leaves the signature not checked; read as of the epoch's end, the next
+    replay settles the escrow."""
     import coincurve
 
     from indexer.verify.signatures import address_of_pubkey
@@ -182,8 +184,11 @@ def test_a_warm_key_signature_counts_once_its_grant_is_captured(db_url, conn, tm
     load(db_url, tmp_path, recs)
     row = verification(conn)
     assert (row["level"], row["failed_check"]) == ("replayed", None) and row["failure"].endswith(f"({COLD_ONLY})")
-    grant = {"kind": "warm_key", "epoch_index": EPOCH, "participant": HOSTS[0], "grantee": warm}
-    load(db_url, tmp_path, [grant], "grants.ndjson")
+    grant = {"kind": "warm_key", "epoch_index": EPOCH, "participant": HOSTS[0], "grantee": warm, "read_exact": False}
+    load(db_url, tmp_path, [grant], "live.ndjson")
+    row = verification(conn)
+    assert (row["level"], row["failed_check"]) == ("replayed", None) and row["failure"].endswith(f"({INEXACT})")
+    load(db_url, tmp_path, [{**grant, "read_exact": True, "read_height": 900}], "grants.ndjson")
     assert conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0] == 0  # replayed by the ingest
     row = verification(conn)
     assert (row["level"], row["failed_check"], row["failure"]) == ("settled", None, None)

@@ -148,3 +148,24 @@ def test_evidence_note_per_level():
     assert evidence_note({"evidence_level": "replayed", "failed_check": "settled", "failed_nonce": None,
                           "failure": "2 of 3 host signatures"}).endswith(
         "; the settled check failed: 2 of 3 host signatures.")
+
+
+def test_a_settled_row_with_a_note_is_shown_as_weaker_than_settled(db_url, tmp_path, conn):
+    """A settled verification row that carries a note (something the checks could not make, e.g. the approved
+    versions not captured) is settled with a reservation in each sentence, and its amount is not counted as resting
+    on logs verified to settled."""
+    from indexer.reports.restitution.verdicts import evidence_note
+
+    _case(db_url, tmp_path, conn)
+    _verify(conn, "9001", "settled")
+    _verify(conn, "9002", "settled")
+    page = html.render_page(html.collect_page(db_url, (366, 366)))
+    assert '<p>of which on logs verified to settled' in page
+    note = "the approved versions and max_nonce were not checked: <b>no</b> params captured"
+    _verify(conn, "9002", "settled", None, None, note)
+    page = html.render_page(html.collect_page(db_url, (366, 366)))
+    assert '<p class="below">of which on logs verified to settled: <b>0.000000 GONKA</b>' in page
+    assert ("Evidence level settled, with a reservation: the approved versions and max_nonce were not checked: "
+            "&lt;b&gt;no&lt;/b&gt; params captured.") in page
+    assert evidence_note({"evidence_level": "settled", "failure": note}).startswith(
+        "Evidence level settled, with a reservation: the approved versions")

@@ -81,27 +81,49 @@ def test_capture_of_epoch_267():
 
 def test_an_ended_epoch_captures_each_participants_warm_keys_and_names_a_failed_read():
     """Hosts sign devshard messages with warm keys: the grants (grantees_by_message_type for MsgStartInference) are
-    read once the epoch ends, as warm_key records; a failed read is a warm_keys failure naming the participant, and
-    a participant with no grants (the node's 404) has none."""
+    read once the epoch ends, as of its end height, as warm_key records with that height; where the node pruned it,
+    today's grants stand in marked inexact (no height); a participant with no grants (the node's 404) has one record
+    with an empty grantee; a failed read is a warm_keys failure naming the participant, and no record."""
     other = "gonka12pcu9mcrpa4w4sjd9y3dsksnvu495ss6f9r4ra"
+    pruned = "gonka14tqh62mangwzrma2lgg2dm375rcjzn2ydy8ttm"
     warm = "gonka1uyqp5z3dveamfw4pmw7p7rfvwdvgzewnqrzhsu"
+    today = "gonka1qyqszqgpqyqszqgpqyqszqgpqyqszqgpzxxq27"
     base = _node([])
+    grant_reads = []
 
     def handler(req: httpx.Request) -> httpx.Response:
         path = req.url.path.removeprefix(PREFIX)
+        height = req.headers.get("x-cosmos-block-height")
+        if path.startswith("/grantees_by_message_type/"):
+            grant_reads.append((path.split("/")[2], height))
         if path == f"/grantees_by_message_type/{KNOWN}//inference.inference.MsgStartInference":
             return httpx.Response(200, json={"grantees": [
-                {"address": warm, "pub_key": {"@type": "/cosmos.crypto.secp256k1.PubKey", "key": "A0Jt"}},
+                {"address": warm if height == str(END_267) else today,
+                 "pub_key": {"@type": "/cosmos.crypto.secp256k1.PubKey", "key": "A0Jt"}},
                 {"pub_key": "no address: left out"}]})
         if path == f"/grantees_by_message_type/{other}//inference.inference.MsgStartInference":
             return httpx.Response(500, json={"code": 13, "message": "internal", "details": []})
+        if path == f"/grantees_by_message_type/{pruned}//inference.inference.MsgStartInference":
+            if height is not None:
+                return httpx.Response(500, json={"code": 2, "details": [], "message": (
+                    f"failed to load state at height {height}; version does not exist (latest height: {LIVE})")})
+            return httpx.Response(200, json={"grantees": [{"address": today}]})
         return base(req)
 
     fetcher = Fetcher("http://node", policy=RetryPolicy(attempts=1, sleep=lambda s: None),
                       client=httpx.Client(transport=httpx.MockTransport(handler)))
     cap = capture_epoch(ChainRest(fetcher), 267, ended=True)
-    assert [r for r in cap.records if r["kind"] == "warm_key"] == [
-        {"kind": "warm_key", "epoch_index": 267, "participant": KNOWN, "grantee": warm, "pub_key": "A0Jt"}]
+    keys = {r["participant"]: r for r in cap.records if r["kind"] == "warm_key" and r["grantee"]}
+    assert keys == {
+        KNOWN: {"kind": "warm_key", "epoch_index": 267, "participant": KNOWN, "grantee": warm, "pub_key": "A0Jt",
+                "read_height": END_267, "read_exact": True},
+        pruned: {"kind": "warm_key", "epoch_index": 267, "participant": pruned, "grantee": today, "pub_key": None,
+                 "read_height": None, "read_exact": False}}
+    assert (pruned, str(END_267)) in grant_reads and (pruned, None) in grant_reads
+    assert all(h == str(END_267) for p, h in grant_reads if p not in (pruned, other))
+    none = [r for r in cap.records if r["kind"] == "warm_key" and not r["grantee"]]
+    assert len(none) == 48 and {(r["read_height"], r["read_exact"]) for r in none} == {(END_267, True)}
+    assert {KNOWN, pruned, other}.isdisjoint(r["participant"] for r in none)
     failed = [f for f in cap.failures if f.what == "warm_keys"]
     assert [(f.participant, f.source) for f in failed] == [(other, f"snapshot:267:warm_keys:{other}")]
     assert f"snapshot:267:warm_keys:{KNOWN}" in cap.succeeded

@@ -384,3 +384,16 @@ def test_a_stamped_v5_start_stops_at_signed_saying_what_is_missing(good):
     assert outcomes(report)[:2] == [("signed", PASS), ("replayed", NOT_CHECKED)]
     assert report.failed_nonce == 1 and report.failure.startswith(
         "not checkable by this verifier: inference 1 carries a block-height stamp (started_at_height 4242")
+
+
+def test_a_config_without_a_known_seal_grace_round_trips_and_is_not_checkable(good):
+    """An escrow that published inference_seal_grace_nonces 0 (its build's default, not known here) exports a
+    bundle without the field; the bundle loads, and its replay under sealing rules is not checked, never failed."""
+    b = dataclasses.replace(good, config=dataclasses.replace(good.config, seal_grace_nonces=None))
+    document = b.to_json()
+    assert '"seal_grace_nonces"' not in document and '"seal_grace_nonces"' in good.to_json()
+    assert bd.parse_bundle(document.encode()) == b
+    report = verify_bundle(b)
+    replayed = next(s for s in report.steps if s.name == "replayed")
+    assert (report.level, replayed.outcome) == ("signed", NOT_CHECKED)
+    assert "inference_seal_grace_nonces is 0" in replayed.detail

@@ -35,3 +35,31 @@ def test_execution_timeout_from_the_record_else_the_epoch_params():
     own = session_inputs({**ESCROW, "execution_timeout": 60}, {"execution_timeout": "1920"})
     assert own.config.execution_timeout == 60
     assert session_inputs(ESCROW, {"execution_timeout": "soon"}).config.execution_timeout is None
+
+
+def test_a_zero_field_is_the_compiled_default_where_one_is_shown():
+    """0 published means the build's compiled default (gonka-devshard.md §4.6): the defaults upstream's
+    DefaultSessionConfig compiles in, never a literal 0."""
+    zero = {**ESCROW, "token_price": "0", "inference_seal_grace_seconds": 0, "auto_seal_every_n_nonces": 0}
+    c = session_inputs(zero).config
+    assert (c.token_price, c.seal_grace_seconds, c.auto_seal_every) == (1, 3600, 150)
+    # no default that holds for every build: unknown, not 0
+    assert session_inputs({**ESCROW, "inference_seal_grace_nonces": 0}).config.seal_grace_nonces is None
+
+
+def test_a_zero_execution_timeout_is_not_stated():
+    assert session_inputs({**ESCROW, "execution_timeout": 0}).config.execution_timeout is None
+    got = session_inputs({**ESCROW, "execution_timeout": 0}, {"execution_timeout": "1920"})
+    assert got.config.execution_timeout == 1920
+    assert session_inputs(ESCROW, {"execution_timeout": "0"}).config.execution_timeout is None
+
+
+def test_a_session_whose_seal_grace_is_unknown_is_not_checkable_under_sealing_rules():
+    import pytest
+
+    from indexer.verify.apply import Session
+    from indexer.verify.versions import NotCheckable
+
+    got = session_inputs({**ESCROW, "inference_seal_grace_nonces": 0})
+    with pytest.raises(NotCheckable, match="inference_seal_grace_nonces is 0"):
+        Session.new(got.escrow_id, got.config, got.slots, got.balance, got.version)

@@ -151,9 +151,12 @@ def level_label(level: str | None) -> str:
 
 
 def evidence_note(penalty: Mapping[str, Any]) -> str:
-    """What the escrow's evidence level leaves unshown, with the check that failed and why; empty at settled or
-    when the level was not read."""
+    """What the escrow's evidence level leaves unshown, with the check that failed and why; at settled, the note the
+    verification row carries (something it did not check: settled with a reservation); empty at a settled row with
+    no note or when the level was not read."""
     level = penalty.get("evidence_level")
+    if level == SETTLED and penalty.get("failure"):
+        return f"Evidence level settled, with a reservation: {one_line(penalty['failure'], REASON_LIMIT)}."
     if level is None or level == SETTLED:
         return ""
     why = _BELOW.get(level, "the level is not one the indexer knows")

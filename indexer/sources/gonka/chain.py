@@ -62,6 +62,11 @@ class ChainRest:
             raise
         return data, served_height(resp_headers) if height is None else height
 
+    def get_at(self, path: str, height: int | None) -> tuple[Any, int | None]:
+        """A read under the module prefix as of ``height`` (None: live) → (JSON, height served); raises
+        :class:`HeightPruned` when the node has pruned that height."""
+        return self._get_at(path, height)
+
     def current_epoch(self) -> dict:
         return self._get("/get_current_epoch")
 

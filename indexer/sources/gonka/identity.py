@@ -23,7 +23,7 @@ import base64
 from typing import Any
 from urllib.parse import quote
 
-from indexer.sources.gonka.chain import PREFIX, ChainRest
+from indexer.sources.gonka.chain import ChainRest, HeightPruned
 from indexer.sources.gonka.http import FetchError
 from indexer.sources.gonka.signing import ENV_ADDRESS, ENV_KEY_FILE, ENV_MEMBER, Operator, OperatorConfigError
 
@@ -51,16 +51,24 @@ def account_public_key(chain: ChainRest, address: str) -> str | None:
 
 
 def grantees(chain: ChainRest, granter: str) -> list[dict]:
-    """The warm keys of ``granter`` (``grantees_by_message_type``), as listed."""
-    path = f"{PREFIX}/grantees_by_message_type/{quote(granter, safe='')}/{quote(WARM_KEY_MSG_TYPE, safe='')}"
+    """The warm keys of ``granter`` (``grantees_by_message_type``), as listed now."""
+    return grantees_at(chain, granter, None)[0]
+
+
+def grantees_at(chain: ChainRest, granter: str, height: int | None) -> tuple[list[dict], int | None]:
+    """The warm keys of ``granter`` as of ``height`` (None: live), and the height served; raises
+    :class:`~indexer.sources.gonka.chain.HeightPruned` when the node no longer keeps that height."""
+    path = f"/grantees_by_message_type/{quote(granter, safe='')}/{quote(WARM_KEY_MSG_TYPE, safe='')}"
     try:
-        data = chain.http.get_json(path)
+        data, served = chain.get_at(path, height)
+    except HeightPruned:
+        raise
     except FetchError as exc:
         if exc.status == 404:
-            return []
+            return [], height
         raise
     listed = data.get("grantees") if isinstance(data, dict) else None
-    return [g for g in listed if isinstance(g, dict)] if isinstance(listed, list) else []
+    return ([g for g in listed if isinstance(g, dict)] if isinstance(listed, list) else []), served
 
 
 def check_operator_key(op: Operator, chain: ChainRest) -> str:

@@ -18,7 +18,9 @@
   every participant of the root group or of the exclusions: ``participant_epoch`` records; and each root-group
   participant's warm keys (``grantees_by_message_type/{participant}/…MsgStartInference``): ``warm_key`` records,
   the keys its host signed the epoch's devshard messages with (what verification accepts besides the address).
-  The chain answers with the grants of today, so they are read when the epoch ends, while they are the epoch's.
+  They are read as of the epoch's end height (``read_height``, ``read_exact = true``); once the node has pruned it,
+  today's grants stand in (``read_exact = false``, no height), which verification does not count as proof. A
+  participant read with no grants gets one record with an empty grantee (captured, none granted).
 
 Nothing here raises for a failed read: each becomes a :class:`SnapshotFailure` (epoch, model or participant, URL,
 error) so the caller can log it and show it in ``api.ingest_status``; what could be read is still returned.
@@ -137,26 +139,43 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
         except NormalizeError as exc:
             failed("model", exc, f"{root_url}?model_id=*")
         out.records.extend(_participants(chain, epoch, weights, raw, mapper, failed, ok))
-        out.records.extend(_warm_keys(chain, epoch, sorted(weights), mapper, failed, ok))
+        out.records.extend(_warm_keys(chain, epoch, sorted(weights), out.end_height, mapper, failed, ok))
     return out
 
 
-def _warm_keys(chain: ChainRest, epoch: int, participants: list[str], mapper: Mapper, failed, ok) -> list[dict]:
+def _grants(chain: ChainRest, addr: str, at: int | None) -> tuple[list[dict], int | None, bool]:
+    """(grants, read height, exact): as of ``at`` (the epoch's end) while the node keeps it, else the live grants
+    with no height (a live read's height changes every cycle, and the record must not)."""
+    if at is not None:
+        try:
+            return identity.grantees_at(chain, addr, at)[0], at, True
+        except HeightPruned:
+            pass
+    return identity.grantees_at(chain, addr, None)[0], None, False
+
+
+def _warm_keys(chain: ChainRest, epoch: int, participants: list[str], at: int | None, mapper: Mapper, failed,
+               ok) -> list[dict]:
+    """Each participant's grants as ``warm_key`` records; a participant read with none gets one record with an
+    empty grantee, so verification tells "captured, no grants" from "not captured" (a failed read: no record)."""
     def one(addr: str):
         try:
-            return addr, identity.grantees(chain, addr), None
+            return addr, _grants(chain, addr, at), None
         except READ_ERRORS as exc:
             return addr, None, exc
 
     out = []
-    for addr, listed, exc in mapper(one, participants):
+    for addr, read, exc in mapper(one, participants):
         if exc is not None:
             failed("warm_keys", exc, f"grantees_by_message_type/{addr}", participant=addr)
             continue
         ok("warm_keys", addr)
-        out.extend({"kind": "warm_key", "epoch_index": epoch, "participant": addr, "grantee": g["address"],
-                    "pub_key": identity.public_key_text(g.get("pub_key"))}
-                   for g in listed if isinstance(g.get("address"), str) and g["address"])
+        listed, height, exact = read
+        base = {"kind": "warm_key", "epoch_index": epoch, "participant": addr, "read_height": height,
+                "read_exact": exact}
+        grants = [{**base, "grantee": g["address"], "pub_key": identity.public_key_text(g.get("pub_key"))}
+                  for g in listed if isinstance(g.get("address"), str) and g["address"]]
+        out.extend(grants or [{**base, "grantee": ""}])
     return out
 
 
