@@ -62,8 +62,10 @@ def stage_ddl(kind: Kind) -> str:
 # Kinds whose stored row outranks some incoming ones: (SQL on the stored row t and the incoming row s) true when the
 # stored row stays. An epoch's parameters read as of the epoch (params_exact) are the epoch's own; live values read
 # later, once the node pruned that height, only stand in for them (indexer.sources.gonka.snapshots), so they never
-# replace an exact snapshot, whichever code path loads them.
-KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT TRUE"}
+# replace an exact snapshot, whichever code path loads them; the same holds for a participant's warm-key grants read
+# as of the epoch's end (read_exact) against a later live reading.
+KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT TRUE",
+               "warm_key": "t.read_exact IS TRUE AND s.read_exact IS NOT TRUE"}
 
 
 def _row(prefix: str, cols: list[str]) -> str:

@@ -103,3 +103,23 @@ def test_an_inexact_snapshot_is_replaced_by_an_exact_one(db_url, tmp_path):
         row = c.execute("SELECT params_exact, params_height, bitcoin_reward_params ->> 'initial_epoch_reward' "
                         "FROM rec.epoch_params WHERE epoch_index = 408").fetchone()
     assert row == (True, 5000, "exact")
+
+
+def _grant(exact: bool | None, height: int | None, pub_key: str) -> dict:
+    rec = {"kind": "warm_key", "epoch_index": 408, "participant": "gonka1host", "grantee": "gonka1warm",
+           "pub_key": pub_key}
+    if exact is not None:
+        rec.update(read_exact=exact, read_height=height)
+    return rec
+
+
+def test_a_grant_read_at_the_epochs_end_is_never_replaced_by_a_live_reading(db_url, tmp_path):
+    ingest(db_url, write_lines(tmp_path / "a.ndjson", [_grant(True, 5000, "QUJD")]))
+    ingest(db_url, write_lines(tmp_path / "b.ndjson", [_grant(False, None, "REVG")]))  # from an NDJSON file
+    ingest(db_url, write_lines(tmp_path / "c.ndjson", [_grant(None, None, "R0hJ")]))
+    with psycopg.connect(db_url) as c:
+        row = c.execute("SELECT read_exact, read_height, pub_key FROM rec.warm_key WHERE epoch_index = 408").fetchone()
+    assert row == (True, 5000, "QUJD")
+    ingest(db_url, write_lines(tmp_path / "d.ndjson", [_grant(True, 5001, "SktM")]))  # another exact reading wins
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT read_height, pub_key FROM rec.warm_key").fetchone() == (5001, "SktM")
