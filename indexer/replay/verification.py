@@ -65,7 +65,8 @@ class Unusable(ValueError):
 class Material:
     """One escrow's stored evidence, as read from the database."""
     escrow: dict
-    diffs: list[tuple] = field(default_factory=list)  # (nonce, content, user_sig, source_host, post_state_root)
+    # (nonce, content, user_sig, source_host, post_state_root, state_hash)
+    diffs: list[tuple] = field(default_factory=list)
     settlement: dict | None = None
     params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured
     warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys read as of the epoch's end
@@ -98,8 +99,8 @@ def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Materia
             out[row[0]] = Material(dict(zip(_ESCROW, row)))
         epochs = sorted({m.escrow["epoch_index"] for m in out.values() if m.escrow["epoch_index"] is not None})
         # the tables are partitioned by epoch (docs/partitioning.md): naming the epochs reads only those partitions
-        cur.execute("SELECT escrow_id, nonce, content, user_sig, source_host, post_state_root FROM rec.signed_diff "
-                    "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) ORDER BY escrow_id, nonce", (ids, epochs))
+        cur.execute("SELECT escrow_id, nonce, content, user_sig, source_host, post_state_root, state_hash "
+                    "FROM rec.signed_diff WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) ORDER BY escrow_id, nonce", (ids, epochs))
         for escrow_id, *row in cur:
             if escrow_id in out:
                 out[escrow_id].diffs.append(tuple(row))
@@ -137,14 +138,17 @@ def _warm_key_rows(cur: psycopg.Cursor, epochs: list[int]) -> tuple[dict, dict]:
 
 def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...]:
     """The stored diffs as the verifier reads them: the nonce each lists is the one inside its signed content (the
-    row's own nonce when the content cannot be read, which the replay check then reports)."""
+    row's own nonce when the content cannot be read, which the replay check then reports). Content served as
+    ``DiffContent{nonce, txs}`` is signed with the escrow id and the signed root appended; where the serving build
+    left that omitempty root out, the host's ``state_hash`` stands in, as the poller's check takes it
+    (:func:`indexer.poller.decode.check_signed`): the signature decides."""
     out = []
-    for nonce, content, user_sig, _, root in rows:
+    for nonce, content, user_sig, _, root, state_hash in rows:
         where = f"rec.signed_diff escrow {escrow_id} nonce {nonce}"
         try:
             data = base64.b64decode(content, validate=True)
-            if root and not _signs_whole(data):  # served as DiffContent{nonce, txs}: the user signed it whole
-                data = user_signed_bytes(data, escrow_id, bytes.fromhex(root))
+            if not _signs_whole(data):
+                data = user_signed_bytes(data, escrow_id, bytes.fromhex(root or state_hash or ""))
         except (binascii.Error, ValueError):
             raise Unusable("signed", nonce, f"{where}: content is not base64") from None
         if not user_sig:
@@ -355,7 +359,7 @@ SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
   row(e.epoch_index, e.slots, e.vote_threshold_factor, e.protocol_version, e.settled, e.creator, e.amount,
       e.token_price, e.create_devshard_fee, e.fee_per_nonce, e.inference_seal_grace_nonces,
       e.inference_seal_grace_seconds, e.auto_seal_every_n_nonces, e.execution_timeout)::text,
-  coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host, d.post_state_root)::text, E'\\n'
+  coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host, d.post_state_root, d.state_hash)::text, E'\\n'
                               ORDER BY d.nonce)
             FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index), 'null'),
   coalesce((SELECT row(s.tx_hash, s.height, s.settler, s.state_root, s.rest_hash, s.nonce, s.fees,

@@ -192,3 +192,27 @@ def test_a_warm_key_signature_counts_once_its_grant_is_captured(db_url, conn, tm
     assert conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0] == 0  # replayed by the ingest
     row = verification(conn)
     assert (row["level"], row["failed_check"], row["failure"]) == ("settled", None, None)
+
+
+def _served_without_root(rec: dict, state_hash: str | None = None) -> dict:
+    """A fixture diff as builds whose DiffToJSON serves ``DiffContent{nonce, txs}`` and leave the omitempty signed
+    root out: the content without fields 3 and 4, no post_state_root, the host's state_hash beside it."""
+    import base64
+
+    from indexer.verify import proto as pb
+    whole = base64.b64decode(rec["content"])
+    tail = pb.f_str(3, EID) + pb.f_bytes(4, bytes.fromhex(rec["post_state_root"]))
+    assert whole.endswith(tail)
+    served = base64.b64encode(whole[:-len(tail)]).decode()
+    return {**rec, "content": served, "post_state_root": None, "state_hash": state_hash or rec["state_hash"]}
+
+
+def test_a_log_stored_without_its_signed_roots_is_checked_over_the_hosts_state_hash(db_url, conn, tmp_path):
+    bare = [_served_without_root(r) for r in signed_diff_records()]
+    load(db_url, tmp_path, [*_without("signed_diff"), *bare])
+    assert (verification(conn)["level"], verification(conn)["failed_check"]) == ("settled", None)
+    # a state_hash that is not the root the user signed fails the signature at its nonce, never passes unchecked
+    bare[6] = _served_without_root(signed_diff_records()[6], state_hash="ab" * 32)
+    load(db_url, tmp_path, bare[6:7], "lie.ndjson")
+    row = verification(conn)
+    assert (row["failed_check"], row["failed_nonce"], row["level"]) == ("signed", 7, "none"), row["failure"]
