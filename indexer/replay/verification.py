@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from indexer.verify import bundle as bd, diff, proto as pb, settlement as st
+from indexer.replay import verify_memo as vm
+from indexer.verify import bundle as bd, diff, proto as pb, settlement as st, signatures as sig
 from indexer.verify.versions import ported_names
 from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
@@ -60,6 +61,7 @@ class Material:
     settlement: dict | None = None
     params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured
     warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys (grantees) in the escrow's epoch
+    memo: vm.Memo | None = None  # the recoveries kept by the escrow's last verification (read with ``memo=True``)
 
 
 @dataclass(frozen=True)
@@ -75,10 +77,18 @@ class Verification:
     protocol_version: str | None
     settlement_tx_hash: str | None
     settlement_height: int | None
+    # the recoveries kept for the next verification (indexer.replay.verify_memo): internal, not in the api view
+    prefix_nonces: int = 0
+    prefix_chain: bytes | None = None
+    prefix_signers: list[str] | None = None
+    prefix_recoveries: bytes | None = None
+    recovered: int = field(default=0, compare=False)  # secp256k1 recoveries this verification made
+    reused: int = field(default=0, compare=False)  # signatures answered from the kept recoveries
 
 
-def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Material]:
-    """The stored evidence of the escrows ``ids`` (those in rec.escrow), one query per table."""
+def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False) -> dict[str, Material]:
+    """The stored evidence of the escrows ``ids`` (those in rec.escrow), one query per table; with ``memo``, also
+    the recoveries their last verification kept."""
     out: dict[str, Material] = {}
     with conn.cursor() as cur:
         cur.execute(f"SELECT {', '.join(_ESCROW)} FROM rec.escrow WHERE escrow_id = ANY(%s) ORDER BY escrow_id",
@@ -105,6 +115,12 @@ def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Materia
         grants: dict = {}
         for epoch, participant, grantee in cur:
             grants.setdefault(epoch, {}).setdefault(participant, []).append(grantee)
+        if memo:
+            cur.execute("SELECT escrow_id, prefix_nonces, prefix_chain, prefix_signers, prefix_recoveries "
+                        "FROM replay.escrow_verification WHERE escrow_id = ANY(%s) AND prefix_nonces > 0", (ids,))
+            for escrow_id, *stored in cur:
+                if escrow_id in out:
+                    out[escrow_id].memo = vm.unpack(*stored)
     for m in out.values():
         m.params = params.get(m.escrow["epoch_index"])
         m.warm_keys = grants.get(m.escrow["epoch_index"], {})
@@ -248,8 +264,10 @@ def verify_material(m: Material) -> Verification:
         check = None if exc.check == "none" else exc.check
         return Verification(level="none", nonces_checked=0, failed_check=check, failed_nonce=exc.nonce,
                             failure=exc.reason, **row)
+    links = vm.chain_links((VERIFIER, e["escrow_id"], e["creator"], e["protocol_version"]), m.diffs)
+    recoveries = vm.reusable(m.memo, links)
     try:
-        report = verify_bundle(b)
+        report = verify_bundle(b, recoveries)
     except Exception as exc:  # noqa: BLE001 - served bytes are untrusted: a verifier bug must not stop the replay
         log.exception("verifying escrow %s", e["escrow_id"])
         return Verification(level="none", nonces_checked=0, failed_check=None, failed_nonce=None,
@@ -264,9 +282,22 @@ def verify_material(m: Material) -> Verification:
             failure = "no settlement transaction captured" + ("" if e["settled"] else " (the escrow is not settled)")
     if note is not None and b.settlement is not None and report.level == "settled":
         failure = note if failure is None else f"{failure}; {note}"
-    return Verification(level=report.level, nonces_checked=_nonces_checked(report, b.diffs),
+    checked = _nonces_checked(report, b.diffs)
+    return Verification(level=report.level, nonces_checked=checked,
                         failed_check=failed_check, failed_nonce=report.failed_nonce if failed_check else None,
-                        failure=None if failure is None else _bounded(failure), **row)
+                        failure=None if failure is None else _bounded(failure), **row,
+                        **_kept(recoveries, links, min(checked, len(links))))
+
+
+def _kept(recoveries: sig.Recoveries, links: list[bytes], prefix: int) -> dict:
+    """The memo columns: the chain over the first ``prefix`` stored diffs (those that passed every check made on
+    them) and the recoveries this verification asked for; none when nothing passed."""
+    counts = {"recovered": recoveries.recovered, "reused": recoveries.reused}
+    packed = vm.pack(recoveries.kept()) if prefix else None
+    if packed is None:
+        return counts
+    return {"prefix_nonces": prefix, "prefix_chain": links[prefix - 1], "prefix_signers": packed[0],
+            "prefix_recoveries": packed[1], **counts}
 
 
 def _bounded(text: str) -> str:
@@ -275,7 +306,8 @@ def _bounded(text: str) -> str:
 
 
 _COLUMNS = ("escrow_id", "epoch_index", "level", "nonces_checked", "failed_check", "failed_nonce", "failure",
-            "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "evidence_digest")
+            "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "prefix_nonces",
+            "prefix_chain", "prefix_signers", "prefix_recoveries", "evidence_digest")
 _CONTENT = _COLUMNS[1:]
 _UPSERT = f"""
 INSERT INTO replay.escrow_verification AS v ({', '.join(_COLUMNS)}, verified_at)
@@ -318,7 +350,7 @@ def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verificatio
                if digest != stored}
     if not changed:
         return []
-    results = [verify_material(m) for m in load_material(conn, sorted(changed)).values()]
+    results = [verify_material(m) for m in load_material(conn, sorted(changed), memo=True).values()]
     with conn.cursor() as cur:
         cur.executemany(_UPSERT, [{**{c: getattr(r, c, None) for c in _COLUMNS},
                                    "evidence_digest": changed[r.escrow_id]} for r in results])

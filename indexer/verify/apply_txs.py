@@ -42,8 +42,9 @@ def cadence_swallow(forced_start: int, forced_end: int, anchor_k: int, slots: in
 
 
 class TxRules:
-    """Mixin: expects ``state``, ``slots``, ``config``, ``rules``, ``escrow_id``, ``sealed_nonces``, ``warm_resolver``
-    and ``_journal`` (None, or the open diff's :class:`indexer.verify.apply.Journal`)."""
+    """Mixin: expects ``state``, ``slots``, ``config``, ``rules``, ``escrow_id``, ``sealed_nonces``, ``warm_resolver``,
+    ``recover`` (the signature recovery, :func:`indexer.verify.signatures.recover_address` or a memo of it) and
+    ``_journal`` (None, or the open diff's :class:`indexer.verify.apply.Journal`)."""
 
     # ---- helpers
     def _record(self, inference_id: int) -> Record:
@@ -120,7 +121,7 @@ class TxRules:
             seen.add(address)
             if isinstance(signer, bytes):
                 try:
-                    signer = sig.recover_address(content(accepts), signer)
+                    signer = self.recover(content(accepts), signer)
                 except sig.SignatureError as exc:
                     raise ApplyError(f"vote from slot {slot}: {exc}") from None
             self._may_sign(slot, signer)
@@ -164,7 +165,7 @@ class TxRules:
                 escrow_id=self.escrow_id, confirmed_at=tx["confirmed_at"], observed_height=height,
                 observed_block_hash=block, height_fields=self.rules.receipt_height_fields)
             try:
-                signer = sig.recover_address(receipt, tx["executor_sig"])
+                signer = self.recover(receipt, tx["executor_sig"])
             except sig.SignatureError as exc:
                 raise ApplyError(f"executor receipt: {exc}") from None
         self._may_sign(rec.executor_slot, signer)

@@ -20,7 +20,7 @@ import copy
 import operator
 from dataclasses import asdict, dataclass, field
 
-from indexer.verify import apply, diff, proto as pb, settlement as st, state_root as sr, versions
+from indexer.verify import apply, diff, proto as pb, settlement as st, signatures as sig, state_root as sr, versions
 from indexer.verify.bundle import Bundle, Penalty
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not-checked"
@@ -95,13 +95,13 @@ def _claimed_nonce(d) -> int:
         return d.nonce
 
 
-def check_signed(b: Bundle) -> str:
+def check_signed(b: Bundle, recover: diff.Recover = sig.recover_address) -> str:
     """Every diff's user signature recovers to the creator. The same for every protocol version: ``DiffContent`` has
     no domain tag (gonka-ai/gonka ``devshard/types/signed_preimage.go`` @0d660980 tags only validation, vote and
     timeout/error-miss vote preimages), so the user signs the served bytes as they are."""
     for d in b.diffs:
         try:
-            diff.user_signer(d.content, d.user_sig, b.creator)
+            diff.user_signer(d.content, d.user_sig, b.creator, recover)
         except diff.DiffError as exc:
             raise _Failed(_claimed_nonce(d), str(exc)) from None
     return f"{len(b.diffs)} diffs signed by the creator {b.creator}"
@@ -116,7 +116,7 @@ def _order_problem(b: Bundle, position: int, found: int, expected: int) -> _Fail
     return _Failed(expected, f"nonce {expected} is missing: the next diff served is nonce {found}")
 
 
-def check_replayed(b: Bundle) -> tuple[str, _Recording]:
+def check_replayed(b: Bundle, recover: diff.Recover = sig.recover_address) -> tuple[str, _Recording]:
     warm = {h.slot: set(h.warm_keys) for h in b.group}
     try:
         session = _Recording.new(b.escrow_id, b.config, tuple(h.address for h in b.group), b.amount,
@@ -128,6 +128,7 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
         raise _Failed(None, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
     except apply.ApplyError as exc:
         raise _Failed(None, f"the session cannot open: {exc}") from None
+    session.recover = recover
     for position, d in enumerate(b.diffs):
         expected = session.latest_nonce + 1
         try:
@@ -141,7 +142,7 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
             raise _order_problem(b, position, content.nonce, expected)
         try:
             # the replay ends at the first refusal, so no diff needs undoing: the cheap path
-            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id, b.protocol_version),
+            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id, b.protocol_version, recover),
                                  rollback=False)
         except versions.NotCheckable as exc:
             raise _Failed(content.nonce, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
@@ -224,9 +225,12 @@ def check_penalty(p: Penalty, session: _Recording) -> str:
             f"{'; limit as stated: ' + origin if origin else ''}")
 
 
-def verify_bundle(b: Bundle) -> Report:
-    """Run every check on ``b``; the report lists each step with its outcome and the first failure."""
+def verify_bundle(b: Bundle, recoveries: sig.Recoveries | None = None) -> Report:
+    """Run every check on ``b``; the report lists each step with its outcome and the first failure. The diffs'
+    signatures (the user's and those inside txs) are recovered through ``recoveries`` when given: a memo the caller
+    trusts for the pairs it holds, and which keeps every recovery made (the report is the same either way)."""
     report = Report(b.escrow_id)
+    recover = sig.recover_address if recoveries is None else recoveries.address
     session = None
     for name in ("signed", "replayed", "settled"):
         if report.failure is not None:
@@ -234,9 +238,9 @@ def verify_bundle(b: Bundle) -> Report:
             continue
         try:
             if name == "signed":
-                report.add(name, PASS, check_signed(b))
+                report.add(name, PASS, check_signed(b, recover))
             elif name == "replayed":
-                detail, session = check_replayed(b)
+                detail, session = check_replayed(b, recover)
                 report.add(name, PASS, detail)
             else:
                 report.add(name, PASS, check_settled(b, session))

@@ -137,6 +137,41 @@ def recover_address(message: bytes, signature: bytes, hrp: str = HRP) -> str:
     return _address(recover_pubkey(message, signature), hrp)  # compressed already: no second parse
 
 
+class Recoveries:
+    """Addresses recovered before, each under a tag of the exact (message, signature) pair it came from, and the
+    recoveries made through this memo. A signer's address is a pure function of those bytes, so an entry stays true
+    whatever evidence it was met in; the caller decides which entries it trusts (the replay's verification keeps
+    them in its own database beside a digest of the evidence they were made for). Failures are never kept."""
+
+    def __init__(self, known: dict[bytes, str] | None = None):
+        self.known: dict[bytes, str] = dict(known or {})
+        self.recovered = 0  # secp256k1 recoveries made
+        self.reused = 0  # answers taken from ``known``
+        self.used: set[bytes] = set()  # the tags asked for
+
+    @staticmethod
+    def tag(message: bytes, signature: bytes) -> bytes:
+        """16 bytes of sha256(len(message) u32be ‖ message ‖ signature): the entry's key."""
+        return hashlib.sha256(len(message).to_bytes(4, "big") + message + signature).digest()[:16]
+
+    def address(self, message: bytes, signature: bytes) -> str:
+        """:func:`recover_address`, answered from the memo when this exact pair was recovered before."""
+        tag = self.tag(message, signature)
+        self.used.add(tag)
+        found = self.known.get(tag)
+        if found is not None:
+            self.reused += 1
+            return found
+        address = recover_address(message, signature)
+        self.recovered += 1
+        self.known[tag] = address
+        return address
+
+    def kept(self) -> dict[bytes, str]:
+        """The entries the checks asked for (recovered now or before): what the evidence just verified needs."""
+        return {tag: self.known[tag] for tag in self.used if tag in self.known}
+
+
 # ---- the signed bytes of each host- and user-signed message (field numbers from devshard/proto/devshard/v1/tx.proto
 # ---- @1074652b, state.proto and types at the commits named per function)
 
