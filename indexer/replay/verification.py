@@ -135,27 +135,30 @@ def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...
         where = f"rec.signed_diff escrow {escrow_id} nonce {nonce}"
         try:
             data = base64.b64decode(content, validate=True)
-            if root and not _has_root(data):  # served as DiffContent{nonce, txs}: the user signed it whole
+            fields = _fields(data)
+            # served as DiffContent{nonce, txs} (no field 4): the user signed it with escrow id and root appended
+            if root and fields is not None and not any(number == 4 for number, _, _ in fields):
                 data = user_signed_bytes(data, escrow_id, bytes.fromhex(root))
         except (binascii.Error, ValueError):
             raise Unusable("signed", nonce, f"{where}: content is not base64") from None
         if not user_sig:
             raise Unusable("signed", nonce, f"{where}: no user signature captured")
-        try:
-            nonce = diff.read_diff_content(data).nonce
-        except (diff.DiffError, pb.ProtoError):
-            pass
+        if fields is not None:
+            try:  # the appended fields 3 and 4 change neither the nonce nor whether the content reads
+                nonce = diff.content_of(fields).nonce
+            except diff.DiffError:
+                pass
         out.append(bd.SignedDiff(nonce, data, bytes.fromhex(user_sig)))
     return tuple(out)
 
 
-def _has_root(content: bytes) -> bool:
-    """Whether served content carries field 4 (post_state_root) itself; unreadable content counts as not (the
-    signature check then reports it)."""
+def _fields(data: bytes) -> list | None:
+    """The content's fields, parsed once for both questions asked of it; None when unreadable (the diff is then
+    listed under the row's nonce and the checks report it)."""
     try:
-        return any(number == 4 for number, _, _ in pb.fields(content))
+        return pb.fields(data)
     except pb.ProtoError:
-        return True
+        return None
 
 
 def _bytes(row: dict, name: str) -> bytes:

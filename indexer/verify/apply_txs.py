@@ -19,7 +19,7 @@ class ApplyError(ValueError):
     """A diff the protocol refuses (the message names nonce, tx index and the broken rule)."""
 
 
-def _clone(obj):
+def clone(obj):
     """A shallow copy of a Record or HostStats (every field is an int, bytes or str)."""
     out = obj.__class__.__new__(obj.__class__)
     out.__dict__.update(obj.__dict__)
@@ -57,7 +57,7 @@ class TxRules:
         journal = self._journal
         if journal is not None and inference_id not in journal.records:
             journal.records.add(inference_id)
-            rec = self.state.live[inference_id] = _clone(rec)
+            rec = self.state.live[inference_id] = clone(rec)
         return rec
 
     def _stats(self, slot: int) -> HostStats:
@@ -66,7 +66,7 @@ class TxRules:
         journal = self._journal
         if journal is not None and slot not in journal.stats:
             journal.stats.add(slot)
-            stats = self.state.host_stats[slot] = _clone(stats)
+            stats = self.state.host_stats[slot] = clone(stats)
         return stats
 
     def _slot(self, slot: int) -> str:

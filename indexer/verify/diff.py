@@ -96,9 +96,14 @@ _PLAIN = {"start": _START, "confirm_start": _CONFIRM, "force_height_sync_turn": 
 
 def read_diff_content(data: bytes, version: str | None = None) -> DiffContent:
     """The served ``DiffContent``; with ``version``, a field 5 that version's proto lacks is refused."""
+    return content_of(pb.fields(data), version)
+
+
+def content_of(fields: list[tuple[int, int, int | bytes]], version: str | None = None) -> DiffContent:
+    """:func:`read_diff_content` of the message whose fields (:func:`indexer.verify.proto.fields`) are ``fields``."""
     sealed_ids = rules_for(version).diff_sealed_ids if version is not None else True
     out = DiffContent()
-    for number, wire, value in pb.fields(data):
+    for number, wire, value in fields:
         if number == 1 and wire == pb.VARINT:
             out.nonce = value
         elif number == 2 and wire == pb.LEN:

@@ -16,11 +16,11 @@ are not ported stops at ``signed`` (replay ``not-checked``, the reason stated), 
 """
 from __future__ import annotations
 
-import copy
 import operator
 from dataclasses import asdict, dataclass, field
 
-from indexer.verify import apply, diff, proto as pb, settlement as st, signatures as sig, state_root as sr, versions
+from indexer.verify import (apply, apply_txs, diff, proto as pb, settlement as st, signatures as sig, state_root as sr,
+                            versions)
 from indexer.verify.bundle import Bundle, Penalty
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not-checked"
@@ -72,7 +72,7 @@ class _Recording(apply.Session):
     sealed_records: dict[int, sr.Record] = field(default_factory=dict)
 
     def _seal(self, inference_id: int, nonce: int) -> None:
-        self.sealed_records[inference_id] = copy.deepcopy(self.state.live[inference_id])
+        self.sealed_records[inference_id] = apply_txs.clone(self.state.live[inference_id])  # its fields are immutable
         super()._seal(inference_id, nonce)
 
     def record(self, inference_id: int) -> sr.Record | None:

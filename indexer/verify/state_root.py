@@ -105,6 +105,7 @@ class State:
     record_height_fields: tuple[int, int] | None = None  # proto numbers of the v5 record heights, when established
     # id -> (the record's field values, its framed entry bytes): each live record is encoded again only once changed
     entry_cache: dict = field(default_factory=dict, compare=False, repr=False)
+    stats_cache: tuple | None = field(default=None, compare=False, repr=False)  # (host stats values, their hash)
 
 
 def record_entry(inference_id: int, r: Record, height_fields: tuple[int, int] | None = None) -> bytes:
@@ -113,24 +114,32 @@ def record_entry(inference_id: int, r: Record, height_fields: tuple[int, int] | 
     zero (proto3 omits them, whatever their numbers); a non-zero one needs ``height_fields`` (started, confirmed)."""
     if not 0 <= r.validated_by < 1 << 128:
         raise ValueError(f"inference {inference_id}: validated_by bitmap wider than 128 bits")
-    fields = [
-        (1, pb.f_uint(1, inference_id)), (2, pb.f_uint(2, r.status)), (3, pb.f_uint(3, r.executor_slot)),
-        (4, pb.f_str(4, r.model)), (5, pb.f_bytes(5, r.prompt_hash)), (6, pb.f_bytes(6, r.response_hash)),
-        (7, pb.f_uint(7, r.input_length)), (8, pb.f_uint(8, r.max_tokens)), (9, pb.f_uint(9, r.input_tokens)),
-        (10, pb.f_uint(10, r.output_tokens)), (11, pb.f_uint(11, r.reserved_cost)), (12, pb.f_uint(12, r.actual_cost)),
-        (13, pb.f_uint(13, r.started_at)), (14, pb.f_uint(14, r.confirmed_at)), (15, pb.f_uint(15, r.votes_valid)),
-        (16, pb.f_uint(16, r.votes_invalid)), (17, pb.f_bytes(17, r.validated_by.to_bytes(16, "little")))]
-    if r.started_at_height or r.confirmed_at_height:
-        if height_fields is None:
-            raise UnsupportedVersion(
-                f"inference {inference_id} carries a block-height stamp (started_at_height {r.started_at_height}, "
-                f"confirmed_at_height {r.confirmed_at_height}): the InferenceRecordProto numbers of those fields are in "
-                f"no stored upstream state.proto (hash.go @c6c474aa marshals them), so its root is not computed")
-        started, confirmed = height_fields
-        fields += [(started, pb.f_uint(started, r.started_at_height)),
-                   (confirmed, pb.f_uint(confirmed, r.confirmed_at_height))]
-        fields.sort(key=lambda f: f[0])
-    return b"".join(part for _, part in fields)
+    u, b = pb.f_uint, pb.f_bytes
+    fields = (u(1, inference_id), u(2, r.status), u(3, r.executor_slot), pb.f_str(4, r.model), b(5, r.prompt_hash),
+              b(6, r.response_hash), u(7, r.input_length), u(8, r.max_tokens), u(9, r.input_tokens),
+              u(10, r.output_tokens), u(11, r.reserved_cost), u(12, r.actual_cost), u(13, r.started_at),
+              u(14, r.confirmed_at), u(15, r.votes_valid), u(16, r.votes_invalid),
+              b(17, r.validated_by.to_bytes(16, "little")))  # field i + 1 at index i
+    if not (r.started_at_height or r.confirmed_at_height):
+        return b"".join(fields)
+    if height_fields is None:
+        raise UnsupportedVersion(
+            f"inference {inference_id} carries a block-height stamp (started_at_height {r.started_at_height}, "
+            f"confirmed_at_height {r.confirmed_at_height}): the InferenceRecordProto numbers of those fields are in "
+            f"no stored upstream state.proto (hash.go @c6c474aa marshals them), so its root is not computed")
+    started, confirmed = height_fields
+    numbered = [*enumerate(fields, start=1), (started, u(started, r.started_at_height)),
+                (confirmed, u(confirmed, r.confirmed_at_height))]
+    numbered.sort(key=lambda f: f[0])
+    return b"".join(part for _, part in numbered)
+
+
+def _stats_hash(s: State) -> bytes:
+    """:func:`host_stats_hash` of ``s``, made again only when a value changed (most diffs change no host stats)."""
+    key = tuple((slot, *st.__dict__.values()) for slot, st in sorted(s.host_stats.items()))
+    if s.stats_cache is None or s.stats_cache[0] != key:
+        s.stats_cache = (key, host_stats_hash(s.host_stats))
+    return s.stats_cache[1]
 
 
 def host_stats_hash(stats: dict[int, HostStats]) -> bytes:
@@ -202,4 +211,4 @@ def root_from_rest(host_hash: bytes, rest: bytes, fees: int, phase: int, version
 
 
 def state_root(s: State) -> bytes:
-    return root_from_rest(host_stats_hash(s.host_stats), rest_hash(s), s.fees, s.phase, s.version)
+    return root_from_rest(_stats_hash(s), rest_hash(s), s.fees, s.phase, s.version)
