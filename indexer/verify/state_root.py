@@ -45,6 +45,14 @@ def _u64(value: int, what: str) -> bytes:
     return struct.pack(">Q", value)
 
 
+def _counted_setattr(self, name: str, value) -> None:
+    """Every write counts in ``_writes`` (not a field): a root cache keeps an object's encoding under the object and
+    this count, so an unchanged one is not encoded again and one changed in place, by anyone, always is."""
+    d = self.__dict__
+    d[name] = value
+    d["_writes"] = d.get("_writes", 0) + 1
+
+
 @dataclass
 class HostStats:
     missed: int = 0
@@ -52,6 +60,8 @@ class HostStats:
     cost: int = 0
     required_validations: int = 0
     completed_validations: int = 0
+
+    __setattr__ = _counted_setattr
 
 
 @dataclass
@@ -75,6 +85,8 @@ class Record:
     validated_by: int = 0  # 128-bit slot bitmap, bit i = slot i
     started_at_height: int = 0  # v5: the start's block-height stamp (0 = none)
     confirmed_at_height: int = 0  # v5: the confirm's block-height stamp (0 = none)
+
+    __setattr__ = _counted_setattr  # (:func:`live_hash` keeps each entry under the record and its write count)
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,8 @@ class State:
     record_height_fields: tuple[int, int] | None = None  # proto numbers of the v5 record heights, when established
     # id -> (the record's field values, its framed entry bytes): each live record is encoded again only once changed
     entry_cache: dict = field(default_factory=dict, compare=False, repr=False)
-    stats_cache: tuple | None = field(default=None, compare=False, repr=False)  # (host stats values, their hash)
+    stats_cache: dict = field(default_factory=dict, compare=False, repr=False)  # slot -> (stats, writes, entry)
+    warm_cache: tuple | None = field(default=None, compare=False, repr=False)  # (warm keys, their hash)
 
 
 def record_entry(inference_id: int, r: Record, height_fields: tuple[int, int] | None = None) -> bytes:
@@ -135,35 +148,46 @@ def record_entry(inference_id: int, r: Record, height_fields: tuple[int, int] | 
 
 
 def _stats_hash(s: State) -> bytes:
-    """:func:`host_stats_hash` of ``s``, made again only when a value changed (most diffs change no host stats)."""
-    key = tuple((slot, *st.__dict__.values()) for slot, st in sorted(s.host_stats.items()))
-    if s.stats_cache is None or s.stats_cache[0] != key:
-        s.stats_cache = (key, host_stats_hash(s.host_stats))
-    return s.stats_cache[1]
+    """:func:`host_stats_hash` of ``s``, each slot's entry encoded again only when its stats changed (a diff changes
+    one or two slots' stats, if any)."""
+    cache, parts = s.stats_cache, []
+    for slot in sorted(s.host_stats):
+        stats = s.host_stats[slot]
+        writes = stats.__dict__.get("_writes")
+        hit = cache.get(slot)
+        if hit is None or hit[0] is not stats or hit[1] != writes:
+            hit = cache[slot] = (stats, writes, _stats_entry(slot, stats))
+        parts.append(hit[2])
+    return sha256(b"".join(parts))
+
+
+def _stats_entry(slot: int, s: HostStats) -> bytes:
+    return pb.f_msg(1, pb.concat((
+        pb.f_uint(1, slot), pb.f_uint(2, s.missed), pb.f_uint(3, s.invalid), pb.f_uint(4, s.cost),
+        pb.f_uint(5, s.required_validations), pb.f_uint(6, s.completed_validations))))
 
 
 def host_stats_hash(stats: dict[int, HostStats]) -> bytes:
     """sha256 of ``HostStatsMapProto{entries sorted by slot}``, fields 1–6 (model stats are not committed)."""
-    return sha256(b"".join(pb.f_msg(1, pb.concat((
-        pb.f_uint(1, slot), pb.f_uint(2, s.missed), pb.f_uint(3, s.invalid), pb.f_uint(4, s.cost),
-        pb.f_uint(5, s.required_validations), pb.f_uint(6, s.completed_validations))))
-        for slot, s in sorted(stats.items())))
+    return sha256(b"".join(_stats_entry(slot, s) for slot, s in sorted(stats.items())))
 
 
 def live_hash(live: dict[int, Record], height_fields: tuple[int, int] | None = None,
               cache: dict | None = None) -> bytes:
     """``computeInferencesHashFromEntries``: each entry as a length-delimited field 1, ids ascending. ``cache`` keeps
-    each record's framed entry under the record's field values, so an unchanged record is not encoded again (the
-    values are compared, so a record changed in place is never served stale)."""
+    each record's framed entry under the record object and its write count (:meth:`Record.__setattr__`), so an
+    unchanged record is not encoded again and one changed in place, by anyone, is never served stale; checking
+    that costs no encoding, which matters with hundreds of live records at every nonce."""
     if cache is None:
         return sha256(b"".join(pb.f_msg(1, record_entry(i, live[i], height_fields)) for i in sorted(live)))
     parts = []
     for i in sorted(live):
-        key = (height_fields, *live[i].__dict__.values())
+        rec = live[i]
+        writes = rec.__dict__.get("_writes")
         hit = cache.get(i)
-        if hit is None or hit[0] != key:
-            hit = cache[i] = (key, pb.f_msg(1, record_entry(i, live[i], height_fields)))
-        parts.append(hit[1])
+        if hit is None or hit[0] is not rec or hit[1] != writes or hit[2] != height_fields:
+            hit = cache[i] = (rec, writes, height_fields, pb.f_msg(1, record_entry(i, rec, height_fields)))
+        parts.append(hit[3])
     if len(cache) > 2 * len(live) + 64:  # drop the sealed ones
         for i in [i for i in cache if i not in live]:
             del cache[i]
@@ -200,7 +224,10 @@ def rest_hash(s: State) -> bytes:
     tail = height_sync_hash(s.height_sync) if height_term else b""
     if not height_term and s.height_sync != HeightSyncCommit():
         raise UnsupportedVersion(f"{s.version}: height sync exists only from v5")
-    return sha256(_u64(s.balance, "balance") + inferences + warm_keys_hash(s.warm_keys) + tail)
+    warm = tuple(sorted(s.warm_keys.items()))  # bound once per slot, then fixed: hashed again only when one binds
+    if s.warm_cache is None or s.warm_cache[0] != warm:
+        s.warm_cache = (warm, warm_keys_hash(s.warm_keys))
+    return sha256(_u64(s.balance, "balance") + inferences + s.warm_cache[1] + tail)
 
 
 def root_from_rest(host_hash: bytes, rest: bytes, fees: int, phase: int, version: str) -> bytes:
