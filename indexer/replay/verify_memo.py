@@ -15,8 +15,8 @@ Per escrow, ``replay.escrow_verification`` keeps:
 At the next verification the stored diffs are hashed again; only when the first ``prefix_nonces`` of them give the
 same chain are the recoveries handed to the verifier (a changed byte anywhere in the prefix, or a new verifier
 version, gives a different chain and every signature is recovered again). The state machine and every root are
-always recomputed: only the recoveries are reused. An entry is keyed by the very bytes that were recovered, so even
-a diff that reached the verifier by another path is only ever answered for the pair it was made from.
+always recomputed: only the recoveries inside the prefix are reused (a diff after it is recovered in full, whatever
+the memo holds), and each is looked up by a tag of the very (message, signature) bytes it was recovered from.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def reusable(memo: Memo | None, links: list[bytes]) -> Recoveries:
     chain, else an empty memo."""
     if memo is None or not 0 < memo.nonces <= len(links) or links[memo.nonces - 1] != memo.chain:
         return Recoveries()
-    return Recoveries(memo.known)
+    return Recoveries(memo.known, prefix=memo.nonces)
 
 
 def pack(known: dict[bytes, str]) -> tuple[list[str], bytes] | None:

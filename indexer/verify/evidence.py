@@ -95,11 +95,14 @@ def _claimed_nonce(d) -> int:
         return d.nonce
 
 
-def check_signed(b: Bundle, recover: diff.Recover = sig.recover_address) -> str:
+def check_signed(b: Bundle, memo: sig.Recoveries | None = None) -> str:
     """Every diff's user signature recovers to the creator. The same for every protocol version: ``DiffContent`` has
     no domain tag (gonka-ai/gonka ``devshard/types/signed_preimage.go`` @0d660980 tags only validation, vote and
     timeout/error-miss vote preimages), so the user signs the served bytes as they are."""
-    for d in b.diffs:
+    recover = sig.recover_address if memo is None else memo.address
+    for position, d in enumerate(b.diffs):
+        if memo is not None:
+            memo.at(position)
         try:
             diff.user_signer(d.content, d.user_sig, b.creator, recover)
         except diff.DiffError as exc:
@@ -116,7 +119,8 @@ def _order_problem(b: Bundle, position: int, found: int, expected: int) -> _Fail
     return _Failed(expected, f"nonce {expected} is missing: the next diff served is nonce {found}")
 
 
-def check_replayed(b: Bundle, recover: diff.Recover = sig.recover_address) -> tuple[str, _Recording]:
+def check_replayed(b: Bundle, memo: sig.Recoveries | None = None) -> tuple[str, _Recording]:
+    recover = sig.recover_address if memo is None else memo.address
     warm = {h.slot: set(h.warm_keys) for h in b.group}
     try:
         session = _Recording.new(b.escrow_id, b.config, tuple(h.address for h in b.group), b.amount,
@@ -130,6 +134,8 @@ def check_replayed(b: Bundle, recover: diff.Recover = sig.recover_address) -> tu
         raise _Failed(None, f"the session cannot open: {exc}") from None
     session.recover = recover
     for position, d in enumerate(b.diffs):
+        if memo is not None:
+            memo.at(position)
         expected = session.latest_nonce + 1
         try:
             content = diff.read_diff_content(d.content, b.protocol_version)
@@ -228,9 +234,9 @@ def check_penalty(p: Penalty, session: _Recording) -> str:
 def verify_bundle(b: Bundle, recoveries: sig.Recoveries | None = None) -> Report:
     """Run every check on ``b``; the report lists each step with its outcome and the first failure. The diffs'
     signatures (the user's and those inside txs) are recovered through ``recoveries`` when given: a memo the caller
-    trusts for the pairs it holds, and which keeps every recovery made (the report is the same either way)."""
+    vouches for over the log's first diffs, and which keeps every recovery made (the report is the same either
+    way)."""
     report = Report(b.escrow_id)
-    recover = sig.recover_address if recoveries is None else recoveries.address
     session = None
     for name in ("signed", "replayed", "settled"):
         if report.failure is not None:
@@ -238,9 +244,9 @@ def verify_bundle(b: Bundle, recoveries: sig.Recoveries | None = None) -> Report
             continue
         try:
             if name == "signed":
-                report.add(name, PASS, check_signed(b, recover))
+                report.add(name, PASS, check_signed(b, recoveries))
             elif name == "replayed":
-                detail, session = check_replayed(b, recover)
+                detail, session = check_replayed(b, recoveries)
                 report.add(name, PASS, detail)
             else:
                 report.add(name, PASS, check_settled(b, session))

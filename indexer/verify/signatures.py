@@ -139,15 +139,22 @@ def recover_address(message: bytes, signature: bytes, hrp: str = HRP) -> str:
 
 class Recoveries:
     """Addresses recovered before, each under a tag of the exact (message, signature) pair it came from, and the
-    recoveries made through this memo. A signer's address is a pure function of those bytes, so an entry stays true
-    whatever evidence it was met in; the caller decides which entries it trusts (the replay's verification keeps
-    them in its own database beside a digest of the evidence they were made for). Failures are never kept."""
+    recoveries made through this memo. The caller vouches for the first ``prefix`` diffs of the log: they are the
+    very bytes these entries were recovered from (the replay's verification keeps the entries in its own database
+    beside a hash chain over those diffs). Only signatures inside those diffs are answered from ``known``; every
+    other one is recovered, so a pair crafted to share a tag with a kept one gains nothing. The verifier says which
+    diff it is reading (:meth:`at`). Failures are never kept."""
 
-    def __init__(self, known: dict[bytes, str] | None = None):
+    def __init__(self, known: dict[bytes, str] | None = None, prefix: int = 0):
         self.known: dict[bytes, str] = dict(known or {})
+        self.prefix = prefix
+        self.position = 0  # the diff being read, 0-based in the log's order
         self.recovered = 0  # secp256k1 recoveries made
         self.reused = 0  # answers taken from ``known``
         self.used: set[bytes] = set()  # the tags asked for
+
+    def at(self, position: int) -> None:
+        self.position = position
 
     @staticmethod
     def tag(message: bytes, signature: bytes) -> bytes:
@@ -158,7 +165,7 @@ class Recoveries:
         """:func:`recover_address`, answered from the memo when this exact pair was recovered before."""
         tag = self.tag(message, signature)
         self.used.add(tag)
-        found = self.known.get(tag)
+        found = self.known.get(tag) if self.position < self.prefix else None
         if found is not None:
             self.reused += 1
             return found
