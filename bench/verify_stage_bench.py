@@ -51,9 +51,17 @@ class _Clock:
     shared machine the CPU of both sides is the steadier measure (the replay's work is mostly the server's)."""
 
     def __init__(self, conn) -> None:
-        from cpu import process_cpu
-        self._backend = lambda pid=conn.execute("SELECT pg_backend_pid()").fetchone()[0]: process_cpu(pid) or 0.0
+        self._pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         self.wall = self.cpu = self.server = 0.0
+
+    def _backend(self) -> float:
+        """The backend's CPU seconds: /proc schedstat counts nanoseconds (stat counts 10 ms ticks, too coarse for a
+        replay of a few escrows)."""
+        try:
+            return int(Path(f"/proc/{self._pid}/schedstat").read_text().split()[0]) / 1e9
+        except (OSError, IndexError, ValueError):
+            from cpu import process_cpu
+            return process_cpu(self._pid) or 0.0
 
     def __enter__(self):
         self._start = (time.perf_counter(), _cpu(), self._backend())
