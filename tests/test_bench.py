@@ -165,10 +165,17 @@ def test_replay_bench_runs_and_finds_its_tables_identical(pg_admin_url):
 
 
 def test_verify_stage_bench_runs_and_every_escrow_settles(pg_admin_url):
-    out = _run(["bench/verify_stage_bench.py", "--escrows", "2", "--runs", "1", "--database-url", pg_admin_url])
+    out = _run(["bench/verify_stage_bench.py", "--escrows", "2", "--runs", "1", "--devnet-inferences", "8",
+                "--grow-every", "5", "--database-url", pg_admin_url])
     assert out.returncode == 0, out.stderr + out.stdout
-    assert re.search(r"^verification / replay: [\d.]+x", out.stdout, re.M), out.stdout
+    # each case says what the verification costs beside the replay and how much of it is the crypto floor
+    assert len(re.findall(r"^  verification / replay: [\d.]+x wall, [\d.]+x CPU .*; crypto floor / replay: "
+                          r"[\d.]+x CPU", out.stdout, re.M)) == 2, out.stdout
     assert "escrows verified to settled: [2] of 2" in out.stdout
+    # the growing log: kept recoveries make fewer of them than recovering every signature at every cycle
+    kept, forgotten = (int(n) for n in re.findall(r"^  memo \w+ +wall .* recoveries per escrow (\d+)", out.stdout,
+                                                   re.M))
+    assert 0 < kept < forgotten, out.stdout
 
 
 def test_rules_bench_runs(pg_admin_url):

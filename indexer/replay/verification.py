@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from indexer.verify import bundle as bd, diff, proto as pb, settlement as st
+from indexer.replay import verify_memo as vm
+from indexer.verify import bundle as bd, diff, proto as pb, settlement as st, signatures as sig
 from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
 from indexer.replay.verifier import VERIFIER
@@ -71,6 +72,7 @@ class Material:
     params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured
     warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys read as of the epoch's end
     captured: dict = field(default_factory=dict)  # participant -> its grants' read was exact (as of the epoch's end)
+    memo: vm.Memo | None = None  # the recoveries kept by the escrow's last verification (read with ``memo=True``)
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,18 @@ class Verification:
     settlement_tx_hash: str | None
     settlement_height: int | None
     crashed: bool = False  # the checks raised instead of answering (failure starts with VERIFIER_FAILED)
+    # the recoveries kept for the next verification (indexer.replay.verify_memo): internal, not in the api view
+    prefix_nonces: int = 0
+    prefix_chain: bytes | None = None
+    prefix_signers: list[str] | None = None
+    prefix_recoveries: bytes | None = None
+    recovered: int = field(default=0, compare=False)  # secp256k1 recoveries this verification made
+    reused: int = field(default=0, compare=False)  # signatures answered from the kept recoveries
 
 
-def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Material]:
-    """The stored evidence of the escrows ``ids`` (those in rec.escrow), one query per table."""
+def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False) -> dict[str, Material]:
+    """The stored evidence of the escrows ``ids`` (those in rec.escrow), one query per table; with ``memo``, also
+    the recoveries their last verification kept."""
     out: dict[str, Material] = {}
     with conn.cursor() as cur:
         cur.execute(f"SELECT {', '.join(_ESCROW)} FROM rec.escrow WHERE escrow_id = ANY(%s) ORDER BY escrow_id",
@@ -113,6 +123,12 @@ def load_material(conn: psycopg.Connection, ids: list[str]) -> dict[str, Materia
                     (epochs,))
         params = dict(cur.fetchall())
         grants, captured = _warm_key_rows(cur, epochs)
+        if memo:
+            cur.execute("SELECT escrow_id, prefix_nonces, prefix_chain, prefix_signers, prefix_recoveries "
+                        "FROM replay.escrow_verification WHERE escrow_id = ANY(%s) AND prefix_nonces > 0", (ids,))
+            for escrow_id, *stored in cur:
+                if escrow_id in out:
+                    out[escrow_id].memo = vm.unpack(*stored)
     for m in out.values():
         m.params = params.get(m.escrow["epoch_index"])
         m.warm_keys = grants.get(m.escrow["epoch_index"], {})
@@ -147,28 +163,38 @@ def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...
         where = f"rec.signed_diff escrow {escrow_id} nonce {nonce}"
         try:
             data = base64.b64decode(content, validate=True)
-            if not _signs_whole(data):
+            fields = _fields(data)
+            parsed = _content_of(fields)
+            if parsed is None or not signs_whole(parsed.escrow_id, parsed.post_state_root,
+                                                 parsed.sealed_inference_ids):
                 data = user_signed_bytes(data, escrow_id, bytes.fromhex(root or state_hash or ""))
         except (binascii.Error, ValueError):
             raise Unusable("signed", nonce, f"{where}: content is not base64") from None
         if not user_sig:
             raise Unusable("signed", nonce, f"{where}: no user signature captured")
-        try:
-            nonce = diff.read_diff_content(data).nonce
-        except (diff.DiffError, pb.ProtoError):
-            pass
+        if parsed is not None:  # the appended fields 3 and 4 change neither the nonce nor whether the content reads
+            nonce = parsed.nonce
         out.append(bd.SignedDiff(nonce, data, bytes.fromhex(user_sig)))
     return tuple(out)
 
 
-def _signs_whole(content: bytes) -> bool:
-    """Whether served content is the signed message as it is (:func:`indexer.wire.diffs.signs_whole`, the poller's
-    test); unreadable content counts as not (the signature check then reports it)."""
+def _fields(data: bytes) -> list | None:
+    """The content's fields, parsed once for both questions asked of it; None when unreadable (the diff is then
+    listed under the row's nonce and the checks report it)."""
     try:
-        c = diff.read_diff_content(content)
-    except (diff.DiffError, pb.ProtoError):
-        return False
-    return signs_whole(c.escrow_id, c.post_state_root, c.sealed_inference_ids)
+        return pb.fields(data)
+    except pb.ProtoError:
+        return None
+
+
+def _content_of(fields: list | None):
+    """The parsed DiffContent of :func:`_fields`, None when it does not read as one."""
+    if fields is None:
+        return None
+    try:
+        return diff.content_of(fields)
+    except diff.DiffError:
+        return None
 
 
 def _bytes(row: dict, name: str) -> bytes:
@@ -286,8 +312,10 @@ def verify_material(m: Material) -> Verification:
         check = None if exc.check == "none" or not exc.fails else exc.check
         return Verification(level="none", nonces_checked=0, failed_check=check, failed_nonce=exc.nonce,
                             failure=exc.reason, **row)
+    links = vm.chain_links((VERIFIER, e["escrow_id"], e["creator"], e["protocol_version"]), m.diffs)
+    recoveries = vm.reusable(m.memo, links)
     try:
-        report = verify_bundle(b)
+        report = verify_bundle(b, recoveries)
     except Exception as exc:  # noqa: BLE001 - served bytes are untrusted: a verifier bug must not stop the replay
         log.exception("verifying escrow %s", e["escrow_id"])
         return Verification(level="none", nonces_checked=0, failed_check=None, failed_nonce=None,
@@ -309,9 +337,22 @@ def verify_material(m: Material) -> Verification:
         level, failure = "replayed", _no_raw_tx(m.settlement)
     if note is not None and b.settlement is not None and report.level == "settled":
         failure = note if failure is None else f"{failure}; {note}"
-    return Verification(level=level, nonces_checked=_nonces_checked(report, b.diffs),
+    checked = _nonces_checked(report, b.diffs)
+    return Verification(level=level, nonces_checked=checked,
                         failed_check=failed_check, failed_nonce=report.failed_nonce if failed_check else None,
-                        failure=None if failure is None else _bounded(failure), **row)
+                        failure=None if failure is None else _bounded(failure), **row,
+                        **_kept(recoveries, links, min(checked, len(links))))
+
+
+def _kept(recoveries: sig.Recoveries, links: list[bytes], prefix: int) -> dict:
+    """The memo columns: the chain over the first ``prefix`` stored diffs (those that passed every check made on
+    them) and the recoveries this verification asked for; none when nothing passed."""
+    counts = {"recovered": recoveries.recovered, "reused": recoveries.reused}
+    packed = vm.pack(recoveries.kept()) if prefix else None
+    if packed is None:
+        return counts
+    return {"prefix_nonces": prefix, "prefix_chain": links[prefix - 1], "prefix_signers": packed[0],
+            "prefix_recoveries": packed[1], **counts}
 
 
 def _bundle(m: Material) -> tuple[bd.Bundle, str | None, Unusable | None]:
@@ -339,7 +380,8 @@ def _bounded(text: str) -> str:
 
 
 _COLUMNS = ("escrow_id", "epoch_index", "level", "nonces_checked", "failed_check", "failed_nonce", "failure",
-            "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "evidence_digest", "verifier")
+            "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "prefix_nonces",
+            "prefix_chain", "prefix_signers", "prefix_recoveries", "evidence_digest", "verifier")
 _CONTENT = _COLUMNS[1:]
 _UPSERT = f"""
 INSERT INTO replay.escrow_verification AS v ({', '.join(_COLUMNS)}, verified_at)
@@ -384,7 +426,7 @@ def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verificatio
                if digest != stored or by != VERIFIER}
     if not changed:
         return []
-    results = [verify_material(m) for m in load_material(conn, sorted(changed)).values()]
+    results = [verify_material(m) for m in load_material(conn, sorted(changed), memo=True).values()]
     with conn.cursor() as cur:
         cur.executemany(_UPSERT, [{**{c: getattr(r, c, None) for c in _COLUMNS},
                                    "evidence_digest": None if r.crashed else changed[r.escrow_id],

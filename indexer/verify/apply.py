@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from indexer.verify import state_root as sr
+from indexer.verify import signatures as sig, state_root as sr
 from indexer.verify.apply_txs import REFUSED, EXECUTION, ApplyError, TxRules  # noqa: F401 (re-exported)
 from indexer.verify.state_root import FINISHED, PENDING, STARTED, TIMED_OUT, HostStats, Record, State
 from indexer.verify.versions import NotCheckable, Rules, rules_for
@@ -91,6 +91,7 @@ class Session(TxRules):
     sealed_nonces: dict[int, int] = field(default_factory=dict)
     warm_resolver: Callable[[int, str], bool] | None = None  # (slot, recovered address) -> authorised?
     stopped: str | None = None  # why a diff applied without rollback was refused (the session applies no more)
+    recover: Callable[[bytes, bytes], str] = sig.recover_address  # signatures recovered against state (receipts, votes)
     _journal: "Journal | None" = field(default=None, repr=False, compare=False)
 
     @classmethod

@@ -25,7 +25,7 @@ class ApplyError(ValueError):
         self.unknown_signer = unknown_signer
 
 
-def _clone(obj):
+def clone(obj):
     """A shallow copy of a Record or HostStats (every field is an int, bytes or str)."""
     out = obj.__class__.__new__(obj.__class__)
     out.__dict__.update(obj.__dict__)
@@ -48,8 +48,9 @@ def cadence_swallow(forced_start: int, forced_end: int, anchor_k: int, slots: in
 
 
 class TxRules:
-    """Mixin: expects ``state``, ``slots``, ``config``, ``rules``, ``escrow_id``, ``sealed_nonces``, ``warm_resolver``
-    and ``_journal`` (None, or the open diff's :class:`indexer.verify.apply.Journal`)."""
+    """Mixin: expects ``state``, ``slots``, ``config``, ``rules``, ``escrow_id``, ``sealed_nonces``, ``warm_resolver``,
+    ``recover`` (the signature recovery, :func:`indexer.verify.signatures.recover_address` or a memo of it) and
+    ``_journal`` (None, or the open diff's :class:`indexer.verify.apply.Journal`)."""
 
     # ---- helpers
     def _record(self, inference_id: int) -> Record:
@@ -62,7 +63,7 @@ class TxRules:
         journal = self._journal
         if journal is not None and inference_id not in journal.records:
             journal.records.add(inference_id)
-            rec = self.state.live[inference_id] = _clone(rec)
+            rec = self.state.live[inference_id] = clone(rec)
         return rec
 
     def _stats(self, slot: int) -> HostStats:
@@ -71,7 +72,7 @@ class TxRules:
         journal = self._journal
         if journal is not None and slot not in journal.stats:
             journal.stats.add(slot)
-            stats = self.state.host_stats[slot] = _clone(stats)
+            stats = self.state.host_stats[slot] = clone(stats)
         return stats
 
     def _slot(self, slot: int) -> str:
@@ -127,7 +128,7 @@ class TxRules:
             seen.add(address)
             if isinstance(signer, bytes):
                 try:
-                    signer = sig.recover_address(content(accepts), signer)
+                    signer = self.recover(content(accepts), signer)
                 except sig.SignatureError as exc:
                     raise ApplyError(f"vote from slot {slot}: {exc}") from None
             self._may_sign(slot, signer)
@@ -171,7 +172,7 @@ class TxRules:
                 escrow_id=self.escrow_id, confirmed_at=tx["confirmed_at"], observed_height=height,
                 observed_block_hash=block, height_fields=self.rules.receipt_height_fields)
             try:
-                signer = sig.recover_address(receipt, tx["executor_sig"])
+                signer = self.recover(receipt, tx["executor_sig"])
             except sig.SignatureError as exc:
                 raise ApplyError(f"executor receipt: {exc}") from None
         self._may_sign(rec.executor_slot, signer)

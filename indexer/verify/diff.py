@@ -18,12 +18,14 @@ the escrow's creator. A member outside the version's table is refused as :class:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from indexer.verify import proto as pb
 from indexer.verify import signatures as sig
 from indexer.verify.versions import rules_for
 
 _I64 = 1 << 63
+Recover = Callable[[bytes, bytes], str]  # (message, 65-byte signature) -> the signer's address
 
 
 class DiffError(ValueError):
@@ -94,9 +96,14 @@ _PLAIN = {"start": _START, "confirm_start": _CONFIRM, "force_height_sync_turn": 
 
 def read_diff_content(data: bytes, version: str | None = None) -> DiffContent:
     """The served ``DiffContent``; with ``version``, a field 5 that version's proto lacks is refused."""
+    return content_of(pb.fields(data), version)
+
+
+def content_of(fields: list[tuple[int, int, int | bytes]], version: str | None = None) -> DiffContent:
+    """:func:`read_diff_content` of the message whose fields (:func:`indexer.verify.proto.fields`) are ``fields``."""
     sealed_ids = rules_for(version).diff_sealed_ids if version is not None else True
     out = DiffContent()
-    for number, wire, value in pb.fields(data):
+    for number, wire, value in fields:
         if number == 1 and wire == pb.VARINT:
             out.nonce = value
         elif number == 2 and wire == pb.LEN:
@@ -123,11 +130,12 @@ def read_diff_content(data: bytes, version: str | None = None) -> DiffContent:
     return out
 
 
-def user_signer(content: bytes, user_sig: bytes, creator: str) -> str:
+def user_signer(content: bytes, user_sig: bytes, creator: str, recover: Recover = sig.recover_address) -> str:
     """The address that signed the served ``DiffContent`` bytes; :class:`DiffError` unless it is ``creator`` (warm
-    keys are not accepted for a user's diff)."""
+    keys are not accepted for a user's diff). ``recover`` is :func:`indexer.verify.signatures.recover_address` or a
+    memo of it (:class:`indexer.verify.signatures.Recoveries`)."""
     try:
-        signer = sig.recover_address(content, user_sig)
+        signer = recover(content, user_sig)
     except sig.SignatureError as exc:
         raise DiffError(f"user signature: {exc}") from None
     if signer != creator:
@@ -135,14 +143,15 @@ def user_signer(content: bytes, user_sig: bytes, creator: str) -> str:
     return signer
 
 
-def _signer(message: bytes, signature: bytes, where: str) -> str:
+def _signer(message: bytes, signature: bytes, where: str, recover: Recover) -> str:
     try:
-        return sig.recover_address(message, signature)
+        return recover(message, signature)
     except sig.SignatureError as exc:
         raise DiffError(f"{where}: {exc}") from None
 
 
-def decode_tx(data: bytes, escrow_id: str, where: str = "tx", version: str | None = None) -> dict | None:
+def decode_tx(data: bytes, escrow_id: str, where: str = "tx", version: str | None = None,
+              recover: Recover = sig.recover_address) -> dict | None:
     """One ``DevshardTx`` as the dict :mod:`indexer.verify.apply` takes (None for an ignored reveal_seed). With
     ``version``, a member that version's rules do not have is refused."""
     members = pb.fields(data)
@@ -162,7 +171,7 @@ def decode_tx(data: bytes, escrow_id: str, where: str = "tx", version: str | Non
     if kind in _PLAIN:
         return {"kind": kind, **_defaults(_PLAIN[kind], _flat(body, where, _PLAIN[kind]))}
     if kind == "timeout":
-        return _timeout(body, escrow_id, where)
+        return _timeout(body, escrow_id, where, recover)
     if kind == "error_miss":
         msg = _defaults(_ERROR_MISS, _flat(body, where, _ERROR_MISS))
         votes = [_defaults(_TIMEOUT_VOTE, _flat(v, where + " vote", _TIMEOUT_VOTE)) for v in msg["votes"]]
@@ -172,7 +181,7 @@ def decode_tx(data: bytes, escrow_id: str, where: str = "tx", version: str | Non
                        "validation_vote": (_VOTE, sig.validation_vote_bytes)}[kind]
     msg = _defaults(schema, _flat(body, where, schema))
     proposer_sig = msg.pop("proposer_sig")  # the rest is exactly what the proposer signed
-    return {"kind": kind, **msg, "signer": _signer(builder(**msg), proposer_sig, where)}
+    return {"kind": kind, **msg, "signer": _signer(builder(**msg), proposer_sig, where, recover)}
 
 
 def _defaults(schema: dict[int, tuple[str, str]], found: dict) -> dict:
@@ -180,7 +189,7 @@ def _defaults(schema: dict[int, tuple[str, str]], found: dict) -> dict:
     return {name: found.get(name, [] if kind == "rep" else zero[kind]) for name, kind in schema.values()}
 
 
-def _timeout(body: bytes, escrow_id: str, where: str) -> dict:
+def _timeout(body: bytes, escrow_id: str, where: str, recover: Recover) -> dict:
     inference_id, reason, votes = 0, 0, []
     for number, wire, value in pb.fields(body):
         if number == 1 and wire == pb.VARINT:
@@ -193,16 +202,18 @@ def _timeout(body: bytes, escrow_id: str, where: str) -> dict:
             raise DiffError(f"{where}: field {number} with wire type {wire} is not in this module's table")
     return {"kind": "timeout", "inference_id": inference_id, "reason": reason, "votes": [
         (v["voter_slot"], v["accept"], _signer(sig.timeout_vote_bytes(
-            escrow_id=escrow_id, inference_id=inference_id, reason=reason, accept=v["accept"]), v["signature"], where))
+            escrow_id=escrow_id, inference_id=inference_id, reason=reason, accept=v["accept"]), v["signature"], where,
+            recover))
         for v in votes]}
 
 
-def decode_txs(content: DiffContent, escrow_id: str, version: str | None = None) -> list[dict]:
+def decode_txs(content: DiffContent, escrow_id: str, version: str | None = None,
+               recover: Recover = sig.recover_address) -> list[dict]:
     if content.escrow_id != escrow_id:
         raise DiffError(f"nonce {content.nonce}: diff is for escrow {content.escrow_id!r}, not {escrow_id!r}")
     out = []
     for index, data in enumerate(content.txs):
-        tx = decode_tx(data, escrow_id, f"nonce {content.nonce} tx {index}", version)
+        tx = decode_tx(data, escrow_id, f"nonce {content.nonce} tx {index}", version, recover)
         if tx is not None:
             out.append(tx)
     return out

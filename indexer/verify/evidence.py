@@ -16,11 +16,11 @@ are not ported stops at ``signed`` (replay ``not-checked``, the reason stated), 
 """
 from __future__ import annotations
 
-import copy
 import operator
 from dataclasses import asdict, dataclass, field
 
-from indexer.verify import apply, diff, proto as pb, settlement as st, state_root as sr, versions
+from indexer.verify import (apply, apply_txs, diff, proto as pb, settlement as st, signatures as sig, state_root as sr,
+                            versions)
 from indexer.verify.bundle import Bundle, Penalty
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not-checked"
@@ -75,7 +75,7 @@ class _Recording(apply.Session):
     sealed_records: dict[int, sr.Record] = field(default_factory=dict)
 
     def _seal(self, inference_id: int, nonce: int) -> None:
-        self.sealed_records[inference_id] = copy.deepcopy(self.state.live[inference_id])
+        self.sealed_records[inference_id] = apply_txs.clone(self.state.live[inference_id])  # its fields are immutable
         super()._seal(inference_id, nonce)
 
     def record(self, inference_id: int) -> sr.Record | None:
@@ -99,13 +99,16 @@ def _claimed_nonce(d) -> int:
         return d.nonce
 
 
-def check_signed(b: Bundle) -> str:
+def check_signed(b: Bundle, memo: sig.Recoveries | None = None) -> str:
     """Every diff's user signature recovers to the creator. The same for every protocol version: ``DiffContent`` has
     no domain tag (gonka-ai/gonka ``devshard/types/signed_preimage.go`` @0d660980 tags only validation, vote and
     timeout/error-miss vote preimages), so the user signs the served bytes as they are."""
-    for d in b.diffs:
+    recover = sig.recover_address if memo is None else memo.address
+    for position, d in enumerate(b.diffs):
+        if memo is not None:
+            memo.at(position)
         try:
-            diff.user_signer(d.content, d.user_sig, b.creator)
+            diff.user_signer(d.content, d.user_sig, b.creator, recover)
         except diff.DiffError as exc:
             raise _Failed(_claimed_nonce(d), str(exc)) from None
     return f"{len(b.diffs)} diffs signed by the creator {b.creator}"
@@ -120,7 +123,8 @@ def _order_problem(b: Bundle, position: int, found: int, expected: int) -> _Fail
     return _Failed(expected, f"nonce {expected} is missing: the next diff served is nonce {found}")
 
 
-def check_replayed(b: Bundle) -> tuple[str, _Recording]:
+def check_replayed(b: Bundle, memo: sig.Recoveries | None = None) -> tuple[str, _Recording]:
+    recover = sig.recover_address if memo is None else memo.address
     warm = {h.slot: set(h.warm_keys) for h in b.group}
     try:
         session = _Recording.new(b.escrow_id, b.config, tuple(h.address for h in b.group), b.amount,
@@ -132,7 +136,10 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
         raise _Failed(None, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
     except apply.ApplyError as exc:
         raise _Failed(None, f"the session cannot open: {exc}") from None
+    session.recover = recover
     for position, d in enumerate(b.diffs):
+        if memo is not None:
+            memo.at(position)
         expected = session.latest_nonce + 1
         try:
             content = diff.read_diff_content(d.content, b.protocol_version)
@@ -145,7 +152,7 @@ def check_replayed(b: Bundle) -> tuple[str, _Recording]:
             raise _order_problem(b, position, content.nonce, expected)
         try:
             # the replay ends at the first refusal, so no diff needs undoing: the cheap path
-            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id, b.protocol_version),
+            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id, b.protocol_version, recover),
                                  rollback=False)
         except versions.NotCheckable as exc:
             raise _Failed(content.nonce, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
@@ -230,8 +237,11 @@ def check_penalty(p: Penalty, session: _Recording) -> str:
             f"{'; limit as stated: ' + origin if origin else ''}")
 
 
-def verify_bundle(b: Bundle) -> Report:
-    """Run every check on ``b``; the report lists each step with its outcome and the first failure."""
+def verify_bundle(b: Bundle, recoveries: sig.Recoveries | None = None) -> Report:
+    """Run every check on ``b``; the report lists each step with its outcome and the first failure. The diffs'
+    signatures (the user's and those inside txs) are recovered through ``recoveries`` when given: a memo the caller
+    vouches for over the log's first diffs, and which keeps every recovery made (the report is the same either
+    way)."""
     report = Report(b.escrow_id)
     session = None
     for name in ("signed", "replayed", "settled"):
@@ -240,9 +250,9 @@ def verify_bundle(b: Bundle) -> Report:
             continue
         try:
             if name == "signed":
-                report.add(name, PASS, check_signed(b))
+                report.add(name, PASS, check_signed(b, recoveries))
             elif name == "replayed":
-                detail, session = check_replayed(b)
+                detail, session = check_replayed(b, recoveries)
                 report.add(name, PASS, detail)
             else:
                 report.add(name, PASS, check_settled(b, session))

@@ -34,11 +34,19 @@ def key(number: int, wire_type: int) -> bytes:
     return uvarint(number << 3 | wire_type)
 
 
+# the keys of fields 1..31 made once: every root and signed message writes them for each field
+_VARINT_KEYS = tuple(key(n, VARINT) if n else b"" for n in range(32))
+_LEN_KEYS = tuple(key(n, LEN) if n else b"" for n in range(32))
+
+
 def f_uint(number: int, value: int) -> bytes:
     """uint64/uint32/bool field; int64 takes its two's complement (a negative time is 10 bytes, as in Go)."""
+    if not value:
+        return b""
     if value < 0:
         value += 1 << 64
-    return key(number, VARINT) + uvarint(value) if value else b""
+    return (_VARINT_KEYS[number] if 0 < number < 32 else key(number, VARINT)) + (
+        _ONE_BYTE[value] if 0 <= value < 0x80 else uvarint(value))
 
 
 def f_bool(number: int, value: bool) -> bytes:
@@ -46,7 +54,11 @@ def f_bool(number: int, value: bool) -> bytes:
 
 
 def f_bytes(number: int, value: bytes) -> bytes:
-    return key(number, LEN) + uvarint(len(value)) + value if value else b""
+    if not value:
+        return b""
+    size = len(value)
+    return (_LEN_KEYS[number] if 0 < number < 32 else key(number, LEN)) + (
+        _ONE_BYTE[size] if size < 0x80 else uvarint(size)) + value
 
 
 def f_str(number: int, value: str) -> bytes:
@@ -55,7 +67,9 @@ def f_str(number: int, value: str) -> bytes:
 
 def f_msg(number: int, body: bytes) -> bytes:
     """A nested message field; written even when its body is empty (a set sub-message is present on the wire)."""
-    return key(number, LEN) + uvarint(len(body)) + body
+    size = len(body)
+    return (_LEN_KEYS[number] if 0 < number < 32 else key(number, LEN)) + (
+        _ONE_BYTE[size] if size < 0x80 else uvarint(size)) + body
 
 
 def concat(parts: Iterable[bytes]) -> bytes:
@@ -82,19 +96,29 @@ def fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
     """Every (field number, wire type, value) of one message level, in wire order. Only varint and length-delimited
     fields are accepted: the messages read here have no fixed-width fields, so anything else is an error."""
     out: list[tuple[int, int, int | bytes]] = []
-    pos = 0
-    while pos < len(data):
+    pos, end = 0, len(data)
+    while pos < end:
         start = pos
-        tag, pos = read_uvarint(data, pos)
+        # one-byte varints (keys of fields 1..15, small values and lengths) are read inline: the common case
+        if data[pos] < 0x80:
+            tag, pos = data[pos], pos + 1
+        else:
+            tag, pos = read_uvarint(data, pos)
         number, wire = tag >> 3, tag & 7
         if number == 0:
             raise ProtoError(f"field number 0 at offset {start}")
         if wire == VARINT:
-            value, pos = read_uvarint(data, pos)
+            if pos < end and data[pos] < 0x80:
+                value, pos = data[pos], pos + 1
+            else:
+                value, pos = read_uvarint(data, pos)
             out.append((number, wire, value))
         elif wire == LEN:
-            size, pos = read_uvarint(data, pos)
-            if pos + size > len(data):
+            if pos < end and data[pos] < 0x80:
+                size, pos = data[pos], pos + 1
+            else:
+                size, pos = read_uvarint(data, pos)
+            if pos + size > end:
                 raise ProtoError(f"field {number} at offset {start}: length {size} runs past the end ({len(data)})")
             out.append((number, wire, data[pos:pos + size]))
             pos += size

@@ -137,6 +137,48 @@ def recover_address(message: bytes, signature: bytes, hrp: str = HRP) -> str:
     return _address(recover_pubkey(message, signature), hrp)  # compressed already: no second parse
 
 
+class Recoveries:
+    """Addresses recovered before, each under a tag of the exact (message, signature) pair it came from, and the
+    recoveries made through this memo. The caller vouches for the first ``prefix`` diffs of the log: they are the
+    very bytes these entries were recovered from (the replay's verification keeps the entries in its own database
+    beside a hash chain over those diffs). Only signatures inside those diffs are answered from ``known``; every
+    other one is recovered, so a pair crafted to share a tag with a kept one gains nothing. The verifier says which
+    diff it is reading (:meth:`at`). Failures are never kept."""
+
+    def __init__(self, known: dict[bytes, str] | None = None, prefix: int = 0):
+        self.known: dict[bytes, str] = dict(known or {})
+        self.prefix = prefix
+        self.position = 0  # the diff being read, 0-based in the log's order
+        self.recovered = 0  # secp256k1 recoveries made
+        self.reused = 0  # answers taken from ``known``
+        self.used: set[bytes] = set()  # the tags asked for
+
+    def at(self, position: int) -> None:
+        self.position = position
+
+    @staticmethod
+    def tag(message: bytes, signature: bytes) -> bytes:
+        """16 bytes of sha256(len(message) u32be ‖ message ‖ signature): the entry's key."""
+        return hashlib.sha256(len(message).to_bytes(4, "big") + message + signature).digest()[:16]
+
+    def address(self, message: bytes, signature: bytes) -> str:
+        """:func:`recover_address`, answered from the memo when this exact pair was recovered before."""
+        tag = self.tag(message, signature)
+        self.used.add(tag)
+        found = self.known.get(tag) if self.position < self.prefix else None
+        if found is not None:
+            self.reused += 1
+            return found
+        address = recover_address(message, signature)
+        self.recovered += 1
+        self.known[tag] = address
+        return address
+
+    def kept(self) -> dict[bytes, str]:
+        """The entries the checks asked for (recovered now or before): what the evidence just verified needs."""
+        return {tag: self.known[tag] for tag in self.used if tag in self.known}
+
+
 # ---- the signed bytes of each host- and user-signed message (field numbers from devshard/proto/devshard/v1/tx.proto
 # ---- @1074652b, state.proto and types at the commits named per function)
 

@@ -45,6 +45,14 @@ def _u64(value: int, what: str) -> bytes:
     return struct.pack(">Q", value)
 
 
+def _counted_setattr(self, name: str, value) -> None:
+    """Every write counts in ``_writes`` (not a field): a root cache keeps an object's encoding under the object and
+    this count, so an unchanged one is not encoded again and one changed in place, by anyone, always is."""
+    d = self.__dict__
+    d[name] = value
+    d["_writes"] = d.get("_writes", 0) + 1
+
+
 @dataclass
 class HostStats:
     missed: int = 0
@@ -52,6 +60,8 @@ class HostStats:
     cost: int = 0
     required_validations: int = 0
     completed_validations: int = 0
+
+    __setattr__ = _counted_setattr
 
 
 @dataclass
@@ -75,6 +85,8 @@ class Record:
     validated_by: int = 0  # 128-bit slot bitmap, bit i = slot i
     started_at_height: int = 0  # v5: the start's block-height stamp (0 = none)
     confirmed_at_height: int = 0  # v5: the confirm's block-height stamp (0 = none)
+
+    __setattr__ = _counted_setattr  # (:func:`live_hash` keeps each entry under the record and its write count)
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,8 @@ class State:
     record_height_fields: tuple[int, int] | None = None  # proto numbers of the v5 record heights, when established
     # id -> (the record's field values, its framed entry bytes): each live record is encoded again only once changed
     entry_cache: dict = field(default_factory=dict, compare=False, repr=False)
+    stats_cache: dict = field(default_factory=dict, compare=False, repr=False)  # slot -> (stats, writes, entry)
+    warm_cache: tuple | None = field(default=None, compare=False, repr=False)  # (warm keys, their hash)
 
 
 def record_entry(inference_id: int, r: Record, height_fields: tuple[int, int] | None = None) -> bytes:
@@ -113,48 +127,67 @@ def record_entry(inference_id: int, r: Record, height_fields: tuple[int, int] | 
     zero (proto3 omits them, whatever their numbers); a non-zero one needs ``height_fields`` (started, confirmed)."""
     if not 0 <= r.validated_by < 1 << 128:
         raise ValueError(f"inference {inference_id}: validated_by bitmap wider than 128 bits")
-    fields = [
-        (1, pb.f_uint(1, inference_id)), (2, pb.f_uint(2, r.status)), (3, pb.f_uint(3, r.executor_slot)),
-        (4, pb.f_str(4, r.model)), (5, pb.f_bytes(5, r.prompt_hash)), (6, pb.f_bytes(6, r.response_hash)),
-        (7, pb.f_uint(7, r.input_length)), (8, pb.f_uint(8, r.max_tokens)), (9, pb.f_uint(9, r.input_tokens)),
-        (10, pb.f_uint(10, r.output_tokens)), (11, pb.f_uint(11, r.reserved_cost)), (12, pb.f_uint(12, r.actual_cost)),
-        (13, pb.f_uint(13, r.started_at)), (14, pb.f_uint(14, r.confirmed_at)), (15, pb.f_uint(15, r.votes_valid)),
-        (16, pb.f_uint(16, r.votes_invalid)), (17, pb.f_bytes(17, r.validated_by.to_bytes(16, "little")))]
-    if r.started_at_height or r.confirmed_at_height:
-        if height_fields is None:
-            raise UnsupportedVersion(
-                f"inference {inference_id} carries a block-height stamp (started_at_height {r.started_at_height}, "
-                f"confirmed_at_height {r.confirmed_at_height}): the InferenceRecordProto numbers of those fields are in "
-                f"no stored upstream state.proto (hash.go @c6c474aa marshals them), so its root is not computed")
-        started, confirmed = height_fields
-        fields += [(started, pb.f_uint(started, r.started_at_height)),
-                   (confirmed, pb.f_uint(confirmed, r.confirmed_at_height))]
-        fields.sort(key=lambda f: f[0])
-    return b"".join(part for _, part in fields)
+    u, b = pb.f_uint, pb.f_bytes
+    fields = (u(1, inference_id), u(2, r.status), u(3, r.executor_slot), pb.f_str(4, r.model), b(5, r.prompt_hash),
+              b(6, r.response_hash), u(7, r.input_length), u(8, r.max_tokens), u(9, r.input_tokens),
+              u(10, r.output_tokens), u(11, r.reserved_cost), u(12, r.actual_cost), u(13, r.started_at),
+              u(14, r.confirmed_at), u(15, r.votes_valid), u(16, r.votes_invalid),
+              b(17, r.validated_by.to_bytes(16, "little")))  # field i + 1 at index i
+    if not (r.started_at_height or r.confirmed_at_height):
+        return b"".join(fields)
+    if height_fields is None:
+        raise UnsupportedVersion(
+            f"inference {inference_id} carries a block-height stamp (started_at_height {r.started_at_height}, "
+            f"confirmed_at_height {r.confirmed_at_height}): the InferenceRecordProto numbers of those fields are in "
+            f"no stored upstream state.proto (hash.go @c6c474aa marshals them), so its root is not computed")
+    started, confirmed = height_fields
+    numbered = [*enumerate(fields, start=1), (started, u(started, r.started_at_height)),
+                (confirmed, u(confirmed, r.confirmed_at_height))]
+    numbered.sort(key=lambda f: f[0])
+    return b"".join(part for _, part in numbered)
+
+
+def _stats_hash(s: State) -> bytes:
+    """:func:`host_stats_hash` of ``s``, each slot's entry encoded again only when its stats changed (a diff changes
+    one or two slots' stats, if any)."""
+    cache, parts = s.stats_cache, []
+    for slot in sorted(s.host_stats):
+        stats = s.host_stats[slot]
+        writes = stats.__dict__.get("_writes")
+        hit = cache.get(slot)
+        if hit is None or hit[0] is not stats or hit[1] != writes:
+            hit = cache[slot] = (stats, writes, _stats_entry(slot, stats))
+        parts.append(hit[2])
+    return sha256(b"".join(parts))
+
+
+def _stats_entry(slot: int, s: HostStats) -> bytes:
+    return pb.f_msg(1, pb.concat((
+        pb.f_uint(1, slot), pb.f_uint(2, s.missed), pb.f_uint(3, s.invalid), pb.f_uint(4, s.cost),
+        pb.f_uint(5, s.required_validations), pb.f_uint(6, s.completed_validations))))
 
 
 def host_stats_hash(stats: dict[int, HostStats]) -> bytes:
     """sha256 of ``HostStatsMapProto{entries sorted by slot}``, fields 1–6 (model stats are not committed)."""
-    return sha256(b"".join(pb.f_msg(1, pb.concat((
-        pb.f_uint(1, slot), pb.f_uint(2, s.missed), pb.f_uint(3, s.invalid), pb.f_uint(4, s.cost),
-        pb.f_uint(5, s.required_validations), pb.f_uint(6, s.completed_validations))))
-        for slot, s in sorted(stats.items())))
+    return sha256(b"".join(_stats_entry(slot, s) for slot, s in sorted(stats.items())))
 
 
 def live_hash(live: dict[int, Record], height_fields: tuple[int, int] | None = None,
               cache: dict | None = None) -> bytes:
     """``computeInferencesHashFromEntries``: each entry as a length-delimited field 1, ids ascending. ``cache`` keeps
-    each record's framed entry under the record's field values, so an unchanged record is not encoded again (the
-    values are compared, so a record changed in place is never served stale)."""
+    each record's framed entry under the record object and its write count (:meth:`Record.__setattr__`), so an
+    unchanged record is not encoded again and one changed in place, by anyone, is never served stale; checking
+    that costs no encoding, which matters with hundreds of live records at every nonce."""
     if cache is None:
         return sha256(b"".join(pb.f_msg(1, record_entry(i, live[i], height_fields)) for i in sorted(live)))
     parts = []
     for i in sorted(live):
-        key = (height_fields, *live[i].__dict__.values())
+        rec = live[i]
+        writes = rec.__dict__.get("_writes")
         hit = cache.get(i)
-        if hit is None or hit[0] != key:
-            hit = cache[i] = (key, pb.f_msg(1, record_entry(i, live[i], height_fields)))
-        parts.append(hit[1])
+        if hit is None or hit[0] is not rec or hit[1] != writes or hit[2] != height_fields:
+            hit = cache[i] = (rec, writes, height_fields, pb.f_msg(1, record_entry(i, rec, height_fields)))
+        parts.append(hit[3])
     if len(cache) > 2 * len(live) + 64:  # drop the sealed ones
         for i in [i for i in cache if i not in live]:
             del cache[i]
@@ -191,7 +224,10 @@ def rest_hash(s: State) -> bytes:
     tail = height_sync_hash(s.height_sync) if height_term else b""
     if not height_term and s.height_sync != HeightSyncCommit():
         raise UnsupportedVersion(f"{s.version}: height sync exists only from v5")
-    return sha256(_u64(s.balance, "balance") + inferences + warm_keys_hash(s.warm_keys) + tail)
+    warm = tuple(sorted(s.warm_keys.items()))  # bound once per slot, then fixed: hashed again only when one binds
+    if s.warm_cache is None or s.warm_cache[0] != warm:
+        s.warm_cache = (warm, warm_keys_hash(s.warm_keys))
+    return sha256(_u64(s.balance, "balance") + inferences + s.warm_cache[1] + tail)
 
 
 def root_from_rest(host_hash: bytes, rest: bytes, fees: int, phase: int, version: str) -> bytes:
@@ -202,4 +238,4 @@ def root_from_rest(host_hash: bytes, rest: bytes, fees: int, phase: int, version
 
 
 def state_root(s: State) -> bytes:
-    return root_from_rest(host_stats_hash(s.host_stats), rest_hash(s), s.fees, s.phase, s.version)
+    return root_from_rest(_stats_hash(s), rest_hash(s), s.fees, s.phase, s.version)

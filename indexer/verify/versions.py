@@ -46,6 +46,7 @@ What no stored upstream file shows, and is therefore refused when an escrow need
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 
@@ -111,6 +112,7 @@ NOT_PORTED: dict[str, str] = {
 }
 
 
+@functools.lru_cache(maxsize=256)  # asked for every diff and tx; a network uses a handful of names
 def line_of(version: str) -> str:
     """The line a version name follows: itself, or the line :data:`ALIASES` (or a v5.0.N hotfix name) maps it to."""
     if _V5_HOTFIX.fullmatch(version):

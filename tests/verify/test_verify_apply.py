@@ -3,6 +3,7 @@ no-rollback mode of verification, and the per-record entry cache of the root."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -70,3 +71,24 @@ def test_the_entry_cache_never_serves_a_record_changed_in_place():
     assert len(cache) == 199
     few = {i: many[i] for i in range(1, 10)}
     assert sr.live_hash(few, None, cache) == sr.live_hash(few) and sorted(cache) == list(range(1, 10))
+
+
+def _uncached_root(state: sr.State) -> bytes:
+    """The root of ``state`` computed in a State with empty caches."""
+    return sr.state_root(sr.State(**{f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.compare}))
+
+
+def test_the_root_caches_never_serve_host_stats_records_or_warm_keys_changed_in_place():
+    s = after(3)
+    roots = [s.root()]
+    assert roots[0] == _uncached_root(s.state)  # every cache filled
+    s.state.host_stats[1].missed += 1  # changed behind the session's back
+    roots.append(s.root())
+    # objects put in the place of others (the new ones' write counts may equal the old ones')
+    s.state.host_stats[2] = sr.HostStats(**{**dataclasses.asdict(s.state.host_stats[2]), "cost": 7})
+    roots.append(s.root())
+    s.state.live[1] = sr.Record(**{**dataclasses.asdict(s.state.live[1]), "output_tokens": 99})
+    roots.append(s.root())
+    s.state.warm_keys[0] = "gonka1warm"
+    roots.append(s.root())
+    assert roots[-1] == _uncached_root(s.state) and len(set(roots)) == len(roots)

@@ -135,3 +135,26 @@ def test_proto_encoding_leaves_defaults_out_and_negative_int64_takes_ten_bytes()
     assert pb.f_uint(6, -1) == b"\x30" + b"\xff" * 9 + b"\x01"
     with pytest.raises(pb.ProtoError, match="out of range"):
         pb.uvarint(1 << 64)
+
+
+def test_recoveries_answer_only_inside_the_vouched_prefix_and_keep_only_what_was_asked():
+    key, other = coincurve.PrivateKey.from_int(7), coincurve.PrivateKey.from_int(8)
+    first, second = b"first message", b"second message"
+    s1, s2 = key.sign_recoverable(first), other.sign_recoverable(second)
+    signer = sig.address_of_pubkey(key.public_key.format())
+    memo = sig.Recoveries()  # vouches for nothing: every signature is recovered, and kept
+    assert memo.address(first, s1) == signer == memo.address(first, s1)
+    assert (memo.recovered, memo.reused) == (2, 0)
+    with pytest.raises(sig.SignatureError):
+        memo.address(second, s2[:64])  # a failure is never kept
+    assert list(memo.kept().values()) == [signer]
+    # inside the prefix the caller vouches for, a kept pair is answered without a recovery
+    again = sig.Recoveries(memo.kept(), prefix=2)
+    again.at(1)
+    assert again.address(first, s1) == signer and (again.recovered, again.reused) == (0, 1)
+    assert again.address(second, s2) == sig.address_of_pubkey(other.public_key.format()) and again.recovered == 1
+    assert again.address(first + b"!", s1) != signer  # the tag is of the exact bytes
+    # past it, the same pair is recovered again
+    again.at(2)
+    assert again.address(first, s1) == signer and (again.recovered, again.reused) == (3, 1)
+    assert len(again.kept()) == 3 and all(len(tag) == 16 for tag in again.kept())
