@@ -11,7 +11,7 @@ from indexer.db.quickstats import Deferred
 from indexer.load.ingest import IngestSummary, analyze_grown
 from indexer.load.partitions import ensure_ahead
 from indexer.replay.run import REPLAY_WORKERS, ReplaySummary, replay_dirty
-from indexer.rules.run import RulesSummary, run_rules
+from indexer.rules.run import RULES_WORKERS, RulesSummary, run_rules
 
 
 @dataclass
@@ -37,4 +37,4 @@ def process_changes(conn: psycopg.Connection, url: str, *, loaded: IngestSummary
     ensure_ahead(conn)  # the next epoch's partitions before its first records (docs/partitioning.md)
     replay = replay_dirty(conn, url=url, workers=replay_workers, prior=replayed)
     deferred.add(replay.deferred_analyze)
-    return Downstream(replay, run_rules(conn, deferred_analyze=deferred))
+    return Downstream(replay, run_rules(conn, deferred_analyze=deferred, url=url, workers=RULES_WORKERS))

@@ -213,3 +213,17 @@ def test_history_bench_runs(pg_admin_url):
     for kind in ("empty", "history", "archived"):
         assert re.search(rf"^poll cycle, {kind}\s+history: median\s+[\d.]+s .*= [\d.]+x the empty one", out.stdout,
                          re.M), out.stdout
+
+
+def test_ingest_bench_makes_its_files_in_a_child_process(tmp_path):
+    """The bench's own RSS stays small while it makes a file whose interleaving holds every record at once (one
+    epoch of 100 escrows): the peak RSS it reports for each ingest it starts afterwards starts from its own."""
+    code = (
+        "import resource, sys; from pathlib import Path; sys.path.insert(0, 'bench'); import ingest_bench as b; "
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; "
+        f"n = b.make_file_apart(Path({str(tmp_path / 'one.ndjson')!r}), 150_000, 'mainnet', 'interleaved', 1); "
+        "print(n, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines, grown_mb = map(int, out.stdout.split())
+    assert lines > 140_000 and grown_mb < 30, out.stdout

@@ -59,10 +59,15 @@ _LOCK_PARENTS = ";".join(f"LOCK TABLE ONLY {table} IN {mode} MODE" for table, mo
 
 
 # The rules re-evaluate each replayed escrow and the epoch-wide findings of its epoch, and of the epoch it left
-# when an amendment moved it. An epoch marked whole (an epoch-level change) stays whole. The epoch marks are taken
-# first and in order (EPOCH_MARK locks them until this chunk commits), as the rules stage claims epochs before their
-# escrow marks: a rules run in another process skips these epochs until the replayed rows are committed, and never
-# deletes an epoch mark while an escrow mark of that epoch is still being written.
+# when an amendment moved it (``left``, read before the chunk rewrites replay.escrow). An epoch marked whole (an
+# epoch-level change) stays whole. The marks are written last in the chunk's transaction, epochs first and in
+# order (EPOCH_MARK locks them until the chunk commits), as the rules stage claims epochs before their escrow
+# marks: a rules run in another process that starts after them skips these epochs until the replayed rows are
+# committed; one that claimed an epoch before them makes the chunk wait for its commit, then the chunk marks the
+# epoch anew; and a rules run never deletes an epoch mark while an escrow mark of that epoch is being written.
+# Last, not first: the mark of an epoch is one row that every chunk of that epoch locks, so a chunk that took it
+# first held it for its whole replay, and concurrent replay processes on escrows of one epoch (the pass after a
+# load: two workers on chunks of 50 escrows of an epoch of about a hundred) waited for each other's whole chunk.
 # replay.inference is partitioned by epoch (docs/partitioning.md): an escrow's rows are in the partition of the
 # epoch its last replay wrote to replay.escrow, so only those partitions are read (pruned when the statement starts)
 _DELETE_OLD = {"replay.inference": "DELETE FROM replay.inference WHERE escrow_id = ANY(%(ids)s) AND epoch_index = ANY("
@@ -70,7 +75,7 @@ _DELETE_OLD = {"replay.inference": "DELETE FROM replay.inference WHERE escrow_id
 _MARK_EPOCHS = f"""
 INSERT INTO rules.dirty_epoch (epoch_index, whole)
 SELECT epoch_index, false FROM rec.escrow WHERE escrow_id = ANY(%(ids)s) AND epoch_index IS NOT NULL
-UNION SELECT epoch_index, false FROM replay.escrow WHERE escrow_id = ANY(%(ids)s) AND epoch_index IS NOT NULL
+UNION SELECT unnest(%(left)s::bigint[]), false
 ORDER BY 1
 ON CONFLICT {EPOCH_MARK}
 """
@@ -163,17 +168,16 @@ def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, h
             return False
         if on_claim is not None:
             on_claim(ids)
-        _clear_chunk(conn, ids)
+        left = _clear_chunk(conn, ids)
         # one escrow is one part whatever its size: no need to count it (a small change replays one escrow)
         for part in [ids] if len(ids) == 1 else parts(escrow_sizes(conn, ids), txs, CHUNK_VOTE_BYTES):
             results = _replay_chunk(conn, part)
             _write(conn, results)
             _count(results, summary)
             summary.verified += len(verify_escrows(conn, part))
+        _mark_chunk(conn, ids, left)
         summary.escrows += len(ids)
     return True
-
-
 
 
 def _replay_in_workers(url: str, chunk: int, workers: int, summary: ReplaySummary) -> None:
@@ -283,13 +287,21 @@ def _replay_chunk(conn: psycopg.Connection, ids: list[str]) -> list:
     return results
 
 
-def _clear_chunk(conn: psycopg.Connection, ids: list[str]) -> None:
-    """Mark the chunk's escrows and epochs for the rules stage and delete their derived rows (caller's
-    transaction), before any part of the chunk is written."""
-    conn.execute(_MARK_EPOCHS, {"ids": ids})  # first: replay.escrow still names the epoch an escrow was in
-    conn.execute(_MARK_ESCROWS, {"ids": ids})
+def _clear_chunk(conn: psycopg.Connection, ids: list[str]) -> list[int]:
+    """Delete the chunk's derived rows (caller's transaction), before any part of the chunk is written; return the
+    epochs their last replay put them in (replay.escrow, about to be rewritten), for :func:`_mark_chunk`."""
+    left = [r[0] for r in conn.execute("SELECT DISTINCT epoch_index FROM replay.escrow WHERE escrow_id = ANY(%s) "
+                                       "AND epoch_index IS NOT NULL", (ids,))]
     for table in _DERIVED:
         conn.execute(_DELETE_OLD.get(table, f"DELETE FROM {table} WHERE escrow_id = ANY(%(ids)s)"), {"ids": ids})
+    return left
+
+
+def _mark_chunk(conn: psycopg.Connection, ids: list[str], left: list[int]) -> None:
+    """Mark the chunk's escrows and their epochs, now and before (``left``), for the rules stage, as the last writes
+    of the chunk's transaction (_MARK_EPOCHS says why last)."""
+    conn.execute(_MARK_EPOCHS, {"ids": ids, "left": left})
+    conn.execute(_MARK_ESCROWS, {"ids": ids})
 
 
 def _count(results, summary: ReplaySummary) -> None:
