@@ -395,14 +395,15 @@ WHERE ({', '.join(f'v.{c}' for c in _CONTENT)}) IS DISTINCT FROM ({', '.join(f'e
 # The verifier's identity (VERIFIER: a hash of the checks' source, indexer.replay.verifier) is part of every digest
 # and stored in every row: a change to what the checks accept re-checks every escrow (replay_dirty marks stale rows).
 # What the checks read, per escrow, hashed by the server (the diffs' content never travels for an unchanged escrow).
-# Each part is a row's text or 'null', so a part that is missing cannot pass for another.
+# Each part is a row's text or 'null', so a part that is missing cannot pass for another; each diff enters as the md5
+# of its row (32 characters), so the text hashed grows by 32 bytes a diff, not by the diff's content.
 _DIGESTS = """
 SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
   row(e.epoch_index, e.slots, e.vote_threshold_factor, e.protocol_version, e.settled, e.creator, e.amount,
       e.token_price, e.create_devshard_fee, e.fee_per_nonce, e.inference_seal_grace_nonces,
       e.inference_seal_grace_seconds, e.auto_seal_every_n_nonces, e.execution_timeout)::text,
-  coalesce((SELECT string_agg(row(d.nonce, d.content, d.user_sig, d.source_host, d.post_state_root, d.state_hash)::text, E'\\n'
-                              ORDER BY d.nonce)
+  coalesce((SELECT string_agg(md5(row(d.nonce, d.content, d.user_sig, d.source_host, d.post_state_root,
+                                      d.state_hash)::text), '' ORDER BY d.nonce)
             FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index), 'null'),
   coalesce((SELECT row(s.tx_hash, s.height, s.settler, s.state_root, s.rest_hash, s.nonce, s.fees,
                        s.state_root_and_protocol_version, s.host_stats, s.signatures, s.msg, s.tx_raw,
