@@ -47,8 +47,11 @@ _CONFIG = (("token_price", "token_price"), ("inference_seal_grace_nonces", "seal
 # shown for every build (max(group size × a multiplier, 20); the multiplier and a live overlay differ between
 # versions of that file): 0 stays unknown (None), and a replay whose rules seal says it cannot be checked.
 # execution_timeout 0 is not stated: the epoch's governance value stands in, as the live overlay at bind does
-# (ApplyLiveSessionParams overlays it when > 0). The fees are replayed as published: a fee of 0 is what the
-# release fixture's sessions charge.
+# (ApplyLiveSessionParams overlays it when > 0). The fees are replayed as published, 0 included: builds of the fee
+# era freeze both fees onto DevshardEscrow when it is created (SessionConfigFromEscrow maps a 0 to 10,000 / 1,000,
+# devshard/types/config.go @056f1980), so a 0 is published only by escrows of the line before fees, whose sessions
+# charged none (DefaultSessionConfigV0211 in an earlier version of the same file: "the legacy v0.2.11 session
+# config without fees"); the v4.1 release fixture's sessions charge none too.
 COMPILED_DEFAULTS = {"token_price": 1, "inference_seal_grace_seconds": 3600, "auto_seal_every_n_nonces": 150}
 FIELDS_WITHOUT_DEFAULT = ("inference_seal_grace_nonces",)
 
