@@ -250,6 +250,38 @@ def _check_params(plan: Plan, cap, names: list[str], got: set[tuple], clean: set
             _fail(plan, None, f"epoch {e}: no cycle could read its parameters exactly, but the row says exact: {have}")
 
 
+def _live_grants_standing_in(plan: Plan, names: list[str], extra: set[tuple], clean: set[tuple]) -> set[tuple]:
+    """The rec.warm_key rows a clean run lacks, less those that are its grants read live: a cycle that reaches the
+    chain only after the node pruned the epoch's end height reads today's grants (read_exact false, no height), as
+    the parameters stand in live (_check_params). A live row must still name a grant the clean run read."""
+    exact, height = names.index("read_exact"), names.index("read_height")
+    grant = [names.index(n) for n in ("epoch_index", "participant", "grantee", "pub_key")]
+    granted = {tuple(r[i] for i in grant) for r in clean}
+    out = set()
+    for r in extra:
+        if r[exact] == "true":
+            out.add(r)
+        elif r[height] is not None or tuple(r[i] for i in grant) not in granted:
+            _fail(plan, None, f"rec.warm_key has a live row that is not a clean run's grant read live: {r}")
+    return out
+
+
+def _verified_as_clean(plan: Plan, got: dict[str, set[tuple]], cols: dict[str, list[str]], full: set[str],
+                       epoch_of: dict[str, int]) -> set[str]:
+    """The captured escrows whose verification must be the clean run's: those of epochs whose warm keys were all read
+    as of the epoch's end. Where a cycle could read them only live (the end height pruned), a host signature by a
+    warm key is not checked, so the escrow stops short of the clean run's level, but never fails a check."""
+    names = cols["rec.warm_key"]
+    k, exact = names.index("epoch_index"), names.index("read_exact")
+    live = {int(r[k]) for r in got["rec.warm_key"] if r[exact] != "true"}
+    v = cols["replay.escrow_verification"]
+    for r in got["replay.escrow_verification"]:
+        eid = r[v.index("escrow_id")]
+        if eid in full and epoch_of[eid] in live and r[v.index("failed_check")] is not None:
+            _fail(plan, None, f"escrow {eid}: its epoch's grants were read live, yet its verification failed: {r}")
+    return {e for e in full if epoch_of[e] not in live}
+
+
 def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[str, list[str]]) -> None:
     scn = plan.scenario
     cap = simulate(plan)
@@ -271,6 +303,8 @@ def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[s
                 keep = {e for e in cap.full if epoch_of[e] in whole_epochs}
             elif table in tx_tables:
                 keep = cap.full | cap.open_only
+            elif table == "replay.escrow_verification":
+                keep = _verified_as_clean(plan, got, cols, cap.full, epoch_of)
             else:
                 keep = cap.full
             want = {r for r in clean[table] if r[k] in keep}
@@ -290,6 +324,8 @@ def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[s
                 extra = {r for r in extra if r[names.index("params_exact")] == "true"}
             if table == "rec.epoch":
                 extra = {r for r in extra if not _open_epoch_row(r, names, clean[table], plan)}
+            if table == "rec.warm_key":
+                extra = _live_grants_standing_in(plan, names, extra, clean[table])
             if extra:
                 near = sorted(r for r in clean[table] if r[k] in {e[k] for e in extra})
                 _fail(plan, None, f"{table} has rows a clean run does not: {sorted(extra)[:3]}; the clean run has "
