@@ -197,6 +197,8 @@ def _devnet_db(url: str, inferences: int) -> None:
     from indexer.sources.gonka import RetryPolicy
     scn = Scenario(ScenarioConfig(inferences_per_escrow=inferences, escrows_per_epoch=3))
     with DevnetServer(scn, warm=True) as net:
+        # an archive node: the one poll after the last epoch reads every ended epoch's warm keys as of its end
+        net.app.options.state_retain_blocks = 10**9
         net.advance_to_last_epoch()
         poll_once(url, net.chain_rest_url, net.rpc_url, private_hosts=True,
                   policy=RetryPolicy(backoff_base=0.001, backoff_max=0.01, timeout=10.0, attempts=3))
