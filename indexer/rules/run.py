@@ -73,6 +73,11 @@ class RulesSummary:
     disputable: int = 0
     seconds: float = 0.0
 
+    def add(self, part: "RulesSummary") -> None:
+        """Count ``part``'s epochs, parsed payloads and disputable rows in this summary (its seconds are its own)."""
+        self.epochs, self.parsed, self.disputable = (self.epochs + part.epochs, self.parsed + part.parsed,
+                                                     self.disputable + part.disputable)
+
 
 @cache
 def rule_statements() -> tuple[tuple[str, str], ...]:
@@ -152,8 +157,7 @@ def _claim_once(conn: psycopg.Connection, per_claim: int, summary: RulesSummary)
         if not claimed:
             return False
         _evaluate(conn, sorted(e for e, _ in claimed), [e for e, whole in claimed if whole], part)
-    summary.epochs, summary.parsed = summary.epochs + part.epochs, summary.parsed + part.parsed
-    summary.disputable += part.disputable
+    summary.add(part)
     return True
 
 
@@ -180,8 +184,7 @@ def _claim_in_parallel(conn: psycopg.Connection, url: str, helpers: int, per_cla
         for thread in threads:
             thread.join()
     for part in parts:
-        summary.epochs, summary.parsed = summary.epochs + part.epochs, summary.parsed + part.parsed
-        summary.disputable += part.disputable
+        summary.add(part)
     if errors:
         raise errors[0]
 
