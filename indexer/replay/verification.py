@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from indexer.replay import verify_memo as vm
+from indexer.replay.material import Material, load_material
 from indexer.verify import bundle as bd, diff, proto as pb, settlement as st, signatures as sig
 from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
@@ -45,11 +46,6 @@ MAX_SOURCES_TEXT = 200
 MAX_FAILURE = 1000
 _U64 = (1 << 64) - 1
 log = logging.getLogger(__name__)
-_ESCROW = ("escrow_id", "epoch_index", "slots", "vote_threshold_factor", "protocol_version", "settled", "creator",
-           "amount", "token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",
-           "inference_seal_grace_seconds", "auto_seal_every_n_nonces", "execution_timeout")
-_SETTLEMENT = ("escrow_id", "tx_hash", "height", "settler", "state_root", "rest_hash", "nonce", "fees",
-               "state_root_and_protocol_version", "host_stats", "signatures", "msg", "tx_raw", "extra")
 _HOST_STATS = ("missed", "invalid", "cost", "required_validations", "completed_validations")
 
 
@@ -60,19 +56,6 @@ class Unusable(ValueError):
     def __init__(self, check: str, nonce: int | None, reason: str, fails: bool = True):
         super().__init__(reason)
         self.check, self.nonce, self.reason, self.fails = check, nonce, reason, fails
-
-
-@dataclass
-class Material:
-    """One escrow's stored evidence, as read from the database."""
-    escrow: dict
-    # (nonce, content, user_sig, source_host, post_state_root, state_hash)
-    diffs: list[tuple] = field(default_factory=list)
-    settlement: dict | None = None
-    params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured
-    warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys read as of the epoch's end
-    captured: dict = field(default_factory=dict)  # participant -> its grants' read was exact (as of the epoch's end)
-    memo: vm.Memo | None = None  # the recoveries kept by the escrow's last verification (read with ``memo=True``)
 
 
 @dataclass(frozen=True)
@@ -96,60 +79,6 @@ class Verification:
     prefix_recoveries: bytes | None = None
     recovered: int = field(default=0, compare=False)  # secp256k1 recoveries this verification made
     reused: int = field(default=0, compare=False)  # signatures answered from the kept recoveries
-
-
-def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False) -> dict[str, Material]:
-    """The stored evidence of the escrows ``ids`` (those in rec.escrow), one query per table; with ``memo``, also
-    the recoveries their last verification kept."""
-    out: dict[str, Material] = {}
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT {', '.join(_ESCROW)} FROM rec.escrow WHERE escrow_id = ANY(%s) ORDER BY escrow_id",
-                    (ids,))
-        for row in cur:
-            out[row[0]] = Material(dict(zip(_ESCROW, row)))
-        epochs = sorted({m.escrow["epoch_index"] for m in out.values() if m.escrow["epoch_index"] is not None})
-        # the tables are partitioned by epoch (docs/partitioning.md): naming the epochs reads only those partitions
-        cur.execute("SELECT escrow_id, nonce, content, user_sig, source_host, post_state_root, state_hash "
-                    "FROM rec.signed_diff WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) ORDER BY escrow_id, nonce", (ids, epochs))
-        for escrow_id, *row in cur:
-            if escrow_id in out:
-                out[escrow_id].diffs.append(tuple(row))
-        cur.execute(f"SELECT {', '.join(_SETTLEMENT)} FROM rec.settlement "
-                    "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s)", (ids, epochs))
-        for row in cur:
-            if row[0] in out:
-                out[row[0]].settlement = dict(zip(_SETTLEMENT, row))
-        cur.execute("SELECT epoch_index, devshard_escrow_params FROM rec.epoch_params WHERE epoch_index = ANY(%s)",
-                    (epochs,))
-        params = dict(cur.fetchall())
-        grants, captured = _warm_key_rows(cur, epochs)
-        if memo:
-            cur.execute("SELECT escrow_id, prefix_nonces, prefix_chain, prefix_signers, prefix_recoveries "
-                        "FROM replay.escrow_verification WHERE escrow_id = ANY(%s) AND prefix_nonces > 0", (ids,))
-            for escrow_id, *stored in cur:
-                if escrow_id in out:
-                    out[escrow_id].memo = vm.unpack(*stored)
-    for m in out.values():
-        m.params = params.get(m.escrow["epoch_index"])
-        m.warm_keys = grants.get(m.escrow["epoch_index"], {})
-        m.captured = captured.get(m.escrow["epoch_index"], {})
-    return out
-
-
-def _warm_key_rows(cur: psycopg.Cursor, epochs: list[int]) -> tuple[dict, dict]:
-    """(epoch -> participant -> grantees read as of the epoch's end, epoch -> participant -> exact) from
-    rec.warm_key: a participant is captured when it has any row (an empty grantee: read, none granted), and exact
-    only when every row of it was read as of the epoch's end (read_exact null, not recorded, counts as not)."""
-    cur.execute("SELECT epoch_index, participant, grantee, read_exact IS TRUE FROM rec.warm_key "
-                "WHERE epoch_index = ANY(%s) ORDER BY 1, 2, 3", (epochs,))
-    grants: dict = {}
-    captured: dict = {}
-    for epoch, participant, grantee, exact in cur:
-        seen = captured.setdefault(epoch, {})
-        seen[participant] = seen.get(participant, True) and exact
-        if grantee and exact:
-            grants.setdefault(epoch, {}).setdefault(participant, []).append(grantee)
-    return grants, captured
 
 
 def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...]:

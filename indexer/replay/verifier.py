@@ -1,7 +1,8 @@
 """Which verifier wrote a verification row, and the rows an older one wrote.
 
-The identity is a hash of the source of the checks (every module of :mod:`indexer.verify`, the stage,
-:mod:`indexer.replay.verification`, and the recoveries it keeps, :mod:`indexer.replay.verify_memo`) with the protocol versions whose session rules are ported: any change to what
+The identity is a hash of the source of the checks (every module of :mod:`indexer.verify`; the stage,
+:mod:`indexer.replay.verification`, what it reads, :mod:`indexer.replay.material`, and the recoveries it keeps,
+:mod:`indexer.replay.verify_memo`) with the protocol versions whose session rules are ported: any change to what
 the checks accept (a fix in apply.py, a version ported) gives another identity without anyone bumping a number. Each
 row stores the identity it was computed with (``replay.escrow_verification.verifier``), and every replay pass first
 marks the escrows whose row another identity wrote, as the rules stage does for rows of older rule versions
@@ -17,7 +18,7 @@ import psycopg
 from indexer.db.marks import ESCROW_MARK
 from indexer.verify.versions import ported_names
 
-_STAGE = [Path(__file__).with_name(name) for name in ("verification.py", "verify_memo.py")]
+_STAGE = [Path(__file__).with_name(name) for name in ("verification.py", "material.py", "verify_memo.py")]
 _CHECKS = Path(__file__).resolve().parents[1] / "verify"
 
 

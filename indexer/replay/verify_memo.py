@@ -45,7 +45,7 @@ def _part(data: bytes | None) -> bytes:
 
 def chain_links(seed: tuple, rows: list[tuple]) -> list[bytes]:
     """The chain after each stored diff: element k covers the first k + 1 ``rows`` (nonce, content, user_sig,
-    source_host, post_state_root, state_hash as :func:`indexer.replay.verification.load_material` reads them; the
+    source_host, post_state_root, state_hash as :func:`indexer.replay.material.load_material` reads them; the
     source is left out, it says where the bytes came from, not what they are; the state_hash stands in for a root
     not served, so it is part of what was signed)."""
     h = hashlib.sha256(b"\n".join(_part(None if v is None else str(v).encode("utf-8")) for v in seed)).digest()

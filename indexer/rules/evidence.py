@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from indexer.replay.verification import COLD_ONLY, Unusable, escrow_bundle, load_material
+from indexer.replay.material import load_material
+from indexer.replay.verification import COLD_ONLY, Unusable, escrow_bundle
 from indexer.verify import bundle as bd
 
 # the prompt count each rule decides on (rules.disputable evidence keys, sql/rules/60_disputable.sql)
