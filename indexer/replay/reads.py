@@ -1,8 +1,9 @@
-"""Reading escrow logs from the tx tables for the replay: each escrow's txs as rows in protocol order, and the
-size of each escrow's log, so that a chunk of escrows is read and replayed in parts of bounded size."""
+"""Reading escrow logs from the tx tables for the replay: each escrow's txs as rows in protocol order, a chunk of
+escrows read and handed out in parts of bounded size (:func:`log_parts`)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 
 import psycopg
 
@@ -25,8 +26,8 @@ SOURCES = (
 
 
 def escrow_sizes(conn: psycopg.Connection, ids: list[str]) -> list[tuple[str, int, int]]:
-    """(escrow_id, txs, bytes of votes) of each of ``ids``, in their order: counted from the tx tables' primary keys
-    in the escrows' epoch partitions, so that a chunk can be read in parts before any of its txs is held."""
+    """(escrow_id, txs, bytes of votes) of each of ``ids``, in their order, counted in the escrows' epoch
+    partitions: what :func:`log_parts` measures as it reads, for checking it."""
     epochs = [r[0] for r in conn.execute("SELECT DISTINCT epoch_index FROM rec.escrow WHERE escrow_id = ANY(%s) "
                                          "AND epoch_index IS NOT NULL", (ids,))]
     counted = {escrow_id: (n, b) for escrow_id, n, b in conn.execute(_SIZES, {"ids": ids, "epochs": epochs})}
@@ -39,19 +40,90 @@ _SIZES = "SELECT escrow_id, sum(n)::int8, sum(b)::int8 FROM (" + " UNION ALL ".j
     for table, fields in SOURCES) + ") AS t GROUP BY escrow_id"
 
 
-def parts(sizes: list[tuple[str, int, int]], txs: int, vote_bytes: int) -> list[list[str]]:
+def parts(sizes: Iterable[tuple[str, int, int]], txs: int, vote_bytes: int) -> Iterator[list[str]]:
     """Split a chunk's escrows, as (escrow_id, txs, vote bytes) in replay order, into consecutive parts of at most
-    ``txs`` txs and ``vote_bytes`` bytes of votes; an escrow over either bound is a part of its own."""
-    out: list[list[str]] = []
+    ``txs`` txs and ``vote_bytes`` bytes of votes; an escrow over either bound is a part of its own. Lazy: a part
+    is handed out as soon as the next escrow does not fit it, before any escrow after that one is asked for."""
+    part: list[str] = []
     n = b = 0
     for escrow_id, escrow_txs, escrow_bytes in sizes:
-        if out and out[-1] and n + escrow_txs <= txs and b + escrow_bytes <= vote_bytes:
-            out[-1].append(escrow_id)
-            n, b = n + escrow_txs, b + escrow_bytes
-        else:
-            out.append([escrow_id])
-            n, b = escrow_txs, escrow_bytes
-    return out
+        if part and (n + escrow_txs > txs or b + escrow_bytes > vote_bytes):
+            yield part
+            part, n, b = [], 0, 0
+        part.append(escrow_id)
+        n, b = n + escrow_txs, b + escrow_bytes
+    if part:
+        yield part
+
+
+def log_parts(conn: psycopg.Connection, ids: list[str], read: list[str], epochs: list[int], txs: int,
+              vote_bytes: int) -> Iterator[tuple[list[str], dict[str, list[tuple]]]]:
+    """The escrows of ``ids`` in consecutive parts of at most ``txs`` txs and ``vote_bytes`` bytes of votes (the
+    rule of :func:`parts`; an escrow over either bound is a part of its own), each with the logs of its escrows
+    in ``read`` (escrow_logs' rows), in escrow id order.
+
+    The logs are measured as they are read, not counted first: one server-side cursor per tx table returns the
+    escrows' groups in id order, and an escrow's groups are merged as the cursors reach it. Counting first cost
+    the server as much as the read itself (it visits the same rows). What is held at once: the part being filled
+    and the escrow just read; the replay only ever sees a part. Caller's transaction (the cursors live in it)."""
+    ordered = sorted(ids)  # str order is code point order, which is UTF-8 byte order: COLLATE "C" below
+    if len(ordered) == 1:  # a small change: plain queries, no cursors to declare
+        yield ordered, escrow_logs(conn, read, epochs) if read else {}
+        return
+    streams = []
+    try:
+        for table, fields in SOURCES:
+            cur = conn.cursor(name=f"replay_log_{len(streams)}", binary=True)
+            cur.itersize = 64
+            cur.execute(_GROUPED.format(table=table, columns=_aggregates(fields),
+                                        votes="sum(pg_column_size(votes))" if "votes" in fields else "0"),
+                        (read, epochs))
+            streams.append((fields, cur, iter(cur)))
+        heads = [next(it, None) for _, _, it in streams]
+        logs: dict[str, list[tuple]] = {}
+
+        def measured() -> Iterator[tuple[str, int, int]]:
+            for escrow_id in ordered:
+                keyed: list[tuple] = []
+                escrow_bytes = 0
+                for i, (fields, _, it) in enumerate(streams):
+                    head = heads[i]
+                    if head is not None and head[0] < escrow_id:  # a collation or a set not ours: never skip rows
+                        raise RuntimeError(f"replay read: {SOURCES[i][0]} returned escrow {head[0]!r} out of "
+                                           f"order (before {escrow_id!r})")
+                    if head is not None and head[0] == escrow_id:
+                        keyed.extend(_keyed(fields, head[1:-1]))
+                        escrow_bytes += head[-1]
+                        heads[i] = next(it, None)
+                if keyed:
+                    keyed.sort()
+                    logs[escrow_id] = [row for _, _, row in keyed]
+                yield escrow_id, len(keyed), escrow_bytes
+
+        for part in parts(measured(), txs, vote_bytes):
+            yield part, {escrow_id: logs.pop(escrow_id) for escrow_id in part if escrow_id in logs}
+        left = [(SOURCES[i][0], h[0]) for i, h in enumerate(heads) if h is not None]
+        if left:
+            raise RuntimeError(f"replay read: {left[0][0]} returned escrow {left[0][1]!r}, not one of the chunk's")
+    finally:
+        for _, cur, _ in streams:
+            cur.close()
+
+
+_GROUPED = ("SELECT escrow_id, {columns}, {votes} FROM {table} WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) "
+            'GROUP BY escrow_id ORDER BY escrow_id COLLATE "C"')
+
+
+def _aggregates(fields: tuple) -> str:
+    """The column arrays one tx table's query returns for an escrow: its fields' columns, then its tx_index."""
+    return ", ".join([f"array_agg({c})" for c in fields if isinstance(c, str)] + ["array_agg(coalesce(tx_index, -1))"])
+
+
+def _keyed(fields: tuple, arrays) -> Iterator[tuple]:
+    """One table's rows of one escrow from its column arrays (in _aggregates' order), each behind its (diff_nonce,
+    tx_index) for the sort."""
+    by_name = dict(zip([c for c in fields if isinstance(c, str)], arrays))
+    return zip(by_name["diff_nonce"], arrays[-1], _rows(fields, by_name))
 
 
 def escrow_logs(conn: psycopg.Connection, ids: list[str], epochs: list[int]) -> dict[str, list[tuple]]:
@@ -64,13 +136,10 @@ def escrow_logs(conn: psycopg.Connection, ids: list[str], epochs: list[int]) -> 
     keyed: dict[str, list[tuple]] = {}
     with conn.cursor(binary=True) as cur:
         for table, fields in SOURCES:
-            columns = [f for f in fields if isinstance(f, str)]
-            cur.execute(f"SELECT escrow_id, {', '.join(f'array_agg({c})' for c in columns)}, "
-                        f"array_agg(coalesce(tx_index, -1)) FROM {table} "
+            cur.execute(f"SELECT escrow_id, {_aggregates(fields)} FROM {table} "
                         "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) GROUP BY escrow_id", (ids, epochs))
             for escrow_id, *arrays in cur:
-                by_name = dict(zip(columns, arrays))
-                keyed.setdefault(escrow_id, []).extend(zip(by_name["diff_nonce"], arrays[-1], _rows(fields, by_name)))
+                keyed.setdefault(escrow_id, []).extend(_keyed(fields, arrays))
     logs: dict[str, list[tuple]] = {}
     for escrow_id, rows in keyed.items():
         rows.sort()

@@ -23,7 +23,7 @@ from indexer.db.marks import EPOCH_MARK
 from indexer.load.partitions import analyze_epochs
 from indexer.workers import InterruptAtSafePoints, no_cyclic_gc, pool as workers_pool, run_alone, stop_requested
 from indexer.replay.machine import EscrowConfig, replay_rows
-from indexer.replay.reads import SOURCES, escrow_logs, escrow_sizes, parts
+from indexer.replay.reads import SOURCES, log_parts
 from indexer.replay.verification import verify_escrows
 from indexer.replay.verifier import mark_stale_verifications
 
@@ -169,9 +169,7 @@ def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, h
         if on_claim is not None:
             on_claim(ids)
         left = _clear_chunk(conn, ids)
-        # one escrow is one part whatever its size: no need to count it (a small change replays one escrow)
-        for part in [ids] if len(ids) == 1 else parts(escrow_sizes(conn, ids), txs, CHUNK_VOTE_BYTES):
-            results = _replay_chunk(conn, part)
+        for part, results in replay_parts(conn, ids, txs, CHUNK_VOTE_BYTES):
             _write(conn, results)
             _count(results, summary)
             summary.verified += len(verify_escrows(conn, part))
@@ -277,11 +275,21 @@ def _load_configs(conn, ids: list[str]) -> dict[str, tuple[EscrowConfig, int | N
             for eid, slots, factor, settled, epoch in rows}
 
 
-def _replay_chunk(conn: psycopg.Connection, ids: list[str]) -> list:
+def replay_parts(conn: psycopg.Connection, ids: list[str], txs: int, vote_bytes: int):
+    """(part, [(config, epoch, replay result, txs)]) for each part of ``ids`` (reads.log_parts), replayed in turn;
+    an escrow without an escrow record is in its part but has no result. Caller's transaction."""
     configs = _load_configs(conn, ids)
-    logs = escrow_logs(conn, list(configs), sorted({epoch for _, epoch in configs.values() if epoch is not None}))
+    epochs = sorted({epoch for _, epoch in configs.values() if epoch is not None})
+    for part, logs in log_parts(conn, ids, list(configs), epochs, txs, vote_bytes):
+        yield part, _replay_part(configs, part, logs)
+
+
+def _replay_part(configs: dict, part: list[str], logs: dict[str, list[tuple]]) -> list:
     results = []
-    for escrow_id, (config, epoch) in configs.items():
+    for escrow_id in part:
+        if escrow_id not in configs:  # no escrow record yet: nothing to replay it with
+            continue
+        config, epoch = configs[escrow_id]
         rows = logs.get(escrow_id, [])  # an escrow without txs still replays: every slot has 0 missed / 0 invalid
         results.append((config, epoch, replay_rows(config, rows, transitions=False), len(rows)))
     return results

@@ -297,7 +297,8 @@ def test_database_read_path_replays_like_the_machine_on_txs(db_url, tmp_path, co
     write_ndjson(str(path), perturb(generate(seed=8, escrows=2, inferences=80, mix="adversarial"), 0.25))
     ingest_paths(db_url, [str(path)])
     ids = [r[0] for r in conn.execute("SELECT escrow_id FROM rec.escrow ORDER BY 1")]
-    results = run._replay_chunk(conn, ids)
+    with conn.transaction():
+        results = [r for _, part in run.replay_parts(conn, ids, 10**9, 1 << 40) for r in part]
     assert [config.escrow_id for config, *_ in results] == ids
     reasons, drained = set(), 0
     for config, _, result, n in results:

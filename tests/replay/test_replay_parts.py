@@ -3,6 +3,7 @@ the chunk is read and replayed in parts, and the tables are those of a replay in
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from indexer.load.ingest import ingest_paths
 from indexer.replay.follow import ReplayFollower
@@ -16,14 +17,14 @@ REPLAYED = ["replay.inference", "replay.vote", "replay.slot_stats", "replay.escr
 
 def test_parts_keep_the_order_and_both_bounds():
     sizes = [("a", 4, 0), ("b", 5, 0), ("c", 2, 90), ("d", 30, 0), ("e", 1, 5), ("f", 1, 5), ("g", 0, 0)]
-    got = parts(sizes, 10, 100)
+    got = list(parts(sizes, 10, 100))
     assert [e for part in got for e in part] == list("abcdefg")
     assert got == [["a", "b"], ["c"], ["d"], ["e", "f", "g"]]  # c's votes; d alone over the tx bound
     by_id = {e: (n, b) for e, n, b in sizes}
     for part in got:
         if len(part) > 1:
             assert sum(by_id[e][0] for e in part) <= 10 and sum(by_id[e][1] for e in part) <= 100
-    assert parts([], 10, 100) == []
+    assert list(parts([], 10, 100)) == []
 
 
 def _corpus(tmp_path):
@@ -81,3 +82,31 @@ def test_the_follower_keeps_its_chunks_within_the_bound(db_url, second_db_url, t
         replayed = follower.finish(catch_up=True)
     assert replayed.escrows > 1
     assert 0 < replayed.peak_txs <= bound
+
+
+def test_parts_read_as_they_go_equal_one_read_of_the_chunk(db_url, tmp_path):
+    from indexer.replay.reads import escrow_logs, log_parts
+    ingest_paths(db_url, [str(_corpus(tmp_path))])
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        rows = conn.execute("SELECT escrow_id, epoch_index FROM rec.escrow ORDER BY 1").fetchall()
+        ids, epochs = [r[0] for r in rows], sorted({r[1] for r in rows})
+        whole = escrow_logs(conn, ids, epochs)
+        sizes = dict((e, n) for e, n, _ in escrow_sizes(conn, ids))
+        bound = max(sizes.values()) + 1
+        got = list(log_parts(conn, list(reversed(ids)), ids, epochs, bound, 1 << 40))
+    assert [e for part, _ in got for e in part] == sorted(ids)
+    assert len(got) > 1 and all(sum(sizes[e] for e in part) <= bound for part, _ in got)
+    assert {e: log for _, logs in got for e, log in logs.items()} == whole
+
+
+def test_a_read_that_returns_an_escrow_outside_the_chunk_stops_the_chunk(db_url, tmp_path):
+    # never skip rows silently: a group the merge cannot place (an order or a set not the chunk's) is an error
+    from indexer.replay.reads import log_parts
+    ingest_paths(db_url, [str(_corpus(tmp_path))])
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        rows = conn.execute("SELECT escrow_id, epoch_index FROM rec.escrow ORDER BY 1").fetchall()
+        ids, epochs = [r[0] for r in rows], sorted({r[1] for r in rows})
+        with pytest.raises(RuntimeError, match=rf"rec\.start_tx returned escrow '{ids[1]}' out of order"):
+            list(log_parts(conn, [ids[0], ids[2]], ids[:3], epochs, 10**9, 1 << 40))
+        with pytest.raises(RuntimeError, match=rf"returned escrow '{ids[-1]}', not one of the chunk's"):
+            list(log_parts(conn, ids[:-1], ids, epochs, 10**9, 1 << 40))
