@@ -64,37 +64,28 @@ def log_parts(conn: psycopg.Connection, ids: list[str], read: list[str], epochs:
 
     The logs are measured as they are read, not counted first: one server-side cursor per tx table returns the
     escrows' groups in id order, and an escrow's groups are merged as the cursors reach it. Counting first cost
-    the server as much as the read itself (it visits the same rows). What is held at once: the part being filled
-    and the escrow just read; the replay only ever sees a part. Caller's transaction (the cursors live in it)."""
+    the server as much as the read itself (it visits the same rows). What is held at once: the part being filled,
+    the escrow just read and what each cursor fetched ahead (:class:`_Groups`: about ``txs`` / 7 txs each); the
+    replay only ever sees a part. Caller's transaction (the cursors live in it)."""
     ordered = sorted(ids)  # str order is code point order, which is UTF-8 byte order: COLLATE "C" below
     if len(ordered) == 1:  # a small change: plain queries, no cursors to declare
         yield ordered, escrow_logs(conn, read, epochs) if read else {}
         return
-    streams = []
+    streams: list[_Groups] = []
     try:
         for table, fields in SOURCES:
-            cur = conn.cursor(name=f"replay_log_{len(streams)}", binary=True)
-            cur.itersize = 64
-            cur.execute(_GROUPED.format(table=table, columns=_aggregates(fields),
-                                        votes="sum(pg_column_size(votes))" if "votes" in fields else "0"),
-                        (read, epochs))
-            streams.append((fields, cur, iter(cur)))
-        heads = [next(it, None) for _, _, it in streams]
+            streams.append(_Groups(conn, len(streams), table, fields, read, epochs, max(1, txs // len(SOURCES))))
         logs: dict[str, list[tuple]] = {}
 
         def measured() -> Iterator[tuple[str, int, int]]:
             for escrow_id in ordered:
                 keyed: list[tuple] = []
                 escrow_bytes = 0
-                for i, (fields, _, it) in enumerate(streams):
-                    head = heads[i]
-                    if head is not None and head[0] < escrow_id:  # a collation or a set not ours: never skip rows
-                        raise RuntimeError(f"replay read: {SOURCES[i][0]} returned escrow {head[0]!r} out of "
-                                           f"order (before {escrow_id!r})")
-                    if head is not None and head[0] == escrow_id:
-                        keyed.extend(_keyed(fields, head[1:-1]))
-                        escrow_bytes += head[-1]
-                        heads[i] = next(it, None)
+                for stream in streams:
+                    group = stream.take(escrow_id)
+                    if group is not None:
+                        keyed.extend(_keyed(stream.fields, group[1:-1]))
+                        escrow_bytes += group[-1]
                 if keyed:
                     keyed.sort()
                     logs[escrow_id] = [row for _, _, row in keyed]
@@ -102,12 +93,54 @@ def log_parts(conn: psycopg.Connection, ids: list[str], read: list[str], epochs:
 
         for part in parts(measured(), txs, vote_bytes):
             yield part, {escrow_id: logs.pop(escrow_id) for escrow_id in part if escrow_id in logs}
-        left = [(SOURCES[i][0], h[0]) for i, h in enumerate(heads) if h is not None]
-        if left:
-            raise RuntimeError(f"replay read: {left[0][0]} returned escrow {left[0][1]!r}, not one of the chunk's")
+        for stream in streams:
+            stream.done()
     finally:
-        for _, cur, _ in streams:
-            cur.close()
+        for stream in streams:
+            stream.cursor.close()
+
+
+class _Groups:
+    """One tx table's groups (escrow_id, column arrays…, vote bytes) of a chunk, in escrow id order, from a
+    server-side cursor. Fetched a few at a time: as many as hold about ``budget`` txs by the groups seen so far
+    (one at first), so a chunk of large escrows is never fetched whole."""
+
+    def __init__(self, conn, n: int, table: str, fields: tuple, read: list[str], epochs: list[int],
+                 budget: int) -> None:
+        self.table, self.fields, self.budget = table, fields, budget
+        self.cursor = conn.cursor(name=f"replay_log_{n}", binary=True)
+        self.cursor.execute(_GROUPED.format(table=table, columns=_aggregates(fields),
+                                            votes="sum(pg_column_size(votes))" if "votes" in fields else "0"),
+                            (read, epochs))
+        self.ahead: list = []
+        self.seen = self.rows = 0
+        self.ended = False
+
+    def take(self, escrow_id: str):
+        """The group of ``escrow_id`` if it is the next one, else None (the table has no rows of it). A next group
+        before it is a collation or a set that is not the chunk's: an error, never rows skipped silently."""
+        head = self._head()
+        if head is None or head[0] > escrow_id:
+            return None
+        if head[0] < escrow_id:
+            raise RuntimeError(f"replay read: {self.table} returned escrow {head[0]!r} out of order (before "
+                               f"{escrow_id!r})")
+        self.ahead.pop()
+        self.seen, self.rows = self.seen + 1, self.rows + len(head[1])
+        return head
+
+    def done(self) -> None:
+        head = self._head()
+        if head is not None:
+            raise RuntimeError(f"replay read: {self.table} returned escrow {head[0]!r}, not one of the chunk's")
+
+    def _head(self):
+        if not self.ahead and not self.ended:
+            size = 1 if not self.seen else max(1, min(64, self.budget * self.seen // max(self.rows, 1)))
+            fetched = self.cursor.fetchmany(size)
+            self.ended = len(fetched) < size
+            self.ahead = fetched[::-1]
+        return self.ahead[-1] if self.ahead else None
 
 
 _GROUPED = ("SELECT escrow_id, {columns}, {votes} FROM {table} WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s) "

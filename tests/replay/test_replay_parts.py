@@ -110,3 +110,25 @@ def test_a_read_that_returns_an_escrow_outside_the_chunk_stops_the_chunk(db_url,
             list(log_parts(conn, [ids[0], ids[2]], ids[:3], epochs, 10**9, 1 << 40))
         with pytest.raises(RuntimeError, match=rf"returned escrow '{ids[-1]}', not one of the chunk's"):
             list(log_parts(conn, ids[:-1], ids, epochs, 10**9, 1 << 40))
+
+
+def test_a_cursor_fetches_ahead_only_about_its_budget_of_txs(db_url, tmp_path):
+    # the groups of a chunk of large escrows are never fetched whole: one at first, then as many as hold the budget
+    from indexer.replay.reads import SOURCES, _Groups
+    ingest_paths(db_url, [str(_corpus(tmp_path))])
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        rows = conn.execute("SELECT escrow_id, epoch_index FROM rec.escrow ORDER BY 1").fetchall()
+        ids, epochs = [r[0] for r in rows], sorted({r[1] for r in rows})
+        sizes = {e: n for e, n in conn.execute("SELECT escrow_id, count(*) FROM rec.start_tx GROUP BY 1")}
+        table, fields = SOURCES[0]
+        for budget, most in ((1, 1), (2 * max(sizes.values()), 2 * max(sizes.values()) // min(sizes.values()))):
+            groups = _Groups(conn, 0, table, fields, ids, epochs, budget)
+            taken, held = [], []
+            for escrow_id in ids:
+                group = groups.take(escrow_id)
+                taken.append(len(group[1]))
+                held.append(len(groups.ahead))
+            groups.done()
+            groups.cursor.close()
+            assert taken == [sizes[e] for e in ids]
+            assert max(held) <= most and (budget > 1 or held[0] == 0)
