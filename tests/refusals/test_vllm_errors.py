@@ -10,14 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.refusals.vllm import (
-    INT63_MAX,
-    MessageParse,
-    REPORTED_FIELDS,
-    RefusalParse,
-    parse_error_message,
-    parse_response_payload,
-)
+from indexer.refusals.messages import INT63_MAX, MessageParse, REPORTED_FIELDS, parse_error_message
+from indexer.refusals.vllm import RefusalParse, parse_response_payload
 
 WORDINGS = Path(__file__).resolve().parents[1] / "cases" / "data" / "vllm_wordings.json"
 ROWS = json.loads(WORDINGS.read_text("utf-8"))["rows"]
@@ -480,7 +474,7 @@ _SPACES_AND_APOSTROPHES = st.text(st.sampled_from(
 @given(st.one_of(_SPACES_AND_APOSTROPHES, st.text(max_size=40)))
 def test_fold_equals_the_plain_formula(text):
     # _fold skips the translation and the white space substitution when they cannot change the text
-    from indexer.refusals.vllm import _APOSTROPHES, _WS, _fold
+    from indexer.refusals.messages import _APOSTROPHES, _WS, _fold
     assert _fold(text) == _WS.sub(" ", text.casefold().translate(_APOSTROPHES))
 
 
@@ -488,7 +482,7 @@ def test_the_facts_fold_relies_on():
     import re
     import sys
 
-    from indexer.refusals.vllm import _APOSTROPHE_CHARS
+    from indexer.refusals.messages import _APOSTROPHE_CHARS
     white = [c for c in map(chr, range(sys.maxunicode + 1)) if re.fullmatch(r"\s", c)]
     assert [c for c in white if c.isprintable()] == [" "]  # every other white space character is unprintable
     assert [c for c in _APOSTROPHE_CHARS if c.isascii()] == ["`"]
