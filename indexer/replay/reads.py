@@ -25,21 +25,6 @@ SOURCES = (
 )
 
 
-def escrow_sizes(conn: psycopg.Connection, ids: list[str]) -> list[tuple[str, int, int]]:
-    """(escrow_id, txs, bytes of votes) of each of ``ids``, in their order, counted in the escrows' epoch
-    partitions: what :func:`log_parts` measures as it reads, for checking it."""
-    epochs = [r[0] for r in conn.execute("SELECT DISTINCT epoch_index FROM rec.escrow WHERE escrow_id = ANY(%s) "
-                                         "AND epoch_index IS NOT NULL", (ids,))]
-    counted = {escrow_id: (n, b) for escrow_id, n, b in conn.execute(_SIZES, {"ids": ids, "epochs": epochs})}
-    return [(escrow_id, *counted.get(escrow_id, (0, 0))) for escrow_id in ids]
-
-
-_SIZES = "SELECT escrow_id, sum(n)::int8, sum(b)::int8 FROM (" + " UNION ALL ".join(
-    f"SELECT escrow_id, count(*) AS n, {'sum(pg_column_size(votes))' if 'votes' in fields else '0'} AS b "
-    f"FROM {table} WHERE escrow_id = ANY(%(ids)s) AND epoch_index = ANY(%(epochs)s) GROUP BY escrow_id"
-    for table, fields in SOURCES) + ") AS t GROUP BY escrow_id"
-
-
 def parts(sizes: Iterable[tuple[str, int, int]], txs: int, vote_bytes: int) -> Iterator[list[str]]:
     """Split a chunk's escrows, as (escrow_id, txs, vote bytes) in replay order, into consecutive parts of at most
     ``txs`` txs and ``vote_bytes`` bytes of votes; an escrow over either bound is a part of its own. Lazy: a part

@@ -95,12 +95,9 @@ class ChainRest:
         """``{"items": [{address, epoch_index, reason, exclusion_block_height}]}``."""
         return self._get(f"/excluded_participants/{int(epoch)}")
 
-    def escrow(self, escrow_id: str | int) -> dict:
-        """``{"escrow":{…},"found":true}`` or ``{"found":false}`` (pruned or unknown)."""
-        return self.escrow_from(escrow_id)[0]
-
     def escrow_from(self, escrow_id: str | int) -> tuple[dict, str]:
-        """:meth:`escrow`, and the base URL of the node that answered it."""
+        """``{"escrow":{…},"found":true}`` or ``{"found":false}`` (pruned or unknown), and the base URL of the node
+        that answered it."""
         return self.http.get_json_from(PREFIX + f"/devshard_escrow/{int(escrow_id)}")
 
     def host_epoch_stats(self, epoch: int, participant: str) -> dict:
