@@ -233,8 +233,9 @@ FROM api.restitution_outcomes WHERE variant <> 'without_disputable';
 
 -- Per host and epoch: the observed counts (the chain's epoch_performance_summary when captured, else the
 -- replay's), the disputable ones, each test with and without them, the observed exclusion and the reward at stake
--- (theoretical epoch reward x confirmation_weight / total_weight, fn.reward_share). evidence says how each number
--- was obtained and what it does not include.
+-- (theoretical epoch reward x reward_weight / total_weight, fn.reward_share; reward_weight is the effective weight
+-- after the chain's power cap, fn.power_cap). evidence says how each number was obtained and what it does not
+-- include.
 CREATE VIEW api.restitution_impact AS
 WITH pair AS (
   SELECT o.*, w.downtime_passes AS downtime_passes_without, w.sprt_max_llr AS sprt_max_llr_without,
@@ -248,9 +249,10 @@ WITH pair AS (
   WHERE o.variant = 'current'
 ), priced AS (
   SELECT p.*, r.reward AS theoretical_epoch_reward, r.error AS reward_error,
-         rw.reward_weight, rw.weight_basis, rw.error AS reward_weight_error,
-         CASE WHEN rw.reward_weight IS NOT NULL AND p.total_weight IS NOT NULL AND r.reward IS NOT NULL
-              THEN fn.reward_share(r.reward, rw.reward_weight, p.total_weight) END AS reward_if_passed,
+         rw.reward_weight AS effective_weight, rw.weight_basis, rw.error AS effective_weight_error,
+         -- in the list the chain caps (CalculateParticipantBitcoinRewardsWithTransfers): a validation weight > 0
+         -- and status ACTIVE, i.e. not excluded; a host that fails the downtime test is still in it
+         p.weight > 0 AND p.excluded_reason IS NULL AS in_cap_list,
          CASE WHEN p.weight IS NOT NULL AND p.total_weight IS NOT NULL AND r.reward IS NOT NULL
               THEN fn.reward_share(r.reward, greatest(p.weight, 0), p.total_weight) END AS reward_if_full_weight,
          (p.downtime_passes = false AND p.downtime_passes_without = true) AS downtime_flips,
@@ -269,6 +271,54 @@ WITH pair AS (
   CROSS JOIN LATERAL fn.theoretical_epoch_reward_safe(p.epoch_index, p.bitcoin_reward_params, p.chain_version) r
   CROSS JOIN LATERAL fn.reward_weight(p.weight, p.confirmation_weight, p.raw_confirmation_weight,
                                       p.confirmation_weight_scales, p.chain_version) rw
+), cap_lists AS (  -- per epoch: the effective weights of the ACTIVE hosts, and whether every host is known
+  SELECT epoch_index, max(chain_version) AS cap_chain_version,
+         COALESCE(array_agg(effective_weight ORDER BY participant) FILTER (WHERE in_cap_list), '{}') AS cap_list,
+         min(participant || ': ' || COALESCE(effective_weight_error, 'unknown'))
+           FILTER (WHERE in_cap_list AND effective_weight IS NULL) AS cap_unknown_host,
+         sum(greatest(weight, 0)) AS captured_weight
+  FROM priced GROUP BY epoch_index
+), epoch_caps AS (
+  SELECT l.*, c.capped AS epoch_capped, c.cap AS epoch_cap, c.rule AS epoch_cap_rule,
+         CASE WHEN l.cap_unknown_host IS NOT NULL THEN 'the effective weight of an ACTIVE host of the epoch is '
+                || 'unknown (' || l.cap_unknown_host || ')'
+              WHEN l.captured_weight IS DISTINCT FROM t.total_weight THEN 'the captured hosts'' weights sum to '
+                || COALESCE(l.captured_weight::text, 'nothing') || ' but the epoch''s total_weight is '
+                || COALESCE(t.total_weight::text, 'not captured') || ': a host of the epoch is missing, so the '
+                || 'list of ACTIVE weights the chain caps is not known'
+              ELSE c.error END AS epoch_cap_error
+  FROM cap_lists l
+  LEFT JOIN rec.epoch_params t ON t.epoch_index = l.epoch_index
+  CROSS JOIN LATERAL fn.power_cap(l.cap_list, l.cap_chain_version) c
+), capped AS (
+  -- the cap on the list the host's reward is computed over: the epoch's, or for a host the chain excluded, the
+  -- epoch's list with the host added back (had it passed it would have been ACTIVE, which can lower the cap)
+  SELECT q.*,
+         CASE WHEN q.in_cap_list OR NOT q.effective_weight > 0 THEN k.epoch_cap_rule ELSE x.rule END AS cap_rule,
+         CASE WHEN q.in_cap_list OR NOT q.effective_weight > 0 THEN k.epoch_capped ELSE x.capped END AS cap_applies,
+         CASE WHEN q.in_cap_list OR NOT q.effective_weight > 0 THEN k.epoch_cap ELSE x.cap END AS power_cap,
+         CASE WHEN q.effective_weight IS NULL THEN NULL
+              WHEN k.epoch_cap_error IS NOT NULL THEN k.epoch_cap_error
+              WHEN NOT q.in_cap_list AND q.effective_weight > 0 THEN x.error END AS power_cap_error
+  FROM priced q
+  JOIN epoch_caps k ON k.epoch_index = q.epoch_index
+  CROSS JOIN LATERAL fn.power_cap(CASE WHEN NOT q.in_cap_list AND q.effective_weight > 0
+                                       THEN k.cap_list || q.effective_weight END, q.chain_version) x
+), weighed AS (
+  SELECT c.*,
+         -- the weight the chain pays on: the effective weight, at most the cap (a weight <= 0 pays nothing,
+         -- whatever the cap)
+         CASE WHEN effective_weight <= 0 THEN 0
+              WHEN power_cap_error IS NULL AND cap_applies THEN least(effective_weight, power_cap)
+              WHEN power_cap_error IS NULL THEN effective_weight END AS reward_weight,
+         COALESCE(effective_weight_error,
+                  CASE WHEN effective_weight > 0 THEN 'power cap: ' || power_cap_error END) AS reward_weight_error
+  FROM capped c
+), paid AS (
+  SELECT w.*,
+         CASE WHEN reward_weight IS NOT NULL AND total_weight IS NOT NULL AND theoretical_epoch_reward IS NOT NULL
+              THEN fn.reward_share(theoretical_epoch_reward, reward_weight, total_weight) END AS reward_if_passed
+  FROM weighed w
 ), judged AS (
   SELECT q.*,
          -- a flip in either test decides; otherwise a test that could not be evaluated leaves the answer unknown
@@ -286,7 +336,7 @@ WITH pair AS (
              || 'to be the disputable invalidations'
                 WHEN sprt_flips IS NULL THEN 'invalidation SPRT: ' || COALESCE(sprt_null_reason,
              'not evaluable with or without the disputable penalties') END) AS unknown_reason
-  FROM priced q
+  FROM paid q
 ), owed AS (
   SELECT j.*,
          -- paid only when the host passes both tests without the disputable penalties (a flip in one test does
@@ -317,16 +367,12 @@ SELECT epoch_index, participant,
        reward_if_passed AS reward_at_stake,
        candidate AS restitution_candidate, weight_basis, reward_if_passed, amount AS restitution_amount,
        NULLIF(unknown_reason, '') AS unknown_reason, exclusion_not_reproduced,
-       weight, raw_confirmation_weight, reward_weight, reward_weight_error,
+       weight, raw_confirmation_weight, reward_weight, reward_weight_error, effective_weight,
+       CASE WHEN power_cap_error IS NULL AND cap_applies THEN power_cap END AS power_cap,
        confirmation_weight = 0 AND weight > 0 AS zero_confirmation_weight, reward_if_full_weight,
        chain_rewarded_coins,
-       -- the chain caps effective weights at 30 percent of their total from 4 hosts on (ApplyPowerCappingForWeights,
-       -- not modelled; a single host is never capped, 2 - 3 hosts get a larger small-network limit: unknown here):
-       -- true when this host's reward weight is above that share of the epoch's, so its figure may be too high
-       CASE WHEN count(*) FILTER (WHERE reward_weight > 0) OVER (PARTITION BY epoch_index) >= 4
-              THEN reward_weight * 10 > 3 * sum(reward_weight) OVER (PARTITION BY epoch_index)
-            WHEN count(*) FILTER (WHERE reward_weight > 0) OVER (PARTITION BY epoch_index) <= 1 THEN false
-            END AS power_cap_may_bind,
+       -- the power cap (fn.power_cap) lowered this host's weight; NULL when the capped weight is unknown
+       reward_weight < effective_weight AS power_cap_may_bind,
        -- the rule checked against the chain: for a host the chain paid, the payout equals reward_if_passed
        CASE WHEN chain_rewarded_coins > 0 AND reward_if_passed IS NOT NULL
             THEN chain_rewarded_coins = reward_if_passed END AS payout_matches_rule,
@@ -394,7 +440,8 @@ SELECT epoch_index, participant,
              'override', 'INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason)'),
          'reward', jsonb_build_object(
              'formula', 'floor(theoretical_epoch_reward * reward_weight / total_weight) (fn.reward_share), '
-               || 'reward_weight by the chain version''s rule (fn.reward_weight)',
+               || 'reward_weight = the effective weight by the chain version''s rule (fn.reward_weight), at most '
+               || 'the power cap on the epoch''s ACTIVE effective weights (fn.power_cap)',
              'weight_basis', weight_basis,
              'weight_rule', CASE weight_basis
                WHEN 'confirmation_capped' THEN 'min(confirmation_weight, weight) (chain v0.2.12, weight >= raw total)'
@@ -405,7 +452,18 @@ SELECT epoch_index, participant,
              'inputs', jsonb_build_object('weight', weight, 'confirmation_weight', confirmation_weight,
                                           'raw_confirmation_weight', raw_confirmation_weight,
                                           'confirmation_weight_scales', confirmation_weight_scales,
-                                          'total_weight', total_weight, 'reward_weight', reward_weight),
+                                          'total_weight', total_weight, 'effective_weight', effective_weight,
+                                          'reward_weight', reward_weight),
+             'power_cap', jsonb_build_object(
+                 'list', CASE WHEN in_cap_list THEN 'the effective weights of the epoch''s ACTIVE hosts (this one '
+                   || 'included; a host that fails the downtime test is capped before it is zeroed)'
+                   WHEN effective_weight > 0 THEN 'the effective weights of the epoch''s ACTIVE hosts plus this '
+                   || 'host''s, which the chain excluded: had it passed it would have been ACTIVE' END,
+                 'cap', CASE WHEN power_cap_error IS NULL AND cap_applies THEN power_cap END,
+                 'applies', CASE WHEN power_cap_error IS NULL THEN cap_applies END,
+                 'rule', CASE WHEN power_cap_error IS NULL THEN cap_rule END,
+                 'lowered_by', CASE WHEN reward_weight < effective_weight THEN effective_weight - reward_weight END,
+                 'error', power_cap_error),
              'error', COALESCE(reward_error, reward_weight_error),
              'zero_confirmation_weight', CASE WHEN confirmation_weight = 0 AND weight > 0 THEN
                'confirmation PoC left this host no confirmed weight: the chain pays it nothing on the confirmation '
@@ -414,8 +472,6 @@ SELECT epoch_index, participant,
              'not_computed', jsonb_build_array(
                'delegation transfers and penalties (chain v0.2.14 on): not captured; delegation_status and '
                  || 'restitution_amount_if_delegating say what they would change',
-               '30 percent power cap on the effective weights (ApplyPowerCappingForWeights): it binds only on a '
-                 || 'host above 30 percent of the effective total',
                'confirmation_weight is the last stored value, which may predate later confirmation rounds'),
              'not_included', jsonb_build_array('work coins', 'collateral slash', 'reputation reset'))
        )) AS evidence,

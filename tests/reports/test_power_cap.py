@@ -78,3 +78,99 @@ def test_power_cap_unknown_says_why(conn, weights, version, message):
     capped, cap, rule, error = conn.execute("SELECT * FROM fn.power_cap(%s::bigint[], %s)",
                                             (weights, version)).fetchone()
     assert (capped, cap, rule) == (None, None, None) and message in error
+
+
+# -- api.restitution_impact: the reward is paid on the capped weight ------------------------------------------------
+BITCOIN = {"initial_epoch_reward": "323000000000000", "decay_rate": {"value": "-475", "exponent": -6},
+           "genesis_epoch": "1"}
+
+
+def _epoch(epoch: int, total: int, hosts: dict[str, dict], scales=None) -> list[dict]:
+    recs = [{"kind": "epoch_params", "epoch_index": epoch, "total_weight": total, "bitcoin_reward_params": BITCOIN,
+             "confirmation_weight_scales": {} if scales is None else scales}]
+    return recs + [{"kind": "participant_epoch", "epoch_index": epoch, "participant": who, **fields}
+                   for who, fields in hosts.items()]
+
+
+def _impact(conn, epoch: int) -> dict[str, dict]:
+    cur = conn.execute("SELECT participant, effective_weight, power_cap, reward_weight, power_cap_may_bind, "
+                       "reward_if_passed, reward_weight_error, payout_matches_rule, theoretical_epoch_reward, "
+                       "evidence -> 'reward' -> 'power_cap' AS cap_evidence "
+                       "FROM api.restitution_impact WHERE epoch_index = %s", (epoch,))
+    names = [d.name for d in cur.description]
+    return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+
+
+def test_an_active_host_the_chain_did_not_pay_is_still_capped_in_the_list(db_url, tmp_path, conn):
+    # the heavy host is ACTIVE (not excluded), so it is in the list the chain caps even though the chain paid it
+    # nothing (as after a failed downtime test, which zeroes a weight only after the cap): [100, 100, 100, 700], k=3: 700 > 0.3 x 1000, cap = IntPart(0.3 x 300 / 0.7) = 128
+    from tests.support.rules_kit import load
+    reward = conn.execute("SELECT fn.theoretical_epoch_reward(600, 323000000000000, -0.000475, 1)").fetchone()[0]
+    hosts = {f"gonka1light{k}": {"weight": 100, "rewarded_coins": int(100 * reward // 1000)} for k in range(3)}
+    hosts["gonka1heavy"] = {"weight": 700, "rewarded_coins": 0}
+    load(db_url, tmp_path, _epoch(600, 1000, hosts), rules=False)
+    rows = _impact(conn, 600)
+    heavy = rows["gonka1heavy"]
+    assert (heavy["effective_weight"], heavy["power_cap"], heavy["reward_weight"]) == (700, 128, 128)
+    assert heavy["power_cap_may_bind"] is True and heavy["reward_if_passed"] == 128 * reward // 1000
+    assert heavy["cap_evidence"]["lowered_by"] == 572 and heavy["cap_evidence"]["rule"] == "headcount = positive"
+    for k in range(3):
+        light = rows[f"gonka1light{k}"]
+        assert (light["power_cap"], light["reward_weight"], light["power_cap_may_bind"]) == (128, 100, False)
+        assert light["payout_matches_rule"] is True
+
+
+def test_an_excluded_host_is_added_back_to_the_list_had_it_passed(db_url, tmp_path, conn):
+    # ACTIVE [100, 100, 100]: 3 hosts, limit 0.40, no cap. The excluded host (500) had it passed would have been the
+    # fourth: [100, 100, 100, 500], limit 0.30, k=3: 500 > 240, cap = IntPart(0.3 x 300 / 0.7) = 128
+    from tests.support.rules_kit import load
+    hosts = {f"gonka1light{k}": {"weight": 100} for k in range(3)}
+    hosts["gonka1out"] = {"weight": 500, "excluded_reason": "statistical_invalidations"}
+    load(db_url, tmp_path, _epoch(601, 800, hosts), rules=False)
+    rows = _impact(conn, 601)
+    out = rows["gonka1out"]
+    assert (out["effective_weight"], out["power_cap"], out["reward_weight"], out["power_cap_may_bind"]) == \
+        (500, 128, 128, True)
+    assert out["reward_if_passed"] == 128 * out["theoretical_epoch_reward"] // 800
+    assert "plus this host's, which the chain excluded" in out["cap_evidence"]["list"]
+    assert all((rows[f"gonka1light{k}"]["power_cap"], rows[f"gonka1light{k}"]["reward_weight"]) == (None, 100)
+               for k in range(3))
+
+
+def test_unknown_inputs_leave_the_capped_figure_unknown_with_the_reason(db_url, tmp_path, conn):
+    from tests.support.rules_kit import load
+    # a host of the epoch is missing: the captured weights (300) fall short of total_weight (1000)
+    hosts = {f"gonka1light{k}": {"weight": 100} for k in range(3)}
+    recs = _epoch(602, 1000, hosts)
+    # v0.2.12 needs the raw confirmation weight: one ACTIVE host lacks it, so no host's cap is known
+    recs += _epoch(603, 300, {"gonka1a": {"weight": 100, "confirmation_weight": 100, "raw_confirmation_weight": 100},
+                              "gonka1b": {"weight": 100, "confirmation_weight": 100, "raw_confirmation_weight": 100},
+                              "gonka1c": {"weight": 100, "confirmation_weight": 100}})
+    # the newest chain with a zero effective weight in the list: the two revisions disagree (cap 0 or 100)
+    zero = {"weight": 100, "confirmation_weight": 0, "raw_confirmation_weight": 100}
+    recs += _epoch(604, 400, {"gonka1zero": zero,
+                              "gonka1x": {"weight": 100, "confirmation_weight": 100, "raw_confirmation_weight": 100},
+                              "gonka1y": {"weight": 200, "confirmation_weight": 200, "raw_confirmation_weight": 200}},
+                   scales={"m": {}})
+    conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
+                 "VALUES (603, 603, 'v0.2.12', 'test'), (605, 605, 'v0.2.13', 'test')")
+    # the same list under v0.2.13 (the headcount revision): cap 0 pays every host nothing
+    recs += [dict(r, epoch_index=605) for r in recs[-4:]]
+    load(db_url, tmp_path, recs, rules=False)
+    missing = _impact(conn, 602)["gonka1light0"]
+    assert missing["reward_weight"] is None and missing["reward_if_passed"] is None
+    assert missing["reward_weight_error"].startswith("power cap: the captured hosts' weights sum to 300 but the "
+                                                     "epoch's total_weight is 1000")
+    assert missing["power_cap_may_bind"] is None and missing["power_cap"] is None
+    rows = _impact(conn, 603)
+    assert rows["gonka1a"]["reward_weight"] is None
+    assert "the effective weight of an ACTIVE host of the epoch is unknown (gonka1c: no raw confirmation weight" \
+        in rows["gonka1a"]["reward_weight_error"]
+    assert rows["gonka1c"]["reward_weight_error"].startswith("no raw confirmation weight")  # its own input first
+    rows = _impact(conn, 604)
+    assert rows["gonka1zero"]["reward_weight"] == 0 and rows["gonka1zero"]["reward_weight_error"] is None
+    assert rows["gonka1y"]["reward_weight"] is None and "(cap 0) or only the positive weights (cap 100" in \
+        rows["gonka1y"]["reward_weight_error"]
+    rows = _impact(conn, 605)
+    assert {p: (r["power_cap"], r["reward_weight"], r["reward_if_passed"]) for p, r in rows.items()} == \
+        {"gonka1zero": (0, 0, 0), "gonka1x": (0, 0, 0), "gonka1y": (0, 0, 0)}
