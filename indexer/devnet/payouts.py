@@ -55,7 +55,9 @@ def _go_div_int_part(numerator: Fraction, denominator: Fraction) -> int:
 def power_cap(weights: list[int]) -> int | None:
     """The cap ApplyPowerCappingForWeights sets on the ACTIVE hosts' weights, or None when none applies: only weights
     > 0 count; limit 0.30, 0.50 for 2 of them, 0.40 for 3; sorted ascending, the first w_k > limit x (sumPrev +
-    w_k (n - k)) gives cap = IntPart(limit x sumPrev / (1 - limit (n - k))); a cap <= 0 is ignored."""
+    w_k (n - k)) gives cap = IntPart(limit x sumPrev / (1 - limit (n - k))). The chain's two guards cannot fire on
+    positive weights with these limits: w_k (1 - limit (n - k)) > limit x sumPrev >= 0 makes the denominator
+    positive, and the first binding k has sumPrev >= k with a quotient >= 1 (fn.power_cap_optimal keeps both)."""
     powers = sorted(w for w in weights if w > 0)
     n = len(powers)
     if n <= 1:
@@ -64,9 +66,7 @@ def power_cap(weights: list[int]) -> int | None:
     sum_prev = 0
     for k, w in enumerate(powers):
         if w > limit * (sum_prev + w * (n - k)):
-            den = 1 - limit * (n - k)
-            cap = w if den <= 0 else _go_div_int_part(limit * sum_prev, den)
-            return cap if cap > 0 else None
+            return _go_div_int_part(limit * sum_prev, 1 - limit * (n - k))
         sum_prev += w
     return None
 

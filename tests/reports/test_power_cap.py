@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from indexer.reports.restitution import collect, markdown
+from indexer.reports.restitution.markdown import _clip
+from tests.support.rules_kit import load
+
 
 @pytest.mark.parametrize("weights, version, expected", [
     # 2 hosts, limit 0.50: [400, 600]: k=1: 600 > 0.5 x 1000; cap = 0.5 x 400 / 0.5 = 400
@@ -104,7 +108,6 @@ def _impact(conn, epoch: int) -> dict[str, dict]:
 def test_an_active_host_the_chain_did_not_pay_is_still_capped_in_the_list(db_url, tmp_path, conn):
     # the heavy host is ACTIVE (not excluded), so it is in the list the chain caps even though the chain paid it
     # nothing (as after a failed downtime test, which zeroes a weight only after the cap): [100, 100, 100, 700], k=3: 700 > 0.3 x 1000, cap = IntPart(0.3 x 300 / 0.7) = 128
-    from tests.support.rules_kit import load
     reward = conn.execute("SELECT fn.theoretical_epoch_reward(600, 323000000000000, -0.000475, 1)").fetchone()[0]
     hosts = {f"gonka1light{k}": {"weight": 100, "rewarded_coins": int(100 * reward // 1000)} for k in range(3)}
     hosts["gonka1heavy"] = {"weight": 700, "rewarded_coins": 0}
@@ -123,7 +126,6 @@ def test_an_active_host_the_chain_did_not_pay_is_still_capped_in_the_list(db_url
 def test_an_excluded_host_is_added_back_to_the_list_had_it_passed(db_url, tmp_path, conn):
     # ACTIVE [100, 100, 100]: 3 hosts, limit 0.40, no cap. The excluded host (500) had it passed would have been the
     # fourth: [100, 100, 100, 500], limit 0.30, k=3: 500 > 240, cap = IntPart(0.3 x 300 / 0.7) = 128
-    from tests.support.rules_kit import load
     hosts = {f"gonka1light{k}": {"weight": 100} for k in range(3)}
     hosts["gonka1out"] = {"weight": 500, "excluded_reason": "statistical_invalidations"}
     load(db_url, tmp_path, _epoch(601, 800, hosts), rules=False)
@@ -138,7 +140,6 @@ def test_an_excluded_host_is_added_back_to_the_list_had_it_passed(db_url, tmp_pa
 
 
 def test_unknown_inputs_leave_the_capped_figure_unknown_with_the_reason(db_url, tmp_path, conn):
-    from tests.support.rules_kit import load
     # a host of the epoch is missing: the captured weights (300) fall short of total_weight (1000)
     hosts = {f"gonka1light{k}": {"weight": 100} for k in range(3)}
     recs = _epoch(602, 1000, hosts)
@@ -162,6 +163,9 @@ def test_unknown_inputs_leave_the_capped_figure_unknown_with_the_reason(db_url, 
     assert missing["reward_weight_error"].startswith("power cap: the captured hosts' weights sum to 300 but the "
                                                      "epoch's total_weight is 1000")
     assert missing["power_cap_may_bind"] is None and missing["power_cap"] is None
+    (case,) = collect(db_url, (602, 602))
+    assert ("Power cap unknown: `gonka1light0`: the captured hosts' weights sum to 300 but the epoch's total\\_weight "
+            "is 1000") in markdown(case)
     rows = _impact(conn, 603)
     assert rows["gonka1a"]["reward_weight"] is None
     assert "the effective weight of an ACTIVE host of the epoch is unknown (gonka1c: no raw confirmation weight" \
@@ -174,3 +178,8 @@ def test_unknown_inputs_leave_the_capped_figure_unknown_with_the_reason(db_url, 
     rows = _impact(conn, 605)
     assert {p: (r["power_cap"], r["reward_weight"], r["reward_if_passed"]) for p, r in rows.items()} == \
         {"gonka1zero": (0, 0, 0), "gonka1x": (0, 0, 0), "gonka1y": (0, 0, 0)}
+
+
+def test_a_long_reason_is_cut_for_the_report():
+    assert _clip("x" * 299) == "x" * 299
+    assert _clip("y" * 400) == "y" * 299 + "…"
