@@ -160,10 +160,14 @@ def performance_summary_json(net: Devnet, epoch_index: int, participant: str) ->
         return None
     stats = net.scenario.host_epoch_stats(epoch_index).get(participant, {})
     done = _executed(net, epoch_index).get(participant, {"count": 0, "validated": 0})
-    excluded = participant in excluded_map(net, epoch_index)
+    out = excluded_map(net, epoch_index)
+    excluded = participant in out
     earned = 0 if excluded else 1000 * done["count"]
     weights = {w["member_address"]: int(w["weight"]) for w in _weights(net)}
-    rewarded = payouts.rewarded_coins(epoch_index, weights[participant], sum(weights.values()),
+    # empty confirmation_weight_scales: the effective weight is the full weight; the cap is over the ACTIVE ones
+    cap = payouts.power_cap([w for addr, w in weights.items() if addr not in out])
+    weight = weights[participant] if cap is None else min(weights[participant], cap)
+    rewarded = payouts.rewarded_coins(epoch_index, weight, sum(weights.values()),
                                       params_json(net)["params"]["bitcoin_reward_params"], active=not excluded,
                                       downtime_passes=downtime_verdicts(net, epoch_index)[participant])
     return {"epochPerformanceSummary": {

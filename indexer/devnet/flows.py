@@ -242,7 +242,8 @@ class EscrowGenerator(Engine):
         return self.addresses(exclude=(self.ctx.slots[n % len(self.ctx.slots)],))
 
     def _sample_validations(self, n: int) -> None:
-        for addr in self.rng.sample(self._validators(n), self.rng.choice((0, 0, 1, 1, 2))):
+        validators = self._validators(n)  # a 2-host network has one other address to sample
+        for addr in self.rng.sample(validators, min(self.rng.choice((0, 0, 1, 1, 2)), len(validators))):
             self._sampled(addr)
             if self.rng.random() < 0.85:  # some owed validations are never delivered
                 self.later((2, 8), lambda a=addr: self._validate(n, a))

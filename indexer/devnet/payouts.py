@@ -9,12 +9,14 @@ bitcoin_rewards.go, the stored revision after PR #1378 "PoC delegation reward-on
 * reward weight: the devnet publishes empty ``confirmation_weight_scales`` and applies no upgrade plan, so the
   version in force is the newest the indexer's chain math knows (v0.2.13 rule on), where empty scales pay the full
   weight (fn.reward_weight, basis ``full``);
+* the power cap (ApplyPowerCappingForWeights, the newest revision: only positive weights count) over the weights of
+  the ACTIVE hosts, before the downtime test: a host's weight becomes min(weight, cap) (``power_cap``; with the
+  default 7 hosts the heaviest holds 322,000 of 1,477,000, 21.8 %, so it never binds; with ``--hosts`` 2 to 4 it
+  does); the indexer's fn.power_cap is the same rule;
 * total full weight = the sum of every host's weight, excluded ones included (their share goes to governance);
 * an excluded host (not ACTIVE) and a host the downtime test fails (indexer/devnet/downtime.py) are paid nothing.
 
-Not applied: the 30 % power cap (with the default 7 hosts the heaviest holds 322,000 of 1,477,000, 21.8 %, so it
-never binds; with ``--hosts`` 2 to 4 it would, and the indexer's report then flags the host, power_cap_may_bind)
-and delegation transfers (no devnet host delegates).
+Not applied: delegation transfers (no devnet host delegates).
 """
 
 from __future__ import annotations
@@ -37,6 +39,36 @@ def fixed_epoch_reward(epoch_index: int, initial_epoch_reward: int, decay_rate: 
     if initial_epoch_reward == 0 or epochs == 0:
         return initial_epoch_reward
     return int(initial_epoch_reward * DECAY_EXPONENT[decay_rate] ** epochs)
+
+
+def _go_div_int_part(numerator: Fraction, denominator: Fraction) -> int:
+    """shopspring ``numerator.Div(denominator).IntPart()``: the quotient rounded half away from zero at 16 decimal
+    places (DivisionPrecision), then truncated toward zero."""
+    scaled = numerator / denominator * 10 ** 16
+    whole = abs(scaled.numerator) // abs(scaled.denominator)
+    if 2 * (abs(scaled) - whole) >= 1:
+        whole += 1
+    rounded = whole if scaled >= 0 else -whole
+    return int(Fraction(rounded, 10 ** 16))
+
+
+def power_cap(weights: list[int]) -> int | None:
+    """The cap ApplyPowerCappingForWeights sets on the ACTIVE hosts' weights, or None when none applies: only weights
+    > 0 count; limit 0.30, 0.50 for 2 of them, 0.40 for 3; sorted ascending, the first w_k > limit x (sumPrev +
+    w_k (n - k)) gives cap = IntPart(limit x sumPrev / (1 - limit (n - k))). The chain's two guards cannot fire on
+    positive weights with these limits: w_k (1 - limit (n - k)) > limit x sumPrev >= 0 makes the denominator
+    positive, and the first binding k has sumPrev >= k with a quotient >= 1 (fn.power_cap_optimal keeps both)."""
+    powers = sorted(w for w in weights if w > 0)
+    n = len(powers)
+    if n <= 1:
+        return None
+    limit = {2: Fraction(1, 2), 3: Fraction(2, 5)}.get(n, Fraction(3, 10))
+    sum_prev = 0
+    for k, w in enumerate(powers):
+        if w > limit * (sum_prev + w * (n - k)):
+            return _go_div_int_part(limit * sum_prev, 1 - limit * (n - k))
+        sum_prev += w
+    return None
 
 
 def reward_share(reward: int, weight: int, total_weight: int) -> int:

@@ -24,9 +24,9 @@
 -- * before v0.2.12: not reproduced here (error): the earlier revisions read (RecomputeEffectiveWeightFromMLNodes:
 --   preserved-slot PoC weight + confirmation weight, denominator after downtime) differ and their version span is
 --   not established.
--- Not modelled in any version (named in the restitution evidence): the 30 percent power cap the chain applies to
--- the effective weights (ApplyPowerCappingForWeights). Delegation transfers and penalties (v0.2.14 on) come after
--- this weight: fn.delegated_reward_weight (38_delegation.sql).
+-- This is the effective weight before the power cap, which the chain applies to the effective weights of the
+-- epoch's ACTIVE hosts together (ApplyPowerCappingForWeights: fn.power_cap, 39_power_cap.sql). Delegation transfers
+-- and penalties (v0.2.14 on) come after the cap: fn.delegated_reward_weight (38_delegation.sql).
 --
 -- A weight <= 0 pays nothing (basis 'full', weight 0). error names the missing input; the weight is then NULL.
 CREATE OR REPLACE FUNCTION fn.reward_weight(weight bigint, confirmation_weight bigint, raw_confirmation_weight bigint,

@@ -144,6 +144,9 @@ INTERMEDIATES = {
         "settlement order per (epoch, variant, host): a window over hosts' escrow rows, not over inferences",
     ("views/60_restitution.sql", "CTE settled_late sl"):
         "escrows settled after their epoch, per (epoch, host): a few ids from the escrow rows, not from inferences",
+    ("views/61_restitution_impact.sql", "view api.restitution_steps restitution_steps"):
+        "as in 60_restitution.sql (api.restitution_impact reads api.restitution_outcomes)",
+    ("views/61_restitution_impact.sql", "CTE settled_late sl"): "as in 60_restitution.sql",
     ("alerts/disputable_penalty.sql", "subquery per_rule"): "disputable counts per (epoch, host, rule)",
     ("alerts/downtime_by_disputable.sql", "view api.restitution_steps restitution_steps"): "as in the view",
     ("alerts/sprt_within_reach.sql", "view api.restitution_steps restitution_steps"): "as in the view",

@@ -80,3 +80,48 @@ def test_the_demo_chain_pays_what_the_rule_gives(demo_db_url):
     assert len(paid) == 10 and all(r[4] is True and r[2] == r[3] for r in paid)
     # paid exactly when the indexer's own downtime test passes and the chain did not exclude the host
     assert all((r[2] > 0) == (r[5] is True and r[6] is None) for r in rows)
+
+
+@pytest.mark.parametrize("weights", [
+    [600, 400], [700, 200, 100], [100, 200, 300, 400], [10, 10, 970, 10], [500, 100, 500, 100], [100] * 4, [500],
+    [], [0, 10238, 34658, 36806], [10, 0], *([100000 + 37000 * i for i in range(k)] for k in (2, 3, 4, 7)),
+])
+def test_the_devnet_power_cap_equals_the_sql(conn, weights):
+    got = conn.execute("SELECT capped, cap FROM fn.power_cap_apply(%s::bigint[], true)", (weights,)).fetchone()
+    assert payouts.power_cap(weights) == (got[1] if got[0] else None)
+
+
+def test_the_devnet_cap_rounds_like_shopspring():
+    from fractions import Fraction
+    p = Fraction("0.39999999999999999999")  # the quotient 3p / (1 - p) is 2 - 8e-20: Div rounds it to 2
+    assert payouts._go_div_int_part(3 * p, 1 - p) == 2
+    assert payouts._go_div_int_part(Fraction(9), Fraction(7, 10)) == 12  # 12.857… truncated
+
+
+@pytest.mark.parametrize("hosts", [2, 3, 4])
+def test_a_small_devnet_pays_capped_weights_and_the_indexer_agrees(db_url, hosts):
+    """With 2 - 4 hosts the cap binds (weights 100,000 + 37,000 i): the devnet pays on capped weights, and the
+    indexer's rule (api.restitution_impact) gives every paid host exactly what the devnet paid."""
+    from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
+    from indexer.poller import poll_once
+    from indexer.sources.gonka import RetryPolicy
+
+    policy = RetryPolicy(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=8)
+    scn = Scenario(ScenarioConfig(seed=11, epochs=2, escrows_per_epoch=1, inferences_per_escrow=8, hosts=hosts))
+    with DevnetServer(scn) as net:
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=policy, private_hosts=True)
+        for _ in range(len(scn.epochs)):
+            net.advance_epoch()
+            poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=policy, private_hosts=True)
+    with psycopg.connect(db_url) as c:
+        rows = c.execute("SELECT epoch_index, participant, chain_rewarded_coins, reward_if_passed, "
+                         "payout_matches_rule, effective_weight, power_cap, reward_weight, power_cap_may_bind, "
+                         "theoretical_epoch_reward, total_weight, excluded_reason FROM api.restitution_impact "
+                         "WHERE chain_rewarded_coins IS NOT NULL ORDER BY 1, 2").fetchall()
+    assert {r[0] for r in rows} == {e.epoch_index for e in scn.epochs}
+    paid = [r for r in rows if r[2] > 0]
+    assert paid and all(r[4] is True and r[2] == r[3] for r in paid)
+    capped = [r for r in rows if r[8]]
+    assert capped  # the heaviest host (or an excluded one added back) is capped in some epoch
+    for _, _, _, if_passed, _, effective, cap, weight, _, reward, total, _ in capped:
+        assert weight == cap < effective and if_passed == weight * reward // total

@@ -19,7 +19,7 @@ from indexer.reports.restitution import collect, html_section, markdown, restitu
 from indexer.reports.restitution.collect import EpochCase
 from indexer.reports.restitution.proposal import build
 from indexer.verify.signatures import bech32_encode
-from tests.reports.test_restitution_db import X, params, small_escrow, summary
+from tests.reports.test_restitution_db import REST_OF_366, X, params, small_escrow, summary
 from tests.support.helpers import set_verification
 from tests.support.rules_kit import gov_snapshot, load
 
@@ -32,7 +32,7 @@ def _case(db_url, tmp_path, conn):
             summary(366, X, confirmation_weight=57537, weight=60000, raw_confirmation_weight=59000,
                     inference_count=293, missed_requests=0, invalidated_inferences=26, validated_inferences=267,
                     excluded_reason="statistical_invalidations"),
-            summary(366, "gonka1bystander", confirmation_weight=1000, inference_count=50, missed_requests=0)]
+            summary(366, "gonka1bystander", **REST_OF_366, inference_count=50, missed_requests=0)]
     conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
                  "VALUES (366, 366, 'v0.2.12', 'test')")
     load(db_url, tmp_path, recs + small_escrow("9001", 366, invalid=25, served=238, disputable=5)

@@ -31,6 +31,17 @@ def summary(epoch, who, **fields):
     return {"kind": "participant_epoch", "epoch_index": epoch, "participant": who, **fields}
 
 
+# the weight of the epoch beside a 60,000 host (params' total_weight 415,488): the chain's power cap is computed over
+# every ACTIVE host's weight, so an epoch whose captured weights fall short of its total has no known cap
+REST_OF_366 = {"weight": 355488, "confirmation_weight": 355488, "raw_confirmation_weight": 355488}
+
+
+def rest_of_epoch(epoch):
+    """An ACTIVE host holding the rest of the epoch's weight; with a 60,000 host the 2-host cap (50 percent) is
+    60,000 itself, so that host's figure is not lowered."""
+    return summary(epoch, "gonka1rest", **REST_OF_366)
+
+
 def small_escrow(escrow_id, epoch, invalid, served, disputable=0):
     """X (slot 0) executes `served` good inferences and `invalid` invalidated ones, `disputable` of which are
     0/0 refusals with no payload (refusal_kind unknown, verdict undetermined: disputable)."""
@@ -53,7 +64,7 @@ def test_e366_anchor_llr_reward_and_flip(db_url, tmp_path, conn):
     recs = [gov_snapshot(epoch=366), params(366),
             summary(366, X, confirmation_weight=57537, weight=60000, raw_confirmation_weight=59000,
                     inference_count=263, missed_requests=0, invalidated_inferences=25, validated_inferences=238,
-                    excluded_reason="statistical_invalidations", excluded_height=5652213)]
+                    excluded_reason="statistical_invalidations", excluded_height=5652213), rest_of_epoch(366)]
     conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
                  "VALUES (366, 366, 'v0.2.12', 'test: the anchor epoch under v0.2.12')")
     load(db_url, tmp_path, recs + small_escrow("9001", 366, invalid=25, served=238, disputable=5))
@@ -69,10 +80,12 @@ def test_e366_anchor_llr_reward_and_flip(db_url, tmp_path, conn):
     assert theo == 271_585_585_901_857
     assert stake == 37_609_316_890_103 and f"{stake / Decimal(10**9):,.6f}" == "37,609.316890"
     assert (cand, match, flip, src) == (True, True, "sprt", "chain")
-    basis, if_passed, amount, cap = one(conn, "SELECT weight_basis, reward_if_passed, restitution_amount, "
-                                              "power_cap_may_bind FROM api.restitution_impact WHERE epoch_index = 366")
+    basis, if_passed, amount, lowered, cap = one(
+        conn, "SELECT weight_basis, reward_if_passed, restitution_amount, power_cap_may_bind, power_cap "
+              "FROM api.restitution_impact WHERE epoch_index = 366 AND participant = %s", X)
     assert (basis, if_passed, amount) == ("confirmation_capped", stake, stake)
-    assert cap is False  # the epoch's only host: the chain never caps a single participant
+    # had it passed, X would have been ACTIVE beside the rest: 2 hosts, limit 0.50, cap = 57,537, its own weight
+    assert lowered is False and cap == 57537
 
 
 def test_crosses_mid_epoch_but_ends_below(db_url, tmp_path, conn):
@@ -341,11 +354,12 @@ def test_chain_exclusion_the_replay_does_not_reproduce_is_unknown(db_url, tmp_pa
     # disputable invalidations: the cause is not shown, so the candidate is NULL with the numbers in the reason
     recs = [gov_snapshot(epoch=372), {**params(372), "confirmation_weight_scales": {}},
             summary(372, X, weight=60000, confirmation_weight=60000, inference_count=103, missed_requests=0,
-                    invalidated_inferences=3, validated_inferences=100, excluded_reason="statistical_invalidations")]
+                    invalidated_inferences=3, validated_inferences=100, excluded_reason="statistical_invalidations"),
+            rest_of_epoch(372)]
     load(db_url, tmp_path, recs + small_escrow("9301", 372, invalid=3, served=100, disputable=2))
     cand, reason, not_reproduced, amount, if_passed = one(
         conn, "SELECT restitution_candidate, unknown_reason, exclusion_not_reproduced, restitution_amount, "
-              "reward_if_passed FROM api.restitution_impact WHERE epoch_index = 372")
+              "reward_if_passed FROM api.restitution_impact WHERE epoch_index = 372 AND participant = %s", X)
     assert cand is None and not_reproduced is True and amount is None
     assert if_passed == 60000 * 270_812_668_911_915 // 415488  # newest chain, empty scales: the full weight
     assert reason.startswith("invalidation SPRT: the chain excluded the host for statistical_invalidations but the "

@@ -89,7 +89,7 @@ def test_cli_writes_the_proposal(db_url, tmp_path):
     import psycopg
 
     from tests.support.rules_kit import Log, load
-    from tests.reports.test_restitution_db import V1, V2, gov_snapshot, params, summary
+    from tests.reports.test_restitution_db import V1, V2, gov_snapshot, params, rest_of_epoch, summary
 
     log = Log("9401", epoch=366, slots=[A, V1, V1, V2, V2])
     for k in range(25):
@@ -99,7 +99,8 @@ def test_cli_writes_the_proposal(db_url, tmp_path):
         log.served(0)
     recs = [gov_snapshot(epoch=366), {**params(366), "confirmation_weight_scales": {}},
             summary(366, A, confirmation_weight=57537, weight=60000, inference_count=263, missed_requests=0,
-                    invalidated_inferences=25, validated_inferences=238, excluded_reason="statistical_invalidations")]
+                    invalidated_inferences=25, validated_inferences=238, excluded_reason="statistical_invalidations"),
+            rest_of_epoch(366)]
     load(db_url, tmp_path, recs + log.records)
     with psycopg.connect(db_url) as c:
         amount = c.execute("SELECT restitution_amount FROM api.restitution_impact WHERE participant = %s",

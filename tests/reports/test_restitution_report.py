@@ -13,7 +13,7 @@ import psycopg
 
 from indexer.reports.restitution import collect, html_section, markdown, restitution_summary, rows_csv
 from tests.support.rules_kit import load
-from tests.reports.test_restitution_db import X, gov_snapshot, params, small_escrow, summary
+from tests.reports.test_restitution_db import REST_OF_366, X, gov_snapshot, params, small_escrow, summary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ def _e366(db_url, tmp_path):
             summary(366, X, confirmation_weight=57537, weight=60000, raw_confirmation_weight=59000,
                     inference_count=263, missed_requests=0, invalidated_inferences=25, validated_inferences=238,
                     excluded_reason="statistical_invalidations"),
-            summary(366, "gonka1bystander", confirmation_weight=1000, inference_count=50, missed_requests=0)]
+            summary(366, "gonka1bystander", **REST_OF_366, inference_count=50, missed_requests=0)]
     with psycopg.connect(db_url, autocommit=True) as c:  # the anchor's share is the v0.2.12 rule (test_restitution_db)
         c.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
                   "VALUES (366, 366, 'v0.2.12', 'test')")

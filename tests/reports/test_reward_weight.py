@@ -64,6 +64,9 @@ def test_real_payouts_equal_the_v0212_weight_rule(db_url, tmp_path, conn):
         "SELECT epoch_index, participant, downtime_passes FROM api.restitution_impact").fetchall())
     assert [(e, p) for e, p, *_ in paid if downtime[(e, p)] is not True] == []
     assert {r[5] for r in paid} == {"confirmation_capped", "confirmation_rescaled"}
+    # the power cap (v0.2.12: headcount of the ACTIVE list, zero effective weights included) binds on no host there
+    assert conn.execute("SELECT count(power_cap), bool_and(power_cap_may_bind IS FALSE), count(reward_weight_error) "
+                        "FROM api.restitution_impact WHERE epoch_index IN (265, 267)").fetchone() == (0, True, 0)
     # the confirmation weight alone is not the chain's rule: its share differs from 72 of the 85 payouts
     alone = conn.execute("SELECT count(*) FILTER (WHERE fn.reward_share(theoretical_epoch_reward, "
                          "confirmation_weight, total_weight) <> chain_rewarded_coins) FROM api.restitution_impact "
@@ -142,8 +145,9 @@ def test_capture_reads_scales_and_raw_weights():
     assert cr.raw_confirmation_weights(subs) == {"h1": 42}
 
 
-def test_power_cap_flag(db_url, tmp_path, conn):
-    # four hosts paid on full weight (newest chain, empty scales); one holds 70 % of the reward weight
+def test_power_cap_lowers_the_heaviest_host(db_url, tmp_path, conn):
+    # four ACTIVE hosts paid on full weight (newest chain, empty scales); one holds 70 percent: sorted
+    # [10, 10, 10, 70], k=3: 70 > 0.3 x 100, cap = IntPart(0.3 x 30 / 0.7) = 12
     bitcoin = {"initial_epoch_reward": "323000000000000", "decay_rate": {"value": "-475", "exponent": -6},
                "genesis_epoch": "1"}
     recs = [{"kind": "epoch_params", "epoch_index": 500, "total_weight": 100, "bitcoin_reward_params": bitcoin,
@@ -151,8 +155,14 @@ def test_power_cap_flag(db_url, tmp_path, conn):
     recs += [{"kind": "participant_epoch", "epoch_index": 500, "participant": f"gonka1host{k}", "weight": w,
               "confirmation_weight": w} for k, w in enumerate((70, 10, 10, 10))]
     load(db_url, tmp_path, recs, rules=False)
-    flags = dict(conn.execute("SELECT participant, power_cap_may_bind FROM api.restitution_impact "
-                              "WHERE epoch_index = 500").fetchall())
-    assert flags == {"gonka1host0": True, "gonka1host1": False, "gonka1host2": False, "gonka1host3": False}
+    rows = {r[0]: r[1:] for r in conn.execute(
+        "SELECT participant, power_cap_may_bind, effective_weight, power_cap, reward_weight, reward_if_passed, "
+        "theoretical_epoch_reward FROM api.restitution_impact WHERE epoch_index = 500").fetchall()}
+    reward = rows["gonka1host0"][5]
+    assert rows["gonka1host0"][:4] == (True, 70, 12, 12) and rows["gonka1host0"][4] == 12 * reward // 100
+    for k in (1, 2, 3):
+        assert rows[f"gonka1host{k}"][:4] == (False, 10, 12, 10) and rows[f"gonka1host{k}"][4] == 10 * reward // 100
     (case,) = collect(db_url, (500, 500))
-    assert "Power cap: `gonka1host0` holds more than 30 % of the epoch's reward weight" in markdown(case)
+    text = markdown(case)
+    assert "Power cap: the chain caps the effective weights of the epoch's ACTIVE hosts" in text
+    assert "| `gonka1host0` | 70 | 12 | 12 |" in text

@@ -121,18 +121,33 @@ def _amount_rule(case: EpochCase) -> list[str]:
             f"epoch reward {fmt(first.get('theoretical_epoch_reward'))}, total weight {fmt(first.get('total_weight'))}"
             "). The reward weight follows the rule of the chain version in force (weight basis: "
             "confirmation_capped = min(confirmation weight, weight); confirmation_rescaled = ⌊confirmation weight × "
-            "weight / raw confirmation weight⌋, at most the weight; full = the weight). To restitute = what would "
+            "weight / raw confirmation weight⌋, at most the weight; full = the weight), at most the power cap the "
+            "chain sets on the epoch's ACTIVE effective weights. To restitute = what would "
             "have been paid, for a host that passes both tests without the disputable penalties; 0 otherwise.", ""] \
         + _payout_check(case) + _power_cap(case) + _zero_confirmation(case)
 
 
 def _power_cap(case: EpochCase) -> list[str]:
+    """Hosts whose weight the chain's power cap lowers, and hosts whose capped weight is unknown (and why)."""
     over = [r for r in case.rows if r["power_cap_may_bind"]]
-    if not over:
-        return []
-    return [f"Power cap: {', '.join(code(r['participant']) for r in over)} holds more than 30 % of the epoch's "
-            "reward weight; the chain caps effective weights there (ApplyPowerCappingForWeights), which these "
-            "figures do not apply, so that host's amount may be too high.", ""]
+    unknown = [r for r in case.rows if (r["reward_weight_error"] or "").startswith("power cap: ")]
+    lines = []
+    if over:
+        lines += ["Power cap: the chain caps the effective weights of the epoch's ACTIVE hosts "
+                  "(ApplyPowerCappingForWeights; for a host it excluded, the list with that host added back) before "
+                  "it pays; the amounts here are paid on the capped weight.", ""]
+        lines += _table(["participant", "effective weight", "cap", "reward weight"],
+                        [[code(r["participant"]), fmt(r["effective_weight"]), fmt(r["power_cap"]),
+                          fmt(r["reward_weight"])] for r in over]) + [""]
+    if unknown:
+        lines += ["Power cap unknown: " + "; ".join(
+            f"{code(r['participant'])}: {md(_clip(r['reward_weight_error'].removeprefix('power cap: ')))}"
+            for r in unknown) + " (their amounts are unknown).", ""]
+    return lines
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _payout_check(case: EpochCase) -> list[str]:
@@ -145,7 +160,7 @@ def _payout_check(case: EpochCase) -> list[str]:
              "(epoch_performance_summary.rewarded_coins), the rule gives exactly the amount paid for "
              f"{len(checked) - len(wrong)}."]
     if wrong:
-        lines[0] += (" For the others the chain paid a different amount (delegation transfers, the power cap, a "
+        lines[0] += (" For the others the chain paid a different amount (delegation transfers, a "
                      "debt deduction, or a chain version whose rule differs): their figures here are not the "
                      "chain's.")
         lines += [""] + _table(["participant", "chain paid (ngonka)", "the rule gives (ngonka)"],
@@ -276,8 +291,7 @@ def _not_computed(case: EpochCase) -> list[str]:
                      "columns are not computed for this epoch.")
     if not vp.get("captured", True):
         lines.append("- No validation_params snapshot was captured for this epoch: neither test could be computed.")
-    return lines + ["- Delegation transfers (not captured; see \"Delegation\") and the 30 % power cap on reward "
-                    "weights are not applied to the amounts.", ""]
+    return lines + ["- Delegation transfers (not captured; see \"Delegation\") are not applied to the amounts.", ""]
 
 
 def _parameters(case: EpochCase) -> list[str]:

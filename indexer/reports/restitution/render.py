@@ -18,8 +18,9 @@ NOT_CLAIMED = (
     "Delegation transfers are not applied to the amounts: from chain v0.2.14 on a host that delegates keeps its "
     "reward weight less delegation_share per model delegated, and a delegatee gains it; the indexer does not "
     "capture the epoch's transfers (\"Delegation\" gives the amount if the host delegated one model).",
-    "The power cap (30 % of active weight) is not applied: excluding a host can push other hosts through the cap; "
-    "those indirect losses are not computed.",
+    "The power cap is applied as the chain version in force applies it to the ACTIVE hosts' effective weights "
+    "(fn.power_cap); for a host the chain excluded it is recomputed with that host back in the list. What restoring "
+    "an excluded host would have changed in other hosts' payouts (a lower cap for them) is not claimed.",
     "confirmation_weight is the last value the chain stored; confirmation rounds after an exclusion may not have "
     "updated it. Before chain v0.2.12 the reward weight rule is not reproduced (the amount is then unknown).",
     "Work coins, the collateral slash and the reputation reset that came with an exclusion are not included.",
