@@ -52,13 +52,15 @@ class Awaited:
 
 @dataclass(frozen=True)
 class AwaitPolicy:
+    """How missing payloads are asked again: ``attempts`` in all (at least 2: the escrow fetch is the first),
+    ``backoff`` seconds before the third, doubled after each; ``batch`` rows a poller asks per cycle."""
     attempts: int = DEFAULT_ATTEMPTS
     backoff: float = DEFAULT_BACKOFF
     batch: int = BATCH
     claim_seconds: float = CLAIM_SECONDS
 
     def __post_init__(self) -> None:
-        if self.attempts < 1 or self.batch < 1 or self.backoff < 0 or not self.claim_seconds > 0:
+        if self.attempts < 2 or self.batch < 1 or self.backoff < 0 or not self.claim_seconds > 0:
             raise ValueError(f"payload retry policy out of range: {self}")
 
 
