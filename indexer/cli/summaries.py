@@ -47,4 +47,5 @@ def format_poll_summary(s) -> str:
             f"{s.escrows_stalled} stalled; epochs "
             f"{', '.join(f'{e} {st}' for e, st in sorted(s.epoch_states.items())) or '-'}; "
             f"{s.diffs} diffs, {s.txs} txs, {s.loaded} new / {s.amended} amended rows; {s.requests} requests; "
-            f"replayed {s.replayed_escrows} escrow(s), rules on {s.rules_epochs} epoch(s); {s.seconds:.2f}s{payloads}{shared}")
+            f"replayed {s.replayed_escrows} escrow(s), rules on {s.rules_epochs} epoch(s); {s.seconds:.2f}s"
+            f"{payloads}{shared}")
