@@ -26,7 +26,7 @@ from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import prepare_batch
 from indexer.poller.awaited import Awaited
 from indexer.poller.decode import DecodePool, Decoded, LogRejected, decode_entries
-from indexer.poller.payloads import Asked, ask_members
+from indexer.poller.payloads import Asked, FailureReport, ask_members
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
 from indexer.sources.gonka.chain import PREFIX
 from indexer.sources.gonka.host import PAGE_NONCES
@@ -38,8 +38,6 @@ from indexer.wire.schemas import SCHEMAS, schema_for
 
 PAGES_PER_CHUNK = 16          # 1024 nonces per run of pages (one witness check, one unit of commit)
 PAYLOAD_PIPELINE = 32         # payload requests written back to back on one connection (HTTP/1.1 pipelining)
-
-FailureReport = Callable[[str, str, str, bool], None]  # (source, url, error, transient)
 
 
 @dataclass
