@@ -9,7 +9,8 @@ import pytest
 
 from indexer.devnet import DevnetServer, Scenario, ScenarioConfig
 from indexer.poller import poll_once
-from indexer.poller.awaited import AwaitedPayloads, AwaitPolicy
+from indexer.poller.awaited import AwaitedPayloads, AwaitPolicy, counts
+from indexer.refusals.vllm import parse_response_payload
 from indexer.sources.gonka import RetryPolicy
 
 POLICY = RetryPolicy(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=4)
@@ -103,8 +104,8 @@ def test_a_payload_served_only_in_a_later_cycle_upgrades_the_refusal_of_a_final_
     assert {k: stored[k] for k in want} == want
     assert _awaited(db_url) == {}
     kinds = _kinds(db_url)
-    assert all(kinds[k] != "unknown" for k in want)
-    assert {kinds[k] for k in later} - {"unknown"}
+    assert {k: kinds[k] for k in want} == {k: parse_response_payload(p).refusal_kind for k, p in want.items()}
+    assert "unknown" not in {kinds[k] for k in want} and "context_length" in {kinds[k] for k in later}
     with psycopg.connect(db_url) as c:  # amended through the load path: the earlier version is in the history
         amended = c.execute("SELECT count(*) FROM rec.amendment WHERE kind = 'finish'").fetchone()[0]
     assert amended == len(want)
@@ -131,7 +132,6 @@ def test_a_payload_never_served_is_given_up_after_the_last_attempt_and_not_asked
     with psycopg.connect(db_url) as c:
         said = c.execute("SELECT source, error, transient FROM api.source_errors WHERE source_class = 'payload'"
                          ).fetchall()
-        from indexer.poller.awaited import counts
         assert counts(c) == (0, n)
     assert {s for s, _, _ in said} == {f"payload:{e}/{i}" for e, i in want}
     assert all(e.startswith("response payload given up after 3 attempts: host:") and not t for _, e, t in said)
