@@ -93,7 +93,8 @@ WHERE a.escrow_id = o.escrow_id AND a.inference_id = o.inference_id"""
 _MISSED = """
 WITH missed AS (
     UPDATE net.awaited_payload a SET attempts = a.attempts + 1, last_attempt_at = now(), last_error = m.error,
-        next_attempt_at = now() + make_interval(secs => least(%(cap)s, %(base)s * power(2, least(a.attempts - 1, 30)))),
+        next_attempt_at = now() + make_interval(
+            secs => least(%(cap)s, %(base)s * power(2, least(a.attempts - 1, 30)))),
         given_up_at = CASE WHEN a.attempts + 1 >= %(max)s THEN now() END,
         claimed_by = NULL, claimed_until = NULL
     FROM unnest(%(e)s::text[], %(i)s::bigint[], %(err)s::text[]) AS m(escrow_id, inference_id, error)
@@ -105,9 +106,6 @@ SELECT 'payload:' || escrow_id || '/' || inference_id, '',
 FROM missed WHERE given_up_at IS NOT NULL
 RETURNING source"""
 
-_COUNTS = """SELECT count(*) FILTER (WHERE given_up_at IS NULL), count(*) FILTER (WHERE given_up_at IS NOT NULL)
-             FROM net.awaited_payload"""
-
 
 def remember(conn: psycopg.Connection, awaited: list[Awaited]) -> None:
     """Rows for Finishes stored without their payload, inside the transaction that stores them."""
@@ -115,12 +113,6 @@ def remember(conn: psycopg.Connection, awaited: list[Awaited]) -> None:
         with conn.cursor() as cur:
             cur.executemany(_REMEMBER, [(a.escrow_id, a.inference_id, a.epoch, a.version, a.line.decode(),
                                          a.error[:2000]) for a in awaited])
-
-
-def counts(conn: psycopg.Connection) -> tuple[int, int]:
-    """(awaited, given up) payloads."""
-    awaited, given_up = conn.execute(_COUNTS).fetchone()
-    return int(awaited), int(given_up)
 
 
 @dataclass
