@@ -234,6 +234,7 @@ def cmd_demo(args, settings: Settings) -> int:
 def cmd_run(args, settings: Settings) -> int:
     from indexer.cli.alerting import alert_job, metrics_server, timed
     from indexer.cli.summaries import format_poll_summary
+    from indexer.poller.awaited import AwaitPolicy
     from indexer.poller.cycle import poll_once
     from indexer.poller.freezing import freeze_job
     from indexer.poller.schedule import run_forever
@@ -253,7 +254,8 @@ def cmd_run(args, settings: Settings) -> int:
     metrics = server.metrics if server else None
     options = {"validator": settings.validator_address, "operator": operator,
                "lease_seconds": args.lease_seconds or settings.lease_seconds,
-               "private_hosts": args.allow_private_hosts, "archive_days": args.archive_days}
+               "private_hosts": args.allow_private_hosts, "archive_days": args.archive_days,
+               "awaiting": AwaitPolicy(attempts=args.payload_attempts, backoff=args.payload_backoff)}
     try:
         if args.once:
             say(format_poll_summary(timed(lambda: poll_once(url, chain, rpc, **options), metrics)))

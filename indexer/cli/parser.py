@@ -36,6 +36,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def payload_attempts(text: str) -> int:
+    value = positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2 (the escrow's fetch is the first attempt), got {value}")
+    return value
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -229,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--archive-days", type=positive_float, default=14.0, metavar="DAYS",
                      help="days net.raw_response keeps the archived answers; older ones are pruned at the end of "
                           "each cycle (default 14)")
+    run.add_argument("--payload-attempts", type=payload_attempts, default=16, metavar="N",
+                     help="a 0/0 Finish's response payload no group member served is asked again each cycle and "
+                          "given up after N attempts in all (default 16: about two days with the default backoff)")
+    run.add_argument("--payload-backoff", type=positive_float, default=60.0, metavar="SECONDS",
+                     help="wait before the third attempt at a missing payload, doubled after each further one up to "
+                          "6 hours (the second attempt is the next cycle; default 60)")
     run.add_argument("--no-alerts", action="store_true", help="do not run the alert jobs in this process")
     add_alert_arguments(run)
 

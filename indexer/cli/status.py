@@ -58,6 +58,10 @@ def screen(h: Health, database: str) -> list[str]:
         failed = sum(f for _, _, f in h.levels)
         out.append("escrows     verified to " + ", ".join(f"{level} {n}" for level, n, _ in reversed(h.levels))
                    + (f"; {failed} failed a check (api.escrow_verification)" if failed else ""))
+    if h.payloads is not None:
+        awaited, given_up = h.payloads
+        out.append(f"payloads    {awaited} awaited (asked again each cycle), {given_up} given up "
+                   "(0/0 Finishes without their response payload: api.awaited_payloads)")
     return out
 
 
@@ -88,4 +92,5 @@ def as_json(h: Health, database: str) -> dict:
         "epochs": [{"state": s, "count": n, "first": a, "last": b} for s, n, a, b in h.epochs],
         "alerts_firing": [{"rule": r, "severity": sev, "firing": n, "silenced": q} for r, sev, n, q in h.alerts],
         "escrows_by_evidence_level": [{"level": lv, "escrows": n, "failed_a_check": f} for lv, n, f in h.levels],
+        "payloads": None if h.payloads is None else {"awaited": h.payloads[0], "given_up": h.payloads[1]},
     }

@@ -40,9 +40,12 @@ def format_poll_summary(s) -> str:
     shared = (f"; {s.escrows_elsewhere} escrow(s) and {s.epochs_elsewhere} epoch(s) done by other pollers, "
               f"{s.takeovers} lease(s) taken over" if s.escrows_elsewhere or s.epochs_elsewhere or s.takeovers
               else "")
+    payloads = (f"; payloads asked again {s.payloads_asked}, obtained {s.payloads_obtained}, given up "
+                f"{s.payloads_given_up}" if s.payloads_asked else "")
     return (f"poll: epoch {s.epoch} (window {s.epochs[0] if s.epochs else '-'}..{s.epoch}), {s.escrows} escrow(s) "
             f"fetched, {s.escrows_skipped_final} final, {s.escrows_pruned} pruned, {s.escrows_failed} failed, "
             f"{s.escrows_stalled} stalled; epochs "
             f"{', '.join(f'{e} {st}' for e, st in sorted(s.epoch_states.items())) or '-'}; "
             f"{s.diffs} diffs, {s.txs} txs, {s.loaded} new / {s.amended} amended rows; {s.requests} requests; "
-            f"replayed {s.replayed_escrows} escrow(s), rules on {s.rules_epochs} epoch(s); {s.seconds:.2f}s{shared}")
+            f"replayed {s.replayed_escrows} escrow(s), rules on {s.rules_epochs} epoch(s); {s.seconds:.2f}s"
+            f"{payloads}{shared}")

@@ -12,7 +12,8 @@ URL layout (one listener for the whole network):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from indexer.devnet import chainviews as cv
@@ -53,6 +54,9 @@ class AppOptions:
     refusing_attach_hosts: tuple[str, ...] = ()  # new hosts that refuse every Attach (403 permission_denied)
     rpc_session_seconds: float = 300.0  # lifetime of an Attach session token (upstream defaultSessionTTL)
     lying_kind: str = "altered"  # how the lying host lies (indexer.devnet.sealing.fork)
+    # host address → the status its payload route answers every request with (404: not stored, 403: refused, …);
+    # changed by tests between cycles, like Faults.down_hosts
+    payload_statuses: dict[str, int] = field(default_factory=dict)
 
 
 Handler = Callable[..., Response]
@@ -65,6 +69,7 @@ class App(ChainRoutes):
         self.accounts = DevnetAccounts(net.scenario.keys, [h.address for h in net.scenario.hosts])
         self.peer_rpc = PeerRpc(self.accounts, self.options.rpc_session_seconds)
         self._with_body = {self.rpc_attach, self.rpc_get_payload}
+        self.payload_requests: Counter = Counter()  # (host address, escrow, inference_id) → HTTP payload requests
         self.base_url = ""
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         for method, pattern, handler in self._table():
@@ -208,6 +213,11 @@ class App(ChainRoutes):
 
     def payloads(self, q: Mapping, hd: Mapping, host: str, version: str, escrow: str) -> Response:
         spec = self._host(host)
+        if spec is not None:
+            self.payload_requests[(spec.address, escrow, query_param(q, "inference_id") or "")] += 1
+            status = self.options.payload_statuses.get(spec.address)
+            if status:
+                return Response.json({"message": f"simulated payload answer {status}"}, status)
         if spec is not None and spec.address in self.options.rpc_hosts + self.options.retired_hosts:
             # transport/httperror.go @621c4a3743cc: DevshardErrorHTTPSessionRetired, HTTPSessionRetiredMessage
             resp = Response.json({"message": RETIRED_MESSAGE}, 410)

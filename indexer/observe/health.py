@@ -41,6 +41,10 @@ _LEVELS = """SELECT l.level, COALESCE(c.escrows, 0), COALESCE(c.failed, 0)
              LEFT JOIN (SELECT level, count(*) AS escrows, count(failed_check) AS failed
                         FROM api.escrow_verification GROUP BY level) c ON c.level = l.level
              ORDER BY l.n"""
+# 0/0 Finishes stored without their payload: asked again each cycle, or given up (indexer.poller.awaited)
+_PAYLOADS = """SELECT count(*) FILTER (WHERE state = 'awaited'), count(*) FILTER (WHERE state = 'given_up')
+               FROM api.awaited_payloads"""
+_HAS_PAYLOADS = "SELECT to_regclass('api.awaited_payloads') IS NOT NULL"
 _HAS_LEVELS = """SELECT to_regprocedure('fn.evidence_levels()') IS NOT NULL
                         AND to_regclass('api.escrow_verification') IS NOT NULL"""
 
@@ -72,6 +76,7 @@ class Health:
     alerts: list[tuple] = field(default_factory=list)    # (rule, severity, firing, silenced)
     levels: list[tuple] = field(default_factory=list)    # (evidence level, escrows, failed a check); [] on a schema
                                                          # without verification
+    payloads: tuple[int, int] | None = None               # (awaited, given up); None on a schema without them
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -101,6 +106,8 @@ def check(conn: psycopg.Connection, max_lag: float, fail_on: str | None = "warni
     h.alerts = conn.execute(_FIRING).fetchall()
     if conn.execute(_HAS_LEVELS).fetchone()[0]:  # an older schema still answers the rest
         h.levels = conn.execute(_LEVELS).fetchall()
+    if conn.execute(_HAS_PAYLOADS).fetchone()[0]:
+        h.payloads = tuple(conn.execute(_PAYLOADS).fetchone())
     if h.lagging:
         total = max(len(h.lagging), sum(n for _, _, _, n, _ in h.sources))
         h.reasons.append(f"{total} source(s) lag more than {max_lag:g} s: "

@@ -2,9 +2,9 @@
 
 Most values are read from the database, so every `indexer run` process sharing one database reports the same picture
 and a restart loses nothing: lag and errors per source class, rows ingested per kind, disputable penalties per rule,
-escrows per evidence level (every level, 0 when none), firing alerts per rule (0 for every known rule that is not
-firing), readiness. The cycle duration histogram is this
-process's own.
+escrows per evidence level (every level, 0 when none), 0/0 Finishes whose payload is awaited or given up (both
+states, 0 when none), firing alerts per rule (0 for every known rule that is not firing), readiness. The cycle
+duration histogram is this process's own.
 
 Scrapes and readiness probes share one :class:`DatabaseReader`: one database connection (application_name
 ``indexer-metrics``), one refresh at a time, and a result younger than ``max_age`` seconds is served as it is, so
@@ -51,6 +51,9 @@ _DISPUTABLE = "SELECT rule, count(*) FROM api.disputable_penalties GROUP BY 1"
 _LEVELS = """SELECT l.level, COALESCE(c.escrows, 0) FROM unnest(fn.evidence_levels()) AS l(level)
              LEFT JOIN (SELECT level, count(*) AS escrows FROM api.escrow_verification GROUP BY level) c
                     ON c.level = l.level"""
+# 0/0 Finishes without their response payload, per state (both states, 0 when none; indexer.poller.awaited)
+_PAYLOADS = """SELECT s.state, count(p.state) FROM unnest(ARRAY['awaited', 'given_up']) AS s(state)
+               LEFT JOIN api.awaited_payloads p ON p.state = s.state GROUP BY 1 ORDER BY 1"""
 _FIRING = """SELECT rule, count(*) FILTER (WHERE status = 'firing')
              FROM (SELECT rule, status FROM alert.state UNION ALL SELECT unnest(%s::text[]), NULL) AS known
              GROUP BY 1"""
@@ -126,7 +129,7 @@ class DatabaseReader:
             lagging = health.lagging(conn, self.max_lag)  # the readiness rule `indexer status` shares
             rows = {"lag": conn.execute(_LAG).fetchall(), "errors": conn.execute(_ERRORS).fetchall(),
                     "rows": conn.execute(_ROWS).fetchall(), "disputable": conn.execute(_DISPUTABLE).fetchall(),
-                    "levels": conn.execute(_LEVELS).fetchall(),
+                    "levels": conn.execute(_LEVELS).fetchall(), "payloads": conn.execute(_PAYLOADS).fetchall(),
                     "firing": conn.execute(_FIRING, (self.rules,)).fetchall()}
         except psycopg.Error as exc:
             self._drop()
@@ -183,6 +186,9 @@ class DatabaseCollector:
                      "family", "rule", rows["disputable"])
         yield family(GaugeMetricFamily, "indexer_escrows_by_evidence_level", "escrows per verification level of "
                      "their log (none, signed, replayed, settled; api.escrow_verification)", "level", rows["levels"])
+        yield family(GaugeMetricFamily, "indexer_missing_payloads", "0/0 Finishes stored without their response "
+                     "payload: awaited (asked again each cycle) or given_up (api.awaited_payloads)", "state",
+                     rows["payloads"])
         yield family(GaugeMetricFamily, "indexer_alerts_firing", "alerts firing per alert rule (every known rule, "
                      "0 when none fires)", "rule", rows["firing"])
 

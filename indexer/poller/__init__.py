@@ -22,6 +22,10 @@ for good:
   are kept; the tail after it, the final host stats and the ``escrow-final`` mark are missing. The ``escrow:<id>``
   row of ``api.ingest_status`` keeps its old cursor, its ``last_error`` and a growing ``lag_seconds``; the watchdog's
   ``stalled_cycles`` stop growing once the escrow is pruned (no source position any more).
+* A 0/0 Finish whose response payload no member of its group served is stored without it (``refusal_kind``
+  ``unknown``) and asked again in later cycles, whether or not its escrow was pruned from the chain since (the
+  hosts' stores are asked, not the chain); after the last allowed attempt it is given up and shown as such in
+  ``api.awaited_payloads`` and ``api.source_errors`` (:mod:`indexer.poller.awaited`).
 * Host epoch stats not read before pruning are missing (``host_epoch_stats`` has no row for those participants).
 * An epoch that leaves the window while ``settling`` becomes ``final`` with ``reason = 'pruned'``; its escrows are
   listed from ``tx_search`` (so ``escrows`` counts the ones never captured too), and each escrow without an

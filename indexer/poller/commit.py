@@ -26,6 +26,7 @@ import queue
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from indexer.poller.awaited import remember
 from indexer.poller.decode import DecodeWorkerLost
 from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher, Settlement
 from indexer.poller.leases import Leases
@@ -186,7 +187,11 @@ class EscrowCommitter:
             for c in chunks:
                 cursors.update(c.cursors)  # chunks of one escrow arrive in order: the last one wins
             fence = sorted({f"escrow:{c.escrow_id}" for c in chunks})
-            res = self.store.commit(prepared, cursors, fence=fence)
+            # Finishes stored without their payload are remembered in the same transaction, to be asked again
+            # (indexer.poller.awaited)
+            awaited = [a for c in chunks for a in c.awaited]
+            after = (lambda conn: remember(conn, awaited)) if awaited else None
+            res = self.store.commit(prepared, cursors, after=after, fence=fence)
             s = self.summary
             s.records += res.lines
             s.loaded += res.loaded

@@ -7,6 +7,8 @@ Epochs are visited oldest first (current − 2, current − 1, current), so escr
   escrows are fetched, and loaded after them), its escrows still to fetch, its finality state;
 * :mod:`indexer.poller.fetch` — one escrow's log, payloads and stats, on fetch threads, with no database handle;
 * :mod:`indexer.poller.commit` — chunks committed in order with their cursors; the progress watchdog;
+* :mod:`indexer.poller.awaited` — payloads no member served when their 0/0 Finish was stored, asked again each
+  cycle after the escrows (a bounded batch, with backoff, until served or given up);
 * :mod:`indexer.poller.store` — every statement on the database;
 * :mod:`indexer.downstream` — replay and rules on what changed.
 
@@ -34,6 +36,7 @@ from typing import Sequence
 
 import psycopg
 
+from indexer.poller.awaited import AwaitedPayloads, AwaitPolicy
 from indexer.poller.commit import ESCROW_WORKERS, EscrowCommitter
 from indexer.poller.decode import decode_pool
 from indexer.poller.fetch import EscrowFetcher
@@ -72,6 +75,9 @@ class PollSummary:
     escrows_elsewhere: int = 0      # escrows another poller fetched (held, or done during this cycle)
     epochs_elsewhere: int = 0       # epochs whose chain work another poller did
     takeovers: int = 0              # expired leases of another (dead or stalled) poller taken over
+    payloads_asked: int = 0         # awaited payloads asked again this cycle (indexer.poller.awaited)
+    payloads_obtained: int = 0      # of which served, and loaded into their Finish
+    payloads_given_up: int = 0      # of which given up (their last allowed attempt)
     seconds: float = 0.0
     # breakdown (seconds): fetch and decode are summed over the fetch threads, the others are wall time
     t_fetch: float = 0.0
@@ -86,9 +92,12 @@ class PollSummary:
 class Poller:
     def __init__(self, gonka: Gonka, store: Store, *, leases: Leases, validator: str = DEFAULT_VALIDATOR,
                  fetch_payloads: bool = True, payload_workers: int = PAYLOAD_WORKERS,
-                 escrow_workers: int = ESCROW_WORKERS, decode_workers: int = DECODE_WORKERS) -> None:
+                 escrow_workers: int = ESCROW_WORKERS, decode_workers: int = DECODE_WORKERS,
+                 awaiting: AwaitPolicy | None = None) -> None:
         self.g, self.store = gonka, store
         self.leases = leases
+        self.validator, self.fetch_payloads = validator, fetch_payloads
+        self.awaiting = awaiting or AwaitPolicy()
         self.summary = PollSummary()
         self._decoders = decode_pool(decode_workers)
         self._payloads = ThreadPoolExecutor(max_workers=max(1, payload_workers), thread_name_prefix="payloads")
@@ -126,8 +135,22 @@ class Poller:
                 todo.append(epoch)
         if todo:
             self._epochs(todo, now, info)
+        if self.fetch_payloads:
+            self._awaited()
         self.store.load([], "poll", {"chain": str(now)})
         return s
+
+    def _awaited(self) -> None:
+        """Payloads still missing from stored 0/0 Finishes, asked again (:mod:`indexer.poller.awaited`): a batch
+        of the due ones, after the escrows (a Finish stored this cycle is not due before the next one)."""
+        job = AwaitedPayloads(self.g, self.store, holder=self.leases.holder, since=self.leases.since,
+                              validator=self.validator, policy=self.awaiting,
+                              pool=self._payloads if self.committer.fetcher.payload_pool is not None else None)
+        try:
+            job.run()
+        finally:
+            s = self.summary
+            s.payloads_asked, s.payloads_obtained, s.payloads_given_up = job.asked, job.obtained, job.given_up
 
     def _epochs(self, todo: list[int], now: int, info: dict) -> None:
         """Chain metadata of every epoch first, then all their escrows through one committer (oldest epoch first,
@@ -206,10 +229,11 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
               payload_workers: int = PAYLOAD_WORKERS, escrow_workers: int = ESCROW_WORKERS,
               decode_workers: int = DECODE_WORKERS, lease_seconds: float = DEFAULT_LEASE_SECONDS,
               holder: str | None = None, private_hosts: bool = False,
-              archive_days: float | None = ARCHIVE_DAYS) -> PollSummary:
+              archive_days: float | None = ARCHIVE_DAYS, awaiting: AwaitPolicy | None = None) -> PollSummary:
     """One full cycle into the database at ``url``, sharing the work with any other poller on it through leases of
     ``lease_seconds`` (``holder``: this poller's lease holder id, default hostname:pid:random). ``private_hosts``:
-    hosts may be on loopback or private addresses (a devnet); ``archive_days``: net.raw_response's retention."""
+    hosts may be on loopback or private addresses (a devnet); ``archive_days``: net.raw_response's retention;
+    ``awaiting``: how missing payloads are asked again (:class:`indexer.poller.awaited.AwaitPolicy`)."""
     from indexer.downstream import process_changes
 
     start = time.perf_counter()
@@ -233,7 +257,7 @@ def poll_once(url: str, chain_urls: str | Sequence[str], rpc_url: str | Sequence
                        operator=operator, private_hosts=private_hosts, on_diagnosis=on_diagnosis) as gonka:
                 poller = Poller(gonka, store, validator=validator, fetch_payloads=fetch_payloads,
                                 payload_workers=payload_workers, escrow_workers=escrow_workers,
-                                decode_workers=decode_workers, leases=leases)
+                                decode_workers=decode_workers, leases=leases, awaiting=awaiting)
                 poller.summary.holder = leases.holder
                 try:
                     summary = poller.cycle()

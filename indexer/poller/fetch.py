@@ -24,10 +24,12 @@ from typing import Any, Callable
 
 from indexer.load.assemble import PLACEHOLDER_SOURCE
 from indexer.load.prepare import prepare_batch
+from indexer.poller.awaited import Awaited
 from indexer.poller.decode import DecodePool, Decoded, LogRejected, decode_entries
+from indexer.poller.payloads import Asked, FailureReport, ask_members
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
 from indexer.sources.gonka.chain import PREFIX
-from indexer.sources.gonka.host import PAGE_NONCES, PayloadShapeError
+from indexer.sources.gonka.host import PAGE_NONCES
 from indexer.sources.gonka.settlements import is_final, read_settlement
 from indexer.wire.rpc import TxEvent
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
@@ -36,8 +38,6 @@ from indexer.wire.schemas import SCHEMAS, schema_for
 
 PAGES_PER_CHUNK = 16          # 1024 nonces per run of pages (one witness check, one unit of commit)
 PAYLOAD_PIPELINE = 32         # payload requests written back to back on one connection (HTTP/1.1 pipelining)
-
-FailureReport = Callable[[str, str, str, bool], None]  # (source, url, error, transient)
 
 
 @dataclass
@@ -52,6 +52,7 @@ class Chunk:
     txs: int = 0
     parts: list = field(default_factory=list)
     untyped: list[int] = field(default_factory=list)
+    awaited: list[Awaited] = field(default_factory=list)  # 0/0 Finishes of these lines stored without their payload
 
 
 @dataclass
@@ -229,6 +230,7 @@ class EscrowFetcher:
         pending: list[bytes] = [dumps_record_bytes(esc)]
         parts: list = []
         untyped: list[int] = [0]
+        awaited: list[Awaited] = []
         nonce = after
         complete = False
         diffs_n = txs_n = 0
@@ -251,7 +253,8 @@ class EscrowFetcher:
                                  f"then: {exc}): none of it is taken", transient=True) from None
             if diffs:
                 decoded = next(dec for read, dec in reversed(runs) if read is diffs)
-                lines, ntx, typed = self._records(escrow_id, version, epoch, decoded, group)
+                lines, ntx, typed, missing = self._records(escrow_id, version, epoch, decoded, group)
+                awaited.extend(missing)
                 parts.extend((len(pending), part) for part in typed)
                 pending.extend(lines)
                 nonce = diffs[-1]["nonce"]
@@ -260,8 +263,8 @@ class EscrowFetcher:
             if len(diffs) < last - first + 1:  # the end of what the hosts have
                 complete = tip is None or nonce >= tip
                 break
-            emit(self._chunk(escrow_id, pending, nonce, False, diffs_n, txs_n, done, parts, untyped))
-            pending, diffs_n, txs_n, parts, untyped = [], 0, 0, [], []
+            emit(self._chunk(escrow_id, pending, nonce, False, diffs_n, txs_n, done, parts, untyped, awaited))
+            pending, diffs_n, txs_n, parts, untyped, awaited = [], 0, 0, [], [], []
         settled_tx = None
         if complete:
             if settled and settlement is not None and settlement.tx_hash:
@@ -275,17 +278,17 @@ class EscrowFetcher:
         # only over REST is stored, and /tx asked again until it answers or no node keeps the block (is_final)
         final = (complete and settled and bool(stats) and settled_height is not None and settled_tx is not None
                  and is_final(settled_tx))
-        emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done, parts, untyped))
+        emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done, parts, untyped, awaited))
         done.nonce, done.final = nonce, final
 
     @staticmethod
     def _chunk(escrow_id: str, lines: list[bytes], nonce: int, final: bool, diffs: int, txs: int,
-               done: EscrowDone, parts: list, untyped: list[int]) -> Chunk:
+               done: EscrowDone, parts: list, untyped: list[int], awaited: list[Awaited]) -> Chunk:
         done.nonce = nonce  # committed by the time the watchdog looks (chunks commit before their escrow's end)
         cursors = {f"escrow:{escrow_id}": str(nonce)}
         if final:
             cursors[f"escrow-final:{escrow_id}"] = str(nonce)
-        return Chunk(escrow_id, lines, cursors, diffs, txs, parts, untyped)
+        return Chunk(escrow_id, lines, cursors, diffs, txs, parts, untyped, awaited)
 
     def _checked(self, escrow_id: str, version: str, diffs: list[dict], member: str, done: EscrowDone,
                  creator: str | None) -> Decoded:
@@ -303,58 +306,44 @@ class EscrowFetcher:
             done.t_decode += time.perf_counter() - t0
 
     def _records(self, escrow_id: str, version: str, epoch: int, dec: Decoded,
-                 group: HostGroup) -> tuple[list[bytes], int, list[Any]]:
+                 group: HostGroup) -> tuple[list[bytes], int, list[Any], list[Awaited]]:
         """NDJSON lines of a decoded run, 0/0 Finish payloads fetched and filled in; with their typed parts
-        (numbered from the run's first line)."""
+        (numbered from the run's first line) and the Finishes whose payload no member served (awaited)."""
         lines = dec.lines()
-        if dec.held:
-            wanted = [rec["inference_id"] for _, rec in dec.held]
-            # payload requests are independent and many: batches of them pipelined on one connection each, the
-            # batches fetched concurrently (the HTTP client is thread-safe)
-            size = max(1, min(PAYLOAD_PIPELINE, -(-len(wanted) // self.payload_concurrency)))
-            batches = [wanted[i:i + size] for i in range(0, len(wanted), size)]
-            fetch = lambda ids: self._payloads(group, version, escrow_id, ids, epoch)  # noqa: E731
-            done_batches = map(fetch, batches) if self.payload_pool is None else self.payload_pool.map(fetch, batches)
-            bodies = [body for batch in done_batches for body in batch]
-            for (pos, rec), body in zip(dec.held, bodies):
-                if body is not None:
-                    rec["response_payload"] = body
-                lines[pos] = dumps_record_bytes(rec)
-            # refusals are typed (their payloads parsed) by a decode worker too, numbered like the rest of the run
-            held = [(pos + 1, lines[pos]) for pos, _ in dec.held]
-            typed_held = self._decoding(prepare_batch, PLACEHOLDER_SOURCE, held)
-            return lines, dec.txs, [dec.typed, typed_held]  # type: ignore[return-value]
-        return lines, dec.txs, [dec.typed]  # type: ignore[return-value]
+        if not dec.held:
+            return lines, dec.txs, [dec.typed], []  # type: ignore[return-value]
+        wanted = [rec["inference_id"] for _, rec in dec.held]
+        # payload requests are independent and many: batches of them pipelined on one connection each, the
+        # batches fetched concurrently (the HTTP client is thread-safe)
+        size = max(1, min(PAYLOAD_PIPELINE, -(-len(wanted) // self.payload_concurrency)))
+        batches = [wanted[i:i + size] for i in range(0, len(wanted), size)]
+        fetch = lambda ids: self._payloads(group, version, escrow_id, ids, epoch)  # noqa: E731
+        done_batches = map(fetch, batches) if self.payload_pool is None else self.payload_pool.map(fetch, batches)
+        asked = Asked()
+        for batch in done_batches:
+            asked.found.update(batch.found)
+            asked.errors.update(batch.errors)
+        awaited = []
+        for pos, rec in dec.held:
+            body = asked.found.get(rec["inference_id"])
+            if body is not None:
+                rec["response_payload"] = body
+            lines[pos] = dumps_record_bytes(rec)
+            if body is None:
+                awaited.append(Awaited(escrow_id, int(rec["inference_id"]), epoch, version, lines[pos],
+                                       asked.errors.get(rec["inference_id"]) or "no member of the group asked"))
+        # refusals are typed (their payloads parsed) by a decode worker too, numbered like the rest of the run
+        held = [(pos + 1, lines[pos]) for pos, _ in dec.held]
+        typed_held = self._decoding(prepare_batch, PLACEHOLDER_SOURCE, held)
+        return lines, dec.txs, [dec.typed, typed_held], awaited  # type: ignore[return-value]
 
     def _decoding(self, fn, *args):
         """``fn(*args)`` in a decode process, or on this thread without a pool."""
         return fn(*args) if self.decoders is None else self.decoders.run(fn, *args)
 
     def _payloads(self, group: HostGroup, version: str, escrow_id: str, inference_ids: list[int],
-                  epoch: int) -> list[str | None]:
-        """The stored payloads of ``inference_ids`` (None where unavailable): asked of the group's members in turn,
-        each member only for those that failed transiently at the one before."""
-        found: dict[int, str | None] = {}
-        todo = list(inference_ids)
-        for address in group.candidates():
-            if not todo:
-                break
-            try:
-                host = self.g.host(address)
-            except FetchError:
-                continue
-            if host is None:
-                continue
-            answers = host.payloads(version, escrow_id, todo, validator=self.validator, epoch=epoch,
-                                    members=group.members)
-            retry = []
-            for iid, answer in zip(todo, answers):
-                if isinstance(answer, PayloadShapeError):  # a format, not an availability, problem: said once
-                    self.report_failure(f"host:{address}", answer.url, str(answer), False)
-                elif isinstance(answer, FetchError):
-                    if answer.transient:
-                        retry.append(iid)  # 401/403/404 are not: not available to us
-                else:
-                    found[iid] = answer
-            todo = retry
-        return [found.get(iid) for iid in inference_ids]
+                  epoch: int) -> Asked:
+        """The stored payloads of ``inference_ids``, asked of the group's members in turn
+        (:func:`indexer.poller.payloads.ask_members`)."""
+        return ask_members(self.g, group.candidates(), version, escrow_id, inference_ids, epoch,
+                           validator=self.validator, report=self.report_failure, group=group.members)

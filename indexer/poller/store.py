@@ -2,7 +2,9 @@
 every statement on the ``net.*`` tables (cursors, failures, epoch states, progress) — the poller's other modules
 hold no SQL, except :mod:`indexer.poller.leases`: the ``net.lease`` statements (whose fence runs inside
 :meth:`Store.commit`'s transaction) and one read of ``net.cursor`` (an escrow's cursors, read afresh on the lease
-connection right after its lease is taken, from a fetch thread that has no handle on this one).
+connection right after its lease is taken, from a fetch thread that has no handle on this one), and
+:mod:`indexer.poller.awaited`: the ``net.awaited_payload`` statements (missing payloads asked again), run on this
+store's connection and inside its transactions.
 
 Each fetch becomes a ``rec.source`` (digest = sha256 of its NDJSON lines, uri = the URL); its records are typed by
 :meth:`Store.prepare` / :meth:`Store.prepare_typed` (:func:`indexer.load.prepare.prepare_batch`, or the decode

@@ -25,6 +25,8 @@ SELECT citus_add_local_table_to_metadata('net.failure');
 SELECT citus_add_local_table_to_metadata('net.epoch_state');
 SELECT citus_add_local_table_to_metadata('net.progress');
 SELECT citus_add_local_table_to_metadata('net.snapshot_failure');
+-- 0/0 Finishes awaiting their payload: claimed with FOR UPDATE SKIP LOCKED (indexer.poller.awaited)
+SELECT citus_add_local_table_to_metadata('net.awaited_payload');
 -- which settled epochs' partitions were frozen (by relation oid: the coordinator's own catalog)
 SELECT citus_add_local_table_to_metadata('net.frozen_partition');
 -- the pollers' work leases: taken with INSERT ... ON CONFLICT ... WHERE expired, a single-row atomic step that

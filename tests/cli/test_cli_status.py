@@ -166,3 +166,16 @@ def test_escrows_per_evidence_level_and_those_that_failed(db_url, conn, tmp_path
     res = status(db_url)
     assert res.returncode in (0, 1), res.stderr
     assert "alerts      " in res.stdout and "escrows     verified" not in res.stdout
+
+
+def test_payloads_awaited_and_given_up_are_counted(db_url, conn):
+    code, body = as_json(db_url)
+    assert body["payloads"] == {"awaited": 0, "given_up": 0}
+    conn.execute("INSERT INTO net.awaited_payload (escrow_id, inference_id, epoch_index, protocol_version, record, "
+                 "next_attempt_at, given_up_at) VALUES ('7', 1, 3, 'v5', '{}', now(), NULL), "
+                 "('7', 2, 3, 'v5', '{}', now(), NULL), ('8', 1, 3, 'v5', '{}', now(), now())")
+    res = status(db_url)
+    assert res.returncode == 0, res.stdout + res.stderr  # a given-up payload is shown, not a health failure
+    assert "payloads    2 awaited (asked again each cycle), 1 given up" in res.stdout
+    code, body = as_json(db_url)
+    assert code == 0 and body["payloads"] == {"awaited": 2, "given_up": 1}

@@ -76,8 +76,8 @@ def test_the_devnet_serves_the_real_shape():
 
 def test_a_host_serving_another_shape_leaves_the_payload_unknown_and_says_why(db_url, monkeypatch):
     """The poller against a devnet whose hosts answer with the payload text itself (the devnet's old flattened
-    shape): no such text is stored as a payload, every 0/0 Finish keeps its record without one, and every refusal
-    is one net.failure row naming the URL and the reason."""
+    shape): no such text is stored as a payload, every 0/0 Finish keeps its record without one (and is awaited), and
+    every refusal is one net.failure row per member asked, naming the URL and the reason."""
     import psycopg
 
     from indexer.devnet import DevnetServer
@@ -101,8 +101,12 @@ def test_a_host_serving_another_shape_leaves_the_payload_unknown_and_says_why(db
         failures = c.execute("SELECT url, error, transient FROM net.failure WHERE error LIKE 'payload response:%'"
                              ).fetchall()
         kinds = {r[0] for r in c.execute("SELECT refusal_kind FROM api.context_refusals")}
+        awaited = c.execute("SELECT count(*) FROM api.awaited_payloads WHERE state = 'awaited'").fetchone()[0]
     assert refusals[0] > 0 and refusals[1] == 0
-    assert len(failures) == refusals[0]  # one each: another member runs the same code
+    # one per member asked: a wrong shape moves the payload on to the group's next member (another member may run
+    # other code), each member asked once; none served it, so every refusal is awaited for a later cycle
+    assert len(failures) == len({url for url, _, _ in failures}) > refusals[0]
+    assert awaited == refusals[0]
     assert all("/payloads?inference_id=" in url and not transient for url, _, transient in failures)
     assert {error for _, error, _ in failures} == {
         "payload response: response_payload is not standard base64 (Go's encoding of []byte) (" + url + ")"

@@ -204,3 +204,16 @@ def test_escrows_per_evidence_level_every_level_with_zero(db_url, tmp_path, serv
     assert {level: m[("indexer_escrows_by_evidence_level", (("level", level),))]
             for level in ("none", "signed", "replayed", "settled")} == {"none": 2, "signed": 0, "replayed": 0,
                                                                       "settled": 1}
+
+
+def test_missing_payloads_per_state_both_with_zero(db_url, server):
+    m = _samples(server)
+    assert {s: m[("indexer_missing_payloads", (("state", s),))] for s in ("awaited", "given_up")} == {
+        "awaited": 0, "given_up": 0}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO net.awaited_payload (escrow_id, inference_id, epoch_index, protocol_version, "
+                     "record, next_attempt_at, given_up_at) VALUES ('7', 1, 3, 'v5', '{}', now(), NULL), "
+                     "('8', 1, 3, 'v5', '{}', now(), now()), ('8', 2, 3, 'v5', '{}', now(), now())")
+    m = _samples(server)
+    assert {s: m[("indexer_missing_payloads", (("state", s),))] for s in ("awaited", "given_up")} == {
+        "awaited": 1, "given_up": 2}

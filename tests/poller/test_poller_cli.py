@@ -70,3 +70,29 @@ def test_devnet_command_prints_urls():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_run_once_cli_gives_up_missing_payloads_after_payload_attempts(db_url):
+    scn = Scenario(ScenarioConfig(seed=11, epochs=2, escrows_per_epoch=4, inferences_per_escrow=30))
+    args = [sys.executable, "-m", "indexer", "--database-url", db_url, "run", "--once", "--allow-private-hosts",
+            "--payload-attempts", "2", "--payload-backoff", "0.001", "--metrics-addr", "off", "--no-alerts"]
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        net.app.options.payload_statuses = {h.address: 404 for h in scn.hosts}
+        first = subprocess.run(args, env=_env(net), capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr
+        with psycopg.connect(db_url) as c:
+            n = c.execute("SELECT count(*) FROM api.awaited_payloads WHERE state = 'awaited'").fetchone()[0]
+        assert n > 0
+        second = subprocess.run(args, env=_env(net), capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert f"payloads asked again {n}, obtained 0, given up {n}" in second.stderr
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT state, count(*) FROM api.awaited_payloads GROUP BY 1").fetchall() == [("given_up", n)]
+
+
+def test_run_refuses_fewer_than_two_payload_attempts(db_url):
+    proc = subprocess.run([sys.executable, "-m", "indexer", "--database-url", db_url, "run", "--once",
+                           "--payload-attempts", "1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--payload-attempts: must be at least 2 (the escrow's fetch is the first attempt), got 1" in proc.stderr

@@ -1,0 +1,136 @@
+"""The awaited-payload job on its own (indexer.poller.awaited, indexer.poller.payloads): claims, their expiry, the
+failure paths of a batch, and how the members of a group are asked."""
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+
+from indexer.poller.awaited import AwaitedPayloads, AwaitPolicy
+from indexer.poller.payloads import ask_members
+from indexer.poller.store import Store
+from indexer.sources.gonka import FetchError
+from indexer.sources.gonka.host import PayloadShapeError
+
+
+def _rows(conn, *keys: tuple[str, int]) -> None:
+    for escrow_id, iid in keys:
+        conn.execute("INSERT INTO net.awaited_payload (escrow_id, inference_id, epoch_index, protocol_version, record, "
+                     "last_attempt_at, next_attempt_at) VALUES (%s, %s, 3, 'v5', %s, now() - interval '1 hour', "
+                     "now() - interval '1 minute')",
+                     (escrow_id, iid, '{"kind":"finish","escrow_id":"%s","inference_id":%d}' % (escrow_id, iid)))
+
+
+def _job(conn, holder: str, **policy) -> AwaitedPayloads:
+    since = conn.execute("SELECT now()").fetchone()[0]
+    return AwaitedPayloads(None, Store(conn, archive=False), holder=holder, since=since, validator="gonka1v",
+                           policy=AwaitPolicy(backoff=0.0, **policy))
+
+
+def test_a_claim_is_held_until_it_expires_and_a_killed_poller_s_rows_are_then_taken(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        _rows(conn, ("7", 1), ("7", 2), ("8", 1))
+        first = _job(conn, "poller-a", batch=2).claim()
+        assert [(c.escrow_id, c.inference_id) for c in first] == [("7", 1), ("7", 2)]  # oldest due first, bounded
+        second = _job(conn, "poller-b").claim()
+        assert [(c.escrow_id, c.inference_id) for c in second] == [("8", 1)]  # never one poller-a holds
+        assert _job(conn, "poller-c").claim() == []
+        # poller-a was killed: its claims expire (claimed_until passes) and another poller takes the rows
+        conn.execute("UPDATE net.awaited_payload SET claimed_until = now() - interval '1 s' "
+                     "WHERE claimed_by = 'poller-a'")
+        taken = _job(conn, "poller-c").claim()
+        assert sorted((c.escrow_id, c.inference_id) for c in taken) == [("7", 1), ("7", 2)]
+
+
+def test_a_row_of_an_escrow_whose_group_is_not_stored_counts_an_attempt_with_why(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        _rows(conn, ("9", 4))
+        job = _job(conn, "poller-a", attempts=3)
+        job.run()
+        row = conn.execute("SELECT attempts, last_error, given_up_at IS NULL, claimed_by FROM net.awaited_payload"
+                           ).fetchone()
+    assert job.asked == 1 and job.obtained == 0 and job.given_up == 0
+    assert row == (2, "the escrow's group is not stored", True, None)
+
+
+def test_a_batch_that_fails_gives_its_claims_back_and_one_whose_connection_broke_leaves_them_to_expire(
+        db_url, monkeypatch, caplog):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        _rows(conn, ("7", 1))
+        monkeypatch.setattr(AwaitedPayloads, "ask", lambda self, claimed: ({}, {}))
+
+        def fail(self, claimed, found, errors):
+            raise RuntimeError("the commit failed")
+
+        monkeypatch.setattr(AwaitedPayloads, "commit", fail)
+        with pytest.raises(RuntimeError, match="the commit failed"):
+            _job(conn, "poller-a").run()
+        assert conn.execute("SELECT attempts, claimed_by FROM net.awaited_payload").fetchone() == (1, None)
+
+    side = psycopg.connect(db_url, autocommit=True)
+
+    def drop(self, claimed, found, errors):
+        side.close()  # the database connection is gone: the claims cannot be given back
+        raise RuntimeError("connection lost")
+
+    monkeypatch.setattr(AwaitedPayloads, "commit", drop)
+    caplog.set_level(logging.WARNING, "indexer.poller.awaited")
+    with pytest.raises(RuntimeError, match="connection lost"):
+        _job(side, "poller-b").run()
+    assert any("claims not given back (they expire)" in r.getMessage() for r in caplog.records)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT attempts, claimed_by FROM net.awaited_payload").fetchone() == (1, "poller-b")
+
+
+def test_the_policy_is_checked():
+    for bad in ({"attempts": 1}, {"batch": 0}, {"backoff": -1.0}, {"claim_seconds": 0.0}):
+        with pytest.raises(ValueError, match="payload retry policy out of range"):
+            AwaitPolicy(**bad)
+
+
+class _Host:
+    def __init__(self, answers):
+        self.answers, self.asked = answers, []
+
+    def payloads(self, version, escrow_id, ids, *, validator, epoch, members):
+        self.asked.append(list(ids))
+        return [self.answers.get(i) for i in ids]
+
+
+class _Gonka:
+    """The hosts of a group, each answering a fixed payload or failure per inference (no network)."""
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+
+    def host(self, address):
+        found = self.hosts[address]
+        if isinstance(found, FetchError):
+            raise found
+        return found
+
+
+def test_every_failure_moves_the_payload_to_the_next_member_once():
+    shape = PayloadShapeError("http://c/payloads?inference_id=3", "payload response: not an object", status=200,
+                              transient=False)
+    c = _Host({1: FetchError("http://c", "HTTP 404", status=404, transient=False), 2: None, 3: shape})
+    d = _Host({1: "one", 2: "two"})
+    g = _Gonka({"a": FetchError("participant:a", "refused inference_url", transient=False), "b": None,
+                "c": c, "d": d})
+    reported = []
+    asked = ask_members(g, ["a", "b", "c", "d", "c"], "v5", "7", [1, 2, 3], 3, validator="gonka1v",
+                        report=lambda *r: reported.append(r))
+    assert asked.found == {1: "one", 2: "two"}
+    assert c.asked == [[1, 2, 3]] and d.asked == [[1, 2, 3]]  # c once, though listed twice
+    assert asked.errors == {3: "host:d: the host answered with no response payload stored"}
+    assert asked.missing([1, 2, 3]) == [3]
+    assert reported == [("host:c", shape.url, str(shape), False)]  # a wrong shape is said
+
+
+def test_members_that_cannot_be_asked_say_why():
+    g = _Gonka({"a": FetchError("participant:a", "refused inference_url", transient=False), "b": None})
+    asked = ask_members(g, ["a", "b"], "v5", "7", [1], 3, validator="gonka1v", report=lambda *r: None)
+    assert asked.found == {} and asked.errors == {1: "host:b: the participant has no inference_url"}
+    asked = ask_members(g, ["a"], "v5", "7", [1], 3, validator="gonka1v", report=lambda *r: None)
+    assert asked.errors[1].startswith("host:a: refused inference_url")
