@@ -323,13 +323,14 @@ class EscrowFetcher:
         for batch in done_batches:
             asked.found.update(batch.found)
             asked.errors.update(batch.errors)
+            asked.refused.update(batch.refused)
         awaited = []
         for pos, rec in dec.held:
             body = asked.found.get(rec["inference_id"])
             if body is not None:
                 rec["response_payload"] = body
             lines[pos] = dumps_record_bytes(rec)
-            if body is None:
+            if body is None and rec["inference_id"] not in asked.refused:
                 awaited.append(Awaited(escrow_id, int(rec["inference_id"]), epoch, version, lines[pos],
                                        asked.errors.get(rec["inference_id"]) or "no member of the group asked"))
         # refusals are typed (their payloads parsed) by a decode worker too, numbered like the rest of the run

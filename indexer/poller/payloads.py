@@ -8,6 +8,11 @@ route is retired 410. So every payload a member did not serve, whatever its fail
 each member at most once per payload per call; each member's requests are pipelined on one connection
 (:meth:`indexer.sources.gonka.host.DevshardHost.payloads`). A body of the wrong shape is reported (a format, not an
 availability, problem) and the payload asked of the next member too, like one a member answered without a payload.
+
+One answer is not about the member: a request this indexer could not sign (no operator key, or the operator not in
+the escrow's group) refused for want of it (401, or 410 from a host that serves payloads only to attached members)
+is refused by every member running the same code, in every cycle. Such a payload is ``refused``: not asked of the
+other members, and not awaited (it stays unknown, as the interface says of payloads without operator mode).
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from indexer.sources.gonka import FetchError, Gonka
 from indexer.sources.gonka.host import PayloadShapeError
 
 FailureReport = Callable[[str, str, str, bool], None]  # (source, url, error, transient)
+UNSIGNED_REFUSALS = frozenset({401, 410})  # what a host answers a request it needs signed (or attached) for
 
 
 @dataclass
@@ -26,6 +32,7 @@ class Asked:
     last member's failure (``errors``; a member that answered with no payload stored counts as one)."""
     found: dict[int, str] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)
+    refused: set[int] = field(default_factory=set)  # unsigned requests refused for want of a signature
 
     def missing(self, inference_ids: Iterable[int]) -> list[int]:
         return [iid for iid in inference_ids if iid not in self.found]
@@ -52,15 +59,19 @@ def ask_members(g: Gonka, members: Sequence[str], version: str, escrow_id: str, 
             for iid in todo:
                 out.errors[iid] = f"host:{address}: the participant has no inference_url"
             continue
-        answers = host.payloads(version, escrow_id, todo, validator=validator, epoch=epoch,
-                                members=list(group if group is not None else members))
+        everyone = list(group if group is not None else members)
+        answers = host.payloads(version, escrow_id, todo, validator=validator, epoch=epoch, members=everyone)
+        unsigned = host.operator is None or not host.operator.signs_for(everyone)
         left = []
         for iid, answer in zip(todo, answers):
             if isinstance(answer, FetchError):
                 if isinstance(answer, PayloadShapeError):  # said once per member and payload
                     report(f"host:{address}", answer.url, str(answer), False)
                 out.errors[iid] = f"host:{address}: {answer}"
-                left.append(iid)
+                if unsigned and answer.status in UNSIGNED_REFUSALS and not answer.transient:
+                    out.refused.add(iid)
+                else:
+                    left.append(iid)
             elif answer is None:
                 out.errors[iid] = f"host:{address}: the host answered with no response payload stored"
                 left.append(iid)

@@ -90,6 +90,8 @@ def test_the_policy_is_checked():
 
 
 class _Host:
+    operator = None  # no operator mode: requests unsigned
+
     def __init__(self, answers):
         self.answers, self.asked = answers, []
 
@@ -127,6 +129,28 @@ def test_every_failure_moves_the_payload_to_the_next_member_once():
     assert asked.missing([1, 2, 3]) == [3]
     assert reported == [("host:c", shape.url, str(shape), False)]  # a wrong shape is said
 
+
+class _Operator:
+    def __init__(self, member):
+        self.member = member
+
+    def signs_for(self, members):
+        return members is not None and self.member in members
+
+
+def test_a_refusal_for_want_of_a_signature_ends_the_asking_only_when_the_request_was_unsigned():
+    unsigned = _Host({1: FetchError("http://c", "HTTP 401", status=401, transient=False),
+                      2: FetchError("http://c", "HTTP 403", status=403, transient=False)})
+    d = _Host({1: "one", 2: "two"})
+    asked = ask_members(_Gonka({"c": unsigned, "d": d}), ["c", "d"], "v5", "7", [1, 2], 3, validator="gonka1v",
+                        report=lambda *r: None)
+    assert asked.refused == {1} and asked.found == {2: "two"} and d.asked == [[2]]  # a 403 is about the member
+    signed = _Host({1: FetchError("http://c", "HTTP 401", status=401, transient=False)})
+    signed.operator = _Operator("c")  # the operator is in the group: a 401 is this member's, not every member's
+    d = _Host({1: "one"})
+    asked = ask_members(_Gonka({"c": signed, "d": d}), ["c", "d"], "v5", "7", [1], 3, validator="gonka1v",
+                        report=lambda *r: None)
+    assert asked.refused == set() and asked.found == {1: "one"}
 
 def test_members_that_cannot_be_asked_say_why():
     g = _Gonka({"a": FetchError("participant:a", "refused inference_url", transient=False), "b": None})

@@ -80,6 +80,24 @@ def test_a_payload_refused_with_404_or_403_is_asked_of_the_next_member_in_the_sa
                for state, attempts, err in awaited.values())
 
 
+@pytest.mark.parametrize("status", [401, 410])
+def test_an_unsigned_request_refused_for_want_of_a_signature_is_not_asked_of_every_member_nor_awaited(db_url, status):
+    # without operator mode a host refuses the request itself (401: unsigned; 410: served only to attached members):
+    # every member runs the same code, so asking each of them, and again every cycle, would get the same answer
+    scn = _scenario()
+    want = _zero_zero(scn)
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        net.app.options.payload_statuses = {h.address: status for h in scn.hosts}
+        _poll(db_url, net)
+        requests = dict(net.app.payload_requests)
+    asked = {}
+    for (_, e, i), n in requests.items():
+        asked[(e, int(i))] = asked.get((e, int(i)), 0) + n
+    assert set(asked) == set(want) and set(asked.values()) == {1}  # one member each
+    assert _awaited(db_url) == {}
+    assert all(p is None for k, p in _stored(db_url).items() if k in want)
+
 def test_a_payload_served_only_in_a_later_cycle_upgrades_the_refusal_of_a_final_escrow(db_url):
     scn = _scenario()
     want = _zero_zero(scn)
