@@ -34,6 +34,8 @@ from indexer.replay.verifier import VERIFIER
 from indexer.wire.diffs import signs_whole, user_signed_bytes
 
 NO_LOG = "no signed log captured"
+NO_ROOT = ("no signed root captured (neither post_state_root in the content nor a stored post_state_root or "
+           "state_hash): the signed check is not made")
 # A row whose checks raised instead of answering starts its failure with this (the escrow_verification_failed alert
 # selects it) and keeps no evidence digest, so the escrow is checked again at its next replay.
 VERIFIER_FAILED = "the verifier failed: "
@@ -92,15 +94,18 @@ def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...
         where = f"rec.signed_diff escrow {escrow_id} nonce {nonce}"
         try:
             data = base64.b64decode(content, validate=True)
-            fields = _fields(data)
-            parsed = _content_of(fields)
-            if parsed is None or not signs_whole(parsed.escrow_id, parsed.post_state_root,
-                                                 parsed.sealed_inference_ids):
-                data = user_signed_bytes(data, escrow_id, bytes.fromhex(root or state_hash or ""))
         except (binascii.Error, ValueError):
             raise Unusable("signed", nonce, f"{where}: content is not base64") from None
         if not user_sig:
             raise Unusable("signed", nonce, f"{where}: no user signature captured")
+        parsed = _content_of(_fields(data))
+        if parsed is None or not signs_whole(parsed.escrow_id, parsed.post_state_root, parsed.sealed_inference_ids):
+            signed_root = root or state_hash
+            if not signed_root and parsed is not None:
+                # the user signed the content with its root appended: without one the check cannot be made, and
+                # evidence that is only missing is not a failure (the poller does not store such a diff)
+                raise Unusable("signed", nonce, f"{where}: {NO_ROOT}", fails=False)
+            data = user_signed_bytes(data, escrow_id, bytes.fromhex(signed_root or ""))  # hex: checked at load
         if parsed is not None:  # the appended fields 3 and 4 change neither the nonce nor whether the content reads
             nonce = parsed.nonce
         out.append(bd.SignedDiff(nonce, data, bytes.fromhex(user_sig)))
@@ -122,7 +127,7 @@ def _content_of(fields: list | None):
         return None
     try:
         return diff.content_of(fields)
-    except diff.DiffError:
+    except (diff.DiffError, pb.ProtoError):  # e.g. a truncated packed varint in field 5: the replay names it
         return None
 
 
