@@ -63,7 +63,9 @@ def stage_ddl(kind: Kind) -> str:
 # stored row stays. An epoch's parameters read as of the epoch (params_exact) are the epoch's own; live values read
 # later, once the node pruned that height, only stand in for them (indexer.sources.gonka.snapshots), so they never
 # replace an exact snapshot, whichever code path loads them; the same holds for a participant's warm-key grants read
-# as of the epoch's end (read_exact) against a later live reading.
+# as of the epoch's end (read_exact) against a later live reading. This works row by row: a live row under another
+# grantee is still stored, and readers take a participant with any exact row from its exact rows only
+# (indexer.replay.material, Store.exactly_granted).
 KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT TRUE",
                "warm_key": "t.read_exact IS TRUE AND s.read_exact IS NOT TRUE"}
 

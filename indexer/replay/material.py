@@ -70,14 +70,16 @@ def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False) 
 def _warm_key_rows(cur: psycopg.Cursor, epochs: list[int]) -> tuple[dict, dict]:
     """(epoch -> participant -> grantees read as of the epoch's end, epoch -> participant -> exact) from
     rec.warm_key: a participant is captured when it has any row (an empty grantee: read, none granted), and exact
-    only when every row of it was read as of the epoch's end (read_exact null, not recorded, counts as not)."""
+    when any row of it was read as of the epoch's end (read_exact null, not recorded, counts as not). An exact
+    participant's grants are its exact rows only: rows are never deleted, so a live reading stored before the
+    exact one (or loaded after it with another grantee) stays beside it and must neither hide nor add a grant."""
     cur.execute("SELECT epoch_index, participant, grantee, read_exact IS TRUE FROM rec.warm_key "
                 "WHERE epoch_index = ANY(%s) ORDER BY 1, 2, 3", (epochs,))
     grants: dict = {}
     captured: dict = {}
     for epoch, participant, grantee, exact in cur:
         seen = captured.setdefault(epoch, {})
-        seen[participant] = seen.get(participant, True) and exact
+        seen[participant] = seen.get(participant, False) or exact
         if grantee and exact:
             grants.setdefault(epoch, {}).setdefault(participant, []).append(grantee)
     return grants, captured

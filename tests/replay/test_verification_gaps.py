@@ -63,3 +63,61 @@ def test_content_with_a_truncated_field_5_fails_saying_it_is_unreadable(db_url, 
     got = row(conn)
     assert (got["level"], got["failed_check"], got["failed_nonce"]) == ("signed", "replayed", 1), got["failure"]
     assert got["failure"].startswith("DiffContent unreadable: ") and "base64" not in got["failure"]
+
+
+def _warm_signed_settlement() -> tuple[list[dict], str]:
+    """The fixture's records with slot 0's settlement signature made by a warm key, and that key's address."""
+    import coincurve
+
+    from indexer.verify.signatures import address_of_pubkey
+    from tests.support.verify_kit import KEYS
+    from tests.support.verify_records import settle_msg, settlement_record
+
+    secret = coincurve.PrivateKey(b"\x07" * 32)
+    msg = settle_msg(keys={**dict(enumerate(KEYS)), 0: secret})
+    recs = [r for r in records() if r["kind"] != "settlement"] + [settlement_record(msg)]
+    return recs, address_of_pubkey(secret.public_key.format(compressed=True))
+
+
+def _grant(participant: str, grantee: str, exact: bool) -> dict:
+    from tests.support.verify_records import EPOCH
+
+    return {"kind": "warm_key", "epoch_index": EPOCH, "participant": participant, "grantee": grantee,
+            "read_height": 900 if exact else None, "read_exact": exact}
+
+
+def test_an_exact_reading_after_live_ones_decides_the_participants_grants(db_url, conn, tmp_path):
+    """A cycle read slot 0's participant live (end height pruned on the node asked: none granted, or another key);
+    a later one read it as of the epoch's end. The live rows stay stored (rows are never deleted, and they are under
+    other grantees), but the exact reading alone is the participant's grants; a live row loaded after it with a new
+    grantee neither makes it inexact nor adds that key."""
+    from indexer.poller.store import Store
+    from indexer.replay.verification import INEXACT
+    from tests.support.verify_kit import HOSTS
+    from tests.support.verify_records import EPOCH
+
+    recs, warm = _warm_signed_settlement()
+    other = "gonka1qyqszqgpqyqszqgpqyqszqgpqyqszqgpzxxq27"
+    load(db_url, tmp_path, recs + [_grant(HOSTS[0], "", False), _grant(HOSTS[0], other, False)])
+    got = row(conn)
+    assert (got["level"], got["failed_check"]) == ("replayed", None) and got["failure"].endswith(f"({INEXACT})")
+    assert Store(conn, archive=False).exactly_granted(EPOCH) == set()
+    load(db_url, tmp_path, [_grant(HOSTS[0], warm, True)], "exact.ndjson")
+    got = row(conn)
+    assert (got["level"], got["failed_check"], got["failure"]) == ("settled", None, None)
+    assert Store(conn, archive=False).exactly_granted(EPOCH) == {HOSTS[0]}  # the poller stops re-reading it live
+    # the exact reading did not list `other`; a live row naming yet another key changes nothing
+    load(db_url, tmp_path, [_grant(HOSTS[0], "gonka1" + "q" * 38, False)], "late-live.ndjson")
+    got = row(conn)
+    assert (got["level"], got["failed_check"], got["failure"]) == ("settled", None, None)
+
+
+def test_an_exact_reading_that_does_not_list_a_key_refutes_it_despite_a_live_row(db_url, conn, tmp_path):
+    """Today's grants list the key, the epoch's did not (read exactly, none granted): the signature fails."""
+    from tests.support.verify_kit import HOSTS
+
+    recs, warm = _warm_signed_settlement()
+    load(db_url, tmp_path, recs + [_grant(HOSTS[0], warm, False), _grant(HOSTS[0], "", True)])
+    got = row(conn)
+    assert (got["failed_check"], got["failed_nonce"]) == ("settled", 34), got["failure"]
+    assert f"recovered {warm}" in got["failure"]
