@@ -30,14 +30,15 @@ from indexer.replay.material import Material, load_material
 from indexer.verify import bundle as bd, diff, proto as pb, settlement as st, signatures as sig
 from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 from indexer.verify.inputs import session_inputs
-from indexer.replay.verifier import VERIFIER
+from indexer.replay.verifier import MAX_CRASHES, VERIFIER, VERIFIER_VERSION, is_older
 from indexer.wire.diffs import signs_whole, user_signed_bytes
 
 NO_LOG = "no signed log captured"
 NO_ROOT = ("no signed root captured (neither post_state_root in the content nor a stored post_state_root or "
            "state_hash): the signed check is not made")
 # A row whose checks raised instead of answering starts its failure with this (the escrow_verification_failed alert
-# selects it) and keeps no evidence digest, so the escrow is checked again at its next replay.
+# selects it), keeps no evidence digest and counts the crash (``crashes``): the next replay pass checks it again, up
+# to MAX_CRASHES crashes in a row (indexer.replay.verifier).
 VERIFIER_FAILED = "the verifier failed: "
 COLD_ONLY = "no warm keys captured for the epoch, so only the slots' own addresses are accepted"
 INEXACT = ("the participant's grants were read from live values, not as of the epoch's end, so they neither "
@@ -74,6 +75,7 @@ class Verification:
     settlement_tx_hash: str | None
     settlement_height: int | None
     crashed: bool = False  # the checks raised instead of answering (failure starts with VERIFIER_FAILED)
+    crashes: int = 0  # consecutive crashed verifications of the escrow, this one included
     # the recoveries kept for the next verification (indexer.replay.verify_memo): internal, not in the api view
     prefix_nonces: int = 0
     prefix_chain: bytes | None = None
@@ -315,7 +317,7 @@ def _bounded(text: str) -> str:
 
 _COLUMNS = ("escrow_id", "epoch_index", "level", "nonces_checked", "failed_check", "failed_nonce", "failure",
             "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "prefix_nonces",
-            "prefix_chain", "prefix_signers", "prefix_recoveries", "evidence_digest", "verifier")
+            "prefix_chain", "prefix_signers", "prefix_recoveries", "evidence_digest", "verifier", "crashes")
 _CONTENT = _COLUMNS[1:]
 _UPSERT = f"""
 INSERT INTO replay.escrow_verification AS v ({', '.join(_COLUMNS)}, verified_at)
@@ -326,13 +328,14 @@ WHERE ({', '.join(f'v.{c}' for c in _CONTENT)}) IS DISTINCT FROM ({', '.join(f'e
 """
 
 
-# The verifier's identity (VERIFIER: a hash of the checks' source, indexer.replay.verifier) is part of every digest
-# and stored in every row: a change to what the checks accept re-checks every escrow (replay_dirty marks stale rows).
+# The verifier's identity (VERIFIER: its version and a hash of the checks' source, indexer.replay.verifier) is stored
+# in every row: a row of a lower version is checked again (replay_dirty marks them), a row of a higher one is left
+# alone while its evidence is unchanged (a process on older code does not undo a newer one's work).
 # What the checks read, per escrow, hashed by the server (the diffs' content never travels for an unchanged escrow).
 # Each part is a row's text or 'null', so a part that is missing cannot pass for another; each diff enters as the md5
 # of its row (32 characters), so the text hashed grows by 32 bytes a diff, not by the diff's content.
 _DIGESTS = """
-SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
+SELECT e.escrow_id, md5(concat_ws(E'\\n',
   row(e.epoch_index, e.slots, e.vote_threshold_factor, e.protocol_version, e.settled, e.creator, e.amount,
       e.token_price, e.create_devshard_fee, e.fee_per_nonce, e.inference_seal_grace_nonces,
       e.inference_seal_grace_seconds, e.auto_seal_every_n_nonces, e.execution_timeout)::text,
@@ -348,7 +351,7 @@ SELECT e.escrow_id, md5(concat_ws(E'\\n', %(verifier)s::text,
   coalesce((SELECT string_agg(row(w.participant, w.grantee, w.read_exact)::text, E'\\n'
                               ORDER BY w.participant, w.grantee)
             FROM rec.warm_key w WHERE w.epoch_index = e.epoch_index AND w.participant = ANY(e.slots)), 'null'))),
-  v.evidence_digest, v.verifier
+  v.evidence_digest, v.verifier, v.crashes
 FROM rec.escrow e LEFT JOIN replay.escrow_verification v ON v.escrow_id = e.escrow_id
 WHERE e.escrow_id = ANY(%(ids)s)
 """
@@ -357,14 +360,30 @@ WHERE e.escrow_id = ANY(%(ids)s)
 def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verification]:
     """Verify those of the escrows ``ids`` whose evidence (or the verifier) changed since their row was written, and
     write their rows (caller's transaction). Returns the rows computed; the others are left as they were."""
-    changed = {eid: digest for eid, digest, stored, by in conn.execute(_DIGESTS, {"ids": ids, "verifier": VERIFIER})
-               if digest != stored or by != VERIFIER}
+    changed, crashes = {}, {}
+    for eid, digest, stored, by, crashed in conn.execute(_DIGESTS, {"ids": ids}):
+        if digest != stored or is_older(by, VERIFIER_VERSION):
+            changed[eid], crashes[eid] = digest, crashed or 0
     if not changed:
         return []
-    results = [verify_material(m) for m in load_material(conn, sorted(changed), memo=True).values()]
+    results = [_counted(verify_material(m), crashes[eid])
+               for eid, m in load_material(conn, sorted(changed), memo=True).items()]
     with conn.cursor() as cur:
         cur.executemany(_UPSERT, [{**{c: getattr(r, c, None) for c in _COLUMNS},
                                    "evidence_digest": None if r.crashed else changed[r.escrow_id],
                                    "verifier": VERIFIER}
                                   for r in results])
     return results
+
+
+def _counted(r: Verification, crashed_before: int) -> Verification:
+    """``r`` with its crash count: one more than the row's when it crashed again, else 0; the crash that ends the
+    retries says so."""
+    if not r.crashed:
+        return r
+    n = crashed_before + 1
+    if n < MAX_CRASHES:
+        return dataclasses.replace(r, crashes=n)
+    return dataclasses.replace(r, crashes=n, failure=_bounded(
+        f"{r.failure[:MAX_FAILURE - 120]} (crashed {n} times in a row: not retried until its evidence or the "
+        f"verifier changes)"))
