@@ -181,8 +181,9 @@ def _settlement(m: Material) -> tuple[bd.Settlement | None, str | None]:
     versions = params.get("approved_versions")
     max_nonce = params.get("max_nonce")
     if not isinstance(versions, list) or not isinstance(max_nonce, int):
-        note = (f"the approved versions and max_nonce were not checked: no devshard_escrow_params with them "
-                f"captured for epoch {m.escrow['epoch_index']}")
+        why = m.params_gap or (f"no devshard_escrow_params with them captured for epoch "
+                               f"{m.escrow['epoch_index']}")
+        note = f"the approved versions and max_nonce were not checked: {why}"
         versions, max_nonce = [], _U64
     names = tuple(str(v["name"]) for v in versions if isinstance(v, dict) and v.get("name") is not None)
     tx_raw = None
@@ -346,7 +347,9 @@ SELECT e.escrow_id, md5(concat_ws(E'\\n',
                        s.state_root_and_protocol_version, s.host_stats, s.signatures, s.msg, s.tx_raw,
                        s.extra)::text
             FROM rec.settlement s WHERE s.escrow_id = e.escrow_id AND s.epoch_index = e.epoch_index), 'null'),
-  coalesce((SELECT p.devshard_escrow_params::text FROM rec.epoch_params p WHERE p.epoch_index = e.epoch_index),
+  coalesce((SELECT row(p.devshard_escrow_params, p.params_exact)::text FROM rec.epoch_params p
+            WHERE p.epoch_index = e.epoch_index), 'null'),
+  coalesce((SELECT (ep.end_height IS NOT NULL)::text FROM rec.epoch ep WHERE ep.epoch_index = e.epoch_index),
            'null'),
   coalesce((SELECT string_agg(row(w.participant, w.grantee, w.read_exact)::text, E'\\n'
                               ORDER BY w.participant, w.grantee)

@@ -121,3 +121,51 @@ def test_an_exact_reading_that_does_not_list_a_key_refutes_it_despite_a_live_row
     got = row(conn)
     assert (got["failed_check"], got["failed_nonce"]) == ("settled", 34), got["failure"]
     assert f"recovered {warm}" in got["failure"]
+
+
+def _params(approved: str = "v4.1", exact: bool | None = False, height: int = 5000) -> dict:
+    from tests.support.verify_records import EPOCH
+
+    return {"kind": "epoch_params", "epoch_index": EPOCH, "params_height": height, "params_exact": exact,
+            "devshard_escrow_params": {"approved_versions": [{"name": approved}], "max_nonce": 1000}}
+
+
+def _epoch(end_height: int | None) -> dict:
+    from tests.support.verify_records import EPOCH
+
+    return {"kind": "epoch", "epoch_index": EPOCH, "start_height": 100, "end_height": end_height}
+
+
+def _without_params() -> list[dict]:
+    return [r for r in records() if r["kind"] != "epoch_params"]
+
+
+def test_an_ended_epochs_live_params_are_not_taken_for_its_own(db_url, conn, tmp_path):
+    """After the epoch ended, governance dropped v4.1 from approved_versions; the epoch's end height was pruned, so
+    only today's params were read. The settlement is neither failed nor passed on them: the check is not made, and
+    says why; once the params are read as of the epoch, the escrow is checked again on them."""
+    load(db_url, tmp_path, [_epoch(1000), *_without_params(), _params("v5", exact=False)])
+    got = row(conn)
+    assert (got["level"], got["failed_check"]) == ("settled", None), got["failure"]
+    assert got["failure"] == ("the approved versions and max_nonce were not checked: the devshard_escrow_params "
+                              "captured for epoch 272 were read from live values after the epoch ended (at height "
+                              "1000), not as of it")
+    load(db_url, tmp_path, [_params("v4.1", exact=True, height=1000)], "exact.ndjson")
+    got = row(conn)
+    assert (got["level"], got["failed_check"], got["failure"]) == ("settled", None, None)
+
+
+def test_exact_params_equal_to_the_live_ones_still_check_the_escrow_again(db_url, conn, tmp_path):
+    load(db_url, tmp_path, [_epoch(1000), *_without_params(), _params(exact=False)])
+    assert row(conn)["failure"].startswith("the approved versions and max_nonce were not checked")
+    load(db_url, tmp_path, [_params(exact=True, height=1000)], "exact.ndjson")
+    assert (row(conn)["level"], row(conn)["failure"]) == ("settled", None)
+
+
+def test_live_params_stand_in_while_the_epoch_runs_and_stop_when_it_ends(db_url, conn, tmp_path):
+    load(db_url, tmp_path, [_epoch(None), *_without_params(), _params(exact=False)])
+    assert (row(conn)["level"], row(conn)["failure"]) == ("settled", None)
+    load(db_url, tmp_path, [_epoch(1000)], "ended.ndjson")  # the end height pruned before params were read again
+    got = row(conn)
+    assert got["level"] == "settled" and got["failure"].startswith("the approved versions and max_nonce were not "
+                                                                   "checked: the devshard_escrow_params captured")
