@@ -148,7 +148,7 @@ def _settlement(m: Material) -> tuple[bd.Settlement | None, str | None]:
     source = extra.get("msg_source") if tx_raw is None and isinstance(extra.get("msg_source"), str) else None
     return bd.Settlement(settle_msg_bytes(row), max_nonce=max_nonce, approved_versions=names,
                          tx_hash=row.get("tx_hash"), height=row.get("height"), tx_raw=tx_raw,
-                         read_from=None if source is None else source[:bd.MAX_NOTE]), note
+                         read_from=None if source is None else note_text(source)), note
 
 
 def escrow_bundle(m: Material) -> bd.Bundle:
@@ -191,4 +191,11 @@ def stage_bundle(m: Material) -> bd.Bundle:
         if exc.check != "settled":
             raise
         b = escrow_bundle(dataclasses.replace(m, settlement=None))
-        return dataclasses.replace(b, settlement_missing=bd.SettlementMissing(exc.reason, exc.fails))
+        return dataclasses.replace(b, settlement_missing=bd.SettlementMissing(note_text(exc.reason), exc.fails))
+
+
+def note_text(text: str) -> str:
+    """A reason as a bundle carries it (it may quote a peer's text): one printable line of at most
+    :data:`indexer.verify.bundle.MAX_NOTE` characters, so the exported file always loads."""
+    line = "".join(c if c.isprintable() else " " for c in text)
+    return line if len(line) <= bd.MAX_NOTE else line[:bd.MAX_NOTE - 1] + "…"

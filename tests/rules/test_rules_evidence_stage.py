@@ -63,3 +63,15 @@ def test_the_notes_say_what_the_export_cannot_show(db_url, conn, tmp_path):
     assert any(n.startswith("slot 0 (") and "read from live values" in n for n in notes), notes
     first, *others = build_evidence(conn, EID).bundle.group
     assert first.grants == "live" and {h.grants for h in others} == {"none"}
+
+
+def test_a_peers_long_multi_line_reason_still_exports_a_bundle_that_loads(db_url, conn, tmp_path):
+    from indexer.replay.bundling import note_text
+
+    said = "line one\nline two\x1b[31m " + "x" * 3000
+    recs = [r for r in records() if r["kind"] != "settlement"] + _settlement(**{**UNREADABLE, "msg_unreadable": said})
+    ingest(db_url, write_lines(tmp_path / "in.ndjson", recs))
+    b = bd.parse_bundle(build_evidence(conn, EID).bundle.to_json().encode())
+    assert b.settlement_missing.fails and len(b.settlement_missing.reason) == bd.MAX_NOTE
+    assert "line one line two [31m" in b.settlement_missing.reason
+    assert note_text("a\tb") == "a b"
