@@ -26,7 +26,7 @@ class Material:
     params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured or not its own
     params_gap: str | None = None  # why captured params are not used: live values read after the epoch ended
     warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys read as of the epoch's end
-    captured: dict = field(default_factory=dict)  # participant -> its grants' read was exact (as of the epoch's end)
+    captured: dict = field(default_factory=dict)  # participant -> some reading of its grants was as of the epoch end
     memo: vm.Memo | None = None  # the recoveries kept by the escrow's last verification (read with ``memo=True``)
 
 
