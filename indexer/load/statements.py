@@ -26,9 +26,10 @@ def dirty_mark(kind: Kind) -> tuple[str, str, str]:
 
 
 # Epoch-level records the verification stage reads beside each escrow's own (indexer.replay.verification): the
-# grants that make a host's warm-key signatures its own, and the approved versions and max_nonce of the escrow
-# params. A change to one re-marks the epoch's escrows for the replay, whose verification then re-checks them.
-VERIFY_INPUTS = frozenset({"warm_key", "epoch_params"})
+# grants that make a host's warm-key signatures its own, the approved versions and max_nonce of the escrow params
+# and whether they were read as of the epoch, and whether the epoch has ended (live params then stop standing in for
+# its own). A change to one re-marks the epoch's escrows for the replay, whose verification then re-checks them.
+VERIFY_INPUTS = frozenset({"warm_key", "epoch_params", "epoch"})
 _REVERIFY = ("INSERT INTO replay.dirty_escrow (escrow_id) SELECT escrow_id FROM rec.escrow "
              "WHERE epoch_index IN (SELECT epoch_index FROM {epochs}) ORDER BY 1 ON CONFLICT " + ESCROW_MARK)
 
@@ -63,7 +64,9 @@ def stage_ddl(kind: Kind) -> str:
 # stored row stays. An epoch's parameters read as of the epoch (params_exact) are the epoch's own; live values read
 # later, once the node pruned that height, only stand in for them (indexer.sources.gonka.snapshots), so they never
 # replace an exact snapshot, whichever code path loads them; the same holds for a participant's warm-key grants read
-# as of the epoch's end (read_exact) against a later live reading.
+# as of the epoch's end (read_exact) against a later live reading. This works row by row: a live row under another
+# grantee is still stored, and readers take a participant with any exact row from its exact rows only
+# (indexer.replay.material, Store.exactly_granted).
 KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT TRUE",
                "warm_key": "t.read_exact IS TRUE AND s.read_exact IS NOT TRUE"}
 
@@ -74,8 +77,9 @@ def _row(prefix: str, cols: list[str]) -> str:
 
 # The columns of a VERIFY_INPUTS kind that verification reads, where it reads only some: an update that leaves them
 # as they were re-marks nothing. The poller captures the open epoch's params every cycle with a new params_height
-# and live values, and verification reads only devshard_escrow_params from them.
-VERIFIED_COLUMNS = {"epoch_params": ("devshard_escrow_params",)}
+# and live values, and verification reads only devshard_escrow_params and params_exact from them; of the epoch
+# record, only whether it has ended (end_height).
+VERIFIED_COLUMNS = {"epoch_params": ("devshard_escrow_params", "params_exact"), "epoch": ("end_height",)}
 
 
 def _reverify(kind_name: str, scope_col: str) -> str:
@@ -86,7 +90,7 @@ def _reverify(kind_name: str, scope_col: str) -> str:
     updated = f"SELECT {scope_col} FROM upd"
     if kind_name in VERIFIED_COLUMNS:
         # `previous` is to_jsonb of the stored row: a NULL column there is JSON null
-        differs = " OR ".join(f"coalesce(c.{col}::jsonb, 'null') IS DISTINCT FROM c.previous->'{col}'"
+        differs = " OR ".join(f"coalesce(to_jsonb(c.{col}), 'null') IS DISTINCT FROM c.previous->'{col}'"
                               for col in VERIFIED_COLUMNS[kind_name])
         updated = f"SELECT c.{scope_col} FROM changed c WHERE {differs}"
     changed = f"(SELECT {scope_col} AS epoch_index FROM ins UNION {updated}) c"

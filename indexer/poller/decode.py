@@ -87,11 +87,14 @@ def check_signed(escrow_id: str, creator: str, contents: Sequence[tuple[int, Any
     recovers to the escrow's creator. Made here, in the decode process beside the decoding, for every protocol
     version: the user signs DiffContent with no domain tag. A diff served without the signed root (an omitempty
     field some builds' DiffToJSON leaves out) is checked over the ``state_hash`` the member serves, the root an
-    honest host's diff was signed over; one served without a user signature fails: leaving a field out never lets
-    a diff past the check. (The stored ``signed_diff`` keeps what was served: its root stays null.)"""
+    honest host's diff was signed over; one served without a user signature, or without either root, fails: leaving a
+    field out never lets a diff past the check. (The stored ``signed_diff`` keeps what was served: its root stays null.)"""
     for nonce, _, _, signed in contents:
         if not signed.post_state_root:
             signed = signed._replace(post_state_root=signed.state_hash)
+        if not signed.whole and not signed.post_state_root:  # the stage says the same of such a stored diff
+            raise LogRejected(f"escrow {escrow_id} nonce {nonce}: signed check failed: no signed root served "
+                              f"(neither post_state_root nor state_hash)")
         try:
             user_signer(signed.signed_bytes(escrow_id), signed.user_sig, creator)
         except DiffError as exc:

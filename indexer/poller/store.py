@@ -152,9 +152,11 @@ class Store:
         return [escrow_id for (escrow_id,) in rows]
 
     def exactly_granted(self, epoch: int) -> set[str]:
-        """The participants whose warm keys for ``epoch`` are stored as read at the epoch's end height."""
+        """The participants whose warm keys for ``epoch`` are stored as read at the epoch's end height: any exact
+        row makes them so (their grants are their exact rows, indexer.replay.material), whatever live readings were
+        stored beside it."""
         return {p for (p,) in self.conn.execute(
-            "SELECT participant FROM rec.warm_key WHERE epoch_index = %s GROUP BY 1 HAVING bool_and(read_exact)",
+            "SELECT participant FROM rec.warm_key WHERE epoch_index = %s GROUP BY 1 HAVING bool_or(read_exact)",
             (epoch,))}
 
     def epoch_known_before(self, epoch: int) -> bool:

@@ -23,9 +23,10 @@ class Material:
     # (nonce, content, user_sig, source_host, post_state_root, state_hash)
     diffs: list[tuple] = field(default_factory=list)
     settlement: dict | None = None
-    params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured
+    params: dict | None = None  # the epoch's devshard_escrow_params; None when not captured or not its own
+    params_gap: str | None = None  # why captured params are not used: live values read after the epoch ended
     warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys read as of the epoch's end
-    captured: dict = field(default_factory=dict)  # participant -> its grants' read was exact (as of the epoch's end)
+    captured: dict = field(default_factory=dict)  # participant -> some reading of its grants was as of the epoch end
     memo: vm.Memo | None = None  # the recoveries kept by the escrow's last verification (read with ``memo=True``)
 
 
@@ -50,9 +51,7 @@ def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False) 
         for row in cur:
             if row[0] in out:
                 out[row[0]].settlement = dict(zip(_SETTLEMENT, row))
-        cur.execute("SELECT epoch_index, devshard_escrow_params FROM rec.epoch_params WHERE epoch_index = ANY(%s)",
-                    (epochs,))
-        params = dict(cur.fetchall())
+        params = _params(cur, epochs)
         grants, captured = _warm_key_rows(cur, epochs)
         if memo:
             cur.execute("SELECT escrow_id, prefix_nonces, prefix_chain, prefix_signers, prefix_recoveries "
@@ -61,23 +60,48 @@ def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False) 
                 if escrow_id in out:
                     out[escrow_id].memo = vm.unpack(*stored)
     for m in out.values():
-        m.params = params.get(m.escrow["epoch_index"])
+        m.params, m.params_gap = params.get(m.escrow["epoch_index"], (None, None))
         m.warm_keys = grants.get(m.escrow["epoch_index"], {})
         m.captured = captured.get(m.escrow["epoch_index"], {})
+    return out
+
+
+# An ended epoch's params read live (params_exact not true: its end height pruned on the node asked, or not recorded)
+# are today's, not the epoch's: governance may have changed approved_versions, max_nonce or execution_timeout since.
+# While the epoch runs, the live values are its own.
+_PARAMS = """
+SELECT p.epoch_index, p.devshard_escrow_params, p.params_exact IS TRUE, e.end_height
+FROM rec.epoch_params p LEFT JOIN rec.epoch e ON e.epoch_index = p.epoch_index
+WHERE p.epoch_index = ANY(%s)
+"""
+
+
+def _params(cur: psycopg.Cursor, epochs: list[int]) -> dict:
+    """epoch -> (devshard_escrow_params to use or None, why captured ones are not used or None)."""
+    cur.execute(_PARAMS, (epochs,))
+    out = {}
+    for epoch, params, exact, end_height in cur.fetchall():
+        if params is not None and not exact and end_height is not None:
+            out[epoch] = (None, f"the devshard_escrow_params captured for epoch {epoch} were read from live values "
+                                f"after the epoch ended (at height {end_height}), not as of it")
+        else:
+            out[epoch] = (params, None)
     return out
 
 
 def _warm_key_rows(cur: psycopg.Cursor, epochs: list[int]) -> tuple[dict, dict]:
     """(epoch -> participant -> grantees read as of the epoch's end, epoch -> participant -> exact) from
     rec.warm_key: a participant is captured when it has any row (an empty grantee: read, none granted), and exact
-    only when every row of it was read as of the epoch's end (read_exact null, not recorded, counts as not)."""
+    when any row of it was read as of the epoch's end (read_exact null, not recorded, counts as not). An exact
+    participant's grants are its exact rows only: rows are never deleted, so a live reading stored before the
+    exact one (or loaded after it with another grantee) stays beside it and must neither hide nor add a grant."""
     cur.execute("SELECT epoch_index, participant, grantee, read_exact IS TRUE FROM rec.warm_key "
                 "WHERE epoch_index = ANY(%s) ORDER BY 1, 2, 3", (epochs,))
     grants: dict = {}
     captured: dict = {}
     for epoch, participant, grantee, exact in cur:
         seen = captured.setdefault(epoch, {})
-        seen[participant] = seen.get(participant, True) and exact
+        seen[participant] = seen.get(participant, False) or exact
         if grantee and exact:
             grants.setdefault(epoch, {}).setdefault(participant, []).append(grantee)
     return grants, captured

@@ -124,7 +124,7 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     summary, start = ReplaySummary(), time.perf_counter()
     if prior is not None:
         summary.add(prior)
-    mark_stale_verifications(conn)  # rows another verifier wrote are checked again (indexer.replay.verifier)
+    mark_stale_verifications(conn)  # rows of a lower verifier version, and crashed ones, are checked again
     dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
     if url is not None and workers > 0 and dirty:
         if not conn.autocommit:  # the workers claim on connections of their own: they must see this one's marks

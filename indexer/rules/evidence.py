@@ -1,5 +1,6 @@
-"""An escrow's evidence bundle (``indexer evidence``): its stored log, settlement, group and creator as the
-verification stage reads them (:func:`indexer.replay.verification.escrow_bundle`), plus each disputable penalty's
+"""An escrow's evidence bundle (``indexer evidence``): the very bundle the verification stage checks
+(:func:`indexer.replay.bundling.stage_bundle`: its stored log, settlement, group and creator, and what they cannot
+show, stated so that ``python -m indexer.verify`` decides as the stage does), plus each disputable penalty's
 derivation from the rules' findings, stated so that the standalone verifier re-derives it
 (:func:`indexer.verify.evidence.check_penalty`).
 
@@ -18,9 +19,10 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from indexer.replay.bundling import Unusable, stage_bundle
 from indexer.replay.material import load_material
-from indexer.replay.verification import COLD_ONLY, Unusable, escrow_bundle
 from indexer.verify import bundle as bd
+from indexer.verify.evidence import GRANT_GAPS
 
 # the prompt count each rule decides on (rules.disputable evidence keys, sql/rules/60_disputable.sql)
 PROMPT_KEY = {"invalidated_context_refusal": "prompt_tokens", "error_miss_sibling": "sibling_input_tokens",
@@ -91,14 +93,20 @@ def build_evidence(conn: psycopg.Connection, escrow_id: str, inference_id: int |
     if material is None:
         raise EvidenceError(f"escrow {escrow_id}: not in the database")
     try:
-        bundle, note = escrow_bundle(material)
+        bundle = stage_bundle(material)
     except Unusable as exc:
         raise EvidenceError(exc.reason if escrow_id in exc.reason else f"escrow {escrow_id}: {exc.reason}") from None
-    notes = [note] if note else []
-    if not material.warm_keys:
-        notes.append(f"the group lists each slot's own address only: {COLD_ONLY}")
+    notes = list(bundle.notes)
+    if all(h.grants == "none" for h in bundle.group):
+        notes.append(f"the group lists each slot's own address only: {GRANT_GAPS['none']}")
+    else:
+        notes.extend(f"slot {h.slot} ({h.address}): {GRANT_GAPS[h.grants]}" for h in bundle.group
+                     if h.grants in GRANT_GAPS)
     if bundle.settlement is None:
-        notes.append("no settlement transaction captured: the bundle can reach replayed at most")
+        notes.append(f"{bundle.settlement_missing.reason}: the bundle can reach replayed at most")
+    elif bundle.settlement.tx_raw is None:
+        notes.append(f"the settlement has no raw transaction (tx {bundle.settlement.tx_hash}): the bundle can reach "
+                     f"replayed at most")
     if inference_id is not None and conn.execute(
             "SELECT 1 FROM replay.inference WHERE escrow_id = %s AND inference_id = %s",
             (escrow_id, inference_id)).fetchone() is None:

@@ -1,8 +1,11 @@
 """``python -m indexer.verify FILE [--json]``: check an evidence bundle on its own, with no database, poller or network.
 
-Prints one line per step (signed, replayed, settled, then each penalty derivation) with its outcome, then the level
-reached. Exit status: 0 when the bundle reaches ``settled`` and every penalty derivation holds, 1 when a check fails or
-cannot be made, 2 when the bundle is unusable (unreadable, not JSON, unknown format, wrong types or sizes)."""
+Prints one line per step (signed, replayed, settled, then each penalty derivation) with its outcome, the bundle's
+notes (what its author could not check), then the level reached. A signature by a key a slot's grants do not list is
+not checked (not failed) where the bundle says those grants were read live or not at all, and a settlement without
+its raw transaction stops at replayed, as the indexer's own verification stage decides. Exit status: 0 when the
+bundle reaches ``settled`` and every penalty derivation holds, 1 when a check fails or cannot be made, 2 when the
+bundle is unusable (unreadable, not JSON, unknown format, wrong types or sizes)."""
 from __future__ import annotations
 
 import argparse
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         for step in report.steps:
             at = f"nonce {step.nonce}: " if step.nonce is not None else ""
             print(terminal_safe(f"{step.name:<9} {step.outcome.upper():<11} {at}{step.detail}"))
+        for note in report.notes:  # the author's: what it could not check (never turns a step into a pass)
+            print(terminal_safe(f"note      {note}"))
         print(f"level     {report.level.upper()}")
     return 0 if report.ok else 1
 

@@ -8,13 +8,21 @@ Layout (every byte string is standard base64 of the exact bytes served or broadc
      "protocol_version": "v4.1",              the session's protocol version (selects the rules and root composition)
      "creator": "gonka1...",                  the escrow creator: every diff's user signature must recover to it
      "amount": 1000000,                       the escrow amount (the session's opening balance)
-     "group": [{"slot": 0, "address": "gonka1...", "warm_keys": ["gonka1..."]}, ...],
+     "group": [{"slot": 0, "address": "gonka1...", "warm_keys": ["gonka1..."][, "grants": "live"|"none"]}, ...],
+                                              grants absent: warm_keys are the participant's grants as of the
+                                              epoch's end; "live": read from today's values only, "none": not read
+                                              (a signature by an unlisted key is then not checked, not failed)
      "config": {"token_price", "vote_threshold", "seal_grace_seconds", "auto_seal_every", "fee_per_nonce",
                 "create_fee"[, "execution_timeout"][, "seal_grace_nonces"]},  the session parameters apply.Config
                                               needs (integers; an optional one absent when not known)
      "diffs": [{"nonce": 1, "content": b64 DiffContent, "user_sig": b64 65 bytes}, ...],
      "settlement": null | {"msg": b64 MsgSettleDevshardEscrow, "tx_hash": str|null, "height": int|null,
-                           "tx_raw": b64 TxRaw|null, "max_nonce": int, "approved_versions": [str, ...]},
+                           "tx_raw": b64 TxRaw|null, "max_nonce": int, "approved_versions": [str, ...]
+                           [, "read_from": str]},  without tx_raw the settled check is not made (nothing binds msg
+                                              to the transaction); read_from says where msg was read
+     ["settlement_missing": {"reason": str, "fails": bool},]  with no settlement: why; fails: the stored one shows
+                                              the settled check fails (it is then failed, else not checked)
+     ["notes": [str, ...],]                   what the author could not check (printed, never a pass)
      "penalties": [{"rule": str, "inference_id": int, "status": str, "numbers": {name: int},
                     "sum": [name, ...], "compare": "<=", "against": name, "holds": bool,
                     "limit_source": {"parameter": str, "epoch": int|null, "height": int|null, "source": str}}]}
@@ -37,6 +45,8 @@ FORMAT = "devshard-evidence/1"
 MAX_BUNDLE_BYTES = 256 << 20
 MAX_TEXT = 256  # ids, addresses, versions, rule and parameter names, sources
 MAX_SLOTS = 1024
+MAX_NOTE = 2000  # a note or a reason: it names records and quotes served text
+GRANTS = ("exact", "live", "none")
 U64 = (1 << 64) - 1
 CONFIG_FIELDS = ("token_price", "vote_threshold", "seal_grace_seconds", "auto_seal_every", "fee_per_nonce",
                  "create_fee")
@@ -55,6 +65,7 @@ class Host:
     slot: int
     address: str
     warm_keys: tuple[str, ...] = ()
+    grants: str = "exact"  # how warm_keys were read (GRANTS): only "exact" lists refute a key
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,14 @@ class Settlement:
     tx_hash: str | None = None
     height: int | None = None
     tx_raw: bytes | None = None  # the broadcast TxRaw when known: binds msg to tx_hash
+    read_from: str | None = None  # where msg was read when there is no tx_raw
+
+
+@dataclass(frozen=True)
+class SettlementMissing:
+    """Why a bundle carries no settlement; ``fails``: what was stored shows the settled check fails."""
+    reason: str
+    fails: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,8 @@ class Bundle:
     diffs: tuple[SignedDiff, ...]
     settlement: Settlement | None = None
     penalties: tuple[Penalty, ...] = ()
+    settlement_missing: SettlementMissing | None = None
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(to_document(self), indent=1, sort_keys=True) + "\n"
@@ -118,10 +139,18 @@ def to_document(b: Bundle) -> dict:
         settlement = {"msg": _b64(s.msg), "tx_hash": s.tx_hash, "height": s.height, "max_nonce": s.max_nonce,
                       "approved_versions": list(s.approved_versions),
                       "tx_raw": None if s.tx_raw is None else _b64(s.tx_raw)}
-    return {
+        if s.read_from is not None:
+            settlement["read_from"] = s.read_from
+    extra: dict[str, Any] = {}
+    if b.settlement_missing is not None:
+        extra["settlement_missing"] = {"reason": b.settlement_missing.reason, "fails": b.settlement_missing.fails}
+    if b.notes:
+        extra["notes"] = list(b.notes)
+    return {**extra,
         "format": FORMAT, "escrow_id": b.escrow_id, "protocol_version": b.protocol_version, "creator": b.creator,
         "amount": b.amount,
-        "group": [{"slot": h.slot, "address": h.address, "warm_keys": list(h.warm_keys)} for h in b.group],
+        "group": [{"slot": h.slot, "address": h.address, "warm_keys": list(h.warm_keys),
+                   **({} if h.grants == "exact" else {"grants": h.grants})} for h in b.group],
         "config": {**{name: getattr(b.config, name) for name in CONFIG_FIELDS},
                    **{name: getattr(b.config, name) for name in CONFIG_OPTIONAL if getattr(b.config, name) is not None}},
         "diffs": [{"nonce": d.nonce, "content": _b64(d.content), "user_sig": _b64(d.user_sig)} for d in b.diffs],
@@ -161,13 +190,13 @@ class _Reader:
             raise self.fail(path, "integer outside 0 .. 2^64-1")
         return value
 
-    def as_text(self, value: Any, path: str, nullable: bool = False) -> str | None:
+    def as_text(self, value: Any, path: str, nullable: bool = False, limit: int = MAX_TEXT) -> str | None:
         if value is None and nullable:
             return None
         if not isinstance(value, str):
             raise self.fail(path, f"expected a string, found {type(value).__name__}")
-        if len(value) > MAX_TEXT or not value.isprintable():
-            raise self.fail(path, f"a string of at most {MAX_TEXT} printable characters is expected")
+        if len(value) > limit or not value.isprintable():
+            raise self.fail(path, f"a string of at most {limit} printable characters is expected")
         return value
 
     def as_bytes(self, value: Any, path: str) -> bytes:
@@ -205,16 +234,19 @@ def parse_bundle(data: bytes, where: str = "bundle") -> Bundle:
         found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise BundleError(f"{where}: format {str(found)[:80]!r} is not {FORMAT!r}")
     doc = r.obj(doc, "$", ("format", "escrow_id", "protocol_version", "creator", "amount", "group", "config",
-                           "diffs"), ("settlement", "penalties"))
+                           "diffs"), ("settlement", "penalties", "settlement_missing", "notes"))
     group = []
     for i, h in enumerate(r.as_list(doc["group"], "group", MAX_SLOTS)):
         path = f"group[{i}]"
-        h = r.obj(h, path, ("slot", "address"), ("warm_keys",))
+        h = r.obj(h, path, ("slot", "address"), ("warm_keys", "grants"))
+        grants = r.as_text(h.get("grants", "exact"), path + ".grants")
+        if grants not in GRANTS:
+            raise r.fail(path + ".grants", f"one of {', '.join(GRANTS)} is expected")
         if r.as_int(h["slot"], path + ".slot") != i:
             raise r.fail(path + ".slot", f"slots must be listed in order 0 .. n-1, found {h['slot']} at position {i}")
         warm = tuple(r.as_text(k, f"{path}.warm_keys[{j}]")
                      for j, k in enumerate(r.as_list(h.get("warm_keys", []), path + ".warm_keys", MAX_SLOTS)))
-        group.append(Host(i, r.as_text(h["address"], path + ".address"), warm))
+        group.append(Host(i, r.as_text(h["address"], path + ".address"), warm, grants))
     config = r.obj(doc["config"], "config", CONFIG_FIELDS, CONFIG_OPTIONAL)
     diffs = []
     for i, d in enumerate(r.as_list(doc["diffs"], "diffs")):
@@ -232,13 +264,28 @@ def parse_bundle(data: bytes, where: str = "bundle") -> Bundle:
         diffs=tuple(diffs),
         settlement=_settlement(r, doc.get("settlement")),
         penalties=tuple(_penalty(r, p, f"penalties[{i}]")
-                        for i, p in enumerate(r.as_list(doc.get("penalties", []), "penalties"))))
+                        for i, p in enumerate(r.as_list(doc.get("penalties", []), "penalties"))),
+        settlement_missing=_missing(r, doc.get("settlement_missing"), doc.get("settlement")),
+        notes=tuple(r.as_text(n, f"notes[{i}]", limit=MAX_NOTE)
+                    for i, n in enumerate(r.as_list(doc.get("notes", []), "notes", 64))))
+
+
+def _missing(r: _Reader, value: Any, settlement: Any) -> SettlementMissing | None:
+    if value is None:
+        return None
+    if settlement is not None:
+        raise r.fail("settlement_missing", "given beside a settlement")
+    m = r.obj(value, "settlement_missing", ("reason", "fails"))
+    if not isinstance(m["fails"], bool):
+        raise r.fail("settlement_missing.fails", "expected true or false")
+    return SettlementMissing(r.as_text(m["reason"], "settlement_missing.reason", limit=MAX_NOTE), m["fails"])
 
 
 def _settlement(r: _Reader, value: Any) -> Settlement | None:
     if value is None:
         return None
-    s = r.obj(value, "settlement", ("msg", "max_nonce"), ("tx_hash", "height", "approved_versions", "tx_raw"))
+    s = r.obj(value, "settlement", ("msg", "max_nonce"), ("tx_hash", "height", "approved_versions", "tx_raw",
+                                                          "read_from"))
     versions = tuple(r.as_text(v, f"settlement.approved_versions[{i}]")
                      for i, v in enumerate(r.as_list(s.get("approved_versions", []), "settlement.approved_versions",
                                                   MAX_SLOTS)))
@@ -246,7 +293,8 @@ def _settlement(r: _Reader, value: Any) -> Settlement | None:
                       max_nonce=r.as_int(s["max_nonce"], "settlement.max_nonce"), approved_versions=versions,
                       tx_hash=r.as_text(s.get("tx_hash"), "settlement.tx_hash", True),
                       height=r.as_int(s.get("height"), "settlement.height", True),
-                      tx_raw=None if s.get("tx_raw") is None else r.as_bytes(s["tx_raw"], "settlement.tx_raw"))
+                      tx_raw=None if s.get("tx_raw") is None else r.as_bytes(s["tx_raw"], "settlement.tx_raw"),
+                      read_from=r.as_text(s.get("read_from"), "settlement.read_from", True, MAX_NOTE))
 
 
 def _penalty(r: _Reader, value: Any, path: str) -> Penalty:

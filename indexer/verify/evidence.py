@@ -28,6 +28,14 @@ LEVELS = ("none", "signed", "replayed", "settled")
 STATUS_NAMES = ("pending", "started", "finished", "challenged", "validated", "invalidated", "timed_out")
 RECORD_NUMBERS = ("executor_slot", "input_length", "max_tokens", "input_tokens", "output_tokens", "reserved_cost",
                   "actual_cost", "votes_valid", "votes_invalid")
+COLD_ONLY = "no warm keys captured for the epoch, so only the slots' own addresses are accepted"
+INEXACT = ("the participant's grants were read from live values, not as of the epoch's end, so they neither "
+           "authorise nor refute the key: not checked")
+# a slot's grants the bundle does not list as the epoch's own (bundle.Host.grants): a key they do not list is not
+# thereby shown foreign
+GRANT_GAPS = {"none": COLD_ONLY, "live": INEXACT}
+NO_RAW_TX = ("settled not shown: the settlement was not read as broadcast (no raw transaction binds its message to "
+             "tx {tx}), so the message checked may not be the one the chain settled")
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq,
         "!=": operator.ne}
 
@@ -51,6 +59,7 @@ class Report:
     # of the first failure: (slot address, recovered key) when it is a host signature by a key not known to be the
     # slot's; a grant the bundle does not list would change the answer
     unknown_signer: tuple[str, str] | None = None
+    notes: tuple[str, ...] = ()  # the bundle's own notes: what its author could not check
 
     @property
     def ok(self) -> bool:
@@ -59,7 +68,8 @@ class Report:
 
     def to_dict(self) -> dict:
         return {"escrow_id": self.escrow_id, "level": self.level, "ok": self.ok, "failed_step": self.failed_step,
-                "failed_nonce": self.failed_nonce, "failure": self.failure, "steps": [asdict(s) for s in self.steps]}
+                "failed_nonce": self.failed_nonce, "failure": self.failure, "steps": [asdict(s) for s in self.steps],
+                "notes": list(self.notes)}
 
     def add(self, name: str, outcome: str, detail: str, nonce: int | None = None) -> None:
         self.steps.append(Step(name, outcome, detail, nonce))
@@ -169,6 +179,9 @@ def check_settled(b: Bundle, session: _Recording) -> str:
     s = b.settlement
     final = session.latest_nonce
     if s is None:
+        gap = b.settlement_missing
+        if gap is not None:
+            raise _Failed(None, gap.reason, FAIL if gap.fails else NOT_CHECKED)
         raise _Failed(None, "the bundle holds no settlement transaction", NOT_CHECKED)
     try:
         msg = st.decode_settle_msg(s.msg)
@@ -195,6 +208,9 @@ def check_settled(b: Bundle, session: _Recording) -> str:
         raise _Failed(final, f"the chain would refuse the settlement: {exc}",
                       unknown_signer=exc.unknown_signer) from None
     where = f"{_transaction(s)} at height {s.height if s.height is not None else '(not given)'}"
+    if s.tx_raw is None:  # every check passed on a message nothing binds to the transaction the chain settled
+        raise _Failed(None, NO_RAW_TX.format(tx=s.tx_hash or "(hash not given)")
+                      + (f"; read from: {s.read_from}" if s.read_from else ""), NOT_CHECKED)
     return (f"root {check.root.hex()} at nonce {final}; {check.votes} slot signatures, quorum {check.quorum} of "
             f"{len(escrow.slots)}; {where}")
 
@@ -237,12 +253,21 @@ def check_penalty(p: Penalty, session: _Recording) -> str:
             f"{'; limit as stated: ' + origin if origin else ''}")
 
 
+def _grant_gap(b: Bundle, unknown_signer: tuple[str, str] | None) -> str | None:
+    """Why a signature by a key the slot's listed grants do not hold is not a failure: the participant's grants were
+    not read, or only from live values (bundle.Host.grants); None when the listed grants are the epoch's own."""
+    if unknown_signer is None:
+        return None
+    kinds = {h.grants for h in b.group if h.address == unknown_signer[0]}
+    return next((GRANT_GAPS[k] for k in ("none", "live") if k in kinds), None)
+
+
 def verify_bundle(b: Bundle, recoveries: sig.Recoveries | None = None) -> Report:
     """Run every check on ``b``; the report lists each step with its outcome and the first failure. The diffs'
     signatures (the user's and those inside txs) are recovered through ``recoveries`` when given: a memo the caller
     vouches for over the log's first diffs, and which keeps every recovery made (the report is the same either
     way)."""
-    report = Report(b.escrow_id)
+    report = Report(b.escrow_id, notes=b.notes)
     session = None
     for name in ("signed", "replayed", "settled"):
         if report.failure is not None:
@@ -257,9 +282,13 @@ def verify_bundle(b: Bundle, recoveries: sig.Recoveries | None = None) -> Report
             else:
                 report.add(name, PASS, check_settled(b, session))
         except _Failed as exc:
+            outcome, reason = exc.outcome, exc.reason
             if report.failure is None:
                 report.unknown_signer = exc.unknown_signer
-            report.add(name, exc.outcome, exc.reason, exc.nonce)
+                gap = _grant_gap(b, exc.unknown_signer)
+                if gap is not None:
+                    outcome, reason = NOT_CHECKED, f"{reason} ({gap})"
+            report.add(name, outcome, reason, exc.nonce)
     for p in b.penalties:
         if session is None:
             report.add("penalty", NOT_CHECKED, f"{p.rule}: inference {p.inference_id}: not checked without a replay")

@@ -53,3 +53,13 @@ def test_a_warm_key_change_still_re_marks_the_epoch(db_url, conn, tmp_path):
     assert marked_after(db_url, conn, tmp_path, "same.ndjson", [grant("gonka1warm")]) == []
     assert marked_after(db_url, conn, tmp_path, "key.ndjson", [grant("gonka1warm", "A" * 44)]) == ["1971"]
     assert marked_after(db_url, conn, tmp_path, "more.ndjson", [grant("gonka1other")]) == ["1971"]
+
+
+def test_the_epoch_record_re_marks_only_when_the_epoch_ends(db_url, conn, tmp_path):
+    """Verification reads whether the epoch ended (live params stop standing in for its own then)."""
+    open_epoch = {"kind": "epoch", "epoch_index": EPOCH, "start_height": 100}
+    ingest(db_url, write_lines(tmp_path / "base.ndjson", [open_epoch, escrow("1971", epoch=EPOCH), params(100)]))
+    seen = {**open_epoch, "observed_at": "2026-12-05T00:00:00Z"}
+    assert marked_after(db_url, conn, tmp_path, "seen.ndjson", [seen]) == []
+    assert marked_after(db_url, conn, tmp_path, "ended.ndjson", [{**open_epoch, "end_height": 900}]) == ["1971"]
+    assert marked_after(db_url, conn, tmp_path, "exact.ndjson", [{**params(900), "params_exact": True}]) == ["1971"]

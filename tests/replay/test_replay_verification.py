@@ -91,7 +91,8 @@ def test_changed_evidence_or_verifier_is_checked_again(db_url, conn, tmp_path, m
     row = verification(conn)
     assert row["source_host"] == f"{SOURCE}, http://host-b.example" and row["level"] == "settled"
     assert conn.execute("SELECT evidence_digest FROM replay.escrow_verification").fetchone()[0] != digest
-    monkeypatch.setattr(stage, "VERIFIER", stage.VERIFIER + "; a fix")
+    monkeypatch.setattr(stage, "VERIFIER_VERSION", stage.VERIFIER_VERSION + 1)  # a fix, its version raised
+    monkeypatch.setattr(stage, "VERIFIER", stage.VERIFIER.replace("verifier ", "verifier 1", 1))
     mark_all_dirty(conn)
     conn.commit()
     assert replay_dirty(conn).verified == 1

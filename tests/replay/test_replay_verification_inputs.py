@@ -212,13 +212,13 @@ def test_a_zero_seal_grace_is_not_checked_rather_than_replayed_as_zero(db_url, c
 
 
 def test_rows_of_another_verifier_are_checked_again_at_the_next_pass(db_url, conn, tmp_path):
-    """Each row names the verifier that wrote it (a hash of the checks' source); a replay pass first marks the
-    escrows whose row another verifier wrote, final ones included, and nothing else."""
+    """Each row names the verifier that wrote it (its version and a hash of the checks' source); a replay pass first
+    marks the escrows whose row a lower version wrote, final ones included, and nothing else."""
     from indexer.replay.run import replay_dirty
     from indexer.replay.verifier import VERIFIER
 
     load(db_url, tmp_path, records())
-    assert row(conn)["verifier"] == VERIFIER and VERIFIER.startswith("verification ")
+    assert row(conn)["verifier"] == VERIFIER and VERIFIER.startswith("verifier ")
     assert replay_dirty(conn).verified == 0  # nothing stale, nothing dirty
     conn.execute("UPDATE replay.escrow_verification SET verifier = 'verification 0; session rules v4.1'")
     assert replay_dirty(conn).verified == 1

@@ -268,12 +268,14 @@ def _live_grants_standing_in(plan: Plan, names: list[str], extra: set[tuple], cl
 
 def _verified_as_clean(plan: Plan, got: dict[str, set[tuple]], cols: dict[str, list[str]], full: set[str],
                        epoch_of: dict[str, int]) -> set[str]:
-    """The captured escrows whose verification must be the clean run's: those of epochs whose warm keys were all read
-    as of the epoch's end. Where a cycle could read them only live (the end height pruned), a host signature by a
-    warm key is not checked, so the escrow stops short of the clean run's level, but never fails a check."""
+    """The captured escrows whose verification must be the clean run's: those of epochs where every participant's
+    warm keys were read as of the epoch's end by some cycle (live rows another cycle stored beside them change
+    nothing). Where a participant could be read only live (the end height pruned), a host signature by a warm key is
+    not checked, so the escrow stops short of the clean run's level, but never fails a check."""
     names = cols["rec.warm_key"]
-    k, exact = names.index("epoch_index"), names.index("read_exact")
-    live = {int(r[k]) for r in got["rec.warm_key"] if r[exact] != "true"}
+    k, who, exact = names.index("epoch_index"), names.index("participant"), names.index("read_exact")
+    read_exactly = {(r[k], r[who]) for r in got["rec.warm_key"] if r[exact] == "true"}
+    live = {int(r[k]) for r in got["rec.warm_key"] if (r[k], r[who]) not in read_exactly}
     v = cols["replay.escrow_verification"]
     for r in got["replay.escrow_verification"]:
         eid = r[v.index("escrow_id")]

@@ -49,8 +49,11 @@ PENALTY = bd.Penalty(rule="context_length_refusal", inference_id=19, status="tim
 
 
 def make_bundle(msg: st.SettleMsg | None = None, **changes) -> bd.Bundle:
-    settlement = bd.Settlement(st.encode_settle_msg(msg or settle_msg()), max_nonce=1000, approved_versions=("v4.1",),
-                               tx_hash="A1B2", height=777)
+    """The fixture's bundle: its settlement as broadcast (a raw transaction carrying it, and that one's hash)."""
+    data = st.encode_settle_msg(msg or settle_msg())
+    raw = _tx_raw((st.SETTLE_TYPE_URL, data))
+    settlement = bd.Settlement(data, max_nonce=1000, approved_versions=("v4.1",), tx_hash=st.tx_hash(raw), height=777,
+                               tx_raw=raw)
     base = bd.Bundle(escrow_id=str(ESCROW_ID), protocol_version="v4.1", creator=USER, amount=1_000_000,
                      group=tuple(bd.Host(i, a) for i, a in enumerate(HOSTS)), config=CONFIG,
                      diffs=tuple(signed_diff(n, txs) for n, txs in enumerate(script(), start=1)),
@@ -316,6 +319,15 @@ def test_other_failures_are_reported_at_their_check(good, kind, step, nonce, rea
     (lambda d: d["penalties"][0].update(against="limit"), "penalties[0].against: 'limit' is not one of the numbers"),
     (lambda d: d["penalties"][0]["limit_source"].update(url="x"), "limit_source: unknown key 'url'"),
     (lambda d: d.update(creator="g" * 257), "creator: a string of at most 256 printable characters"),
+    (lambda d: d["group"][0].update(grants="maybe"), "group[0].grants: one of exact, live, none is expected"),
+    (lambda d: d.update(settlement_missing={"reason": "x", "fails": False}), "settlement_missing: given beside a "
+                                                                             "settlement"),
+    (lambda d: d.update(settlement=None, settlement_missing={"reason": "x", "fails": "no"}),
+     "settlement_missing.fails: expected true or false"),
+    (lambda d: d.update(settlement=None, settlement_missing={"reason": "x"}),
+     "settlement_missing: missing key 'fails'"),
+    (lambda d: d.update(notes=["n" * 2001]), "notes[0]: a string of at most 2000 printable characters"),
+    (lambda d: d["settlement"].update(read_from=3), "settlement.read_from: expected a string, found int"),
 ])
 def test_loader_refusals_name_the_path(good, monkeypatch, mutate, message):
     monkeypatch.setattr(bd, "MAX_SLOTS", 5)
@@ -347,7 +359,20 @@ def test_a_raw_transaction_binds_the_settlement_to_its_hash(good):
     assert report.ok and f"tx {digest} (hash of the raw transaction, which carries this message)" in \
         report.steps[2].detail
     assert bd.parse_bundle(bound.to_json().encode()) == bound
-    assert "(hash as stated, no raw transaction to check it)" in verify_bundle(good).steps[2].detail
+
+
+def test_a_settlement_without_its_raw_transaction_stops_at_replayed(good, tmp_path):
+    """Every check of the message passes, but nothing binds it to the transaction the chain settled: not checked,
+    as the indexer's verification stage says of a settlement read over REST."""
+    rest = dataclasses.replace(good.settlement, tx_raw=None, read_from="rest: /cosmos/tx/v1beta1/txs")
+    report = verify_bundle(dataclasses.replace(good, settlement=rest))
+    assert outcomes(report)[2] == ("settled", NOT_CHECKED) and report.level == "replayed"
+    assert report.failure == (f"settled not shown: the settlement was not read as broadcast (no raw transaction "
+                              f"binds its message to tx {rest.tx_hash}), so the message checked may not be the one "
+                              f"the chain settled; read from: rest: /cosmos/tx/v1beta1/txs")
+    document = dataclasses.replace(good, settlement=rest).to_json()
+    assert bd.parse_bundle(document.encode()).settlement == rest
+    assert cli(tmp_path, document).returncode == 1
 
 
 @pytest.mark.parametrize("raw, tx_hash, reason", [
@@ -397,3 +422,26 @@ def test_a_config_without_a_known_seal_grace_round_trips_and_is_not_checkable(go
     replayed = next(s for s in report.steps if s.name == "replayed")
     assert (report.level, replayed.outcome) == ("signed", NOT_CHECKED)
     assert "inference_seal_grace_nonces is 0" in replayed.detail
+
+
+def test_what_the_author_could_not_check_is_honoured_and_never_a_pass(good, tmp_path):
+    """The bundle states what its stored evidence could not show (indexer.replay.bundling): a slot whose grants were
+    read live only or not at all leaves a signature by another key not checked; a stored settlement that was
+    unusable is failed or not checked as stated; notes are printed. None of them can make a bundle pass."""
+    warm = coincurve.PrivateKey.from_int(77)
+    msg = settle_msg(keys=[warm, *KEYS[1:]])
+    for grants, gap in (("live", "read from live values"), ("none", "only the slots' own addresses")):
+        group = (bd.Host(0, HOSTS[0], (), grants), *good.group[1:])
+        report = verify_bundle(make_bundle(msg, group=group))
+        assert (report.level, outcomes(report)[2]) == ("replayed", ("settled", NOT_CHECKED)), report.failure
+        assert gap in report.failure
+        assert bd.parse_bundle(make_bundle(msg, group=group).to_json().encode()).group == group
+    assert outcomes(verify_bundle(make_bundle(msg)))[2] == ("settled", FAIL)  # the epoch's own grants refute it
+    for fails, outcome in ((True, FAIL), (False, NOT_CHECKED)):
+        b = dataclasses.replace(good, settlement=None, notes=("approved versions not checked",),
+                                settlement_missing=bd.SettlementMissing("stored settlement unreadable", fails))
+        assert bd.parse_bundle(b.to_json().encode()) == b
+        report = verify_bundle(b)
+        assert outcomes(report)[2] == ("settled", outcome) and report.failure == "stored settlement unreadable"
+        done = cli(tmp_path, b.to_json())
+        assert done.returncode == 1 and "note      approved versions not checked" in done.stdout
