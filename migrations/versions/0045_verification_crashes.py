@@ -6,13 +6,13 @@ crashed MAX_CRASHES times in a row, so a transient crash (out of memory) is retr
 verifier bug on some served bytes is not retried for ever. Internal: no api view shows it.
 
 Revision ID: 0045_verification_crashes
-Revises: 0042_verification_memo
+Revises: 0044_awaited_payloads
 Create Date: 2026-12-05
 """
 from alembic import op
 
 revision = "0045_verification_crashes"
-down_revision = "0042_verification_memo"
+down_revision = "0044_awaited_payloads"
 branch_labels = None
 depends_on = None
 

@@ -22,6 +22,7 @@ NOT_DISTRIBUTED_BY_ESCROW = {
     "rules.suspect": ("reference", "read across escrows: a suspect found in one escrow discounts its votes in all"),
     "replay.dirty_escrow": ("local", "a work queue claimed with FOR UPDATE SKIP LOCKED on the coordinator"),
     "rules.dirty_escrow": ("local", "a work queue claimed per epoch on the coordinator"),
+    "net.awaited_payload": ("local", "a work queue of missing payloads claimed with FOR UPDATE SKIP LOCKED"),
 }
 
 
