@@ -73,11 +73,17 @@ class ChainRoutes:
                                  f"(latest height: {latest}): not found")
         return None
 
+    def _served_height(self, path: str, hd: Mapping[str, str], resp: Response) -> Response:
+        """cosmos-sdk sets ``x-cosmos-block-height`` on every gRPC query answer, the height asked for or the
+        latest (baseapp/grpcserver.go ``RegisterGRPCServer`` @ 118db410c1d5a319a3799a763e1153efc8cbbaab), and the
+        gateway forwards it as ``Grpc-Metadata-X-Cosmos-Block-Height``: every chain REST answer carries it."""
+        if not path.startswith("/chain-api/"):
+            return resp
+        served = str(self._height(hd) or self.net.latest_height())
+        return Response(resp.status, resp.body, {**resp.headers, "Grpc-Metadata-X-Cosmos-Block-Height": served})
+
     def params(self, q: Mapping, hd: Mapping) -> Response:
-        height = self._height(hd) or self.net.latest_height()
-        resp = Response.json(ev.params_json(self.net, height))
-        resp.headers["Grpc-Metadata-X-Cosmos-Block-Height"] = str(height)  # the gateway forwards the gRPC header
-        return resp
+        return Response.json(ev.params_json(self.net, self._height(hd) or self.net.latest_height()))
 
     def performance_summary(self, q: Mapping, hd: Mapping, epoch: str, participant: str) -> Response:
         if not epoch.isdigit():

@@ -126,7 +126,7 @@ class App(ChainRoutes):
                             return refused
                     if handler in self._with_body:
                         return handler(query, headers, body=body, **m.groupdict())
-                    return handler(query, headers, **m.groupdict())
+                    return self._served_height(path, headers, handler(query, headers, **m.groupdict()))
             wrong_method = wrong_method or m is not None
         return Response.text("method not allowed", 405) if wrong_method else Response.text("404 page not found", 404)
 
