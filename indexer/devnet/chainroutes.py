@@ -152,12 +152,18 @@ class ChainRoutes:
         if self._missing_settlement(wanted, self.options.failing_rpc_txs):
             return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
                 "code": -32603, "message": "Internal error", "data": "simulated failure of a tx read"}}, 500)
-        missing = self._missing_settlement(wanted) or self._missing_settlement(wanted, self.options.pruned_rpc_txs)
+        missing = (self._missing_settlement(wanted) or self._missing_settlement(wanted, self.options.pruned_rpc_txs)
+                   or self._missing_settlement(wanted, self.options.lagging_rpc_txs))
         found = None if missing else self._txs_by_hash().get(wanted, (None, None))[1]
         if found is None:
             return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
                 "code": -32603, "message": "Internal error", "data": f"tx ({wanted}) not found"}}, 500)
         return Response.json({"jsonrpc": "2.0", "id": -1, "result": found})
+
+    def rpc_status(self, q: Mapping, hd: Mapping) -> Response:
+        """CometBFT ``status``; the earliest block the node keeps is past the settlements of ``pruned_rpc_txs``."""
+        pruned = [self.net.settle_height(e) for e in map(self.net.escrow, self.options.pruned_rpc_txs) if e]
+        return Response.json(cv.status_json(self.net, max(pruned, default=0) + 1))
 
     def grantees(self, q: Mapping, hd: Mapping, granter: str, msg_type: str) -> Response:
         """``GranteesByMessageType``: a host's warm key is granted ``MsgStartInference`` (what devshard signers and the
