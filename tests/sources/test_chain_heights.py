@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from indexer.sources.gonka import Fetcher, RetryPolicy
+from indexer.sources.gonka import Fetcher, FetchError, RetryPolicy
 from indexer.sources.gonka.chain import PREFIX, ChainRest, HeightPruned
 from indexer.sources.gonka.identity import grantees_at
 from indexer.sources.gonka.snapshots import _grants
@@ -86,9 +86,10 @@ def test_an_answer_not_said_to_be_of_the_height_asked_is_not_taken_as_it(kind):
     assert rest.http.urls()[0] == "http://archive"  # the node that ignored the height is asked last from now on
 
 
-def test_a_node_failing_otherwise_is_a_failed_read_not_a_pruned_height():
-    """One node pruned the height, the other failed (a 5xx): a later read may find the height there, so the read
-    fails (the capture says so and tries again) rather than storing live values."""
+def test_a_node_down_beside_a_pruning_one_leaves_live_values_and_a_node_down_alone_fails_the_read():
+    """One node pruned the height, the other is down (a 5xx): no node serves the height now, so live values stand in
+    (marked inexact; a later capture replaces them when the node that was down serves the height). With every node
+    down, nothing was read: the read fails and is retried, never taken as pruned."""
     asked: list = []
     pruning = node("pruning", asked)
 
@@ -97,8 +98,13 @@ def test_a_node_failing_otherwise_is_a_failed_read_not_a_pruned_height():
             return httpx.Response(503, text="upstream unavailable")
         return pruning(req)
 
-    rest = ChainRest(Fetcher(["http://pruning", "http://down"], policy=RetryPolicy(attempts=1, sleep=lambda s: None),
-                             client=httpx.Client(transport=httpx.MockTransport(handler))))
-    with pytest.raises(Exception) as err:
-        rest.params(END)
+    def rest(*hosts: str) -> ChainRest:
+        return ChainRest(Fetcher([f"http://{h}" for h in hosts], policy=RetryPolicy(attempts=1, sleep=lambda s: None),
+                                 client=httpx.Client(transport=httpx.MockTransport(handler))))
+
+    with pytest.raises(HeightPruned):
+        rest("down", "pruning").params(END)
+    assert _grants(rest("down", "pruning"), HOST, END) == ([{"address": NEW_WARM}], None, False)
+    with pytest.raises(FetchError) as err:
+        rest("down").params(END)
     assert not isinstance(err.value, HeightPruned) and err.value.transient and "503" in str(err.value)

@@ -67,8 +67,10 @@ class ChainRest:
         baseapp/grpcserver.go ``RegisterGRPCServer`` @ 118db410c1d5a319a3799a763e1153efc8cbbaab), and the gateway
         forwards it as ``Grpc-Metadata-X-Cosmos-Block-Height``; an answer that names another height, or none (a
         proxy that dropped the header, or ignored the request's), cannot be taken as that height's state, and the
-        node is recorded as failing. Raises :class:`HeightPruned` when no node serves the height; a node's other
-        failure (a later read may succeed there) when there was one."""
+        node is recorded as failing. Raises :class:`HeightPruned` when no node serves the height and one at
+        least said it does not (pruned, or answered as of another height): live values then stand in, marked
+        inexact, and a later capture replaces them once a node that failed otherwise (down, 5xx) serves it. When
+        every node failed otherwise, the failure (transient first)."""
         http = self.http
         unserved: list[FetchError] = []
         failed: FetchError | None = None
@@ -93,7 +95,8 @@ class ChainRest:
                 continue
             http.prefer(base)
             return data
-        if failed is not None:
+        if not unserved:
+            assert failed is not None
             raise failed
         last = unserved[-1]
         raise HeightPruned(FetchError(last.url, "; ".join(str(e) for e in unserved), status=last.status,
