@@ -111,8 +111,8 @@ def _pruned_everywhere(rpc: CometRpc, missing: TxNotFound, height: int | None) -
 
 
 def _from_rpc(rpc: CometRpc, escrow_id: str, tx_hash: str, height: int | None) -> dict[str, Any]:
-    """Each RPC node in turn until one serves the named transaction. Raises the one node's error, or one naming
-    every node's; ``expected`` (a permanent FetchError) only when every node answered not found."""
+    """Each RPC node in turn until one serves the named transaction. Raises :class:`TxNotFound` when every node
+    answered not found, else the one node's error or one naming every node's."""
     http = rpc.http
     failures: list[FetchError] = []
     said_not_found: list[str] = []
