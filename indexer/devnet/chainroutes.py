@@ -73,11 +73,17 @@ class ChainRoutes:
                                  f"(latest height: {latest}): not found")
         return None
 
+    def _served_height(self, path: str, hd: Mapping[str, str], resp: Response) -> Response:
+        """cosmos-sdk sets ``x-cosmos-block-height`` on every gRPC query answer, the height asked for or the
+        latest (baseapp/grpcserver.go ``RegisterGRPCServer`` @ 118db410c1d5a319a3799a763e1153efc8cbbaab), and the
+        gateway forwards it as ``Grpc-Metadata-X-Cosmos-Block-Height``: every chain REST answer carries it."""
+        if not path.startswith("/chain-api/"):
+            return resp
+        served = str(self._height(hd) or self.net.latest_height())
+        return Response(resp.status, resp.body, {**resp.headers, "Grpc-Metadata-X-Cosmos-Block-Height": served})
+
     def params(self, q: Mapping, hd: Mapping) -> Response:
-        height = self._height(hd) or self.net.latest_height()
-        resp = Response.json(ev.params_json(self.net, height))
-        resp.headers["Grpc-Metadata-X-Cosmos-Block-Height"] = str(height)  # the gateway forwards the gRPC header
-        return resp
+        return Response.json(ev.params_json(self.net, self._height(hd) or self.net.latest_height()))
 
     def performance_summary(self, q: Mapping, hd: Mapping, epoch: str, participant: str) -> Response:
         if not epoch.isdigit():
@@ -146,12 +152,18 @@ class ChainRoutes:
         if self._missing_settlement(wanted, self.options.failing_rpc_txs):
             return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
                 "code": -32603, "message": "Internal error", "data": "simulated failure of a tx read"}}, 500)
-        missing = self._missing_settlement(wanted) or self._missing_settlement(wanted, self.options.pruned_rpc_txs)
+        missing = (self._missing_settlement(wanted) or self._missing_settlement(wanted, self.options.pruned_rpc_txs)
+                   or self._missing_settlement(wanted, self.options.lagging_rpc_txs))
         found = None if missing else self._txs_by_hash().get(wanted, (None, None))[1]
         if found is None:
             return Response.json({"jsonrpc": "2.0", "id": -1, "error": {
                 "code": -32603, "message": "Internal error", "data": f"tx ({wanted}) not found"}}, 500)
         return Response.json({"jsonrpc": "2.0", "id": -1, "result": found})
+
+    def rpc_status(self, q: Mapping, hd: Mapping) -> Response:
+        """CometBFT ``status``; the earliest block the node keeps is past the settlements of ``pruned_rpc_txs``."""
+        pruned = [self.net.settle_height(e) for e in map(self.net.escrow, self.options.pruned_rpc_txs) if e]
+        return Response.json(cv.status_json(self.net, max(pruned, default=0) + 1))
 
     def grantees(self, q: Mapping, hd: Mapping, granter: str, msg_type: str) -> Response:
         """``GranteesByMessageType``: a host's warm key is granted ``MsgStartInference`` (what devshard signers and the

@@ -101,12 +101,13 @@ def grantees_json(net: Devnet, granter: str, msg_type: str) -> dict[str, Any]:
         {"address": warm, "pub_key": base64.b64encode(keys.public_key(warm)).decode()}]}
 
 
-def status_json(net: Devnet) -> dict[str, Any]:
+def status_json(net: Devnet, earliest: int = 1) -> dict[str, Any]:
+    """CometBFT ``status``: ``earliest_block_height`` is the oldest block the node keeps (older ones are pruned)."""
     return {"jsonrpc": "2.0", "id": -1, "result": {
         "node_info": {"network": "gonka-devnet", "version": "0.38.17", "moniker": "devnet"},
         "sync_info": {"latest_block_hash": hashlib.sha256(str(net.latest_height()).encode()).hexdigest().upper(),
                       "latest_block_height": str(net.latest_height()), "latest_block_time": "2026-09-21T10:00:00Z",
-                      "catching_up": False}}}
+                      "earliest_block_height": str(earliest), "catching_up": False}}}
 
 
 # --------------------------------------------------------------------------- tx_search

@@ -45,7 +45,10 @@ class AppOptions:
     missing_settlement_txs: tuple[str, ...] = ()  # RPC tx and GetTx of these escrows' settlement answer not found (a
                                                   # node that pruned, or has not yet indexed, the block)
     failing_rpc_txs: tuple[str, ...] = ()  # RPC tx of these escrows' settlement answers 500 (GetTx still serves it)
-    pruned_rpc_txs: tuple[str, ...] = ()  # RPC tx of these escrows' settlement answers not found (GetTx serves it)
+    pruned_rpc_txs: tuple[str, ...] = ()  # RPC tx of these escrows' settlement answers not found (GetTx serves it),
+                                          # and /status puts the node's earliest block past their settlements
+    lagging_rpc_txs: tuple[str, ...] = ()  # RPC tx of these escrows' settlement answers not found though the node
+                                           # keeps the block (a tx index that lags): GetTx serves it
     host_versions: tuple[str, ...] = ()  # what /devshard/healthz lists (hosts run every approved version side by
                                          # side); () = the scenario's version only
     rpc_hosts: tuple[str, ...] = ()  # "new" hosts: the HTTP payload route answers 410 http_session_retired and
@@ -101,7 +104,7 @@ class App(ChainRoutes):
             ("GET", f"{c.rsplit('/productscience', 1)[0]}/cosmos/upgrade/v1beta1/applied_plan/(?P<name>[^/]+)",
              lambda q, hd, name: Response.json({"height": "0"})),
             ("GET", f"{c.rsplit('/productscience', 1)[0]}/cosmos/tx/v1beta1/txs/(?P<tx_hash>[^/]+)", self.get_tx),
-            ("GET", "/chain-rpc/status", lambda q, hd: Response.json(cv.status_json(self.net))),
+            ("GET", "/chain-rpc/status", self.rpc_status),
             ("GET", "/chain-rpc/tx_search", self.tx_search),
             ("GET", "/chain-rpc/tx", self.rpc_tx),
             ("GET", f"{h}/devshard/healthz", self.healthz),
@@ -131,7 +134,7 @@ class App(ChainRoutes):
                             return refused
                     if handler in self._with_body:
                         return handler(query, headers, body=body, **m.groupdict())
-                    return handler(query, headers, **m.groupdict())
+                    return self._served_height(path, headers, handler(query, headers, **m.groupdict()))
             wrong_method = wrong_method or m is not None
         return Response.text("method not allowed", 405) if wrong_method else Response.text("404 page not found", 404)
 

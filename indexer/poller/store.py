@@ -147,6 +147,10 @@ class Store:
                                 "e.escrow_id) FROM rec.escrow e WHERE e.escrow_id = %s", (escrow_id,)).fetchone()
         return bool(row and row[0])
 
+    def settlement_stored(self, escrow_id: str) -> bool:
+        return self.conn.execute("SELECT EXISTS (SELECT 1 FROM rec.settlement WHERE escrow_id = %s)",
+                                 (escrow_id,)).fetchone()[0]
+
     def escrow_ids(self, epoch: int) -> list[str]:
         rows = self.conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,)).fetchall()
         return [escrow_id for (escrow_id,) in rows]

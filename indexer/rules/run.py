@@ -6,6 +6,7 @@ changes, every evaluated epoch is re-marked dirty so an upgrade re-evaluates his
 """
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -20,6 +21,8 @@ from indexer.db.marks import WHOLE_EPOCH
 from indexer.db.quickstats import Deferred, analyze_deferred
 from indexer.db.paths import SQL_DIR
 from indexer import refusals
+
+log = logging.getLogger(__name__)
 
 RULE_VERSION = 1
 EPOCHS_PER_CLAIM = 8
@@ -142,11 +145,14 @@ def run_rules(conn: psycopg.Connection, epochs: tuple[int, int] | None = None, *
     return summary
 
 
-def _claim_loop(conn: psycopg.Connection, per_claim: int, summary: RulesSummary) -> None:
-    """Claim up to ``per_claim`` dirty epochs and evaluate them, one transaction a claim, until none is left. A
-    claim that the server cancels as a deadlock victim (two claims each marking the other's epoch, after an escrow
-    moved between them) is rolled back whole, its marks with it, and claimed again."""
-    while retrying_deadlocks(conn, lambda: _claim_once(conn, per_claim, summary), "rules claim"):
+def _claim_loop(conn: psycopg.Connection, per_claim: int, summary: RulesSummary,
+                stop: threading.Event | None = None) -> None:
+    """Claim up to ``per_claim`` dirty epochs and evaluate them, one transaction a claim, until none is left or
+    ``stop`` is set (checked between claims). A claim that the server cancels as a deadlock victim (two claims each
+    marking the other's epoch, after an escrow moved between them) is rolled back whole, its marks with it, and
+    claimed again."""
+    while (stop is None or not stop.is_set()) and retrying_deadlocks(
+            conn, lambda: _claim_once(conn, per_claim, summary), "rules claim"):
         pass
 
 
@@ -162,16 +168,26 @@ def _claim_once(conn: psycopg.Connection, per_claim: int, summary: RulesSummary)
 
 
 def _claim_in_parallel(conn: psycopg.Connection, url: str, helpers: int, per_claim: int,
-                       summary: RulesSummary) -> None:
+                       summary: RulesSummary, stop: threading.Event | None = None) -> None:
     """_claim_loop on ``conn`` and on ``helpers`` threads with connections of their own; the first error of any
-    of them is raised once all have stopped (what each committed stays)."""
+    of them is raised once all have stopped (what each committed stays). When this thread stops (an error, an
+    interrupt), the helpers stop after the claim they hold: the stage is ending, and a helper that went on would
+    claim every epoch left while the caller waits. A helper that cannot connect (the server's max_connections
+    reached, say) is logged and left out: the stage carries on with the connections it has."""
     parts = [RulesSummary() for _ in range(helpers)]
     errors: list[BaseException] = []
+    stop = stop or threading.Event()
 
     def helper(part: RulesSummary) -> None:
         try:
-            with psycopg.connect(url) as own:
-                _claim_loop(own, per_claim, part)
+            own = psycopg.connect(url)
+        except psycopg.Error as exc:
+            log.warning("rules: a helper connection could not be opened, the claims go on without it: %s",
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            return
+        try:
+            with own:
+                _claim_loop(own, per_claim, part, stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
             errors.append(exc)
 
@@ -179,7 +195,10 @@ def _claim_in_parallel(conn: psycopg.Connection, url: str, helpers: int, per_cla
     for thread in threads:
         thread.start()
     try:
-        _claim_loop(conn, per_claim, summary)
+        _claim_loop(conn, per_claim, summary, stop)
+    except BaseException:
+        stop.set()  # (on a normal end the helpers go on: a claim of theirs may have marked epochs only they see)
+        raise
     finally:
         for thread in threads:
             thread.join()

@@ -111,3 +111,16 @@ def test_params_at_a_height_before_the_governance_change(app):
     assert live["invalidation_h_threshold"] == {"value": "4", "exponent": 1}
     root_408 = get(app, "/epoch_group_data/408")[1]["epoch_group_data"]
     assert root_408["validation_params"]["invalidation_h_threshold"] == {"value": "4", "exponent": 0}
+
+
+def test_every_chain_rest_answer_says_the_height_it_served(app):
+    """cosmos-sdk sets x-cosmos-block-height on every gRPC query answer (baseapp/grpcserver.go), which the gateway
+    forwards: the grants read of a warm key as of a height says that height, a live read the latest."""
+    latest = app.net.latest_height()
+    end_409 = int(get(app, "/epoch_group_data/409")[1]["epoch_group_data"]["last_block_height"])
+    host = sorted(app.net.scenario.hosts_by_address)[0]
+    grants = f"/grantees_by_message_type/{host}/%2Finference.inference.MsgStartInference"
+    for path in (grants, "/epoch_group_data/409", "/params"):
+        status, _, headers = get(app, path, {"x-cosmos-block-height": str(end_409)})
+        assert status == 200 and headers["Grpc-Metadata-X-Cosmos-Block-Height"] == str(end_409), path
+        assert get(app, path)[2]["Grpc-Metadata-X-Cosmos-Block-Height"] == str(latest), path

@@ -139,3 +139,54 @@ def test_a_read_transaction_without_a_settlement_message_is_kept_with_the_reason
     (eid, (tx_hash, _, msg, tx_raw, root, _, _, extra)), = _settlements(db_url).items()
     assert msg is None and root is None and hashlib.sha256(base64.b64decode(tx_raw)).hexdigest() == tx_hash
     assert extra["msg_unreadable"].startswith("field ") and _final(db_url, eid)
+
+
+def _revisions(url, escrow_id) -> tuple:
+    """(the settlement's revision, its amendments, its escrow's replay revision)"""
+    with psycopg.connect(url) as c:
+        rev = c.execute("SELECT revision FROM rec.settlement WHERE escrow_id = %s", (escrow_id,)).fetchone()[0]
+        amended = c.execute("SELECT count(*) FROM rec.amendment WHERE kind = 'settlement' AND record_key ->> 0 = %s",
+                            (escrow_id,)).fetchone()[0]
+    return rev, amended
+
+
+def test_a_rest_reading_is_not_amended_by_each_new_rpc_error_and_waits_for_a_lagging_index(db_url, scn):
+    """/tx fails (5xx) on one cycle, and answers not found on the next though the node keeps the block (its tx
+    index lags): the REST record is the same both times (no amendment, no new revision: its escrow is not replayed
+    again), the RPC's reasons are in the failure log, and the escrow stays open until /tx serves the transaction."""
+    victim = scn.epochs[0].escrows[0]
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        net.app.options.failing_rpc_txs = (victim.escrow_id,)
+        _poll(db_url, net)
+        first = _settlements(db_url)[victim.escrow_id]
+        net.app.options.failing_rpc_txs, net.app.options.lagging_rpc_txs = (), (victim.escrow_id,)
+        _poll(db_url, net)
+        _poll(db_url, net)
+        assert _settlements(db_url)[victim.escrow_id] == first and _revisions(db_url, victim.escrow_id) == (1, 0)
+        assert first[3] is None and "tx_pruned" not in first[7] and not _final(db_url, victim.escrow_id)
+        with psycopg.connect(db_url) as c:
+            told = [e for (e,) in c.execute("SELECT error FROM api.source_errors WHERE error LIKE %s ORDER BY id",
+                                            (f"%escrow {victim.escrow_id} read over REST only%",))]
+        assert any("simulated failure of a tx read" in e for e in told) and any("not found" in e for e in told)
+        net.app.options.lagging_rpc_txs = ()
+        _poll(db_url, net)
+        tx = scn.settlement(victim, net.devnet.settle_height(victim))
+    assert base64.b64decode(_settlements(db_url)[victim.escrow_id][3]) == tx.raw and _final(db_url, victim.escrow_id)
+
+
+def test_an_escrow_pruned_with_its_log_whole_and_a_rest_settlement_is_not_reported_lost(db_url, scn):
+    victim = scn.epochs[0].escrows[0]
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        net.app.options.lagging_rpc_txs = (victim.escrow_id,)
+        _poll(db_url, net)
+        assert victim.escrow_id in _settlements(db_url) and not _final(db_url, victim.escrow_id)
+        net.devnet.prune_escrow(victim.escrow_id)
+        _poll(db_url, net)
+    with psycopg.connect(db_url) as c:
+        last = c.execute("SELECT last_error FROM api.ingest_status WHERE source = %s",
+                         (f"escrow:{victim.escrow_id}",)).fetchone()
+        pruned = c.execute("SELECT count(*) FROM api.source_errors WHERE source = %s AND error LIKE 'pruned%%'",
+                           (f"escrow:{victim.escrow_id}",)).fetchone()[0]
+    assert (last is None or last[0] is None) and pruned == 0

@@ -73,3 +73,39 @@ def test_a_helper_connection_that_fails_fails_the_stage(loaded, monkeypatch):
         evaluated = {e for (epochs,) in conn.execute("SELECT epochs FROM rules.run") for e in epochs}
         dirty = {e for (e,) in conn.execute("SELECT epoch_index FROM rules.dirty_epoch")}
         assert evaluated | dirty == {e for (e,) in conn.execute("SELECT DISTINCT epoch_index FROM rec.escrow")}
+
+
+def test_a_stopping_main_thread_stops_the_helpers_between_claims(loaded, monkeypatch):
+    """The main connection fails on its claim: the helper finishes the claim it holds and claims no other, so the
+    epochs the failed claim rolled back stay dirty for the next run (not all evaluated while the caller waits)."""
+    evaluate, main = run._evaluate, threading.get_ident()
+    helper_holds_a_claim, stop = threading.Event(), threading.Event()
+
+    def fail_in_the_main_thread(conn, epochs, whole, summary):
+        if threading.get_ident() == main:
+            assert helper_holds_a_claim.wait(20)
+            raise KeyboardInterrupt  # a stop, as a signal handler raises it
+        helper_holds_a_claim.set()
+        assert stop.wait(20), "the failing main thread never told the helper to stop"
+        return evaluate(conn, epochs, whole, summary)
+
+    monkeypatch.setattr(run, "_evaluate", fail_in_the_main_thread)
+    with psycopg.connect(loaded) as conn:
+        with pytest.raises(KeyboardInterrupt):
+            run._claim_in_parallel(conn, loaded, 1, 2, run.RulesSummary(), stop)
+        claims = [sorted(epochs) for (epochs,) in conn.execute("SELECT epochs FROM rules.run")]
+        dirty = sorted(e for (e,) in conn.execute("SELECT epoch_index FROM rules.dirty_epoch"))
+    assert len(claims) == 1 and len(claims[0]) == 2  # the helper's one claim, and no second
+    assert len(dirty) == 2 and not set(dirty) & set(claims[0])
+
+
+def test_a_helper_that_cannot_connect_leaves_the_work_to_this_connection(loaded, caplog):
+    """A helper's connection refused by the server (here: a database that does not exist, a real error from the
+    server like max_connections reached) is logged, and this connection evaluates every epoch."""
+    refused = psycopg.conninfo.make_conninfo(loaded, dbname="no_such_database_for_rules_helpers")
+    with psycopg.connect(loaded) as conn:
+        summary = run_rules(conn, url=refused, workers=2)
+        assert summary.epochs == 4
+        assert conn.execute("SELECT count(*) FROM rules.dirty_epoch").fetchone()[0] == 0
+    assert any("helper connection could not be opened" in r.getMessage() and
+               "no_such_database_for_rules_helpers" in r.getMessage() for r in caplog.records)

@@ -43,9 +43,15 @@ def _rest_tx(**extra) -> dict:
     return {"tx": {"body": {"messages": [msg]}}, "tx_response": {"height": str(HEIGHT), "txhash": HASH, "code": 0}}
 
 
-def _clients(rpc_answers: dict[str, list], rest_answer=None):
+def _status(earliest: int) -> dict:
+    return {"jsonrpc": "2.0", "id": -1, "result": {"sync_info": {
+        "latest_block_height": str(HEIGHT + 10**6), "earliest_block_height": str(earliest)}}}
+
+
+def _clients(rpc_answers: dict[str, list], rest_answer=None, earliest: dict[str, int] | None = None):
     """An RPC with nodes ``rpc_answers`` (node → answers in turn) and a REST node; what each was asked, and the
-    failures recorded."""
+    failures recorded. ``earliest``: each node's earliest kept block (CometBFT status; a node left out answers
+    its status with a 503)."""
     asked: list[str] = []
     failures: list[tuple] = []
 
@@ -53,6 +59,9 @@ def _clients(rpc_answers: dict[str, list], rest_answer=None):
         asked.append(f"{req.url.host}{req.url.path}")
         if req.url.host == "rest":
             return rest_answer if isinstance(rest_answer, httpx.Response) else httpx.Response(200, json=rest_answer)
+        if req.url.path == "/status":
+            kept = (earliest or {}).get(req.url.host)
+            return httpx.Response(503, text="no status") if kept is None else httpx.Response(200, json=_status(kept))
         assert req.url.params["hash"].startswith("0x")
         answer = rpc_answers[req.url.host].pop(0)
         return answer if isinstance(answer, httpx.Response) else httpx.Response(200, json=answer)
@@ -96,22 +105,56 @@ def test_another_height_is_a_lie_too():
     assert len(failures) == 1
 
 
+REST_SOURCE = (f"msg re-encoded from the REST JSON of /cosmos/tx/v1beta1/txs/{HASH}, not the signed bytes; tx_raw "
+               "not available (no RPC node served /tx)")
+
+
 def test_without_the_block_at_any_rpc_node_the_rest_json_is_re_encoded_and_says_so():
-    rpc, chain, asked, _ = _clients({"a": [NOT_FOUND], "b": [NOT_FOUND]}, _rest_tx())
+    rpc, chain, asked, failures = _clients({"a": [NOT_FOUND], "b": [NOT_FOUND]}, _rest_tx(),
+                                           earliest={"a": HEIGHT + 1, "b": HEIGHT + 500})
     rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
-    assert asked == ["a/tx", "b/tx", f"rest/cosmos/tx/v1beta1/txs/{HASH}"]  # every node asked once, no retries
+    # every node asked once, no retries; then each node's earliest kept block
+    assert asked == ["a/tx", "b/tx", f"rest/cosmos/tx/v1beta1/txs/{HASH}", "a/status", "b/status"]
     assert rec["msg"] == base64.b64encode(GOLDEN).decode()  # deterministic: here the re-encoding is the golden
     assert rec["tx_raw"] is None and rec["nonce"] == 456 and rec["signatures"]["7"] == b"fixed-signature-two".hex()
-    assert rec["msg_source"].startswith(f"msg re-encoded from the REST JSON of /cosmos/tx/v1beta1/txs/{HASH}, not "
-                                        "the signed bytes; tx_raw not available (RPC /tx: HTTP 500:")
+    assert rec["msg_source"] == REST_SOURCE
     # no node keeps the block: this is the last reading there can be, and it says so
-    assert is_final(rec) and rec["tx_pruned"].startswith("every RPC node answered /tx not found")
+    assert is_final(rec) and rec["tx_pruned"] == (
+        f"every RPC node answered /tx not found and keeps no block at height {HEIGHT} (http://a: earliest block "
+        f"{HEIGHT + 1}; http://b: earliest block {HEIGHT + 500}): this re-encoding is kept and the transaction is "
+        "not asked for again")
+    assert failures == []
+
+
+@pytest.mark.parametrize("earliest", [
+    {"a": HEIGHT + 1, "b": HEIGHT},  # b keeps the block: its tx index lags, it may serve the tx on a later cycle
+    {"a": HEIGHT + 1},  # b's status is not read: nothing shows the block gone there
+    {"a": 1, "b": 1},  # both keep the block: not found is a tx index behind (or a load balancer's lagging node)
+])
+def test_a_not_found_from_a_node_that_may_keep_the_block_leaves_the_rest_reading_open(earliest):
+    rpc, chain, _, failures = _clients({"a": [NOT_FOUND], "b": [NOT_FOUND]}, _rest_tx(), earliest=earliest)
+    rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
+    assert rec["msg_source"] == REST_SOURCE and "tx_pruned" not in rec and not is_final(rec)
+    # why /tx gave nothing is in the failure log, not in the record
+    told = [e for u, e in failures if "read over REST only" in e]
+    assert len(told) == 1 and f"tx ({HASH}) not found" in told[0] and "escrow 123" in told[0]
+
+
+def test_the_rest_reading_is_the_same_whatever_the_rpc_answered():
+    """A REST record that quoted the RPC's error would change with each error: an amendment, a new revision and a
+    replay of its escrow on every cycle."""
+    reads = []
+    for answers in ({"a": [UNAVAILABLE]}, {"a": [NOT_FOUND]}, {"a": [httpx.Response(502, text="bad gateway")]}):
+        rpc, chain, _, failures = _clients(answers, _rest_tx(), earliest={"a": 1})
+        reads.append(read_settlement(rpc, chain, "123", HASH, HEIGHT))
+        assert any("read over REST only" in e for _, e in failures)
+    assert reads[0] == reads[1] == reads[2] and not is_final(reads[0])
 
 
 def test_a_rest_field_the_encoder_does_not_know_is_named():
     rpc, chain, _, _ = _clients({"a": [NOT_FOUND]}, _rest_tx(sealed_bonus="7"))
     rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
-    assert rec["msg_source"].endswith("; fields left out of the re-encoding: sealed_bonus")
+    assert rec["msg_source"] == REST_SOURCE + "; fields left out of the re-encoding: sealed_bonus"
 
 
 @pytest.mark.parametrize("rest, reason", [
@@ -156,7 +199,7 @@ UNAVAILABLE = httpx.Response(503, text="upstream connect error")
 def test_a_rest_reading_while_an_rpc_node_may_still_serve_the_tx_is_not_final(answers):
     rpc, chain, asked, _ = _clients(answers, _rest_tx())
     rec = read_settlement(rpc, chain, "123", HASH, HEIGHT)
-    assert rec["tx_raw"] is None and rec["msg_source"].startswith("msg re-encoded from the REST JSON")
+    assert rec["tx_raw"] is None and rec["msg_source"] == REST_SOURCE
     assert "tx_pruned" not in rec and not is_final(rec)  # the poller asks /tx again on its next cycle
     assert [a for a in asked if a.endswith("/tx")] == [f"{n}/tx" for n in answers]  # every node asked once
 

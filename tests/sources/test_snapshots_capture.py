@@ -16,6 +16,14 @@ QWEN = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
 KNOWN = "gonka10mmdjau4dnj8krs7sh7t7635ttnmq9u3vqgz09"
 END_267 = 4136542
 LIVE = 5660000
+ROUTELESS = "gonka15munkmx6x7k6rqqeexjet4556p7at39ks9qgr5"  # whose grants read answers grpc-gateway's 404
+
+
+def served(req: httpx.Request, resp: httpx.Response) -> httpx.Response:
+    """``resp`` with the height cosmos-sdk says it served (the one asked for, else the latest), as a node's
+    gateway answers every query."""
+    resp.headers["Grpc-Metadata-X-Cosmos-Block-Height"] = req.headers.get("x-cosmos-block-height") or str(LIVE)
+    return resp
 
 
 def _node(requests: list):
@@ -82,8 +90,9 @@ def test_capture_of_epoch_267():
 def test_an_ended_epoch_captures_each_participants_warm_keys_and_names_a_failed_read():
     """Hosts sign devshard messages with warm keys: the grants (grantees_by_message_type for MsgStartInference) are
     read once the epoch ends, as of its end height, as warm_key records with that height; where the node pruned it,
-    today's grants stand in marked inexact (no height); a participant with no grants (the node's 404) has one record
-    with an empty grantee; a failed read is a warm_keys failure naming the participant, and no record."""
+    today's grants stand in marked inexact (no height); a participant with no grants (the chain's empty list) has one
+    record with an empty grantee; a failed read (a 5xx, or a 404 from a node without the route) is a warm_keys
+    failure naming the participant, and no record."""
     other = "gonka12pcu9mcrpa4w4sjd9y3dsksnvu495ss6f9r4ra"
     pruned = "gonka14tqh62mangwzrma2lgg2dm375rcjzn2ydy8ttm"
     warm = "gonka1uyqp5z3dveamfw4pmw7p7rfvwdvgzewnqrzhsu"
@@ -97,17 +106,22 @@ def test_an_ended_epoch_captures_each_participants_warm_keys_and_names_a_failed_
         if path.startswith("/grantees_by_message_type/"):
             grant_reads.append((path.split("/")[2], height))
         if path == f"/grantees_by_message_type/{KNOWN}//inference.inference.MsgStartInference":
-            return httpx.Response(200, json={"grantees": [
+            return served(req, httpx.Response(200, json={"grantees": [
                 {"address": warm if height == str(END_267) else today,
                  "pub_key": {"@type": "/cosmos.crypto.secp256k1.PubKey", "key": "A0Jt"}},
-                {"pub_key": "no address: left out"}]})
+                {"pub_key": "no address: left out"}]}))
         if path == f"/grantees_by_message_type/{other}//inference.inference.MsgStartInference":
             return httpx.Response(500, json={"code": 13, "message": "internal", "details": []})
         if path == f"/grantees_by_message_type/{pruned}//inference.inference.MsgStartInference":
             if height is not None:
                 return httpx.Response(500, json={"code": 2, "details": [], "message": (
                     f"failed to load state at height {height}; version does not exist (latest height: {LIVE})")})
-            return httpx.Response(200, json={"grantees": [{"address": today}]})
+            return served(req, httpx.Response(200, json={"grantees": [{"address": today}]}))
+        if path == f"/grantees_by_message_type/{ROUTELESS}//inference.inference.MsgStartInference":
+            # grpc-gateway's answer for a route it lacks (a node or proxy without it): not "no grants"
+            return httpx.Response(404, json={"code": 5, "message": "Not Found", "details": []})
+        if path.startswith("/grantees_by_message_type/"):
+            return served(req, httpx.Response(200, json={"grantees": []}))  # the chain's answer for none granted
         return base(req)
 
     fetcher = Fetcher("http://node", policy=RetryPolicy(attempts=1, sleep=lambda s: None),
@@ -122,10 +136,11 @@ def test_an_ended_epoch_captures_each_participants_warm_keys_and_names_a_failed_
     assert (pruned, str(END_267)) in grant_reads and (pruned, None) in grant_reads
     assert all(h == str(END_267) for p, h in grant_reads if p not in (pruned, other))
     none = [r for r in cap.records if r["kind"] == "warm_key" and not r["grantee"]]
-    assert len(none) == 48 and {(r["read_height"], r["read_exact"]) for r in none} == {(END_267, True)}
-    assert {KNOWN, pruned, other}.isdisjoint(r["participant"] for r in none)
-    failed = [f for f in cap.failures if f.what == "warm_keys"]
-    assert [(f.participant, f.source) for f in failed] == [(other, f"snapshot:267:warm_keys:{other}")]
+    assert len(none) == 47 and {(r["read_height"], r["read_exact"]) for r in none} == {(END_267, True)}
+    assert {KNOWN, pruned, other, ROUTELESS}.isdisjoint(r["participant"] for r in none)
+    failed = sorted((f.participant, f.source) for f in cap.failures if f.what == "warm_keys")
+    assert failed == sorted([(other, f"snapshot:267:warm_keys:{other}"),
+                             (ROUTELESS, f"snapshot:267:warm_keys:{ROUTELESS}")])
     assert f"snapshot:267:warm_keys:{KNOWN}" in cap.succeeded
     running = capture_epoch(ChainRest(fetcher), 267, ended=False)
     assert not [r for r in running.records if r["kind"] == "warm_key"]  # today's grants are not a running epoch's

@@ -4,7 +4,8 @@ Reads at a past height send ``x-cosmos-block-height`` (cosmos-sdk's gRPC height 
 answers with the height it served in ``Grpc-Metadata-X-Cosmos-Block-Height``). A node that no longer keeps the
 state of that height answers an error whose message is ``failed to load state at height H; … (latest height: L)``
 (cosmos-sdk baseapp ``CreateQueryContext``; ``ErrNotFound`` since v0.50, so HTTP 500 through the gateway,
-``ErrInvalidRequest`` / 400 before): :meth:`ChainRest.params` raises :class:`HeightPruned` for it at once.
+``ErrInvalidRequest`` / 400 before): the next node is asked (an archive node keeps what a pruning node dropped),
+and :meth:`ChainRest.params` raises :class:`HeightPruned` once no node serves the height.
 """
 from __future__ import annotations
 
@@ -53,18 +54,57 @@ class ChainRest:
 
     def _get_at(self, path: str, height: int | None) -> tuple[Any, int | None]:
         """(JSON, the height it was served at) of a read as of ``height`` (None: the latest state)."""
-        headers = {HEIGHT_HEADER: str(int(height))} if height is not None else None
-        try:
-            data, resp_headers = self.http.get_json_meta(PREFIX + path, None, headers, permanent=_pruned_answer)
-        except FetchError as exc:
-            if height is not None and not exc.transient and "failed to load state at height" in str(exc):
-                raise HeightPruned(exc, height) from exc
-            raise
-        return data, served_height(resp_headers) if height is None else height
+        if height is None:
+            data, resp_headers = self.http.get_json_meta(PREFIX + path)
+            return data, served_height(resp_headers)
+        return self._read_at(PREFIX + path, int(height)), int(height)
+
+    def _read_at(self, path: str, height: int) -> Any:
+        """The JSON of ``path`` as of ``height`` from the first node that serves that height, each node asked in
+        turn: one that has pruned it (a pruning node before an archive node) or that answers as of another height
+        is passed over. The served height is the one the answer says: cosmos-sdk sets ``x-cosmos-block-height`` on
+        every gRPC query answer, the height it was asked for or the latest (cosmos/cosmos-sdk
+        baseapp/grpcserver.go ``RegisterGRPCServer`` @ 118db410c1d5a319a3799a763e1153efc8cbbaab), and the gateway
+        forwards it as ``Grpc-Metadata-X-Cosmos-Block-Height``; an answer that names another height, or none (a
+        proxy that dropped the header, or ignored the request's), cannot be taken as that height's state, and the
+        node is recorded as failing. Raises :class:`HeightPruned` when no node serves the height and one at
+        least said it does not (pruned, or answered as of another height): live values then stand in, marked
+        inexact, and a later capture replaces them once a node that failed otherwise (down, 5xx) serves it. When
+        every node failed otherwise, the failure (transient first)."""
+        http = self.http
+        unserved: list[FetchError] = []
+        failed: FetchError | None = None
+        for base in http.urls():
+            try:
+                data, resp_headers = http.get_json_meta_at(base, path, None, {HEIGHT_HEADER: str(height)},
+                                                           permanent=_pruned_answer)
+            except FetchError as exc:
+                if exc.expected:  # pruned there: another node may keep the height
+                    unserved.append(exc)
+                elif failed is None or exc.transient:
+                    failed = exc  # reported by the Fetcher
+                continue
+            served = served_height(resp_headers)
+            if served != height:
+                said = "names no served height" if served is None else f"was served at height {served}"
+                err = FetchError(base + path, f"asked as of height {height}, the answer {said}: not taken as the "
+                                 "state of that height", transient=False)
+                http._failed(err)
+                http.demote(base)
+                unserved.append(err)
+                continue
+            http.prefer(base)
+            return data
+        if not unserved:
+            assert failed is not None
+            raise failed
+        last = unserved[-1]
+        raise HeightPruned(FetchError(last.url, "; ".join(str(e) for e in unserved), status=last.status,
+                                      transient=False), height)
 
     def get_at(self, path: str, height: int | None) -> tuple[Any, int | None]:
         """A read under the module prefix as of ``height`` (None: live) → (JSON, height served); raises
-        :class:`HeightPruned` when the node has pruned that height."""
+        :class:`HeightPruned` when no node serves that height (pruned, or answered as of another)."""
         return self._get_at(path, height)
 
     def current_epoch(self) -> dict:
@@ -84,7 +124,7 @@ class ChainRest:
 
     def params(self, height: int | None = None) -> tuple[dict, int | None]:
         """Module params as of ``height`` (None: live) → (``{"params": {…}}``, height served); raises
-        :class:`HeightPruned` when the node has pruned that height."""
+        :class:`HeightPruned` when no node serves that height."""
         return self._get_at("/params", height)
 
     def epoch_performance_summary(self, epoch: int, participant: str) -> dict:

@@ -12,14 +12,18 @@ the end; h11 costs ≈ 65 µs of the 85 per answer), each under a total deadline
 headers or body cannot hold a request longer than that) and a size limit (:class:`ResponseTooLarge`). TLS failures
 and non-HTTP schemes raise :class:`PermanentTransportError`: trying again cannot help.
 
-Connections are kept per thread and origin (thread-safe without locks on the request path). A request on a reused
-connection that the server closed meanwhile is retried once on a fresh connection, as any keep-alive client does.
+Connections are kept per thread and origin (thread-safe without locks on the request path). A GET on a reused
+connection that the server closed meanwhile is sent once more on a fresh connection, as any keep-alive client does.
+A POST never is: the server may have taken it before the connection broke (an Attach's nonce, taken once, is refused
+the second time), so its caller decides. A reused connection is checked before a POST is written on it: one the
+server has closed (or that holds bytes nobody asked for) is replaced first, so a stale keep-alive costs no POST.
 :meth:`FastClient.get_many` pipelines a batch of GETs to one origin (the payload requests of an escrow: one round
 trip and one send for the batch instead of one each; on loopback it halves both sides' CPU per request).
 """
 from __future__ import annotations
 
 import http.client
+import select
 import socket
 import ssl
 import threading
@@ -121,6 +125,15 @@ class _Conn:
 
     def close(self) -> None:
         self.sock.close()
+
+    def stale(self) -> bool:
+        """Whether the idle connection cannot take a request: the server closed it (the end of the stream is
+        readable), or sent bytes no request asked for. Either way it is not reused."""
+        pending = self.sock.pending() if isinstance(self.sock, ssl.SSLSocket) else 0
+        try:
+            return pending > 0 or bool(select.select([self.sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
 
     def send(self, requests: Sequence[tuple[str, Mapping[str, str], bytes | None]], timeout: float) -> None:
         """Write requests (target, headers, body) back to back, in one send: a GET without a body, a POST with
@@ -307,10 +320,14 @@ class FastClient:
         scheme, netloc = prepared[0][0], prepared[0][1]
         timeout = self.timeout if timeout is None else timeout
         done = 0
+        posts = any(p[5] is not None for p in prepared)  # a POST is never sent twice by the transport
         for attempt in (0, 1):
             reused, answered = False, 0
             try:
                 conn, reused = self._conn(scheme, netloc, timeout)
+                if reused and posts and conn.stale():
+                    self._drop(scheme, netloc)
+                    conn, reused = self._conn(scheme, netloc, timeout)
                 conn.send([(target, hdrs, body) for _, _, target, _, hdrs, body in prepared[done:]], timeout)
                 while done < len(prepared):
                     method = "GET" if prepared[done][5] is None else "POST"
@@ -337,7 +354,7 @@ class FastClient:
                 self._drop(scheme, netloc)
                 if answered:
                     return results  # closed after an answer: what is left was never taken, send it again
-                if reused and attempt == 0:
+                if reused and attempt == 0 and not posts:
                     continue  # the server closed an idle keep-alive connection: once more on a new one
                 error = httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}")
             except _TooLarge as exc:

@@ -220,6 +220,13 @@ class Fetcher:
         itself."""
         return self._get_from(base, path, params, None, permanent)[0]
 
+    def get_json_meta_at(self, base: str, path: str, params: Mapping[str, Any] | None = None,
+                         headers: Mapping[str, str] | None = None,
+                         permanent: Callable[[int, bytes], bool] | None = None) -> tuple[Any, Mapping[str, str]]:
+        """:meth:`get_json_meta` from ``base`` alone (its retries, no failover): for a caller that walks the
+        nodes itself and judges each answer's headers."""
+        return self._get_from(base, path, params, headers, permanent)
+
     def _request(self, path: str, params, headers, permanent=None, first: Any = None, body: bytes | None = None,
                  archive: bool = True, attempts: int | None = None) -> tuple[Any, Mapping[str, str], str]:
         last: FetchError | None = None

@@ -23,7 +23,7 @@ import base64
 from typing import Any
 from urllib.parse import quote
 
-from indexer.sources.gonka.chain import ChainRest, HeightPruned
+from indexer.sources.gonka.chain import PREFIX, ChainRest
 from indexer.sources.gonka.http import FetchError
 from indexer.sources.gonka.signing import ENV_ADDRESS, ENV_KEY_FILE, ENV_MEMBER, Operator, OperatorConfigError
 
@@ -57,18 +57,21 @@ def grantees(chain: ChainRest, granter: str) -> list[dict]:
 
 def grantees_at(chain: ChainRest, granter: str, height: int | None) -> tuple[list[dict], int | None]:
     """The warm keys of ``granter`` as of ``height`` (None: live), and the height served; raises
-    :class:`~indexer.sources.gonka.chain.HeightPruned` when the node no longer keeps that height."""
+    :class:`~indexer.sources.gonka.chain.HeightPruned` when no node serves that height, and FetchError for any
+    other failed read. Only an answer lists grants, an empty list included: the chain answers an address with no
+    grants with 200 and ``grantees: []`` (gonka-ai/gonka inference-chain/x/inference/keeper/
+    query_grantees_by_message_type.go @ 312044d28c7170d7f08bf88e41427396f3b95817: it never answers NotFound),
+    while a 404, even grpc-gateway's ``{"code":5,"message":"Not Found"}``, is a node or proxy without the route
+    (grpc-ecosystem/grpc-gateway runtime/errors.go ``DefaultRoutingErrorHandler`` @
+    6bd7daafc3c957cd2a16a770b37e39c8b72be3d4): a failed read, never "none granted"."""
     path = f"/grantees_by_message_type/{quote(granter, safe='')}/{quote(WARM_KEY_MSG_TYPE, safe='')}"
-    try:
-        data, served = chain.get_at(path, height)
-    except HeightPruned:
-        raise
-    except FetchError as exc:
-        if exc.status == 404:
-            return [], height
-        raise
-    listed = data.get("grantees") if isinstance(data, dict) else None
-    return ([g for g in listed if isinstance(g, dict)] if isinstance(listed, list) else []), served
+    data, served = chain.get_at(path, height)
+    # proto3 JSON: an empty repeated field may be left out (or null); anything else than a list is no answer
+    listed = ([] if data.get("grantees") is None else data["grantees"]) if isinstance(data, dict) else None
+    if not isinstance(listed, list):
+        raise FetchError(f"{PREFIX}{path}", f"grantees_by_message_type answer is not a grantees list: "
+                         f"{str(data)[:200]!r}", status=200, transient=True)
+    return [g for g in listed if isinstance(g, dict)], served
 
 
 def check_operator_key(op: Operator, chain: ChainRest) -> str:

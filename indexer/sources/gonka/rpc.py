@@ -10,6 +10,7 @@ import hashlib
 from typing import Any
 
 from indexer.sources.gonka.http import Fetcher, FetchError
+from indexer.wire.normalize import parse_u64
 from indexer.wire.rpc import TxEvent, tx_search_events, tx_search_total
 
 PER_PAGE = 100
@@ -78,6 +79,14 @@ class CometRpc:
         an error naming the tx ``not found``: raised at once as an expected, permanent FetchError (retrying there
         cannot bring the block back; another node may keep it)."""
         return self.http.get_json_at(node, "/tx", {"hash": f"0x{tx_hash.upper()}"}, permanent=_tx_not_found)
+
+    def earliest_height(self, node: str) -> int:
+        """The oldest block the base URL ``node`` keeps (CometBFT ``status``: ``sync_info.earliest_block_height``;
+        blocks below it are pruned there). Raises FetchError, or NormalizeError for an answer without it."""
+        data = self.http.get_json_at(node, "/status")
+        sync = ((data.get("result") or {}).get("sync_info") or {}) if isinstance(data, dict) else {}
+        return parse_u64(sync.get("earliest_block_height") if isinstance(sync, dict) else None,
+                         f"{node}/status sync_info.earliest_block_height")
 
     def escrows_created(self, epoch: int) -> list[TxEvent]:
         return self.tx_search(f"devshard_escrow_created.epoch_index='{int(epoch)}'", "devshard_escrow_created")

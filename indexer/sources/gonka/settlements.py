@@ -9,10 +9,14 @@ as signed. Fallback: cosmos-sdk REST ``/cosmos/tx/v1beta1/txs/{hash}``, whose JS
 its bytes are re-encoded (:func:`indexer.verify.settlement.encode_settle_msg`), ``tx_raw`` stays null and the
 record's ``msg_source`` says so (a field the encoder does not know is named there: the re-encoding lacks it).
 
-``msg_source`` (kept in rec.settlement.extra) is ``tx`` for a message read from the TxRaw, else that sentence. A REST
-record is not final while an RPC node may still serve the transaction: the poller asks /tx again on later cycles
-(a transient failure, a lying node), and keeps the REST record for good only once every RPC node answers not found,
-said in ``tx_pruned`` (:func:`is_final`).
+``msg_source`` (kept in rec.settlement.extra) is ``tx`` for a message read from the TxRaw, else that sentence, the
+same on every read (why the RPC did not serve it is logged as a failure, not stored in the record: a record that
+changed with each RPC error would be amended, and its escrow replayed, on every cycle). A REST record is not final
+while an RPC node may still serve the transaction: the poller asks /tx again on later cycles (a transient failure,
+a lying node, or a not found from a node that still keeps the block: a tx index that lags, a load balancer's node
+behind the others), and keeps the REST record for good only once every RPC node answers not found and its status
+shows the block pruned there (its earliest kept block past the settlement's height), said in ``tx_pruned``
+(:func:`is_final`).
 """
 from __future__ import annotations
 
@@ -40,39 +44,78 @@ def read_settlement(rpc: CometRpc, chain: ChainRest, escrow_id: str, tx_hash: st
                     height: int | None) -> dict[str, Any]:
     """The ``settlement`` record of ``escrow_id`` from its transaction ``tx_hash`` (hex) at ``height``: from the RPC,
     else from the REST. A FetchError (transient: a later cycle asks again) names both reasons when neither serves
-    it. A REST record is final (:func:`is_final`) only when every RPC node answered that it has not got the
-    transaction (its block pruned): otherwise the RPC is asked again on later cycles."""
+    it. A REST record is the same on every cycle whatever the RPC answered (its ``msg_source`` is fixed), so a
+    changing RPC error neither amends it nor marks its escrow for replay: why the RPC did not serve it goes to the
+    RPC Fetcher's failure log (net.failure). It is final (:func:`is_final`) only when the block is shown pruned at
+    every RPC node (:func:`_pruned_everywhere`); otherwise /tx is asked again on later cycles."""
     try:
         return _from_rpc(rpc, escrow_id, tx_hash, height)
     except _READ_ERRORS as exc:
-        rpc_reason = f"RPC /tx: {exc}"
-        pruned = isinstance(exc, FetchError) and exc.expected
+        rpc_error = exc
+    rpc_reason = f"RPC /tx: {rpc_error}"
     try:
-        rec = _from_rest(chain, escrow_id, tx_hash, height, rpc_reason)
+        rec = _from_rest(chain, escrow_id, tx_hash, height)
     except _READ_ERRORS as exc:
         raise FetchError(f"escrow:{escrow_id}", f"settlement tx {tx_hash} not read: {rpc_reason}; "
                          f"REST /cosmos/tx/v1beta1/txs: {exc}", transient=True) from None
-    if pruned:
-        rec[TX_PRUNED] = ("every RPC node answered /tx not found (block pruned, or never indexed): this re-encoding "
-                          "is kept and the transaction is not asked for again")
+    proof = _pruned_everywhere(rpc, rpc_error, height) if isinstance(rpc_error, TxNotFound) else None
+    if proof is None:
+        rpc.http._failed(FetchError(getattr(rpc_error, "url", "") or f"escrow:{escrow_id}",
+                                    f"settlement tx {tx_hash.upper()} of escrow {escrow_id} read over REST only "
+                                    f"(re-encoded, no tx_raw; /tx asked again next cycle): {rpc_reason}"[:2000],
+                                    transient=True))
+    else:
+        rec[TX_PRUNED] = (f"every RPC node answered /tx not found and keeps no block at height {height} ({proof}): "
+                          "this re-encoding is kept and the transaction is not asked for again")
     return rec
 
 
 # In rec.settlement.extra of a REST record: no RPC node has the transaction, so no later cycle can read it there.
 TX_PRUNED = "tx_pruned"
+# The msg_source of a REST record: the same on every read of the transaction (the RPC's reasons are logged apart)
+REST_SOURCE = ("msg re-encoded from the REST JSON of /cosmos/tx/v1beta1/txs/{tx}, not the signed bytes; tx_raw not "
+               "available (no RPC node served /tx)")
+
+
+class TxNotFound(FetchError):
+    """Every RPC node answered /tx not found: ``nodes``, the base URLs that said so."""
+
+    def __init__(self, url: str, message: str, nodes: list[str]) -> None:
+        super().__init__(url, message, transient=False, expected=True)
+        self.nodes = nodes
 
 
 def is_final(rec: dict[str, Any]) -> bool:
     """Whether a settlement record is the last the chain can give: read over /tx (its bytes hash-checked), or
-    re-encoded from the REST when no RPC node keeps the transaction any more."""
+    re-encoded from the REST when no RPC node keeps the transaction's block any more."""
     return rec.get("tx_raw") is not None or TX_PRUNED in rec
 
 
+def _pruned_everywhere(rpc: CometRpc, missing: TxNotFound, height: int | None) -> str | None:
+    """What shows the transaction's block pruned at every node that answered /tx not found (each node's earliest
+    kept block, CometBFT ``status``, past ``height``), or None when that is not shown: the height is unknown, a node
+    keeps the block (its tx index lags: it may serve the transaction on a later cycle; a load balancer's nodes
+    may differ), or a node's status could not be read. A not found alone is never taken as pruned."""
+    if height is None:
+        return None
+    said = []
+    for node in missing.nodes:
+        try:
+            earliest = rpc.earliest_height(node)
+        except (FetchError, NormalizeError):
+            return None
+        if earliest <= height:
+            return None
+        said.append(f"{node}: earliest block {earliest}")
+    return "; ".join(said) or None
+
+
 def _from_rpc(rpc: CometRpc, escrow_id: str, tx_hash: str, height: int | None) -> dict[str, Any]:
-    """Each RPC node in turn until one serves the named transaction. Raises the one node's error, or one naming
-    every node's; ``expected`` (a permanent FetchError) only when every node answered not found."""
+    """Each RPC node in turn until one serves the named transaction. Raises :class:`TxNotFound` when every node
+    answered not found, else the one node's error or one naming every node's."""
     http = rpc.http
     failures: list[FetchError] = []
+    said_not_found: list[str] = []
     for node in http.urls():
         try:
             try:
@@ -94,6 +137,8 @@ def _from_rpc(rpc: CometRpc, escrow_id: str, tx_hash: str, height: int | None) -
             # not got (pruned, or not indexed: another node may keep older blocks), or failing (recorded by the
             # Fetcher): the next node is asked
             failures.append(exc)
+            if exc.expected:
+                said_not_found.append(node)
             http.demote(node)
             continue
         http.prefer(node)
@@ -106,10 +151,13 @@ def _from_rpc(rpc: CometRpc, escrow_id: str, tx_hash: str, height: int | None) -
             # transaction is kept with the reason, and the settled check fails on it
             return unreadable_record(escrow_id, tx_hash, answer.height, answer.tx_raw, str(exc))
         return settlement_record(escrow_id, tx_hash, answer.height, msg, answer.tx_raw, "tx")
+    if all(f.expected for f in failures):
+        only = failures[0] if len(failures) == 1 else None
+        message = str(only).removesuffix(f" ({only.url})") if only else "; ".join(str(f) for f in failures)
+        raise TxNotFound(failures[-1].url, message, said_not_found)
     if len(failures) == 1:
         raise failures[0]
-    every = all(f.expected for f in failures)
-    raise FetchError(failures[-1].url, "; ".join(str(f) for f in failures), transient=not every, expected=every)
+    raise FetchError(failures[-1].url, "; ".join(str(f) for f in failures), transient=True)
 
 
 def _ours(escrow_id: str, messages: list[bytes]) -> bytes:
@@ -157,11 +205,10 @@ _MSG_KEYS = {"@type", "settler", "escrow_id", "state_root", "nonce", "rest_hash"
 _STAT_KEYS = ("slot_id", "missed", "invalid", "cost", "required_validations", "completed_validations")
 
 
-def _from_rest(chain: ChainRest, escrow_id: str, tx_hash: str, height: int | None,
-               rpc_reason: str) -> dict[str, Any]:
+def _from_rest(chain: ChainRest, escrow_id: str, tx_hash: str, height: int | None) -> dict[str, Any]:
     data, url = chain.tx(tx_hash)
     try:
-        return _rest_record(data, escrow_id, tx_hash, height, rpc_reason)
+        return _rest_record(data, escrow_id, tx_hash, height)
     except _READ_ERRORS as exc:
         raise ValueError(f"{exc} ({url})") from None
 
@@ -181,7 +228,7 @@ def _array(value: Any, what: str) -> list[Any]:
     return value
 
 
-def _rest_record(data: Any, escrow_id: str, tx_hash: str, height: int | None, rpc_reason: str) -> dict[str, Any]:
+def _rest_record(data: Any, escrow_id: str, tx_hash: str, height: int | None) -> dict[str, Any]:
     resp = _object(_object(data, "answer").get("tx_response"), "tx_response")
     if str(resp.get("txhash", "")).upper() != tx_hash.upper():
         raise ValueError(f"the answer is for tx {resp.get('txhash')!r}, not {tx_hash.upper()}")
@@ -198,8 +245,7 @@ def _rest_record(data: Any, escrow_id: str, tx_hash: str, height: int | None, rp
         raise ValueError(f"the transaction carries {len(found)} MsgSettleDevshardEscrow for escrow {escrow_id}, "
                          "expected one")
     msg, unknown = _encode_json_msg(found[0])
-    note = (f"msg re-encoded from the REST JSON of /cosmos/tx/v1beta1/txs/{tx_hash.upper()}, not the signed bytes; "
-            f"tx_raw not available ({rpc_reason})")
+    note = REST_SOURCE.format(tx=tx_hash.upper())
     if unknown:
         note += f"; fields left out of the re-encoding: {', '.join(sorted(unknown))}"
     return settlement_record(escrow_id, tx_hash, served, msg, None, note[:2000])

@@ -18,9 +18,10 @@
   every participant of the root group or of the exclusions: ``participant_epoch`` records; and each root-group
   participant's warm keys (``grantees_by_message_type/{participant}/…MsgStartInference``): ``warm_key`` records,
   the keys its host signed the epoch's devshard messages with (what verification accepts besides the address).
-  They are read as of the epoch's end height (``read_height``, ``read_exact = true``); once the node has pruned it,
-  today's grants stand in (``read_exact = false``, no height), which verification does not count as proof. A
-  participant read with no grants gets one record with an empty grantee (captured, none granted).
+  They are read as of the epoch's end height (``read_height``, ``read_exact = true``); once no node serves it
+  (pruned, or answered as of another height), today's grants stand in (``read_exact = false``, no height), which
+  verification does not count as proof. A participant the chain answered with an empty list gets one record with
+  an empty grantee (captured, none granted); any error answer, a 404 included, is a failed read and no record.
 
 Nothing here raises for a failed read: each becomes a :class:`SnapshotFailure` (epoch, model or participant, URL,
 error) so the caller can log it and show it in ``api.ingest_status``; what could be read is still returned.
@@ -144,7 +145,7 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
 
 
 def _grants(chain: ChainRest, addr: str, at: int | None) -> tuple[list[dict], int | None, bool]:
-    """(grants, read height, exact): as of ``at`` (the epoch's end) while the node keeps it, else the live grants
+    """(grants, read height, exact): as of ``at`` (the epoch's end) while a node serves it, else the live grants
     with no height (a live read's height changes every cycle, and the record must not)."""
     if at is not None:
         try:
