@@ -6,13 +6,13 @@ it, so the first failed grants read (a node without the route, a 5xx) failed the
 recorded.
 
 Revision ID: 0046_warm_key_read_failures
-Revises: 0042_verification_memo
+Revises: 0045_verification_crashes
 Create Date: 2026-12-05
 """
 from alembic import op
 
 revision = "0046_warm_key_read_failures"
-down_revision = "0042_verification_memo"
+down_revision = "0045_verification_crashes"
 branch_labels = None
 depends_on = None
 
