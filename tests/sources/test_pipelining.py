@@ -238,15 +238,17 @@ def test_get_json_many_sends_again_what_a_closing_server_left(base: str) -> None
 class StubHost:
     """A member's answers to payload batches (what DevshardHost.payloads returns), and the batches it was asked."""
 
+    operator = None  # no operator mode: requests unsigned
+
     def __init__(self, answers: dict) -> None:
         self.answers, self.asked = answers, []
 
     def payloads(self, version, escrow_id, ids, **kw):
         self.asked.append(list(ids))
-        return [self.answers[i] for i in ids]
+        return [self.answers.get(i) for i in ids]  # no answer: no payload stored
 
 
-def test_each_member_is_asked_only_for_what_failed_transiently_at_the_one_before() -> None:
+def test_each_member_is_asked_only_for_what_the_members_before_it_did_not_serve() -> None:
     from types import SimpleNamespace
 
     from indexer.poller.fetch import EscrowFetcher
@@ -259,14 +261,17 @@ def test_each_member_is_asked_only_for_what_failed_transiently_at_the_one_before
         "a": StubHost({1: "p1", 2: FetchError("http://a/p", "HTTP 503", status=503), 3: None,
                        4: shape, 5: FetchError("http://a/p", "HTTP 404", status=404, transient=False)}),
         "b": StubHost({2: "p2"}),
-        "c": StubHost({}),
+        "c": StubHost({5: "p5"}),
     }
     reported: list[tuple] = []
     fetcher = EscrowFetcher(SimpleNamespace(host=hosts.get), lambda *a: reported.append(a), validator="v",
                             fetch_payloads=True, payload_pool=None, decoders=None)
     group = HostGroup("e1", "v5", ["a", "b", "c"], hosts.get)
-    assert fetcher._payloads(group, "v5", "e1", [1, 2, 3, 4, 5], 7) == ["p1", "p2", None, None, None]
-    assert hosts["a"].asked == [[1, 2, 3, 4, 5]] and hosts["b"].asked == [[2]] and hosts["c"].asked == []
+    asked = fetcher._payloads(group, "v5", "e1", [1, 2, 3, 4, 5], 7)
+    assert asked.found == {1: "p1", 2: "p2", 5: "p5"} and asked.refused == set()
+    assert hosts["a"].asked == [[1, 2, 3, 4, 5]] and hosts["b"].asked == [[2, 3, 4, 5]]
+    assert hosts["c"].asked == [[3, 4, 5]]
+    assert asked.missing([1, 2, 3, 4, 5]) == [3, 4]
     assert reported == [("host:a", "http://a/p?inference_id=4", str(shape), False)]
 
 
