@@ -219,9 +219,7 @@ class EscrowCommitter:
             # net.failure and on the escrow's api.ingest_status row (its cursor, if any, stays where it was)
             s.escrows_pruned += 1
             done.slots = self.store.stored_slots([done.escrow_id]).get(done.escrow_id, [])
-            progress = self.store.progress(source) if done.slots else None  # (log tip, cursor, stalled)
-            if progress and progress[0] is not None and done.after >= progress[0] and \
-                    self.store.settlement_stored(done.escrow_id):
+            if done.slots and self.store.captured_whole([done.escrow_id]):
                 # the log was captured whole and a settlement stored (read over the REST only: /tx was still
                 # being asked for it): nothing of the escrow was lost, and its verification says why it stays at
                 # replayed

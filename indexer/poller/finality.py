@@ -59,6 +59,7 @@ class Epochs:
             self.snapshot(epoch)
             ids = self.created_ids(epoch)
             final = self.store.final_escrows(ids)
+            final |= self.store.captured_whole([eid for eid in ids if eid not in final])  # REST-read settlement
             lost = [eid for eid in ids if eid not in final]
             self._lost(epoch, lost, f"epoch {epoch} pruned before escrow was final")
             if lost:

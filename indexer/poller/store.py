@@ -147,9 +147,18 @@ class Store:
                                 "e.escrow_id) FROM rec.escrow e WHERE e.escrow_id = %s", (escrow_id,)).fetchone()
         return bool(row and row[0])
 
-    def settlement_stored(self, escrow_id: str) -> bool:
-        return self.conn.execute("SELECT EXISTS (SELECT 1 FROM rec.settlement WHERE escrow_id = %s)",
-                                 (escrow_id,)).fetchone()[0]
+    def captured_whole(self, escrow_ids: Iterable[str]) -> set[str]:
+        """The ids among ``escrow_ids`` not final only because their settlement was read over the REST (``/tx`` still
+        asked): the log captured to the tip the hosts last reported (net.progress) and a settlement stored. Nothing
+        of them is lost when the chain prunes them."""
+        sources = [f"escrow:{eid}" for eid in escrow_ids]
+        if not sources:
+            return set()
+        rows = self.conn.execute(
+            "SELECT p.source FROM net.progress p JOIN rec.settlement s ON 'escrow:' || s.escrow_id = p.source "
+            "WHERE p.source = ANY(%s) AND p.source_position IS NOT NULL AND p.cursor_position >= p.source_position",
+            (sources,)).fetchall()
+        return {source.split(":", 1)[1] for (source,) in rows}
 
     def escrow_ids(self, epoch: int) -> list[str]:
         rows = self.conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,)).fetchall()

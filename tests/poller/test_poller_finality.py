@@ -104,3 +104,30 @@ def test_watchdog_quiet_when_progressing(db_url):
             _poll(db_url, net)
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT max(stalled_cycles) FROM api.ingest_status").fetchone()[0] == 0
+
+
+def test_an_epoch_pruned_with_an_escrow_captured_whole_and_settled_over_rest_counts_it_captured(db_url):
+    # the escrow's log is whole and its settlement stored (read over the REST: /tx still asked, so not final):
+    # when the chain prunes the epoch nothing of that escrow is lost, and the epoch must not say it is
+    scn = _scn(epochs=5)
+    with DevnetServer(scn) as net:
+        start = net.devnet.current_epoch
+        victim = next(e for e in scn.escrows if scn.escrows[e].epoch_index == start)
+        net.app.options.lagging_rpc_txs = (victim,)
+        net.advance_epoch()
+        _poll(db_url, net)
+        _poll(db_url, net)
+        with psycopg.connect(db_url) as c:
+            assert c.execute("SELECT count(*) FROM rec.settlement WHERE escrow_id = %s", (victim,)).fetchone()[0]
+            assert not c.execute("SELECT count(*) FROM net.cursor WHERE source = %s AND cursor IS NOT NULL",
+                                 (f"escrow-final:{victim}",)).fetchone()[0]
+        for _ in range(3):
+            net.advance_epoch()
+        _poll(db_url, net)
+    st = _states(db_url)
+    assert st[start][:2] == ("final", "pruned") and st[start][3] == st[start][2]
+    with psycopg.connect(db_url) as c:
+        lost = c.execute("SELECT count(*) FROM net.failure WHERE error = %s",
+                         (f"epoch {start} pruned before escrow was final",)).fetchone()[0]
+        said = c.execute("SELECT last_error FROM api.ingest_status WHERE source = %s", (f"epoch:{start}",)).fetchone()
+    assert lost == 0 and (said is None or said[0] is None)
