@@ -89,8 +89,7 @@ class ChainRest:
                 said = "names no served height" if served is None else f"was served at height {served}"
                 err = FetchError(base + path, f"asked as of height {height}, the answer {said}: not taken as the "
                                  "state of that height", transient=False)
-                http._failed(err)
-                http.demote(base)
+                http.distrust(base, err)
                 unserved.append(err)
                 continue
             http.prefer(base)

@@ -155,6 +155,12 @@ class Fetcher:
                 self.base_urls.remove(base)
                 self.base_urls.append(base)
 
+    def distrust(self, base: str, err: FetchError) -> None:
+        """``base`` answered something that cannot be what was asked (a lie, another height): recorded in the
+        failure log and asked last from now on."""
+        self.report(err)
+        self.demote(base)
+
     def get_json(self, path: str, params: Mapping[str, Any] | None = None,
                  headers: Mapping[str, str] | None = None) -> Any:
         return self.get_json_meta(path, params, headers)[0]
@@ -275,7 +281,7 @@ class Fetcher:
                 err = FetchError(url, f"{type(exc).__name__}: {exc}",
                                  transient=isinstance(exc, DeadlineExceeded))
                 self.overran = self.overran or isinstance(exc, DeadlineExceeded)
-                self._failed(err)
+                self.report(err)
                 raise err from None
             except httpx.HTTPError as exc:  # timeouts, refused connections, broken keep-alive
                 last = FetchError(url, f"{type(exc).__name__}: {exc}", transient=True)
@@ -306,9 +312,9 @@ class Fetcher:
                     keep(shown, resp, False)
                     err = FetchError(shown, f"HTTP {resp.status_code}: {_shown(resp.content, 200)}",
                                      status=resp.status_code, transient=False, headers=resp.headers)
-                    self._failed(err)
+                    self.report(err)
                     raise err
-            self._failed(last)
+            self.report(last)
             if attempt + 1 < attempts:
                 policy.sleep(min(policy.retry_after_max, wait) if wait is not None else policy.backoff(attempt))
         assert last is not None
@@ -326,6 +332,7 @@ class Fetcher:
             body = resp.content if used else resp.content[:REJECTED_BODY_BYTES]
             self.on_response(url, resp.status_code, body, resp.headers)
 
-    def _failed(self, err: FetchError) -> None:
+    def report(self, err: FetchError) -> None:
+        """``err`` to the failure log (``on_failure``), for a failure the caller judged itself."""
         if self.on_failure is not None:
             self.on_failure(err.url, str(err), err.transient)

@@ -43,8 +43,7 @@ class CometRpc:
                 return self._search(query, event_type, per_page)
             except TxSearchLie as exc:
                 last = exc
-                self.http._failed(exc)
-                self.http.demote(exc.node)  # the next search starts elsewhere
+                self.http.distrust(exc.node, exc)  # the next search starts elsewhere
         assert last is not None
         raise FetchError(last.url, f"every RPC node lied in tx_search: {last}", transient=True)
 

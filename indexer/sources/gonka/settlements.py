@@ -60,7 +60,7 @@ def read_settlement(rpc: CometRpc, chain: ChainRest, escrow_id: str, tx_hash: st
                          f"REST /cosmos/tx/v1beta1/txs: {exc}", transient=True) from None
     proof = _pruned_everywhere(rpc, rpc_error, height) if isinstance(rpc_error, TxNotFound) else None
     if proof is None:
-        rpc.http._failed(FetchError(getattr(rpc_error, "url", "") or f"escrow:{escrow_id}",
+        rpc.http.report(FetchError(getattr(rpc_error, "url", "") or f"escrow:{escrow_id}",
                                     f"settlement tx {tx_hash.upper()} of escrow {escrow_id} read over REST only "
                                     f"(re-encoded, no tx_raw; /tx asked again next cycle): {rpc_reason}"[:2000],
                                     transient=True))
@@ -130,8 +130,7 @@ def _from_rpc(rpc: CometRpc, escrow_id: str, tx_hash: str, height: int | None) -
                                     f"settlement event is at height {height}")
         except SettlementLie as exc:
             failures.append(exc)
-            http._failed(exc)  # a lying node: recorded, and the next one asked first from now on
-            http.demote(node)
+            http.distrust(node, exc)  # a lying node: the next one is asked first from now on
             continue
         except FetchError as exc:
             # not got (pruned, or not indexed: another node may keep older blocks), or failing (recorded by the
