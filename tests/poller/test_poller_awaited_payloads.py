@@ -33,6 +33,12 @@ def _poll(db_url, net, **kw):
                      **{"awaiting": NOW, **kw})
 
 
+def _a_cycle_no_member_serves(db_url, net, scn: Scenario) -> None:
+    """Every epoch reached and polled once while every member answers 404 to payload requests."""
+    net.advance_to_last_epoch()
+    net.app.options.payload_statuses = {h.address: 404 for h in scn.hosts}
+    _poll(db_url, net)
+
 def _stored(db_url) -> dict[tuple[str, int], str | None]:
     with psycopg.connect(db_url) as c:
         return {(e, int(i)): p for e, i, p in c.execute(
@@ -102,9 +108,7 @@ def test_a_payload_served_only_in_a_later_cycle_upgrades_the_refusal_of_a_final_
     scn = _scenario()
     want = _zero_zero(scn)
     with DevnetServer(scn) as net:
-        net.advance_to_last_epoch()
-        net.app.options.payload_statuses = {h.address: 404 for h in scn.hosts}
-        _poll(db_url, net)
+        _a_cycle_no_member_serves(db_url, net, scn)
         with psycopg.connect(db_url) as c:
             final = {s.split(":", 1)[1] for (s,) in c.execute(
                 "SELECT source FROM api.ingest_status WHERE source LIKE 'escrow-final:%%'")}
@@ -160,9 +164,7 @@ def test_a_crash_between_fetching_and_committing_loses_no_awaited_payload(db_url
     scn = _scenario()
     want = _zero_zero(scn)
     with DevnetServer(scn) as net:
-        net.advance_to_last_epoch()
-        net.app.options.payload_statuses = {h.address: 404 for h in scn.hosts}
-        _poll(db_url, net)
+        _a_cycle_no_member_serves(db_url, net, scn)
         net.app.options.payload_statuses = {}
         real = AwaitedPayloads.commit
 
@@ -188,9 +190,7 @@ def test_two_pollers_never_ask_for_one_awaited_payload_at_once(db_url, monkeypat
     scn = _scenario()
     want = _zero_zero(scn)
     with DevnetServer(scn) as net:
-        net.advance_to_last_epoch()
-        net.app.options.payload_statuses = {h.address: 404 for h in scn.hosts}
-        _poll(db_url, net)
+        _a_cycle_no_member_serves(db_url, net, scn)
         net.app.options.payload_statuses = {}
         net.app.payload_requests.clear()
         both_claimed = threading.Barrier(2, timeout=60)
