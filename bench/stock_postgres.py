@@ -3,7 +3,8 @@ stopped and deleted afterwards.
 
 Only where it listens is set: a Unix socket in the private temp dir (mode 0700) and no TCP, so with trust
 authentication nobody but its owner (and root) can connect, and nothing about its performance settings differs from
-a fresh `initdb`. Run as root, the server runs as the embedded cluster's system user (PostgreSQL refuses root).
+a fresh `initdb`, whose locale (and so the databases' default collation) is the environment's, as on any machine
+where a plain `initdb` or a distribution's cluster tool makes the server. Run as root, the server runs as the embedded cluster's system user (PostgreSQL refuses root).
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+import psycopg
 
 DEFAULT_BINDIR = Path("/usr/lib/postgresql/15/bin")
 
@@ -50,8 +53,7 @@ def stock_postgres(bindir: Path = DEFAULT_BINDIR):
     try:
         if as_user:
             os.chown(home, as_user["user"], as_user["group"])
-        _run([str(initdb), "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-locale"],
-             as_user, f"{initdb}")
+        _run([str(initdb), "-D", str(data), "-U", "postgres", "--auth=trust"], as_user, f"{initdb}")
         port = 5432 + (os.getpid() % 20000)  # only names the socket file, in our own directory
         _run([str(pg_ctl), "-D", str(data), "-w", "-t", "60", "-l", str(home / "server.log"),
               "-o", f"-c listen_addresses='' -c unix_socket_directories='{home}' -p {port}", "start"],
@@ -59,7 +61,10 @@ def stock_postgres(bindir: Path = DEFAULT_BINDIR):
         try:
             version = subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True,
                                      text=True).stdout.strip()
-            yield f"postgresql://postgres@/postgres?host={home}&port={port}", version
+            url = f"postgresql://postgres@/postgres?host={home}&port={port}"
+            with psycopg.connect(url) as conn:
+                collation = conn.execute("SELECT datcollate FROM pg_database WHERE datname = 'postgres'").fetchone()[0]
+            yield url, f"{version}, default collation {collation}"
         finally:
             _run([str(pg_ctl), "-D", str(data), "-m", "fast", "-w", "stop"], as_user, f"{pg_ctl} stop")
     finally:

@@ -176,6 +176,17 @@ def apply(conn: Connection, files) -> None:
     remove_ours(conn, keep=wanted)
 
 
+def remove_our_views(conn: Connection, files=()) -> None:
+    """Drop our views, dependents first, and keep our functions: for a migration that alters a column views read
+    (PostgreSQL refuses the ALTER while a view uses it). A user's view on ours stops it, named. A database whose
+    api and fn schemas do not exist yet (the first migration) has none."""
+    if not conn.exec_driver_sql("SELECT to_regnamespace('api') IS NOT NULL AND to_regnamespace('fn') IS NOT NULL"
+                                ).scalar():
+        return
+    functions = {name for name, (kind, _, _) in _ours(conn).items() if kind == "FUNCTION"}
+    remove_ours(conn, keep=functions, files=files)
+
+
 def remove_ours(conn: Connection, keep: set[str] = frozenset(), files=()) -> None:
     """Drop our objects not in `keep`, dependents (views) first, never with CASCADE: the marked ones, and those
     `files` create (a database migrated before the markers existed has them unmarked)."""
