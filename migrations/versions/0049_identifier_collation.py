@@ -28,8 +28,9 @@ depends_on = None
 
 SCHEMAS = ("rec", "replay", "rules", "chain", "part", "net", "alert")
 
-# Text columns of the indexer's tables (partitions follow their parent) that some index depends on: a key column,
-# or one an index expression or predicate reads (pg_depend records each). `collation`: the one they have now.
+# Text columns of the indexer's tables (partitions follow their parent) that some index reads: a key column (of a
+# constraint's index too: those depend on the constraint, not on the columns, in pg_depend), or one an index
+# expression or predicate reads (pg_depend records each). `collation`: the one they have now.
 _INDEXED_TEXT = """
 SELECT c.oid::regclass::text, quote_ident(a.attname), format_type(a.atttypid, a.atttypmod)
 FROM pg_class c
@@ -38,9 +39,15 @@ WHERE c.relnamespace = ANY(%(schemas)s::regnamespace[]) AND c.relkind IN ('r', '
   AND a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype)
   AND a.attcollation = (SELECT oid FROM pg_collation WHERE collname = %(collation)s AND collnamespace =
                                                            'pg_catalog'::regnamespace)
-  AND EXISTS (SELECT 1 FROM pg_depend d JOIN pg_class i ON i.oid = d.objid AND i.relkind IN ('i', 'I')
-              WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
-                AND d.refobjid = c.oid AND d.refobjsubid = a.attnum)
+  AND a.attgenerated = '' AND NOT EXISTS (  -- PostgreSQL cannot alter a generated column or one it reads
+        SELECT 1 FROM pg_depend g JOIN pg_attrdef ad ON ad.oid = g.objid
+        JOIN pg_attribute ga ON ga.attrelid = ad.adrelid AND ga.attnum = ad.adnum AND ga.attgenerated <> ''
+        WHERE g.classid = 'pg_attrdef'::regclass AND g.refclassid = 'pg_class'::regclass AND g.refobjid = c.oid
+          AND g.refobjsubid = a.attnum)
+  AND (EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND a.attnum = ANY(x.indkey::int2[]))
+       OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_class i ON i.oid = d.objid AND i.relkind IN ('i', 'I')
+                  WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
+                    AND d.refobjid = c.oid AND d.refobjsubid = a.attnum))
 ORDER BY 1, 2
 """
 

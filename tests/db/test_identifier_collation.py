@@ -12,13 +12,17 @@ from indexer.db.url import sqlalchemy_url
 
 BEFORE = "0047_prefix_chain_comment"
 SCHEMAS = ["rec", "replay", "rules", "chain", "part", "net", "alert"]
+# Every text column an index of the indexer's reads: a key column (constraint indexes included), or one an
+# expression or predicate reads. net.cursor's are left out: PostgreSQL cannot alter a column its generated columns read.
 INDEXED_TEXT = """
 SELECT c.oid::regclass::text, a.attname, coalesce(k.collname, '-')
 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 LEFT JOIN pg_collation k ON k.oid = a.attcollation
 WHERE c.relnamespace = ANY(%s::regnamespace[]) AND c.relkind IN ('r', 'p') AND a.atttypid = 'text'::regtype
-  AND EXISTS (SELECT 1 FROM pg_depend d JOIN pg_class i ON i.oid = d.objid AND i.relkind IN ('i', 'I')
-              WHERE d.classid = 'pg_class'::regclass AND d.refobjid = c.oid AND d.refobjsubid = a.attnum)
+  AND c.oid <> 'net.cursor'::regclass
+  AND (EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND a.attnum = ANY(x.indkey::int2[]))
+       OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_class i ON i.oid = d.objid AND i.relkind IN ('i', 'I')
+                  WHERE d.classid = 'pg_class'::regclass AND d.refobjid = c.oid AND d.refobjsubid = a.attnum))
 ORDER BY 1, 2"""
 
 
@@ -41,6 +45,8 @@ def test_every_indexed_text_column_compares_bytes_and_new_partitions_inherit_it(
         c.execute("SELECT part.ensure_epochs(ARRAY[7123]::bigint[], 0)")
     rows = _indexed_text(db_url)
     assert ("rec.start_tx", "escrow_id", "C") in rows and ("part.rec_start_tx_e7123", "escrow_id", "C") in rows
+    # primary-key columns too (their index depends on the constraint, not on the column)
+    assert ("rec.confirm_start_tx", "escrow_id", "C") in rows and ("replay.inference", "escrow_id", "C") in rows
     assert [r for r in rows if r[2] != "C"] == []
 
 
