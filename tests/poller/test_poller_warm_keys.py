@@ -7,6 +7,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import psycopg
+import pytest
 
 from indexer.devnet import Scenario, ScenarioConfig
 from indexer.poller import poll_once
@@ -34,15 +35,22 @@ def _warm_keys(db_url: str) -> list[tuple]:
                          ).fetchall()
 
 
-def test_a_404_from_the_grants_route_is_a_failed_read_not_none_granted(db_url):
+def _bodiless(req: Request, conn) -> bool:
+    """A proxy that answers 200 with an object of its own (no ``grantees``), keeping the node's height header."""
+    code, headers, _ = conn.relay(req)
+    return status(200, b'{"error":"upstream busy"}', headers)(req, conn)
+
+
+@pytest.mark.parametrize("answer", ["404", "no_grantees"])
+def test_a_404_from_the_grants_route_is_a_failed_read_not_none_granted(db_url, answer):
     scn = _scn()
     host = sorted(scn.hosts_by_address)[0]
     with hostile_devnet(scn) as (net, proxy):
         net.app.options.state_retain_blocks = 10**9
         net.advance_to_last_epoch()
-        # grpc-gateway's answer for a route the node (or a proxy before it) lacks
+        # grpc-gateway's answer for a route the node (or a proxy before it) lacks; or a 200 that lists nothing
         proxy.on(GRANTS + quote(host), status(404, b'{"code":5,"message":"Not Found","details":[]}',
-                                             {"Content-Type": "application/json"}))
+                                             {"Content-Type": "application/json"}) if answer == "404" else _bodiless)
         _poll(db_url, net)
     rows = _warm_keys(db_url)
     ended = {e for e, *_ in rows}
@@ -52,7 +60,8 @@ def test_a_404_from_the_grants_route_is_a_failed_read_not_none_granted(db_url):
         errors = dict(c.execute("SELECT source, last_error FROM api.ingest_status WHERE source LIKE %s",
                                 (f"snapshot:%:warm_keys:{host}",)).fetchall())
     assert set(errors) == {f"snapshot:{e}:warm_keys:{host}" for e in ended}
-    assert all("HTTP 404" in why for why in errors.values())
+    said = "HTTP 404" if answer == "404" else "no grantees list"
+    assert all(said in why for why in errors.values())
 
 
 def _pruning(req: Request, conn) -> bool:

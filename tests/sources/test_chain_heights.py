@@ -108,3 +108,29 @@ def test_a_node_down_beside_a_pruning_one_leaves_live_values_and_a_node_down_alo
     with pytest.raises(FetchError) as err:
         rest("down").params(END)
     assert not isinstance(err.value, HeightPruned) and err.value.transient and "503" in str(err.value)
+
+
+@pytest.mark.parametrize("body", [{}, {"grantees": None}, {"error": "upstream unavailable"}, {"grantees": "x"}, []])
+@pytest.mark.parametrize("height", [END, None])
+def test_an_answer_without_a_grantees_list_is_a_failed_read_naming_the_url(body, height):
+    """The gateway always renders ``grantees`` (``[]`` for none granted): a 200 without a list there is no answer
+    about the grants, never an exact "none granted"."""
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=body, headers={"Grpc-Metadata-X-Cosmos-Block-Height": str(END)})
+
+    rest = ChainRest(Fetcher(["http://proxy"], policy=RetryPolicy(attempts=1, sleep=lambda s: None),
+                             client=httpx.Client(transport=httpx.MockTransport(handler))))
+    with pytest.raises(FetchError) as err:
+        grantees_at(rest, HOST, height)
+    url = f"http://proxy{PREFIX}/grantees_by_message_type/{HOST}/%2Finference.inference.MsgStartInference"
+    assert err.value.url == url and url in str(err.value) and "no grantees list" in str(err.value)
+    assert not isinstance(err.value, HeightPruned)
+
+
+def test_an_empty_grantees_list_is_none_granted():
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"grantees": []}, headers={"Grpc-Metadata-X-Cosmos-Block-Height": str(END)})
+
+    rest = ChainRest(Fetcher(["http://node"], policy=RetryPolicy(attempts=1, sleep=lambda s: None),
+                             client=httpx.Client(transport=httpx.MockTransport(handler))))
+    assert grantees_at(rest, HOST, END) == ([], END)
