@@ -149,16 +149,18 @@ class Store:
 
     def captured_whole(self, escrow_ids: Iterable[str]) -> set[str]:
         """The ids among ``escrow_ids`` not final only because their settlement was read over the REST (``/tx`` still
-        asked): the log captured to the tip the hosts last reported (net.progress) and a settlement stored. Nothing
-        of them is lost when the chain prunes them."""
-        sources = [f"escrow:{eid}" for eid in escrow_ids]
-        if not sources:
+        asked, so ``tx_raw`` is NULL): a settlement stored, and the log captured (the escrow's net.progress cursor)
+        up to the nonce the settlement itself names. The settlement's nonce is the chain's word; the tip the hosts
+        report is theirs, and a host under-reporting it would pass a truncated log as whole. A settlement with no
+        nonce shows nothing whole. Nothing of these escrows is lost when the chain prunes them."""
+        ids = list(escrow_ids)
+        if not ids:
             return set()
         rows = self.conn.execute(
-            "SELECT p.source FROM net.progress p JOIN rec.settlement s ON 'escrow:' || s.escrow_id = p.source "
-            "WHERE p.source = ANY(%s) AND p.source_position IS NOT NULL AND p.cursor_position >= p.source_position",
-            (sources,)).fetchall()
-        return {source.split(":", 1)[1] for (source,) in rows}
+            "SELECT s.escrow_id FROM rec.settlement s JOIN net.progress p ON p.source = 'escrow:' || s.escrow_id "
+            "WHERE s.escrow_id = ANY(%s) AND s.tx_raw IS NULL AND s.nonce IS NOT NULL "
+            "AND p.cursor_position >= s.nonce", (ids,)).fetchall()
+        return {eid for (eid,) in rows}
 
     def escrow_ids(self, epoch: int) -> list[str]:
         rows = self.conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,)).fetchall()
