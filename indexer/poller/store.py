@@ -75,16 +75,25 @@ ON CONFLICT (source) DO UPDATE SET host = excluded.host, url = excluded.url, err
     transient = excluded.transient, attempts = f.attempts + 1, last_at = now()"""
 
 
+# net.failure past the retention: deleted, and counted per source class (the source-errors counter never goes down)
+_PRUNE_FAILURES = """
+WITH gone AS (DELETE FROM net.failure WHERE at < now() - make_interval(secs => %s) RETURNING source_kind)
+INSERT INTO net.failure_pruned AS p (source_kind, failures, last_pruned_at)
+SELECT source_kind, count(*), now() FROM gone GROUP BY source_kind
+ON CONFLICT (source_kind) DO UPDATE SET failures = p.failures + excluded.failures, last_pruned_at = now()"""
+
 ARCHIVE_CYCLE_BYTES = 512 * 1024 * 1024  # the most one cycle archives in net.raw_response (bodies, bytes)
-ARCHIVE_DAYS = 14.0                       # net.raw_response keeps this many days (pruned at each cycle's end)
+ARCHIVE_DAYS = 14.0                       # net.raw_response and net.failure keep this many days (pruned at each
+                                          # cycle's end)
 
 
 class Store:
     def __init__(self, conn: psycopg.Connection, *, archive: bool = True, side_url: str | None = None,
                  leases=None, archive_days: float | None = ARCHIVE_DAYS,
                  archive_budget: int = ARCHIVE_CYCLE_BYTES) -> None:
-        """``archive_days``: how long archived responses are kept (None: for ever); ``archive_budget``: the body
-        bytes one cycle may archive (past it, answers are counted, not kept: a failure row says how many)."""
+        """``archive_days``: how long archived responses and failure rows are kept (None: for ever);
+        ``archive_budget``: the body bytes one cycle may archive (past it, answers are counted, not kept: a failure
+        row says how many)."""
         self.conn = conn
         self.archive_days, self.archive_budget = archive_days, archive_budget
         self.archived = 0                       # body bytes archived this cycle
@@ -236,7 +245,8 @@ class Store:
 
     def finish_cycle(self, url: str, error: str | None) -> None:
         """Write what is still queued and, for a failed cycle, its error on ``chain`` (``api.ingest_status``) and in
-        ``net.failure``, in a commit that waits for the WAL flush: the cycle's work is durable when it returns. When
+        ``net.failure``, and delete what is past the retention (``archive_days``: archived answers and failure
+        rows), in a commit that waits for the WAL flush: the cycle's work is durable when it returns. When
         the database dropped the main connection, this goes through a fresh one, so a cycle that died of it is still
         visible; a drop that happens here fails the cycle."""
         if error is not None:
@@ -253,6 +263,7 @@ class Store:
             if self.archive_days is not None:
                 conn.execute("DELETE FROM net.raw_response WHERE fetched_at < now() - make_interval(secs => %s)",
                              (self.archive_days * 86400.0,))
+                conn.execute(_PRUNE_FAILURES, (self.archive_days * 86400.0,))
 
         try:
             self._in_transaction(self.conn, lambda c: record(c, error))

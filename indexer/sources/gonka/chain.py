@@ -10,6 +10,7 @@ and :meth:`ChainRest.params` raises :class:`HeightPruned` once no node serves th
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any, Mapping
 from urllib.parse import quote
 
@@ -51,6 +52,17 @@ def served_height(headers: Mapping[str, str]) -> int | None:
 class ChainRest:
     def __init__(self, fetcher: Fetcher) -> None:
         self.http = fetcher
+        # (node, height, named a height): answers as of another height already recorded; a client lives one poll
+        # cycle, so a node that ignores the height header is recorded once a cycle and height, not once a read
+        self._unserved: set[tuple[str, int, bool]] = set()
+        self._lock = threading.Lock()
+
+    def _first_unserved(self, base: str, height: int, named: bool) -> bool:
+        with self._lock:
+            if (base, height, named) in self._unserved:
+                return False
+            self._unserved.add((base, height, named))
+            return True
 
     def _get(self, path: str, params: dict | None = None) -> Any:
         return self.http.get_json(PREFIX + path, params)
@@ -72,7 +84,8 @@ class ChainRest:
         baseapp/grpcserver.go ``RegisterGRPCServer`` @ 118db410c1d5a319a3799a763e1153efc8cbbaab), and the gateway
         forwards it as ``Grpc-Metadata-X-Cosmos-Block-Height``; an answer that names another height, or none (a
         proxy that dropped the header, or ignored the request's), cannot be taken as that height's state, and the
-        node is recorded as failing. Raises :class:`HeightPruned` when no node serves the height and one at
+        node is recorded as failing (once a client, node and height: every read of a cycle would say the same).
+        Raises :class:`HeightPruned` when no node serves the height and one at
         least said it does not (pruned, or answered as of another height): live values then stand in, marked
         inexact; when another node failed otherwise (down, 5xx) the error carries that failure (``failed``), so the
         caller keeps the read open and a later capture replaces the stand-in once that node serves the height. When
@@ -95,7 +108,10 @@ class ChainRest:
                 said = "names no served height" if served is None else f"was served at height {served}"
                 err = FetchError(base + path, f"asked as of height {height}, the answer {said}: not taken as the "
                                  "state of that height", transient=False)
-                http.distrust(base, err)
+                if self._first_unserved(base, height, served is not None):
+                    http.distrust(base, err)
+                else:
+                    http.demote(base)
                 unserved.append(err)
                 continue
             http.prefer(base)
