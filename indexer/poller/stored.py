@@ -42,10 +42,11 @@ class StoredReads:
         ids = list(escrow_ids)
         if not ids:
             return set()
+        # both sides keyed: the settlements by their escrow ids, the progress rows by their sources
         rows = self.conn.execute(
             "SELECT s.escrow_id FROM rec.settlement s JOIN net.progress p ON p.source = 'escrow:' || s.escrow_id "
-            "WHERE s.escrow_id = ANY(%s) AND s.tx_raw IS NULL AND s.nonce IS NOT NULL "
-            "AND p.cursor_position >= s.nonce", (ids,)).fetchall()
+            "WHERE s.escrow_id = ANY(%s) AND p.source = ANY(%s) AND s.tx_raw IS NULL AND s.nonce IS NOT NULL "
+            "AND p.cursor_position >= s.nonce", (ids, [f"escrow:{eid}" for eid in ids])).fetchall()
         return {eid for (eid,) in rows}
 
     def escrow_ids(self, epoch: int) -> list[str]:
