@@ -234,8 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="let participants' inference_url point at loopback, private or link-local addresses "
                           "(a devnet or a private network; off by default: such a URL is refused and recorded)")
     run.add_argument("--archive-days", type=positive_float, default=14.0, metavar="DAYS",
-                     help="days net.raw_response keeps the archived answers; older ones are pruned at the end of "
-                          "each cycle (default 14)")
+                     help="days net.raw_response keeps the archived answers and net.failure the failure rows; "
+                          "older ones are pruned at the end of each cycle (default 14)")
     run.add_argument("--payload-attempts", type=payload_attempts, default=16, metavar="N",
                      help="a 0/0 Finish's response payload no group member served is asked again each cycle and "
                           "given up after N attempts in all (default 16: about two days with the default backoff)")

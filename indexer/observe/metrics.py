@@ -40,7 +40,10 @@ _KIND_OF_TABLE = {kind.table: kind.name for kind in KINDS.values()}
 
 _LAG = """SELECT source_kind, max(lag_seconds) FROM api.ingest_status
           WHERE lag_seconds IS NOT NULL GROUP BY 1"""
-_ERRORS = "SELECT source_kind, count(*) FROM net.failure GROUP BY 1"
+# the rows kept and those the poller's retention deleted (net.failure_pruned): a counter that never goes down
+_ERRORS = """SELECT source_kind, sum(n)::bigint FROM (
+               SELECT source_kind, count(*) AS n FROM net.failure GROUP BY 1
+               UNION ALL SELECT source_kind, failures FROM net.failure_pruned) f GROUP BY 1"""
 # every writer's inserts, per record table: a partitioned table's rows are its partitions' (part.*), counted under
 # the table they belong to (the partitioned table itself never counts any)
 _ROWS = """SELECT root.relname, sum(s.n_tup_ins)::bigint FROM pg_stat_user_tables s

@@ -17,7 +17,8 @@ for good:
   ``escrow:<id>`` row of ``api.ingest_status``. (Epochs before the indexer's first cycle are not gaps.)
 * Escrows the chain pruned between a cycle's listing and its fetch (the epoch ticked during the cycle): a
   ``net.failure`` row and ``last_error`` on ``escrow:<id>``: ``pruned before capture`` without stored rows,
-  ``pruned before its log was final (captured up to nonce N)`` with some.
+  ``pruned before its log was final (captured up to nonce N)`` with some. One whose log reaches the nonce of its
+  stored (REST-read) settlement lost nothing: it gets its ``escrow-final`` mark instead.
 * Escrows partly captured (hosts down, chain up, or a log interrupted): the rows up to the ``escrow:<id>`` cursor
   are kept; the tail after it, the final host stats and the ``escrow-final`` mark are missing. The ``escrow:<id>``
   row of ``api.ingest_status`` keeps its old cursor, its ``last_error`` and a growing ``lag_seconds``; the watchdog's

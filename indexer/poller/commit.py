@@ -215,17 +215,22 @@ class EscrowCommitter:
         for address, why in done.rejected:  # a member whose log failed the signed check: on its own status row
             self.store.error(f"host:{address}", why)
         if done.pruned:
-            # a job is never final yet, so whatever the chain pruned before this fetch is a gap: say so in
-            # net.failure and on the escrow's api.ingest_status row (its cursor, if any, stays where it was)
-            s.escrows_pruned += 1
             done.slots = self.store.stored_slots([done.escrow_id]).get(done.escrow_id, [])
             if done.slots and self.store.captured_whole([done.escrow_id]):
                 # the log was captured whole and a settlement stored (read over the REST only: /tx was still
-                # being asked for it): nothing of the escrow was lost, and its verification says why it stays at
-                # replayed
-                log.info("escrow %s pruned on chain after its log was captured whole (nonce %s); its settlement "
-                         "is kept as read over the REST", done.escrow_id, done.after)
+                # being asked for it): nothing of the escrow was lost and nothing more can be read of it (a
+                # pruned escrow is not fetched, so /tx is not asked again), so it is final as it stands: marked
+                # so, it is not fetched again and counts as final in its epoch. Its verification says why it
+                # stays at replayed.
+                self.store.load_many([], {f"escrow-final:{done.escrow_id}": str(done.after)},
+                                     fence=(f"escrow:{done.escrow_id}",))
+                done.final = True
+                log.info("escrow %s pruned on chain after its log was captured whole (nonce %s): final, with its "
+                         "settlement as read over the REST", done.escrow_id, done.after)
                 return done
+            # a job is never final yet, so whatever the chain pruned before this fetch is a gap: say so in
+            # net.failure and on the escrow's api.ingest_status row (its cursor, if any, stays where it was)
+            s.escrows_pruned += 1
             msg = ("pruned before capture" if not done.slots else
                    f"pruned before its log was final (captured up to nonce {done.after})")
             if done.slots and self.store.settlement_lost(done.escrow_id):

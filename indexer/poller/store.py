@@ -1,6 +1,7 @@
 """Database side of the poller: records through the NDJSON loader, cursors in the same transaction, archive, and
-every statement on the ``net.*`` tables (cursors, failures, epoch states, progress) — the poller's other modules
-hold no SQL, except :mod:`indexer.poller.leases`: the ``net.lease`` statements (whose fence runs inside
+every statement on the ``net.*`` tables (cursors, failures, epoch states, progress; the reads of what was stored
+before are in :mod:`indexer.poller.stored`, which :class:`Store` inherits) — the poller's other modules hold no SQL,
+except :mod:`indexer.poller.leases`: the ``net.lease`` statements (whose fence runs inside
 :meth:`Store.commit`'s transaction) and one read of ``net.cursor`` (an escrow's cursors, read afresh on the lease
 connection right after its lease is taken, from a fetch thread that has no handle on this one), and
 :mod:`indexer.poller.awaited`: the ``net.awaited_payload`` statements (missing payloads asked again), run on this
@@ -27,6 +28,7 @@ from indexer.db.durability import commit_without_flush_wait, flush_at_commit
 from indexer.load.ingest import BatchLoader, IngestSummary, SourceKey, register_source
 from indexer.load.assemble import assemble
 from indexer.load.prepare import prepare_batch
+from indexer.poller.stored import StoredReads
 from indexer.wire.normalize import dumps_record_bytes
 
 UPSERT_CURSOR = """
@@ -75,16 +77,25 @@ ON CONFLICT (source) DO UPDATE SET host = excluded.host, url = excluded.url, err
     transient = excluded.transient, attempts = f.attempts + 1, last_at = now()"""
 
 
+# net.failure past the retention: deleted, and counted per source class (the source-errors counter never goes down)
+_PRUNE_FAILURES = """
+WITH gone AS (DELETE FROM net.failure WHERE at < now() - make_interval(secs => %s) RETURNING source_kind)
+INSERT INTO net.failure_pruned AS p (source_kind, failures, last_pruned_at)
+SELECT source_kind, count(*), now() FROM gone GROUP BY source_kind
+ON CONFLICT (source_kind) DO UPDATE SET failures = p.failures + excluded.failures, last_pruned_at = now()"""
+
 ARCHIVE_CYCLE_BYTES = 512 * 1024 * 1024  # the most one cycle archives in net.raw_response (bodies, bytes)
-ARCHIVE_DAYS = 14.0                       # net.raw_response keeps this many days (pruned at each cycle's end)
+ARCHIVE_DAYS = 14.0                       # net.raw_response and net.failure keep this many days (pruned at each
+                                          # cycle's end)
 
 
-class Store:
+class Store(StoredReads):
     def __init__(self, conn: psycopg.Connection, *, archive: bool = True, side_url: str | None = None,
                  leases=None, archive_days: float | None = ARCHIVE_DAYS,
                  archive_budget: int = ARCHIVE_CYCLE_BYTES) -> None:
-        """``archive_days``: how long archived responses are kept (None: for ever); ``archive_budget``: the body
-        bytes one cycle may archive (past it, answers are counted, not kept: a failure row says how many)."""
+        """``archive_days``: how long archived responses and failure rows are kept (None: for ever);
+        ``archive_budget``: the body bytes one cycle may archive (past it, answers are counted, not kept: a failure
+        row says how many)."""
         self.conn = conn
         self.archive_days, self.archive_budget = archive_days, archive_budget
         self.archived = 0                       # body bytes archived this cycle
@@ -125,66 +136,7 @@ class Store:
         with self._lock:
             self.failures.append((source, url, error, transient))
 
-    # -- cursors --------------------------------------------------------------------------------
-    def final_escrows(self, escrow_ids: Iterable[str]) -> set[str]:
-        """The ids among ``escrow_ids`` whose settled log is complete (an ``escrow-final:<id>`` cursor): one keyed
-        read of those sources, not every escrow-final cursor ever written."""
-        sources = [f"escrow-final:{eid}" for eid in escrow_ids]
-        if not sources:
-            return set()
-        rows = self.conn.execute("SELECT source FROM net.cursor WHERE source = ANY(%s) AND cursor IS NOT NULL",
-                                 (sources,)).fetchall()
-        return {source.split(":", 1)[1] for (source,) in rows}
-
-    # -- what was stored before ------------------------------------------------------------------
-    def stored_slots(self, escrow_ids: list[str]) -> dict[str, list[str]]:
-        rows = self.conn.execute("SELECT escrow_id, slots FROM rec.escrow WHERE escrow_id = ANY(%s)", (escrow_ids,))
-        return {escrow_id: list(slots or []) for escrow_id, slots in rows}
-
-    def settlement_lost(self, escrow_id: str) -> bool:
-        """Whether the escrow is stored as settled with no settlement transaction captured."""
-        row = self.conn.execute("SELECT e.settled AND NOT EXISTS (SELECT 1 FROM rec.settlement s WHERE s.escrow_id = "
-                                "e.escrow_id) FROM rec.escrow e WHERE e.escrow_id = %s", (escrow_id,)).fetchone()
-        return bool(row and row[0])
-
-    def captured_whole(self, escrow_ids: Iterable[str]) -> set[str]:
-        """The ids among ``escrow_ids`` not final only because their settlement was read over the REST (``/tx`` still
-        asked): the log captured to the tip the hosts last reported (net.progress) and a settlement stored. Nothing
-        of them is lost when the chain prunes them."""
-        sources = [f"escrow:{eid}" for eid in escrow_ids]
-        if not sources:
-            return set()
-        rows = self.conn.execute(
-            "SELECT p.source FROM net.progress p JOIN rec.settlement s ON 'escrow:' || s.escrow_id = p.source "
-            "WHERE p.source = ANY(%s) AND p.source_position IS NOT NULL AND p.cursor_position >= p.source_position",
-            (sources,)).fetchall()
-        return {source.split(":", 1)[1] for (source,) in rows}
-
-    def escrow_ids(self, epoch: int) -> list[str]:
-        rows = self.conn.execute("SELECT escrow_id FROM rec.escrow WHERE epoch_index = %s", (epoch,)).fetchall()
-        return [escrow_id for (escrow_id,) in rows]
-
-    def exactly_granted(self, epoch: int) -> set[str]:
-        """The participants whose warm keys for ``epoch`` are stored as read at the epoch's end height: any exact
-        row makes them so (their grants are their exact rows, indexer.replay.material), whatever live readings were
-        stored beside it."""
-        return {p for (p,) in self.conn.execute(
-            "SELECT participant FROM rec.warm_key WHERE epoch_index = %s GROUP BY 1 HAVING bool_or(read_exact)",
-            (epoch,))}
-
-    def epoch_known_before(self, epoch: int) -> bool:
-        """Whether an epoch before ``epoch`` is stored."""
-        return self.conn.execute("SELECT EXISTS (SELECT 1 FROM rec.epoch WHERE epoch_index < %s)",
-                                 (epoch,)).fetchone()[0]
-
     # -- epoch states -------------------------------------------------------------------------------
-    def epoch_states(self) -> dict[int, str]:
-        return dict(self.conn.execute("SELECT epoch_index, state FROM net.epoch_state").fetchall())
-
-    def stats_digest(self, epoch: int) -> str | None:
-        row = self.conn.execute("SELECT stats_digest FROM net.epoch_state WHERE epoch_index = %s", (epoch,)).fetchone()
-        return row[0] if row else None
-
     def set_epoch_state(self, conn: psycopg.Connection, epoch: int, state: str, escrows: int, escrows_final: int,
                         digest: str | None, *, reason: str | None = None) -> None:
         """The epoch's state row and its ``epoch:<E>`` cursor, inside the caller's transaction on ``conn``."""
@@ -198,11 +150,6 @@ class Store:
                                                                       digest, reason=reason), fence=fence)
 
     # -- progress watchdog ----------------------------------------------------------------------------
-    def progress(self, source: str) -> tuple | None:
-        """(source_position, cursor_position, stalled_cycles) of ``source``, or None."""
-        return self.conn.execute("SELECT source_position, cursor_position, stalled_cycles FROM net.progress "
-                                 "WHERE source = %s", (source,)).fetchone()
-
     def set_progress(self, source: str, source_position: int | None, cursor_position: int, stalled: int) -> None:
         self.conn.execute(_SET_PROGRESS, {"s": source, "t": source_position, "n": cursor_position, "k": stalled})
 
@@ -234,7 +181,8 @@ class Store:
 
     def finish_cycle(self, url: str, error: str | None) -> None:
         """Write what is still queued and, for a failed cycle, its error on ``chain`` (``api.ingest_status``) and in
-        ``net.failure``, in a commit that waits for the WAL flush: the cycle's work is durable when it returns. When
+        ``net.failure``, and delete what is past the retention (``archive_days``: archived answers and failure
+        rows), in a commit that waits for the WAL flush: the cycle's work is durable when it returns. When
         the database dropped the main connection, this goes through a fresh one, so a cycle that died of it is still
         visible; a drop that happens here fails the cycle."""
         if error is not None:
@@ -251,6 +199,7 @@ class Store:
             if self.archive_days is not None:
                 conn.execute("DELETE FROM net.raw_response WHERE fetched_at < now() - make_interval(secs => %s)",
                              (self.archive_days * 86400.0,))
+                conn.execute(_PRUNE_FAILURES, (self.archive_days * 86400.0,))
 
         try:
             self._in_transaction(self.conn, lambda c: record(c, error))

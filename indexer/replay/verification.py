@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 import psycopg
 
 from indexer.replay import verify_memo as vm
-from indexer.replay.bundling import NO_LOG, NO_ROOT, Unusable, stage_bundle  # noqa: F401 - the stage's vocabulary
+from indexer.replay.bundling import Unusable, stage_bundle
 from indexer.replay.material import Material, load_material
 from indexer.replay.verifier import MAX_CRASHES, VERIFIER, VERIFIER_VERSION, is_older
 from indexer.verify import bundle as bd, signatures as sig
-from indexer.verify.evidence import COLD_ONLY, INEXACT, NO_RAW_TX, NOT_CHECKED, Report, verify_bundle  # noqa: F401
+from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
 
 # A row whose checks raised instead of answering starts its failure with this (the escrow_verification_failed alert
 # selects it), keeps no evidence digest and counts the crash (``crashes``): the next replay pass checks it again, up

@@ -22,6 +22,7 @@ SELECT citus_add_local_table_to_metadata('rec.amendment');
 -- the poller's control state
 SELECT citus_add_local_table_to_metadata('net.cursor');
 SELECT citus_add_local_table_to_metadata('net.failure');
+SELECT citus_add_local_table_to_metadata('net.failure_pruned');
 SELECT citus_add_local_table_to_metadata('net.epoch_state');
 SELECT citus_add_local_table_to_metadata('net.progress');
 SELECT citus_add_local_table_to_metadata('net.snapshot_failure');

@@ -49,8 +49,14 @@ WITH pair AS (
          sum(greatest(weight, 0)) AS captured_weight
   FROM priced GROUP BY epoch_index
 ), epoch_caps AS (
+  -- the list holds the hosts not excluded, so it is known only when the chain's exclusions were read: a failed
+  -- excluded_participants read (net.snapshot_failure, until a later read succeeds) leaves every host's
+  -- excluded_reason NULL, which would put the excluded hosts' weights in the list. Epochs loaded from files have no
+  -- such row: their participant_epoch records carry the exclusions as captured.
   SELECT l.*, c.capped AS epoch_capped, c.cap AS epoch_cap, c.rule AS epoch_cap_rule,
-         CASE WHEN l.cap_unknown_host IS NOT NULL THEN 'the effective weight of an ACTIVE host of the epoch is '
+         CASE WHEN x.error IS NOT NULL THEN 'the chain''s exclusions of the epoch were not read (excluded_participants: '
+                || left(x.error, 200) || '), so which hosts are ACTIVE, and the list the chain caps, is not known'
+              WHEN l.cap_unknown_host IS NOT NULL THEN 'the effective weight of an ACTIVE host of the epoch is '
                 || 'unknown (' || l.cap_unknown_host || ')'
               WHEN l.captured_weight IS DISTINCT FROM t.total_weight THEN 'the captured hosts'' weights sum to '
                 || COALESCE(l.captured_weight::text, 'nothing') || ' but the epoch''s total_weight is '
@@ -59,6 +65,8 @@ WITH pair AS (
               ELSE c.error END AS epoch_cap_error
   FROM cap_lists l
   LEFT JOIN rec.epoch_params t ON t.epoch_index = l.epoch_index
+  LEFT JOIN LATERAL (SELECT f.error FROM net.snapshot_failure f WHERE f.epoch_index = l.epoch_index
+                       AND f.what = 'excluded' ORDER BY f.source LIMIT 1) x ON true
   CROSS JOIN LATERAL fn.power_cap(l.cap_list, l.cap_chain_version) c
 ), capped AS (
   -- the cap on the list the host's reward is computed over: the epoch's, or for a host the chain excluded, the

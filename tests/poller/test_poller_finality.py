@@ -2,12 +2,15 @@
 progress watchdog (a source ahead of a cursor that does not move)."""
 from __future__ import annotations
 
+import logging
+
 import psycopg
 
 from indexer.devnet import DevnetServer, FaultConfig, Scenario, ScenarioConfig
 from indexer.poller import poll_once
 from indexer.poller.commit import STALL_CYCLES
 from indexer.sources.gonka import RetryPolicy
+from tests.support.hostile import hostile_devnet, json_answer, rewrite
 
 FAST = dict(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=4)
 
@@ -131,3 +134,71 @@ def test_an_epoch_pruned_with_an_escrow_captured_whole_and_settled_over_rest_cou
                          (f"epoch {start} pruned before escrow was final",)).fetchone()[0]
         said = c.execute("SELECT last_error FROM api.ingest_status WHERE source = %s", (f"epoch:{start}",)).fetchone()
     assert lost == 0 and (said is None or said[0] is None)
+
+
+def test_an_escrow_whose_hosts_under_report_its_nonce_is_not_counted_captured_whole(db_url):
+    """The hosts report the escrow's nonce 3 short of the one its settlement names, and serve its log that far: the
+    cursor reaches the tip they report, but the log the chain settled is longer. Counted captured, the truncated
+    escrow would hide a gap when the epoch is pruned; the settlement's own nonce decides."""
+    scn = _scn(epochs=5)
+    short = {}
+
+    def detail(body, req):
+        short["nonce"] = body["nonce"] = body["nonce"] - 3
+        return body
+
+    def diffs(body, req):
+        return [d for d in body if d["diff"]["nonce"] <= short.get("nonce", 0)]
+
+    with hostile_devnet(scn) as (net, proxy):
+        start = net.devnet.current_epoch
+        victim = next(e for e in scn.escrows if scn.escrows[e].epoch_index == start)
+        net.app.options.lagging_rpc_txs = (victim,)
+        proxy.on(rf"/devshard/[^/]+/stats/shards/{victim}$", rewrite(detail))
+        proxy.on(rf"/devshard/[^/]+/sessions/{victim}/diffs$", rewrite(diffs))
+        net.advance_epoch()
+        _poll(db_url, net)
+        _poll(db_url, net)
+        with psycopg.connect(db_url) as c:
+            settled = c.execute("SELECT nonce, tx_raw FROM rec.settlement WHERE escrow_id = %s", (victim,)).fetchone()
+            progress = c.execute("SELECT source_position, cursor_position FROM net.progress WHERE source = %s",
+                                 (f"escrow:{victim}",)).fetchone()
+        assert settled[1] is None and progress == (settled[0] - 3, settled[0] - 3)
+        for _ in range(3):
+            net.advance_epoch()
+        _poll(db_url, net)
+    st = _states(db_url)
+    assert st[start][:2] == ("final", "pruned") and st[start][3] == st[start][2] - 1
+    with psycopg.connect(db_url) as c:
+        lost = c.execute("SELECT count(*) FROM net.failure WHERE source = %s AND error = %s",
+                         (f"escrow:{victim}", f"epoch {start} pruned before escrow was final")).fetchone()[0]
+    assert lost == 1
+
+
+def test_an_escrow_pruned_after_its_log_was_captured_whole_is_final_and_said_once(db_url, caplog):
+    """The chain prunes an escrow (found:false) while its epoch is still in the window, after its log was captured
+    whole and its settlement read over the REST: nothing more can be read of it, so it is final. Its epoch leaves
+    ``settling`` with ``reason = 'complete'`` instead of waiting to be pruned, and the escrow is not fetched (nor
+    logged) again on later cycles."""
+    scn = _scn(epochs=5)
+    with hostile_devnet(scn) as (net, proxy):
+        start = net.devnet.current_epoch
+        victim = next(e for e in scn.escrows if scn.escrows[e].epoch_index == start)
+        net.app.options.lagging_rpc_txs = (victim,)
+        net.advance_epoch()
+        _poll(db_url, net)
+        _poll(db_url, net)
+        assert _states(db_url)[start][0] == "settling"  # the settlement's /tx is still asked
+        proxy.on(rf"/devshard_escrow/{victim}$", json_answer({"found": False}))
+        with caplog.at_level(logging.INFO, logger="indexer.poller.commit"):
+            for _ in range(3):
+                s = _poll(db_url, net)
+                assert s.escrows_pruned == 0
+    st = _states(db_url)
+    assert st[start] == ("final", "complete", 2, 2)
+    said = [r for r in caplog.records if f"escrow {victim} pruned on chain" in r.getMessage()]
+    assert len(said) == 1
+    with psycopg.connect(db_url) as c:
+        lost = c.execute("SELECT count(*) FROM net.failure WHERE source = %s AND error LIKE %s",
+                         (f"escrow:{victim}", "%pruned%")).fetchone()[0]
+    assert lost == 0

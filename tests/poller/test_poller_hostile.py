@@ -195,6 +195,40 @@ def test_the_archive_has_a_budget_per_cycle_and_a_retention(db_url):
     assert errors == ["3 responses (12000 bytes) not archived: the cycle had archived its 10000 bytes"]
 
 
+def test_failure_rows_keep_the_retention_and_the_errors_counter_never_goes_down(db_url):
+    """net.failure rows older than the retention are deleted at the cycle's end, like archived answers, and
+    counted by source class in net.failure_pruned: the source-errors counter of /metrics (rows kept + rows pruned)
+    does not go down, and a later prune adds to the count."""
+    from indexer.observe.metrics import _ERRORS
+    from indexer.poller.store import Store
+
+    def counter(conn) -> dict:
+        return dict(conn.execute(_ERRORS).fetchall())
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO net.failure (source, url, error, transient, at) VALUES "
+                     "('http', 'http://n/a', 'old', true, now() - interval '15 days'), "
+                     "('escrow:7', '', 'old', true, now() - interval '20 days'), "
+                     "('escrow:8', '', 'old too', false, now() - interval '15 days'), "
+                     "('escrow:9', '', 'recent', true, now() - interval '13 days')")
+        before = counter(conn)
+        store = Store(conn, archive_days=14)
+        store.fail("escrow:10", "", "this cycle", True)
+        store.finish_cycle(db_url, None)
+        kept = sorted(conn.execute("SELECT source, error FROM net.failure").fetchall())
+        pruned = dict(conn.execute("SELECT source_kind, failures FROM net.failure_pruned").fetchall())
+        after = counter(conn)
+        conn.execute("UPDATE net.failure SET at = now() - interval '30 days' WHERE source = 'escrow:9'")
+        store.finish_cycle(db_url, None)
+        store.close()
+        again = dict(conn.execute("SELECT source_kind, failures FROM net.failure_pruned").fetchall())
+        last = counter(conn)
+    assert kept == [("escrow:10", "this cycle"), ("escrow:9", "recent")]
+    assert pruned == {"http": 1, "escrow": 2}
+    assert after == {"http": before["http"], "escrow": before["escrow"] + 1} == last
+    assert again == {"http": 1, "escrow": 3}
+
+
 def test_one_member_cannot_deny_the_log_with_an_empty_page(db_url, clean):
     """The member asked first answers ``[]`` for every diffs page while the shard's tip is past it: a failure of
     that member (recorded against it), and the log is read from another."""

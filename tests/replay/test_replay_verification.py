@@ -7,7 +7,8 @@ import psycopg
 import pytest
 
 from indexer.replay.run import mark_all_dirty, replay_dirty
-from indexer.replay.verification import COLD_ONLY, INEXACT, NO_LOG
+from indexer.replay.bundling import NO_LOG
+from indexer.verify.evidence import COLD_ONLY, INEXACT
 from tests.support.helpers import ingest, write_lines
 from tests.support.verify_records import (EID, HEIGHT, SOURCE, TAMPERS, epoch_params_record, escrow_record, records,
                                           settlement_record, signed_diff_records, tampered, tx_records)

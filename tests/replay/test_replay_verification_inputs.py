@@ -98,7 +98,7 @@ def _grant(participant: str, grantee: str = "", exact: bool = True) -> dict:
 def test_awaiting_grants_depends_on_the_slots_participants_only(db_url, conn, tmp_path):
     """Grants captured for someone outside the escrow's group leave it awaiting its own; once slot 0's participant
     is captured with no grants (an empty grantee), the unknown key is a failure."""
-    from indexer.replay.verification import COLD_ONLY
+    from indexer.verify.evidence import COLD_ONLY
     from tests.support.verify_kit import HOSTS
 
     recs, forger = _warm_settlement(0)
@@ -117,7 +117,7 @@ def test_awaiting_grants_depends_on_the_slots_participants_only(db_url, conn, tm
 def test_a_participant_whose_grants_were_not_read_is_awaited_beside_others_that_were(db_url, conn, tmp_path):
     """A partly failed capture: slot 1's participant has no row (its read failed) while the others were read; a
     signature of slot 1 by a key not granted by anyone read is not failed."""
-    from indexer.replay.verification import COLD_ONLY
+    from indexer.verify.evidence import COLD_ONLY
     from tests.support.verify_kit import HOSTS
 
     recs, _ = _warm_settlement(1)
@@ -131,7 +131,7 @@ def test_a_participant_whose_grants_were_not_read_is_awaited_beside_others_that_
 def test_an_inexact_capture_neither_authorises_nor_refutes_a_key(db_url, conn, tmp_path):
     """Slot 0's participant was read from live values only (its end height pruned): today's grants do not list the
     key, but the epoch's might have: not checked, not failed."""
-    from indexer.replay.verification import INEXACT
+    from indexer.verify.evidence import INEXACT
     from tests.support.verify_kit import HOSTS
 
     recs, _ = _warm_settlement(0)

@@ -33,7 +33,7 @@ def _served_bare(rec: dict, **changes) -> dict:
 
 
 def test_a_diff_stored_with_no_signed_root_anywhere_is_not_checked_not_failed(db_url, conn, tmp_path):
-    from indexer.replay.verification import NO_ROOT
+    from indexer.replay.bundling import NO_ROOT
 
     diffs = signed_diff_records()
     diffs[6] = _served_bare(diffs[6], state_hash=None)
@@ -92,7 +92,7 @@ def test_an_exact_reading_after_live_ones_decides_the_participants_grants(db_url
     other grantees), but the exact reading alone is the participant's grants; a live row loaded after it with a new
     grantee neither makes it inexact nor adds that key."""
     from indexer.poller.store import Store
-    from indexer.replay.verification import INEXACT
+    from indexer.verify.evidence import INEXACT
     from tests.support.verify_kit import HOSTS
     from tests.support.verify_records import EPOCH
 

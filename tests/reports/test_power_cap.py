@@ -180,6 +180,34 @@ def test_unknown_inputs_leave_the_capped_figure_unknown_with_the_reason(db_url, 
         {"gonka1zero": (0, 0, 0), "gonka1x": (0, 0, 0), "gonka1y": (0, 0, 0)}
 
 
+def test_an_epoch_whose_exclusions_were_not_read_has_no_known_cap(db_url, tmp_path, conn):
+    """The heavy host was excluded on chain, but the poller's excluded_participants read failed: its row says no
+    exclusion, and in the list [100, 100, 100, 700] it would set a cap of 128 that the chain (list [100, 100, 100],
+    no cap) never applied. Until the exclusions are read, no host's capped weight or reward is known, and each says
+    why; once a read succeeds (the failure row goes) the figures are computed again."""
+    from indexer.poller.store import Store
+    from indexer.sources.gonka.snapshots import SnapshotFailure
+
+    hosts = {f"gonka1light{k}": {"weight": 100} for k in range(3)}
+    hosts["gonka1heavy"] = {"weight": 700}
+    load(db_url, tmp_path, _epoch(606, 1000, hosts), rules=False)
+    failed = SnapshotFailure(606, "excluded", "http://node/productscience/inference/inference/excluded_participants/"
+                             "606", "HTTP 503: upstream unavailable", True)
+    store = Store(conn, archive=False)
+    store.snapshot_outcome(conn, [failed], [])
+    rows = _impact(conn, 606)
+    assert set(rows) == set(hosts)
+    for row in rows.values():
+        assert (row["power_cap"], row["reward_weight"], row["reward_if_passed"]) == (None, None, None)
+        assert row["reward_weight_error"].startswith("power cap: the chain's exclusions of the epoch were not read "
+                                                     "(excluded_participants: HTTP 503: upstream unavailable)")
+        assert row["cap_evidence"]["error"] == row["reward_weight_error"].removeprefix("power cap: ")
+    store.snapshot_outcome(conn, [], [failed.source])  # a later read succeeded (and found no exclusion)
+    rows = _impact(conn, 606)
+    assert (rows["gonka1heavy"]["power_cap"], rows["gonka1heavy"]["reward_weight"]) == (128, 128)
+    assert all(r["reward_weight_error"] is None for r in rows.values())
+
+
 def test_a_long_reason_is_cut_for_the_report():
     assert _clip("x" * 299) == "x" * 299
     assert _clip("y" * 400) == "y" * 299 + "…"

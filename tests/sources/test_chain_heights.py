@@ -57,14 +57,14 @@ def test_a_pruned_height_at_the_first_node_is_asked_of_the_archive_node_next():
     assert height == END and params["params"]["validation_params"]["invalidation_h_threshold"] == "4"
     assert asked == [("pruning", str(END)), ("archive", str(END))]
     # the warm keys of the epoch, exact: the key granted after it is not among them
-    assert _grants(rest, HOST, END) == ([{"address": OLD_WARM}], END, True)
+    assert _grants(rest, HOST, END) == ([{"address": OLD_WARM}], END, True, None)
 
 
 def test_live_values_stand_in_only_when_no_node_keeps_the_height():
     rest, _ = chain("pruning")
     with pytest.raises(HeightPruned):
         rest.params(END)
-    assert _grants(rest, HOST, END) == ([{"address": NEW_WARM}], None, False)
+    assert _grants(rest, HOST, END) == ([{"address": NEW_WARM}], None, False, None)
 
 
 @pytest.mark.parametrize("kind", ["ignoring", "silent"])
@@ -76,12 +76,12 @@ def test_an_answer_not_said_to_be_of_the_height_asked_is_not_taken_as_it(kind):
     rest, _ = chain(kind, failures=failures)
     with pytest.raises(HeightPruned):
         grantees_at(rest, HOST, END)
-    assert _grants(rest, HOST, END) == ([{"address": NEW_WARM}], None, False)
+    assert _grants(rest, HOST, END) == ([{"address": NEW_WARM}], None, False, None)
     said = "was served at height 5660000" if kind == "ignoring" else "names no served height"
     assert failures and all(said in msg and url.startswith(f"http://{kind}") for url, msg in failures)
 
     rest, asked = chain(kind, "archive", failures=[])
-    assert _grants(rest, HOST, END) == ([{"address": OLD_WARM}], END, True)
+    assert _grants(rest, HOST, END) == ([{"address": OLD_WARM}], END, True, None)
     assert rest.params(END)[0]["params"]["validation_params"]["invalidation_h_threshold"] == "4"
     assert rest.http.urls()[0] == "http://archive"  # the node that ignored the height is asked last from now on
 
@@ -104,7 +104,36 @@ def test_a_node_down_beside_a_pruning_one_leaves_live_values_and_a_node_down_alo
 
     with pytest.raises(HeightPruned):
         rest("down", "pruning").params(END)
-    assert _grants(rest("down", "pruning"), HOST, END) == ([{"address": NEW_WARM}], None, False)
+    *read, retry = _grants(rest("down", "pruning"), HOST, END)
+    # the stand-in, and the node that was down named as a read still to make (a transient failure)
+    assert read == [[{"address": NEW_WARM}], None, False]
+    assert retry.transient and retry.url.startswith("http://down") and "503" in str(retry)
     with pytest.raises(FetchError) as err:
         rest("down").params(END)
     assert not isinstance(err.value, HeightPruned) and err.value.transient and "503" in str(err.value)
+
+
+@pytest.mark.parametrize("body", [{}, {"grantees": None}, {"error": "upstream unavailable"}, {"grantees": "x"}, []])
+@pytest.mark.parametrize("height", [END, None])
+def test_an_answer_without_a_grantees_list_is_a_failed_read_naming_the_url(body, height):
+    """The gateway always renders ``grantees`` (``[]`` for none granted): a 200 without a list there is no answer
+    about the grants, never an exact "none granted"."""
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=body, headers={"Grpc-Metadata-X-Cosmos-Block-Height": str(END)})
+
+    rest = ChainRest(Fetcher(["http://proxy"], policy=RetryPolicy(attempts=1, sleep=lambda s: None),
+                             client=httpx.Client(transport=httpx.MockTransport(handler))))
+    with pytest.raises(FetchError) as err:
+        grantees_at(rest, HOST, height)
+    url = f"http://proxy{PREFIX}/grantees_by_message_type/{HOST}/%2Finference.inference.MsgStartInference"
+    assert err.value.url == url and url in str(err.value) and "no grantees list" in str(err.value)
+    assert not isinstance(err.value, HeightPruned)
+
+
+def test_an_empty_grantees_list_is_none_granted():
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"grantees": []}, headers={"Grpc-Metadata-X-Cosmos-Block-Height": str(END)})
+
+    rest = ChainRest(Fetcher(["http://node"], policy=RetryPolicy(attempts=1, sleep=lambda s: None),
+                             client=httpx.Client(transport=httpx.MockTransport(handler))))
+    assert grantees_at(rest, HOST, END) == ([], END)

@@ -10,6 +10,7 @@ and :meth:`ChainRest.params` raises :class:`HeightPruned` once no node serves th
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any, Mapping
 from urllib.parse import quote
 
@@ -21,11 +22,14 @@ _PRUNED = re.compile(rb"failed to load state at height \d+")
 
 
 class HeightPruned(FetchError):
-    """The node has pruned the state of the requested height."""
+    """No node served the state of the requested height, and one at least said it does not keep it. ``failed``:
+    a node's other failure (down, 5xx) on the way, when there was one: that node may still serve the height (an
+    archive node), so what stands in for it now is to be read again."""
 
-    def __init__(self, err: FetchError, height: int) -> None:
+    def __init__(self, err: FetchError, height: int, failed: FetchError | None = None) -> None:
         super().__init__(err.url, str(err).rsplit(" (", 1)[0], status=err.status, transient=False)
         self.height = height
+        self.failed = failed
 
 
 def _pruned_answer(status: int, body: bytes) -> bool:
@@ -48,18 +52,31 @@ def served_height(headers: Mapping[str, str]) -> int | None:
 class ChainRest:
     def __init__(self, fetcher: Fetcher) -> None:
         self.http = fetcher
+        # (node, height, named a height): answers as of another height already recorded; a client lives one poll
+        # cycle, so a node that ignores the height header is recorded once a cycle and height, not once a read
+        self._unserved: set[tuple[str, int, bool]] = set()
+        self._lock = threading.Lock()
+
+    def _first_unserved(self, base: str, height: int, named: bool) -> bool:
+        with self._lock:
+            if (base, height, named) in self._unserved:
+                return False
+            self._unserved.add((base, height, named))
+            return True
 
     def _get(self, path: str, params: dict | None = None) -> Any:
         return self.http.get_json(PREFIX + path, params)
 
-    def _get_at(self, path: str, height: int | None) -> tuple[Any, int | None]:
-        """(JSON, the height it was served at) of a read as of ``height`` (None: the latest state)."""
+    def _get_at(self, path: str, height: int | None) -> tuple[Any, int | None, str]:
+        """(JSON, the height it was served at, the URL that answered) of a read as of ``height`` (None: the latest
+        state)."""
         if height is None:
-            data, resp_headers = self.http.get_json_meta(PREFIX + path)
-            return data, served_height(resp_headers)
-        return self._read_at(PREFIX + path, int(height)), int(height)
+            data, resp_headers, base = self.http.get_json_meta_from(PREFIX + path)
+            return data, served_height(resp_headers), base + PREFIX + path
+        data, base = self._read_at(PREFIX + path, int(height))
+        return data, int(height), base + PREFIX + path
 
-    def _read_at(self, path: str, height: int) -> Any:
+    def _read_at(self, path: str, height: int) -> tuple[Any, str]:
         """The JSON of ``path`` as of ``height`` from the first node that serves that height, each node asked in
         turn: one that has pruned it (a pruning node before an archive node) or that answers as of another height
         is passed over. The served height is the one the answer says: cosmos-sdk sets ``x-cosmos-block-height`` on
@@ -67,10 +84,12 @@ class ChainRest:
         baseapp/grpcserver.go ``RegisterGRPCServer`` @ 118db410c1d5a319a3799a763e1153efc8cbbaab), and the gateway
         forwards it as ``Grpc-Metadata-X-Cosmos-Block-Height``; an answer that names another height, or none (a
         proxy that dropped the header, or ignored the request's), cannot be taken as that height's state, and the
-        node is recorded as failing. Raises :class:`HeightPruned` when no node serves the height and one at
+        node is recorded as failing (once a client, node and height: every read of a cycle would say the same).
+        Raises :class:`HeightPruned` when no node serves the height and one at
         least said it does not (pruned, or answered as of another height): live values then stand in, marked
-        inexact, and a later capture replaces them once a node that failed otherwise (down, 5xx) serves it. When
-        every node failed otherwise, the failure (transient first)."""
+        inexact; when another node failed otherwise (down, 5xx) the error carries that failure (``failed``), so the
+        caller keeps the read open and a later capture replaces the stand-in once that node serves the height. When
+        every node failed otherwise, the failure (transient first). Returns (JSON, base URL of the node)."""
         http = self.http
         unserved: list[FetchError] = []
         failed: FetchError | None = None
@@ -89,21 +108,25 @@ class ChainRest:
                 said = "names no served height" if served is None else f"was served at height {served}"
                 err = FetchError(base + path, f"asked as of height {height}, the answer {said}: not taken as the "
                                  "state of that height", transient=False)
-                http.distrust(base, err)
+                if self._first_unserved(base, height, served is not None):
+                    http.distrust(base, err)
+                else:
+                    http.demote(base)
                 unserved.append(err)
                 continue
             http.prefer(base)
-            return data
+            return data, base
         if not unserved:
             assert failed is not None
             raise failed
         last = unserved[-1]
         raise HeightPruned(FetchError(last.url, "; ".join(str(e) for e in unserved), status=last.status,
-                                      transient=False), height)
+                                      transient=False), height, failed)
 
-    def get_at(self, path: str, height: int | None) -> tuple[Any, int | None]:
-        """A read under the module prefix as of ``height`` (None: live) → (JSON, height served); raises
-        :class:`HeightPruned` when no node serves that height (pruned, or answered as of another)."""
+    def get_at(self, path: str, height: int | None) -> tuple[Any, int | None, str]:
+        """A read under the module prefix as of ``height`` (None: live) → (JSON, height served, the URL that
+        answered); raises :class:`HeightPruned` when no node serves that height (pruned, or answered as of
+        another)."""
         return self._get_at(path, height)
 
     def current_epoch(self) -> dict:
@@ -124,7 +147,8 @@ class ChainRest:
     def params(self, height: int | None = None) -> tuple[dict, int | None]:
         """Module params as of ``height`` (None: live) → (``{"params": {…}}``, height served); raises
         :class:`HeightPruned` when no node serves that height."""
-        return self._get_at("/params", height)
+        data, served, _ = self._get_at("/params", height)
+        return data, served
 
     def epoch_performance_summary(self, epoch: int, participant: str) -> dict:
         """``{"epochPerformanceSummary": {…}}`` (the proto field is camelCase, so the JSON key is too)."""

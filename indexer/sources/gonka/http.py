@@ -220,6 +220,12 @@ class Fetcher:
         data, _, base = self._request(path, params, headers, permanent)
         return data, base
 
+    def get_json_meta_from(self, path: str, params: Mapping[str, Any] | None = None,
+                           headers: Mapping[str, str] | None = None) -> tuple[Any, Mapping[str, str], str]:
+        """(JSON, response headers, the base URL that answered it): for a caller that judges both the answer's
+        headers and its body, and names the node in what it reports."""
+        return self._request(path, params, headers)
+
     def get_json_at(self, base: str, path: str, params: Mapping[str, Any] | None = None,
                     permanent: Callable[[int, bytes], bool] | None = None) -> Any:
         """:meth:`get_json` from ``base`` alone (its retries, no failover): for a caller that walks the nodes

@@ -23,7 +23,7 @@ import base64
 from typing import Any
 from urllib.parse import quote
 
-from indexer.sources.gonka.chain import PREFIX, ChainRest
+from indexer.sources.gonka.chain import ChainRest
 from indexer.sources.gonka.http import FetchError
 from indexer.sources.gonka.signing import ENV_ADDRESS, ENV_KEY_FILE, ENV_MEMBER, Operator, OperatorConfigError
 
@@ -63,14 +63,16 @@ def grantees_at(chain: ChainRest, granter: str, height: int | None) -> tuple[lis
     query_grantees_by_message_type.go @ 312044d28c7170d7f08bf88e41427396f3b95817: it never answers NotFound),
     while a 404, even grpc-gateway's ``{"code":5,"message":"Not Found"}``, is a node or proxy without the route
     (grpc-ecosystem/grpc-gateway runtime/errors.go ``DefaultRoutingErrorHandler`` @
-    6bd7daafc3c957cd2a16a770b37e39c8b72be3d4): a failed read, never "none granted"."""
+    6bd7daafc3c957cd2a16a770b37e39c8b72be3d4): a failed read, never "none granted". The REST gateway renders
+    default values (cosmos/cosmos-sdk server/api/server.go ``gateway.JSONPb{EmitDefaults: true}`` @
+    0544aadb288691eb030db136d845f81cf326bce6), so a real answer always carries ``grantees``, ``[]`` for none: a
+    200 without it (``{}``, a proxy's own error object) is a failed read naming the URL, not an empty list."""
     path = f"/grantees_by_message_type/{quote(granter, safe='')}/{quote(WARM_KEY_MSG_TYPE, safe='')}"
-    data, served = chain.get_at(path, height)
-    # proto3 JSON: an empty repeated field may be left out (or null); anything else than a list is no answer
-    listed = ([] if data.get("grantees") is None else data["grantees"]) if isinstance(data, dict) else None
+    data, served, url = chain.get_at(path, height)
+    listed = data.get("grantees") if isinstance(data, dict) else None
     if not isinstance(listed, list):
-        raise FetchError(f"{PREFIX}{path}", f"grantees_by_message_type answer is not a grantees list: "
-                         f"{str(data)[:200]!r}", status=200, transient=True)
+        raise FetchError(url, f"grantees_by_message_type answer has no grantees list: {str(data)[:200]!r}",
+                         status=200, transient=True)
     return [g for g in listed if isinstance(g, dict)], served
 
 

@@ -20,7 +20,9 @@
   the keys its host signed the epoch's devshard messages with (what verification accepts besides the address).
   They are read as of the epoch's end height (``read_height``, ``read_exact = true``); once no node serves it
   (pruned, or answered as of another height), today's grants stand in (``read_exact = false``, no height), which
-  verification does not count as proof. A participant the chain answered with an empty list gets one record with
+  verification does not count as proof. When a node failed otherwise beside one that pruned the height (it may be
+  the archive node, down for now), a stand-in is stored and its read recorded as failed too, so the epoch is not
+  final before that node was asked again. A participant the chain answered with an empty list gets one record with
   an empty grantee (captured, none granted); any error answer, a 404 included, is a failed read and no record.
 
 Nothing here raises for a failed read: each becomes a :class:`SnapshotFailure` (epoch, model or participant, URL,
@@ -144,15 +146,27 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
     return out
 
 
-def _grants(chain: ChainRest, addr: str, at: int | None) -> tuple[list[dict], int | None, bool]:
-    """(grants, read height, exact): as of ``at`` (the epoch's end) while a node serves it, else the live grants
-    with no height (a live read's height changes every cycle, and the record must not)."""
+def _stand_in(exc: HeightPruned, what: str) -> FetchError | None:
+    """The failure to record beside a live stand-in: None when every node that answered said the height is gone;
+    when another node failed otherwise (down, 5xx: perhaps the archive node), a transient failure, so the read
+    stays open (the epoch settling) and a later capture reads the height there and replaces the stand-in."""
+    if exc.failed is None:
+        return None
+    return FetchError(exc.failed.url, f"{what} as of height {exc.height}: live values stand in (not served by "
+                      f"{exc}; another node failed: {exc.failed}); asked again", transient=True)
+
+
+def _grants(chain: ChainRest, addr: str, at: int | None) -> tuple[list[dict], int | None, bool, FetchError | None]:
+    """(grants, read height, exact, still to read): as of ``at`` (the epoch's end) while a node serves it, else the
+    live grants with no height (a live read's height changes every cycle, and the record must not), and the
+    failure to record when a node that may keep the height failed (:func:`_stand_in`)."""
+    retry = None
     if at is not None:
         try:
-            return identity.grantees_at(chain, addr, at)[0], at, True
-        except HeightPruned:
-            pass
-    return identity.grantees_at(chain, addr, None)[0], None, False
+            return identity.grantees_at(chain, addr, at)[0], at, True, None
+        except HeightPruned as exc:
+            retry = _stand_in(exc, "grants")
+    return identity.grantees_at(chain, addr, None)[0], None, False, retry
 
 
 def _warm_keys(chain: ChainRest, epoch: int, participants: list[str], at: int | None, mapper: Mapper, failed,
@@ -170,8 +184,11 @@ def _warm_keys(chain: ChainRest, epoch: int, participants: list[str], at: int | 
         if exc is not None:
             failed("warm_keys", exc, f"grantees_by_message_type/{addr}", participant=addr)
             continue
-        ok("warm_keys", addr)
-        listed, height, exact = read
+        listed, height, exact, retry = read
+        if retry is None:
+            ok("warm_keys", addr)
+        else:
+            failed("warm_keys", retry, f"grantees_by_message_type/{addr}", participant=addr)
         base = {"kind": "warm_key", "epoch_index": epoch, "participant": addr, "read_height": height,
                 "read_exact": exact}
         grants = [{**base, "grantee": g["address"], "pub_key": identity.public_key_text(g.get("pub_key"))}
@@ -184,17 +201,22 @@ def _epoch_params(chain: ChainRest, epoch: int, group, ended: bool, out: EpochCa
     at = out.end_height if ended else None
     params = height = None
     exact = False
+    retry = None
     try:
         try:
             params, height = chain.params(at)
             exact = at is not None
-        except HeightPruned:
+        except HeightPruned as exc:
+            retry = _stand_in(exc, "params")
             params, height = chain.params(None)  # the live values stand in, marked inexact
         rec = cr.epoch_params_record(epoch, group, params, height, exact)
     except READ_ERRORS as exc:
         failed("params", exc, "params")
         return cr.epoch_params_record(epoch, group, None, None, False)
-    ok("params")
+    if retry is None:
+        ok("params")
+    else:
+        failed("params", retry, "params")
     return rec
 
 
