@@ -2,19 +2,19 @@
 source class in net.failure_pruned, so indexer_source_errors_total (rows kept + rows pruned) never goes down
 
 Revision ID: 0051_failure_retention
-Revises: 0047_prefix_chain_comment
+Revises: 0049_identifier_collation
 Create Date: 2026-12-05
 """
 from alembic import op
 
 revision = "0051_failure_retention"
-down_revision = "0047_prefix_chain_comment"
+down_revision = "0049_identifier_collation"
 branch_labels = None
 depends_on = None
 
 UPGRADE = """
 CREATE TABLE net.failure_pruned (
-    source_kind text PRIMARY KEY,
+    source_kind text COLLATE "C" PRIMARY KEY,
     failures bigint NOT NULL,
     last_pruned_at timestamptz NOT NULL DEFAULT now()
 );
