@@ -33,7 +33,7 @@ from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import (conflict_check, insert_staged, mark_statement, stage_ddl, stage_table,
                                      upsert_statement)
-from indexer.load.typing_pool import TypingPool, TypingWorkerLost
+from indexer.load.typing_pool import InlineTyping, TypingPool, TypingWorkerLost
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input, read_ahead
 
@@ -369,16 +369,23 @@ def analyze_grown(conn: psycopg.Connection, summary: IngestSummary) -> Deferred:
 
 def _type_and_commit(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary, on_batch=None) -> None:
     """Worker processes type and render blocks (pure CPU, in parallel) while this thread commits them strictly
-    in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight."""
+    in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight. An
+    input of one block (a small file: under ``batch_lines // 8`` lines) is typed in this process instead: there is
+    nothing to overlap its typing with (indexer.load.typing_pool.InlineTyping)."""
     blocks = iter(blocks)
     head = next(blocks, None)
     if head is None:  # nothing to load (an empty file, or wholly resumed past): no worker processes to start
         return
-    # forked: they inherit the compiled coercers, never touch `conn`. Ctrl-C is held to the points between a
-    # commit and the next submit: the batch being committed completes, and the pool is never interrupted inside
-    with TypingPool(PREPARE_WORKERS, loader.source_id, resume_after) as pool, workers.InterruptAtSafePoints() as ctrl_c:
+    # the second block, read ahead anyway (read_ahead): without one, the input is one block, typed here
+    second = next(blocks, None)
+    typing = (InlineTyping(loader.source_id, resume_after) if second is None else
+              # forked: they inherit the compiled coercers, never touch `conn`
+              TypingPool(PREPARE_WORKERS, loader.source_id, resume_after))
+    # Ctrl-C is held to the points between a commit and the next submit: the batch being committed completes, and
+    # the pool is never interrupted inside
+    with typing as pool, workers.InterruptAtSafePoints() as ctrl_c:
         in_flight: deque = deque()
-        for first, block in itertools.chain([head], blocks):
+        for first, block in itertools.chain([head], [second] if second else [], blocks):
             ctrl_c.check()
             in_flight.append(pool.submit(first, block))
             if len(in_flight) > PREPARE_WORKERS:
@@ -388,7 +395,7 @@ def _type_and_commit(loader: BatchLoader, blocks, resume_after: int, total: Inge
             _commit_next(loader, pool, in_flight, resume_after, total, on_batch)
 
 
-def _commit_next(loader: BatchLoader, pool: TypingPool, in_flight: deque, resume_after: int, total: IngestSummary,
+def _commit_next(loader: BatchLoader, pool: TypingPool | InlineTyping, in_flight: deque, resume_after: int, total: IngestSummary,
                  on_batch=None) -> None:
     prepared = pool.typed(in_flight)
     _, first, block = in_flight.popleft()
