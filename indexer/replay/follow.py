@@ -53,6 +53,7 @@ class ReplayFollower:
                  txs: int = CHUNK_TXS) -> None:
         self.url, self.after_lines, self.chunk, self.txs = url, after_lines, chunk, txs
         self.lines = 0
+        self._told = False  # the stop message is sent (wind_down)
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._send = None
         self._results = None
@@ -76,13 +77,21 @@ class ReplayFollower:
         except (BrokenPipeError, OSError):  # the follower is gone: the pass after the load does its work
             pass
 
+    def wind_down(self) -> None:
+        """Tell the follower the load is over without waiting for it: its last chunk and the remainder replay while
+        the caller goes on (opening the downstream stage's connection), until :meth:`finish`."""
+        if self._proc is not None and not self._told:
+            self._told = True
+            self._tell(None)
+
     def finish(self, *, catch_up: bool = False) -> ReplaySummary:
         """Stop the follower after the chunk it is replaying and the remainder, if at most one chunk is left
         (:func:`_replay_remainder`), and return what it replayed (empty if it never started or failed: then its
         escrows are still dirty). What it has not reached is left to the pass after the load, which replays with
         several workers. With ``catch_up``, it first replays everything dirty but the last
         two batches' escrows (a test's way to know it did work). The summary's seconds are how long this call waited:
-        the part of the follower's work that outlasted the load, which the replay's time must count."""
+        the part of the follower's work that outlasted the load (and whatever the caller did after
+        :meth:`wind_down`), which the replay's time must count."""
         start = time.perf_counter()
         summary = self._stop(kill=False, catch_up=catch_up)
         summary.seconds = time.perf_counter() - start
@@ -107,10 +116,8 @@ class ReplayFollower:
         if kill:
             proc.kill()
         else:
-            try:
-                self._send.send(_CATCH_UP if catch_up else None)
-            except (BrokenPipeError, OSError):
-                pass
+            if not self._told:
+                self._tell(_CATCH_UP if catch_up else None)
             try:
                 summary = self._results.recv()
             except (EOFError, OSError):
@@ -120,6 +127,12 @@ class ReplayFollower:
         self._send.close()
         self._results.close()
         return summary
+
+    def _tell(self, message) -> None:
+        try:
+            self._send.send(message)
+        except (BrokenPipeError, OSError):  # gone: _stop finds out when no result comes
+            pass
 
 
 _CATCH_UP = "catch up"  # the stop message that first finishes the pass over what was dirty before the last batch

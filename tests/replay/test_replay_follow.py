@@ -4,6 +4,7 @@ keeps it off the escrows the newest batch touched."""
 from __future__ import annotations
 
 import logging
+import time
 
 import psycopg
 
@@ -97,17 +98,21 @@ def _dirty(url: str) -> list[str]:
 
 def test_a_short_load_replays_after_it_in_the_follower(db_url, second_db_url, tmp_path):
     """Under FOLLOW_AFTER_LINES the follower replays nothing while the load runs (load, then replay, as ever), but
-    it is started and connected by then, and replays the remainder (one chunk at most) when the load ends: the
-    pass after it finds nothing dirty and starts no process. Every table and api view is as after load-then-replay."""
+    it is started and connected by then, and replays the remainder (one chunk at most) once told the load is over
+    (wind_down), while the caller goes on: the pass after it waits for its summary (finish), finds nothing dirty
+    and starts no process. Every table and api view is as after load-then-replay."""
     path = write_lines(tmp_path / "s.ndjson", generate(seed=3, escrows=2, inferences=10, epochs=1))
     _serial(second_db_url, path)
     with ReplayFollower(db_url) as follower:  # the default threshold: 100,000 lines
         ingest_paths(db_url, [str(path)], on_batch=follower.batch)
         assert follower._proc is not None and len(_dirty(db_url)) == 2  # started, and nothing replayed yet
-        replayed = follower.finish()
-    assert replayed.escrows == 2 and _dirty(db_url) == []
-    with psycopg.connect(db_url) as conn:
-        downstream = process_changes(conn, db_url, replayed=replayed)
+        follower.wind_down()
+        deadline = time.monotonic() + 60
+        while _dirty(db_url) and time.monotonic() < deadline:  # another process's work: polled, with a deadline
+            time.sleep(0.01)
+        assert _dirty(db_url) == [], "the follower did not replay the remainder before finish() was called"
+        with psycopg.connect(db_url) as conn:
+            downstream = process_changes(conn, db_url, replayed=follower.finish)
     assert downstream.replay.escrows == 2 and downstream.rules.epochs == 1
     assert table_snapshot(db_url, REPLAYED) == table_snapshot(second_db_url, REPLAYED)
     assert _api_views(db_url) == _api_views(second_db_url)
