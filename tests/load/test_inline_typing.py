@@ -74,3 +74,17 @@ def test_an_input_of_several_blocks_is_typed_by_the_processes(db_url, tmp_path, 
     monkeypatch.setattr(workers, "pool", _no_processes)
     with pytest.raises(AssertionError, match="started typing processes"):
         ingest_paths(db_url, [str(path)], batch_lines=64)  # first blocks of 8 lines: many blocks
+
+
+def test_a_file_of_one_line_past_the_size_limit_is_quarantined_inline(db_url, tmp_path, monkeypatch):
+    from indexer.sources import ndjson
+
+    monkeypatch.setattr(ndjson, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(workers, "pool", _no_processes)
+    path = tmp_path / "long.ndjson"
+    path.write_bytes(b'{"kind":"start","escrow_id":"' + b"x" * (2 << 20) + b'"}\n')
+    summary = ingest_paths(db_url, [str(path)])
+    assert (summary.lines, summary.quarantined, summary.loaded) == (1, 1, 0)
+    ((line, kind, reason, raw),) = _quarantine(db_url)
+    assert line == 1 and kind is None and reason.startswith("line of ") and "over the 1048576-byte limit" in reason
+    assert raw.endswith("more bytes not kept)")
