@@ -394,8 +394,8 @@ def _type_and_commit(loader: BatchLoader, blocks, resume_after: int, total: Inge
             _commit_next(loader, pool, in_flight, resume_after, total, on_batch)
 
 
-def _commit_next(loader: BatchLoader, pool: TypingPool | InlineTyping, in_flight: deque, resume_after: int, total: IngestSummary,
-                 on_batch=None) -> None:
+def _commit_next(loader: BatchLoader, pool: TypingPool | InlineTyping, in_flight: deque, resume_after: int,
+                 total: IngestSummary, on_batch=None) -> None:
     prepared = pool.typed(in_flight)
     _, first, block = in_flight.popleft()
     total.skipped_resumed += prepared.skipped

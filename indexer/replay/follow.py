@@ -47,7 +47,8 @@ FOLLOW_AFTER_LINES = 100_000
 
 class ReplayFollower:
     """``batch(lines, escrows)`` just before each batch commits; ``finish()`` when the load is done (returns what
-    the follower replayed). A context manager: leaving it stops a follower still running."""
+    the follower replayed), after ``wind_down()`` if the caller has work to do meanwhile. A context manager: leaving
+    it stops a follower still running."""
 
     def __init__(self, url: str, *, after_lines: int = FOLLOW_AFTER_LINES, chunk: int = CHUNK_ESCROWS,
                  txs: int = CHUNK_TXS) -> None:
@@ -88,10 +89,10 @@ class ReplayFollower:
         """Stop the follower after the chunk it is replaying and the remainder, if at most one chunk is left
         (:func:`_replay_remainder`), and return what it replayed (empty if it never started or failed: then its
         escrows are still dirty). What it has not reached is left to the pass after the load, which replays with
-        several workers. With ``catch_up``, it first replays everything dirty but the last
-        two batches' escrows (a test's way to know it did work). The summary's seconds are how long this call waited:
-        the part of the follower's work that outlasted the load (and whatever the caller did after
-        :meth:`wind_down`), which the replay's time must count."""
+        several workers. With ``catch_up`` (unless :meth:`wind_down` told it to stop already), it first replays
+        everything dirty but the last two batches' escrows (a test's way to know it did work). The summary's seconds
+        are how long this call waited: the part of the follower's work that outlasted the load (and whatever the
+        caller did after :meth:`wind_down`), which the replay's time must count."""
         start = time.perf_counter()
         summary = self._stop(kill=False, catch_up=catch_up)
         summary.seconds = time.perf_counter() - start
@@ -141,8 +142,9 @@ _CATCH_UP = "catch up"  # the stop message that first finishes the pass over wha
 def _follow(url: str, chunk: int, txs: int, receive, report, owner: int) -> None:
     """The follower process: after each batch message (that batch's escrows), replay what is dirty but those and
     the previous batch's, a chunk at a time, taking newer batch messages between chunks; stop between chunks on
-    None, or after a last such pass on _CATCH_UP; then replay the remainder if it is one chunk, and report. A chunk holds at most ``txs`` txs in memory at once
-    (an escrow larger than that alone), so the follower's peak does not grow with the escrows' size."""
+    None, or after a last such pass on _CATCH_UP; then replay the remainder if it is one chunk (_replay_remainder),
+    and report. A chunk holds at most ``txs`` txs in memory at once (an escrow larger than that alone), so the
+    follower's peak does not grow with the escrows' size."""
     exit_with_parent(owner)
     keep_freed_memory()
     summary = ReplaySummary()
