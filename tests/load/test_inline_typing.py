@@ -88,3 +88,17 @@ def test_a_file_of_one_line_past_the_size_limit_is_quarantined_inline(db_url, tm
     ((line, kind, reason, raw),) = _quarantine(db_url)
     assert line == 1 and kind is None and reason.startswith("line of ") and "over the 1048576-byte limit" in reason
     assert raw.endswith("more bytes not kept)")
+
+
+def test_a_one_block_input_resumed_past_its_committed_lines_is_only_counted(db_url, tmp_path, monkeypatch):
+    """A crash between the batch's commit and the file's completion: the rerun types the block here and skips the
+    lines the cursor says are committed, as the processes would."""
+    path = _small_file(tmp_path)
+    monkeypatch.setattr(workers, "pool", _no_processes)
+    first = ingest_paths(db_url, [str(path)])
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE rec.source SET completed_at = NULL")
+    before = table_snapshot(db_url, LOADED)
+    rerun = ingest_paths(db_url, [str(path)])
+    assert rerun.skipped_resumed == first.lines and rerun.lines == rerun.loaded == rerun.amended == 0
+    assert table_snapshot(db_url, LOADED) == before
