@@ -190,9 +190,17 @@ def _follow(url: str, chunk: int, txs: int, receive, report, owner: int) -> None
 def _replay_remainder(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, txs: int) -> None:
     """After the load: what is still dirty, when it is at most one chunk. The pass after the load would replay it in
     one worker process of its own (indexer.replay.run.replay_dirty: a worker a chunk), which would have to start and
-    connect first; this process is one, ready. More than a chunk is left to that pass, which uses several."""
-    with conn.transaction():
-        dirty = conn.execute("SELECT count(*) FROM (SELECT FROM replay.dirty_escrow LIMIT %s) d",
-                             (chunk + 1,)).fetchone()[0]
-    if 0 < dirty <= chunk:
-        replay_chunk(conn, chunk, summary, txs=txs)
+    connect first; this process is one, ready. More than a chunk is left to that pass, which uses several. A failure
+    here rolls the chunk back (its escrows stay dirty for that pass) and keeps what the follower replayed before
+    in ``summary``: counted only once the chunk has committed."""
+    try:
+        with conn.transaction():
+            dirty = conn.execute("SELECT count(*) FROM (SELECT FROM replay.dirty_escrow LIMIT %s) d",
+                                 (chunk + 1,)).fetchone()[0]
+        if 0 < dirty <= chunk:
+            part = ReplaySummary()
+            replay_chunk(conn, chunk, part, txs=txs)
+            summary.add(part)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the pass after the load replays these escrows
+        log.warning("replay follower: the remainder after the load is left to the pass after it: %s",
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)

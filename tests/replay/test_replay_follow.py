@@ -164,6 +164,35 @@ def test_an_escrow_that_kills_the_follower_in_the_remainder_is_held_by_the_pass(
     assert table_snapshot(db_url, REPLAYED) == table_snapshot(second_db_url, REPLAYED)
 
 
+def test_a_remainder_that_fails_is_left_to_the_pass_and_the_follower_still_reports(db_url, second_db_url, tmp_path,
+                                                                                    monkeypatch):
+    """An error in the remainder (not a death): that chunk rolls back and stays dirty, and what the follower
+    replayed during the load is still reported and counted; the pass after the load replays the rest."""
+    from indexer.replay import run
+
+    path = _corpus(tmp_path)
+    want = _serial(second_db_url, path)
+    with psycopg.connect(second_db_url) as conn:  # the file's last escrow: in the last batch, held for the remainder
+        last = conn.execute("SELECT max(escrow_id) FROM rec.escrow").fetchone()[0]
+    real = run.replay_rows
+
+    def replay_rows(config, rows, **kw):
+        if config.escrow_id == last:
+            raise RuntimeError("a bad escrow")
+        return real(config, rows, **kw)
+
+    monkeypatch.setattr(run, "replay_rows", replay_rows)  # the follower is forked: it replays with this
+    with ReplayFollower(db_url, after_lines=1) as follower:
+        ingest_paths(db_url, [str(path)], batch_lines=97, on_batch=follower.batch)
+        replayed = follower.finish()
+    assert replayed.escrows > 0 and last in _dirty(db_url)
+    monkeypatch.undo()
+    with psycopg.connect(db_url) as conn:
+        downstream = process_changes(conn, db_url, replayed=replayed)
+    assert downstream.replay.escrows == 12 and _dirty(db_url) == []
+    assert table_snapshot(db_url, REPLAYED) == want
+
+
 def test_claim_leaves_held_keys_dirty(conn):
     conn.execute("INSERT INTO replay.dirty_escrow (escrow_id) VALUES ('1'), ('2'), ('3')")
     assert claim(conn, "replay.dirty_escrow", "escrow_id", 10, ["2"]) == ["1", "3"]
