@@ -33,7 +33,7 @@ from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
 from indexer.load.statements import (conflict_check, insert_staged, mark_statement, stage_ddl, stage_table,
                                      upsert_statement)
-from indexer.load.typing_pool import TypingPool, TypingWorkerLost
+from indexer.load.typing_pool import InlineTyping, TypingPool, TypingWorkerLost
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input, read_ahead
 
@@ -100,9 +100,7 @@ class BatchLoader:
         self.guarded = False
         self.behind: AnalyzeBehind | None = None  # told each committed batch's epochs (indexer.load.behind)
         self.staged: set[str] = set()  # the stage tables the open batch filled (emptied before it commits)
-        for kind in KINDS.values():
-            conn.execute(stage_ddl(kind))
-        conn.commit()
+        self.made: set[str] = set()  # stage tables made by committed batches (each when a batch first needs it)
 
     def commit(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         """The batch in one transaction; tried again if the server cancels it as a deadlock victim (a concurrent
@@ -129,6 +127,7 @@ class BatchLoader:
         and registry rows they made are gone, so is what the loader knew of them."""
         self.router.forget()
         self.known.forget()
+        self.made.clear()
 
     def _commit_once(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         try:
@@ -191,6 +190,7 @@ class BatchLoader:
                               (prepared.last_line, self.source_id))
         self.committed_line = prepared.last_line
         self.known.committed(registered, written)
+        self.made |= self.staged  # (a batch rolled back takes the stages it made with it)
         return out
 
     def _insert_new(self, kind: str, copy: bytes, kb, table: str, probe_tables: dict | None = None,
@@ -225,6 +225,8 @@ class BatchLoader:
                     raise _KeyRace from exc
                 direct = False
         if not direct:
+            if stage not in self.made:
+                self.conn.execute(stage_ddl(spec))
             self.staged.add(stage)
             with self.conn.cursor().copy(f"COPY {stage} FROM STDIN") as cp:
                 cp.write(copy)
@@ -369,16 +371,20 @@ def analyze_grown(conn: psycopg.Connection, summary: IngestSummary) -> Deferred:
 
 def _type_and_commit(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary, on_batch=None) -> None:
     """Worker processes type and render blocks (pure CPU, in parallel) while this thread commits them strictly
-    in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight."""
+    in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight. An
+    input of one block is typed here: nothing would overlap its typing (indexer.load.typing_pool.InlineTyping)."""
     blocks = iter(blocks)
     head = next(blocks, None)
     if head is None:  # nothing to load (an empty file, or wholly resumed past): no worker processes to start
         return
-    # forked: they inherit the compiled coercers, never touch `conn`. Ctrl-C is held to the points between a
-    # commit and the next submit: the batch being committed completes, and the pool is never interrupted inside
-    with TypingPool(PREPARE_WORKERS, loader.source_id, resume_after) as pool, workers.InterruptAtSafePoints() as ctrl_c:
+    second = next(blocks, None)  # read ahead anyway (read_ahead). The pool's processes are forked: they inherit
+    # the compiled coercers, never touch `conn`. Ctrl-C is held to the points between a commit and the next submit:
+    # the batch being committed completes, and the pool is never interrupted inside
+    typing = (TypingPool(PREPARE_WORKERS, loader.source_id, resume_after) if second is not None
+              else InlineTyping(loader.source_id, resume_after))
+    with typing as pool, workers.InterruptAtSafePoints() as ctrl_c:
         in_flight: deque = deque()
-        for first, block in itertools.chain([head], blocks):
+        for first, block in itertools.chain([head], [second] if second is not None else [], blocks):
             ctrl_c.check()
             in_flight.append(pool.submit(first, block))
             if len(in_flight) > PREPARE_WORKERS:
@@ -388,8 +394,8 @@ def _type_and_commit(loader: BatchLoader, blocks, resume_after: int, total: Inge
             _commit_next(loader, pool, in_flight, resume_after, total, on_batch)
 
 
-def _commit_next(loader: BatchLoader, pool: TypingPool, in_flight: deque, resume_after: int, total: IngestSummary,
-                 on_batch=None) -> None:
+def _commit_next(loader: BatchLoader, pool: TypingPool | InlineTyping, in_flight: deque, resume_after: int,
+                 total: IngestSummary, on_batch=None) -> None:
     prepared = pool.typed(in_flight)
     _, first, block = in_flight.popleft()
     total.skipped_resumed += prepared.skipped
