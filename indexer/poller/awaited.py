@@ -123,6 +123,11 @@ class Claimed:
     version: str
     record: str
 
+    def response_hash(self) -> str | None:
+        """The stored Finish's ``response_hash`` (hex), which a payload served for it must hash to."""
+        found = json.loads(self.record).get("response_hash")
+        return found if isinstance(found, str) else None
+
 
 class AwaitedPayloads:
     """One cycle's re-asking of due awaited payloads, by the poller whose lease holder id is ``holder``."""
@@ -142,16 +147,16 @@ class AwaitedPayloads:
     def ask(self, claimed: list[Claimed]) -> tuple[dict[tuple[str, int], str], dict[tuple[str, int], str]]:
         """Each claimed row's escrow group asked for it: (payloads obtained, last errors of the others), keyed by
         (escrow id, inference id)."""
-        by_escrow: dict[tuple[str, str, int], list[int]] = {}
-        for c in claimed:
-            by_escrow.setdefault((c.escrow_id, c.version, c.epoch), []).append(c.inference_id)
+        by_escrow: dict[tuple[str, str, int], dict[int, str | None]] = {}
+        for c in claimed:  # each payload checked against the response hash of the Finish stored with the row
+            by_escrow.setdefault((c.escrow_id, c.version, c.epoch), {})[c.inference_id] = c.response_hash()
         slots = self.store.stored_slots(sorted({e for e, _, _ in by_escrow}))
 
-        def one(item) -> tuple[str, list[int], Asked]:
-            (escrow_id, version, epoch), ids = item
+        def one(item) -> tuple[str, dict[int, str | None], Asked]:
+            (escrow_id, version, epoch), wanted = item
             members = slots.get(escrow_id, [])
-            return escrow_id, ids, ask_members(self.g, members, version, escrow_id, ids, epoch,
-                                               validator=self.validator, report=self.store.fail)
+            return escrow_id, wanted, ask_members(self.g, members, version, escrow_id, wanted, epoch,
+                                                  validator=self.validator, report=self.store.fail)
 
         items = list(by_escrow.items())
         found: dict[tuple[str, int], str] = {}
