@@ -56,7 +56,7 @@ def test_a_row_of_an_escrow_whose_group_is_not_stored_counts_an_attempt_with_why
     assert row == (2, "the escrow's group is not stored", True, None)
 
 
-def test_a_batch_that_fails_gives_its_claims_back_and_one_whose_connection_broke_leaves_them_to_expire(
+def test_a_batch_that_fails_counts_the_attempt_and_one_whose_connection_broke_leaves_the_claims_to_expire(
         db_url, monkeypatch, caplog):
     with psycopg.connect(db_url, autocommit=True) as conn:
         _rows(conn, ("7", 1))
@@ -67,22 +67,44 @@ def test_a_batch_that_fails_gives_its_claims_back_and_one_whose_connection_broke
 
         monkeypatch.setattr(AwaitedPayloads, "commit", fail)
         with pytest.raises(RuntimeError, match="the commit failed"):
-            _job(conn, "poller-a").run()
-        assert conn.execute("SELECT attempts, claimed_by FROM net.awaited_payload").fetchone() == (1, None)
+            _job(conn, "poller-a", attempts=2).run()
+        # the attempt counted (a failure that repeats ends in a give-up), with the error, and the claim given back
+        assert conn.execute("SELECT attempts, claimed_by, given_up_at IS NOT NULL, last_error "
+                            "FROM net.awaited_payload").fetchone() == (
+            2, None, True, "awaited payloads: the batch failed: RuntimeError: the commit failed")
+        assert conn.execute("SELECT count(*) FROM net.failure WHERE source = 'payload:7/1'").fetchone()[0] == 1
+        conn.execute("UPDATE net.awaited_payload SET attempts = 1, given_up_at = NULL, "
+                     "last_attempt_at = now() - interval '1 hour', next_attempt_at = now() - interval '1 minute'")
 
     side = psycopg.connect(db_url, autocommit=True)
 
     def drop(self, claimed, found, errors):
-        side.close()  # the database connection is gone: the claims cannot be given back
+        side.close()  # the database connection is gone: the attempt cannot be counted nor the claims given back
         raise RuntimeError("connection lost")
 
     monkeypatch.setattr(AwaitedPayloads, "commit", drop)
     caplog.set_level(logging.WARNING, "indexer.poller.awaited")
     with pytest.raises(RuntimeError, match="connection lost"):
         _job(side, "poller-b").run()
-    assert any("claims not given back (they expire)" in r.getMessage() for r in caplog.records)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("the failed attempt not counted" in m for m in said)
+    assert any("claims not given back (they expire)" in m for m in said)
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert conn.execute("SELECT attempts, claimed_by FROM net.awaited_payload").fetchone() == (1, "poller-b")
+
+
+def test_an_interrupted_batch_gives_its_claims_back_without_counting_an_attempt(db_url, monkeypatch):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        _rows(conn, ("7", 1))
+        monkeypatch.setattr(AwaitedPayloads, "ask", lambda self, claimed: ({}, {}))
+
+        def interrupted(self, claimed, found, errors):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(AwaitedPayloads, "commit", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _job(conn, "poller-a").run()
+        assert conn.execute("SELECT attempts, claimed_by FROM net.awaited_payload").fetchone() == (1, None)
 
 
 def test_the_policy_is_checked():

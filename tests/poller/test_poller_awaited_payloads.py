@@ -296,3 +296,45 @@ def test_two_pollers_never_ask_for_one_awaited_payload_at_once(db_url, monkeypat
     assert a and b and not a & b and a | b <= set(want)
     assert out["poller-a"].payloads_obtained + out["poller-b"].payloads_obtained == len(a | b)
     assert max(requests.values()) == 1  # the first member serves each: asked once, by one poller
+
+
+def test_a_failing_awaited_batch_counts_its_attempt_and_the_cycle_still_completes(db_url, monkeypatch):
+    scn = _scenario()
+    want = _zero_zero(scn)
+    with DevnetServer(scn) as net:
+        _a_cycle_no_member_serves(db_url, net, scn)
+        with psycopg.connect(db_url) as c:
+            before = c.execute("SELECT updated_at FROM net.cursor WHERE source = 'chain'").fetchone()[0]
+        net.app.options.payload_statuses = {}
+        real = AwaitedPayloads.commit
+
+        def broken(self, claimed, found, errors):
+            assert found  # served and checked; then storing them fails, the same way every cycle
+            raise RuntimeError("the payloads could not be stored")
+
+        monkeypatch.setattr(AwaitedPayloads, "commit", broken)
+        summary = _poll(db_url, net)  # returns: the cycle is not failed by its awaited batch
+        assert summary.payloads_asked == len(want) and summary.payloads_obtained == 0
+        with psycopg.connect(db_url) as c:
+            after, error = c.execute("SELECT updated_at, last_error FROM net.cursor WHERE source = 'chain'"
+                                     ).fetchone()
+            said = c.execute("SELECT error, transient FROM api.source_errors WHERE source = 'payloads'").fetchall()
+        assert after > before and error is None  # the poll cursor moved on
+        assert said == [("awaited payloads not asked this cycle: RuntimeError: the payloads could not be stored", True)]
+        awaited = _awaited(db_url)
+        assert set(awaited) == set(want)
+        assert all(state == "awaited" and attempts == 2 and err == ("awaited payloads: the batch failed: "
+                                                                    "RuntimeError: the payloads could not be stored")
+                   for state, attempts, err in awaited.values())
+        assert _claimed(db_url) == 0
+
+        monkeypatch.setattr(AwaitedPayloads, "commit", real)
+        summary = _poll(db_url, net)
+    assert summary.payloads_obtained == len(want)
+    stored = _stored(db_url)
+    assert {k: stored[k] for k in want} == want and _awaited(db_url) == {}
+
+
+def _claimed(db_url) -> int:
+    with psycopg.connect(db_url) as c:
+        return c.execute("SELECT count(*) FROM net.awaited_payload WHERE claimed_by IS NOT NULL").fetchone()[0]
