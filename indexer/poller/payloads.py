@@ -65,7 +65,7 @@ def ask_members(g: Gonka, members: Sequence[str], version: str, escrow_id: str, 
     for iid, expected in wanted.items():
         if checkable(expected):
             todo.append(iid)
-        elif iid not in out.unverifiable:
+        else:
             out.unverifiable.add(iid)
             out.errors[iid] = "the Finish carries no response_hash: its payload cannot be checked and stays unknown"
             report(f"payload:{escrow_id}/{iid}", "", out.errors[iid], False)
@@ -100,9 +100,9 @@ def ask_members(g: Gonka, members: Sequence[str], version: str, escrow_id: str, 
             elif answer is None:
                 out.errors[iid] = f"host:{address}: the host answered with no response payload stored"
             elif (wrong := mismatch(answer, wanted[iid])) is not None:
-                out.errors[iid] = (f"host:{address}: escrow {escrow_id} inference {iid}: served payload not taken: "
-                                   f"{wrong}")
-                report(f"host:{address}", host.payload_url(version, escrow_id, iid), out.errors[iid], False)
+                said = f"escrow {escrow_id} inference {iid}: served payload not taken: {wrong}"
+                report(f"host:{address}", host.payload_url(version, escrow_id, iid), said, False)
+                out.errors[iid] = f"host:{address}: {said}"
             else:
                 out.found[iid] = answer
                 out.errors.pop(iid, None)

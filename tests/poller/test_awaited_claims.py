@@ -2,6 +2,7 @@
 failure paths of a batch, and how the members of a group are asked."""
 from __future__ import annotations
 
+import json
 import logging
 
 import psycopg
@@ -200,9 +201,9 @@ def test_a_payload_every_member_refused_unsigned_is_refused_and_a_signed_refusal
 
 
 def test_a_payload_that_does_not_hash_to_the_finish_s_response_hash_is_not_taken():
-    made_up = '{"events":["data: {\\"error\\":{\\"code\\":400,\\"message\\":\\"maximum context length\\"}}"]}'
+    made_up = json.dumps({"events": ["data: " + json.dumps({"error": {"code": 400, "message": "maximum context "
+                                                                       "length is 4096 tokens"}}), "data: [DONE]"]})
     liar, honest = _Host({1: made_up, 2: made_up}), _Host({1: "the stored body"})
-    liar.http = honest.http = None
     liar.payload_url = lambda version, escrow_id, iid: f"http://liar/payloads?inference_id={iid}"
     reported, report = _report()
     wanted = {1: h("the stored body"), 2: h("another stored body").upper()}  # hex in either case
@@ -215,7 +216,7 @@ def test_a_payload_that_does_not_hash_to_the_finish_s_response_hash_is_not_taken
     assert set(said) == {("host:liar", "http://liar/payloads?inference_id=1"),
                          ("host:liar", "http://liar/payloads?inference_id=2")}
     assert said[("host:liar", "http://liar/payloads?inference_id=1")] == (
-        f"host:liar: escrow 7 inference 1: served payload not taken: sha256 of the payload is {h(made_up)}, "
+        f"escrow 7 inference 1: served payload not taken: sha256 of the payload is {h(made_up)}, "
         f"not the Finish's response_hash {h('the stored body')}")
     asked = ask_members(_Gonka({"liar": liar}), ["liar"], "v5", "7", {2: wanted[2]}, 3, validator="gonka1v",
                         report=lambda *r: None)
