@@ -12,8 +12,6 @@ from typing import Iterator
 
 import orjson
 
-from indexer.wire.payloads import response_hash_of
-
 MODELS = {"deepseek-ai/DeepSeek-V4-Flash-0731": 400_000, "MiniMaxAI/MiniMax-M2.7": 180_000}
 GROUP = 16
 
@@ -115,9 +113,8 @@ class EscrowLog:
         out = 0 if refusal else rng.randrange(1, max_tokens)
         fin = {"executor_slot": ex_slot, "input_tokens": 0 if refusal else prompt, "output_tokens": out,
                "response_hash": _hex(rng)}
-        if refusal:  # the Finish commits to its stored body (response_hash = sha256 of it)
+        if refusal:
             fin["response_payload"] = _refusal_payload(self.escrow_id, i, self.limit, max_tokens, prompt)
-            fin["response_hash"] = response_hash_of(fin["response_payload"])
         yield self._tx("finish", i + 2, i, **fin)
         if roll < mix.error_miss:  # terminal error stream, error-miss accepted
             yield self._tx("error_miss", i + 4, i, votes=self._votes(executor))

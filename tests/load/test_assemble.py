@@ -15,7 +15,6 @@ from indexer.load.prepare import prepare_batch
 from indexer.poller.decode import decode_entries
 from indexer.wire.diffs import diff_to_host_json
 from indexer.wire.normalize import dumps_record_bytes
-from indexer.wire.payloads import response_hash_of
 
 
 def _as_dict(prep):
@@ -43,11 +42,10 @@ def _source(runs_per_escrow: int = 2):
         for i in range(0, len(entries), step):
             dec = decode_entries(eid, version, entries[i:i + step], True)
             run = dec.lines()
-            for pos, rec in dec.held:  # a payload the poller took: it hashes to the Finish's response_hash
+            for pos, rec in dec.held:
                 rec["response_payload"] = orjson.dumps({"object": "error", "message": (
                     "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
                     "(4000 in the messages, 1000 in the completion)."), "code": 400}).decode()
-                rec["response_hash"] = response_hash_of(rec["response_payload"])
                 run[pos] = dumps_record_bytes(rec)
             held = prepare_batch(PLACEHOLDER_SOURCE, [(pos + 1, run[pos]) for pos, _ in dec.held])
             parts += [(len(lines), dec.typed), (len(lines), held)]

@@ -7,7 +7,6 @@ import psycopg
 
 from indexer.cli import main as cli_main
 from indexer.rules.run import EPOCHS_PER_CLAIM, run_rules
-from indexer.wire.payloads import response_hash_of
 from tests.support.helpers import ingest, table_snapshot as _table_snapshot, write_lines
 from tests.support.rules_kit import GOV, Log, fam3, fam4, fam6_at_least, gov_snapshot, load, new_hash, rows, stored
 
@@ -101,8 +100,7 @@ def test_amended_record_reevaluates_only_its_epoch(db_url, tmp_path, conn):
     amended = {"kind": "finish", "escrow_id": "e409", "inference_id": target,
                "diff_nonce": next(r for r in epoch_records(409)[0]
                                   if r.get("kind") == "finish" and r["inference_id"] == target)["diff_nonce"],
-               "executor_slot": target % 16, "input_tokens": 0, "output_tokens": 0,
-               "response_hash": response_hash_of(stored(fam3(100_000, 1000))),
+               "executor_slot": target % 16, "input_tokens": 0, "output_tokens": 0, "response_hash": f"{target:064x}",
                "response_payload": stored(fam3(100_000, 1000))}
     summary = ingest(db_url, write_lines(tmp_path / "amend.ndjson", [amended]))
     assert summary.amended == 1
@@ -178,8 +176,7 @@ def test_late_records_re_evaluate_their_escrows_and_agree_with_a_whole_epoch(db_
     assert all(untouched.values())
 
     # e408b's refusal body, re-fetched, shows a count that fits: its invalidation is no longer disputable
-    body = stored(fam3(100_000, 1000))
-    late = {**finishes["e408b"], "response_payload": body, "response_hash": response_hash_of(body)}
+    late = {**finishes["e408b"], "response_payload": stored(fam3(100_000, 1000))}
     ingest(db_url, write_lines(tmp_path / "late.ndjson", [late]))
     assert rows(conn, "SELECT epoch_index, whole FROM rules.dirty_epoch") == [(408, False)]
     assert rows(conn, "SELECT escrow_id, epoch_index FROM rules.dirty_escrow") == [("e408b", 408)]

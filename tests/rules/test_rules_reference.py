@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.wire.payloads import response_hash_of
 from tests.support.helpers import escrow, tx
 from tests.support.rules_kit import A, B, C, D, load, rows, stored
 
@@ -13,7 +12,6 @@ MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
 PROMPT = "5b1f0a3c00000000000000000000000000000000000000000000000000000001"
 F6_MESSAGE = ("This model's maximum context length is 400000 tokens. However, you requested 4096 output tokens and "
               "your prompt contains at least 395905 input tokens, for a total of at least 400001 tokens.")
-F6_BODY = stored(F6_MESSAGE, ident="devshard-1971-6149")
 F1_ARGS = ["--max-model-len", "400000", "--kv-cache-dtype", "fp8", "--tokenizer-mode", "deepseek_v4",
            "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4", "--reasoning-parser", "deepseek_v4",
            "--trust-remote-code"]
@@ -32,8 +30,7 @@ def scenario(with_sibling: bool) -> list[dict]:
         tx("start", 6149, 6149, prompt_hash=PROMPT, input_length=395905, max_tokens=4096, **start),        # F4
         tx("confirm_start", 6149, 6150, confirmed_at=1790812801),
         tx("finish", 6149, 6151, executor_slot=5, input_tokens=0, output_tokens=0,                         # F6
-           # the stored body's own hash (the spec's F6 shows a placeholder): the loader checks a payload against it
-           response_hash=response_hash_of(F6_BODY), response_payload=F6_BODY),
+           response_hash="badc0de" + "0" * 56 + "3", response_payload=stored(F6_MESSAGE, ident="devshard-1971-6149")),
         tx("validation", 6149, 6170, validator_slot=9, valid=False),                                       # F7
         tx("validation_vote", 6149, 6174, voter_slot=11, vote_valid=True),
         tx("validation_vote", 6149, 6175, voter_slot=0, vote_valid=False),                                 # F8

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.wire.payloads import response_hash_of
 from tests.support.helpers import tx
 from tests.support.rules_kit import (B, GOV, Log, by_id, escrow, fam6_at_least, gov_snapshot, load, new_hash, rows,
                                      snapshot, stored)
@@ -147,8 +146,8 @@ def test_reference_f5_error_miss_through_sibling_6150(db_url, tmp_path, conn, si
         tx("start", 6149, 6149, **start), tx("start", 6150, 6150, **start),
         tx("confirm_start", 6149, 6150, confirmed_at=1790812801),
         tx("confirm_start", 6150, 6151, confirmed_at=1790812802),
-        tx("finish", 6149, 6151, executor_slot=5, input_tokens=0, output_tokens=0, response_hash=response_hash_of(f6),
-           response_payload=f6),
+        tx("finish", 6149, 6151, executor_slot=5, input_tokens=0, output_tokens=0, response_hash="badc0de0" + "0" * 55
+           + "3", response_payload=f6),
         tx("finish", 6150, 6152, executor_slot=6, input_tokens=sibling_input, output_tokens=812,
            response_hash="c0ffee" + "0" * 57 + "2"),
         tx("error_miss", 6149, 6160, votes=[{"voter_slot": s, "accept": True} for s in (0, 6, 9, 11)]),

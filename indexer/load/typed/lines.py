@@ -18,7 +18,6 @@ from indexer.load.typed.copytext import FORMATTERS
 from indexer.load.typed.fastpath import PREPARE_ESCAPING, PREPARE_PLAIN
 from indexer.records import KINDS, VOTES
 from indexer.sources.ndjson import Accepted, classify_line, key_count, loads_exact
-from indexer.wire.payloads import mismatch
 
 # Row positions (line number first) used by the general path.
 _SCOPE_AT = {name: 1 + kind.columns.index("escrow_id" if kind.scope == "escrow" else "epoch_index")
@@ -29,8 +28,8 @@ _SLOT_AT = {name: (1 + kind.columns.index(kind.slot_fields[0]), kind.slot_fields
 assert all(len(kind.slot_fields) <= 1 for kind in KINDS.values())  # one slot field per kind (SlotCheck's model)
 _NESTED = frozenset(name for name, kind in KINDS.items() if any(f.type == VOTES for f in kind.fields))
 _ESCROW_SLOTS_AT = 1 + KINDS["escrow"].columns.index("slots")
-_F_IN, _F_OUT, _F_HASH, _F_PAYLOAD = (1 + KINDS["finish"].columns.index(c)
-                                      for c in ("input_tokens", "output_tokens", "response_hash", "response_payload"))
+_F_IN, _F_OUT, _F_PAYLOAD = (1 + KINDS["finish"].columns.index(c)
+                             for c in ("input_tokens", "output_tokens", "response_payload"))
 
 
 def line_typer(out, emit, source_id: int, loads, first_try):
@@ -79,26 +78,11 @@ def _general(out, emit, source_id: int, sid: str, number: int, raw: bytes) -> No
     except Invalid as exc:
         out.rejects.append((source_id, number, kind, str(exc), printable(raw)))
         return
-    if kind == "finish" and row[_F_IN] == 0 and row[_F_OUT] == 0 and row[_F_PAYLOAD] and row[_F_HASH]:
-        row = _payload_checked(out, source_id, number, row, raw)
     emit(kind, (FORMATTERS[kind](row, sid), row[_SCOPE_AT[kind]], slot_of(kind, row), row[1:1 + len(KINDS[kind].key)]))
     if kind == "escrow":
         out.escrow_sizes[row[1]] = len(row[_ESCROW_SLOTS_AT])
     elif kind == "finish" and row[_F_IN] == 0 and row[_F_OUT] == 0 and row[_F_PAYLOAD]:
         out.parses.append(refusals.parse_row(row[1], row[2], row[_F_PAYLOAD]))
-
-
-def _payload_checked(out, source_id: int, number: int, row: tuple, raw: bytes) -> tuple:
-    """A 0/0 Finish's row as it may be loaded: its ``response_payload`` kept only when it hashes to the record's own
-    ``response_hash`` (indexer.wire.payloads). A payload of another hash would decide the refusal's kind, and with
-    it penalties and restitution, on bytes the executor never signed for: the Finish is loaded without it (its
-    refusal stays unknown) and the line is quarantined too, whole, with the reason (nothing is lost)."""
-    wrong = mismatch(row[_F_PAYLOAD], row[_F_HASH])
-    if wrong is None:
-        return row
-    out.rejects.append((source_id, number, "finish", f"field response_payload: {wrong}; the Finish is loaded "
-                        "without it", printable(raw)))
-    return row[:_F_PAYLOAD] + (None,) + row[_F_PAYLOAD + 1:]
 
 
 def typed_row(kind: str, obj: dict, raw: bytes, number: int) -> tuple:
