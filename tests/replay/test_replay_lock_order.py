@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 import psycopg
+import pytest
 
 from indexer.load.ingest import ingest_file
 from indexer.replay.run import ReplaySummary, replay_chunk
@@ -20,6 +21,16 @@ EPOCH = 408
 PARAMS = {"kind": "epoch_params", "epoch_index": EPOCH, "devshard_escrow_params": {"max_nonce": 1000},
           "params_height": 100, "params_exact": False}
 MODEL = {"kind": "model_snapshot", "epoch_index": EPOCH, "model_id": "m", "model_args": ["--max-model-len", "4096"]}
+# Batches that dirty epoch 408 and the escrows of it: each kind marks the epoch for the rules and, as verification
+# reads it, the epoch's escrows for the replay
+BATCHES = {
+    # a new record: the plain insert path, its marks taken as the batch ends
+    "new warm-key grant": [{"kind": "warm_key", "epoch_index": EPOCH, "participant": "gonka1hostA",
+                            "grantee": "gonka1warm"}],
+    # amendments: the upsert path, one statement a kind in load order (the model first: it marks the epoch only)
+    "amended model and params": [{**MODEL, "model_args": ["--max-model-len", "8192"]},
+                                 {**PARAMS, "devshard_escrow_params": {"max_nonce": 2000}, "params_height": 101}],
+}
 
 
 def _start(escrow_id: str) -> dict:
@@ -46,6 +57,36 @@ def _marks(url: str) -> tuple[list, list]:
     with psycopg.connect(url) as c:
         return (c.execute("SELECT escrow_id FROM replay.dirty_escrow ORDER BY 1").fetchall(),
                 c.execute("SELECT epoch_index, whole FROM rules.dirty_epoch ORDER BY 1").fetchall())
+
+
+@pytest.mark.parametrize("name", BATCHES)
+def test_a_batch_changing_an_epoch_waits_for_a_chunk_of_its_escrows_without_deadlock(db_url, tmp_path, caplog,
+                                                                                      name):
+    _dirty(db_url, tmp_path)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("DELETE FROM rules.dirty_epoch")
+    batch = write_lines(tmp_path / "batch.ndjson", BATCHES[name])
+    gate, loader, replayer = (psycopg.connect(db_url) for _ in range(3))
+    never_the_victim(loader)
+    the_victim(replayer)
+    gate.execute("LOCK TABLE replay.rejected_tx IN ACCESS EXCLUSIVE MODE")  # the chunk stops after its claim
+    replayed = ReplaySummary()
+    try:
+        with caplog.at_level(logging.WARNING, logger="indexer.db.deadlocks"):
+            chunk = Background(lambda: replay_chunk(replayer, 50, replayed))
+            waits_on_a_lock(db_url, replayer.info.backend_pid)
+            load = Background(lambda: ingest_file_on(db_url, batch, loader))
+            waits_on_a_lock(db_url, loader.info.backend_pid)  # for the mark of escrow 1971, which the chunk holds
+            gate.rollback()  # the chunk goes on and marks epoch 408
+            assert chunk.result() is True
+            loaded = load.result()
+    finally:
+        for c in (gate, loader, replayer):
+            c.close()
+    assert [r.getMessage() for r in caplog.records] == []  # no deadlock, not one broken and retried
+    assert replayed.escrows == 1 and loaded.loaded + loaded.amended == len(BATCHES[name])
+    # the chunk's marks, then the batch's: the escrow again (its verification inputs changed), the epoch whole
+    assert _marks(db_url) == ([("1971",)], [(EPOCH, True)])
 
 
 def test_a_chunk_cancelled_as_a_deadlock_victim_is_replayed_again(db_url, tmp_path, caplog):
