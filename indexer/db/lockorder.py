@@ -6,12 +6,19 @@ locks them all when its transaction starts, in that order: a loader making a new
 waits for it (or it for the loader), instead of each holding one parent the other needs next.
 
 Dirty marks: ``replay.dirty_escrow``, then ``rules.dirty_epoch``, then ``rules.dirty_escrow``, each in key order.
-It is the replay's order (a chunk claims its escrows, then marks their epochs and escrows for the rules stage), so
-every other marker follows it: a loader's batch marks its escrows before its epochs (indexer.load.ingest), and the
-rules stage claims epochs before their escrow marks. The one mark taken out of order is the rules stage's mark of an
-epoch an amended escrow moved between (indexer.rules.run._evaluate): it is found only while a claim is evaluated;
-two claims that each mark the other's epoch are a deadlock the server breaks, and the victim's claim is tried again
-(indexer.db.deadlocks).
+It is the replay's order, and every statement that locks a mark follows it:
+
+* a loader's batch (indexer.load.marks): its escrows, then its epochs, as the batch's last writes;
+* a replay chunk (indexer.replay.run): its claim of escrows, then _MARK_EPOCHS, then _MARK_ESCROWS, last;
+* the replay pass's stale-verification marks (indexer.replay.verifier) and ``indexer replay --all``: escrows only,
+  committed before the chunks;
+* the rules stage (indexer.rules.run): stale or requested epochs in a transaction of their own; a claim of epochs,
+  then their escrow marks (_ESCROWS);
+* the archive's purge of an epoch (indexer.archive): escrows, then the epoch, then its escrow marks.
+
+The one mark taken out of order is the rules stage's mark of an epoch an amended escrow moved between
+(indexer.rules.run._evaluate): it is found only while a claim is evaluated; two claims that each mark the other's
+epoch are a deadlock the server breaks, and the victim's claim is tried again (indexer.db.deadlocks).
 """
 from __future__ import annotations
 
