@@ -11,11 +11,12 @@ import logging
 import psycopg
 import pytest
 
+from indexer.db.deadlocks import ATTEMPTS as DEADLOCK_ATTEMPTS
 from indexer.load.ingest import ingest_file
 from indexer.replay.run import ReplaySummary, replay_chunk
 from indexer.sources.ndjson import open_input
 from tests.support.helpers import escrow, ingest, tx, write_lines
-from tests.support.locks import Background, never_the_victim, the_victim, waits_on_a_lock
+from tests.support.locks import Background, inject_deadlocks, never_the_victim, the_victim, waits_on_a_lock
 
 EPOCH = 408
 PARAMS = {"kind": "epoch_params", "epoch_index": EPOCH, "devshard_escrow_params": {"max_nonce": 1000},
@@ -119,3 +120,15 @@ def test_a_chunk_cancelled_as_a_deadlock_victim_is_replayed_again(db_url, tmp_pa
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT escrow_id, tx_count FROM replay.escrow").fetchall() == [("1971", 1)]
     assert _marks(db_url)[0] == []
+
+
+def test_a_chunk_that_keeps_deadlocking_fails_and_leaves_its_escrows_dirty(db_url, tmp_path, caplog):
+    _dirty(db_url, tmp_path)
+    inject_deadlocks(db_url, "rules.dirty_escrow", DEADLOCK_ATTEMPTS)  # the chunk's last write
+    with caplog.at_level(logging.WARNING, logger="indexer.db.deadlocks"), psycopg.connect(db_url) as replayer:
+        with pytest.raises(psycopg.errors.DeadlockDetected):
+            replay_chunk(replayer, 50, ReplaySummary())
+    assert len(caplog.records) == DEADLOCK_ATTEMPTS - 1
+    assert _marks(db_url)[0] == [("1971",)]  # still dirty, for the next pass
+    with psycopg.connect(db_url) as c:  # the first replay's rows, untouched
+        assert c.execute("SELECT escrow_id, tx_count FROM replay.escrow").fetchall() == [("1971", 0)]

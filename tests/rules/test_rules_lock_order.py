@@ -8,10 +8,12 @@ from __future__ import annotations
 import logging
 
 import psycopg
+import pytest
 
+from indexer.db.deadlocks import ATTEMPTS as DEADLOCK_ATTEMPTS
 from indexer.rules.run import run_rules
 from tests.support.helpers import ingest, write_lines
-from tests.support.locks import Background, never_the_victim, the_victim, waits_on_a_lock
+from tests.support.locks import Background, inject_deadlocks, never_the_victim, the_victim, waits_on_a_lock
 from tests.support.verify_records import EPOCH, records
 
 NEW_EPOCH = EPOCH + 1000
@@ -46,3 +48,18 @@ def test_a_rules_claim_and_a_loader_making_partitions_never_deadlock(db_url, tmp
     assert summary.epochs == 1
     assert made > 0
     assert [r.getMessage() for r in caplog.records] == []  # no deadlock, not one broken and retried
+
+
+def test_a_rules_claim_that_keeps_deadlocking_fails_naming_the_statement(db_url, tmp_path, caplog):
+    ingest(db_url, write_lines(tmp_path / "in.ndjson", records()), rules=True)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("INSERT INTO rules.dirty_epoch (epoch_index, whole) VALUES (%s, true) "
+                  "ON CONFLICT (epoch_index) DO UPDATE SET whole = true", (EPOCH,))
+    inject_deadlocks(db_url, "rules.model_limit", DEADLOCK_ATTEMPTS)  # written by sql/rules/10_limits.sql
+    with caplog.at_level(logging.WARNING, logger="indexer.db.deadlocks"), psycopg.connect(db_url) as claimer:
+        with pytest.raises(psycopg.errors.DeadlockDetected) as failed:
+            run_rules(claimer)
+    assert failed.value.__notes__ == ["in sql/rules/10_limits.sql"]
+    assert len(caplog.records) == DEADLOCK_ATTEMPTS - 1
+    with psycopg.connect(db_url) as c:  # the epoch stays dirty, for the next run
+        assert c.execute("SELECT epoch_index, whole FROM rules.dirty_epoch").fetchall() == [(EPOCH, True)]

@@ -58,3 +58,23 @@ class Background:
         if "error" in self._out:
             raise self._out["error"]
         return self._out.get("value")
+
+
+_INJECT = """
+CREATE SEQUENCE test_deadlocks;
+CREATE FUNCTION test_deadlock() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF nextval('test_deadlocks') <= {times} THEN
+    RAISE EXCEPTION 'deadlock detected (injected by the test)' USING ERRCODE = 'deadlock_detected';
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER test_deadlock BEFORE INSERT ON {table} FOR EACH STATEMENT EXECUTE FUNCTION test_deadlock();
+"""
+
+
+def inject_deadlocks(url: str, table: str, times: int) -> None:
+    """The first ``times`` statements inserting into ``table`` fail as deadlock victims, raised by the server
+    itself (a sequence counts them: it is not rolled back with the cancelled transaction)."""
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(_INJECT.format(times=int(times), table=table))
