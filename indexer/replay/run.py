@@ -52,7 +52,8 @@ _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slo
 # making a new epoch's partitions held that one and waited for rec.start_tx, was a deadlock.
 _EVIDENCE = ("rec.signed_diff", "rec.settlement")  # read by the verification stage (indexer.replay.verification)
 _LOCK_PARENTS = lock_parents([(table, "ACCESS SHARE") for table, _ in SOURCES]
-                             + [(table, "ACCESS SHARE") for table in _EVIDENCE] + [("replay.inference", "ROW EXCLUSIVE")])
+                             + [(table, "ACCESS SHARE") for table in _EVIDENCE]
+                             + [("replay.inference", "ROW EXCLUSIVE")])
 
 
 # The rules re-evaluate each replayed escrow and the epoch-wide findings of its epoch, and of the epoch it left

@@ -20,6 +20,7 @@ from tests.support.helpers import write_lines
 from tests.support.verify_records import records
 
 ROOT = Path(__file__).resolve().parents[2]
+BATCH_LINES = 25
 # one group a process, as a tester split a demo export (kinds not named go to the last group)
 GROUPS = [("start",), ("finish",), ("escrow",), ("signed_diff", "settlement"),
           ("confirm_start", "validation", "validation_vote", "timeout", "error_miss")]
@@ -48,12 +49,12 @@ def _files(tmp_path: Path) -> tuple[Path, list[Path]]:
             [write_lines(tmp_path / f"group{i}.ndjson", group) for i, group in enumerate(groups)])
 
 
-def _ingest(url: str, path: Path) -> subprocess.Popen:
+def _ingest(url: str, path: Path, *options: str) -> subprocess.Popen:
     env = {**os.environ}
     env.pop("DATABASE_URL", None)
     return subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", url, "ingest", "--no-progress",
-                             "--allow-quarantine", str(path)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                             "--allow-quarantine", *options, str(path)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _views(url: str) -> dict[str, list]:
@@ -83,7 +84,8 @@ def test_six_concurrent_ingests_of_split_files_end_as_one_load(pg_admin_url, tem
         reference = _views(url)
     assert reference["marks"] == [(0,), (0,), (0,)] and reference["inferences"]
     with scratch_database(pg_admin_url, "indexer_six", template=template_db) as url:
-        procs = [_ingest(url, part) for part in parts]
+        # small batches: each process's marks spread over its whole load, among the others' replays and claims
+        procs = [_ingest(url, part, "--batch-lines", str(BATCH_LINES)) for part in parts]
         failed = [(part.name, proc.stderr.read()) for part, proc in zip(parts, procs) if proc.wait(300) != 0]
         assert failed == []
         got = _views(url)
