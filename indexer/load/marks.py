@@ -5,7 +5,7 @@ records verification reads (indexer.load.statements.VERIFY_INPUTS), the escrows 
 while the batch loads and marked at its end in two statements, ``replay.dirty_escrow`` then ``rules.dirty_epoch``,
 each in key order: the one order of every marker (indexer.db.lockorder). A replay chunk holds its escrows' marks
 (its claim) and then marks their epochs; a batch that marked an epoch first and then waited for one of those escrows
-was a deadlock. Last, not as each kind loads: a mark is one row that every concurrent claim and marker of its key
+would be a deadlock. Last, not as each kind loads: a mark is one row that every concurrent claim and marker of its key
 locks, held from the mark to the commit.
 """
 from __future__ import annotations

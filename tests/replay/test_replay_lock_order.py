@@ -1,7 +1,7 @@
 """A replay chunk and a loader's batch take the dirty marks in one order (indexer.db.lockorder): the chunk holds its
 escrows' marks (its claim) and then marks their epochs; a batch marks its escrows, then its epochs. A batch that
-changed an epoch's params used to mark the epoch, then wait for the escrow the chunk had claimed, while the chunk
-waited for the epoch: a deadlock. And a chunk that the server does cancel as a deadlock victim is rolled back and
+marked an epoch first and then waited for an escrow the chunk had claimed, while the chunk waited for the epoch,
+would deadlock. And a chunk that the server does cancel as a deadlock victim is rolled back and
 replayed again. Deterministic: gates hold each side until the other waits, and the side that would be cancelled
 closes the cycle with the short deadlock_timeout (tests/support/locks.py)."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A rules claim and a loader making a new epoch's partitions never deadlock: the claim locks every partitioned
-parent when it starts, in the order part.ensure_epochs locks them (indexer.db.lockorder). Without that, a claim that
-had read rec.finish_tx (its payloads) and went on to rec.error_miss_tx (sql/rules/30_sibling_findings.sql) met a
-loader holding error_miss_tx and waiting for finish_tx. Deterministic: the claim is stopped by a gate before
+parent when it starts, in the order part.ensure_epochs locks them (indexer.db.lockorder). Otherwise a claim that
+had read rec.finish_tx (its payloads) and went on to rec.error_miss_tx (sql/rules/30_sibling_findings.sql) would meet
+a loader holding error_miss_tx and waiting for finish_tx. Deterministic: the claim is stopped by a gate before
 sql/rules/10_limits.sql until the loader waits, and is the side that would be cancelled (tests/support/locks.py)."""
 from __future__ import annotations
 
