@@ -27,12 +27,12 @@ from indexer.records import KINDS, LOAD_ORDER
 from indexer.load.behind import AnalyzeBehind
 from indexer.load.errors import IngestFailed, IngestInterrupted
 from indexer.load.fresh import KnownNew
+from indexer.load.marks import BatchMarks
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_written, routed_column
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
-from indexer.load.statements import (conflict_check, insert_staged, mark_statement, stage_ddl, stage_table,
-                                     upsert_statement)
+from indexer.load.statements import conflict_check, insert_staged, stage_ddl, stage_table, upsert_statement
 from indexer.load.typing_pool import InlineTyping, TypingPool, TypingWorkerLost
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input, read_ahead
@@ -146,7 +146,7 @@ class BatchLoader:
             epochs = targets = probes = None
             registered: set[str] = set()  # escrows this batch registered: none of their rows existed
             written = {}  # routed kind -> its KindBatch, for the marks of KnownNew once the batch committed
-            marks: dict[str, set] = {}  # mark_statement(kind) -> the scopes this batch's inserts dirtied
+            marks = BatchMarks()  # what the batch dirtied, marked as its last writes (indexer.load.marks)
             for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
                 kb = prepared.kinds[kind]
                 copy = _without_lines(kb.copy, bad[kind]) if kind in bad else kb.copy
@@ -168,15 +168,11 @@ class BatchLoader:
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
-                    marks.setdefault(mark_statement(kind), set()).update(kb.scope)
+                    marks.add(kind, kb.scope)
                 else:
-                    self._upsert(kind, out)  # marks what it changed itself
+                    self._upsert(kind, out, marks)
                 if kind == "escrow":
                     registered |= self.router.sync(self.conn, sorted(kb.scope))[1]
-            # one statement per mark table for the batch, not one per kind over mostly the same escrows; in sorted
-            # order, as every marker takes them
-            for statement, scope in marks.items():
-                self.conn.execute(statement, (sorted(scope),))
             refusals.store(self.conn, prepared.parses)
             if rejects := prepared.rejects + slot_rejects:
                 with self.conn.cursor() as cur:
@@ -188,6 +184,7 @@ class BatchLoader:
                 self.conn.execute("TRUNCATE " + ", ".join(sorted(self.staged)))
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
                               (prepared.last_line, self.source_id))
+            marks.write(self.conn)
         self.committed_line = prepared.last_line
         self.known.committed(registered, written)
         self.made |= self.staged  # (a batch rolled back takes the stages it made with it)
@@ -247,9 +244,10 @@ class BatchLoader:
         violation rolls the batch back whole and commit() runs it again guarded (a bulk loader's retry, finer)."""
         return self.conn.transaction() if self.guarded else nullcontext()
 
-    def _upsert(self, kind: str, out: IngestSummary) -> None:
+    def _upsert(self, kind: str, out: IngestSummary, marks: BatchMarks) -> None:
         row = self.conn.execute(upsert_statement(kind), {"source_id": self.source_id}).fetchone()
-        inserted, amended, superseded, valid = row
+        inserted, amended, superseded, valid, dirty, reverify = row
+        marks.add(kind, dirty, reverify)
         out.loaded += inserted
         out.amended += amended + superseded
         out.unchanged += valid - inserted - amended - superseded
