@@ -157,7 +157,7 @@ def test_what_stops_verification_short_is_stated(db_url, conn, tmp_path, name, r
 def test_a_verifier_failure_is_recorded_and_the_replay_goes_on(db_url, conn, tmp_path, monkeypatch):
     from indexer.replay import verification as stage
 
-    def broken(bundle, recoveries=None):
+    def broken(bundle, recoveries=None, seen=None):
         raise IndexError("x" * 5000)  # what a verifier bug on some served bytes would raise
 
     monkeypatch.setattr(stage, "verify_bundle", broken)
