@@ -28,6 +28,7 @@ from indexer.load.behind import AnalyzeBehind
 from indexer.load.errors import IngestFailed, IngestInterrupted
 from indexer.load.fresh import KnownNew
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_written, routed_column
+from indexer.load import signed_conflicts
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
@@ -145,6 +146,7 @@ class BatchLoader:
         with self.conn.transaction():
             bad, slot_rejects = self.slots.check(self.conn, prepared, self.source_id, source_lines)
             epochs = targets = probes = None
+            signed_rejects: list[tuple] = []
             registered: set[str] = set()  # escrows this batch registered: none of their rows existed
             written = {}  # routed kind -> its KindBatch, for the marks of KnownNew once the batch committed
             marks: dict[str, set] = {}  # mark_statement(kind) -> the scopes this batch's inserts dirtied
@@ -171,6 +173,8 @@ class BatchLoader:
                     out.by_kind[kind] += n
                     marks.setdefault(mark_statement(kind), set()).update(kb.scope)
                 else:
+                    if kind == "signed_diff":  # records of one diff that differ: kept by signature, not by order
+                        signed_rejects = signed_conflicts.resolve(self.conn, self.source_id, source_lines)
                     self._upsert(kind, out)  # marks what it changed itself
                 if kind == "escrow":
                     registered |= self.router.sync(self.conn, sorted(kb.scope))[1]
@@ -179,7 +183,7 @@ class BatchLoader:
             for statement, scope in marks.items():
                 self.conn.execute(statement, (sorted(scope),))
             refusals.store(self.conn, prepared.parses)
-            if rejects := prepared.rejects + slot_rejects:
+            if rejects := prepared.rejects + slot_rejects + signed_rejects:
                 with self.conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO rec.quarantine (source_id, line, kind, reason, raw) VALUES (%s,%s,%s,%s,%s) "
