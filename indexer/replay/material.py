@@ -81,16 +81,20 @@ def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False,
 
 
 def _tx_records(cur: psycopg.Cursor, out: dict[str, Material], ids: list[str], epochs: list[int]) -> None:
-    """Each escrow's tx records of every kind, one query per tx table (partitioned by epoch, as the replay reads)."""
-    for m in out.values():
-        m.records = []
+    """The tx records of every kind of each escrow with a signed log (nothing to compare them with otherwise), one
+    query per tx table (partitioned by epoch, as the replay reads)."""
+    ids = [i for i in ids if i in out and out[i].diffs]
+    if not ids:
+        return
+    for escrow_id in ids:
+        out[escrow_id].records = []
     for kind in txr.FIELDS:
         table, slot, columns = record_columns(kind)
         cur.execute(f"SELECT escrow_id, inference_id, {slot}, {', '.join(columns)} FROM {table} "
                     "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s)", (ids, epochs))
         votes = columns.index("votes") - 2 if "votes" in columns else None
         for escrow_id, inference_id, slot_id, nonce, tx_index, *values in cur:
-            if escrow_id in out:
+            if out[escrow_id].records is not None:
                 if votes is not None:
                     values[votes] = None if values[votes] is None else tuple(
                         (v["voter_slot"], v["accept"]) for v in values[votes])

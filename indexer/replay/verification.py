@@ -200,7 +200,8 @@ SELECT e.escrow_id, md5(concat_ws(E'\\n',
   coalesce((SELECT string_agg(row(w.participant, w.grantee, w.read_exact)::text, E'\\n'
                               ORDER BY w.participant, w.grantee)
             FROM rec.warm_key w WHERE w.epoch_index = e.epoch_index AND w.participant = ANY(e.slots)), 'null'),
-  {records})),
+  CASE WHEN EXISTS (SELECT 1 FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index)
+       THEN concat_ws(E'\\n', {records}) ELSE 'no log' END)),
   v.evidence_digest, v.verifier, v.crashes
 FROM rec.escrow e LEFT JOIN replay.escrow_verification v ON v.escrow_id = e.escrow_id
 WHERE e.escrow_id = ANY(%(ids)s)
@@ -209,7 +210,8 @@ WHERE e.escrow_id = ANY(%(ids)s)
 
 def _records_digest(kind: str) -> str:
     """The part of the digest one tx table gives: the md5 of each of the escrow's rows (the columns compared with
-    the log), in key order, so a changed, added or removed record verifies the escrow again."""
+    the log), in key order, so a changed, added or removed record verifies the escrow again. Only an escrow with a
+    signed log reads them: without one there is nothing to compare them with."""
     table, slot, columns = record_columns(kind)
     return (f"coalesce((SELECT string_agg(md5(row(t.inference_id, {slot}, {', '.join(columns)})::text), '' "
             f"ORDER BY t.inference_id, {slot}) FROM {table} t "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from indexer.replay.bundling import NO_LOG
 from indexer.replay.run import replay_dirty
 from tests.support.helpers import ingest, write_lines
 from tests.support.verify_kit import diff_content, script, user_sign
@@ -162,3 +163,16 @@ def test_a_signed_diff_that_cannot_be_decoded_leaves_the_records_not_compared_an
     assert (level, check) == ("signed", None)
     assert ("tx records not compared with the signed log: signed diff 25: nonce 25 tx 0: a DevshardTx holds exactly "
             "one member" in failure), failure
+
+
+def test_an_escrow_without_a_signed_log_keeps_its_row_and_its_records_stay_out_of_the_digest(db_url, conn,
+                                                                                            tmp_path):
+    """Nothing to compare the records with: the row says no log, and a changed record does not check it again."""
+    load(db_url, tmp_path, [r for r in records() if r["kind"] != "signed_diff"])
+    before = conn.execute("SELECT level, failed_check, failure, evidence_digest, verified_at "
+                          "FROM replay.escrow_verification WHERE escrow_id = %s", (EID,)).fetchone()
+    assert before[:3] == ("none", None, NO_LOG)
+    load(db_url, tmp_path, [next(dict(r, valid=True) for r in records() if _is(r, "validation", 8, 4))], "t.ndjson")
+    after = conn.execute("SELECT level, failed_check, failure, evidence_digest, verified_at "
+                         "FROM replay.escrow_verification WHERE escrow_id = %s", (EID,)).fetchone()
+    assert after == before
