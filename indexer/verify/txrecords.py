@@ -110,9 +110,13 @@ def _agrees(record: Entry, tx: Entry) -> bool:
             and (record.tx_index is None or record.tx_index == tx.tx_index))
 
 
-def _difference(record: Entry, txs: list[Entry]) -> str:
-    """What the record states that the log's nearest tx of its key does not."""
-    tx = next((t for t in txs if t.nonce == record.nonce), txs[0])
+def _nearest(record: Entry, txs: list[Entry]) -> Entry:
+    """The log's tx of the record's key to compare it with: the one at its nonce, else the first."""
+    return next((t for t in txs if t.nonce == record.nonce), txs[0])
+
+
+def _difference(record: Entry, tx: Entry) -> str:
+    """What the record states that ``tx`` does not."""
     if record.nonce != tx.nonce:
         return f"says nonce {record.nonce}, the signed log has it at nonce {tx.nonce}"
     for name, mine, theirs in zip(FIELDS[record.key[0]], record.fields, tx.fields):
@@ -147,8 +151,8 @@ def contradictions(log: list[Entry], records: list[Entry], below: int | None = N
             out.append(Contradiction(record.nonce, f"the {_name(record.key)} (nonce {record.nonce}) is not a tx of "
                                                    f"the signed log"))
         elif not any(_agrees(record, tx) for tx in found):
-            nonce = min(record.nonce, found[0].nonce)
-            out.append(Contradiction(nonce, f"the {_name(record.key)} {_difference(record, found)}"))
+            tx = _nearest(record, found)
+            out.append(Contradiction(min(record.nonce, tx.nonce), f"the {_name(record.key)} {_difference(record, tx)}"))
     for key, found in txs.items():
         if key not in stored:
             tx = found[0]
