@@ -34,15 +34,20 @@ SIGNED = ("content", "user_sig", "post_state_root", "state_hash")
 MAX_REASON = 600
 log = logging.getLogger(__name__)
 
-_DIFFERS = " OR ".join(f"{{o}}.{c} IS DISTINCT FROM s.{c}" for c in SIGNED)
+_COLUMNS = ", ".join(SIGNED)
+# the staged lines of every key whose records differ: from the stored one (a join on the key, within the partition),
+# or from another line of the batch (grouped); one pass each over the stage, no pairwise comparison
 _CONFLICTS = f"""
+WITH conflict AS (
+  SELECT s.escrow_id, s.nonce FROM pg_temp.stage_signed_diff s
+  JOIN rec.signed_diff t ON t.escrow_id = s.escrow_id AND t.nonce = s.nonce AND t.epoch_index = s.epoch_index
+  WHERE ({', '.join('t.' + c for c in SIGNED)}) IS DISTINCT FROM ({', '.join('s.' + c for c in SIGNED)})
+  UNION
+  SELECT escrow_id, nonce FROM pg_temp.stage_signed_diff GROUP BY escrow_id, nonce
+  HAVING count(DISTINCT ({_COLUMNS})) > 1
+)
 SELECT s.line, s.escrow_id, s.nonce, {', '.join('s.' + c for c in SIGNED)}
-FROM pg_temp.stage_signed_diff s
-WHERE EXISTS (SELECT 1 FROM rec.signed_diff t
-              WHERE t.escrow_id = s.escrow_id AND t.nonce = s.nonce AND t.epoch_index = s.epoch_index
-                AND ({_DIFFERS.format(o='t')}))
-   OR EXISTS (SELECT 1 FROM pg_temp.stage_signed_diff o
-              WHERE o.escrow_id = s.escrow_id AND o.nonce = s.nonce AND ({_DIFFERS.format(o='o')}))
+FROM pg_temp.stage_signed_diff s JOIN conflict c ON c.escrow_id = s.escrow_id AND c.nonce = s.nonce
 ORDER BY s.line
 """
 _STORED = f"""
