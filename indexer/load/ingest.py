@@ -29,6 +29,7 @@ from indexer.load.errors import IngestFailed, IngestInterrupted
 from indexer.load.fresh import KnownNew
 from indexer.load.marks import BatchMarks
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_written, routed_column
+from indexer.load import signed_conflicts
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
@@ -144,6 +145,7 @@ class BatchLoader:
         with self.conn.transaction():
             bad, slot_rejects = self.slots.check(self.conn, prepared, self.source_id, source_lines)
             epochs = targets = probes = None
+            signed_rejects: list[tuple] = []
             registered: set[str] = set()  # escrows this batch registered: none of their rows existed
             written = {}  # routed kind -> its KindBatch, for the marks of KnownNew once the batch committed
             marks = BatchMarks()  # what the batch dirtied, marked as its last writes (indexer.load.marks)
@@ -170,11 +172,13 @@ class BatchLoader:
                     out.by_kind[kind] += n
                     marks.add(kind, kb.scope)
                 else:
+                    if kind == "signed_diff":  # records of one diff that differ: kept by signature, not by order
+                        signed_rejects = signed_conflicts.resolve(self.conn, self.source_id, source_lines)
                     self._upsert(kind, out, marks)
                 if kind == "escrow":
                     registered |= self.router.sync(self.conn, sorted(kb.scope))[1]
             refusals.store(self.conn, prepared.parses)
-            if rejects := prepared.rejects + slot_rejects:
+            if rejects := prepared.rejects + slot_rejects + signed_rejects:
                 with self.conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO rec.quarantine (source_id, line, kind, reason, raw) VALUES (%s,%s,%s,%s,%s) "

@@ -1,7 +1,8 @@
-"""Known gaps, kept as strict xfails until fixed: a tx record the signed log contradicts is believed at the
-escrow's verification level; two tx records of one key (a repeated tx in a log) give answers that depend on the
-order they were loaded in. And a fixed one: a rules claim cancelled as a deadlock victim inside a rules statement is
-claimed again. All use the v4.1 release fixture (tests/support/verify_records.py), which reaches ``settled`` untouched."""
+"""Order and tamper gaps. Fixed: a tx record the signed log contradicts is no longer believed at the escrow's
+verification level (tests/replay/test_tx_records_vs_log.py covers every tamper kind), and a rules claim cancelled as
+a deadlock victim inside a rules statement is claimed again. Kept as a strict xfail until fixed: two tx records of
+one key (a repeated tx in a log) give answers that depend on the order they were loaded in. All use the v4.1 release
+fixture (tests/support/verify_records.py), which reaches ``settled`` untouched."""
 from __future__ import annotations
 
 import logging
@@ -34,10 +35,6 @@ def test_the_untouched_fixture_is_settled(db_url, conn, tmp_path):
     assert level(conn) == ("settled", None)
 
 
-@pytest.mark.xfail(strict=True, reason="tx records are replayed without being compared with the signed diffs the "
-                                       "verification checked: a tx record the signed log contradicts keeps the "
-                                       "escrow's level (indexer/replay/run.py reads rec.*_tx, "
-                                       "indexer/replay/verification.py reads rec.signed_diff)")
 def test_a_tx_record_the_signed_log_contradicts_does_not_stay_settled(db_url, conn, tmp_path):
     recs = [dict(r, input_tokens=r["input_tokens"] + 1) if r["kind"] == "finish" and r["inference_id"] == 1 else r
             for r in records()]
