@@ -148,6 +148,11 @@ def test_evidence_note_per_level():
     assert evidence_note({"evidence_level": "replayed", "failed_check": "settled", "failed_nonce": None,
                           "failure": "2 of 3 host signatures"}).endswith(
         "; the settled check failed: 2 of 3 host signatures.")
+    assert evidence_note({"evidence_level": "none", "failed_check": "records", "failed_nonce": 7,
+                          "failure": "validation 3/2 valid is false in the record, true in the log"}) == (
+        "Evidence level none, below settled: the tx records the penalty was derived from contradict the escrow's "
+        "verified signed log; the records check failed at nonce 7: validation 3/2 valid is false in the record, true "
+        "in the log.")
 
 
 def test_a_settled_row_with_a_note_is_shown_as_weaker_than_settled(db_url, tmp_path, conn):

@@ -135,6 +135,8 @@ _BELOW = {"none": "the escrow's log was not verified, so the penalty rests on th
           "signed": "the user signed every diff, but the state roots were not recomputed from the log",
           "replayed": "every signed state root was recomputed, but the final one was not shown to be the root the "
                       "chain settled"}
+# the records check: the log verified, but the tx records the findings were derived from are not the log's
+_RECORDS = "the tx records the penalty was derived from contradict the escrow's verified signed log"
 
 
 def one_line(text: Any, most: int) -> str:
@@ -159,8 +161,8 @@ def evidence_note(penalty: Mapping[str, Any]) -> str:
         return f"Evidence level settled, with a reservation: {one_line(penalty['failure'], REASON_LIMIT)}."
     if level is None or level == SETTLED:
         return ""
-    why = _BELOW.get(level, "the level is not one the indexer knows")
     check, nonce, failure = penalty.get("failed_check"), penalty.get("failed_nonce"), penalty.get("failure")
+    why = _RECORDS if check == "records" else _BELOW.get(level, "the level is not one the indexer knows")
     if check:
         at = f" at nonce {nonce}" if nonce is not None else ""
         why += f"; the {one_line(check, 20)} check failed{at}"
