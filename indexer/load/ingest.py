@@ -247,11 +247,12 @@ class BatchLoader:
 
     def _upsert(self, kind: str, out: IngestSummary) -> None:
         row = self.conn.execute(upsert_statement(kind), {"source_id": self.source_id}).fetchone()
-        inserted, amended, superseded, valid = row
+        inserted, amended, superseded, valid, staged_out, stored_out = row  # *_out: a tx kind's other txs of a key
         out.loaded += inserted
         out.amended += amended + superseded
-        out.unchanged += valid - inserted - amended - superseded
-        out.by_kind[kind] += valid
+        out.unchanged += valid - inserted - amended - superseded - staged_out
+        out.quarantined += staged_out + stored_out
+        out.by_kind[kind] += valid - staged_out
 
 
 class _KeyRace(Exception):

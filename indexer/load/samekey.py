@@ -1,0 +1,115 @@
+"""What a record does to a stored (or staged) record of the same key: SQL fragments for the upsert
+(indexer.load.statements.upsert_statement), so that the same records give the same rows in any load order.
+
+Tx kinds are keyed without their ``diff_nonce`` (one Start per inference, one validation per slot, ...). Two records
+of one key at different nonces are two txs, not an amendment: the protocol applies the first (a second
+Start/Finish/timeout of an inference is refused by the state machine, a second validation or vote by the same address
+is ignored: gonka-devshard.md 3.2-3.4), so the one with the LOWER diff_nonce is stored, whichever is loaded first,
+and the other is quarantined with a reason naming its key, both nonces and where the kept one came from. A stored tx
+that a lower-nonce one displaces is quarantined under its own file and line. Records of one key at the same nonce
+are one tx: the later line amends the earlier, as for every other kind.
+
+A later record that leaves an optional field out (absent and JSON null type alike) keeps the stored value: an
+amendment replaces the values it carries, it does not erase the others (null is "not published here", never "zero"
+or "cleared"). A stored ``response_payload`` is kept only while the Finish's ``response_hash`` is the one it was
+served under. Kinds in :data:`WHOLE_READINGS` are one reading as a whole (a signed diff, a settlement transaction,
+an epoch's parameter snapshot read at one height): mixing two readings' fields would make evidence no source ever
+published, so a later one replaces the stored one whole.
+"""
+from __future__ import annotations
+
+from indexer.records import KINDS, Kind
+
+NONCE_KINDS = frozenset(name for name, kind in KINDS.items() if "diff_nonce" in kind.columns)
+WHOLE_READINGS = frozenset({"signed_diff", "settlement", "epoch_params"})
+_SHOWN = 80  # characters of a key value a quarantine reason shows (a peer's escrow id may be long)
+
+
+def record_json(kind: Kind, alias: str = "") -> str:
+    """SQL text: the record of a row (``alias.``-prefixed columns) as its normalized NDJSON object (what export
+    writes, and what a quarantined stored record keeps as its raw line)."""
+    pairs = ", ".join(f"'{c}', {alias}{c}" for c in kind.columns)
+    return f"(jsonb_strip_nulls(jsonb_build_object('kind', '{kind.name}', {pairs})) || coalesce({alias}extra, '{{}}'))"
+
+
+def src_order(kind: Kind) -> str:
+    """ORDER BY after the key for the batch's one row per key: the lowest nonce, then the last line."""
+    return "diff_nonce, line DESC" if kind.name in NONCE_KINDS else "line DESC"
+
+
+def displaces(kind: Kind) -> str:
+    """SQL on the stored row t and the incoming row s: s is an earlier tx of t's key, stored in t's place."""
+    return "t.diff_nonce > s.diff_nonce" if kind.name in NONCE_KINDS else "false"
+
+
+def stays(kind: Kind) -> str:
+    """SQL on t and s: t is the earlier tx of the key, so s is not stored (it is quarantined: :func:`other_txs`)."""
+    return "t.diff_nonce < s.diff_nonce" if kind.name in NONCE_KINDS else "false"
+
+
+def merged(kind: Kind, column: str) -> str:
+    """SQL: the value ``column`` takes when s amends t (s's when it has one, else t's where the kind allows it)."""
+    if column == "extra":  # unknown fields: the union, the incoming record's values first
+        keep = "CASE WHEN t.extra IS NULL THEN s.extra WHEN s.extra IS NULL THEN t.extra ELSE t.extra || s.extra END"
+    elif kind.name in WHOLE_READINGS or kind.field(column).required:
+        return f"s.{column}"
+    elif kind.name == "finish" and column == "response_payload":
+        # self-authenticating against response_hash: kept only under the hash it was served for
+        keep = ("CASE WHEN coalesce(s.response_hash, t.response_hash) IS NOT DISTINCT FROM t.response_hash "
+                "THEN coalesce(s.response_payload, t.response_payload) ELSE s.response_payload END")
+    else:
+        keep = f"coalesce(s.{column}, t.{column})"
+    return f"CASE WHEN {displaces(kind)} THEN s.{column} ELSE {keep} END"
+
+
+def _key_text(kind: Kind, alias: str) -> str:
+    parts = " || ', ' || ".join(f"'{k} ' || left({alias}.{k}::text, {_SHOWN})" for k in kind.key)
+    return f"'{kind.name} (' || {parts} || ')'"
+
+
+def _where(source_id: str, line: str) -> str:
+    return (f"(SELECT left(uri, 200) FROM rec.source WHERE source_id = {source_id}) || ' line ' || {line}")
+
+
+def other_txs(kind: Kind, table: str, stage: str, key_eq: str) -> str:
+    """CTEs (after ``src``) quarantining, for a tx kind, every record of a batch key that is not the tx the protocol
+    applies: staged rows at another nonce than the key's lowest (staged or stored), and stored rows a lower-nonce
+    staged one displaces. ``other_tx`` has one row per such record (``staged``: one of this batch's lines)."""
+    if kind.name not in NONCE_KINDS:
+        return ", other_tx AS (SELECT NULL::boolean AS staged WHERE false)"
+    keys = ", ".join(f"s.{k}" for k in kind.key)
+    g_on_w = " AND ".join(f"g.{k} = w.{k}" for k in kind.key)
+    return f""", winner AS (  -- per key: the nonce the protocol applies, and the file and line of that tx
+  SELECT {keys},
+         CASE WHEN {stays(kind)} THEN t.diff_nonce ELSE s.diff_nonce END AS nonce,
+         CASE WHEN {stays(kind)} THEN t.source_id ELSE %(source_id)s END AS w_source,
+         CASE WHEN {stays(kind)} THEN t.source_line ELSE s.line END AS w_line
+  FROM src s LEFT JOIN {table} t ON {key_eq}
+), other_tx AS (
+  SELECT true AS staged, %(source_id)s::bigint AS source_id, g.line,
+         {_key_text(kind, 'g')} || ' at diff_nonce ' || g.diff_nonce || ' is a second tx of its key: the one at '
+           || 'diff_nonce ' || w.nonce || ' (' || {_where('w.w_source', 'w.w_line')} || ') comes first and is the one '
+           || 'the protocol applies, so this one is not stored' AS reason,
+         {record_json(kind, 'g.')}::text AS raw
+  FROM {stage} g JOIN winner w ON {g_on_w}
+  WHERE g.diff_nonce IS DISTINCT FROM w.nonce
+  UNION ALL
+  SELECT false, t.source_id, t.source_line,
+         {_key_text(kind, 't')} || ' at diff_nonce ' || t.diff_nonce || ' was stored, then displaced by another '
+           || 'tx of its key at the lower diff_nonce ' || s.diff_nonce || ' (' || {_where('%(source_id)s', 's.line')}
+           || '), the one the protocol applies',
+         {record_json(kind, 't.')}::text
+  FROM src s JOIN {table} t ON {key_eq}
+  WHERE {displaces(kind)}
+), quarantined AS (
+  INSERT INTO rec.quarantine (source_id, line, kind, reason, raw)
+  SELECT source_id, line, '{kind.name}', reason, raw FROM other_tx ORDER BY source_id, line
+  ON CONFLICT (source_id, line) DO NOTHING  -- a reload quarantines each line once
+)"""
+
+
+def applied_rows(kind: Kind, stage: str, keys: str) -> str:
+    """The staged rows that are the tx of their key (for counting amendments superseded inside the batch)."""
+    if kind.name not in NONCE_KINDS:
+        return stage
+    return f"(SELECT * FROM {stage} WHERE ({keys}, diff_nonce) IN (SELECT {keys}, diff_nonce FROM src))"
