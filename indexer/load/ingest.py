@@ -173,7 +173,12 @@ class BatchLoader:
                 else:
                     self._upsert(kind, out)  # marks what it changed itself
                 if kind == "escrow":
-                    registered |= self.router.sync(self.conn, sorted(kb.scope))[1]
+                    fresh = self.router.sync(self.conn, sorted(kb.scope))[1]
+                    registered |= fresh
+                    # records stored before their escrow came are checked against it now (indexer.load.slots)
+                    if lost := self.slots.recheck_stored(self.conn, sorted(kb.scope - fresh)):
+                        marks.setdefault(mark_statement("escrow"), set()).update(lost)
+                        out.quarantined += len(lost)
             # one statement per mark table for the batch, not one per kind over mostly the same escrows; in sorted
             # order, as every marker takes them
             for statement, scope in marks.items():

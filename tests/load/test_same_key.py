@@ -1,6 +1,7 @@
 """Two records of one key give the same rows in any load order (indexer.load.samekey): of two txs of a key at
 different diff_nonces the lower one is stored and the other quarantined, within a batch, across batches and across
-commands; a later record that leaves optional fields out keeps the stored values."""
+commands; a later record that leaves optional fields out keeps the stored values; and a record naming a slot its
+escrow does not have is quarantined whether the escrow is loaded before or after it (indexer.load.slots)."""
 from __future__ import annotations
 
 import json
@@ -167,3 +168,47 @@ def test_an_amendment_that_changes_a_value_still_replaces_it(db_url, tmp_path):
     assert summary.amended == 1
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT start_height, end_height FROM rec.epoch").fetchone() == (100, 250)
+
+
+# the slot check holds whichever of a record and its escrow is loaded first
+
+OUT_OF_RANGE = [tx("validation_vote", 1, 8, voter_slot=40, vote_valid=False),
+                tx("timeout", 2, 9, reason="refused", votes=[{"voter_slot": 0, "accept": True},
+                                                             {"voter_slot": 30, "accept": True}]),
+                {"kind": "host_stats", "escrow_id": "1971", "slot_id": 17, "missed": 1}]
+
+
+def slot_state(url) -> tuple:
+    with psycopg.connect(url) as c:
+        quarantined = sorted((kind, reason.split(" (its escrow")[0]) for kind, reason in
+                             c.execute("SELECT kind, reason FROM rec.quarantine"))
+        rejected = c.execute("SELECT count(*) FROM api.replay_rejections WHERE reason = 'slot_out_of_range'"
+                             ).fetchone()[0]
+    return table_snapshot(url, [*TX_TABLES, "rec.timeout_tx", "rec.host_stats"]), quarantined, rejected
+
+
+@pytest.mark.parametrize("split", ["commands", "batches"])
+def test_a_slot_out_of_range_is_quarantined_whether_its_escrow_comes_first_or_last(db_url, second_db_url, tmp_path,
+                                                                                    conn, split):
+    first = write_lines(tmp_path / "first.ndjson", [*log(), *OUT_OF_RANGE])
+    assert ingest(second_db_url, first).quarantined == 3
+    rest = write_lines(tmp_path / "rest.ndjson", [*log()[1:], *OUT_OF_RANGE])
+    if split == "commands":
+        summaries = [ingest(db_url, rest), ingest(db_url, write_lines(tmp_path / "esc.ndjson", [escrow()]))]
+        assert [s.quarantined for s in summaries] == [0, 3]
+    else:  # one file, the escrow in a later batch than the records it contradicts
+        assert ingest(db_url, write_lines(tmp_path / "last.ndjson", [*log()[1:], *OUT_OF_RANGE, escrow()]),
+                      batch_lines=4).quarantined == 3
+    assert slot_state(db_url) == slot_state(second_db_url)
+    assert slot_state(db_url)[1] == [
+        ("host_stats", "field slot_id: slot 17 out of range for escrow with 16 slots"),
+        ("timeout", "field votes: a voter_slot is out of range for escrow with 16 slots"),
+        ("validation_vote", "field voter_slot: slot 40 out of range for escrow with 16 slots")]
+    assert slot_state(db_url)[2] == 0  # never stored, so never a replay rejection
+    if split == "commands":  # each under the file and line it came from, its record kept
+        rows = conn.execute("SELECT source, line, reason FROM api.quarantine ORDER BY line").fetchall()
+        assert [(s.rsplit("/", 1)[-1], n) for s, n, _ in rows] == [("rest.ndjson", 8), ("rest.ndjson", 9),
+                                                                    ("rest.ndjson", 10)]
+        assert rows[0][2].endswith("(its escrow record was loaded after it)")
+        raw = conn.execute("SELECT raw FROM rec.quarantine WHERE line = 8").fetchone()[0]
+        assert json.loads(raw) == OUT_OF_RANGE[0]
