@@ -171,7 +171,7 @@ class BatchLoader:
                     out.by_kind[kind] += n
                     marks.setdefault(mark_statement(kind), set()).update(kb.scope)
                 else:
-                    self._upsert(kind, out)  # marks what it changed itself
+                    self._upsert(kind, out, not kb.distinct_keys)  # marks what it changed itself
                 if kind == "escrow":
                     fresh = self.router.sync(self.conn, sorted(kb.scope))[1]
                     registered |= fresh
@@ -250,8 +250,8 @@ class BatchLoader:
         violation rolls the batch back whole and commit() runs it again guarded (a bulk loader's retry, finer)."""
         return self.conn.transaction() if self.guarded else nullcontext()
 
-    def _upsert(self, kind: str, out: IngestSummary) -> None:
-        row = self.conn.execute(upsert_statement(kind), {"source_id": self.source_id}).fetchone()
+    def _upsert(self, kind: str, out: IngestSummary, repeats_keys: bool) -> None:
+        row = self.conn.execute(upsert_statement(kind, repeats_keys), {"source_id": self.source_id}).fetchone()
         inserted, amended, superseded, valid, staged_out, stored_out = row  # *_out: a tx kind's other txs of a key
         out.loaded += inserted
         out.amended += amended + superseded

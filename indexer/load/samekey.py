@@ -37,6 +37,25 @@ def src_order(kind: Kind) -> str:
     return "diff_nonce, line DESC" if kind.name in NONCE_KINDS else "line DESC"
 
 
+def src(kind: Kind, stage: str, columns: list[str], merge: bool) -> str:
+    """The batch's one row per key (``line``, ``columns``, ``extra``). With ``merge`` (a batch that repeats a key),
+    each optional field of that row takes the last value the key's lines of the same tx carry, so that lines of one
+    key inside a batch combine as they do across batches (:func:`merged`); unknown fields are the chosen line's."""
+    keys = ", ".join(kind.key)
+    if not merge or kind.name in WHOLE_READINGS:
+        return f"SELECT DISTINCT ON ({keys}) * FROM {stage} ORDER BY {keys}, {src_order(kind)}"
+    tx = keys + (", diff_nonce" if kind.name in NONCE_KINDS else "")
+    values = []
+    for c in columns:
+        if c in kind.key or c not in kind.columns or kind.field(c).required:
+            values.append(c)
+            continue
+        part = tx + (", response_hash" if (kind.name, c) == ("finish", "response_payload") else "")
+        values.append(f"first_value({c}) OVER (PARTITION BY {part} ORDER BY {c} IS NULL, line DESC) AS {c}")
+    return (f"SELECT DISTINCT ON ({keys}) line, {', '.join(values)}, extra FROM {stage} "
+            f"ORDER BY {keys}, {src_order(kind)}")
+
+
 def displaces(kind: Kind) -> str:
     """SQL on the stored row t and the incoming row s: s is an earlier tx of t's key, stored in t's place."""
     return "t.diff_nonce > s.diff_nonce" if kind.name in NONCE_KINDS else "false"

@@ -100,9 +100,9 @@ def _reverify(kind_name: str, scope_col: str) -> str:
 
 
 @cache
-def upsert_statement(kind_name: str) -> str:
+def upsert_statement(kind_name: str, repeats_keys: bool = False) -> str:
     """The set-based upsert of one kind's stage; which record of a key stays, and what a later one keeps of the
-    stored one, are indexer.load.samekey's rules."""
+    stored one (or of an earlier line of the batch, when ``repeats_keys``), are indexer.load.samekey's rules."""
     kind = KINDS[kind_name]
     # a routed kind's rows carry their partition: the unique index is the key plus epoch_index, and one key is only
     # ever in one partition (indexer.load.partitions), so matching on both is matching on the key
@@ -119,7 +119,7 @@ def upsert_statement(kind_name: str) -> str:
     values = {col: samekey.merged(kind, col) for col in content}
     return f"""
 WITH src AS (
-  SELECT DISTINCT ON ({keys}) * FROM {stage} ORDER BY {keys}, {samekey.src_order(kind)}
+  {samekey.src(kind, stage, cols, repeats_keys)}
 ), ins AS (  -- new keys: a plain insert, no probe for history
   INSERT INTO {table} ({", ".join(cols)}, extra, source_id, source_line)
   SELECT {", ".join(cols)}, extra, %(source_id)s, line FROM src

@@ -137,6 +137,20 @@ def test_a_finish_without_its_payload_keeps_the_stored_one_in_either_order(db_ur
     assert payload_state(db_url) == payload_state(second_db_url) == [(H, PAYLOAD)]
 
 
+def test_lines_of_one_key_in_one_batch_combine_in_either_order(db_url, second_db_url, tmp_path):
+    full = [refusal(response_payload=PAYLOAD), escrow(creator="gonka1user", max_nonce=500),
+            {"kind": "epoch", "epoch_index": 408, "start_height": 100, "end_height": 200}]
+    bare = [refusal(), escrow(), {"kind": "epoch", "epoch_index": 408}]
+    ingest(db_url, write_lines(tmp_path / "a.ndjson", [*full, *bare]))
+    ingest(second_db_url, write_lines(tmp_path / "b.ndjson", [*bare, *full]))
+    tables = ["rec.escrow", "rec.epoch", "rec.finish_tx"]
+    assert table_snapshot(db_url, tables) == table_snapshot(second_db_url, tables)
+    assert payload_state(db_url) == [(H, PAYLOAD)]
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT creator, max_nonce FROM rec.escrow").fetchone() == ("gonka1user", 500)
+        assert c.execute("SELECT start_height, end_height FROM rec.epoch").fetchone() == (100, 200)
+
+
 def test_a_finish_under_another_response_hash_does_not_keep_the_payload(db_url, tmp_path):
     ingest(db_url, write_lines(tmp_path / "full.ndjson", [escrow(), refusal(response_payload=PAYLOAD)]))
     ingest(db_url, write_lines(tmp_path / "other.ndjson", [refusal(response_hash=OTHER)]))
