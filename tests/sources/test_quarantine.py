@@ -131,7 +131,21 @@ def test_cli_exits_2_on_quarantine_unless_allowed(db_url, tmp_path, conn):
     res = _cli("--database-url", db_url, "ingest", str(path), "--no-progress")
     assert res.returncode == 2, res.stderr.decode()
     assert b"quarantined" in res.stderr
+    assert f"{path}:2: malformed JSON".encode() in res.stderr  # which line, and why
     assert conn.execute("SELECT count(*) FROM rec.start_tx").fetchone() == (1,)  # the rest still loaded
     res = _cli("--database-url", db_url, "ingest", str(path), "--no-progress", "--allow-quarantine")
     assert res.returncode == 0, res.stderr.decode()
     assert conn.execute("SELECT count(*) FROM api.quarantine").fetchone() == (1,)
+
+
+def test_cli_names_the_first_quarantined_lines_on_one_line_each(db_url, tmp_path):
+    path = tmp_path / "many-bad.ndjson"
+    bad = [_j({"kind": "epoch", "epoch_index": 11, "observed_at": "\x1b[31mred\nnext"})] + [b"{oops"] * 7
+    path.write_bytes(_j(escrow()) + b"\n" + b"\n".join(bad) + b"\n")
+    res = _cli("--database-url", db_url, "ingest", str(path), "--no-progress")
+    err = res.stderr.decode()
+    assert res.returncode == 2, err
+    named = [line for line in err.splitlines() if line.startswith(f"  {path}:")]
+    assert [line.split(":", 2)[1] for line in named] == ["2", "3", "4", "5", "6"]
+    assert "\x1b" not in err and "\\x1b[31mred\\nnext" in named[0]  # a peer's text cannot drive the terminal
+    assert "  and 3 more" in err
