@@ -62,6 +62,9 @@ CASES: list[tuple[bytes, tuple[str, ...] | None]] = [
          "cost": "18446744073709551616"}), ("cost", "range")),                                 # 33
     (_j({"kind": "host_stats", "escrow_id": "1971", "slot_id": 2, "cost": 18446744073709551615}), None),  # 34
     (_j({"kind": "epoch", "epoch_index": 11, "observed_at": "yesterday"}), ("observed_at",)),  # 35
+    (_j(tx("start", 130, 130, max_tokens=2**64 + 5)), ("max_tokens", "out of range: 18446744073709551621")),  # 36
+    (b'{"kind": "epoch", "epoch_index": "\xe9t\xe9"}', ("not valid UTF-8 at byte 35 of the line",)),  # 37
+    (b'{"kind": "epoch", "epoch_index": 1,}', ("trailing comma", "at byte 35 of the line")),        # 38
 ]
 
 
