@@ -72,9 +72,10 @@ def _recheck(name: str) -> str:
     reason += " || ' (its escrow record was loaded after it)'"
     return f"""
 WITH e AS (
-  SELECT escrow_id, cardinality(slots) AS n FROM rec.escrow WHERE escrow_id = ANY(%(ids)s)
-), g AS (
-  DELETE FROM rec.{kind.table} t USING e WHERE t.escrow_id = e.escrow_id AND {over}
+  SELECT escrow_id, epoch_index, cardinality(slots) AS n FROM rec.escrow WHERE escrow_id = ANY(%(ids)s)
+), g AS (  -- the escrow's rows are in its epoch's partition by now (EpochRouter.sync): only that one is probed
+  DELETE FROM rec.{kind.table} t USING e
+  WHERE t.escrow_id = e.escrow_id AND t.epoch_index = e.epoch_index AND {over}
   RETURNING t.*, e.n
 ), q AS (
   INSERT INTO rec.quarantine (source_id, line, kind, reason, raw)
