@@ -173,10 +173,10 @@ class BatchLoader:
                 else:
                     self._upsert(kind, out, not kb.distinct_keys)  # marks what it changed itself
                 if kind == "escrow":
-                    fresh = self.router.sync(self.conn, sorted(kb.scope))[1]
+                    moved, fresh = self.router.sync(self.conn, sorted(kb.scope))
                     registered |= fresh
                     # records stored before their escrow came are checked against it now (indexer.load.slots)
-                    if lost := self.slots.recheck_stored(self.conn, sorted(kb.scope - fresh)):
+                    if moved and (lost := self.slots.recheck_stored(self.conn, sorted(moved))):
                         marks.setdefault(mark_statement("escrow"), set()).update(lost)
                         out.quarantined += len(lost)
             # one statement per mark table for the batch, not one per kind over mostly the same escrows; in sorted

@@ -90,36 +90,54 @@ def _where(source_id: str, line: str) -> str:
     return (f"(SELECT left(uri, 200) FROM rec.source WHERE source_id = {source_id}) || ' line ' || {line}")
 
 
-def other_txs(kind: Kind, table: str, stage: str, key_eq: str) -> str:
-    """CTEs (after ``src``) quarantining, for a tx kind, every record of a batch key that is not the tx the protocol
+def met_columns(kind: Kind) -> str:
+    """Extra columns of the upsert's join of the batch with the stored rows (``met``) that :func:`other_txs`
+    reads: the stored tx's nonce and provenance, and the record of whichever side is not stored."""
+    if kind.name not in NONCE_KINDS:
+        return ""
+    return (f", t.diff_nonce AS t_nonce, t.source_id AS t_source, t.source_line AS t_line, s.diff_nonce AS s_nonce,"
+            f"\n         CASE WHEN {stays(kind)} THEN {record_json(kind, 's.')}::text END AS s_raw,"
+            f"\n         CASE WHEN {displaces(kind)} THEN {record_json(kind, 't.')}::text END AS t_raw")
+
+
+def _beaten(kind: Kind, alias: str, nonce: str, kept: str, where: str) -> str:
+    return (f"{_key_text(kind, alias)} || ' at diff_nonce ' || {nonce} || ' is a second tx of its key: the one at '"
+            f" || 'diff_nonce ' || {kept} || ' (' || {where} || ') comes first and is the one the protocol applies, '"
+            f" || 'so this one is not stored'")
+
+
+def other_txs(kind: Kind, stage: str, repeats_keys: bool) -> str:
+    """CTEs (after ``met``) quarantining, for a tx kind, every record of a batch key that is not the tx the protocol
     applies: staged rows at another nonce than the key's lowest (staged or stored), and stored rows a lower-nonce
-    staged one displaces. ``other_tx`` has one row per such record (``staged``: one of this batch's lines)."""
+    staged one displaces. ``other_tx`` has one row per such record (``staged``: one of this batch's lines). Only
+    ``met`` is read, never the table again: the batch's join with the stored rows is made once."""
     if kind.name not in NONCE_KINDS:
         return ", other_tx AS (SELECT NULL::boolean AS staged WHERE false)"
-    keys = ", ".join(f"s.{k}" for k in kind.key)
-    g_on_w = " AND ".join(f"g.{k} = w.{k}" for k in kind.key)
-    return f""", winner AS (  -- per key: the nonce the protocol applies, and the file and line of that tx
-  SELECT {keys},
-         CASE WHEN {stays(kind)} THEN t.diff_nonce ELSE s.diff_nonce END AS nonce,
-         CASE WHEN {stays(kind)} THEN t.source_id ELSE %(source_id)s END AS w_source,
-         CASE WHEN {stays(kind)} THEN t.source_line ELSE s.line END AS w_line
-  FROM src s LEFT JOIN {table} t ON {key_eq}
-), other_tx AS (
-  SELECT true AS staged, %(source_id)s::bigint AS source_id, g.line,
-         {_key_text(kind, 'g')} || ' at diff_nonce ' || g.diff_nonce || ' is a second tx of its key: the one at '
-           || 'diff_nonce ' || w.nonce || ' (' || {_where('w.w_source', 'w.w_line')} || ') comes first and is the one '
-           || 'the protocol applies, so this one is not stored' AS reason,
+    if repeats_keys:  # any staged line of a key may be beaten: by the stored tx, or by a lower nonce in the batch
+        m_on_s = " AND ".join(f"m.{k} = s.{k}" for k in kind.key)
+        g_on_w = " AND ".join(f"g.{k} = w.{k}" for k in kind.key)
+        staged = f"""SELECT true AS staged, %(source_id)s::bigint AS source_id, g.line,
+         {_beaten(kind, 'g', 'g.diff_nonce', 'w.nonce', _where('w.w_source', 'w.w_line'))} AS reason,
          {record_json(kind, 'g.')}::text AS raw
-  FROM {stage} g JOIN winner w ON {g_on_w}
-  WHERE g.diff_nonce IS DISTINCT FROM w.nonce
+  FROM {stage} g JOIN (
+    SELECT {", ".join(f"s.{k}" for k in kind.key)}, coalesce(m.t_nonce, s.diff_nonce) AS nonce,
+           coalesce(m.t_source, %(source_id)s) AS w_source, coalesce(m.t_line, s.line) AS w_line
+    FROM src s LEFT JOIN met m ON {m_on_s} AND m.stays
+  ) w ON {g_on_w}
+  WHERE g.diff_nonce IS DISTINCT FROM w.nonce"""
+    else:  # each staged line is its key's src row: beaten only by a stored tx
+        staged = f"""SELECT true AS staged, %(source_id)s::bigint AS source_id, m.line,
+         {_beaten(kind, 'm', 'm.s_nonce', 'm.t_nonce', _where('m.t_source', 'm.t_line'))} AS reason, m.s_raw AS raw
+  FROM met m WHERE m.stays"""
+    return f""", other_tx AS (
+  {staged}
   UNION ALL
-  SELECT false, t.source_id, t.source_line,
-         {_key_text(kind, 't')} || ' at diff_nonce ' || t.diff_nonce || ' was stored, then displaced by another '
-           || 'tx of its key at the lower diff_nonce ' || s.diff_nonce || ' (' || {_where('%(source_id)s', 's.line')}
+  SELECT false, m.t_source, m.t_line,
+         {_key_text(kind, 'm')} || ' at diff_nonce ' || m.t_nonce || ' was stored, then displaced by another '
+           || 'tx of its key at the lower diff_nonce ' || m.s_nonce || ' (' || {_where('%(source_id)s', 'm.line')}
            || '), the one the protocol applies',
-         {record_json(kind, 't.')}::text
-  FROM src s JOIN {table} t ON {key_eq}
-  WHERE {displaces(kind)}
+         m.t_raw
+  FROM met m WHERE m.displaced
 ), quarantined AS (
   INSERT INTO rec.quarantine (source_id, line, kind, reason, raw)
   SELECT source_id, line, '{kind.name}', reason, raw FROM other_tx ORDER BY source_id, line

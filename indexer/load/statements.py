@@ -125,16 +125,18 @@ WITH src AS (
   SELECT {", ".join(cols)}, extra, %(source_id)s, line FROM src
   ON CONFLICT ({", ".join(match)}) DO NOTHING
   RETURNING {", ".join(dict.fromkeys([*key, scope_col]))}
-){samekey.other_txs(kind, table, stage, key_eq)}, changed AS (  -- keys that existed before this statement and whose content differs
+), met AS (  -- keys that existed before this statement and whose content differs (for a tx kind: or another tx)
   SELECT s.line, {", ".join(f"s.{k}" for k in match)}, {", ".join(f"{v} AS {c}" for c, v in values.items())},
-         {samekey.displaces(kind)} AS displaced,
-         to_jsonb(t){" - 'epoch_index'" if routed else ""} AS previous
+         {samekey.displaces(kind)} AS displaced, {samekey.stays(kind)} AS stays,
+         to_jsonb(t){" - 'epoch_index'" if routed else ""} AS previous{samekey.met_columns(kind)}
   FROM src s JOIN {table} t ON {key_eq}
   WHERE NOT EXISTS (SELECT 1 FROM ins i WHERE {not_inserted})
     AND {_row("t.", content)} IS DISTINCT FROM ({", ".join(values.values())})
-    AND NOT ({samekey.stays(kind)})
     -- a later line of this same file already won (reloading a file must not replay its own amendments)
-    AND ({samekey.displaces(kind)} OR NOT (t.source_id = %(source_id)s AND t.source_line > s.line)){keep}
+    AND ({samekey.displaces(kind)} OR {samekey.stays(kind)}
+         OR NOT (t.source_id = %(source_id)s AND t.source_line > s.line)){keep}
+){samekey.other_txs(kind, stage, repeats_keys)}, changed AS (  -- what the update writes: not a tx kept out
+  SELECT * FROM met WHERE NOT stays                              -- because the stored one comes first
 ), history AS (  -- a displaced tx is not an amendment: its quarantine row keeps it (other_tx)
   INSERT INTO rec.amendment (kind, record_key, previous, source_id, line)
   SELECT '{kind.name}', jsonb_build_array({", ".join("c." + k for k in key)}), c.previous, %(source_id)s, c.line
