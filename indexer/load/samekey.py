@@ -68,10 +68,10 @@ def stays(kind: Kind) -> str:
 
 def merged(kind: Kind, column: str) -> str:
     """SQL: the value ``column`` takes when s amends t (s's when it has one, else t's where the kind allows it)."""
+    if kind.name in WHOLE_READINGS or (column != "extra" and kind.field(column).required):
+        return f"s.{column}"
     if column == "extra":  # unknown fields: the union, the incoming record's values first
         keep = "CASE WHEN t.extra IS NULL THEN s.extra WHEN s.extra IS NULL THEN t.extra ELSE t.extra || s.extra END"
-    elif kind.name in WHOLE_READINGS or kind.field(column).required:
-        return f"s.{column}"
     elif kind.name == "finish" and column == "response_payload":
         # self-authenticating against response_hash: kept only under the hash it was served for
         keep = ("CASE WHEN coalesce(s.response_hash, t.response_hash) IS NOT DISTINCT FROM t.response_hash "

@@ -226,3 +226,12 @@ def test_a_slot_out_of_range_is_quarantined_whether_its_escrow_comes_first_or_la
         assert rows[0][2].endswith("(its escrow record was loaded after it)")
         raw = conn.execute("SELECT raw FROM rec.quarantine WHERE line = 8").fetchone()[0]
         assert json.loads(raw) == OUT_OF_RANGE[0]
+
+
+def test_a_later_settlement_reading_replaces_the_stored_one_whole(db_url, tmp_path):
+    """A settlement is one transaction: its message is never kept under another reading's hash."""
+    first = {"kind": "settlement", "escrow_id": "1971", "tx_hash": H, "msg": "AAAA", "extra_field": 1}
+    ingest(db_url, write_lines(tmp_path / "a.ndjson", [escrow(), first]))
+    ingest(db_url, write_lines(tmp_path / "b.ndjson", [{"kind": "settlement", "escrow_id": "1971", "tx_hash": OTHER}]))
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT tx_hash, msg, extra FROM rec.settlement").fetchone() == (OTHER, None, None)
