@@ -44,8 +44,8 @@ _DELETE = [
       for t in ("replay.vote", "replay.rejected_tx", "replay.slot_stats", "replay.dirty_escrow",
                 "rules.refusal_parse")),
     *(f"DELETE FROM {t} WHERE epoch_index = %(e)s"
-      for t in ("replay.escrow", "rules.escrow_limit", "rules.model_limit", "rules.suspect", "rules.dirty_escrow",
-                "rules.dirty_epoch",
+      for t in ("replay.escrow", "rules.escrow_limit", "rules.model_limit", "rules.suspect",
+                "rules.dirty_epoch", "rules.dirty_escrow",  # the marks in their one order (indexer.db.lockorder)
                 *(f"rec.{k.table}" for k in _UNROUTED),
                 "rec.escrow_epoch")),
 ]

@@ -86,9 +86,10 @@ def cmd_ingest(args, settings: Settings) -> int:
             if getattr(exc, "partial", None) is None:
                 raise
             failure, summary = exc, exc.partial  # what loaded before the bad file is committed: replay it anyway
-        replayed = follower.finish()
-    with psycopg.connect(url) as conn:
-        downstream = process_changes(conn, url, replayed=replayed, deferred_analyze=summary.deferred_analyze)
+        follower.wind_down()  # its last escrows replay while the downstream stage connects and makes partitions
+        with psycopg.connect(url) as conn:
+            downstream = process_changes(conn, url, replayed=follower.finish,
+                                         deferred_analyze=summary.deferred_analyze)
     print_ingest_summary(summary, downstream)
     if failure is not None:
         error(f"{failure} (the records loaded before it were replayed and evaluated)")

@@ -134,3 +134,10 @@ def payload_json(esc: EscrowSim, inference_id: int) -> dict[str, Any] | None:
             "prompt_payload": base64.b64encode(prompt.encode()).decode(),
             "response_payload": base64.b64encode(response.encode()).decode(),
             "executor_signature": base64.b64encode(esc.log.receipts.get(inference_id, b"")).decode()}
+
+
+def made_up_payload_json(inference_id: str, body: str) -> dict[str, Any]:
+    """A payload response of the right shape whose stored response is ``body``, whatever the Finish signed: what a
+    lying member serves (the indexer must not take it: its sha256 is not the Finish's response_hash)."""
+    return {"inference_id": inference_id, "prompt_payload": "",
+            "response_payload": base64.b64encode(body.encode()).decode(), "executor_signature": ""}

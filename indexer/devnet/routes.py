@@ -60,6 +60,9 @@ class AppOptions:
     # host address → the status its payload route answers every request with (404: not stored, 403: refused, …);
     # changed by tests between cycles, like Faults.down_hosts
     payload_statuses: dict[str, int] = field(default_factory=dict)
+    # host address → a made-up stored body it serves as every payload it is asked for, in the right shape (a member
+    # lying about a refusal: its bytes do not hash to the Finish's response_hash); changed by tests between cycles
+    payload_liars: dict[str, str] = field(default_factory=dict)
 
 
 Handler = Callable[..., Response]
@@ -221,6 +224,9 @@ class App(ChainRoutes):
             status = self.options.payload_statuses.get(spec.address)
             if status:
                 return Response.json({"message": f"simulated payload answer {status}"}, status)
+            lie = self.options.payload_liars.get(spec.address)
+            if lie is not None:
+                return Response.json(hv.made_up_payload_json(query_param(q, "inference_id") or "", lie))
         if spec is not None and spec.address in self.options.rpc_hosts + self.options.retired_hosts:
             # transport/httperror.go @621c4a3743cc: DevshardErrorHTTPSessionRetired, HTTPSessionRetiredMessage
             resp = Response.json({"message": RETIRED_MESSAGE}, 410)

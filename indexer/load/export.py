@@ -1,4 +1,6 @@
-"""`indexer export`: stored records back out as normalized NDJSON that `ingest` reads to an identical database."""
+"""`indexer export`: stored records back out as normalized NDJSON that `ingest` reads to the same records (and so
+the same replay and findings). The poller's bookkeeping (net.*: cursors, epoch finality) is not a record and is not
+exported."""
 from __future__ import annotations
 
 import gzip

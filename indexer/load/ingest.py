@@ -27,13 +27,14 @@ from indexer.records import KINDS, LOAD_ORDER
 from indexer.load.behind import AnalyzeBehind
 from indexer.load.errors import IngestFailed, IngestInterrupted
 from indexer.load.fresh import KnownNew
+from indexer.load.marks import BatchMarks
 from indexer.load.partitions import ROUTED, EpochRouter, analyze_written, routed_column
+from indexer.load import signed_conflicts
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
-from indexer.load.statements import (conflict_check, insert_staged, mark_statement, stage_ddl, stage_table,
-                                     upsert_statement)
-from indexer.load.typing_pool import TypingPool, TypingWorkerLost
+from indexer.load.statements import conflict_check, insert_staged, stage_ddl, stage_table, upsert_statement
+from indexer.load.typing_pool import InlineTyping, TypingPool, TypingWorkerLost
 from indexer import refusals
 from indexer.sources.ndjson import InputError, InputFile, block_lines, check_input, open_input, read_ahead
 
@@ -100,9 +101,7 @@ class BatchLoader:
         self.guarded = False
         self.behind: AnalyzeBehind | None = None  # told each committed batch's epochs (indexer.load.behind)
         self.staged: set[str] = set()  # the stage tables the open batch filled (emptied before it commits)
-        for kind in KINDS.values():
-            conn.execute(stage_ddl(kind))
-        conn.commit()
+        self.made: set[str] = set()  # stage tables made by committed batches (each when a batch first needs it)
 
     def commit(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         """The batch in one transaction; tried again if the server cancels it as a deadlock victim (a concurrent
@@ -129,6 +128,7 @@ class BatchLoader:
         and registry rows they made are gone, so is what the loader knew of them."""
         self.router.forget()
         self.known.forget()
+        self.made.clear()
 
     def _commit_once(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         try:
@@ -145,9 +145,10 @@ class BatchLoader:
         with self.conn.transaction():
             bad, slot_rejects = self.slots.check(self.conn, prepared, self.source_id, source_lines)
             epochs = targets = probes = None
+            signed_rejects: list[tuple] = []
             registered: set[str] = set()  # escrows this batch registered: none of their rows existed
             written = {}  # routed kind -> its KindBatch, for the marks of KnownNew once the batch committed
-            marks: dict[str, set] = {}  # mark_statement(kind) -> the scopes this batch's inserts dirtied
+            marks = BatchMarks()  # what the batch dirtied, marked as its last writes (indexer.load.marks)
             for kind in (k for k in LOAD_ORDER if k in prepared.kinds):
                 kb = prepared.kinds[kind]
                 copy = _without_lines(kb.copy, bad[kind]) if kind in bad else kb.copy
@@ -169,22 +170,20 @@ class BatchLoader:
                     n = kb.count - len(bad.get(kind, ()))
                     out.loaded += n
                     out.by_kind[kind] += n
-                    marks.setdefault(mark_statement(kind), set()).update(kb.scope)
+                    marks.add(kind, kb.scope)
                 else:
-                    self._upsert(kind, out, not kb.distinct_keys)  # marks what it changed itself
+                    if kind == "signed_diff":  # records of one diff that differ: kept by signature, not by order
+                        signed_rejects = signed_conflicts.resolve(self.conn, self.source_id, source_lines)
+                    self._upsert(kind, out, marks, not kb.distinct_keys)
                 if kind == "escrow":
                     moved, fresh = self.router.sync(self.conn, sorted(kb.scope))
                     registered |= fresh
                     # records stored before their escrow came are checked against it now (indexer.load.slots)
                     if moved and (lost := self.slots.recheck_stored(self.conn, sorted(moved))):
-                        marks.setdefault(mark_statement("escrow"), set()).update(lost)
+                        marks.add("escrow", lost)
                         out.quarantined += len(lost)
-            # one statement per mark table for the batch, not one per kind over mostly the same escrows; in sorted
-            # order, as every marker takes them
-            for statement, scope in marks.items():
-                self.conn.execute(statement, (sorted(scope),))
             refusals.store(self.conn, prepared.parses)
-            if rejects := prepared.rejects + slot_rejects:
+            if rejects := prepared.rejects + slot_rejects + signed_rejects:
                 with self.conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO rec.quarantine (source_id, line, kind, reason, raw) VALUES (%s,%s,%s,%s,%s) "
@@ -194,8 +193,10 @@ class BatchLoader:
                 self.conn.execute("TRUNCATE " + ", ".join(sorted(self.staged)))
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
                               (prepared.last_line, self.source_id))
+            marks.write(self.conn)
         self.committed_line = prepared.last_line
         self.known.committed(registered, written)
+        self.made |= self.staged  # (a batch rolled back takes the stages it made with it)
         return out
 
     def _insert_new(self, kind: str, copy: bytes, kb, table: str, probe_tables: dict | None = None,
@@ -230,6 +231,8 @@ class BatchLoader:
                     raise _KeyRace from exc
                 direct = False
         if not direct:
+            if stage not in self.made:
+                self.conn.execute(stage_ddl(spec))
             self.staged.add(stage)
             with self.conn.cursor().copy(f"COPY {stage} FROM STDIN") as cp:
                 cp.write(copy)
@@ -250,9 +253,11 @@ class BatchLoader:
         violation rolls the batch back whole and commit() runs it again guarded (a bulk loader's retry, finer)."""
         return self.conn.transaction() if self.guarded else nullcontext()
 
-    def _upsert(self, kind: str, out: IngestSummary, repeats_keys: bool) -> None:
+    def _upsert(self, kind: str, out: IngestSummary, marks: BatchMarks, repeats_keys: bool) -> None:
         row = self.conn.execute(upsert_statement(kind, repeats_keys), {"source_id": self.source_id}).fetchone()
-        inserted, amended, superseded, valid, staged_out, stored_out = row  # *_out: a tx kind's other txs of a key
+        # *_out: a tx kind's other txs of a key, quarantined (indexer.load.samekey)
+        inserted, amended, superseded, valid, dirty, reverify, staged_out, stored_out = row
+        marks.add(kind, dirty, reverify)
         out.loaded += inserted
         out.amended += amended + superseded
         out.unchanged += valid - inserted - amended - superseded - staged_out
@@ -375,16 +380,20 @@ def analyze_grown(conn: psycopg.Connection, summary: IngestSummary) -> Deferred:
 
 def _type_and_commit(loader: BatchLoader, blocks, resume_after: int, total: IngestSummary, on_batch=None) -> None:
     """Worker processes type and render blocks (pure CPU, in parallel) while this thread commits them strictly
-    in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight."""
+    in file order, so the resume cursor never passes an uncommitted line. At most a few blocks are in flight. An
+    input of one block is typed here: nothing would overlap its typing (indexer.load.typing_pool.InlineTyping)."""
     blocks = iter(blocks)
     head = next(blocks, None)
     if head is None:  # nothing to load (an empty file, or wholly resumed past): no worker processes to start
         return
-    # forked: they inherit the compiled coercers, never touch `conn`. Ctrl-C is held to the points between a
-    # commit and the next submit: the batch being committed completes, and the pool is never interrupted inside
-    with TypingPool(PREPARE_WORKERS, loader.source_id, resume_after) as pool, workers.InterruptAtSafePoints() as ctrl_c:
+    second = next(blocks, None)  # read ahead anyway (read_ahead). The pool's processes are forked: they inherit
+    # the compiled coercers, never touch `conn`. Ctrl-C is held to the points between a commit and the next submit:
+    # the batch being committed completes, and the pool is never interrupted inside
+    typing = (TypingPool(PREPARE_WORKERS, loader.source_id, resume_after) if second is not None
+              else InlineTyping(loader.source_id, resume_after))
+    with typing as pool, workers.InterruptAtSafePoints() as ctrl_c:
         in_flight: deque = deque()
-        for first, block in itertools.chain([head], blocks):
+        for first, block in itertools.chain([head], [second] if second is not None else [], blocks):
             ctrl_c.check()
             in_flight.append(pool.submit(first, block))
             if len(in_flight) > PREPARE_WORKERS:
@@ -394,8 +403,8 @@ def _type_and_commit(loader: BatchLoader, blocks, resume_after: int, total: Inge
             _commit_next(loader, pool, in_flight, resume_after, total, on_batch)
 
 
-def _commit_next(loader: BatchLoader, pool: TypingPool, in_flight: deque, resume_after: int, total: IngestSummary,
-                 on_batch=None) -> None:
+def _commit_next(loader: BatchLoader, pool: TypingPool | InlineTyping, in_flight: deque, resume_after: int,
+                 total: IngestSummary, on_batch=None) -> None:
     prepared = pool.typed(in_flight)
     _, first, block = in_flight.popleft()
     total.skipped_resumed += prepared.skipped

@@ -7,24 +7,16 @@ per batch:
   other_tx     a tx kind's records of a batch key at another nonce, quarantined (indexer.load.samekey)
   history      the previous content of every record a changed record amends
   up           the upsert; unchanged rows are not touched (no dead tuples, no dirty marks)
-  dirty        escrows (or epochs) whose records changed, for the replay / rules stages
+  dirty        escrows (or epochs) whose records changed, for the replay / rules stages, returned to the loader,
+               which marks them with the batch's other marks as the batch's last writes (indexer.load.marks)
 """
 from __future__ import annotations
 
 from functools import cache
 
-from indexer.db.marks import ESCROW_MARK, WHOLE_EPOCH
 from indexer.load import samekey
 from indexer.load.partitions import ROUTED, routed_column
 from indexer.records import KINDS, PG_TYPES, Kind
-
-
-def dirty_mark(kind: Kind) -> tuple[str, str, str]:
-    """(INSERT target, scope column, ON CONFLICT action) that marks what a changed record of `kind` dirties: its
-    escrow for the replay, or its whole epoch for the rules (an epoch-level input re-evaluates every escrow)."""
-    if kind.scope == "escrow":
-        return "replay.dirty_escrow (escrow_id)", "escrow_id", ESCROW_MARK
-    return "rules.dirty_epoch (epoch_index)", "epoch_index", WHOLE_EPOCH
 
 
 # Epoch-level records the verification stage reads beside each escrow's own (indexer.replay.verification): the
@@ -32,20 +24,12 @@ def dirty_mark(kind: Kind) -> tuple[str, str, str]:
 # and whether they were read as of the epoch, and whether the epoch has ended (live params then stop standing in for
 # its own). A change to one re-marks the epoch's escrows for the replay, whose verification then re-checks them.
 VERIFY_INPUTS = frozenset({"warm_key", "epoch_params", "epoch"})
-_REVERIFY = ("INSERT INTO replay.dirty_escrow (escrow_id) SELECT escrow_id FROM rec.escrow "
-             "WHERE epoch_index IN (SELECT epoch_index FROM {epochs}) ORDER BY 1 ON CONFLICT " + ESCROW_MARK)
 
 
-@cache
-def mark_statement(kind_name: str) -> str:
-    """Mark the scopes (one array parameter) of new `kind_name` records dirty (dirty_mark)."""
-    kind = KINDS[kind_name]
-    target, column, on_conflict = dirty_mark(kind)
-    mark = f"INSERT INTO {target} SELECT unnest(%s::{PG_TYPES[kind.field(column).type]}[]) ON CONFLICT {on_conflict}"
-    if kind_name not in VERIFY_INPUTS:
-        return mark
-    return (f"WITH marked AS ({mark} RETURNING epoch_index) "
-            + _REVERIFY.format(epochs="marked"))
+def scope_column(kind: Kind) -> str:
+    """The column naming what a changed record of ``kind`` dirties: its escrow for the replay, or its whole epoch
+    for the rules (an epoch-level input re-evaluates every escrow)."""
+    return "escrow_id" if kind.scope == "escrow" else "epoch_index"
 
 
 def stage_table(kind: Kind) -> str:
@@ -85,18 +69,17 @@ VERIFIED_COLUMNS = {"epoch_params": ("devshard_escrow_params", "params_exact"), 
 
 
 def _reverify(kind_name: str, scope_col: str) -> str:
-    """The upsert's extra step for :data:`VERIFY_INPUTS`: the escrows of the epochs with a new record, or with an
-    updated one whose verified columns (:data:`VERIFIED_COLUMNS`, else all) changed, marked for the replay."""
+    """The upsert's extra output for :data:`VERIFY_INPUTS`: the epochs with a new record, or with an updated one
+    whose verified columns (:data:`VERIFIED_COLUMNS`, else all) changed, whose escrows the replay re-checks."""
     if kind_name not in VERIFY_INPUTS:
-        return ""
+        return "'{}'::bigint[]"
     updated = f"SELECT {scope_col} FROM upd"
     if kind_name in VERIFIED_COLUMNS:
         # `previous` is to_jsonb of the stored row: a NULL column there is JSON null
         differs = " OR ".join(f"coalesce(to_jsonb(c.{col}), 'null') IS DISTINCT FROM c.previous->'{col}'"
                               for col in VERIFIED_COLUMNS[kind_name])
         updated = f"SELECT c.{scope_col} FROM changed c WHERE {differs}"
-    changed = f"(SELECT {scope_col} AS epoch_index FROM ins UNION {updated}) c"
-    return f", reverify AS (\n  {_REVERIFY.format(epochs=changed)}\n)"
+    return f"ARRAY(SELECT {scope_col} FROM ins UNION {updated})"
 
 
 @cache
@@ -112,7 +95,7 @@ def upsert_statement(kind_name: str, repeats_keys: bool = False) -> str:
     content = kind.value_columns + ["extra"]
     table, stage = f"rec.{kind.table}", stage_table(kind)
     key_eq = " AND ".join(f"t.{k} = s.{k}" for k in match)
-    dirty, scope_col, on_conflict = dirty_mark(kind)
+    scope_col = scope_column(kind)
     keys = ", ".join(key)
     not_inserted = " AND ".join(f"i.{k} = s.{k}" for k in key)
     keep = f"\n    AND NOT ({KEEP_STORED[kind_name]})" if kind_name in KEEP_STORED else ""
@@ -148,13 +131,7 @@ WITH src AS (
      CASE WHEN c.displaced THEN 1 ELSE t.revision + 1 END, CASE WHEN NOT c.displaced THEN now() END)
   FROM changed c WHERE {" AND ".join(f"t.{k} = c.{k}" for k in match)}
   RETURNING t.{scope_col}, c.displaced
-), dirty AS (
-  INSERT INTO {dirty}  -- in key order: concurrent markers lock the marks in one order, so they never deadlock
-  SELECT {scope_col} FROM ins WHERE {scope_col} IS NOT NULL
-  UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL
-  ORDER BY 1
-  ON CONFLICT {on_conflict}
-){_reverify(kind_name, scope_col)}
+)
 SELECT (SELECT count(*) FROM ins) + (SELECT count(*) FROM upd WHERE displaced) AS inserted,
        (SELECT count(*) FROM upd WHERE NOT displaced) AS amended,
        CASE WHEN (SELECT count(*) FROM {stage}) > (SELECT count(*) FROM src)  -- duplicates of a key in one batch
@@ -162,6 +139,9 @@ SELECT (SELECT count(*) FROM ins) + (SELECT count(*) FROM upd WHERE displaced) A
                                         FROM {samekey.applied_rows(kind, stage, keys)} a) d)
                  - (SELECT count(*) FROM src) ELSE 0 END AS superseded_in_batch,
        (SELECT count(*) FROM {stage}) AS valid,
+       ARRAY(SELECT {scope_col} FROM ins WHERE {scope_col} IS NOT NULL
+             UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL) AS dirty,
+       {_reverify(kind_name, scope_col)} AS reverify,
        (SELECT count(*) FILTER (WHERE staged) FROM other_tx) AS quarantined_staged,
        (SELECT count(*) FILTER (WHERE NOT staged) FROM other_tx) AS quarantined_stored
 """

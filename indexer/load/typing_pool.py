@@ -1,5 +1,6 @@
-"""The file load's typing processes (indexer.load.ingest): blocks of lines typed by :func:`prepare_file_block` in a
-pool that outlives a process that dies under it."""
+"""The file load's typing (indexer.load.ingest): blocks of lines typed by :func:`prepare_file_block` in a pool of
+processes that outlives a process that dies under it, or, for an input of one block, in the loading process itself
+(:class:`InlineTyping`)."""
 from __future__ import annotations
 
 import logging
@@ -71,6 +72,32 @@ class TypingPool:
                                      bulk_memory=True)
         except BrokenProcessPool as exc:
             raise TypingWorkerLost(first, first + block.count(b"\n", 0, len(block) - 1)) from exc
+
+
+class InlineTyping:
+    """:class:`TypingPool`'s interface, typing in the calling process: for an input that is one block, where a pool
+    types that block while the loader only waits for it, so its processes would cost their start (~10 ms of a
+    one-line amendment's ingest) and the block's trips through pipes, and run nothing in parallel. The rows are the
+    pool's: the same function types the block."""
+
+    def __init__(self, source_id: int, resume_after: int) -> None:
+        self.source_id, self.resume_after = source_id, resume_after
+
+    def __enter__(self) -> "InlineTyping":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+    def submit(self, first: int, block: bytes | LongLine) -> tuple:
+        """(future, first, block): ``block`` typed now, the future holding its result."""
+        future = Future()
+        future.set_result(long_line_prepared(self.source_id, block, self.resume_after) if isinstance(block, LongLine)
+                          else prepare_file_block(self.source_id, first, block, self.resume_after))
+        return future, first, block
+
+    def typed(self, in_flight: deque) -> Prepared:
+        return in_flight[0][0].result()
 
 
 def long_line_prepared(source_id: int, long_line: LongLine, resume_after: int) -> Prepared:

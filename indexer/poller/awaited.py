@@ -9,8 +9,10 @@ rows that are due (oldest due first), whether or not the escrow's log is final:
 * a row is first due in the next cycle, then after a backoff that doubles from ``backoff`` seconds (default 60 s)
   up to 6 hours; never twice in one cycle (a row attempted since the cycle began is not due);
 * a poller claims its batch (``claimed_by``, ``claimed_until``) with ``FOR UPDATE SKIP LOCKED``: several pollers on
-  one database never ask for one awaited payload at once. A failed batch gives its claims back at once; a killed
-  poller's claims expire after ``CLAIM_SECONDS``. The row goes only when the payload commits;
+  one database never ask for one awaited payload at once. A batch that fails with an error counts the attempt of
+  each of its rows (so a failure that repeats ends in a give-up) and gives the claims back; an interrupted one gives
+  them back untouched; a killed poller's claims expire after ``CLAIM_SECONDS``. The row goes only when the payload
+  commits;
 * a payload obtained is loaded as the Finish record with its ``response_payload`` through the normal load path (the
   record is amended, its escrow marked dirty, and replay and rules re-evaluate it), and its row is deleted in the
   same transaction;
@@ -123,6 +125,11 @@ class Claimed:
     version: str
     record: str
 
+    def response_hash(self) -> str | None:
+        """The stored Finish's ``response_hash`` (hex), which a payload served for it must hash to."""
+        found = json.loads(self.record).get("response_hash")
+        return found if isinstance(found, str) else None
+
 
 class AwaitedPayloads:
     """One cycle's re-asking of due awaited payloads, by the poller whose lease holder id is ``holder``."""
@@ -142,16 +149,16 @@ class AwaitedPayloads:
     def ask(self, claimed: list[Claimed]) -> tuple[dict[tuple[str, int], str], dict[tuple[str, int], str]]:
         """Each claimed row's escrow group asked for it: (payloads obtained, last errors of the others), keyed by
         (escrow id, inference id)."""
-        by_escrow: dict[tuple[str, str, int], list[int]] = {}
-        for c in claimed:
-            by_escrow.setdefault((c.escrow_id, c.version, c.epoch), []).append(c.inference_id)
+        by_escrow: dict[tuple[str, str, int], dict[int, str | None]] = {}
+        for c in claimed:  # each payload checked against the response hash of the Finish stored with the row
+            by_escrow.setdefault((c.escrow_id, c.version, c.epoch), {})[c.inference_id] = c.response_hash()
         slots = self.store.stored_slots(sorted({e for e, _, _ in by_escrow}))
 
-        def one(item) -> tuple[str, list[int], Asked]:
-            (escrow_id, version, epoch), ids = item
+        def one(item) -> tuple[str, dict[int, str | None], Asked]:
+            (escrow_id, version, epoch), wanted = item
             members = slots.get(escrow_id, [])
-            return escrow_id, ids, ask_members(self.g, members, version, escrow_id, ids, epoch,
-                                               validator=self.validator, report=self.store.fail)
+            return escrow_id, wanted, ask_members(self.g, members, version, escrow_id, wanted, epoch,
+                                                  validator=self.validator, report=self.store.fail)
 
         items = list(by_escrow.items())
         found: dict[tuple[str, int], str] = {}
@@ -199,14 +206,38 @@ class AwaitedPayloads:
             log.warning("%s: response payload given up", source)
 
     def run(self) -> None:
+        """Claim, ask and commit one batch. A batch that fails with an error counts an attempt for each claimed row
+        (with the error: a failure that repeats ends in a give-up like any other) and raises it; one interrupted
+        (KeyboardInterrupt, a cancelled cycle) gives its claims back untouched."""
         claimed = self.claim()
         if not claimed:
             return
         try:
             self.commit(claimed, *self.ask(claimed))
-        except BaseException:
-            try:  # given back: asked again by whoever comes next (a dropped connection lets the claims expire)
-                self.store.conn.execute(_RELEASE, (self.holder,))
-            except psycopg.Error as exc:
-                log.warning("awaited payloads: claims not given back (they expire): %s", exc)
+        except Exception as exc:
+            self._count_failed(claimed, f"awaited payloads: the batch failed: {type(exc).__name__}: {exc}")
             raise
+        except BaseException:
+            self._give_back()
+            raise
+
+    def _count_failed(self, claimed: list[Claimed], error: str) -> None:
+        """One attempt counted for each claimed row, ``error`` its last error (given up after the last)."""
+        p = self.policy
+        try:
+            with self.store.conn.transaction():
+                given_up = self.store.conn.execute(_MISSED, {
+                    "cap": BACKOFF_MAX, "base": p.backoff, "max": p.attempts, "h": self.holder,
+                    "e": [c.escrow_id for c in claimed], "i": [c.inference_id for c in claimed],
+                    "err": [error[:2000]] * len(claimed)}).fetchall()
+        except psycopg.Error as exc:
+            log.warning("awaited payloads: the failed attempt not counted: %s", exc)
+            self._give_back()
+            return
+        self.given_up += len(given_up)
+
+    def _give_back(self) -> None:
+        try:  # asked again by whoever comes next (a dropped connection lets the claims expire)
+            self.store.conn.execute(_RELEASE, (self.holder,))
+        except psycopg.Error as exc:
+            log.warning("awaited payloads: claims not given back (they expire): %s", exc)

@@ -29,6 +29,7 @@ by someone, and its replay and rules run on all of it.
 """
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ from indexer.settings import DEFAULT_VALIDATOR
 from indexer.sources.gonka import Gonka, RetryPolicy
 from indexer.sources.gonka.signing import Operator
 from indexer.wire.normalize import current_epoch
+
+log = logging.getLogger(__name__)
 
 PAYLOAD_WORKERS = 4           # concurrent payload requests (0: each escrow thread fetches its own in turn)
 DECODE_WORKERS = 2            # processes decoding diff runs into NDJSON lines (0: decode in the fetch threads)
@@ -142,12 +145,19 @@ class Poller:
 
     def _awaited(self) -> None:
         """Payloads still missing from stored 0/0 Finishes, asked again (:mod:`indexer.poller.awaited`): a batch
-        of the due ones, after the escrows (a Finish stored this cycle is not due before the next one)."""
+        of the due ones, after the escrows (a Finish stored this cycle is not due before the next one). A batch
+        that fails does not fail the cycle: its attempt is counted, the error logged and kept in net.failure
+        (source ``payloads``), and the cycle goes on to its cursor."""
         job = AwaitedPayloads(self.g, self.store, holder=self.leases.holder, since=self.leases.since,
                               validator=self.validator, policy=self.awaiting,
                               pool=self._payloads if self.committer.fetcher.payload_pool is not None else None)
         try:
             job.run()
+        except Exception as exc:  # noqa: BLE001 - the payloads wait; the cycle's own work and cursor go on
+            # the batch counted its attempt (AwaitedPayloads.run); said once here and in net.failure
+            message = f"awaited payloads not asked this cycle: {type(exc).__name__}: {exc}"
+            log.warning("%s", message.splitlines()[0][:500])
+            self.store.fail("payloads", "", message, True)
         finally:
             s = self.summary
             s.payloads_asked, s.payloads_obtained, s.payloads_given_up = job.asked, job.obtained, job.given_up

@@ -312,25 +312,25 @@ class EscrowFetcher:
         lines = dec.lines()
         if not dec.held:
             return lines, dec.txs, [dec.typed], []  # type: ignore[return-value]
-        wanted = [rec["inference_id"] for _, rec in dec.held]
+        # each payload is checked against its Finish's response hash (indexer.poller.payloads)
+        wanted = {rec["inference_id"]: rec.get("response_hash") for _, rec in dec.held}
+        ids = list(wanted)
         # payload requests are independent and many: batches of them pipelined on one connection each, the
         # batches fetched concurrently (the HTTP client is thread-safe)
-        size = max(1, min(PAYLOAD_PIPELINE, -(-len(wanted) // self.payload_concurrency)))
-        batches = [wanted[i:i + size] for i in range(0, len(wanted), size)]
-        fetch = lambda ids: self._payloads(group, version, escrow_id, ids, epoch)  # noqa: E731
+        size = max(1, min(PAYLOAD_PIPELINE, -(-len(ids) // self.payload_concurrency)))
+        batches = [{i: wanted[i] for i in ids[at:at + size]} for at in range(0, len(ids), size)]
+        fetch = lambda batch: self._payloads(group, version, escrow_id, batch, epoch)  # noqa: E731
         done_batches = map(fetch, batches) if self.payload_pool is None else self.payload_pool.map(fetch, batches)
         asked = Asked()
         for batch in done_batches:
-            asked.found.update(batch.found)
-            asked.errors.update(batch.errors)
-            asked.refused.update(batch.refused)
+            asked.add(batch)
         awaited = []
         for pos, rec in dec.held:
             body = asked.found.get(rec["inference_id"])
             if body is not None:
                 rec["response_payload"] = body
             lines[pos] = dumps_record_bytes(rec)
-            if body is None and rec["inference_id"] not in asked.refused:
+            if not asked.settled(rec["inference_id"]):
                 awaited.append(Awaited(escrow_id, int(rec["inference_id"]), epoch, version, lines[pos],
                                        asked.errors.get(rec["inference_id"]) or "no member of the group asked"))
         # refusals are typed (their payloads parsed) by a decode worker too, numbered like the rest of the run
@@ -342,9 +342,9 @@ class EscrowFetcher:
         """``fn(*args)`` in a decode process, or on this thread without a pool."""
         return fn(*args) if self.decoders is None else self.decoders.run(fn, *args)
 
-    def _payloads(self, group: HostGroup, version: str, escrow_id: str, inference_ids: list[int],
+    def _payloads(self, group: HostGroup, version: str, escrow_id: str, wanted: dict[int, str | None],
                   epoch: int) -> Asked:
-        """The stored payloads of ``inference_ids``, asked of the group's members in turn
-        (:func:`indexer.poller.payloads.ask_members`)."""
-        return ask_members(self.g, group.candidates(), version, escrow_id, inference_ids, epoch,
+        """The stored payloads of ``wanted`` (inference id → its Finish's response hash), asked of the group's
+        members in turn (:func:`indexer.poller.payloads.ask_members`)."""
+        return ask_members(self.g, group.candidates(), version, escrow_id, wanted, epoch,
                            validator=self.validator, report=self.report_failure, group=group.members)

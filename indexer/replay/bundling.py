@@ -16,13 +16,11 @@ import binascii
 import dataclasses
 
 from indexer.replay.material import Material
-from indexer.verify import bundle as bd, diff, proto as pb, settlement as st
+from indexer.load import stored_diffs as stored
+from indexer.verify import bundle as bd, settlement as st
 from indexer.verify.inputs import session_inputs
-from indexer.wire.diffs import signs_whole, user_signed_bytes
 
 NO_LOG = "no signed log captured"
-NO_ROOT = ("no signed root captured (neither post_state_root in the content nor a stored post_state_root or "
-           "state_hash): the signed check is not made")
 _U64 = (1 << 64) - 1
 _HOST_STATS = ("missed", "invalid", "cost", "required_validations", "completed_validations")
 
@@ -37,51 +35,15 @@ class Unusable(ValueError):
 
 
 def _signed_diffs(escrow_id: str, rows: list[tuple]) -> tuple[bd.SignedDiff, ...]:
-    """The stored diffs as the verifier reads them: the nonce each lists is the one inside its signed content (the
-    row's own nonce when the content cannot be read, which the replay check then reports). Content served as
-    ``DiffContent{nonce, txs}`` is signed with the escrow id and the signed root appended; where the serving build
-    left that omitempty root out, the host's ``state_hash`` stands in, as the poller's check takes it
-    (:func:`indexer.poller.decode.check_signed`): the signature decides."""
+    """The stored diffs as the verifier reads them (:func:`indexer.load.stored_diffs.signed_diff`)."""
     out = []
     for nonce, content, user_sig, _, root, state_hash in rows:
-        where = f"rec.signed_diff escrow {escrow_id} nonce {nonce}"
         try:
-            data = base64.b64decode(content, validate=True)
-        except (binascii.Error, ValueError):
-            raise Unusable("signed", nonce, f"{where}: content is not base64") from None
-        if not user_sig:
-            raise Unusable("signed", nonce, f"{where}: no user signature captured")
-        parsed = _content_of(_fields(data))
-        if parsed is None or not signs_whole(parsed.escrow_id, parsed.post_state_root, parsed.sealed_inference_ids):
-            signed_root = root or state_hash
-            if not signed_root and parsed is not None:
-                # the user signed the content with its root appended: without one the check cannot be made, and
-                # evidence that is only missing is not a failure (the poller does not store such a diff)
-                raise Unusable("signed", nonce, f"{where}: {NO_ROOT}", fails=False)
-            data = user_signed_bytes(data, escrow_id, bytes.fromhex(signed_root or ""))  # hex: checked at load
-        if parsed is not None:  # the appended fields 3 and 4 change neither the nonce nor whether the content reads
-            nonce = parsed.nonce
-        out.append(bd.SignedDiff(nonce, data, bytes.fromhex(user_sig)))
+            out.append(stored.signed_diff(escrow_id, nonce, content, user_sig, root, state_hash))
+        except stored.StoredDiffError as exc:
+            raise Unusable("signed", nonce, f"rec.signed_diff escrow {escrow_id} nonce {nonce}: {exc}",
+                           fails=exc.fails) from None
     return tuple(out)
-
-
-def _fields(data: bytes) -> list | None:
-    """The content's fields, parsed once for both questions asked of it; None when unreadable (the diff is then
-    listed under the row's nonce and the checks report it)."""
-    try:
-        return pb.fields(data)
-    except pb.ProtoError:
-        return None
-
-
-def _content_of(fields: list | None):
-    """The parsed DiffContent of :func:`_fields`, None when it does not read as one."""
-    if fields is None:
-        return None
-    try:
-        return diff.content_of(fields)
-    except (diff.DiffError, pb.ProtoError):  # e.g. a truncated packed varint in field 5: the replay names it
-        return None
 
 
 def _bytes(row: dict, name: str) -> bytes:

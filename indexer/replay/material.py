@@ -1,13 +1,16 @@
 """One escrow's stored evidence as the verification stage and ``indexer evidence`` read it: ``rec.escrow`` (the
 session inputs), ``rec.signed_diff`` in nonce order, ``rec.settlement``, the epoch's ``devshard_escrow_params`` and
-warm-key grants, and optionally the recoveries the escrow's last verification kept (indexer.replay.verify_memo)."""
+warm-key grants, and optionally the recoveries the escrow's last verification kept (indexer.replay.verify_memo) and
+the tx records the replay read, to compare with the signed log (indexer.verify.txrecords)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import psycopg
 
+from indexer.records import KINDS
 from indexer.replay import verify_memo as vm
+from indexer.verify import txrecords as txr
 
 _ESCROW = ("escrow_id", "epoch_index", "slots", "vote_threshold_factor", "protocol_version", "settled", "creator",
            "amount", "token_price", "create_devshard_fee", "fee_per_nonce", "inference_seal_grace_nonces",
@@ -28,11 +31,20 @@ class Material:
     warm_keys: dict = field(default_factory=dict)  # participant -> its warm keys read as of the epoch's end
     captured: dict = field(default_factory=dict)  # participant -> some reading of its grants was as of the epoch end
     memo: vm.Memo | None = None  # the recoveries kept by the escrow's last verification (read with ``memo=True``)
+    records: list[txr.Entry] | None = None  # its tx records, as the replay reads them (read with ``records=True``)
 
 
-def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False) -> dict[str, Material]:
+def record_columns(kind: str) -> tuple[str, str, list[str]]:
+    """(table, slot column or NULL, compared columns) of one tx record kind: what the comparison with the signed
+    log reads, and what the evidence digest covers (indexer.replay.verification)."""
+    slot = txr.SLOT_KEYS.get(kind, "NULL::integer")
+    return f"rec.{KINDS[kind].table}", slot, ["diff_nonce", "tx_index", *txr.FIELDS[kind]]
+
+
+def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False,
+                  records: bool = False) -> dict[str, Material]:
     """The stored evidence of the escrows ``ids`` (those in rec.escrow), one query per table; with ``memo``, also
-    the recoveries their last verification kept."""
+    the recoveries their last verification kept; with ``records``, also their tx records."""
     out: dict[str, Material] = {}
     with conn.cursor() as cur:
         cur.execute(f"SELECT {', '.join(_ESCROW)} FROM rec.escrow WHERE escrow_id = ANY(%s) ORDER BY escrow_id",
@@ -59,11 +71,35 @@ def load_material(conn: psycopg.Connection, ids: list[str], memo: bool = False) 
             for escrow_id, *stored in cur:
                 if escrow_id in out:
                     out[escrow_id].memo = vm.unpack(*stored)
+        if records:
+            _tx_records(cur, out, ids, epochs)
     for m in out.values():
         m.params, m.params_gap = params.get(m.escrow["epoch_index"], (None, None))
         m.warm_keys = grants.get(m.escrow["epoch_index"], {})
         m.captured = captured.get(m.escrow["epoch_index"], {})
     return out
+
+
+def _tx_records(cur: psycopg.Cursor, out: dict[str, Material], ids: list[str], epochs: list[int]) -> None:
+    """The tx records of every kind of each escrow with a signed log (nothing to compare them with otherwise), one
+    query per tx table (partitioned by epoch, as the replay reads)."""
+    ids = [i for i in ids if i in out and out[i].diffs]
+    if not ids:
+        return
+    for escrow_id in ids:
+        out[escrow_id].records = []
+    for kind in txr.FIELDS:
+        table, slot, columns = record_columns(kind)
+        cur.execute(f"SELECT escrow_id, inference_id, {slot}, {', '.join(columns)} FROM {table} "
+                    "WHERE escrow_id = ANY(%s) AND epoch_index = ANY(%s)", (ids, epochs))
+        votes = columns.index("votes") - 2 if "votes" in columns else None
+        for escrow_id, inference_id, slot_id, nonce, tx_index, *values in cur:
+            if out[escrow_id].records is not None:
+                if votes is not None:
+                    values[votes] = None if values[votes] is None else tuple(
+                        (v["voter_slot"], v["accept"]) for v in values[votes])
+                out[escrow_id].records.append(txr.record_entry(kind, inference_id, slot_id, nonce, tx_index,
+                                                               tuple(values)))
 
 
 # An ended epoch's params read live (params_exact not true: its end height pruned on the node asked, or not recorded)

@@ -18,6 +18,8 @@ from pathlib import Path
 import psycopg
 
 from indexer.db.claims import claim
+from indexer.db.deadlocks import retrying_deadlocks
+from indexer.db.lockorder import lock_parents
 from indexer.db.quickstats import Deferred, analyze_quickly
 from indexer.db.marks import EPOCH_MARK
 from indexer.load.partitions import analyze_epochs
@@ -45,17 +47,13 @@ class ReplayWorkersLost(RuntimeError):
     """Replay processes keep dying in a way no few escrows explain: the pass stops (what it committed stays)."""
 
 _DERIVED = ("replay.inference", "replay.rejected_tx", "replay.vote", "replay.slot_stats", "replay.escrow")
-# The epoch-partitioned parents a chunk reads and writes, locked when its transaction starts, in the order
-# part.ensure_epochs locks them to create an epoch's partitions (schema, then name). A loader making a new epoch's
-# partitions meanwhile then waits for the chunk (or the chunk for it), instead of each holding one parent the other
-# needs next: a replay that took rec.start_tx and then waited for rec.confirm_start_tx, while the loader held
-# that one and waited for rec.start_tx, was a deadlock. ONLY: the partitions themselves are locked as the chunk
-# reaches them, always after their parent.
+# The epoch-partitioned parents a chunk reads and writes, locked when its transaction starts, in the one order of
+# indexer.db.lockorder: a replay that took rec.start_tx and then waited for rec.confirm_start_tx, while a loader
+# making a new epoch's partitions held that one and waited for rec.start_tx, was a deadlock.
 _EVIDENCE = ("rec.signed_diff", "rec.settlement")  # read by the verification stage (indexer.replay.verification)
-_LOCK_PARENTS = ";".join(f"LOCK TABLE ONLY {table} IN {mode} MODE" for table, mode in sorted(
-    [(table, "ACCESS SHARE") for table, _ in SOURCES] + [(table, "ACCESS SHARE") for table in _EVIDENCE]
-    + [("replay.inference", "ROW EXCLUSIVE")],
-    key=lambda t: t[0].split(".")))
+_LOCK_PARENTS = lock_parents([(table, "ACCESS SHARE") for table, _ in SOURCES]
+                             + [(table, "ACCESS SHARE") for table in _EVIDENCE]
+                             + [("replay.inference", "ROW EXCLUSIVE")])
 
 
 # The rules re-evaluate each replayed escrow and the epoch-wide findings of its epoch, and of the epoch it left
@@ -124,6 +122,7 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
     summary, start = ReplaySummary(), time.perf_counter()
     if prior is not None:
         summary.add(prior)
+    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     mark_stale_verifications(conn)  # rows of a lower verifier version, and crashed ones, are checked again
     dirty = conn.execute("SELECT count(*) FROM replay.dirty_escrow").fetchone()[0]
     if url is not None and workers > 0 and dirty:
@@ -131,6 +130,8 @@ def replay_dirty(conn: psycopg.Connection, *, chunk: int = CHUNK_ESCROWS, progre
             conn.commit()        # (``indexer replay --all`` marks every escrow, then replays)
         _replay_in_workers(url, chunk, min(workers, -(-dirty // chunk)), summary)
     else:
+        if idle and not conn.autocommit:  # each chunk a transaction of its own, which a deadlock victim's retry
+            conn.commit()                 # needs, and the stages after this one start idle
         replay_loop(conn, chunk, summary, progress, txs=txs)
     if summary.inferences >= ANALYZE_AFTER_ROWS:  # the rules stage runs next; give the planner real counts
         summary.deferred_analyze = analyze_quickly(conn, [t for t in _DERIVED if t != "replay.inference"])
@@ -160,7 +161,20 @@ def replay_chunk(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, h
                  only: list | tuple | None = None, on_claim=None, txs: int = CHUNK_TXS) -> bool:
     """Claim up to ``chunk`` dirty escrows (not those in ``hold``; with ``only``, only those), replay them, write
     their rows and verify their logs (indexer.replay.verification), in one transaction, holding at most ``txs`` txs
-    (and their signed diffs) in memory at once (:func:`parts`). False when none was dirty."""
+    (and their signed diffs) in memory at once (:func:`parts`). False when none was dirty. A chunk the server
+    cancels as a deadlock victim is rolled back whole, its claims with it, and claimed again (indexer.db.deadlocks;
+    counted in ``summary`` once, when it commits)."""
+    def attempt() -> tuple[bool, ReplaySummary]:
+        part = ReplaySummary()
+        return _chunk_once(conn, chunk, part, hold, only, on_claim, txs), part
+
+    claimed, part = retrying_deadlocks(conn, attempt, "replay chunk")
+    summary.add(part)
+    return claimed
+
+
+def _chunk_once(conn: psycopg.Connection, chunk: int, summary: ReplaySummary, hold, only, on_claim,
+                txs: int) -> bool:
     with conn.transaction(), no_cyclic_gc():
         conn.execute(_LOCK_PARENTS)
         ids = claim(conn, "replay.dirty_escrow", "escrow_id", chunk, hold, only)

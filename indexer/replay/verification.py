@@ -8,12 +8,21 @@ row: the level reached, how many nonces passed, the first failing check, nonce a
 penalties' derivations added, is what ``indexer evidence`` hands out, so the stage and a third party check the same
 bytes.
 
+The replay and the rules read the tx records (``rec.start_tx`` … ``rec.error_miss_tx``), not the diffs, so a row's
+level holds for the findings only while the records are the log's own txs: once the log reaches ``signed`` or more,
+the txs the replay check decoded (no second decode, no extra recovery) are compared with the escrow's records
+(:mod:`indexer.verify.txrecords`). A contradiction (a field that differs, a record of a tx the log does not have, a tx
+of the log with no record) makes the level ``none`` with ``failed_check`` :data:`RECORDS`, the first contradicting
+nonce and what differs, and the level the log alone reached. When the replay stopped at a nonce, records from that
+nonce on are not compared (the log there is not one the protocol accepts, and the row says so already); when no
+replay was made (the version's rules are not ported), every diff is decoded without recovering signatures.
+
 Host signatures are accepted from a slot's own address or from a warm key its participant granted, as captured for
 the escrow's epoch (``rec.warm_key``); a signature by another key is not checked (not failed) while the participant's
-grants are not captured, or only from live values, and says so. Each row keeps a digest of the evidence and the
-verifier that computed it: an escrow replayed again with the same evidence (a tx record changed,
-``indexer replay --all``) is not re-checked, and a re-check with the same outcome leaves the row as it was, so a
-re-run gives identical rows (``verified_at`` included).
+grants are not captured, or only from live values, and says so. Each row keeps a digest of the evidence (the compared
+columns of the tx records included) and the verifier that computed it: an escrow replayed again with the same
+evidence (``indexer replay --all``, a finish record's response payload added) is not re-checked, and a re-check with
+the same outcome leaves the row as it was, so a re-run gives identical rows (``verified_at`` included).
 """
 from __future__ import annotations
 
@@ -25,15 +34,17 @@ import psycopg
 
 from indexer.replay import verify_memo as vm
 from indexer.replay.bundling import Unusable, stage_bundle
-from indexer.replay.material import Material, load_material
+from indexer.replay.material import Material, load_material, record_columns
 from indexer.replay.verifier import MAX_CRASHES, VERIFIER, VERIFIER_VERSION, is_older
-from indexer.verify import bundle as bd, signatures as sig
-from indexer.verify.evidence import NOT_CHECKED, Report, verify_bundle
+from indexer.verify import bundle as bd, signatures as sig, txrecords as txr
+from indexer.verify.evidence import NOT_CHECKED, PASS, Report, verify_bundle
 
 # A row whose checks raised instead of answering starts its failure with this (the escrow_verification_failed alert
 # selects it), keeps no evidence digest and counts the crash (``crashes``): the next replay pass checks it again, up
 # to MAX_CRASHES crashes in a row (indexer.replay.verifier).
 VERIFIER_FAILED = "the verifier failed: "
+# the check a row fails when the tx records the replay read contradict its verified log (indexer.verify.txrecords)
+RECORDS = "records"
 MAX_SOURCES_TEXT = 200
 MAX_FAILURE = 1000
 log = logging.getLogger(__name__)
@@ -89,8 +100,9 @@ def verify_material(m: Material) -> Verification:
                             failure=exc.reason, **row)
     links = vm.chain_links((VERIFIER, e["escrow_id"], e["creator"], e["protocol_version"]), m.diffs)
     recoveries = vm.reusable(m.memo, links)
+    applied: dict[int, list[dict]] = {}
     try:
-        report = verify_bundle(b, recoveries)
+        report = verify_bundle(b, recoveries, seen=applied.__setitem__)
     except Exception as exc:  # noqa: BLE001 - served bytes are untrusted: a verifier bug must not stop the replay
         log.exception("verifying escrow %s", e["escrow_id"])
         return Verification(level="none", nonces_checked=0, failed_check=None, failed_nonce=None,
@@ -102,10 +114,36 @@ def verify_material(m: Material) -> Verification:
     if b.notes and report.level == "settled":
         failure = "; ".join((*([failure] if failure else []), *b.notes))
     checked = _nonces_checked(report, b.diffs)
-    return Verification(level=report.level, nonces_checked=checked,
-                        failed_check=failed_check, failed_nonce=report.failed_nonce if failed_check else None,
+    level, failed_nonce = report.level, report.failed_nonce if failed_check else None
+    if level != "none" and m.records is not None:
+        found, reason = _records_check(b, report, applied, m.records)
+        if found is not None:  # the findings rest on records that are not the log's txs: none of its level
+            level, failed_check, failed_nonce = "none", RECORDS, found.nonce
+            failure = f"{reason} (the signed log alone reaches {report.level}{': ' + failure if failure else ''})"
+        elif reason is not None:
+            failure = "; ".join((*([failure] if failure else []), reason))
+    return Verification(level=level, nonces_checked=checked, failed_check=failed_check, failed_nonce=failed_nonce,
                         failure=None if failure is None else _bounded(failure), **row,
                         **_kept(recoveries, links, min(checked, len(links))))
+
+
+def _records_check(b: bd.Bundle, report: Report, applied: dict[int, list[dict]],
+                   records: list[txr.Entry]) -> tuple[txr.Contradiction | None, str | None]:
+    """(the first contradiction between the tx records and the signed log, with the reason to store; or None and
+    why no comparison was made, or None twice when they agree). The log is what the replay applied: up to the nonce
+    it stopped at, or every diff when it was not made (the rules of the version are not ported)."""
+    replay = next(s for s in report.steps if s.name == "replayed")
+    below = report.failed_nonce if report.failed_step == "replayed" else None
+    unreplayed = replay.outcome != PASS and below is None
+    try:
+        log = txr.log_entries(b, None if unreplayed else applied)
+    except ValueError as exc:
+        return None, f"tx records not compared with the signed log: {exc}"
+    found = txr.contradictions(log, records, below)
+    if not found:
+        return None, None
+    more = f" ({len(found) - 1} more disagreements)" if len(found) > 1 else ""
+    return found[0], f"the tx records are not the signed log's txs: {found[0].reason}{more}"
 
 
 def _kept(recoveries: sig.Recoveries, links: list[bytes], prefix: int) -> dict:
@@ -141,8 +179,8 @@ WHERE ({', '.join(f'v.{c}' for c in _CONTENT)}) IS DISTINCT FROM ({', '.join(f'e
 # in every row: a row of a lower version is checked again (replay_dirty marks them), a row of a higher one is left
 # alone while its evidence is unchanged (a process on older code does not undo a newer one's work).
 # What the checks read, per escrow, hashed by the server (the diffs' content never travels for an unchanged escrow).
-# Each part is a row's text or 'null', so a part that is missing cannot pass for another; each diff enters as the md5
-# of its row (32 characters), so the text hashed grows by 32 bytes a diff, not by the diff's content.
+# Each part is a row's text or 'null', so a part that is missing cannot pass for another; each diff and each tx record
+# enters as the md5 of its row (32 characters), so the text hashed grows by 32 bytes a row, not by the row's content.
 _DIGESTS = """
 SELECT e.escrow_id, md5(concat_ws(E'\\n',
   row(e.epoch_index, e.slots, e.vote_threshold_factor, e.protocol_version, e.settled, e.creator, e.amount,
@@ -161,11 +199,26 @@ SELECT e.escrow_id, md5(concat_ws(E'\\n',
            'null'),
   coalesce((SELECT string_agg(row(w.participant, w.grantee, w.read_exact)::text, E'\\n'
                               ORDER BY w.participant, w.grantee)
-            FROM rec.warm_key w WHERE w.epoch_index = e.epoch_index AND w.participant = ANY(e.slots)), 'null'))),
+            FROM rec.warm_key w WHERE w.epoch_index = e.epoch_index AND w.participant = ANY(e.slots)), 'null'),
+  CASE WHEN EXISTS (SELECT 1 FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index)
+       THEN concat_ws(E'\\n', {records}) ELSE 'no log' END)),
   v.evidence_digest, v.verifier, v.crashes
 FROM rec.escrow e LEFT JOIN replay.escrow_verification v ON v.escrow_id = e.escrow_id
 WHERE e.escrow_id = ANY(%(ids)s)
 """
+
+
+def _records_digest(kind: str) -> str:
+    """The part of the digest one tx table gives: the md5 of each of the escrow's rows (the columns compared with
+    the log), in key order, so a changed, added or removed record verifies the escrow again. Only an escrow with a
+    signed log reads them: without one there is nothing to compare them with."""
+    table, slot, columns = record_columns(kind)
+    return (f"coalesce((SELECT string_agg(md5(row(t.inference_id, {slot}, {', '.join(columns)})::text), '' "
+            f"ORDER BY t.inference_id, {slot}) FROM {table} t "
+            f"WHERE t.escrow_id = e.escrow_id AND t.epoch_index = e.epoch_index), 'null')")
+
+
+_DIGESTS = _DIGESTS.replace("{records}", ",\n  ".join(_records_digest(kind) for kind in txr.FIELDS))
 
 
 def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verification]:
@@ -178,7 +231,7 @@ def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verificatio
     if not changed:
         return []
     results = [_counted(verify_material(m), crashes[eid])
-               for eid, m in load_material(conn, sorted(changed), memo=True).items()]
+               for eid, m in load_material(conn, sorted(changed), memo=True, records=True).items()]
     with conn.cursor() as cur:
         cur.executemany(_UPSERT, [{**{c: getattr(r, c, None) for c in _COLUMNS},
                                    "evidence_digest": None if r.crashed else changed[r.escrow_id],

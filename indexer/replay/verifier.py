@@ -4,8 +4,9 @@ A verifier is named by :data:`VERIFIER_VERSION`, a number raised by hand with ev
 and by a hash of the source the checks run (every module of :mod:`indexer.verify`; the stage,
 :mod:`indexer.replay.verification`, what it reads, :mod:`indexer.replay.material`, the bundle it builds,
 :mod:`indexer.replay.bundling`, the recoveries it keeps,
-:mod:`indexer.replay.verify_memo`, and :mod:`indexer.wire.diffs`, whose ``signs_whole`` and ``user_signed_bytes``
-decide which bytes the signed check verifies) with the protocol versions whose session rules are ported. A test pins
+:mod:`indexer.replay.verify_memo`, :mod:`indexer.wire.diffs`, whose ``signs_whole`` and ``user_signed_bytes``
+decide which bytes the signed check verifies, and :mod:`indexer.load.stored_diffs`, which applies them to a stored
+record) with the protocol versions whose session rules are ported. A test pins
 the hash to the version (tests/replay/test_verifier_version.py), so the source cannot change without the number
 being raised.
 
@@ -29,13 +30,13 @@ import psycopg
 from indexer.db.marks import ESCROW_MARK
 from indexer.verify.versions import ported_names
 
-VERIFIER_VERSION = 1  # raise it with every change to the files below (the pin test says when)
+VERIFIER_VERSION = 2  # raise it with every change to the files below (the pin test says when)
 MAX_CRASHES = 3
 
 _INDEXER = Path(__file__).resolve().parents[1]
 _STAGE = [Path(__file__).with_name(name)
           for name in ("verification.py", "bundling.py", "material.py", "verify_memo.py")]
-_WIRE = [_INDEXER / "wire" / "diffs.py"]
+_WIRE = [_INDEXER / "wire" / "diffs.py", _INDEXER / "load" / "stored_diffs.py"]
 _CHECKS = _INDEXER / "verify"
 
 

@@ -17,6 +17,7 @@ import psycopg
 
 from indexer.db.claims import claim_rows
 from indexer.db.deadlocks import retrying_deadlocks
+from indexer.db.lockorder import lock_every_parent
 from indexer.db.marks import WHOLE_EPOCH
 from indexer.db.quickstats import Deferred, analyze_deferred
 from indexer.db.paths import SQL_DIR
@@ -151,14 +152,19 @@ def _claim_loop(conn: psycopg.Connection, per_claim: int, summary: RulesSummary,
     ``stop`` is set (checked between claims). A claim that the server cancels as a deadlock victim (two claims each
     marking the other's epoch, after an escrow moved between them) is rolled back whole, its marks with it, and
     claimed again."""
+    lock = lock_every_parent(conn, "rules")
     while (stop is None or not stop.is_set()) and retrying_deadlocks(
-            conn, lambda: _claim_once(conn, per_claim, summary), "rules claim"):
+            conn, lambda: _claim_once(conn, per_claim, summary, lock), "rules claim"):
         pass
 
 
-def _claim_once(conn: psycopg.Connection, per_claim: int, summary: RulesSummary) -> bool:
+def _claim_once(conn: psycopg.Connection, per_claim: int, summary: RulesSummary, lock: str) -> bool:
+    """One claim in one transaction, which first locks the epoch-partitioned parents (``lock``: every one, as the
+    statements read the rec and replay parents and write the rules ones, some of them through views), in the order
+    a loader making an epoch's partitions locks them (indexer.db.lockorder)."""
     part = RulesSummary()
     with conn.transaction():
+        conn.execute(lock)
         claimed = claim_rows(conn, "rules.dirty_epoch", "epoch_index", per_claim, "epoch_index, whole")
         if not claimed:
             return False
@@ -262,6 +268,9 @@ def _evaluate_epoch(conn: psycopg.Connection, epoch: int, escrows: list[str], pa
             suspects = None
         try:
             conn.execute(statement, params, prepare=True)
+        except psycopg.errors.DeadlockDetected as exc:  # as it is: the claim's retry (_claim_loop) looks for it
+            exc.add_note(f"in sql/rules/{name}")
+            raise
         except psycopg.Error as exc:
             raise RuntimeError(f"rules statement in sql/rules/{name} failed: {exc}") from exc
 

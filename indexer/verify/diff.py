@@ -211,9 +211,12 @@ def decode_txs(content: DiffContent, escrow_id: str, version: str | None = None,
                recover: Recover = sig.recover_address) -> list[dict]:
     if content.escrow_id != escrow_id:
         raise DiffError(f"nonce {content.nonce}: diff is for escrow {content.escrow_id!r}, not {escrow_id!r}")
+    """The txs of ``content`` as :meth:`indexer.verify.apply.Session.apply` takes them, each with its ``tx_index``
+    (its place among the served txs, an ignored reveal_seed counted, as the tx records number them)."""
     out = []
     for index, data in enumerate(content.txs):
         tx = decode_tx(data, escrow_id, f"nonce {content.nonce} tx {index}", version, recover)
         if tx is not None:
+            tx["tx_index"] = index
             out.append(tx)
     return out

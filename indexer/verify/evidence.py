@@ -17,6 +17,7 @@ are not ported stops at ``signed`` (replay ``not-checked``, the reason stated), 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from indexer.verify import (apply, apply_txs, diff, proto as pb, settlement as st, signatures as sig, state_root as sr,
@@ -133,7 +134,9 @@ def _order_problem(b: Bundle, position: int, found: int, expected: int) -> _Fail
     return _Failed(expected, f"nonce {expected} is missing: the next diff served is nonce {found}")
 
 
-def check_replayed(b: Bundle, memo: sig.Recoveries | None = None) -> tuple[str, _Recording]:
+def check_replayed(b: Bundle, memo: sig.Recoveries | None = None,
+                   seen: Callable[[int, list[dict]], None] | None = None) -> tuple[str, _Recording]:
+    """Replay the diffs in order; ``seen`` is handed each applied diff's nonce and decoded txs."""
     recover = sig.recover_address if memo is None else memo.address
     warm = {h.slot: set(h.warm_keys) for h in b.group}
     try:
@@ -162,8 +165,8 @@ def check_replayed(b: Bundle, memo: sig.Recoveries | None = None) -> tuple[str, 
             raise _order_problem(b, position, content.nonce, expected)
         try:
             # the replay ends at the first refusal, so no diff needs undoing: the cheap path
-            root = session.apply(content.nonce, diff.decode_txs(content, b.escrow_id, b.protocol_version, recover),
-                                 rollback=False)
+            txs = diff.decode_txs(content, b.escrow_id, b.protocol_version, recover)
+            root = session.apply(content.nonce, txs, rollback=False)
         except versions.NotCheckable as exc:
             raise _Failed(content.nonce, f"not checkable by this verifier: {exc}", NOT_CHECKED) from None
         except (diff.DiffError, apply.ApplyError, pb.ProtoError, ValueError) as exc:
@@ -172,6 +175,8 @@ def check_replayed(b: Bundle, memo: sig.Recoveries | None = None) -> tuple[str, 
         if root != content.post_state_root:
             raise _Failed(content.nonce, f"recomputed post_state_root {root.hex()}, the diff signs "
                                          f"{content.post_state_root.hex()}")
+        if seen is not None:
+            seen(content.nonce, txs)
     return f"nonces 1..{session.latest_nonce} replayed, every post_state_root recomputed and equal", session
 
 
@@ -262,11 +267,12 @@ def _grant_gap(b: Bundle, unknown_signer: tuple[str, str] | None) -> str | None:
     return next((GRANT_GAPS[k] for k in ("none", "live") if k in kinds), None)
 
 
-def verify_bundle(b: Bundle, recoveries: sig.Recoveries | None = None) -> Report:
+def verify_bundle(b: Bundle, recoveries: sig.Recoveries | None = None,
+                  seen: Callable[[int, list[dict]], None] | None = None) -> Report:
     """Run every check on ``b``; the report lists each step with its outcome and the first failure. The diffs'
     signatures (the user's and those inside txs) are recovered through ``recoveries`` when given: a memo the caller
     vouches for over the log's first diffs, and which keeps every recovery made (the report is the same either
-    way)."""
+    way). ``seen`` gets each diff the replay applied, as (nonce, decoded txs)."""
     report = Report(b.escrow_id, notes=b.notes)
     session = None
     for name in ("signed", "replayed", "settled"):
@@ -277,7 +283,7 @@ def verify_bundle(b: Bundle, recoveries: sig.Recoveries | None = None) -> Report
             if name == "signed":
                 report.add(name, PASS, check_signed(b, recoveries))
             elif name == "replayed":
-                detail, session = check_replayed(b, recoveries)
+                detail, session = check_replayed(b, recoveries, seen)
                 report.add(name, PASS, detail)
             else:
                 report.add(name, PASS, check_settled(b, session))

@@ -1,6 +1,7 @@
 -- An escrow whose log failed a verification check (api.escrow_verification.failed_check): txs the user did not sign
 -- (signed), state roots the replay does not reproduce (replayed), or a final root the chain did not settle or a
--- settlement without its hosts' quorum (settled). Findings on that escrow rest on a log not shown to be the real one.
+-- settlement without its hosts' quorum (settled), or tx records that contradict the verified log (records). Findings
+-- on that escrow rest on a log, or on records, not shown to be the real one.
 -- A row where the verifier itself raised (failure starting 'the verifier failed: ', no check named,
 -- indexer.replay.verification.VERIFIER_FAILED) is a warning: nothing was shown either way, and a verifier fix
 -- re-checks it. One alert per escrow; it resolves when the escrow passes (failed_check NULL). The summary is one

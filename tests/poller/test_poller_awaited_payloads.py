@@ -12,6 +12,10 @@ from indexer.poller import poll_once
 from indexer.poller.awaited import AwaitedPayloads, AwaitPolicy
 from indexer.refusals.vllm import parse_response_payload
 from indexer.sources.gonka import RetryPolicy
+from tests.support.rules_kit import stored as stored_envelope
+
+CONTEXT_LENGTH_LIE = ("This model's maximum context length is 4096 tokens. However, you requested 4097 tokens "
+                      "(4000 in the messages, 97 in the completion).")
 
 POLICY = RetryPolicy(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=4)
 NOW = AwaitPolicy(backoff=0.0)  # due again in the very next cycle
@@ -52,6 +56,17 @@ def _awaited(db_url) -> dict[tuple[str, int], tuple]:
             "SELECT escrow_id, inference_id, state, attempts, last_error FROM api.awaited_payloads")}
 
 
+def _failures(db_url, source: str) -> list[str]:
+    with psycopg.connect(db_url) as c:
+        return [e for (e,) in c.execute("SELECT error FROM net.failure WHERE source = %s", (source,))]
+
+
+def _named(error: str) -> tuple[str, int]:
+    """(escrow, inference) a failure's error names ("… escrow E inference I: …")."""
+    words = error.split()
+    return words[words.index("escrow") + 1], int(words[words.index("inference") + 1].rstrip(":"))
+
+
 def _kinds(db_url) -> dict[tuple[str, int], str]:
     with psycopg.connect(db_url) as c:
         return {(e, int(i)): k for e, i, k in c.execute(
@@ -87,9 +102,9 @@ def test_a_payload_refused_with_404_or_403_is_asked_of_the_next_member_in_the_sa
 
 
 @pytest.mark.parametrize("status", [401, 410])
-def test_an_unsigned_request_refused_for_want_of_a_signature_is_not_asked_of_every_member_nor_awaited(db_url, status):
-    # without operator mode a host refuses the request itself (401: unsigned; 410: served only to attached members):
-    # every member runs the same code, so asking each of them, and again every cycle, would get the same answer
+def test_an_unsigned_request_every_member_refused_for_want_of_a_signature_is_not_awaited(db_url, status):
+    # without operator mode a host may refuse the request itself (401: unsigned; 410: served only to attached
+    # members); asked of every member once, and refused by all, it is not awaited: every cycle would hear the same
     scn = _scenario()
     want = _zero_zero(scn)
     with DevnetServer(scn) as net:
@@ -97,12 +112,69 @@ def test_an_unsigned_request_refused_for_want_of_a_signature_is_not_asked_of_eve
         net.app.options.payload_statuses = {h.address: status for h in scn.hosts}
         _poll(db_url, net)
         requests = dict(net.app.payload_requests)
-    asked = {}
-    for (_, e, i), n in requests.items():
-        asked[(e, int(i))] = asked.get((e, int(i)), 0) + n
-    assert set(asked) == set(want) and set(asked.values()) == {1}  # one member each
+    asked: dict[tuple[str, int], list[str]] = {}
+    for (a, e, i), n in requests.items():
+        asked.setdefault((e, int(i)), []).extend([a] * n)
+    assert set(asked) == set(want)
+    assert all(sorted(by) == sorted(set(scn.escrows[e].slots)) for (e, _), by in asked.items())  # each member once
     assert _awaited(db_url) == {}
     assert all(p is None for k, p in _stored(db_url).items() if k in want)
+
+
+def test_in_a_group_of_mixed_host_versions_the_older_members_serve_what_a_new_host_refuses_unsigned(db_url):
+    # new hosts retired the HTTP payload route (410 http_session_retired) and, without operator mode, cannot be
+    # read over Connect RPC; the older members of the same groups still serve payloads unsigned
+    scn = _scenario()
+    want = _zero_zero(scn)
+    new = tuple(h.address for n, h in enumerate(scn.hosts) if n % 2 == 0)
+    mixed = {k for k in want if set(scn.escrows[k[0]].slots) - set(new)}
+    assert mixed and any(set(scn.escrows[e].slots) & set(new) for e, _ in mixed)
+    with DevnetServer(scn) as net:
+        net.app.options.rpc_hosts = new
+        net.advance_to_last_epoch()
+        _poll(db_url, net)
+    stored = _stored(db_url)
+    assert {k: stored[k] for k in mixed} == {k: want[k] for k in mixed}
+    assert set(_awaited(db_url)) == set()  # the rest (if any): every member refused, so not awaited either
+    assert all(stored[k] is None for k in set(want) - mixed)
+
+
+def test_a_member_serving_a_made_up_payload_is_caught_in_the_fetch_and_in_the_awaited_asking(db_url):
+    # the honest members have not stored the payloads yet (404); one member (say the executor whose penalty is
+    # disputed) serves a context-length refusal it made up: its bytes do not hash to the Finish's response_hash
+    scn = _scenario()
+    want = _zero_zero(scn)
+    liar = scn.hosts[0].address
+    lie = stored_envelope(CONTEXT_LENGTH_LIE)
+    with DevnetServer(scn) as net:
+        net.advance_to_last_epoch()
+        net.app.options.payload_statuses = {h.address: 404 for h in scn.hosts if h.address != liar}
+        net.app.options.payload_liars = {liar: lie}
+        _poll(db_url, net)
+        lied = {k for k in want if liar in scn.escrows[k[0]].slots}
+        assert lied
+        assert all(p is None for k, p in _stored(db_url).items() if k in want)  # nothing of the lie stored
+        assert {_kinds(db_url)[k] for k in want} == {"unknown"}
+        awaited = _awaited(db_url)
+        assert set(awaited) == set(want)  # awaited: an honest member may serve them later
+        said = _failures(db_url, f"host:{liar}")
+        assert {(e, i) for e, i in lied} <= {_named(err) for err in said}
+        assert all("served payload not taken: sha256 of the payload is" in err for err in said)
+
+        # the awaited asking checks too: the liar alone answers, and is not believed
+        net.app.options.payload_statuses = {}
+        net.app.options.payload_liars = {h.address: lie for h in scn.hosts}
+        summary = _poll(db_url, net)
+        assert summary.payloads_asked == len(want) and summary.payloads_obtained == 0
+        awaited = _awaited(db_url)
+        assert all(a[1] == 2 and "served payload not taken" in a[2] for a in awaited.values())
+
+        net.app.options.payload_liars = {}  # the honest members serve the stored bodies: those are taken
+        summary = _poll(db_url, net)
+    assert summary.payloads_obtained == len(want)
+    stored = _stored(db_url)
+    assert {k: stored[k] for k in want} == want and _awaited(db_url) == {}
+
 
 def test_a_payload_served_only_in_a_later_cycle_upgrades_the_refusal_of_a_final_escrow(db_url):
     scn = _scenario()
@@ -224,3 +296,45 @@ def test_two_pollers_never_ask_for_one_awaited_payload_at_once(db_url, monkeypat
     assert a and b and not a & b and a | b <= set(want)
     assert out["poller-a"].payloads_obtained + out["poller-b"].payloads_obtained == len(a | b)
     assert max(requests.values()) == 1  # the first member serves each: asked once, by one poller
+
+
+def test_a_failing_awaited_batch_counts_its_attempt_and_the_cycle_still_completes(db_url, monkeypatch):
+    scn = _scenario()
+    want = _zero_zero(scn)
+    with DevnetServer(scn) as net:
+        _a_cycle_no_member_serves(db_url, net, scn)
+        with psycopg.connect(db_url) as c:
+            before = c.execute("SELECT updated_at FROM net.cursor WHERE source = 'chain'").fetchone()[0]
+        net.app.options.payload_statuses = {}
+        real = AwaitedPayloads.commit
+
+        def broken(self, claimed, found, errors):
+            assert found  # served and checked; then storing them fails, the same way every cycle
+            raise RuntimeError("the payloads could not be stored")
+
+        monkeypatch.setattr(AwaitedPayloads, "commit", broken)
+        summary = _poll(db_url, net)  # returns: the cycle is not failed by its awaited batch
+        assert summary.payloads_asked == len(want) and summary.payloads_obtained == 0
+        with psycopg.connect(db_url) as c:
+            after, error = c.execute("SELECT updated_at, last_error FROM net.cursor WHERE source = 'chain'"
+                                     ).fetchone()
+            said = c.execute("SELECT error, transient FROM api.source_errors WHERE source = 'payloads'").fetchall()
+        assert after > before and error is None  # the poll cursor moved on
+        assert said == [("awaited payloads not asked this cycle: RuntimeError: the payloads could not be stored", True)]
+        awaited = _awaited(db_url)
+        assert set(awaited) == set(want)
+        assert all(state == "awaited" and attempts == 2 and err == ("awaited payloads: the batch failed: "
+                                                                    "RuntimeError: the payloads could not be stored")
+                   for state, attempts, err in awaited.values())
+        assert _claimed(db_url) == 0
+
+        monkeypatch.setattr(AwaitedPayloads, "commit", real)
+        summary = _poll(db_url, net)
+    assert summary.payloads_obtained == len(want)
+    stored = _stored(db_url)
+    assert {k: stored[k] for k in want} == want and _awaited(db_url) == {}
+
+
+def _claimed(db_url) -> int:
+    with psycopg.connect(db_url) as c:
+        return c.execute("SELECT count(*) FROM net.awaited_payload WHERE claimed_by IS NOT NULL").fetchone()[0]

@@ -54,3 +54,32 @@ def test_grants_read_at_an_epochs_end_are_kept_when_a_later_capture_reads_live_o
                                           "USING (escrow_id) WHERE e.settled")}
     assert len(by_epoch) == 3 and all(v == [True] for v in by_epoch.values()), by_epoch
     assert levels == {"settled"}
+
+
+def test_the_pollers_records_agree_with_its_signed_log_and_a_changed_one_is_caught(db_url, tmp_path):
+    """The poller writes each escrow's tx records and signed diffs from the same served diffs, so the comparison of
+    records with the log (indexer.verify.txrecords) passes on them; one record changed afterwards is caught."""
+    from tests.support.helpers import ingest, write_lines
+
+    scn = Scenario(ScenarioConfig(seed=11, epochs=3, escrows_per_epoch=1, inferences_per_escrow=8,
+                                  protocol_version="v5"))
+    with DevnetServer(scn) as net:
+        net.app.options.state_retain_blocks = 10**9
+        net.advance_to_last_epoch()
+        poll_once(db_url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**FAST), private_hosts=True)
+    query = ("SELECT v.escrow_id, v.level, v.failed_check, v.failed_nonce FROM api.escrow_verification v "
+             "JOIN rec.escrow e USING (escrow_id) WHERE e.settled ORDER BY 1 LIMIT 1")
+    with psycopg.connect(db_url) as c:
+        escrow_id, level, failed, _ = c.execute(query).fetchone()
+        assert (level, failed) == ("settled", None)
+        inference, nonce, index, slot, tokens = c.execute(
+            "SELECT inference_id, diff_nonce, tx_index, executor_slot, output_tokens FROM rec.finish_tx "
+            "WHERE escrow_id = %s ORDER BY diff_nonce LIMIT 1", (escrow_id,)).fetchone()
+        finish = dict(zip(("input_tokens", "response_hash"), c.execute(
+            "SELECT input_tokens, response_hash FROM rec.finish_tx WHERE escrow_id = %s AND inference_id = %s",
+            (escrow_id, inference)).fetchone()))
+    changed = {"kind": "finish", "escrow_id": escrow_id, "inference_id": inference, "diff_nonce": nonce,
+               "tx_index": index, "executor_slot": slot, "output_tokens": tokens + 1, **finish}
+    ingest(db_url, write_lines(tmp_path / "changed.ndjson", [changed]))
+    with psycopg.connect(db_url) as c:
+        assert c.execute(query).fetchone() == (escrow_id, "none", "records", nonce)

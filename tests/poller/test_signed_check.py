@@ -95,7 +95,7 @@ def test_leaving_the_root_or_the_signature_out_does_not_take_a_diff_past_the_che
 
 def test_a_diff_served_with_neither_root_is_refused_as_such(served):
     """The signed root left out and no state_hash either: the check cannot be made, and the log is not stored (the
-    verification stage reports such a stored diff as not checked, indexer.replay.bundling.NO_ROOT)."""
+    verification stage reports such a stored diff as not checked, indexer.load.stored_diffs.NO_ROOT)."""
     eid, version, creator, entries = served
     bare = {k: v for k, v in _without(entries[1], "post_state_root").items() if k != "state_hash"}
     nonce = entries[1]["diff"]["nonce"]

@@ -157,7 +157,7 @@ def test_what_stops_verification_short_is_stated(db_url, conn, tmp_path, name, r
 def test_a_verifier_failure_is_recorded_and_the_replay_goes_on(db_url, conn, tmp_path, monkeypatch):
     from indexer.replay import verification as stage
 
-    def broken(bundle, recoveries=None):
+    def broken(bundle, recoveries=None, seen=None):
         raise IndexError("x" * 5000)  # what a verifier bug on some served bytes would raise
 
     monkeypatch.setattr(stage, "verify_bundle", broken)
@@ -209,12 +209,19 @@ def _served_without_root(rec: dict, state_hash: str | None = None) -> dict:
     return {**rec, "content": served, "post_state_root": None, "state_hash": state_hash or rec["state_hash"]}
 
 
-def test_a_log_stored_without_its_signed_roots_is_checked_over_the_hosts_state_hash(db_url, conn, tmp_path):
+def test_a_log_stored_without_its_signed_roots_is_checked_over_the_hosts_state_hash(db_url, second_db_url, conn,
+                                                                                   tmp_path):
     bare = [_served_without_root(r) for r in signed_diff_records()]
     load(db_url, tmp_path, [*_without("signed_diff"), *bare])
     assert (verification(conn)["level"], verification(conn)["failed_check"]) == ("settled", None)
     # a state_hash that is not the root the user signed fails the signature at its nonce, never passes unchecked
     bare[6] = _served_without_root(signed_diff_records()[6], state_hash="ab" * 32)
-    load(db_url, tmp_path, bare[6:7], "lie.ndjson")
-    row = verification(conn)
+    load(second_db_url, tmp_path, [*_without("signed_diff"), *bare], "lie.ndjson")
+    with psycopg.connect(second_db_url) as c:
+        row = verification(c)
     assert (row["failed_check"], row["failed_nonce"], row["level"]) == ("signed", 7, "none"), row["failure"]
+    # loaded after the record the creator signed, it does not replace it (indexer.load.signed_conflicts)
+    load(db_url, tmp_path, bare[6:7], "lie_later.ndjson")
+    assert (verification(conn)["level"], verification(conn)["failed_check"]) == ("settled", None)
+    assert "not stored: its user signature does not pass" in conn.execute(
+        "SELECT reason FROM rec.quarantine").fetchone()[0]

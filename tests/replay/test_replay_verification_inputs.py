@@ -54,7 +54,7 @@ def test_a_verifier_crash_keeps_no_digest_is_checked_again_and_alerts(db_url, co
 
     real = stage.verify_bundle
 
-    def broken(bundle, recoveries=None):
+    def broken(bundle, recoveries=None, seen=None):
         raise IndexError("a verifier bug")
 
     monkeypatch.setattr(stage, "verify_bundle", broken)

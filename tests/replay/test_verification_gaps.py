@@ -33,7 +33,7 @@ def _served_bare(rec: dict, **changes) -> dict:
 
 
 def test_a_diff_stored_with_no_signed_root_anywhere_is_not_checked_not_failed(db_url, conn, tmp_path):
-    from indexer.replay.bundling import NO_ROOT
+    from indexer.load.stored_diffs import NO_ROOT
 
     diffs = signed_diff_records()
     diffs[6] = _served_bare(diffs[6], state_hash=None)

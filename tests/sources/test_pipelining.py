@@ -254,6 +254,7 @@ def test_each_member_is_asked_only_for_what_the_members_before_it_did_not_serve(
     from indexer.poller.fetch import EscrowFetcher
     from indexer.sources.gonka import HostGroup
     from indexer.sources.gonka.host import PayloadShapeError
+    from indexer.wire.payloads import response_hash_of
 
     shape = PayloadShapeError("http://a/p?inference_id=4", "payload response: expected a JSON object",
                               status=200, transient=False)
@@ -267,11 +268,12 @@ def test_each_member_is_asked_only_for_what_the_members_before_it_did_not_serve(
     fetcher = EscrowFetcher(SimpleNamespace(host=hosts.get), lambda *a: reported.append(a), validator="v",
                             fetch_payloads=True, payload_pool=None, decoders=None)
     group = HostGroup("e1", "v5", ["a", "b", "c"], hosts.get)
-    asked = fetcher._payloads(group, "v5", "e1", [1, 2, 3, 4, 5], 7)
+    wanted = {i: response_hash_of(f"p{i}") for i in (1, 2, 3, 4, 5)}
+    asked = fetcher._payloads(group, "v5", "e1", wanted, 7)
     assert asked.found == {1: "p1", 2: "p2", 5: "p5"} and asked.refused == set()
     assert hosts["a"].asked == [[1, 2, 3, 4, 5]] and hosts["b"].asked == [[2, 3, 4, 5]]
     assert hosts["c"].asked == [[3, 4, 5]]
-    assert asked.missing([1, 2, 3, 4, 5]) == [3, 4]
+    assert [i for i in wanted if not asked.settled(i)] == [3, 4]
     assert reported == [("host:a", "http://a/p?inference_id=4", str(shape), False)]
 
 

@@ -92,6 +92,19 @@ def test_a_mixed_group_is_read_over_each_hosts_own_route(rpcnet):
                             "http_session_retired))") for m in said.values())
 
 
+def test_a_failure_about_a_served_payload_names_the_route_the_host_served_it_on(rpcnet):
+    address, esc, iid = _case(rpcnet.scenario)
+    op = _op(rpcnet, address)
+    for member in dict.fromkeys(esc.slots):
+        host = _host(rpcnet, member, op)
+        host.payloads(esc.protocol_version, esc.escrow_id, [iid], validator="x", epoch=esc.epoch_index,
+                      members=esc.slots)
+        base = rpcnet.host_url(member)
+        assert host.payload_url(esc.protocol_version, esc.escrow_id, iid) == (
+            f"{base}{rpc_base(esc.protocol_version, esc.escrow_id)}#{iid}" if member in rpcnet.app.options.rpc_hosts
+            else f"{base}/devshard/{esc.protocol_version}/sessions/{esc.escrow_id}/payloads?inference_id={iid}")
+
+
 def test_a_stale_attach_timestamp_is_refused(rpcnet):
     scn = rpcnet.scenario
     address, esc, _ = _case(scn)

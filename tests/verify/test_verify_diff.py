@@ -97,8 +97,8 @@ def test_malformed_txs_are_refused_with_nonce_and_index(tx, message):
 def test_reveal_seed_is_ignored_finalize_and_negative_times_decode():
     txs = diff.decode_txs(_content(pb.f_msg(7, pb.f_uint(1, 3)), pb.f_msg(8, b""),
                                    pb.f_msg(1, pb.f_uint(1, 1) + pb.f_uint(6, -5))), ESCROW)
-    assert txs[0] == {"kind": "finalize"}
-    assert (txs[1]["kind"], txs[1]["started_at"], txs[1]["model"]) == ("start", -5, "")
+    assert txs[0] == {"kind": "finalize", "tx_index": 1}  # the ignored reveal_seed keeps its place in the count
+    assert (txs[1]["kind"], txs[1]["started_at"], txs[1]["model"], txs[1]["tx_index"]) == ("start", -5, "", 2)
     assert len(txs) == 2
 
 
@@ -118,11 +118,11 @@ def test_the_v5_members_decode():
                                 pb.f_bytes(8, b"sig")))),
         pb.f_msg(14, pb.f_uint(1, 7) + pb.f_msg(2, vote) + pb.f_msg(2, vote))), ESCROW, "v5")
     assert txs[0] == {"kind": "force_height_sync_turn", "trigger_nonce": 1, "end_nonce": 5, "anchor_k": 10,
-                      "slots_num": 5, "reason": "operator"}
+                      "slots_num": 5, "reason": "operator", "tx_index": 0}
     assert (txs[1]["kind"], txs[1]["observed_height"], txs[1]["sync_vector"]) == (
         "heartbeat", 4242, [pb.f_uint(1, 1), pb.f_uint(1, 2)])
     assert (txs[2]["kind"], txs[2]["slot_id"], txs[2]["sync_state"], txs[2]["host_sig"]) == ("height_ack", 4, 1, b"sig")
-    assert txs[3] == {"kind": "error_miss", "inference_id": 7, "votes": [(2, True, b"s" * 65)] * 2}
+    assert txs[3] == {"kind": "error_miss", "inference_id": 7, "votes": [(2, True, b"s" * 65)] * 2, "tx_index": 3}
 
 
 def test_a_member_or_field_outside_the_version_is_refused():

@@ -137,6 +137,13 @@ class DevshardHost:
         return out
 
 
+    def payload_url(self, version: str, escrow_id: str, inference_id: int) -> str:
+        """Where this host serves one payload, over the route it speaks (for failure rows naming the source)."""
+        if self.route == ROUTE_HTTP:
+            return (f"{self.http.base_urls[0]}/devshard/{version}/sessions/{escrow_id}/payloads"
+                    f"?inference_id={inference_id}")
+        return f"{self.http.base_urls[0]}{rpc_base(version, escrow_id)}#{inference_id}"
+
     def _diagnose(self, message: str, url: str, transient: bool = False) -> None:
         """Report which payload route this host speaks, once per host and message: a net.failure row of source
         ``host:<address>``, so api.source_errors shows it beside the host's other failures."""

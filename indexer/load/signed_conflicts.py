@@ -1,0 +1,153 @@
+"""Two ``signed_diff`` records of one diff (escrow, nonce) that carry different evidence: which one is stored does
+not depend on the order they are loaded in.
+
+A signed diff is evidence only when its user signature recovers to the escrow's creator, and any later source is
+untrusted: a record that fails the check must not replace one that passes it (the escrow would drop to level none),
+nor be kept because it came first. So when a batch brings a record whose content, user signature or roots differ from
+the stored record of its key, or from another line of the batch with that key, the records are read as the signed
+check reads them (:func:`indexer.load.stored_diffs.signed_diff`): those with the same signed message and signature are
+one piece of evidence (a stored root the content repeats, or a host name, is amended as usual). Of two or more,
+one is kept:
+
+1. those the creator signed, when the escrow's creator is loaded and any of them passes;
+2. of the candidates left (all of them when none passes, or when the creator is not loaded yet, so no signature can
+   be checked), the one whose signed message and signature sort first: an arbitrary order, but the same whichever
+   record is loaded first. An escrow loaded before its diffs (an export's order) lets the signature decide.
+
+A line of the batch that is not kept is quarantined with a one-line reason naming its file and line, the escrow and
+nonce, why it lost and which record was kept; a stored record that is not kept is replaced by the upsert, which
+writes its previous content to ``rec.amendment``, and a warning names it. Only the batches that meet such a conflict
+pay for the recoveries (one per distinct record); a batch of new keys never gets here.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import psycopg
+
+from indexer.load.typed import printable
+from indexer.load.stored_diffs import StoredDiffError, creator_signed, signed_diff as stored_diff
+
+SIGNED = ("content", "user_sig", "post_state_root", "state_hash")
+MAX_REASON = 600
+log = logging.getLogger(__name__)
+
+_COLUMNS = ", ".join(SIGNED)
+# the staged lines of every key whose records differ: from the stored one (a join on the key, within the partition),
+# or from another line of the batch (grouped); one pass each over the stage, no pairwise comparison
+_CONFLICTS = f"""
+WITH conflict AS (
+  SELECT s.escrow_id, s.nonce FROM pg_temp.stage_signed_diff s
+  JOIN rec.signed_diff t ON t.escrow_id = s.escrow_id AND t.nonce = s.nonce AND t.epoch_index = s.epoch_index
+  WHERE ({', '.join('t.' + c for c in SIGNED)}) IS DISTINCT FROM ({', '.join('s.' + c for c in SIGNED)})
+  UNION
+  SELECT escrow_id, nonce FROM pg_temp.stage_signed_diff GROUP BY escrow_id, nonce
+  HAVING count(DISTINCT ({_COLUMNS})) > 1
+)
+SELECT s.line, s.escrow_id, s.nonce, {', '.join('s.' + c for c in SIGNED)}
+FROM pg_temp.stage_signed_diff s JOIN conflict c ON c.escrow_id = s.escrow_id AND c.nonce = s.nonce
+ORDER BY s.line
+"""
+_STORED = f"""
+SELECT t.escrow_id, t.nonce, {', '.join('t.' + c for c in SIGNED)}, t.source_line, r.uri
+FROM rec.signed_diff t LEFT JOIN rec.source r ON r.source_id = t.source_id
+JOIN unnest(%s::text[], %s::bigint[]) k(escrow_id, nonce) ON k.escrow_id = t.escrow_id AND k.nonce = t.nonce
+"""
+
+
+@dataclass
+class _Evidence:
+    """The records of one key that carry the same evidence: the same signed message and user signature (records
+    that differ only where the signature does not reach, e.g. a stored root the content repeats, are one)."""
+    key: tuple  # (signed message, user signature) as bytes; for a record they cannot be formed from, its columns
+    signed: tuple  # the SIGNED columns of one of its records
+    where: str  # the file and line of one of its records (the stored one's when it is stored)
+    lines: list[int]  # the batch's lines that carry it
+    stored: bool = False
+
+
+def resolve(conn: psycopg.Connection, source_id: int,
+            source_lines: Callable[[], Iterable[tuple[int, bytes]]]) -> list[tuple]:
+    """Settle the conflicts of the staged signed_diff batch (caller's transaction): the lines not kept are deleted
+    from the stage and returned as quarantine tuples (source_id, line, kind, reason, raw)."""
+    staged = conn.execute(_CONFLICTS).fetchall()
+    if not staged:
+        return []
+    uri = conn.execute("SELECT uri FROM rec.source WHERE source_id = %s", (source_id,)).fetchone()[0]
+    keys: dict[tuple, list[_Evidence]] = {}
+    for line, escrow_id, nonce, *signed in staged:
+        _add(keys.setdefault((escrow_id, nonce), []), escrow_id, tuple(signed), f"{uri}:{line}", line)
+    pairs = sorted(keys)
+    for escrow_id, nonce, *rest in conn.execute(_STORED, ([k[0] for k in pairs], [k[1] for k in pairs])):
+        *signed, source_line, stored_uri = rest
+        _add(keys[(escrow_id, nonce)], escrow_id, tuple(signed), f"{stored_uri or 'an unnamed source'}:{source_line}",
+             None)
+    creators = dict(conn.execute("SELECT escrow_id, creator FROM rec.escrow WHERE escrow_id = ANY(%s)",
+                                 ([k[0] for k in pairs],)).fetchall())
+    reasons: dict[int, str] = {}
+    for (escrow_id, nonce), candidates in keys.items():
+        for line, reason in _losers(escrow_id, nonce, creators.get(escrow_id), candidates, uri):
+            reasons[line] = reason
+    if not reasons:
+        return []
+    conn.execute("DELETE FROM pg_temp.stage_signed_diff WHERE line = ANY(%s)", (sorted(reasons),))
+    return [(source_id, line, "signed_diff", reasons[line], printable(raw))
+            for line, raw in source_lines() if line in reasons]
+
+
+def _add(candidates: list[_Evidence], escrow_id: str, signed: tuple, where: str, line: int | None) -> None:
+    try:
+        d = stored_diff(escrow_id, 0, *signed)
+        key = (d.content, d.user_sig)
+    except StoredDiffError:  # no signed message: its own columns tell it apart (and it never passes)
+        key = (b"\xff" + repr(signed).encode("utf-8"), b"")
+    same = next((c for c in candidates if c.key == key), None)
+    if same is None:
+        candidates.append(_Evidence(key, signed, where, [] if line is None else [line], stored=line is None))
+    elif line is None:
+        same.stored, same.where = True, where
+    else:
+        same.lines.append(line)
+
+
+def _losers(escrow_id: str, nonce: int, creator: str | None, candidates: list[_Evidence],
+            uri: str) -> list[tuple[int, str]]:
+    """(line, reason) of each line of the batch (from ``uri``) whose evidence is not the one kept for (escrow_id,
+    nonce)."""
+    if len(candidates) < 2:
+        return []
+    failures = {id(c): creator_signed(escrow_id, creator, *c.signed) for c in candidates} if creator else {}
+    passing = [c for c in candidates if creator and failures[id(c)] is None]
+    kept = min(passing or candidates, key=lambda c: c.key)
+    kept_at = ("the stored record from " if kept.stored else "the record at ") + kept.where
+    if kept.stored is False and any(c.stored for c in candidates):
+        old = next(c for c in candidates if c.stored)
+        log.warning("signed_diff escrow %s nonce %s: the stored record from %s is replaced by the one at %s (%s)",
+                    escrow_id, nonce, old.where, kept.where, _why(creator, failures.get(id(old))))
+    out = []
+    for c in candidates:
+        if c is kept:
+            continue
+        why = _why(creator, failures.get(id(c)))
+        for line in c.lines:
+            out.append((line, _one_line(f"{uri}:{line}: signed_diff escrow {escrow_id} nonce {nonce} not stored: "
+                                        f"{why}; kept {kept_at}")))
+    return out
+
+
+def _why(creator: str | None, failure: str | None) -> str:
+    """Why a record was not kept."""
+    if creator is None:
+        return ("the escrow's creator is not loaded, so no signature could be checked: of records whose signed "
+                "bytes differ, the one whose bytes sort first is kept")
+    if failure is not None:
+        return f"its user signature does not pass ({failure})"
+    return "the creator signed both: of records whose signed bytes differ, the one whose bytes sort first is kept"
+
+
+def _one_line(text: str) -> str:
+    """A reason as stored: on one line (it quotes peer data) and at most :data:`MAX_REASON` characters."""
+    flat = " ".join(printable(text.encode("utf-8", "replace")).split())
+    return flat if len(flat) <= MAX_REASON else flat[:MAX_REASON - 1] + "…"
