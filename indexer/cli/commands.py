@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from indexer.cli.output import EXIT_INPUT, EXIT_OK, EXIT_RUNTIME, console, error, say, warn
+from indexer.cli.output import EXIT_INPUT, EXIT_OK, EXIT_RUNTIME, console, error, one_line, say, warn
 from indexer.db.migrate import ensure_schema
 from indexer.db.url import embedded_finder, redact, resolve_database_url
 from indexer.settings import Settings
@@ -52,10 +52,14 @@ def cmd_db(args, settings: Settings) -> int:
     return EXIT_OK
 
 
+QUARANTINE_SHOWN = 5  # quarantined lines an ingest names on stderr (all of them: api.quarantine)
+
+
 def cmd_ingest(args, settings: Settings) -> int:
     import psycopg
 
     from indexer.cli.summaries import held_escrows, ingest_progress, print_ingest_summary
+    from indexer.load import quarantined
     from indexer.load.ingest import ingest_paths
     from indexer.downstream import process_changes
     from indexer.replay.follow import ReplayFollower
@@ -67,6 +71,8 @@ def cmd_ingest(args, settings: Settings) -> int:
         check_input(name)
         verify_archived(name)
     url = ready_database(args, settings)
+    with psycopg.connect(url) as conn:  # the server's clock: which quarantine rows this command wrote
+        started = conn.execute("SELECT clock_timestamp()").fetchone()[0]
     failure = None
     with ReplayFollower(url) as follower:  # a long load's escrows are replayed while later batches load
         try:
@@ -93,6 +99,12 @@ def cmd_ingest(args, settings: Settings) -> int:
         return EXIT_RUNTIME
     if summary.quarantined and not args.allow_quarantine:
         warn(f"{summary.quarantined} line(s) quarantined; see api.quarantine")
+        with psycopg.connect(url) as conn:
+            shown = quarantined.since(conn, started, QUARANTINE_SHOWN)
+        for source, line, reason in shown:
+            warn(f"  {one_line(source)}:{line}: {one_line(reason, 300)}")
+        if summary.quarantined > len(shown):
+            warn(f"  and {summary.quarantined - len(shown)} more")
         return EXIT_INPUT
     return EXIT_OK
 

@@ -174,9 +174,14 @@ class BatchLoader:
                 else:
                     if kind == "signed_diff":  # records of one diff that differ: kept by signature, not by order
                         signed_rejects = signed_conflicts.resolve(self.conn, self.source_id, source_lines)
-                    self._upsert(kind, out, marks)
+                    self._upsert(kind, out, marks, not kb.distinct_keys)
                 if kind == "escrow":
-                    registered |= self.router.sync(self.conn, sorted(kb.scope))[1]
+                    moved, fresh = self.router.sync(self.conn, sorted(kb.scope))
+                    registered |= fresh
+                    # records stored before their escrow came are checked against it now (indexer.load.slots)
+                    if moved and (lost := self.slots.recheck_stored(self.conn, sorted(moved))):
+                        marks.add("escrow", lost)
+                        out.quarantined += len(lost)
             refusals.store(self.conn, prepared.parses)
             if rejects := prepared.rejects + slot_rejects + signed_rejects:
                 with self.conn.cursor() as cur:
@@ -248,14 +253,16 @@ class BatchLoader:
         violation rolls the batch back whole and commit() runs it again guarded (a bulk loader's retry, finer)."""
         return self.conn.transaction() if self.guarded else nullcontext()
 
-    def _upsert(self, kind: str, out: IngestSummary, marks: BatchMarks) -> None:
-        row = self.conn.execute(upsert_statement(kind), {"source_id": self.source_id}).fetchone()
-        inserted, amended, superseded, valid, dirty, reverify = row
+    def _upsert(self, kind: str, out: IngestSummary, marks: BatchMarks, repeats_keys: bool) -> None:
+        row = self.conn.execute(upsert_statement(kind, repeats_keys), {"source_id": self.source_id}).fetchone()
+        # *_out: a tx kind's other txs of a key, quarantined (indexer.load.samekey)
+        inserted, amended, superseded, valid, dirty, reverify, staged_out, stored_out = row
         marks.add(kind, dirty, reverify)
         out.loaded += inserted
         out.amended += amended + superseded
-        out.unchanged += valid - inserted - amended - superseded
-        out.by_kind[kind] += valid
+        out.unchanged += valid - inserted - amended - superseded - staged_out
+        out.quarantined += staged_out + stored_out
+        out.by_kind[kind] += valid - staged_out
 
 
 class _KeyRace(Exception):

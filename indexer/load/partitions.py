@@ -88,11 +88,12 @@ class EpochRouter:
                 for row in escrow_copy.split(b"\n") if row}
 
     @staticmethod
-    def sync(conn: psycopg.Connection, escrow_ids: list[str]) -> tuple[int, set[str]]:
+    def sync(conn: psycopg.Connection, escrow_ids: list[str]) -> tuple[set[str], set[str]]:
         """After a batch's escrow records are written: point their registry rows at their epochs and move the
-        rows of the escrows that changed partition. Returns the number of escrows moved, and the escrows this
-        statement registered (no row of theirs existed: indexer.load.fresh)."""
-        moved, registered = 0, set()
+        rows of the escrows that changed partition. Returns the escrows moved (their rows may have been written
+        before their escrow record: indexer.load.slots rechecks them), and the escrows this statement registered
+        (no row of theirs existed: indexer.load.fresh)."""
+        moved, registered = set(), set()
         for moved_from, moved_to, inserted, ids in conn.execute(_SYNC, {"ids": escrow_ids}).fetchall():
             if inserted:
                 registered.update(ids)
@@ -102,7 +103,7 @@ class EpochRouter:
                 conn.execute(f"UPDATE rec.{KINDS[kind].table} SET epoch_index = %(to)s "
                              "WHERE epoch_index = %(from)s AND escrow_id = ANY(%(ids)s)",
                              {"to": moved_to, "from": moved_from, "ids": ids})
-            moved += len(ids)
+            moved.update(ids)
         return moved, registered
 
     @staticmethod

@@ -1,9 +1,11 @@
-"""Records that contradict their escrow: a slot at or beyond the escrow's group size.
+"""Records that contradict their escrow: a slot at or beyond the escrow's group size, quarantined in any load order.
 
-Checked per batch in the database thread, against the escrows of the batch and of earlier loads (sizes cached;
-an escrow not yet known cannot be checked, and the replay rejects such a tx later if it is out of range). A batch
-carries each escrow's highest slot per kind, so the common case is one comparison per escrow; only an escrow
-that is exceeded has its lines looked up again.
+Checked per batch in the database thread, against the escrows of the batch and of earlier loads (sizes cached). A
+batch carries each escrow's highest slot per kind, so the common case is one comparison per escrow; only an escrow
+that is exceeded has its lines looked up again. A record loaded before its escrow cannot be checked then: when the
+escrow record comes (a later batch or command), :meth:`SlotCheck.recheck_stored` moves the escrow's stored records
+that exceed it to the quarantine, under their own file and line, so the end state does not depend on which came
+first (the replay, which would otherwise reject such a tx as slot_out_of_range, never sees it).
 """
 from __future__ import annotations
 
@@ -12,7 +14,11 @@ from collections.abc import Callable, Iterable
 import psycopg
 
 from indexer.load.prepare import Prepared
+from indexer.load.samekey import record_json
 from indexer.load.typed import printable, slot_offenders
+from indexer.records import KINDS, VOTES
+
+_CHECKED = sorted(name for name, kind in KINDS.items() if kind.slot_fields)
 
 
 class SlotCheck:
@@ -41,3 +47,40 @@ class SlotCheck:
                 bad.setdefault(kind, set()).add(line)
                 rejects.append((source_id, line, kind, reason, printable(raw)))
         return bad, rejects
+
+    @staticmethod
+    def recheck_stored(conn: psycopg.Connection, escrow_ids: list[str]) -> list[str]:
+        """After escrow records were written: move the stored records of those escrows that name a slot beyond
+        their group to the quarantine (each under the file and line it was loaded from). Returns the escrows that
+        lost records (for the caller to mark for the replay), one entry per record moved."""
+        lost: list[str] = []
+        for name in _CHECKED:
+            lost += [row[0] for row in conn.execute(_recheck(name), {"ids": escrow_ids}).fetchall()]
+        return lost
+
+
+def _recheck(name: str) -> str:
+    kind = KINDS[name]
+    field = kind.slot_fields[0]
+    if kind.field(field).type == VOTES:
+        over = f"EXISTS (SELECT 1 FROM jsonb_array_elements(t.{field}) v WHERE (v->>'voter_slot')::bigint >= e.n)"
+        reason = f"'field {field}: a voter_slot is out of range for escrow with ' || g.n || ' slots'"
+    else:
+        over = f"t.{field} >= e.n"
+        reason = f"'field {field}: slot ' || g.{field} || ' out of range for escrow with ' || g.n || ' slots'"
+    # the escrow record came after this one: say so, it is why the line was stored first
+    reason += " || ' (its escrow record was loaded after it)'"
+    return f"""
+WITH e AS (
+  SELECT escrow_id, epoch_index, cardinality(slots) AS n FROM rec.escrow WHERE escrow_id = ANY(%(ids)s)
+), g AS (  -- the escrow's rows are in its epoch's partition by now (EpochRouter.sync): only that one is probed
+  DELETE FROM rec.{kind.table} t USING e
+  WHERE t.escrow_id = e.escrow_id AND t.epoch_index = e.epoch_index AND {over}
+  RETURNING t.*, e.n
+), q AS (
+  INSERT INTO rec.quarantine (source_id, line, kind, reason, raw)
+  SELECT g.source_id, g.source_line, '{name}', {reason}, {record_json(kind, 'g.')}::text
+  FROM g ORDER BY 1, 2
+  ON CONFLICT (source_id, line) DO NOTHING
+)
+SELECT escrow_id FROM g ORDER BY 1"""

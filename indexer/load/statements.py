@@ -3,8 +3,9 @@
 Every batch is staged; this upsert serves batches that touch existing keys (amendments, reloads), while batches of
 new keys take one plain INSERT from the stage (indexer.load.ingest.BatchLoader._insert_new). One statement per kind
 per batch:
-  src          one row per key (the last line wins inside a batch)
-  history      the previous content of every record a changed record replaces
+  src          one row per key (the last line wins inside a batch; for a tx kind, the lowest nonce first)
+  other_tx     a tx kind's records of a batch key at another nonce, quarantined (indexer.load.samekey)
+  history      the previous content of every record a changed record amends
   up           the upsert; unchanged rows are not touched (no dead tuples, no dirty marks)
   dirty        escrows (or epochs) whose records changed, for the replay / rules stages, returned to the loader,
                which marks them with the batch's other marks as the batch's last writes (indexer.load.marks)
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from indexer.load import samekey
 from indexer.load.partitions import ROUTED, routed_column
 from indexer.records import KINDS, PG_TYPES, Kind
 
@@ -81,7 +83,9 @@ def _reverify(kind_name: str, scope_col: str) -> str:
 
 
 @cache
-def upsert_statement(kind_name: str) -> str:
+def upsert_statement(kind_name: str, repeats_keys: bool = False) -> str:
+    """The set-based upsert of one kind's stage; which record of a key stays, and what a later one keeps of the
+    stored one (or of an earlier line of the batch, when ``repeats_keys``), are indexer.load.samekey's rules."""
     kind = KINDS[kind_name]
     # a routed kind's rows carry their partition: the unique index is the key plus epoch_index, and one key is only
     # ever in one partition (indexer.load.partitions), so matching on both is matching on the key
@@ -95,41 +99,51 @@ def upsert_statement(kind_name: str) -> str:
     keys = ", ".join(key)
     not_inserted = " AND ".join(f"i.{k} = s.{k}" for k in key)
     keep = f"\n    AND NOT ({KEEP_STORED[kind_name]})" if kind_name in KEEP_STORED else ""
+    values = {col: samekey.merged(kind, col) for col in content}
     return f"""
 WITH src AS (
-  SELECT DISTINCT ON ({keys}) * FROM {stage} ORDER BY {keys}, line DESC
+  {samekey.src(kind, stage, cols, repeats_keys)}
 ), ins AS (  -- new keys: a plain insert, no probe for history
   INSERT INTO {table} ({", ".join(cols)}, extra, source_id, source_line)
   SELECT {", ".join(cols)}, extra, %(source_id)s, line FROM src
   ON CONFLICT ({", ".join(match)}) DO NOTHING
   RETURNING {", ".join(dict.fromkeys([*key, scope_col]))}
-), changed AS (  -- keys that existed before this statement and whose content differs
-  SELECT s.*, to_jsonb(t){" - 'epoch_index'" if routed else ""} AS previous
+), met AS (  -- keys that existed before this statement and whose content differs (for a tx kind: or another tx)
+  SELECT s.line, {", ".join(f"s.{k}" for k in match)}, {", ".join(f"{v} AS {c}" for c, v in values.items())},
+         {samekey.displaces(kind)} AS displaced, {samekey.stays(kind)} AS stays,
+         to_jsonb(t){" - 'epoch_index'" if routed else ""} AS previous{samekey.met_columns(kind)}
   FROM src s JOIN {table} t ON {key_eq}
   WHERE NOT EXISTS (SELECT 1 FROM ins i WHERE {not_inserted})
-    AND {_row("t.", content)} IS DISTINCT FROM {_row("s.", content)}
+    AND {_row("t.", content)} IS DISTINCT FROM ({", ".join(values.values())})
     -- a later line of this same file already won (reloading a file must not replay its own amendments)
-    AND NOT (t.source_id = %(source_id)s AND t.source_line > s.line){keep}
-), history AS (
+    AND ({samekey.displaces(kind)} OR {samekey.stays(kind)}
+         OR NOT (t.source_id = %(source_id)s AND t.source_line > s.line)){keep}
+){samekey.other_txs(kind, stage, repeats_keys)}, changed AS (  -- what the update writes: not a tx kept out
+  SELECT * FROM met WHERE NOT stays                              -- because the stored one comes first
+), history AS (  -- a displaced tx is not an amendment: its quarantine row keeps it (other_tx)
   INSERT INTO rec.amendment (kind, record_key, previous, source_id, line)
   SELECT '{kind.name}', jsonb_build_array({", ".join("c." + k for k in key)}), c.previous, %(source_id)s, c.line
-  FROM changed c
+  FROM changed c WHERE NOT c.displaced
 ), upd AS (
   UPDATE {table} t SET
     ({", ".join(content)}, source_id, source_line, revision, amended_at) =
-    ({", ".join("c." + col for col in content)}, %(source_id)s, c.line, t.revision + 1, now())
+    ({", ".join("c." + col for col in content)}, %(source_id)s, c.line,
+     CASE WHEN c.displaced THEN 1 ELSE t.revision + 1 END, CASE WHEN NOT c.displaced THEN now() END)
   FROM changed c WHERE {" AND ".join(f"t.{k} = c.{k}" for k in match)}
-  RETURNING t.{scope_col}
+  RETURNING t.{scope_col}, c.displaced
 )
-SELECT (SELECT count(*) FROM ins) AS inserted,
-       (SELECT count(*) FROM upd) AS amended,
+SELECT (SELECT count(*) FROM ins) + (SELECT count(*) FROM upd WHERE displaced) AS inserted,
+       (SELECT count(*) FROM upd WHERE NOT displaced) AS amended,
        CASE WHEN (SELECT count(*) FROM {stage}) > (SELECT count(*) FROM src)  -- duplicates of a key in one batch
-            THEN (SELECT count(*) FROM (SELECT DISTINCT {keys}, {", ".join(content)} FROM {stage}) d)
+            THEN (SELECT count(*) FROM (SELECT DISTINCT {keys}, {", ".join(content)}
+                                        FROM {samekey.applied_rows(kind, stage, keys)} a) d)
                  - (SELECT count(*) FROM src) ELSE 0 END AS superseded_in_batch,
        (SELECT count(*) FROM {stage}) AS valid,
        ARRAY(SELECT {scope_col} FROM ins WHERE {scope_col} IS NOT NULL
              UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL) AS dirty,
-       {_reverify(kind_name, scope_col)} AS reverify
+       {_reverify(kind_name, scope_col)} AS reverify,
+       (SELECT count(*) FILTER (WHERE staged) FROM other_tx) AS quarantined_staged,
+       (SELECT count(*) FILTER (WHERE NOT staged) FROM other_tx) AS quarantined_stored
 """
 
 

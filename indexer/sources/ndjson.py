@@ -148,6 +148,19 @@ def duplicate_key(raw: bytes, obj) -> str | None:
     return None
 
 
+def malformed(raw: bytes, exc: ValueError) -> str:
+    """The reason for a line that is not JSON, with where in the line (1-based byte): the parser's own "line 1
+    column 1 (char 0)" reads like a position in the file."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"malformed JSON: not valid UTF-8 at byte {bad.start + 1} of the line"
+    what, pos = getattr(exc, "msg", None), getattr(exc, "pos", None)
+    if not isinstance(what, str) or not isinstance(pos, int):
+        return f"malformed JSON: {str(exc)[:120]}"
+    return f"malformed JSON: {what[:120]} at byte {len(text[:pos].encode()) + 1} of the line"
+
+
 def classify_line(raw: bytes) -> Accepted | Rejected:
     """Decide whether a line is a JSON object of a known kind (its fields are typed next, by indexer.load)."""
     try:
@@ -157,13 +170,13 @@ def classify_line(raw: bytes) -> Accepted | Rejected:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         if _SURROGATE.search(raw):  # orjson and PostgreSQL refuse unpaired surrogate escapes
-            return Rejected(f"malformed JSON: {exc}")
+            return Rejected(malformed(raw, exc))
         try:  # orjson refuses numbers beyond double range that are still valid JSON
             obj = loads_exact(raw)
         except NumberOutOfRange as big:
             return Rejected(str(big), kind=_kind_hint(raw))
         except (ValueError, UnicodeDecodeError, RecursionError):
-            return Rejected(f"malformed JSON: {exc}")
+            return Rejected(malformed(raw, exc))
     if not isinstance(obj, dict):
         return Rejected(f"not a JSON object but {type(obj).__name__}")
     if (dup := duplicate_key(raw, obj)) is not None:

@@ -1,14 +1,13 @@
-"""Order and tamper gaps. Fixed: a tx record the signed log contradicts is no longer believed at the escrow's
-verification level (tests/replay/test_tx_records_vs_log.py covers every tamper kind), and a rules claim cancelled as
-a deadlock victim inside a rules statement is claimed again. Kept as a strict xfail until fixed: two tx records of
-one key (a repeated tx in a log) give answers that depend on the order they were loaded in. All use the v4.1 release
-fixture (tests/support/verify_records.py), which reaches ``settled`` untouched."""
+"""Order and tamper gaps, each now guarded by its test: a tx record the signed log contradicts is no longer believed
+at the escrow's verification level (tests/replay/test_tx_records_vs_log.py covers every tamper kind), a rules claim
+cancelled as a deadlock victim inside a rules statement is claimed again, and two tx records of one key (a repeated
+tx in a log) give the same answer in either load order (indexer.load.samekey). All use the v4.1 release fixture
+(tests/support/verify_records.py), which reaches ``settled`` untouched."""
 from __future__ import annotations
 
 import logging
 
 import psycopg
-import pytest
 
 from indexer.rules.run import run_rules
 from tests.support.helpers import ingest, write_lines
@@ -47,9 +46,6 @@ def test_a_tx_record_the_signed_log_contradicts_does_not_stay_settled(db_url, co
     assert level(conn)[0] != "settled"
 
 
-@pytest.mark.xfail(strict=True, reason="tx kinds are keyed without diff_nonce: a second validation by the same slot "
-                                       "(ignored by the protocol, idempotent per address) replaces the first, and "
-                                       "which one the replay sees is the one loaded last")
 def test_a_repeated_validation_gives_the_same_answer_in_either_order(db_url, second_db_url, tmp_path):
     base = records()
     first = next(r for r in base if r["kind"] == "validation" and r["inference_id"] == 4)

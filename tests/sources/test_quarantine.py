@@ -62,6 +62,9 @@ CASES: list[tuple[bytes, tuple[str, ...] | None]] = [
          "cost": "18446744073709551616"}), ("cost", "range")),                                 # 33
     (_j({"kind": "host_stats", "escrow_id": "1971", "slot_id": 2, "cost": 18446744073709551615}), None),  # 34
     (_j({"kind": "epoch", "epoch_index": 11, "observed_at": "yesterday"}), ("observed_at",)),  # 35
+    (_j(tx("start", 130, 130, max_tokens=2**64 + 5)), ("max_tokens", "out of range: 18446744073709551621")),  # 36
+    (b'{"kind": "epoch", "epoch_index": "\xe9t\xe9"}', ("not valid UTF-8 at byte 35 of the line",)),  # 37
+    (b'{"kind": "epoch", "epoch_index": 1,}', ("trailing comma", "at byte 35 of the line")),        # 38
 ]
 
 
@@ -131,7 +134,21 @@ def test_cli_exits_2_on_quarantine_unless_allowed(db_url, tmp_path, conn):
     res = _cli("--database-url", db_url, "ingest", str(path), "--no-progress")
     assert res.returncode == 2, res.stderr.decode()
     assert b"quarantined" in res.stderr
+    assert f"{path}:2: malformed JSON".encode() in res.stderr  # which line, and why
     assert conn.execute("SELECT count(*) FROM rec.start_tx").fetchone() == (1,)  # the rest still loaded
     res = _cli("--database-url", db_url, "ingest", str(path), "--no-progress", "--allow-quarantine")
     assert res.returncode == 0, res.stderr.decode()
     assert conn.execute("SELECT count(*) FROM api.quarantine").fetchone() == (1,)
+
+
+def test_cli_names_the_first_quarantined_lines_on_one_line_each(db_url, tmp_path):
+    path = tmp_path / "many-bad.ndjson"
+    bad = [_j({"kind": "epoch", "epoch_index": 11, "observed_at": "\x1b[31mred\nnext"})] + [b"{oops"] * 7
+    path.write_bytes(_j(escrow()) + b"\n" + b"\n".join(bad) + b"\n")
+    res = _cli("--database-url", db_url, "ingest", str(path), "--no-progress")
+    err = res.stderr.decode()
+    assert res.returncode == 2, err
+    named = [line for line in err.splitlines() if line.startswith(f"  {path}:")]
+    assert [line.split(":", 2)[1] for line in named] == ["2", "3", "4", "5", "6"]
+    assert "\x1b" not in err and "\\x1b[31mred\\nnext" in named[0]  # a peer's text cannot drive the terminal
+    assert "  and 3 more" in err

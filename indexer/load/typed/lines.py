@@ -91,6 +91,10 @@ def typed_row(kind: str, obj: dict, raw: bytes, number: int) -> tuple:
         return (number, *COERCE[kind](obj))
     except NeedsExactParse:
         return (number, *COERCE[kind](loads_exact(raw), exact=True))
+    except Invalid:
+        # orjson reads an integer past 64 bits as a float: the exact parse names such a value by its digits
+        # (rare, and only on a line being refused)
+        return (number, *COERCE[kind](loads_exact(raw), exact=True))
 
 
 def slot_of(kind: str, row: tuple):
