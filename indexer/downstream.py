@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import psycopg
 
 from indexer.db.quickstats import Deferred
-from indexer.load.ingest import IngestSummary, analyze_grown
+from indexer.load.summary import IngestSummary, analyze_grown
 from indexer.load.partitions import ensure_ahead
 from indexer.replay.run import REPLAY_WORKERS, ReplaySummary, replay_dirty
 from indexer.rules.run import RULES_WORKERS, RulesSummary, run_rules

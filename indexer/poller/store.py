@@ -25,7 +25,8 @@ import psycopg
 
 from indexer.db.deadlocks import retrying_deadlocks
 from indexer.db.durability import commit_without_flush_wait, flush_at_commit
-from indexer.load.ingest import BatchLoader, IngestSummary, SourceKey, register_source
+from indexer.load.ingest import BatchLoader
+from indexer.load.summary import IngestSummary, SourceKey, register_source
 from indexer.load.assemble import assemble
 from indexer.load.prepare import prepare_batch
 from indexer.poller.stored import StoredReads

@@ -1,6 +1,6 @@
 """rec.* epoch partitions: their statistics are the indexer's, not autovacuum's ANALYZE
 
-A load ANALYZEs the record partitions it wrote, with a small sample (indexer.load.ingest.analyze_grown), and that
+A load ANALYZEs the record partitions it wrote, with a small sample (indexer.load.summary.analyze_grown), and that
 resets the modification count autovacuum's ANALYZE waits for. An autovacuum ANALYZE of a partition while a load is
 still filling it (at the server's target: 30,000 sampled rows a partition) is therefore overwritten minutes or
 seconds later and only took the load's cores: measured, the autovacuum worker used 0.99-1.25 CPU-s during three of

@@ -158,7 +158,8 @@ def test_the_loader_analyses_a_written_partition_when_autovacuum_would(db_url, t
     analysed; one that a load left as it was is not."""
     import json
 
-    from indexer.load.ingest import ANALYZE_AFTER_ROWS, ingest_paths
+    from indexer.load.ingest import ingest_paths
+    from indexer.load.summary import ANALYZE_AFTER_ROWS
     from indexer.synth import generate
 
     epoch = 950
