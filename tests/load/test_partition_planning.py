@@ -104,7 +104,7 @@ def test_analyze_after_a_load_skips_a_partition_autovacuum_holds_and_the_rules_s
                                                                                                  monkeypatch):
     """Autovacuum vacuuming a partition holds SHARE UPDATE EXCLUSIVE on it; the load's ANALYZE must not wait for it
     (indexer.db.quickstats) but hand it on, and the rules stage analyses it before it plans."""
-    from indexer.load import ingest as ingest_module
+    from indexer.load import summary as summary_module
     from indexer.load.ingest import ingest_paths
     from indexer.downstream import process_changes
     from indexer.synth import generate, write_ndjson
@@ -112,7 +112,7 @@ def test_analyze_after_a_load_skips_a_partition_autovacuum_holds_and_the_rules_s
     epoch = 900
     path = tmp_path / "one_epoch.ndjson"
     write_ndjson(str(path), generate(seed=5, escrows=3, inferences=60, epochs=1, first_epoch=epoch))
-    monkeypatch.setattr(ingest_module, "ANALYZE_AFTER_ROWS", 1)  # analyse every kind the small file grew
+    monkeypatch.setattr(summary_module, "ANALYZE_AFTER_ROWS", 1)  # analyse every kind the small file grew
     finish, start = f"part.rec_finish_tx_e{epoch}", f"part.rec_start_tx_e{epoch}"
     with psycopg.connect(db_url, autocommit=True) as admin, psycopg.connect(db_url) as vacuum:
         admin.execute("SELECT part.ensure_epochs(%s::bigint[], 0)", ([epoch],))

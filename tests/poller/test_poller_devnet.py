@@ -245,10 +245,10 @@ def test_poll_analyses_only_the_partitions_it_grew(db_url, monkeypatch):
     history: ANALYZE of a partitioned parent samples every partition again, and on an archive of years of epochs
     every cycle would pay for all of them (the poller analysed every record table whole once a cycle loaded 10,000
     rows)."""
-    import indexer.load.ingest as ingest_module
+    import indexer.load.summary as summary_module
     from indexer.load.partitions import ensure_epochs
 
-    monkeypatch.setattr(ingest_module, "ANALYZE_AFTER_ROWS", 1)  # the small scenario grows every kind it writes
+    monkeypatch.setattr(summary_module, "ANALYZE_AFTER_ROWS", 1)  # the small scenario grows every kind it writes
     with psycopg.connect(db_url, autocommit=True) as c:
         ensure_epochs(c, [900])  # an archived epoch's partitions, which this cycle writes nothing to
     scn = _small()
