@@ -34,6 +34,11 @@ class WorkerPool(ProcessPoolExecutor):
         self._stop = ctx.Event()  # inherited by the workers (an initializer argument), whatever the start method
         super().__init__(max_workers=workers, mp_context=ctx, initializer=_start_worker,
                          initargs=(initializer, self._stop, *initargs))
+        # A worker that dies with the call queue's pipe full leaves the queue's feeder thread blocked in a write no
+        # one reads; a broken pool's cleanup then joins that thread, and so does interpreter exit: it hangs for good
+        # (CPython gh-105829, in Python 3.11 releases before its fix, e.g. Debian 12's 3.11.2). Nothing is lost by not
+        # joining it: a pool shut down whole has had every item read by the workers that exited.
+        self._call_queue.cancel_join_thread()
 
     def submit(self, fn, /, *args, **kwargs):
         with sigint_blocked():  # the first submit forks the workers: see sigint_blocked
