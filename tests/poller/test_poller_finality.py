@@ -109,14 +109,21 @@ def test_watchdog_quiet_when_progressing(db_url):
         assert c.execute("SELECT max(stalled_cycles) FROM api.ingest_status").fetchone()[0] == 0
 
 
+
+def _lagging_escrow(scn, net) -> tuple[int, str]:
+    """(the current epoch, one of its escrows) whose settlement the node's /tx keeps not finding (read over the
+    REST only)."""
+    start = net.devnet.current_epoch
+    victim = next(e for e in scn.escrows if scn.escrows[e].epoch_index == start)
+    net.app.options.lagging_rpc_txs = (victim,)
+    return start, victim
+
 def test_an_epoch_pruned_with_an_escrow_captured_whole_and_settled_over_rest_counts_it_captured(db_url):
     # the escrow's log is whole and its settlement stored (read over the REST: /tx still asked, so not final):
     # when the chain prunes the epoch nothing of that escrow is lost, and the epoch must not say it is
     scn = _scn(epochs=5)
     with DevnetServer(scn) as net:
-        start = net.devnet.current_epoch
-        victim = next(e for e in scn.escrows if scn.escrows[e].epoch_index == start)
-        net.app.options.lagging_rpc_txs = (victim,)
+        start, victim = _lagging_escrow(scn, net)
         net.advance_epoch()
         _poll(db_url, net)
         _poll(db_url, net)
@@ -151,9 +158,7 @@ def test_an_escrow_whose_hosts_under_report_its_nonce_is_not_counted_captured_wh
         return [d for d in body if d["diff"]["nonce"] <= short.get("nonce", 0)]
 
     with hostile_devnet(scn) as (net, proxy):
-        start = net.devnet.current_epoch
-        victim = next(e for e in scn.escrows if scn.escrows[e].epoch_index == start)
-        net.app.options.lagging_rpc_txs = (victim,)
+        start, victim = _lagging_escrow(scn, net)
         proxy.on(rf"/devshard/[^/]+/stats/shards/{victim}$", rewrite(detail))
         proxy.on(rf"/devshard/[^/]+/sessions/{victim}/diffs$", rewrite(diffs))
         net.advance_epoch()
@@ -182,9 +187,7 @@ def test_an_escrow_pruned_after_its_log_was_captured_whole_is_final_and_said_onc
     logged) again on later cycles."""
     scn = _scn(epochs=5)
     with hostile_devnet(scn) as (net, proxy):
-        start = net.devnet.current_epoch
-        victim = next(e for e in scn.escrows if scn.escrows[e].epoch_index == start)
-        net.app.options.lagging_rpc_txs = (victim,)
+        start, victim = _lagging_escrow(scn, net)
         net.advance_epoch()
         _poll(db_url, net)
         _poll(db_url, net)

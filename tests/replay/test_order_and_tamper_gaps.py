@@ -11,8 +11,8 @@ import psycopg
 
 from indexer.rules.run import run_rules
 from tests.support.helpers import ingest, write_lines
-from tests.support.locks import Background, never_the_victim, the_victim, waits_on_a_lock
-from tests.support.verify_records import EID, EPOCH, records
+from tests.support.locks import Background, fixture_with_its_epoch_dirty, never_the_victim, the_victim, waits_on_a_lock
+from tests.support.verify_records import EID, records
 
 INFERENCE_COLUMNS = ("inference_id, status, input_tokens, output_tokens, votes_valid, votes_invalid, penalty, "
                      "status_nonce")
@@ -59,10 +59,7 @@ def test_a_rules_claim_cancelled_as_a_deadlock_victim_is_claimed_again(db_url, t
     """A deadlock inside a rules statement reaches the claim's retry as what it is: the claim is rolled back whole,
     claimed again, and the epoch evaluated. Deterministic: the claim is the side that closes the cycle, with the
     short deadlock_timeout (tests/support/locks.py)."""
-    ingest(db_url, write_lines(tmp_path / "in.ndjson", records()), rules=True)
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("INSERT INTO rules.dirty_epoch (epoch_index, whole) VALUES (%s, true) "
-                  "ON CONFLICT (epoch_index) DO UPDATE SET whole = true", (EPOCH,))
+    fixture_with_its_epoch_dirty(db_url, tmp_path)
     gate, other, claimer = (psycopg.connect(db_url) for _ in range(3))
     never_the_victim(other)
     the_victim(claimer)

@@ -12,18 +12,14 @@ import pytest
 
 from indexer.db.deadlocks import ATTEMPTS as DEADLOCK_ATTEMPTS
 from indexer.rules.run import run_rules
-from tests.support.helpers import ingest, write_lines
-from tests.support.locks import Background, inject_deadlocks, never_the_victim, the_victim, waits_on_a_lock
-from tests.support.verify_records import EPOCH, records
+from tests.support.locks import Background, fixture_with_its_epoch_dirty, inject_deadlocks, never_the_victim, the_victim, waits_on_a_lock
+from tests.support.verify_records import EPOCH
 
 NEW_EPOCH = EPOCH + 1000
 
 
 def test_a_rules_claim_and_a_loader_making_partitions_never_deadlock(db_url, tmp_path, caplog):
-    ingest(db_url, write_lines(tmp_path / "in.ndjson", records()), rules=True)
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("INSERT INTO rules.dirty_epoch (epoch_index, whole) VALUES (%s, true) "
-                  "ON CONFLICT (epoch_index) DO UPDATE SET whole = true", (EPOCH,))
+    fixture_with_its_epoch_dirty(db_url, tmp_path)
     gate, loader, claimer = (psycopg.connect(db_url) for _ in range(3))
     never_the_victim(loader)
     the_victim(claimer)
@@ -51,10 +47,7 @@ def test_a_rules_claim_and_a_loader_making_partitions_never_deadlock(db_url, tmp
 
 
 def test_a_rules_claim_that_keeps_deadlocking_fails_naming_the_statement(db_url, tmp_path, caplog):
-    ingest(db_url, write_lines(tmp_path / "in.ndjson", records()), rules=True)
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("INSERT INTO rules.dirty_epoch (epoch_index, whole) VALUES (%s, true) "
-                  "ON CONFLICT (epoch_index) DO UPDATE SET whole = true", (EPOCH,))
+    fixture_with_its_epoch_dirty(db_url, tmp_path)
     inject_deadlocks(db_url, "rules.model_limit", DEADLOCK_ATTEMPTS)  # written by sql/rules/10_limits.sql
     with caplog.at_level(logging.WARNING, logger="indexer.db.deadlocks"), psycopg.connect(db_url) as claimer:
         with pytest.raises(psycopg.errors.DeadlockDetected) as failed:

@@ -78,3 +78,15 @@ def inject_deadlocks(url: str, table: str, times: int) -> None:
     itself (a sequence counts them: it is not rolled back with the cancelled transaction)."""
     with psycopg.connect(url, autocommit=True) as c:
         c.execute(_INJECT.format(times=int(times), table=table))
+
+
+def fixture_with_its_epoch_dirty(db_url: str, tmp_path) -> None:
+    """The v4.1 release fixture loaded and evaluated, then its epoch marked for a whole re-evaluation: a rules claim
+    for the deadlock tests to take."""
+    from tests.support.helpers import ingest, write_lines
+    from tests.support.verify_records import EPOCH, records
+
+    ingest(db_url, write_lines(tmp_path / "in.ndjson", records()), rules=True)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("INSERT INTO rules.dirty_epoch (epoch_index, whole) VALUES (%s, true) "
+                  "ON CONFLICT (epoch_index) DO UPDATE SET whole = true", (EPOCH,))
