@@ -20,9 +20,10 @@ A lease released *after* this poller's cycle began means another poller did that
 ``done``, not taken again, so the same work is not repeated within a cycle.
 
 Fencing: every commit of leased work checks, inside its own transaction, that this holder still holds the leases
-(row locks on ``net.lease``, taken in resource order so a heartbeat never deadlocks with a commit). A poller that
-paused past its lease and was taken over fails the check and rolls back (:class:`LeaseLost`): a stale poller never
-writes, and whoever took over resumes from the committed cursors.
+(row locks on ``net.lease``, taken in resource order), and as it ends runs them a whole lease length from then. The
+heartbeat skips rows a commit has locked rather than wait for it, so a long commit never lets the poller's other
+leases expire. A poller that paused past its lease and was taken over fails the check and rolls back
+(:class:`LeaseLost`): a stale poller never writes, and whoever took over resumes from the committed cursors.
 """
 from __future__ import annotations
 
@@ -68,12 +69,25 @@ SELECT resource, holder,
             ELSE 'held' END
 FROM net.lease WHERE resource = ANY(%(r)s)"""
 
+# rows locked elsewhere are skipped, not waited for: this poller's own commit locks the leases it is fenced by
+# for as long as it runs (and extends them as it ends, _EXTEND), and waiting for it would let every other lease
+# it holds expire behind a long commit
 _RENEW = """
 UPDATE net.lease AS l SET renewed_at = now(), expires_at = now() + make_interval(secs => %(s)s)
 FROM (SELECT resource FROM net.lease WHERE holder = %(h)s AND released_at IS NULL AND resource = ANY(%(r)s)
-      ORDER BY resource FOR UPDATE) AS mine
+      ORDER BY resource FOR UPDATE SKIP LOCKED) AS mine
 WHERE l.resource = mine.resource
 RETURNING l.resource"""
+
+# of the leases a renewal skipped, the ones still this holder's (read without waiting for their locks)
+_STILL_MINE = """
+SELECT resource FROM net.lease WHERE holder = %(h)s AND released_at IS NULL AND resource = ANY(%(r)s)"""
+
+# the end of a fenced commit: its leases run a whole lease length from the moment it commits (the clock, not the
+# transaction's start), so a long commit never ends holding an expired lease
+_EXTEND = """
+UPDATE net.lease SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + make_interval(secs => %(s)s)
+WHERE resource = ANY(%(r)s) AND holder = %(h)s AND released_at IS NULL"""
 
 _RELEASE = """
 UPDATE net.lease SET released_at = now(), expires_at = now()
@@ -221,6 +235,11 @@ class Leases:
                 raise LeaseLost(f"lease {resource} lost to {rows.get(resource) or 'nobody'} (this poller, "
                                 f"{self.holder}, paused past its {self.seconds:g} s lease?): its commit is rolled back")
 
+    def extend(self, conn: psycopg.Connection, resources: Iterable[str]) -> None:
+        """At the end of a fenced transaction on ``conn`` (its rows are locked since :meth:`fence`): run these
+        leases a whole lease length from now, since the heartbeat skips them while the transaction holds them."""
+        conn.execute(_EXTEND, {"r": sorted(set(resources)), "h": self.holder, "s": self.seconds})
+
     # -- heartbeat -------------------------------------------------------------------------------
     def renew(self, conn: psycopg.Connection) -> set[str]:
         """Extend every lease this poller holds by ``seconds`` from now (database clock), on ``conn`` (the
@@ -231,6 +250,8 @@ class Leases:
         if not held:
             return set()
         renewed = {r for (r,) in conn.execute(_RENEW, {"s": self.seconds, "h": self.holder, "r": held}).fetchall()}
+        if skipped := sorted(set(held) - renewed):  # locked by a commit (ours, or a taker's): lost only if not ours
+            renewed |= {r for (r,) in conn.execute(_STILL_MINE, {"h": self.holder, "r": skipped}).fetchall()}
         with self._lock:
             lost = (set(held) & self.held) - renewed  # released meanwhile are not lost
         if lost:

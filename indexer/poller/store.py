@@ -281,6 +281,8 @@ class Store(StoredReads):
                     conn.execute(UPSERT_CURSOR, (source, value))
                 if after is not None:
                     after(conn)
+                if fence and self.leases is not None:
+                    self.leases.extend(conn, fence)
 
             self.transactions += 1
             try:

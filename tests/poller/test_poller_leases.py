@@ -115,6 +115,33 @@ def test_renewal_extends_only_what_is_still_held(db_url, leases):
     assert _row(db_url, "epoch:3") == theirs
 
 
+def test_a_long_commit_neither_holds_back_other_renewals_nor_ends_with_its_lease_expired(db_url, leases):
+    """A commit locks the leases it is fenced by until it ends. The heartbeat renews the poller's other leases
+    meanwhile (it skips the locked ones, which are not lost), and the commit ends with its own leases running a
+    whole lease length: another poller takes over neither."""
+    a, b = leases("a"), leases("b")
+    a.take("escrow:1")
+    a.take("escrow:2")
+    seen: dict = {}
+
+    def during_the_commit(conn: psycopg.Connection) -> None:
+        # the commit ran past its lease: what the passing of time does to the row it has locked
+        conn.execute("UPDATE net.lease SET expires_at = now() - interval '1 second' WHERE resource = 'escrow:1'")
+        _expire(db_url, "escrow:2")  # and to the one it has not
+        with psycopg.connect(db_url, autocommit=True) as beat:
+            beat.execute("SET lock_timeout = '20s'")  # a renewal that waited for the commit would wait for ever
+            seen["lost"] = a.renew(beat)
+        seen["escrow:2"] = _row(db_url, "escrow:2")["live"]
+        seen["b takes escrow:2"] = b.take("escrow:2").outcome
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        Store(conn, leases=a).commit([], {"escrow:1": "5"}, after=during_the_commit, fence=["escrow:1"])
+    assert seen == {"lost": set(), "escrow:2": True, "b takes escrow:2": "held"}
+    row = _row(db_url, "escrow:1")
+    assert (row["holder"], row["live"], row["takeovers"]) == ("a", True, 0)
+    assert b.take("escrow:1").outcome == "held"
+
+
 def test_the_heartbeat_keeps_a_short_lease_alive(db_url, leases):
     a = leases("a", seconds=0.3)  # renewed every 0.1 s
     a.take("escrow:1")

@@ -104,7 +104,9 @@ def test_three_pollers_one_killed_end_like_one_clean_run(db_url, second_db_url, 
                 try:
                     deadline = time.monotonic() + 120
                     while (victim := _victim(watch, set(procs))) is None:
-                        assert all(p.poll() is None for p in procs.values()), "a cycle ended before the kill"
+                        ended = [p for p in procs if procs[p].poll() is not None]
+                        assert not ended, "a cycle ended before the kill: " + "; ".join(
+                            f"exit {procs[p].returncode}, {outs[p].read_text()[-2000:]}" for p in ended)
                         assert time.monotonic() < deadline, "no poller ever held an escrow after finishing one"
                         time.sleep(0.01)
                     holder, pid = victim
