@@ -196,3 +196,55 @@ RETURNS int LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   SELECT CASE WHEN permille <= 50 THEN 50 WHEN permille <= 100 THEN 100 WHEN permille <= 200 THEN 200
               WHEN permille <= 300 THEN 300 WHEN permille <= 400 THEN 400 ELSE 500 END
 $$;
+
+-- fn.downtime_check(missed_requests, inference_count, p0 [, chain_version]): the host's downtime verdict as the
+-- settlement applies it, CheckAndPunishForDowntime(total, missed, reward, p0) of gonka-ai/gonka
+-- inference-chain/x/inference/keeper/accountsettle.go (the stored revision with loadBitcoinRewardInputs; the same
+-- body since v0.2.10, release/v0.2.10 @faa358dec): total = InferenceCount + MissedRequests in uint64 (wraps at
+-- 2^64), total = 0 keeps the reward, then MissedStatTest(int(missed), int(total), p0), where Go's int() reads a
+-- uint64 of 2^63 or more as negative; a MissedStatTest error ("invalid input ...", "p0 must be in (0, 1)") KEEPS the
+-- reward. So passes = true with chain_error naming the error the chain swallowed. The counts are the chain's uint64
+-- counters: a negative or non-integer count, or one past 2^64 - 1, is not one and raises. NULL count or p0: unknown.
+CREATE OR REPLACE FUNCTION fn.downtime_check(missed_requests numeric, inference_count numeric, p0 numeric,
+                                             chain_version text DEFAULT NULL,
+                                             OUT passes boolean, OUT chain_error text)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  total numeric;
+  go_missed numeric;
+  go_total numeric;
+BEGIN
+  -- an unknown version, or one without the test, is the caller's error, never a swallowed chain error
+  IF fn.chain_version_ordinal(chain_version) < 3 THEN
+    RAISE EXCEPTION USING MESSAGE = 'chain version ' || chain_version || ' has no MissedStatTest (it first appears '
+      || 'in v0.2.2)', ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF missed_requests IS NULL OR inference_count IS NULL THEN
+    RETURN;
+  END IF;
+  IF missed_requests < 0 OR inference_count < 0 OR missed_requests <> trunc(missed_requests)
+     OR inference_count <> trunc(inference_count)
+     OR greatest(missed_requests, inference_count) > 18446744073709551615 THEN
+    RAISE EXCEPTION USING MESSAGE = 'downtime_check: counts must be uint64 (missed_requests ' || missed_requests
+      || ', inference_count ' || inference_count || ')', ERRCODE = 'invalid_parameter_value';
+  END IF;
+  total := mod(inference_count + missed_requests, 18446744073709551616);   -- uint64 addition wraps
+  IF total = 0 THEN
+    passes := true;
+    RETURN;
+  END IF;
+  go_total := fn.go_int64_wrap(total);                                      -- int(total)
+  go_missed := fn.go_int64_wrap(missed_requests);                           -- int(missed)
+  IF go_missed < 0 OR go_total < 0 OR go_missed > go_total THEN
+    passes := true;
+    chain_error := 'invalid input: requires 0 <= nMissed <= nTotal and nTotal > 0 (Go int: missed ' || go_missed
+                   || ', total ' || go_total || '); the chain keeps the reward';
+    RETURN;
+  END IF;
+  BEGIN
+    passes := fn.missed_stat_test(go_missed::bigint, go_total::bigint, p0, chain_version);
+  EXCEPTION WHEN invalid_parameter_value THEN
+    passes := true;
+    chain_error := SQLERRM || '; the chain keeps the reward';
+  END;
+END $$;

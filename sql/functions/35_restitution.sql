@@ -70,24 +70,43 @@ EXCEPTION WHEN OTHERS THEN
 END $$;
 
 -- The downtime test as the settlement applies it (docs/chain-math.md §1): the epoch's p0 (fn.downtime_p0 from the
--- epoch-wide sums; skip_punishment passes everyone), then fn.missed_stat_test. Never raises.
+-- epoch-wide sums; skip_punishment passes everyone), then fn.downtime_check on the host's uint64 counters (a
+-- MissedStatTest error keeps the reward: passes, with chain_error). Never raises: error = why the outcome is unknown.
+CREATE OR REPLACE FUNCTION fn.downtime_outcome(missed_requests numeric, inference_count numeric,
+                                               epoch_total numeric, epoch_missed numeric, epoch_participants int,
+                                               binom_test_p0 numeric, chain_version text DEFAULT NULL,
+                                               OUT passes boolean, OUT p0 numeric, OUT skipped boolean,
+                                               OUT chain_error text, OUT error text)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  IF missed_requests IS NULL OR inference_count IS NULL THEN
+    RETURN;
+  END IF;
+  SELECT d.p0, d.skip_punishment INTO p0, skipped
+  FROM fn.downtime_p0(epoch_total, epoch_missed, epoch_participants, binom_test_p0, chain_version) d;
+  IF skipped THEN
+    passes := true;
+    RETURN;
+  END IF;
+  SELECT c.passes, c.chain_error INTO passes, chain_error
+  FROM fn.downtime_check(missed_requests, inference_count, p0, chain_version) c;
+EXCEPTION WHEN OTHERS THEN
+  passes := NULL;
+  chain_error := NULL;
+  error := SQLERRM;
+END $$;
+
+-- The same from (missed, total = inference_count + missed) counts that fit bigint.
 CREATE OR REPLACE FUNCTION fn.downtime_outcome_safe(missed bigint, total bigint, epoch_total numeric,
                                                     epoch_missed numeric, epoch_participants int,
                                                     binom_test_p0 numeric, chain_version text DEFAULT NULL,
                                                     OUT passes boolean, OUT p0 numeric, OUT skipped boolean,
                                                     OUT error text)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-BEGIN
-  IF missed IS NULL OR total IS NULL THEN
-    RETURN;
-  END IF;
-  SELECT d.p0, d.skip_punishment INTO p0, skipped
-  FROM fn.downtime_p0(epoch_total, epoch_missed, epoch_participants, binom_test_p0, chain_version) d;
-  passes := CASE WHEN skipped THEN true ELSE fn.missed_stat_test(missed, total, p0, chain_version) END;
-EXCEPTION WHEN OTHERS THEN
-  passes := NULL;
-  error := SQLERRM;
-END $$;
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT o.passes, o.p0, o.skipped, o.error
+  FROM fn.downtime_outcome(missed, total::numeric - missed, epoch_total, epoch_missed, epoch_participants,
+                           binom_test_p0, chain_version) o
+$$;
 
 -- fn.theoretical_epoch_reward over an epoch's bitcoin_reward_params object as captured; never raises.
 CREATE OR REPLACE FUNCTION fn.theoretical_epoch_reward_safe(epoch bigint, bitcoin_reward_params jsonb,

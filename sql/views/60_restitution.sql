@@ -186,15 +186,19 @@ WITH steps AS (
          pe.missed_requests - LEAST(COALESCE(s.excused_missed, 0), pe.missed_requests) AS downtime_missed,
          -- (past 2^63 - 1 the chain's uint64 sum has no bigint: unknown, not an error that stops the view)
          fn.bigint_or_null(pe.inference_count::numeric + pe.missed_requests) AS downtime_total,
-         s.evidence_level
+         s.evidence_level,
+         pe.inference_count::numeric + LEAST(COALESCE(s.excused_missed, 0), pe.missed_requests)
+           AS downtime_inference_count,
+         pe.inference_count::numeric + pe.missed_requests AS downtime_requests
   FROM hosts h CROSS JOIN variants v
   LEFT JOIN steps s ON s.epoch_index = h.epoch_index AND s.participant = h.participant AND s.variant = v.variant
   LEFT JOIN rec.participant_epoch pe ON pe.epoch_index = h.epoch_index AND pe.participant = h.participant
   LEFT JOIN settled_late sl ON sl.epoch_index = h.epoch_index AND sl.participant = h.participant
-), sums AS (  -- getDynamicP0's epoch-wide inputs, over participants with requests, under the same variant
-  SELECT epoch_index, variant, sum(downtime_total) AS epoch_total, sum(downtime_missed) AS epoch_missed,
-         count(*)::int AS epoch_participants
-  FROM base WHERE downtime_total > 0 GROUP BY 1, 2
+), sums AS (  -- getDynamicP0's epoch-wide inputs, over participants with requests, under the same variant; its
+  -- uint64 sums saturate at 2^64 - 1 (bits.Add64 with the carry clamped)
+  SELECT epoch_index, variant, least(sum(downtime_requests), 18446744073709551615) AS epoch_total,
+         least(sum(downtime_missed), 18446744073709551615) AS epoch_missed, count(*)::int AS epoch_participants
+  FROM base WHERE downtime_requests > 0 GROUP BY 1, 2
 )
 SELECT b.*, e.chain_version, e.version_source, e.lower_bound AS chain_version_lower_bound,
        e.changed_in_epoch AS chain_version_changed_in_epoch, e.params_exact, e.params_height,
@@ -203,9 +207,7 @@ SELECT b.*, e.chain_version, e.version_source, e.lower_bound AS chain_version_lo
        e.pass_count_flags,
        dt.passes AS downtime_passes, dt.p0 AS downtime_p0, dt.skipped AS downtime_skipped,
        CASE WHEN NOT b.summary_captured THEN 'no epoch_performance_summary captured for this host and epoch'
-            WHEN b.downtime_total IS NULL AND b.chain_inference_count IS NOT NULL AND b.chain_missed IS NOT NULL
-              THEN 'the captured summary''s inference_count + missed_requests is past 2^63 - 1'
-            WHEN b.downtime_total IS NULL THEN 'the captured summary has no inference_count / missed_requests'
+            WHEN b.downtime_requests IS NULL THEN 'the captured summary has no inference_count / missed_requests'
             ELSE dt.error END AS downtime_null_reason,
        sp.max_llr AS sprt_max_llr, sp.crossed AS sprt_crossed, sp.crossed_at AS sprt_crossed_at_step,
        b.escrows[sp.crossed_at] AS sprt_crossed_at_escrow, sp.final_llr AS sprt_final_llr,
@@ -213,12 +215,13 @@ SELECT b.*, e.chain_version, e.version_source, e.lower_bound AS chain_version_lo
             WHEN e.validation_params IS NULL THEN 'no validation_params snapshot captured for the epoch'
             WHEN e.sprt_p0 IS NULL OR e.sprt_p1 IS NULL OR e.sprt_threshold IS NULL
               THEN 'the epoch''s validation_params lack an SPRT parameter'
-            ELSE sp.error END AS sprt_null_reason
+            ELSE sp.error END AS sprt_null_reason,
+       dt.chain_error AS downtime_chain_error
 FROM base b
 JOIN epochs e ON e.epoch_index = b.epoch_index
 LEFT JOIN sums s ON s.epoch_index = b.epoch_index AND s.variant = b.variant
-CROSS JOIN LATERAL fn.downtime_outcome_safe(b.downtime_missed, b.downtime_total, s.epoch_total, s.epoch_missed,
-                                            s.epoch_participants, e.binom_test_p0, e.chain_version) dt
+CROSS JOIN LATERAL fn.downtime_outcome(b.downtime_missed, b.downtime_inference_count, s.epoch_total,
+                                       s.epoch_missed, s.epoch_participants, e.binom_test_p0, e.chain_version) dt
 CROSS JOIN LATERAL fn.sprt_steps_safe(CASE WHEN b.failures IS NOT NULL AND e.sprt_threshold IS NOT NULL
                                            THEN b.failures END,
                                       b.passes, e.sprt_p0, e.sprt_p1, e.sprt_threshold, e.chain_version) sp;

@@ -202,6 +202,7 @@ SELECT epoch_index, participant,
                                         'missed_without_disputable', downtime_missed_without,
                                         'p0', downtime_p0, 'p0_without_disputable', downtime_p0_without,
                                         'skipped_by_circuit_breaker', downtime_skipped,
+                                        'chain_error', downtime_chain_error,
                                         'without_rule', 'a removed miss becomes a completed inference: '
                                           || 'missed - 1, inference_count + 1, total unchanged'),
          'params', jsonb_build_object(

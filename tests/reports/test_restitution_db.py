@@ -318,18 +318,24 @@ def test_passes_count_the_chains_assigned_bound_at_the_settled_nonce(db_url, tmp
                                   (130, 5, 0))] == [0, 0, 1, 0, 1, 7, 26]
 
 
-def test_counters_whose_sum_passes_bigint_leave_the_downtime_unknown_not_the_views_broken(db_url, tmp_path, conn):
+def test_counters_whose_sum_passes_int64_pass_the_downtime_test_as_on_the_chain(db_url, tmp_path, conn):
     # the chain's counters are uint64 and the downtime test's total is inference_count + missed_requests: past
-    # 2^63 - 1 that sum stopped every restitution view (bigint out of range) for every reader
+    # 2^63 - 1 that sum stopped every restitution view (bigint out of range) for every reader. On the chain
+    # (keeper/accountsettle.go CheckAndPunishForDowntime) int(total) is then negative, MissedStatTest errors, and
+    # the error keeps the reward: the host passes, and the view says which error the chain swallowed
     top = 2 ** 63 - 1
     recs = [gov_snapshot(epoch=374), params(374), summary(374, X, inference_count=top, missed_requests=top),
             summary(374, B, inference_count=10, missed_requests=0)]
     load(db_url, tmp_path, recs + small_escrow("9401", 374, invalid=0, served=3))
     for view in ("api.restitution_outcomes", "api.restitution_impact", "api.policy_whatif"):
         assert conn.execute(f"SELECT * FROM {view}").fetchall()
-    assert one(conn, "SELECT downtime_total, downtime_passes, downtime_null_reason FROM api.restitution_outcomes "
-                     "WHERE epoch_index = 374 AND participant = %s AND variant = 'current'", X) == (
-        None, None, "the captured summary's inference_count + missed_requests is past 2^63 - 1")
+    total, passes, null_reason, chain_error = one(
+        conn, "SELECT downtime_total, downtime_passes, downtime_null_reason, downtime_chain_error "
+              "FROM api.restitution_outcomes WHERE epoch_index = 374 AND participant = %s AND variant = 'current'", X)
+    assert (total, passes, null_reason) == (None, True, None)
+    assert chain_error.startswith("invalid input") and chain_error.endswith("the chain keeps the reward")
+    assert one(conn, "SELECT downtime_passes_without_disputable, evidence #>> '{downtime,chain_error}' "
+                     "FROM api.restitution_impact WHERE epoch_index = 374 AND participant = %s", X) == (True, chain_error)
 
 
 def test_unknown_stays_unknown(db_url, tmp_path, conn):

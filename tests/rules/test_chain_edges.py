@@ -1,0 +1,91 @@
+"""Edge cases of the chain's money and penalty math: what gonka-ai/gonka's Go code gives at zero, one, ties, the
+largest values, on errors and on unknown input, against the fn.* functions on a real PostgreSQL.
+
+Each expected value is derived by hand from the Go code named beside it (integer math as Go does it: uint64 sums
+wrap at 2^64, int() of a uint64 >= 2^63 is negative, int64 products wrap, big.Int.Int64() keeps the low 64 bits,
+LegacyDec.TruncateInt64 truncates toward zero). Sources, gonka-ai/gonka inference-chain/x/inference/:
+  keeper/accountsettle.go        CheckAndPunishForDowntime (stored revision with loadBitcoinRewardInputs)
+  calculations/stats.go          MissedStatTest, MissedStatTestLookupWithP0, BinomialPValue
+  keeper/bitcoin_rewards.go      CalculateParticipantBitcoinRewardsWithTransfers, delegationShareOfWeight,
+                                 applyDelegationRewardPenalties / applyDelegationRewardTransfers (after PR #1378)
+  types/params.go (Decimal)      ToLegacyDec = LegacyNewDecFromStr(decimal.String())
+"""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+NEWEST = "v0.2.18"
+I63 = 2 ** 63 - 1          # the largest bigint / Go int64
+SCALES = '{"Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": {"value": "1", "exponent": 0}}'
+
+
+def one(conn, sql, *args):
+    return conn.execute(sql, args).fetchone()
+
+
+# ------------------------------------------------------------------ downtime: CheckAndPunishForDowntime
+
+# (missed_requests, inference_count, p0, passes, the chain swallowed an error)
+DOWNTIME = [
+    # total = 0 keeps the reward before any test
+    (0, 0, Decimal("0.1"), True, False),
+    # one request, below the table's first row (n = 2): passes
+    (0, 1, Decimal("0.1"), True, False),
+    (1, 0, Decimal("0.1"), True, False),
+    # p0 = 0.10 table, v0.2.10 on: n = 10 allows 4 misses; 5 fail (a tie at the critical value passes)
+    (4, 6, Decimal("0.1"), True, False),
+    (5, 5, Decimal("0.1"), False, False),
+    # all missed, n = 10: fails
+    (10, 0, Decimal("0.1"), False, False),
+    # total = 2^63 - 1 fits Go int: n > 990, rule missed*10 <= total in int64. With every request missed the
+    # product wraps to -10, so the chain passes a host that missed everything
+    (I63, 0, Decimal("0.1"), True, False),
+    (1, I63 - 1, Decimal("0.1"), True, False),
+    # total = 2^63: int(total) is negative, MissedStatTest errors, the reward is kept
+    (1, I63, Decimal("0.1"), True, True),
+    # total = 2^64 - 2 (both counters at 2^63 - 1): int(total) = -2, error, kept
+    (I63, I63, Decimal("0.1"), True, True),
+    # governance p0 used directly (ceil permille > 500) at 1: not a table p0, BinomialPValue refuses p0 outside
+    # (0, 1), the error keeps the reward
+    (5, 5, Decimal("1"), True, True),
+    # p0 = 0.6 (600 permille, no table): the binomial test; 10 of 10 missed is p = 0.6^10 < 0.05, fails
+    (10, 0, Decimal("0.6"), False, False),
+]
+
+
+@pytest.mark.parametrize("missed, count, p0, passes, swallowed", DOWNTIME)
+def test_downtime_check_is_check_and_punish_for_downtime(conn, missed, count, p0, passes, swallowed):
+    got = one(conn, "SELECT passes, chain_error FROM fn.downtime_check(%s, %s, %s, %s)", missed, count, p0, NEWEST)
+    assert got[0] is passes
+    assert (got[1] is not None) is swallowed, got[1]
+    if swallowed:
+        assert got[1].endswith("the chain keeps the reward")
+
+
+def test_downtime_check_keeps_unknown_unknown_and_refuses_what_no_chain_counter_holds(conn):
+    assert one(conn, "SELECT passes FROM fn.downtime_check(NULL, 5, 0.1)")[0] is None
+    assert one(conn, "SELECT passes FROM fn.downtime_check(1, NULL, 0.1)")[0] is None
+    # p0 unknown: unknown, never "passes" (total = 0 still passes: the chain checks it before p0)
+    assert one(conn, "SELECT passes FROM fn.downtime_check(1, 5, NULL)")[0] is None
+    assert one(conn, "SELECT passes FROM fn.downtime_check(0, 0, NULL)")[0] is True
+    for bad in ((-1, 5), (1, -5), (Decimal("1.5"), 5), (2 ** 64, 0)):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="counts must be uint64"):
+            one(conn, "SELECT passes FROM fn.downtime_check(%s, %s, 0.1)", *bad)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="unknown chain version"):
+        one(conn, "SELECT passes FROM fn.downtime_check(1, 5, 0.1, 'v9.9.9')")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="has no MissedStatTest"):
+        one(conn, "SELECT passes FROM fn.downtime_check(1, 5, 0.1, 'v0.2.1')")
+
+
+def test_downtime_outcome_reports_a_swallowed_error_as_a_pass_and_its_own_failures_as_unknown(conn):
+    # epoch sums under the sample gate: p0 = the governance 0.10
+    got = one(conn, "SELECT passes, p0, skipped, chain_error, error FROM fn.downtime_outcome(%s, %s, 10, 1, 1, 0.1)",
+              I63, I63)
+    assert got[:3] == (True, Decimal("0.100"), False) and got[3] and got[4] is None
+    got = one(conn, "SELECT passes, chain_error, error FROM fn.downtime_outcome(-1, 5, 10, 1, 1, 0.1)")
+    assert got[0] is None and got[1] is None and "counts must be uint64" in got[2]
+    # the bigint form keeps its old contract: total = inference_count + missed
+    assert one(conn, "SELECT passes, error FROM fn.downtime_outcome_safe(5, 10, 10, 1, 1, 0.1)") == (False, None)
