@@ -21,6 +21,8 @@
 --     scales empty:  the full weight                                  -> 'full'
 --     else:          raw <= 0 -> 0; else least(floor(max(confirmation_weight, 0) * weight / raw), weight)
 --                                                                    -> 'confirmation_rescaled'
+--   (the quotient is big.Int.Int64(): past 2^63 - 1 it wraps before the cap, e.g. 2^32 x 2^32 / 1 gives 0, and a
+--   wrapped negative pays 0; mainnet weights are far below that)
 -- * before v0.2.12: not reproduced here (error): the earlier revisions read (RecomputeEffectiveWeightFromMLNodes:
 --   preserved-slot PoC weight + confirmation weight, denominator after downtime) differ and their version span is
 --   not established.
@@ -88,7 +90,10 @@ BEGIN
   IF raw_confirmation_weight <= 0 THEN
     reward_weight := 0;
   ELSE
-    reward_weight := least(div(cw::numeric * weight, raw_confirmation_weight), weight)::bigint;
+    -- big.Int Mul/Div, then Int64(): a quotient past int64 keeps its low 64 bits (two's complement), and only then
+    -- is it capped at the full weight; a negative result is paid as 0 (the capped list maps it to 0)
+    reward_weight := greatest(least(fn.go_int64_wrap(div(cw::numeric * weight, raw_confirmation_weight)), weight),
+                              0)::bigint;
   END IF;
 END $$;
 COMMENT ON FUNCTION fn.reward_weight(bigint, bigint, bigint, jsonb, text) IS

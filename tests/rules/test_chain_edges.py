@@ -89,3 +89,41 @@ def test_downtime_outcome_reports_a_swallowed_error_as_a_pass_and_its_own_failur
     assert got[0] is None and got[1] is None and "counts must be uint64" in got[2]
     # the bigint form keeps its old contract: total = inference_count + missed
     assert one(conn, "SELECT passes, error FROM fn.downtime_outcome_safe(5, 10, 10, 1, 1, 0.1)") == (False, None)
+
+
+# ------------------------------------------------------------------ reward weight (v0.2.13 on, scales non-empty)
+
+# (weight, confirmation_weight, raw total, expected reward weight)
+REWARD_WEIGHT = [
+    (3, 2, 4, 1),                    # floor(2 * 3 / 4): truncation
+    (100, 150, 100, 100),            # more confirmed than raw: capped at the full weight
+    (100, -7, 100, 0),               # a negative confirmation weight counts as 0
+    (100, 50, 0, 0),                 # raw total 0: nothing
+    (1, 1, 1, 1),
+    (I63, I63, I63, I63),            # the product needs big.Int, the quotient fits
+    (2 ** 32, 2 ** 32, 1, 0),        # quotient 2^64: Int64() keeps its low 64 bits, 0
+    (3, 2 ** 62, 1, 0),              # quotient 3 * 2^62: Int64() = -2^62, paid as 0
+]
+
+
+@pytest.mark.parametrize("weight, confirmed, raw, expected", REWARD_WEIGHT)
+def test_reward_weight_is_the_chains_effective_weight(conn, weight, confirmed, raw, expected):
+    got = one(conn, "SELECT reward_weight, error FROM fn.reward_weight(%s, %s, %s, %s::jsonb, %s)",
+              weight, confirmed, raw, SCALES, NEWEST)
+    assert got == (expected, None)
+
+
+def test_reward_weight_wraps_before_the_full_weight_cap(conn):
+    # confirmed * weight / raw = (2^32 + 1) * 2^33 / 2 = 2^64 + 2^32: Int64() keeps 2^32, below the full weight
+    # 2^33, so the chain pays on 2^32 where the exact quotient would have been capped at 2^33
+    got = one(conn, "SELECT reward_weight FROM fn.reward_weight(%s, %s, %s, %s::jsonb, %s)",
+              2 ** 33, 2 ** 32 + 1, 2, SCALES, NEWEST)
+    assert got[0] == 2 ** 32
+
+
+def test_reward_weight_unknown_inputs_stay_unknown(conn):
+    for args in ((None, 5, 5, SCALES), (5, None, 5, SCALES), (5, 5, None, SCALES), (5, 5, 5, None)):
+        got = one(conn, "SELECT reward_weight, error FROM fn.reward_weight(%s, %s, %s, %s::jsonb, %s)", *args, NEWEST)
+        assert got[0] is None and got[1]
+    assert one(conn, "SELECT reward_weight, weight_basis FROM fn.reward_weight(5, NULL, NULL, '{}', %s)",
+               NEWEST) == (5, "full")
