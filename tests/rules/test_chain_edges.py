@@ -127,3 +127,38 @@ def test_reward_weight_unknown_inputs_stay_unknown(conn):
         assert got[0] is None and got[1]
     assert one(conn, "SELECT reward_weight, weight_basis FROM fn.reward_weight(5, NULL, NULL, '{}', %s)",
                NEWEST) == (5, "full")
+
+
+# ------------------------------------------------------------------ delegation (v0.2.14 on)
+
+def test_penalty_entries_truncate_one_at_a_time(conn):
+    # two penalty entries of 0.5 on weight 3: each removes trunc(0.5 * 3) = 1 of the weight before any penalty,
+    # leaving 1; the summed fraction 1.0 would remove trunc(3) = 3
+    assert one(conn, "SELECT fn.delegated_reward_weight_entries(3, '{}', '{0.5,0.5}')")[0] == 1
+    # 0.5 then 0.7 of 1000: 500, then min(700, 500): 0 (the chain's DuplicateEntriesAreAdditiveAndClamped)
+    assert one(conn, "SELECT fn.delegated_reward_weight_entries(1000, '{}', '{0.5,0.7}')")[0] == 0
+    # transfers take from the weight after the penalties: 80 % penalty leaves 200, then 30 % of 200 = 60
+    assert one(conn, "SELECT fn.delegated_reward_weight_entries(1000, '{0.3}', '{0.8}')")[0] == 140
+    # three transfers of 0.4 of 10: 4, 4, then what is left (2)
+    assert one(conn, "SELECT fn.delegated_reward_weight_entries(10, '{0.4,0.4,0.4}', '{}')")[0] == 0
+    # a negative fraction or share moves nothing
+    assert one(conn, "SELECT fn.delegated_reward_weight_entries(10, '{-0.4}', '{-1}')")[0] == 10
+    # the single-entry form agrees
+    assert one(conn, "SELECT fn.delegated_reward_weight(3, 0, 1, 0.5)")[0] == 2
+
+
+def test_a_share_past_eighteen_decimals_moves_nothing(conn):
+    # LegacyNewDecFromStr("0.0500000000000000001") fails (19 decimals): delegationShareOfWeight returns 0
+    share = Decimal("0.0500000000000000001")
+    assert one(conn, "SELECT fn.delegated_reward_weight(1000, %s)", share)[0] == 1000
+    assert one(conn, "SELECT fn.delegation_share_of_weight(%s, 1000)", share)[0] == 0
+    # trailing zeros do not count (decimal.String() drops them): 18 significant decimals move their share
+    assert one(conn, "SELECT fn.delegated_reward_weight(1000, 0.050000000000000000000)")[0] == 950
+    assert one(conn, "SELECT fn.delegation_share_of_weight(0.000000000000000001, %s)", I63)[0] == 9
+
+
+def test_delegation_unknowns_stay_unknown(conn):
+    assert one(conn, "SELECT fn.delegated_reward_weight_entries(NULL, '{0.05}', '{}')")[0] is None
+    assert one(conn, "SELECT fn.delegated_reward_weight_entries(10, '{0.05,NULL}', '{}')")[0] is None
+    assert one(conn, "SELECT fn.delegated_reward_weight_entries(10, '{}', NULL)")[0] is None
+    assert one(conn, "SELECT fn.delegated_reward_weight(10, 0.05, 1, NULL)")[0] is None
