@@ -88,6 +88,8 @@ def test_sprt_and_downtime_rules_against_the_contract_columns(conn):
     assert sprt["gonka1near"].details["disputable_invalid"] == 4
     down = run_rule(conn, RULES["downtime_by_disputable"])
     assert [(a.alert_key, a.severity) for a in down] == [("downtime_by_disputable:410:gonka1down", "critical")]
+    # the downtime test's total is inference_count + missed: 40 missed of 240 requests, not "of 200"
+    assert down[0].summary.endswith("(40 missed of 240 requests)")
 
 
 def test_restitution_rules_run_on_the_real_view(db_url, tmp_path):
