@@ -108,21 +108,42 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                            binom_test_p0, chain_version) o
 $$;
 
--- fn.theoretical_epoch_reward over an epoch's bitcoin_reward_params object as captured; never raises.
+-- fn.theoretical_epoch_reward over an epoch's bitcoin_reward_params object as captured; never raises. Where the
+-- chain's CalculateFixedEpochReward returns an error (v0.2.8 on: a decay rate GetExponent does not know, or
+-- epochs since genesis >= 2^31 - 1, e.g. a genesis epoch after the epoch), CalculateParticipantBitcoinRewards
+-- logs it and pays a reward of 0 (keeper/bitcoin_rewards.go: "treat reward as 0 but continue"): reward = 0 and
+-- chain_error names it. error: why the reward is unknown (reward NULL).
 CREATE OR REPLACE FUNCTION fn.theoretical_epoch_reward_safe(epoch bigint, bitcoin_reward_params jsonb,
                                                             chain_version text DEFAULT NULL,
-                                                            OUT reward numeric, OUT error text)
+                                                            OUT reward numeric, OUT error text, OUT chain_error text)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  initial numeric;
+  decay numeric;
+  genesis bigint;
+  epochs numeric;
 BEGIN
   IF bitcoin_reward_params IS NULL THEN
     error := 'no bitcoin_reward_params captured for the epoch';
     RETURN;
   END IF;
-  reward := fn.theoretical_epoch_reward(epoch, fn.chain_decimal(bitcoin_reward_params -> 'initial_epoch_reward'),
-                                        fn.chain_decimal(bitcoin_reward_params -> 'decay_rate'),
-                                        fn.chain_decimal(bitcoin_reward_params -> 'genesis_epoch')::bigint,
-                                        chain_version);
+  initial := fn.chain_decimal(bitcoin_reward_params -> 'initial_epoch_reward');
+  decay := fn.chain_decimal(bitcoin_reward_params -> 'decay_rate');
+  genesis := fn.chain_decimal(bitcoin_reward_params -> 'genesis_epoch')::bigint;
+  reward := fn.theoretical_epoch_reward(epoch, initial, decay, genesis, chain_version);
 EXCEPTION WHEN OTHERS THEN
   reward := NULL;
   error := SQLERRM;
+  BEGIN
+    epochs := mod(mod(epoch::numeric - genesis, 18446744073709551616) + 18446744073709551616, 18446744073709551616);
+    IF fn.chain_version_ordinal(chain_version) >= 9 AND initial > 0 AND initial = trunc(initial)
+       AND initial <= 18446744073709551615 AND decay IS NOT NULL AND epochs <> 0
+       AND (fn.decay_exponent(decay) IS NULL OR epochs >= 2147483647) THEN
+      reward := 0;
+      chain_error := error || ': CalculateFixedEpochReward fails and the chain pays an epoch reward of 0';
+      error := NULL;
+    END IF;
+  EXCEPTION WHEN OTHERS THEN
+    NULL;  -- an unknown version: the first error stands
+  END;
 END $$;

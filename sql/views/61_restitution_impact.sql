@@ -18,7 +18,7 @@ WITH pair AS (
                                  AND w.variant = 'without_disputable'
   WHERE o.variant = 'current'
 ), priced AS (
-  SELECT p.*, r.reward AS theoretical_epoch_reward, r.error AS reward_error,
+  SELECT p.*, r.reward AS theoretical_epoch_reward, r.error AS reward_error, r.chain_error AS reward_chain_error,
          rw.reward_weight AS effective_weight, rw.weight_basis, rw.error AS effective_weight_error,
          -- in the list the chain caps (CalculateParticipantBitcoinRewardsWithTransfers): a validation weight > 0
          -- and status ACTIVE, i.e. not excluded; a host that fails the downtime test is still in it
@@ -244,6 +244,7 @@ SELECT epoch_index, participant,
                  'lowered_by', CASE WHEN reward_weight < effective_weight THEN effective_weight - reward_weight END,
                  'error', power_cap_error),
              'error', COALESCE(reward_error, reward_weight_error),
+             'epoch_reward_chain_error', reward_chain_error,
              'zero_confirmation_weight', CASE WHEN confirmation_weight = 0 AND weight > 0 THEN
                'confirmation PoC left this host no confirmed weight: the chain pays it nothing on the confirmation '
                || 'basis; on its full weight it would get ' || reward_if_full_weight || ' ngonka' END,

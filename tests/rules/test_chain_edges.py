@@ -12,6 +12,7 @@ LegacyDec.TruncateInt64 truncates toward zero). Sources, gonka-ai/gonka inferenc
 """
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import psycopg
@@ -162,3 +163,60 @@ def test_delegation_unknowns_stay_unknown(conn):
     assert one(conn, "SELECT fn.delegated_reward_weight_entries(10, '{0.05,NULL}', '{}')")[0] is None
     assert one(conn, "SELECT fn.delegated_reward_weight_entries(10, '{}', NULL)")[0] is None
     assert one(conn, "SELECT fn.delegated_reward_weight(10, 0.05, 1, NULL)")[0] is None
+
+
+# ------------------------------------------------------------------ epoch reward errors (v0.2.8 on)
+
+def _reward(conn, decay, genesis, version=NEWEST, epoch=366):
+    params = {"initial_epoch_reward": "323000000000000", "decay_rate": decay, "genesis_epoch": genesis}
+    return one(conn, "SELECT reward, error, chain_error FROM fn.theoretical_epoch_reward_safe(%s, %s::jsonb, %s)",
+               epoch, json.dumps(params), version)
+
+
+def test_an_epoch_reward_the_chain_cannot_compute_is_paid_as_zero(conn):
+    # CalculateFixedEpochReward errors (a decay rate GetExponent does not know; epochs since genesis >= 2^31 - 1,
+    # here a genesis epoch after the epoch, which wraps the uint64): the settlement logs it and pays 0
+    for decay, genesis in (({"value": "-5", "exponent": -4}, "1"), ({"value": "-475", "exponent": -6}, "400")):
+        reward, error, chain_error = _reward(conn, decay, genesis)
+        assert (reward, error) == (0, None)
+        assert chain_error.endswith("the chain pays an epoch reward of 0")
+    # the known rate: the published epoch 366 figure, no error
+    assert _reward(conn, {"value": "-475", "exponent": -6}, "1") == (271_585_585_901_857, None, None)
+    # no decay (nil DecayRate) or no epochs since genesis: the initial reward, whatever the rate
+    assert _reward(conn, {"value": "-5", "exponent": -4}, "366")[0] == 323_000_000_000_000
+    # before v0.2.8 there is no table: math.Exp computes any rate
+    assert _reward(conn, {"value": "-5", "exponent": -4}, "1", "v0.2.7")[0] > 0
+
+
+def test_an_epoch_reward_that_is_not_the_chains_error_stays_unknown(conn):
+    reward, error, chain_error = _reward(conn, {"value": "-475", "exponent": -6}, "1", "v9.9.9")
+    assert reward is None and "unknown chain version" in error and chain_error is None
+    got = one(conn, "SELECT reward, error FROM fn.theoretical_epoch_reward_safe(366, "
+                    "'{\"initial_epoch_reward\": \"-5\", \"decay_rate\": \"-0.000475\", \"genesis_epoch\": \"1\"}')")
+    assert got[0] is None and "is not a uint64" in got[1]
+    assert one(conn, "SELECT reward, error FROM fn.theoretical_epoch_reward_safe(366, NULL)") == (
+        None, "no bitcoin_reward_params captured for the epoch")
+
+
+def test_restitution_of_an_epoch_without_a_reward_is_zero_not_unknown(db_url, tmp_path, conn):
+    # the e366 anchor host (crossed the SPRT only because of 5 disputable invalidations) in an epoch whose decay
+    # rate the chain cannot compute: nobody was paid an epoch reward, so nothing is owed for it
+    from tests.reports.test_restitution_db import X, params, rest_of_epoch, small_escrow, summary
+    from tests.support.rules_kit import gov_snapshot, load
+
+    epoch_params = params(366)
+    epoch_params["bitcoin_reward_params"] = dict(epoch_params["bitcoin_reward_params"],
+                                                 decay_rate={"value": "-5", "exponent": -4})
+    recs = [gov_snapshot(epoch=366), epoch_params,
+            summary(366, X, confirmation_weight=57537, weight=60000, raw_confirmation_weight=59000,
+                    inference_count=263, missed_requests=0, invalidated_inferences=25, validated_inferences=238,
+                    excluded_reason="statistical_invalidations", excluded_height=5652213), rest_of_epoch(366)]
+    conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
+                 "VALUES (366, 366, 'v0.2.12', 'test: the anchor epoch under v0.2.12')")
+    load(db_url, tmp_path, recs + small_escrow("9001", 366, invalid=25, served=238, disputable=5))
+    cand, theo, amount, note = one(
+        conn, "SELECT restitution_candidate, theoretical_epoch_reward, restitution_amount, "
+              "evidence #>> '{reward,epoch_reward_chain_error}' FROM api.restitution_impact "
+              "WHERE epoch_index = 366 AND participant = %s", X)
+    assert (cand, theo, amount) == (True, 0, 0)
+    assert note.startswith("unsupported decay rate")
