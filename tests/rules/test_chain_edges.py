@@ -220,3 +220,47 @@ def test_restitution_of_an_epoch_without_a_reward_is_zero_not_unknown(db_url, tm
               "WHERE epoch_index = 366 AND participant = %s", X)
     assert (cand, theo, amount) == (True, 0, 0)
     assert note.startswith("unsupported decay rate")
+
+
+# ------------------------------------------------------------------ the rest of the table: ties, zeros, maxima
+
+U64 = 2 ** 64 - 1
+
+
+@pytest.mark.parametrize("sql, expected", [
+    # reward share: big.Int (weight * reward) / total, truncated; total 0 pays nothing; unknown stays unknown
+    (f"SELECT fn.reward_share({U64}, {I63}, {I63})", U64),
+    ("SELECT fn.reward_share(1000, 2, 3)", 666),
+    ("SELECT fn.reward_share(1000, 5, 0)", 0),
+    ("SELECT fn.reward_share(NULL, 5, 10)", None),
+    # fixed epoch reward: initial 0 pays 0, nil decay pays the initial, no epochs since genesis pays the initial
+    ("SELECT fn.theoretical_epoch_reward(366, 0, -0.000475, 1)", 0),
+    ("SELECT fn.theoretical_epoch_reward(366, 323000000000000, NULL, 1)", 323_000_000_000_000),
+    ("SELECT fn.theoretical_epoch_reward(366, 323000000000000, -0.000475, 366)", 323_000_000_000_000),
+    ("SELECT fn.theoretical_epoch_reward(366, NULL, -0.000475, 1)", None),
+    # getDynamicP0: the sample gate is < 1,000 requests or < 5 hosts (1,000 and 5 pass it); floor(missed * 1000 /
+    # total) + 20 rounded up to a table; the 500 table skips the punishment (499 rounds up to it)
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(999, 80, 5, 0.1)", "(0.100,f)"),
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(1000, 80, 4, 0.1)", "(0.100,f)"),
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(1000, 81, 5, 0.1)", "(0.200,f)"),
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(1000, 80, 5, 0.1)", "(0.100,f)"),
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(1000, 479, 5, 0.1)", "(0.500,t)"),
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(1000, 380, 5, 0.1)", "(0.400,f)"),
+    # governance p0 of 0.15 rounds up to the 0.20 table; unset is 0.10
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(10, 1, 1, 0.15)", "(0.200,f)"),
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(10, 1, 1, NULL)", "(0.100,f)"),
+    # invalidation SPRT (precomputed terms): p0 or p1 = 0 gives log_fail 0, = 1 gives log_pass 0; LLR >= H crosses,
+    # so a tie crosses
+    ("SELECT log_fail FROM fn.sprt_log_terms(0, 0.1)", 0),
+    ("SELECT log_pass FROM fn.sprt_log_terms(0.05, 1)", 0),
+    ("SELECT log_fail FROM fn.sprt_log_terms(0.05, 0.10)", Decimal("0.693147180560")),
+    ("SELECT crossed FROM fn.sprt_steps('{1}', '{0}', 0.05, 0.10, 0.693147180560)", True),
+    ("SELECT crossed FROM fn.sprt_steps('{1}', '{0}', 0.05, 0.10, 0.693147180561)", False),
+    ("SELECT crossed FROM fn.sprt_steps('{}', '{}', 0.05, 0.10, 0)", False),
+    # power cap: a weight exactly at the limit is not capped (strictly greater only); one positive weight: none
+    ("SELECT capped FROM fn.power_cap('{1,1}')", False),
+    ("SELECT capped FROM fn.power_cap('{5}')", False),
+    ("SELECT row(capped, cap)::text FROM fn.power_cap('{1,1,10}')", "(t,1)"),
+])
+def test_edge_table(conn, sql, expected):
+    assert one(conn, sql)[0] == expected
