@@ -21,8 +21,11 @@
 --     scales empty:  the full weight                                  -> 'full'
 --     else:          raw <= 0 -> 0; else least(floor(max(confirmation_weight, 0) * weight / raw), weight)
 --                                                                    -> 'confirmation_rescaled'
---   (the quotient is big.Int.Int64(): past 2^63 - 1 it wraps before the cap, e.g. 2^32 x 2^32 / 1 gives 0, and a
---   wrapped negative pays 0; mainnet weights are far below that)
+--   Past int64 the stored revisions part: the one computing the quotient inline in bitcoin_rewards.go takes
+--   big.Int Int64(), which keeps the low 64 bits before the cap (2^32 x 2^32 / 1 gives 0; a wrapped negative pays
+--   0), while types/weight.go EffectiveConfirmedWeight returns the full weight when confirmation_weight >= raw
+--   before dividing. Which versions carry which is not established: a quotient past 2^63 - 1 where the two
+--   differ is an error naming both figures (mainnet weights are about 10^5, far below it).
 -- * before v0.2.12: not reproduced here (error): the earlier revisions read (RecomputeEffectiveWeightFromMLNodes:
 --   preserved-slot PoC weight + confirmation weight, denominator after downtime) differ and their version span is
 --   not established.
@@ -38,6 +41,8 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
   v int;
   cw bigint := greatest(confirmation_weight, 0);
+  quotient numeric;
+  wrapped numeric;
 BEGIN
   BEGIN
     v := fn.chain_version_ordinal(chain_version);
@@ -90,10 +95,17 @@ BEGIN
   IF raw_confirmation_weight <= 0 THEN
     reward_weight := 0;
   ELSE
-    -- big.Int Mul/Div, then Int64(): a quotient past int64 keeps its low 64 bits (two's complement), and only then
-    -- is it capped at the full weight; a negative result is paid as 0 (the capped list maps it to 0)
-    reward_weight := greatest(least(fn.go_int64_wrap(div(cw::numeric * weight, raw_confirmation_weight)), weight),
-                              0)::bigint;
+    quotient := div(cw::numeric * weight, raw_confirmation_weight);
+    wrapped := greatest(least(fn.go_int64_wrap(quotient), weight), 0);   -- inline big.Int Int64(), then the cap
+    IF quotient > 9223372036854775807 AND wrapped <> weight THEN
+      weight_basis := NULL;
+      error := 'the rescaled weight of chain ' || COALESCE(chain_version, 'newest') || ' is not established for '
+               || 'these inputs: confirmation_weight x weight / raw = ' || quotient || ' is past int64; the revision '
+               || 'taking big.Int Int64() pays ' || wrapped || ', the one with EffectiveConfirmedWeight pays '
+               || weight;
+      RETURN;
+    END IF;
+    reward_weight := least(quotient, weight)::bigint;
   END IF;
 END $$;
 COMMENT ON FUNCTION fn.reward_weight(bigint, bigint, bigint, jsonb, text) IS
