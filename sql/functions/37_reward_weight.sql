@@ -29,6 +29,11 @@
 -- * before v0.2.12: not reproduced here (error): the earlier revisions read (RecomputeEffectiveWeightFromMLNodes:
 --   preserved-slot PoC weight + confirmation weight, denominator after downtime) differ and their version span is
 --   not established.
+-- * newest stored revision (types/weight.go EffectiveWeightFromModels, RewardWeightPolicy; version not
+--   established): with confirmation_accounting_separated and a scale whose has_trusted_voting_power is false,
+--   the numerator is min(confirmed, raw trusted) + raw untrusted over the raw total of every model. A scale
+--   published with has_trusted_voting_power = false is therefore an error here (the flag is not captured); a
+--   scale without the field (chains before it; the REST gateway emits false) is trusted.
 -- This is the effective weight before the power cap, which the chain applies to the effective weights of the
 -- epoch's ACTIVE hosts together (ApplyPowerCappingForWeights: fn.power_cap, 39_power_cap.sql). Delegation transfers
 -- and penalties (v0.2.14 on) come after the cap: fn.delegated_reward_weight (38_delegation.sql).
@@ -70,6 +75,15 @@ BEGIN
     END IF;
     IF confirmation_weight_scales IN ('{}'::jsonb, '[]'::jsonb) THEN
       reward_weight := weight; weight_basis := 'full';
+      RETURN;
+    END IF;
+    IF jsonb_typeof(confirmation_weight_scales) = 'object' AND EXISTS (
+         SELECT 1 FROM jsonb_each(confirmation_weight_scales) m
+         WHERE m.value -> 'has_trusted_voting_power' = 'false'::jsonb) THEN
+      error := 'the epoch''s confirmation_weight_scales name a model without trusted voting power: the chain '
+               || 'revision with types.EffectiveWeightFromModels then pays that model''s raw weight on top of the '
+               || 'confirmed trusted weight when the epoch separates confirmation accounting '
+               || '(confirmation_accounting_separated, not captured), which this rule does not reproduce';
       RETURN;
     END IF;
   END IF;

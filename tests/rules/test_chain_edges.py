@@ -273,3 +273,17 @@ U64 = 2 ** 64 - 1
 ])
 def test_edge_table(conn, sql, expected):
     assert one(conn, sql)[0] == expected
+
+
+def test_a_model_without_trusted_voting_power_is_not_paid_on_a_guess(conn):
+    # types/weight.go EffectiveWeightFromModels (TestEffectiveWeightFromModels_SeparatedPolicies): trusted model a
+    # (raw 10, confirmed 10) and untrusted b (raw 90), weight 100: the chain's reward weight is 100 when the epoch
+    # separates confirmation accounting, the legacy formula gives 10 * 100 / 100 = 10. The flag is not captured, so
+    # an untrusted scale is an error, and all-trusted scales keep the legacy formula
+    mixed = json.dumps({"a": {"has_trusted_voting_power": True}, "b": {"has_trusted_voting_power": False}})
+    weight, error = one(conn, "SELECT reward_weight, error FROM fn.reward_weight(100, 10, 100, %s::jsonb, %s)",
+                        mixed, NEWEST)
+    assert weight is None and "without trusted voting power" in error
+    trusted = json.dumps({"a": {"has_trusted_voting_power": True}, "b": {"has_trusted_voting_power": True}})
+    assert one(conn, "SELECT reward_weight, error FROM fn.reward_weight(100, 10, 100, %s::jsonb, %s)",
+               trusted, NEWEST) == (10, None)
