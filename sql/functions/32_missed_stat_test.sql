@@ -181,6 +181,10 @@ BEGIN
       gov_permille := fn.ceil_supported_p0_permille(gov_ceil);
     END IF;
   END IF;
+  IF total_requests IS NULL OR missed_requests IS NULL OR participants_used IS NULL THEN
+    skip_punishment := NULL;                      -- unknown epoch sums: unknown p0, never a guessed skip
+    RETURN;
+  END IF;
   IF total_requests < 1000 OR participants_used < 5 THEN   -- dynamicP0MinTotalRequests / MinParticipantsWithTotal
     p0 := round(gov_permille / 1000, 3);
     RETURN;

@@ -220,8 +220,10 @@ SELECT b.*, e.chain_version, e.version_source, e.lower_bound AS chain_version_lo
 FROM base b
 JOIN epochs e ON e.epoch_index = b.epoch_index
 LEFT JOIN sums s ON s.epoch_index = b.epoch_index AND s.variant = b.variant
-CROSS JOIN LATERAL fn.downtime_outcome(b.downtime_missed, b.downtime_inference_count, s.epoch_total,
-                                       s.epoch_missed, s.epoch_participants, e.binom_test_p0, e.chain_version) dt
+-- no host with requests: getDynamicP0's sums are 0 (its sample gate then gives the governance p0, no skip)
+CROSS JOIN LATERAL fn.downtime_outcome(b.downtime_missed, b.downtime_inference_count, COALESCE(s.epoch_total, 0),
+                                       COALESCE(s.epoch_missed, 0), COALESCE(s.epoch_participants, 0),
+                                       e.binom_test_p0, e.chain_version) dt
 CROSS JOIN LATERAL fn.sprt_steps_safe(CASE WHEN b.failures IS NOT NULL AND e.sprt_threshold IS NOT NULL
                                            THEN b.failures END,
                                       b.passes, e.sprt_p0, e.sprt_p1, e.sprt_threshold, e.chain_version) sp;

@@ -258,6 +258,11 @@ U64 = 2 ** 64 - 1
     # governance p0 of 0.15 rounds up to the 0.20 table; unset is 0.10
     ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(10, 1, 1, 0.15)", "(0.200,f)"),
     ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(10, 1, 1, NULL)", "(0.100,f)"),
+    # unknown epoch sums: unknown p0 and skip (it used to fall through to the 500 table and skip everyone)
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(NULL, 1, 5, 0.1)", "(,)"),
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(5000, 1, NULL, 0.1)", "(,)"),
+    # before v0.2.10 the governance p0 itself (0.10 when unset), whatever the sums
+    ("SELECT row(p0, skip_punishment)::text FROM fn.downtime_p0(NULL, NULL, NULL, NULL, 'v0.2.9')", "(0.10,f)"),
     # invalidation SPRT (precomputed terms): p0 or p1 = 0 gives log_fail 0, = 1 gives log_pass 0; LLR >= H crosses,
     # so a tie crosses
     ("SELECT log_fail FROM fn.sprt_log_terms(0, 0.1)", 0),
@@ -287,3 +292,16 @@ def test_a_model_without_trusted_voting_power_is_not_paid_on_a_guess(conn):
     trusted = json.dumps({"a": {"has_trusted_voting_power": True}, "b": {"has_trusted_voting_power": True}})
     assert one(conn, "SELECT reward_weight, error FROM fn.reward_weight(100, 10, 100, %s::jsonb, %s)",
                trusted, NEWEST) == (10, None)
+
+
+def test_an_epoch_without_requests_runs_the_governance_p0_without_skipping(db_url, tmp_path, conn):
+    # getDynamicP0 over no participant with requests: the sample gate returns the governance p0 and no skip;
+    # CheckAndPunishForDowntime then passes a host with total 0. The view had no sums row and gave skip NULL
+    from tests.reports.test_restitution_db import params, summary
+    from tests.support.rules_kit import gov_snapshot, load
+
+    load(db_url, tmp_path, [gov_snapshot(epoch=377), params(377),
+                            summary(377, "gonka1idle", inference_count=0, missed_requests=0)])
+    assert one(conn, "SELECT downtime_passes, downtime_p0, downtime_skipped, downtime_null_reason "
+                     "FROM api.restitution_outcomes WHERE epoch_index = 377 AND variant = 'current'") == (
+        True, Decimal("0.100"), False, None)
