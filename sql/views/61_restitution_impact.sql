@@ -252,7 +252,10 @@ SELECT epoch_index, participant,
              'not_computed', jsonb_build_array(
                'delegation transfers and penalties (chain v0.2.14 on): not captured; delegation_status and '
                  || 'restitution_amount_if_delegating say what they would change',
-               'confirmation_weight is the last stored value, which may predate later confirmation rounds'),
+               'confirmation_weight is the last stored value, which may predate later confirmation rounds',
+               'a negative coin balance (debt) the chain recovers from the reward coins, and the subsidy supply '
+                 || 'cap (TotalSubsidyPaid against TotalSubsidySupply, which scales every reward down): neither '
+                 || 'is captured'),
              'not_included', jsonb_build_array('work coins', 'collateral slash', 'reputation reset'))
        )) AS evidence,
        -- the weakest verification level among the escrows of the disputable penalties counted here (NULL: none)

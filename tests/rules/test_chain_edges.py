@@ -305,3 +305,15 @@ def test_an_epoch_without_requests_runs_the_governance_p0_without_skipping(db_ur
     assert one(conn, "SELECT downtime_passes, downtime_p0, downtime_skipped, downtime_null_reason "
                      "FROM api.restitution_outcomes WHERE epoch_index = 377 AND variant = 'current'") == (
         True, Decimal("0.100"), False, None)
+
+
+def test_the_evidence_names_the_reward_terms_not_captured(db_url, tmp_path, conn):
+    # CalculateParticipantBitcoinRewardsWithTransfers takes a negative CoinBalance (debt) off the reward coins, and
+    # GetBitcoinSettleAmountsWithTransfers scales rewards down near the subsidy supply cap: the amount leaves both out
+    from tests.reports.test_restitution_db import params, summary
+    from tests.support.rules_kit import gov_snapshot, load
+
+    load(db_url, tmp_path, [gov_snapshot(epoch=378), params(378),
+                            summary(378, "gonka1idle", inference_count=0, missed_requests=0)])
+    notes = one(conn, "SELECT evidence #> '{reward,not_computed}' FROM api.restitution_impact WHERE epoch_index = 378")[0]
+    assert any("debt" in n and "subsidy supply cap" in n for n in notes)
