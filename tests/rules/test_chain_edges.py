@@ -315,5 +315,6 @@ def test_the_evidence_names_the_reward_terms_not_captured(db_url, tmp_path, conn
 
     load(db_url, tmp_path, [gov_snapshot(epoch=378), params(378),
                             summary(378, "gonka1idle", inference_count=0, missed_requests=0)])
-    notes = one(conn, "SELECT evidence #> '{reward,not_computed}' FROM api.restitution_impact WHERE epoch_index = 378")[0]
+    notes = one(conn, "SELECT evidence #> '{reward,not_computed}' FROM api.restitution_impact "
+                      "WHERE epoch_index = 378")[0]
     assert any("debt" in n and "subsidy supply cap" in n for n in notes)
