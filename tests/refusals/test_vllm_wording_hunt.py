@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 
 import pytest
 
+from indexer.devnet.models import VLLM_STYLES
+from indexer.devnet.payloads import refusal_message
 from indexer.refusals.messages import MessageParse, parse_error_message
 from indexer.refusals.vllm import parse_response_payload
 
@@ -104,6 +107,22 @@ ROWS = [
     ("sampling_max_tokens_zero", f"{VLLM} vllm/sampling_params.py _verify_args",
      "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
      {"suffix_parameter": "max_tokens", "suffix_value": 0}),
+    ("params_truncate_size_renamed", f"{VLLM} {RENDER} TokenizeParams.__post_init__ (chat parameter names)",
+     "truncate_prompt_tokens=10000 cannot be greater than max_model_len - max_tokens = 8192. Please request a "
+     "smaller truncation size. (parameter=truncate_prompt_tokens, value=10000)",
+     {"suffix_parameter": "truncate_prompt_tokens", "suffix_value": 10000}),
+    ("field_f6_8193", "family 6 as quoted from a production vLLM 400 in a public gateway's notes (L 8192, M 100)",
+     "This model's maximum context length is 8192 tokens. However, you requested 100 output tokens and your prompt "
+     "contains at least 8093 input tokens, for a total of at least 8193 tokens. Please reduce the length of the "
+     "input prompt or the number of requested output tokens.",
+     {"is_context_length": True, "family": "6", "reported_limit": 8192, "reported_prompt_tokens": 8093,
+      "reported_prompt_is_lower_bound": True, "reported_max_tokens": 100, "requested_total": 8193}),
+    ("field_f6_zero_output", "family 6 with max_tokens 0 (quoted in a public project: 'you requested 0 output "
+     "tokens and your prompt contains 131073 input tokens'): the truncation count L + 1",
+     "This model's maximum context length is 131072 tokens. However, you requested 0 output tokens and your prompt "
+     "contains 131073 input tokens, for a total of 131073 tokens.",
+     {"is_context_length": True, "family": "6", "reported_limit": 131072, "reported_prompt_tokens": 131073,
+      "reported_prompt_is_lower_bound": True, "reported_max_tokens": 0, "requested_total": 131073}),
     # --- "at least" in a later sentence bounds nothing in the wording before it
     ("f3_then_other_at_least", "family 3 (as gonka_f3) followed by another error's sentence",
      F3.format(L=8192, P=9000) + " Also: max_tokens must be at least 1, got 0.",
@@ -229,3 +248,15 @@ def test_bare_http_bodies_of_both_client_statuses(status):
         assert (got.refusal_kind, got.is_client_fault, got.is_terminal_error, got.error_code) == (
             "context_length", True, False, status)
         assert (got.reported_limit, got.reported_prompt_tokens) == (8192, 9000)
+
+
+@pytest.mark.parametrize("style", VLLM_STYLES)
+def test_devnet_refusals_read_as_they_were_written(style):
+    """The simulated executors' texts (indexer.devnet.payloads) read back to the numbers they were made from."""
+    rng = random.Random(7)
+    for limit, prompt, max_tokens in ((8192, 9000, 100), (8192, 8100, 100), (400000, 399000, 4096), (4096, 4096, 1)):
+        made = refusal_message(style, limit, prompt, max_tokens, rng)
+        got = parse_error_message(made.message)
+        assert (got.is_context_length, got.family, got.reported_limit, got.reported_prompt_tokens,
+                got.reported_prompt_is_lower_bound) == (True, str(made.family), made.reported_limit,
+                                                        made.reported_prompt, made.prompt_is_lower_bound)
