@@ -137,8 +137,9 @@ def test_refusal_kinds_and_wording_families(db_url, tmp_path, conn):
         "family5": ("context_length", 400, 180000, 176929, True, "over_limit"),
         "family6": ("context_length", 400, 180000, 176929, True, "over_limit"),
         "code_as_string": ("context_length", 400, 180000, 181234, False, "over_limit"),
-        "tool_choice": ("other_client_fault", 400, None, None, False, "undetermined"),
-        "engine_500": ("not_client_fault", 500, None, None, False, "undetermined"),
+        # no count stated: whether it is a lower bound is unknown, not false
+        "tool_choice": ("other_client_fault", 400, None, None, None, "undetermined"),
+        "engine_500": ("not_client_fault", 500, None, None, None, "undetermined"),
         "context_text_500": ("not_client_fault", 500, 180000, 181234, False, "-"),
     }
 
@@ -162,10 +163,10 @@ def test_texts_whose_numbers_do_not_describe_the_prompt(db_url, tmp_path, conn):
             "Rate limit exceeded: 10000 tokens per minute. This model's maximum context length is 8192 tokens.")),
     }
     load(db_url, tmp_path, [gov_snapshot()] + log.records)
-    got = by_id(conn, "api.context_refusals", "refusal_kind, reported_limit, " + COLS)
+    got = by_id(conn, "api.context_refusals", "refusal_kind, reported_limit, reported_prompt_is_lower_bound, " + COLS)
     assert {k: got[i] for k, i in c.items()} == {
-        "encoder": ("context_length", None, "undetermined", 1000, "input_length", False),
-        "bare_total": ("context_length", 8192, "undetermined", 1000, "input_length", False),
-        "later_at_least": ("context_length", 8192, "fits", 9000, "error_text", False),
-        "rate_limit": ("other_client_fault", None, "undetermined", 1000, "input_length", False),
+        "encoder": ("context_length", None, None, "undetermined", 1000, "input_length", False),
+        "bare_total": ("context_length", 8192, None, "undetermined", 1000, "input_length", False),
+        "later_at_least": ("context_length", 8192, False, "fits", 9000, "error_text", False),
+        "rate_limit": ("other_client_fault", None, None, "undetermined", 1000, "input_length", False),
     }
