@@ -29,6 +29,12 @@ tests/cases/data/vllm_wordings.json, see vllm_wordings.md there)
   'encoder'     "The encoder prompt (length E)[ plus …] is longer than the maximum model length of X": a length
                 refusal without usable numbers (E counts the encoder input, not the decoder prompt; X is the
                 encoder cache size in vllm/v1/engine/input_processor.py @009daaee), so both stay None
+  'budget'      "The instructions and latest message (including required tool context) cannot fit in the
+                available input token budget. …" (Responses API truncation, vllm/renderers/response_truncation.py
+                @e39c7d91): no numbers
+  'parameter'   no wording matched, but the VLLMValidationError suffix names parameter input_tokens or input_text,
+                vLLM's own test for a context overflow (is_context_overflow, same file): no numbers are taken
+                from it (its value may be a truncated count); suffix_value keeps it
   'generic'     only "maximum context length is L tokens" matched, in a text that names no other refusal
                 (a rate limit, quota, LoRA, "must be at least", an empty prompt: then no family at all)
   'window'      "exceeds the context window of this model" (OpenAI, no numbers)
@@ -132,9 +138,13 @@ _FAMILIES = tuple((fam, re.compile(pat, re.ASCII), names) for fam, pat, names in
     ("legacy", r"prompt length " + _N + r" exceeds the max_model_len " + _N, "PL"),
     ("legacy", r"input length \(" + _N + r"\) exceeds (?:the )?model's maximum context length \(" + _N + r"\)",
      "PL"),
+    ("budget", r"cannot fit in the available input token budget", ""),
     ("generic", _CL, "L"),
     ("window", r"exceeds the context window of this model", ""),
 ))
+# vLLM's own test for a context overflow (vllm/renderers/response_truncation.py@e39c7d91 is_context_overflow): a
+# VLLMValidationError whose parameter is one of these
+_OVERFLOW_PARAMETERS = frozenset({"input_tokens", "input_text"})
 _CHARS = frozenset({"5c", "6c", "7c"})
 _WITH_M = frozenset({"2", "4", "5", "6", "openai"})
 _PROMPT_ONLY = frozenset({"1", "3", "7", "legacy", "openai"})
@@ -225,6 +235,9 @@ def _parse_message(message: str) -> MessageParse:
         if m is not None:
             break
     else:
+        if (sparam or "").casefold() in _OVERFLOW_PARAMETERS:
+            return MessageParse(is_context_length=True, family="parameter", suffix_parameter=sparam,
+                                suffix_value=svalue)
         family = "tool_choice" if _TOOL_CHOICE.search(folded) else None
         return MessageParse(family=family, suffix_parameter=sparam, suffix_value=svalue)
     got: dict[str, int | None] = {}

@@ -123,6 +123,18 @@ ROWS = [
      "contains 131073 input tokens, for a total of 131073 tokens.",
      {"is_context_length": True, "family": "6", "reported_limit": 131072, "reported_prompt_tokens": 131073,
       "reported_prompt_is_lower_bound": True, "reported_max_tokens": 0, "requested_total": 131073}),
+    ("responses_budget", f"{VLLM} vllm/renderers/response_truncation.py@e39c7d91af0253185501010e8eb6c7e9439a9225 "
+     "ResponseTruncationSearch.record (VLLMValidationError parameter input_tokens, no value)",
+     "The instructions and latest message (including required tool context) cannot fit in the available input "
+     "token budget. Shorten them or reduce max_output_tokens. (parameter=input_tokens)",
+     {"is_context_length": True, "family": "budget", "suffix_parameter": "input_tokens"}),
+    ("unknown_wording_overflow_parameter", "a wording not known here, with the parameter vLLM's is_context_overflow "
+     "(response_truncation.py@e39c7d91) reads as an overflow; its value is kept only as the suffix",
+     "Prompt does not fit the model window. (parameter=input_tokens, value=9000)",
+     {"is_context_length": True, "family": "parameter", "suffix_parameter": "input_tokens", "suffix_value": 9000}),
+    ("unknown_wording_input_text", "as above, input_text",
+     "Prompt text too long for the model window. (parameter=input_text, value=900000)",
+     {"is_context_length": True, "family": "parameter", "suffix_parameter": "input_text", "suffix_value": 900000}),
     # --- "at least" in a later sentence bounds nothing in the wording before it
     ("f3_then_other_at_least", "family 3 (as gonka_f3) followed by another error's sentence",
      F3.format(L=8192, P=9000) + " Also: max_tokens must be at least 1, got 0.",
