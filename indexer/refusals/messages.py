@@ -23,7 +23,9 @@ tests/cases/data/vllm_wordings.json, see vllm_wordings.md there)
                 number of requested output tokens (at least 1)] | Prompt length of P is longer
                 than the maximum model length of L", "The prompt (total length P) is too long to
                 fit into the model (context length L)", "The engine prompt length P exceeds the
-                max_model_len L", "Input length (P) exceeds model's maximum context length (L)"
+                max_model_len L", "Input length (P) exceeds model's maximum context length (L)"; plugin
+                forms "Prompt length (P) fills or exceeds this model's maximum context length (L)", "The prompt
+                is P tokens, which exceeds the model's maximum context length of L tokens"
   'max_tokens'  "max_tokens=M[ ]cannot be greater than max_model_len=…=L", "'max_tokens' (M)
                 cannot be greater than the model's maximum context length (L)" (M alone > L)
   'encoder'     "The encoder prompt (length E)[ plus …] is longer than the maximum model length of X": a length
@@ -136,8 +138,10 @@ _FAMILIES = tuple((fam, re.compile(pat, re.ASCII), names) for fam, pat, names in
     ("legacy", r"prompt \(total length " + _N + r"\) is too long to fit into the model \(context length "
      + _N + r"\)", "PL"),
     ("legacy", r"prompt length " + _N + r" exceeds the max_model_len " + _N, "PL"),
-    ("legacy", r"input length \(" + _N + r"\) exceeds (?:the )?model's maximum context length \(" + _N + r"\)",
-     "PL"),
+    ("legacy", r"(?:input|prompt) length \(" + _N + r"\) (?:fills or )?exceeds (?:the |this )?model's maximum context"
+     r" length \(" + _N + r"\)", "PL"),
+    ("legacy", r"the prompt is " + _N + r" tokens, which exceeds the model's maximum context length of " + _N
+     + r" tokens", "PL"),
     ("budget", r"cannot fit in the available input token budget", ""),
     ("generic", _CL, "L"),
     ("window", r"exceeds the context window of this model", ""),

@@ -135,6 +135,17 @@ ROWS = [
     ("unknown_wording_input_text", "as above, input_text",
      "Prompt text too long for the model window. (parameter=input_text, value=900000)",
      {"is_context_length": True, "family": "parameter", "suffix_parameter": "input_text", "suffix_value": 900000}),
+    ("plugin_prompt_is_p_tokens", "prime-rl's vLLM plugin (its patched TokenizeParams._token_len_check checks the "
+     "prompt alone against max_model_len)",
+     "The prompt is 140000 tokens, which exceeds the model's maximum context length of 131072 tokens. Please reduce "
+     "the length of the input prompt. (parameter=input_tokens, value=140000)",
+     {"is_context_length": True, "family": "legacy", "reported_limit": 131072, "reported_prompt_tokens": 140000,
+      "requested_total": 140000, "suffix_parameter": "input_tokens", "suffix_value": 140000}),
+    ("plugin_prompt_fills_limit", "a vLLM serving plugin's prompt-only check (found by its wording in public code)",
+     "Prompt length (8192) fills or exceeds this model's maximum context length (8192). No room for output tokens. "
+     "(parameter=input_tokens, value=8192)",
+     {"is_context_length": True, "family": "legacy", "reported_limit": 8192, "reported_prompt_tokens": 8192,
+      "requested_total": 8192, "suffix_parameter": "input_tokens", "suffix_value": 8192}),
     # --- "at least" in a later sentence bounds nothing in the wording before it
     ("f3_then_other_at_least", "family 3 (as gonka_f3) followed by another error's sentence",
      F3.format(L=8192, P=9000) + " Also: max_tokens must be at least 1, got 0.",
