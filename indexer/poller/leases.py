@@ -139,6 +139,9 @@ class Leases:
         self.held: set[str] = set()
         self.takeovers: list[tuple[str, str]] = []  # (resource, previous holder)
         self._lock = threading.Lock()  # fetch threads take leases on the one connection
+        # ``held`` alone, taken inside ``_lock`` or alone: the heartbeat reads it without waiting for ``_lock``, which
+        # a take holds while it waits for another poller's commit to unlock the row
+        self._held = threading.Lock()
         self._conn: psycopg.Connection | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -165,7 +168,8 @@ class Leases:
             if self._conn is not None and not self._conn.broken and self.held:
                 with self._lock:
                     self._conn.execute(_ABANDON if failed else _RELEASE, {"r": sorted(self.held), "h": self.holder})
-                    self.held.clear()
+                    with self._held:
+                        self.held.clear()
         finally:
             if self._conn is not None:
                 self._conn.close()
@@ -190,7 +194,8 @@ class Leases:
             row = self._conn.execute(_TAKE, {"r": resource, "h": self.holder, "s": self.seconds,
                                              "since": self.since}).fetchone()
             if row is not None:
-                self.held.add(resource)
+                with self._held:
+                    self.held.add(resource)
                 if row[0] is not None:
                     self.takeovers.append((resource, row[0]))
                     log.warning("lease %s taken over from %s (expired)", resource, row[0])
@@ -213,7 +218,8 @@ class Leases:
             mine = sorted(set(resources) & self.held)
             if mine:
                 self._conn.execute(_RELEASE, {"r": mine, "h": self.holder})
-                self.held.difference_update(mine)
+                with self._held:
+                    self.held.difference_update(mine)
 
     def escrow_cursors(self, escrow_id: str) -> tuple[int, bool]:
         """The escrow's committed cursor and whether it is final, read after taking its lease (the cycle's own
@@ -245,14 +251,14 @@ class Leases:
         """Extend every lease this poller holds by ``seconds`` from now (database clock), on ``conn`` (the
         heartbeat's own connection, so a renewal never waits behind a fetch thread); return the ones lost to
         another holder (the commits' fences stop their writes)."""
-        with self._lock:
+        with self._held:
             held = sorted(self.held)
         if not held:
             return set()
         renewed = {r for (r,) in conn.execute(_RENEW, {"s": self.seconds, "h": self.holder, "r": held}).fetchall()}
         if skipped := sorted(set(held) - renewed):  # locked by a commit (ours, or a taker's): lost only if not ours
             renewed |= {r for (r,) in conn.execute(_STILL_MINE, {"h": self.holder, "r": skipped}).fetchall()}
-        with self._lock:
+        with self._held:
             lost = (set(held) & self.held) - renewed  # released meanwhile are not lost
         if lost:
             log.warning("leases lost (taken over after expiry): %s", ", ".join(sorted(lost)))

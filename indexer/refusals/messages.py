@@ -3,7 +3,9 @@ OpenAI-compatible context-length refusals in every released form. Pure, stdlib o
 
 family (None when nothing matched; every wording, its source and releases is a row of
 tests/cases/data/vllm_wordings.json, see vllm_wordings.md there)
-  '1'   "… However, you requested P tokens[ in the messages| in the input for X …]"  (M None)
+  '1'   "… However, you requested P tokens in the messages| in the input for X …"  (M None)
+  'total' "… However, you requested T tokens" and nothing more (not a vLLM wording: the OpenAI-compatible
+        short form, or a family-2 text cut short): T is the total, the prompt's share unknown (P None)
   '2'   "… you requested T tokens (P in the messages, M in the completion)"
   '3'   "… However, your request has P input tokens"
   '4'   "'max_tokens' or 'max_completion_tokens' is too large: M. … is L tokens and your
@@ -21,10 +23,22 @@ tests/cases/data/vllm_wordings.json, see vllm_wordings.md there)
                 number of requested output tokens (at least 1)] | Prompt length of P is longer
                 than the maximum model length of L", "The prompt (total length P) is too long to
                 fit into the model (context length L)", "The engine prompt length P exceeds the
-                max_model_len L", "Input length (P) exceeds model's maximum context length (L)"
+                max_model_len L", "Input length (P) exceeds model's maximum context length (L)"; plugin
+                forms "Prompt length (P) fills or exceeds this model's maximum context length (L)", "The prompt
+                is P tokens, which exceeds the model's maximum context length of L tokens"
   'max_tokens'  "max_tokens=M[ ]cannot be greater than max_model_len=…=L", "'max_tokens' (M)
                 cannot be greater than the model's maximum context length (L)" (M alone > L)
-  'generic'     only "maximum context length is L tokens" matched
+  'encoder'     "The encoder prompt (length E)[ plus …] is longer than the maximum model length of X": a length
+                refusal without usable numbers (E counts the encoder input, not the decoder prompt; X is the
+                encoder cache size in vllm/v1/engine/input_processor.py @009daaee), so both stay None
+  'budget'      "The instructions and latest message (including required tool context) cannot fit in the
+                available input token budget. …" (Responses API truncation, vllm/renderers/response_truncation.py
+                @e39c7d91): no numbers
+  'parameter'   no wording matched, but the VLLMValidationError suffix names parameter input_tokens or input_text,
+                vLLM's own test for a context overflow (is_context_overflow, same file): no numbers are taken
+                from it (its value may be a truncated count); suffix_value keeps it
+  'generic'     only "maximum context length is L tokens" matched, in a text that names no other refusal
+                (a rate limit, quota, LoRA, "must be at least", an empty prompt: then no family at all)
   'window'      "exceeds the context window of this model" (OpenAI, no numbers)
   'code'        no wording, but code ``context_length_exceeded``
   'tool_choice' "\"auto\" tool choice requires --enable-auto-tool-choice and
@@ -36,8 +50,9 @@ comma groups of three (no release prints those; a reformatting copy still reads 
 above 2**63-1 gives no signal (None) while the wording still counts. A trailing " None" and
 "(parameter=X, value=Y)" / "(parameter=X)" / "(value=Y)" are stripped in any order and kept;
 parameter input_tokens fills a missing P, input_text missing characters, max_tokens /
-max_completion_tokens / max_output_tokens a missing M. Lower bound: "at least" in a wording that
-bounds the prompt (not the legacy "(at least 1)" output count), or the truncation artefact of
+max_completion_tokens / max_output_tokens a missing M. Lower bound: "at least" inside a wording that
+bounds the prompt (not the legacy "(at least 1)" output count; not an "at least" in a later sentence)
+or in devshard's ", for a total of at least T tokens" right after family 2, or the truncation artefact of
 §6.3: P == L - M + 1 for families 5 and 6, P == L + 1 for family 7 (0.32+ truncates at L + 1).
 Character variants: P None, requested_total None, flag False, count in reported_prompt_chars.
 requested_total: stated total (for 2/6 the "for a total of at least T" value when present),
@@ -108,28 +123,42 @@ _FAMILIES = tuple((fam, re.compile(pat, re.ASCII), names) for fam, pat, names in
     ("openai", _CL + _HW + _YR + _N + r" tokens \(" + _N + r" in your prompt; " + _N
      + r" for the completion\)", "LTPM"),
     ("openai", _CL + _HW + r"your messages resulted in " + _N + r" tokens", "LP"),
-    ("1", _CL + _HW + _YR + r"(?:at least )?" + _N + r" tokens(?![0-9a-z ]{0,40}\()", "LP"),
+    ("1", _CL + _HW + _YR + r"(?:at least )?" + _N + r" tokens in the (?:messages|input)\b", "LP"),
+    ("total", _CL + _HW + _YR + r"(?:at least )?" + _N + r" tokens(?![0-9a-z ]{0,40}\()", "LT"),
     ("3", _CL + _HW + r"your request has (?:at least )?" + _N + r" input tokens", "LP"),
     ("max_tokens", r"max_(?:completion_|output_)?tokens=" + _N + r" ?cannot be greater than (?:[a-z_]+=)+"
      + _N, "ML"),
     ("max_tokens", _MAXTOK + r" \(" + _N + r"\) cannot be greater than the model's maximum context length \("
      + _N + r"\)", "ML"),
+    ("encoder", r"encoder prompt \(length " + _N + r"\)(?: plus the number of requested output tokens \(at least 1\))?"
+     r" is longer than the maximum model length of " + _N, ""),
     ("legacy", r"input prompt \(" + _N + r" tokens\) is too long and exceeds limit of " + _N, "PL"),
     ("legacy", r"prompt (?:\((?:length )?" + _N + r"(?: tokens)?\)|length of " + _N + r")(?: plus the number of"
      r" requested output tokens \(at least 1\))? is longer than the maximum model length of " + _N, "PPL"),
     ("legacy", r"prompt \(total length " + _N + r"\) is too long to fit into the model \(context length "
      + _N + r"\)", "PL"),
     ("legacy", r"prompt length " + _N + r" exceeds the max_model_len " + _N, "PL"),
-    ("legacy", r"input length \(" + _N + r"\) exceeds (?:the )?model's maximum context length \(" + _N + r"\)",
-     "PL"),
+    ("legacy", r"(?:input|prompt) length \(" + _N + r"\) (?:fills or )?exceeds (?:the |this )?model's maximum context"
+     r" length \(" + _N + r"\)", "PL"),
+    ("legacy", r"the prompt is " + _N + r" tokens, which exceeds the model's maximum context length of " + _N
+     + r" tokens", "PL"),
+    ("budget", r"cannot fit in the available input token budget", ""),
     ("generic", _CL, "L"),
     ("window", r"exceeds the context window of this model", ""),
 ))
+# vLLM's own test for a context overflow (vllm/renderers/response_truncation.py@e39c7d91 is_context_overflow): a
+# VLLMValidationError whose parameter is one of these
+_OVERFLOW_PARAMETERS = frozenset({"input_tokens", "input_text"})
 _CHARS = frozenset({"5c", "6c", "7c"})
 _WITH_M = frozenset({"2", "4", "5", "6", "openai"})
 _PROMPT_ONLY = frozenset({"1", "3", "7", "legacy", "openai"})
 _AT_LEAST_TEXT = frozenset({"1", "2", "3", "6", "7", "openai"})  # "at least" there bounds the prompt
-_TOTAL_AT_LEAST = re.compile(r"for a total of at least " + _N + r" tokens", re.ASCII)
+# devshard's tail after a family-2 wording: ", for a total of at least T tokens" (gonka-devshard.md §6.2)
+_TOTAL_TAIL = re.compile(r",? for a total of at least " + _N + r" tokens", re.ASCII)
+# Another refusal that a text naming only the limit ('generic') may be about: a rate limit, a LoRA or sampling
+# check, an empty prompt. Such a text is not read as a context-length refusal.
+_NOT_CONTEXT = re.compile(r"rate.?limit|too many requests|per min|\b[rt]pm\b|quota|\blora\b|must be at least"
+                          r"|cannot be empty|is empty", re.ASCII)
 _TOOL_CHOICE = re.compile(r"tool choice requires --enable-auto-tool-choice", re.ASCII)
 # VLLMValidationError.__str__: " (parameter=X, value=Y)", " (parameter=X)" or " (value=Y)".
 _SUFFIX = re.compile(r"\((?:parameter=([^,()]*?)(?:,\s*value=([^()]*))?|value=([^()]*))\)\Z")
@@ -210,6 +239,9 @@ def _parse_message(message: str) -> MessageParse:
         if m is not None:
             break
     else:
+        if (sparam or "").casefold() in _OVERFLOW_PARAMETERS:
+            return MessageParse(is_context_length=True, family="parameter", suffix_parameter=sparam,
+                                suffix_value=svalue)
         family = "tool_choice" if _TOOL_CHOICE.search(folded) else None
         return MessageParse(family=family, suffix_parameter=sparam, suffix_value=svalue)
     got: dict[str, int | None] = {}
@@ -217,14 +249,18 @@ def _parse_message(message: str) -> MessageParse:
         if raw is not None:
             got[name] = num(raw)
     limit, prompt, max_tok, chars, total = (got.get(k) for k in "LPMCT")
-    window = folded[m.start(): m.end() + 160]  # the wording plus a devshard-style tail
-    at_least = family in _AT_LEAST_TEXT and "at least" in window
-    extra = _TOTAL_AT_LEAST.search(window)
-    if extra is not None and family in ("2", "6"):
-        total = num(extra.group(1))
+    if family == "generic" and _NOT_CONTEXT.search(folded):
+        return MessageParse(suffix_parameter=sparam, suffix_value=svalue)
+    # "at least" counts inside the wording itself, or in devshard's total tail right after a family-2 wording; an
+    # "at least" further on (another sentence, another error) says nothing about this count
+    tail = _TOTAL_TAIL.match(folded, m.end()) if family == "2" else None
+    at_least = family in _AT_LEAST_TEXT and ("at least" in m.group(0) or tail is not None)
+    if tail is not None:
+        total = num(tail.group(1))
     chars_family = family in _CHARS
     pname = (sparam or "").casefold()
-    if pname == "input_tokens" and prompt is None and not chars_family and family not in ("max_tokens", "window"):
+    if pname == "input_tokens" and prompt is None and not chars_family and family not in ("max_tokens", "window",
+                                                                                           "encoder"):
         prompt = svalue
     if pname == "input_text" and chars is None and (chars_family or family == "generic"):
         chars = svalue

@@ -14,8 +14,10 @@ from indexer.refusals.vllm import RefusalParse, parse_response_payload
 if TYPE_CHECKING:  # the loader's and the poller's typing processes parse rows here without a database driver
     import psycopg
 
-PARSER_VERSION = 3  # 2: the vLLM 0.1-0.33 wording survey (families 7, 7c, window; null codes); 3: the chain's own
-# client-fault and terminal-error predicates (indexer.refusals.consensus)
+PARSER_VERSION = 4  # 2: the vLLM 0.1-0.33 wording survey (families 7, 7c, window; null codes); 3: the chain's own
+# client-fault and terminal-error predicates (indexer.refusals.consensus); 4: encoder-prompt and bare-total
+# wordings keep no prompt count, "at least" only inside the wording, generic texts naming another refusal; the
+# Responses truncation budget wording and vLLM's input_tokens / input_text parameter mark an overflow
 PARSE_FIELDS = tuple(f.name for f in dataclasses.fields(RefusalParse))
 COLUMNS = ("escrow_id", "inference_id", "payload_md5", "parser_version") + PARSE_FIELDS
 _MESSAGE_AT = PARSE_FIELDS.index("message")

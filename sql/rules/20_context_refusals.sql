@@ -48,7 +48,8 @@ WITH zero AS (
 )
 SELECT d.escrow_id, d.inference_id, d.epoch_index, d.model_id, i.executor_slot, i.executor_address, i.status,
        i.penalty, COALESCE(d.refusal_kind, 'unknown'), d.error_code, d.reported_limit, d.reported_prompt_tokens,
-       d.reported_prompt_is_lower_bound, d.reported_max_tokens, d.governance_limit, d.limit_source, d.max_tokens,
+       -- whether the stated count is a lower bound: unknown (NULL) when the text states no count
+       CASE WHEN d.reported_prompt_tokens IS NOT NULL THEN d.reported_prompt_is_lower_bound END, d.reported_max_tokens, d.governance_limit, d.limit_source, d.max_tokens,
        d.input_length, d.prompt_tokens, d.source, COALESCE(d.lower_bound, false),
        -- interface.md §3 verdict: over_limit on any evidence that shows it, fits only on an exact count
        CASE WHEN d.governance_limit IS NULL THEN 'undetermined'

@@ -17,6 +17,7 @@ from indexer.poller.leases import LeaseLost, Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import RetryPolicy
 from tests.support.helpers import LOAD_TIMES, db_state
+from tests.support.locks import waits_on_a_lock
 
 FAST = RetryPolicy(backoff_base=0.001, backoff_max=0.01, timeout=5.0, attempts=8)
 
@@ -140,6 +141,31 @@ def test_a_long_commit_neither_holds_back_other_renewals_nor_ends_with_its_lease
     row = _row(db_url, "escrow:1")
     assert (row["holder"], row["live"], row["takeovers"]) == ("a", True, 0)
     assert b.take("escrow:1").outcome == "held"
+
+
+def test_a_take_waiting_for_another_pollers_commit_does_not_hold_back_the_renewal(db_url, leases):
+    """Poller a asks for a lease whose row poller b's commit has locked: the take waits for that commit, and a's
+    heartbeat goes on renewing what a holds meanwhile."""
+    a, b = leases("a"), leases("b")
+    a.take("escrow:1")
+    b.take("escrow:2")
+    seen: dict = {}
+    taking = threading.Thread(target=lambda: seen.update(take=a.take("escrow:2").outcome))
+
+    def during_bs_commit(conn: psycopg.Connection) -> None:
+        taking.start()
+        waits_on_a_lock(db_url, a._conn.info.backend_pid)
+        renewing = threading.Thread(target=lambda: seen.update(lost=a.renew(beat)))
+        with psycopg.connect(db_url, autocommit=True) as beat:
+            renewing.start()
+            renewing.join(timeout=30)
+        seen["renewed while the take waited"] = not renewing.is_alive()
+        seen["the take waited"] = taking.is_alive()
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        Store(conn, leases=b).commit([], {"escrow:2": "3"}, after=during_bs_commit, fence=["escrow:2"])
+    taking.join(timeout=30)
+    assert seen == {"lost": set(), "renewed while the take waited": True, "the take waited": True, "take": "held"}
 
 
 def test_the_heartbeat_keeps_a_short_lease_alive(db_url, leases):

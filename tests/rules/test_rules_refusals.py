@@ -137,7 +137,36 @@ def test_refusal_kinds_and_wording_families(db_url, tmp_path, conn):
         "family5": ("context_length", 400, 180000, 176929, True, "over_limit"),
         "family6": ("context_length", 400, 180000, 176929, True, "over_limit"),
         "code_as_string": ("context_length", 400, 180000, 181234, False, "over_limit"),
-        "tool_choice": ("other_client_fault", 400, None, None, False, "undetermined"),
-        "engine_500": ("not_client_fault", 500, None, None, False, "undetermined"),
+        # no count stated: whether it is a lower bound is unknown, not false
+        "tool_choice": ("other_client_fault", 400, None, None, None, "undetermined"),
+        "engine_500": ("not_client_fault", 500, None, None, None, "undetermined"),
         "context_text_500": ("not_client_fault", 500, 180000, 181234, False, "-"),
+    }
+
+
+def test_texts_whose_numbers_do_not_describe_the_prompt(db_url, tmp_path, conn):
+    """Wordings whose numbers are not the decoder prompt's count give no error_text count (the verdict falls back to
+    the next evidence); an exact count stays exact whatever a later sentence says."""
+    log = Log()
+    encoder = ("The encoder prompt (length 5000) is longer than the maximum model length of 4096. Make sure that "
+               "`max_model_len` is no smaller than the number of text tokens plus multimodal tokens.")
+    c = {
+        # vllm v1 input_processor: E is the encoder input, 4096 the encoder cache size; 5000 + 4096 would "fit"
+        "encoder": log.refusal(5, payload=stored(encoder)),
+        # the bare total (a family-2 text cut short): 9000 is prompt + max_tokens, not the prompt
+        "bare_total": log.refusal(5, payload=stored(
+            "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens")),
+        # a host at 8192 below governance refusing an exact 9000: shown to fit governance, whatever follows
+        "later_at_least": log.refusal(5, payload=stored(fam3(8192, 9000) + " max_tokens must be at least 1.")),
+        # the limit named beside a rate limit: not a context-length refusal
+        "rate_limit": log.refusal(5, payload=stored(
+            "Rate limit exceeded: 10000 tokens per minute. This model's maximum context length is 8192 tokens.")),
+    }
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+    got = by_id(conn, "api.context_refusals", "refusal_kind, reported_limit, reported_prompt_is_lower_bound, " + COLS)
+    assert {k: got[i] for k, i in c.items()} == {
+        "encoder": ("context_length", None, None, "undetermined", 1000, "input_length", False),
+        "bare_total": ("context_length", 8192, None, "undetermined", 1000, "input_length", False),
+        "later_at_least": ("context_length", 8192, False, "fits", 9000, "error_text", False),
+        "rate_limit": ("other_client_fault", None, None, "undetermined", 1000, "input_length", False),
     }
