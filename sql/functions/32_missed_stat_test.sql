@@ -203,8 +203,8 @@ $$;
 
 -- fn.downtime_check(missed_requests, inference_count, p0 [, chain_version]): the host's downtime verdict as the
 -- settlement applies it, CheckAndPunishForDowntime(total, missed, reward, p0) of gonka-ai/gonka
--- inference-chain/x/inference/keeper/accountsettle.go (the stored revision with loadBitcoinRewardInputs; the same
--- body since v0.2.10, release/v0.2.10 @faa358dec): total = InferenceCount + MissedRequests in uint64 (wraps at
+-- inference-chain/x/inference/keeper/accountsettle.go (read in the stored revision with loadBitcoinRewardInputs
+-- and in an earlier one with the same body): total = InferenceCount + MissedRequests in uint64 (wraps at
 -- 2^64), total = 0 keeps the reward, then MissedStatTest(int(missed), int(total), p0), where Go's int() reads a
 -- uint64 of 2^63 or more as negative; a MissedStatTest error ("invalid input ...", "p0 must be in (0, 1)") KEEPS the
 -- reward. So passes = true with chain_error naming the error the chain swallowed. The counts are the chain's uint64
