@@ -30,7 +30,8 @@ SELECT e.escrow_id, e.epoch_index,
        v.failed_check, v.failed_nonce, v.failure, v.source_host, v.protocol_version,
        COALESCE(v.settlement_tx_hash, s.tx_hash) AS settlement_tx_hash,
        COALESCE(v.settlement_height, s.height) AS settlement_height,
-       v.verified_at
+       v.verified_at,
+       COALESCE(v.crashes, 0) AS crashes, v.retry_after
 FROM rec.escrow e
 LEFT JOIN replay.escrow_verification v USING (escrow_id)
 LEFT JOIN rec.settlement s ON s.escrow_id = e.escrow_id;
