@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from indexer.records import ADDRESS_LEN, MAX_PARTICIPANTS, NAME_LEN
+from indexer.wire.errors import bounded
 from indexer.wire.normalize import NormalizeError, parse_u64
 
 
@@ -146,11 +148,15 @@ def epoch_params_record(epoch: int, group: Mapping[str, Any], params: Mapping[st
 def validation_weights(group: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     """participant → {weight, confirmation_weight} from the root group's ``validation_weights``."""
     out: dict[str, dict[str, int]] = {}
-    for w in group.get("validation_weights") or []:
+    weights = group.get("validation_weights") or []
+    if isinstance(weights, list) and len(weights) > MAX_PARTICIPANTS:  # each is read again, one request apiece
+        raise NormalizeError(f"validation_weights: {len(weights)} entries, more than the {MAX_PARTICIPANTS} allowed")
+    for w in weights:
         w = _obj(w, "validation_weights[]")
         addr = w.get("member_address")
         if not isinstance(addr, str) or not addr:
             raise NormalizeError("validation_weights[]: member_address missing")
+        bounded(addr, "validation_weights[].member_address", ADDRESS_LEN)
         row: dict[str, int] = {}
         for key in ("weight", "confirmation_weight"):
             if w.get(key) not in (None, ""):
@@ -206,15 +212,20 @@ def excluded_participants(data: Mapping[str, Any], epoch: int) -> dict[str, dict
     items = _obj(data, "excluded_participants").get("items") or []
     if not isinstance(items, list):
         raise NormalizeError("excluded_participants.items: expected an array")
+    if len(items) > MAX_PARTICIPANTS:
+        raise NormalizeError(f"excluded_participants.items: {len(items)} entries, more than the {MAX_PARTICIPANTS} "
+                             f"allowed")
     out: dict[str, dict[str, Any]] = {}
     for item in items:
         item = _obj(item, "excluded_participants.items[]")
         addr = item.get("address")
         if not isinstance(addr, str) or not addr:
             raise NormalizeError("excluded_participants.items[]: address missing")
+        bounded(addr, "excluded_participants.items[].address", ADDRESS_LEN)
         if item.get("epoch_index") not in (None, "") and parse_u64(item["epoch_index"], "epoch_index") != epoch:
             continue  # not this epoch's exclusion
-        row: dict[str, Any] = {"excluded_reason": str(item.get("reason") or "")}
+        row: dict[str, Any] = {"excluded_reason": bounded(str(item.get("reason") or ""),
+                                                          "excluded_participants.items[].reason", NAME_LEN)}
         height = _height(item.get("exclusion_block_height"), "exclusion_block_height")
         if height is not None:
             row["excluded_height"] = height
