@@ -67,3 +67,20 @@ def test_a_record_that_lost_to_the_stored_one_of_its_key_stays_open(db_url, conn
 def test_a_clean_load_without_open_rows_resolves_nothing(db_url, conn, tmp_path):
     ingest(db_url, write_lines(tmp_path / "a.ndjson", [escrow(), _start(100)]))
     assert conn.execute("SELECT count(*) FROM rec.quarantine").fetchone()[0] == 0
+
+
+def test_searching_for_a_few_keys_finds_what_reading_every_key_finds():
+    """The two ways resolved.py reads a batch's keys agree, escaped key text included."""
+    from indexer.load import resolved
+    from indexer.load.prepare import prepare_block
+
+    recs = [escrow("a\\tb"), escrow("1971"), _start(100), _start(101), _start(7, escrow_id="a\\tb"),
+            _start(100, escrow_id="x100")]
+    block = b"\n".join(json.dumps(r).encode() for r in recs) + b"\n"
+    kinds = prepare_block(1, 1, block).kinds
+    for kind in ("escrow", "start"):
+        every = resolved._batch_keys(kind, kinds[kind].copy)
+        wanted = set(every.values()) | {("nowhere", "1")}
+        assert resolved._found_keys(kinds[kind].copy, wanted) == every
+        one = next(iter(every.items()))
+        assert resolved._found_keys(kinds[kind].copy, {one[1]}) == dict([one])
