@@ -147,7 +147,8 @@ def resolve(conn: psycopg.Connection, source_id: int, batch: dict[str, bytes]) -
         keys = {kind: _found_keys(batch[kind], wanted) if len(wanted) <= SEARCHED else _batch_keys(kind, batch[kind])
                 for kind, wanted in open_keys.items()}
     every = sorted(line for lines in keys.values() for line in lines)
-    rejected = {line for (line,) in conn.execute(  # the batch's lines quarantined (now, or by a load of this file before)
+    # the batch's lines quarantined (now, or by a load of this file before)
+    rejected = {line for (line,) in conn.execute(
         "SELECT line FROM rec.quarantine WHERE source_id = %s AND line = ANY(%s)", (source_id, every))}
     keys = {kind: {line: key for line, key in lines.items() if line not in rejected} for kind, lines in keys.items()}
     by_key = {kind: {} for kind in keys}  # kind -> key -> the batch's first line of it
