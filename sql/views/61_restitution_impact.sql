@@ -38,6 +38,12 @@ WITH pair AS (
               ELSE (p.sprt_crossed = true AND p.sprt_crossed_without = false) END AS sprt_flips,
          p.sprt_crossed = false AND p.excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations'
            AS exclusion_not_reproduced,
+         -- the chain had the host INACTIVE at the epoch's end (its in-epoch downtime SPRT, InactiveLLR, which the
+         -- indexer does not model: docs/chain-math.md), some of its misses are disputable, and the settlement's
+         -- downtime test does not flip: whether the disputable misses made it INACTIVE is unknown (NULL), not false
+         p.participant_status IS NOT DISTINCT FROM 'INACTIVE' AND p.disputable_missed > 0
+           AND (p.downtime_passes = false AND p.downtime_passes_without = true) IS NOT TRUE
+           AS inactive_not_reproduced,
          fn.chain_decimal(dp.delegation_params -> 'delegation_share') AS delegation_share
   FROM pair p
   LEFT JOIN rec.epoch_params dp ON dp.epoch_index = p.epoch_index
@@ -108,9 +114,12 @@ WITH pair AS (
   SELECT q.*,
          -- a flip in either test decides; otherwise a test that could not be evaluated leaves the answer unknown
          CASE WHEN downtime_flips OR sprt_flips THEN true
-              WHEN downtime_flips IS NULL OR sprt_flips IS NULL THEN NULL
+              WHEN downtime_flips IS NULL OR sprt_flips IS NULL OR inactive_not_reproduced THEN NULL
               ELSE false END AS candidate,
          concat_ws('; ',
+           CASE WHEN inactive_not_reproduced THEN 'participant status: the chain had the host INACTIVE at the '
+             || 'epoch''s end (its in-epoch downtime test, InactiveLLR, which the indexer does not model), and '
+             || disputable_missed || ' of its misses are disputable: whether they made it INACTIVE is not shown' END,
            CASE WHEN downtime_flips IS NULL THEN 'downtime test: ' || COALESCE(downtime_null_reason,
              'not evaluable with or without the disputable penalties') END,
            CASE WHEN sprt_flips IS NULL AND exclusion_not_reproduced THEN 'invalidation SPRT: the chain excluded '
