@@ -115,7 +115,7 @@ def _stored_here(conn: psycopg.Connection, kind: str, source_id: int, lines: dic
     spec = KINDS[kind]
     order = sorted(lines)
     cells = [[lines[line][i] for line in order] for i in range(len(spec.key))]
-    k = ", ".join(f"%s::text[]" for _ in spec.key)
+    k = ", ".join("%s::text[]" for _ in spec.key)
     names = ", ".join(f"c{i}" for i in range(len(spec.key)))
     on = " AND ".join(f"t.{name} = k.c{i}::{PG_TYPES[spec.field(name).type]}" for i, name in enumerate(spec.key))
     return {line for (line,) in conn.execute(
