@@ -32,6 +32,35 @@ class Field:
     name: str
     type: str
     required: bool = False
+    max_len: int | None = None     # characters of a string (of each string of an array); None: the line's bound only
+    max_items: int | None = None   # entries of an array
+
+
+# What one record may hold: every value a peer or a file gives is bounded before it is stored or used (a longer
+# value quarantines its line with the field, its length and the bound; docs/interface.md "Bounds"). Lines themselves
+# are bounded by indexer.sources.ndjson.MAX_LINE_BYTES (the blobs: a payload, a diff's bytes, a transaction).
+MAX_SLOTS = 256        # slots of an escrow, votes of a tx: the protocol's validator bitmap holds 128 (Bitmap128)
+MAX_PARTICIPANTS = 100_000  # participants of one epoch's group (mainnet: a few hundred), each read apiece
+NAME_LEN = 256         # a model id, a protocol version, an exclusion reason
+ADDRESS_LEN = 128      # a bech32 address (gonka1… is 44 characters, a contract's 64)
+HEX_LEN = 512          # a hash (64 hex digits), a signature (128-130), a state root
+URL_LEN = 2048         # the host a diff was served by
+STATUS_LEN = 64        # a participant status as the chain names it (ACTIVE, INACTIVE, …, or one it adds later)
+ARGS = 256             # model_args entries
+ARG_LEN = 4096         # characters of one model argument
+BOUNDS: dict[str, tuple[int | None, int | None]] = {  # field -> (max_len, max_items); HEX fields: HEX_LEN
+    "model_id": (NAME_LEN, None), "model": (NAME_LEN, None), "protocol_version": (NAME_LEN, None),
+    "excluded_reason": (NAME_LEN, None), "status": (STATUS_LEN, None), "participant": (ADDRESS_LEN, None),
+    "grantee": (ADDRESS_LEN, None),
+    "creator": (ADDRESS_LEN, None), "settler": (ADDRESS_LEN, None), "pub_key": (NAME_LEN, None),
+    "source_host": (URL_LEN, None), "slots": (ADDRESS_LEN, MAX_SLOTS), "model_args": (ARG_LEN, ARGS),
+    "votes": (None, MAX_SLOTS), "state_root_and_protocol_version": (HEX_LEN + NAME_LEN, None),
+}
+
+
+def _bounded(f: Field) -> Field:
+    max_len, max_items = BOUNDS.get(f.name, (HEX_LEN if f.type == HEX else None, None))
+    return Field(f.name, f.type, f.required, max_len, max_items)
 
 
 @dataclass(frozen=True)
@@ -60,7 +89,7 @@ def _f(spec: str) -> tuple[Field, ...]:
     out = []
     for token in spec.split():
         name, typ = token.split(":")
-        out.append(Field(name, typ.rstrip("!"), typ.endswith("!")))
+        out.append(_bounded(Field(name, typ.rstrip("!"), typ.endswith("!"))))
     return tuple(out)
 
 
@@ -120,7 +149,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
          _f("epoch_index:u64! participant:str! weight:i64 confirmation_weight:i64 inference_count:u64 "
             "missed_requests:u64 validated_inferences:u64 invalidated_inferences:u64 earned_coins:u64n "
             "rewarded_coins:u64n burned_coins:u64n excluded_reason:str excluded_height:u64 "
-            "raw_confirmation_weight:i64"), scope="epoch"),
+            "raw_confirmation_weight:i64 status:str status_height:u64"), scope="epoch"),
 ]}
 
 # Load order inside a batch: escrows before the txs that are checked against their slots.

@@ -27,7 +27,7 @@ from indexer.load.errors import IngestFailed, IngestInterrupted
 from indexer.load.fresh import KnownNew
 from indexer.load.marks import BatchMarks
 from indexer.load.partitions import ROUTED, EpochRouter, routed_column
-from indexer.load import signed_conflicts
+from indexer.load import resolved, signed_conflicts
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
@@ -147,6 +147,8 @@ class BatchLoader:
                         "INSERT INTO rec.quarantine (source_id, line, kind, reason, raw) VALUES (%s,%s,%s,%s,%s) "
                         "ON CONFLICT (source_id, line) DO NOTHING", rejects)
                 out.quarantined += len(rejects)
+            # open quarantine rows this batch's valid lines supersede are marked resolved (indexer.load.resolved)
+            resolved.resolve(self.conn, self.source_id, {k: kb.copy for k, kb in prepared.kinds.items()})
             if self.staged:  # the stages hold nothing between batches (statements.stage_ddl: why by hand)
                 self.conn.execute("TRUNCATE " + ", ".join(sorted(self.staged)))
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",

@@ -35,13 +35,14 @@ import psycopg
 from indexer.replay import verify_memo as vm
 from indexer.replay.bundling import Unusable, stage_bundle
 from indexer.replay.material import Material, load_material, record_columns
-from indexer.replay.verifier import MAX_CRASHES, VERIFIER, VERIFIER_VERSION, is_older
+from indexer.replay.verifier import MAX_CRASHES, VERIFIER, VERIFIER_VERSION, is_older, retry_delay, waits
 from indexer.verify import bundle as bd, signatures as sig, txrecords as txr
 from indexer.verify.evidence import NOT_CHECKED, PASS, Report, verify_bundle
 
 # A row whose checks raised instead of answering starts its failure with this (the escrow_verification_failed alert
-# selects it), keeps no evidence digest and counts the crash (``crashes``): the next replay pass checks it again, up
-# to MAX_CRASHES crashes in a row (indexer.replay.verifier).
+# selects it), keeps no evidence digest, counts the crash (``crashes``) and keeps the digest it crashed on
+# (``crash_digest``): a later replay pass checks it again once its ``retry_after`` has passed, up to MAX_CRASHES
+# crashes in a row (indexer.replay.verifier.retry_delay).
 VERIFIER_FAILED = "the verifier failed: "
 # the check a row fails when the tx records the replay read contradict its verified log (indexer.verify.txrecords)
 RECORDS = "records"
@@ -164,11 +165,14 @@ def _bounded(text: str) -> str:
 
 _COLUMNS = ("escrow_id", "epoch_index", "level", "nonces_checked", "failed_check", "failed_nonce", "failure",
             "source_host", "protocol_version", "settlement_tx_hash", "settlement_height", "prefix_nonces",
-            "prefix_chain", "prefix_signers", "prefix_recoveries", "evidence_digest", "verifier", "crashes")
-_CONTENT = _COLUMNS[1:]
+            "prefix_chain", "prefix_signers", "prefix_recoveries", "evidence_digest", "verifier", "crashes",
+            "crash_digest")
+_CONTENT = (*_COLUMNS[1:], "retry_after")
+# retry_in: seconds until a crashed row may be checked again (indexer.replay.verifier.retry_delay), else null
 _UPSERT = f"""
-INSERT INTO replay.escrow_verification AS v ({', '.join(_COLUMNS)}, verified_at)
-VALUES ({', '.join(f'%({c})s' for c in _COLUMNS)}, now())
+INSERT INTO replay.escrow_verification AS v ({', '.join(_COLUMNS)}, retry_after, verified_at)
+VALUES ({', '.join(f'%({c})s' for c in _COLUMNS)},
+        now() + make_interval(secs => %(retry_in)s::integer), now())
 ON CONFLICT (escrow_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in _CONTENT)},
   verified_at = excluded.verified_at
 WHERE ({', '.join(f'v.{c}' for c in _CONTENT)}) IS DISTINCT FROM ({', '.join(f'excluded.{c}' for c in _CONTENT)})
@@ -202,7 +206,7 @@ SELECT e.escrow_id, md5(concat_ws(E'\\n',
             FROM rec.warm_key w WHERE w.epoch_index = e.epoch_index AND w.participant = ANY(e.slots)), 'null'),
   CASE WHEN EXISTS (SELECT 1 FROM rec.signed_diff d WHERE d.escrow_id = e.escrow_id AND d.epoch_index = e.epoch_index)
        THEN concat_ws(E'\\n', {records}) ELSE 'no log' END)),
-  v.evidence_digest, v.verifier, v.crashes
+  v.evidence_digest, v.verifier, v.crashes, v.crash_digest, v.retry_after IS NULL OR v.retry_after <= now()
 FROM rec.escrow e LEFT JOIN replay.escrow_verification v ON v.escrow_id = e.escrow_id
 WHERE e.escrow_id = ANY(%(ids)s)
 """
@@ -223,10 +227,12 @@ _DIGESTS = _DIGESTS.replace("{records}", ",\n  ".join(_records_digest(kind) for 
 
 def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verification]:
     """Verify those of the escrows ``ids`` whose evidence (or the verifier) changed since their row was written, and
-    write their rows (caller's transaction). Returns the rows computed; the others are left as they were."""
+    write their rows (caller's transaction). Returns the rows computed; the others are left as they were. A row
+    that crashed on the same evidence waits for its retry (indexer.replay.verifier.waits)."""
     changed, crashes = {}, {}
-    for eid, digest, stored, by, crashed in conn.execute(_DIGESTS, {"ids": ids}):
-        if digest != stored or is_older(by, VERIFIER_VERSION):
+    for eid, digest, stored, by, crashed, crashed_on, due in conn.execute(_DIGESTS, {"ids": ids}):
+        older = is_older(by, VERIFIER_VERSION)
+        if (digest != stored or older) and (older or not waits(crashed or 0, due, digest == crashed_on)):
             changed[eid], crashes[eid] = digest, crashed or 0
     if not changed:
         return []
@@ -235,6 +241,8 @@ def verify_escrows(conn: psycopg.Connection, ids: list[str]) -> list[Verificatio
     with conn.cursor() as cur:
         cur.executemany(_UPSERT, [{**{c: getattr(r, c, None) for c in _COLUMNS},
                                    "evidence_digest": None if r.crashed else changed[r.escrow_id],
+                                   "crash_digest": changed[r.escrow_id] if r.crashed else None,
+                                   "retry_in": retry_delay(r.crashes) if r.crashed else None,
                                    "verifier": VERIFIER}
                                   for r in results])
     return results

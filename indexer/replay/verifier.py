@@ -16,9 +16,10 @@ rules stage does for rows of older rule versions (:func:`indexer.rules.run.mark_
 code never marks, nor re-checks unchanged evidence of, a row a newer verifier wrote: two processes on different code
 (``indexer run`` not yet restarted beside a newer ``indexer ingest``) do not re-mark each other's rows for ever.
 
-A row whose verification crashed (``crashes`` > 0, no evidence digest) is marked again by the same pass, up to
-:data:`MAX_CRASHES` crashes on the row; past that it stays visibly "the verifier failed" until its evidence or the
-verifier changes.
+A row whose verification crashed (``crashes`` > 0, no evidence digest) is marked again by a later pass once its
+``retry_after`` has passed (:func:`retry_delay`: the wait doubles with each crash in a row), up to :data:`MAX_CRASHES`
+crashes on the row; past that it stays visibly "the verifier failed" until its evidence or the verifier changes. An
+escrow replayed for another reason with the evidence it crashed on (``crash_digest``) waits the same way.
 """
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ import psycopg
 from indexer.db.marks import ESCROW_MARK
 from indexer.verify.versions import ported_names
 
-VERIFIER_VERSION = 2  # raise it with every change to the files below (the pin test says when)
-MAX_CRASHES = 3
+VERIFIER_VERSION = 3  # raise it with every change to the files below (the pin test says when)
+MAX_CRASHES = 5
+RETRY_BASE_SECONDS = 300  # the wait after a first crash; doubled for each further crash in a row
 
 _INDEXER = Path(__file__).resolve().parents[1]
 _STAGE = [Path(__file__).with_name(name)
@@ -71,13 +73,30 @@ def is_older(stored: str | None, version: int) -> bool:
 SOURCE_DIGEST = source_digest()
 VERIFIER = identity(VERIFIER_VERSION, SOURCE_DIGEST)
 
+def retry_delay(crashes: int) -> int | None:
+    """Seconds a verification that crashed ``crashes`` times in a row waits before it is tried again: 5, 10, 20, 40
+    minutes; None once the crashes reached :data:`MAX_CRASHES` (no more retries on the same evidence)."""
+    if crashes < 1 or crashes >= MAX_CRASHES:
+        return None
+    return RETRY_BASE_SECONDS * 2 ** (crashes - 1)
+
+
+def waits(crashes: int, retry_due: bool | None, same_evidence: bool) -> bool:
+    """Whether a crashed row is left alone although its escrow was replayed: the evidence is the one it crashed on,
+    and its retry is not due yet (``retry_due`` False) or will not come (the crashes reached MAX_CRASHES)."""
+    if not crashes or not same_evidence:
+        return False
+    return crashes >= MAX_CRASHES or retry_due is False
+
+
 # the stale rows are found by the verifier index (one range), among escrows still recorded; crashed rows by the
-# crash count (few rows)
+# crash count (few rows), once their retry is due
 _STALE = f"""
 INSERT INTO replay.dirty_escrow (escrow_id)
 SELECT v.escrow_id FROM replay.escrow_verification v
 WHERE (v.verifier IS NULL OR v.verifier < %(floor)s
-       OR (v.crashes BETWEEN 1 AND %(max_crashes)s - 1 AND v.evidence_digest IS NULL))
+       OR (v.crashes BETWEEN 1 AND %(max_crashes)s - 1 AND v.evidence_digest IS NULL
+           AND (v.retry_after IS NULL OR v.retry_after <= now())))
   AND EXISTS (SELECT 1 FROM rec.escrow e WHERE e.escrow_id = v.escrow_id)
 ORDER BY 1
 ON CONFLICT {ESCROW_MARK}
@@ -86,6 +105,6 @@ ON CONFLICT {ESCROW_MARK}
 
 def mark_stale_verifications(conn: psycopg.Connection, version: int | None = None) -> int:
     """Mark for the replay every escrow whose verification row a lower verifier version wrote, or whose verification
-    crashed fewer than :data:`MAX_CRASHES` times in a row; returns how many."""
+    crashed fewer than :data:`MAX_CRASHES` times in a row and whose retry is due; returns how many."""
     floor = version_floor(VERIFIER_VERSION if version is None else version)
     return conn.execute(_STALE, {"floor": floor, "max_crashes": MAX_CRASHES}).rowcount

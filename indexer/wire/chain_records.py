@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from indexer.records import ADDRESS_LEN, MAX_PARTICIPANTS, NAME_LEN, STATUS_LEN
+from indexer.wire.errors import bounded
 from indexer.wire.normalize import NormalizeError, parse_u64
 
 
@@ -146,11 +148,15 @@ def epoch_params_record(epoch: int, group: Mapping[str, Any], params: Mapping[st
 def validation_weights(group: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     """participant → {weight, confirmation_weight} from the root group's ``validation_weights``."""
     out: dict[str, dict[str, int]] = {}
-    for w in group.get("validation_weights") or []:
+    weights = group.get("validation_weights") or []
+    if isinstance(weights, list) and len(weights) > MAX_PARTICIPANTS:  # each is read again, one request apiece
+        raise NormalizeError(f"validation_weights: {len(weights)} entries, more than the {MAX_PARTICIPANTS} allowed")
+    for w in weights:
         w = _obj(w, "validation_weights[]")
         addr = w.get("member_address")
         if not isinstance(addr, str) or not addr:
             raise NormalizeError("validation_weights[]: member_address missing")
+        bounded(addr, "validation_weights[].member_address", ADDRESS_LEN)
         row: dict[str, int] = {}
         for key in ("weight", "confirmation_weight"):
             if w.get(key) not in (None, ""):
@@ -206,15 +212,20 @@ def excluded_participants(data: Mapping[str, Any], epoch: int) -> dict[str, dict
     items = _obj(data, "excluded_participants").get("items") or []
     if not isinstance(items, list):
         raise NormalizeError("excluded_participants.items: expected an array")
+    if len(items) > MAX_PARTICIPANTS:
+        raise NormalizeError(f"excluded_participants.items: {len(items)} entries, more than the {MAX_PARTICIPANTS} "
+                             f"allowed")
     out: dict[str, dict[str, Any]] = {}
     for item in items:
         item = _obj(item, "excluded_participants.items[]")
         addr = item.get("address")
         if not isinstance(addr, str) or not addr:
             raise NormalizeError("excluded_participants.items[]: address missing")
+        bounded(addr, "excluded_participants.items[].address", ADDRESS_LEN)
         if item.get("epoch_index") not in (None, "") and parse_u64(item["epoch_index"], "epoch_index") != epoch:
             continue  # not this epoch's exclusion
-        row: dict[str, Any] = {"excluded_reason": str(item.get("reason") or "")}
+        row: dict[str, Any] = {"excluded_reason": bounded(str(item.get("reason") or ""),
+                                                          "excluded_participants.items[].reason", NAME_LEN)}
         height = _height(item.get("exclusion_block_height"), "exclusion_block_height")
         if height is not None:
             row["excluded_height"] = height
@@ -222,14 +233,39 @@ def excluded_participants(data: Mapping[str, Any], epoch: int) -> dict[str, dict
     return out
 
 
+# The inference module's enum ParticipantStatus by number (gonka-ai/gonka inference-chain/proto/inference/inference/
+# participant.proto @ fdb0cb5087ccb820e1909371f6ec3dbcb36d11cc): the REST gateway writes the names; a number is
+# mapped to its name, and a name or number not listed here is kept as the chain gave it (never refused).
+PARTICIPANT_STATUSES = {0: "UNSPECIFIED", 1: "ACTIVE", 2: "INACTIVE", 3: "INVALID", 4: "RAMPING"}
+
+
+def participant_status(data: Mapping[str, Any], address: str) -> str | None:
+    """``participant/{address}`` → its ``status`` as the chain names it; None when the answer carries none."""
+    p = _obj(_obj(data, "participant").get("participant"), "participant")
+    if p.get("address") not in (None, "", address):
+        raise NormalizeError(f"participant/{address}: answered for {str(p['address'])[:ADDRESS_LEN]}")
+    status = p.get("status")
+    if status is None or status == "":
+        return None
+    if isinstance(status, bool) or not isinstance(status, (int, str)):
+        raise NormalizeError(f"participant/{address}: status is not an enum name or number")
+    text = str(status).strip()
+    if text.isdigit():
+        text = PARTICIPANT_STATUSES.get(int(text), text)
+    return bounded(text, "participant.status", STATUS_LEN)
+
+
 def participant_epoch_records(epoch: int, weights: Mapping[str, Mapping[str, int]],
                               summaries: Mapping[str, Mapping[str, int]],
                               excluded: Mapping[str, Mapping[str, Any]],
-                              raw: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+                              raw: Mapping[str, int] | None = None,
+                              statuses: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One ``participant_epoch`` per participant named by any of the three sources, in address order; ``raw``:
-    the sub-groups' raw confirmation weights (:func:`raw_confirmation_weights`)."""
+    the sub-groups' raw confirmation weights (:func:`raw_confirmation_weights`); ``statuses``: participant →
+    {status, status_height} as read at the epoch's end."""
     out = []
     raw = raw or {}
+    statuses = statuses or {}
     for addr in sorted({*weights, *summaries, *excluded}):
         rec: dict[str, Any] = {"kind": "participant_epoch", "epoch_index": epoch, "participant": addr}
         rec.update(weights.get(addr, {}))
@@ -237,5 +273,6 @@ def participant_epoch_records(epoch: int, weights: Mapping[str, Mapping[str, int
             rec["raw_confirmation_weight"] = raw[addr]
         rec.update(summaries.get(addr, {}))
         rec.update(excluded.get(addr, {}))
+        rec.update(statuses.get(addr, {}))
         out.append(rec)
     return out

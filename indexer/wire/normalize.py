@@ -19,12 +19,10 @@ from typing import Any
 import orjson
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from indexer.records import ADDRESS_LEN, ARG_LEN, ARGS, MAX_SLOTS, NAME_LEN
 from indexer.wire.protobuf import UNKNOWN_KEY
+from indexer.wire.errors import NormalizeError, bounded
 from indexer.wire.schemas import schema_for
-
-
-class NormalizeError(ValueError):
-    """Input JSON or decoded data that cannot be mapped (wrong types, mixed escrows)."""
 
 
 TIMEOUT_REASONS = {1: "refused", 2: "execution"}  # TimeoutReason numbers -> the record's reason word
@@ -270,8 +268,8 @@ def model_snapshot_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
     rec: dict[str, Any] = {
         "kind": "model_snapshot",
         "epoch_index": parse_u64(group.get("epoch_index"), "epoch_index"),
-        "model_id": model_id,
-        "model_args": list(args),
+        "model_id": bounded(str(model_id), "model_id", NAME_LEN),
+        "model_args": bounded(list(args), "model_args", ARG_LEN, ARGS),
     }
     if snap.get("validation_threshold") is not None:
         rec["validation_threshold"] = parse_decimal(snap["validation_threshold"], "validation_threshold")
@@ -304,8 +302,8 @@ def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) 
         "kind": "escrow",
         "escrow_id": str(parse_u64(esc.get("id"), "id")),
         "epoch_index": parse_u64(esc.get("epoch_index"), "epoch_index"),
-        "model_id": esc.get("model_id") or "",
-        "slots": list(slots),
+        "model_id": bounded(esc.get("model_id") or "", "model_id", NAME_LEN),
+        "slots": bounded(list(slots), "slots", ADDRESS_LEN, MAX_SLOTS),
         # 0 / absent means "compiled default" (floor(group/2)); the replay applies that rule
         "vote_threshold_factor": _opt_u64(esc, "vote_threshold_factor") or 0,
     }
@@ -313,7 +311,8 @@ def escrow_record(data: Mapping[str, Any], protocol_version: str | None = None) 
     if creator not in (None, "") and not isinstance(creator, str):
         raise NormalizeError(f"creator: expected an address string, got {type(creator).__name__}")
     if creator:
-        rec["creator"] = creator  # who signs every diff (the user): the signed check recovers to it
+        # who signs every diff (the user): the signed check recovers to it
+        rec["creator"] = bounded(creator, "creator", ADDRESS_LEN)
     for key in ("validation_rate", "max_model_len", "amount", *_SESSION_CONFIG):
         value = _opt_u64(esc, key)
         # 0 is proto3's unset: "zero values fall back to compiled defaults" (devshard_escrow.proto), not a rate of 0

@@ -180,6 +180,7 @@ WITH steps AS (
          pe.missed_requests AS chain_missed, pe.invalidated_inferences AS chain_invalid,
          pe.validated_inferences AS chain_validated, pe.confirmation_weight, pe.weight, pe.excluded_reason,
          pe.excluded_height, pe.raw_confirmation_weight, pe.rewarded_coins AS chain_rewarded_coins,
+         pe.status AS participant_status,
          -- the downtime counts the settlement passes (total = inference_count + missed_requests); an excused
          -- miss becomes a completed inference, so the total stays and missed drops
          sl.escrows AS escrows_settled_late,

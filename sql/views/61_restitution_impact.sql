@@ -21,8 +21,11 @@ WITH pair AS (
   SELECT p.*, r.reward AS theoretical_epoch_reward, r.error AS reward_error, r.chain_error AS reward_chain_error,
          rw.reward_weight AS effective_weight, rw.weight_basis, rw.error AS effective_weight_error,
          -- in the list the chain caps (CalculateParticipantBitcoinRewardsWithTransfers): a validation weight > 0
-         -- and status ACTIVE, i.e. not excluded; a host that fails the downtime test is still in it
-         p.weight > 0 AND p.excluded_reason IS NULL AS in_cap_list,
+         -- and status ACTIVE: not excluded, and not of another status (INACTIVE, INVALID, RAMPING, …) as read at
+         -- the epoch's end; a status not read counts as ACTIVE (epoch_caps says when a read failed); a host that
+         -- fails the downtime test at settlement is still in it
+         p.weight > 0 AND p.excluded_reason IS NULL AND COALESCE(p.participant_status = 'ACTIVE', true)
+           AS in_cap_list,
          CASE WHEN p.weight IS NOT NULL AND p.total_weight IS NOT NULL AND r.reward IS NOT NULL
               THEN fn.reward_share(r.reward, greatest(p.weight, 0), p.total_weight) END AS reward_if_full_weight,
          (p.downtime_passes = false AND p.downtime_passes_without = true) AS downtime_flips,
@@ -35,6 +38,12 @@ WITH pair AS (
               ELSE (p.sprt_crossed = true AND p.sprt_crossed_without = false) END AS sprt_flips,
          p.sprt_crossed = false AND p.excluded_reason IS NOT DISTINCT FROM 'statistical_invalidations'
            AS exclusion_not_reproduced,
+         -- the chain had the host INACTIVE at the epoch's end (its in-epoch downtime SPRT, InactiveLLR, which the
+         -- indexer does not model: docs/chain-math.md), some of its misses are disputable, and the settlement's
+         -- downtime test does not flip: whether the disputable misses made it INACTIVE is unknown (NULL), not false
+         p.participant_status IS NOT DISTINCT FROM 'INACTIVE' AND p.disputable_missed > 0
+           AND (p.downtime_passes = false AND p.downtime_passes_without = true) IS NOT TRUE
+           AS inactive_not_reproduced,
          fn.chain_decimal(dp.delegation_params -> 'delegation_share') AS delegation_share
   FROM pair p
   LEFT JOIN rec.epoch_params dp ON dp.epoch_index = p.epoch_index
@@ -56,6 +65,8 @@ WITH pair AS (
   SELECT l.*, c.capped AS epoch_capped, c.cap AS epoch_cap, c.rule AS epoch_cap_rule,
          CASE WHEN x.error IS NOT NULL THEN 'the chain''s exclusions of the epoch were not read (excluded_participants: '
                 || left(x.error, 200) || '), so which hosts are ACTIVE, and the list the chain caps, is not known'
+              WHEN xs.error IS NOT NULL THEN 'a participant''s status at the epoch''s end was not read ('
+                || left(xs.error, 200) || '), so which hosts are ACTIVE, and the list the chain caps, is not known'
               WHEN l.cap_unknown_host IS NOT NULL THEN 'the effective weight of an ACTIVE host of the epoch is '
                 || 'unknown (' || l.cap_unknown_host || ')'
               WHEN l.captured_weight IS DISTINCT FROM t.total_weight THEN 'the captured hosts'' weights sum to '
@@ -67,6 +78,8 @@ WITH pair AS (
   LEFT JOIN rec.epoch_params t ON t.epoch_index = l.epoch_index
   LEFT JOIN LATERAL (SELECT f.error FROM net.snapshot_failure f WHERE f.epoch_index = l.epoch_index
                        AND f.what = 'excluded' ORDER BY f.source LIMIT 1) x ON true
+  LEFT JOIN LATERAL (SELECT f.error FROM net.snapshot_failure f WHERE f.epoch_index = l.epoch_index
+                       AND f.what = 'status' ORDER BY f.source LIMIT 1) xs ON true
   CROSS JOIN LATERAL fn.power_cap(l.cap_list, l.cap_chain_version) c
 ), capped AS (
   -- the cap on the list the host's reward is computed over: the epoch's, or for a host the chain excluded, the
@@ -101,9 +114,12 @@ WITH pair AS (
   SELECT q.*,
          -- a flip in either test decides; otherwise a test that could not be evaluated leaves the answer unknown
          CASE WHEN downtime_flips OR sprt_flips THEN true
-              WHEN downtime_flips IS NULL OR sprt_flips IS NULL THEN NULL
+              WHEN downtime_flips IS NULL OR sprt_flips IS NULL OR inactive_not_reproduced THEN NULL
               ELSE false END AS candidate,
          concat_ws('; ',
+           CASE WHEN inactive_not_reproduced THEN 'participant status: the chain had the host INACTIVE at the '
+             || 'epoch''s end (its in-epoch downtime test, InactiveLLR, which the indexer does not model), and '
+             || disputable_missed || ' of its misses are disputable: whether they made it INACTIVE is not shown' END,
            CASE WHEN downtime_flips IS NULL THEN 'downtime test: ' || COALESCE(downtime_null_reason,
              'not evaluable with or without the disputable penalties') END,
            CASE WHEN sprt_flips IS NULL AND exclusion_not_reproduced THEN 'invalidation SPRT: the chain excluded '
@@ -141,7 +157,7 @@ SELECT epoch_index, participant,
        downtime_passes, downtime_passes_without AS downtime_passes_without_disputable,
        sprt_max_llr, sprt_max_llr_without AS sprt_max_llr_without_disputable, sprt_threshold,
        sprt_crossed, sprt_crossed_without AS sprt_crossed_without_disputable,
-       excluded_reason, confirmation_weight, total_weight, theoretical_epoch_reward,
+       excluded_reason, participant_status, confirmation_weight, total_weight, theoretical_epoch_reward,
        reward_if_passed AS reward_at_stake,
        candidate AS restitution_candidate, weight_basis, reward_if_passed, amount AS restitution_amount,
        NULLIF(unknown_reason, '') AS unknown_reason, exclusion_not_reproduced,
@@ -237,7 +253,9 @@ SELECT epoch_index, participant,
                  'list', CASE WHEN in_cap_list THEN 'the effective weights of the epoch''s ACTIVE hosts (this one '
                    || 'included; a host that fails the downtime test is capped before it is zeroed)'
                    WHEN effective_weight > 0 THEN 'the effective weights of the epoch''s ACTIVE hosts plus this '
-                   || 'host''s, which the chain excluded: had it passed it would have been ACTIVE' END,
+                   || 'host''s, which the chain ' || CASE WHEN excluded_reason IS NOT NULL THEN 'excluded'
+                   ELSE 'had as ' || participant_status || ' at the epoch''s end' END
+                   || ': had it passed it would have been ACTIVE' END,
                  'cap', CASE WHEN power_cap_error IS NULL AND cap_applies THEN power_cap END,
                  'applies', CASE WHEN power_cap_error IS NULL THEN cap_applies END,
                  'rule', CASE WHEN power_cap_error IS NULL THEN cap_rule END,

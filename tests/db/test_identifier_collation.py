@@ -32,10 +32,23 @@ def _indexed_text(url: str) -> list[tuple]:
 
 
 def _apply_views(url: str) -> None:
+    """Today's api views and fn functions, those the schema at BEFORE can hold: an object that reads a column added
+    by a later migration is left out (the migration under test drops and re-creates whatever is there)."""
+    from sqlalchemy.exc import DBAPIError
+
+    from indexer.db.schema import replaceable_object_files
+
     engine = create_engine(sqlalchemy_url(url))
     try:
         with engine.begin() as conn:
-            migrate.apply_replaceable_objects(conn)
+            for schema in ("fn", "api"):
+                conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            for st in replaceable.statements(replaceable_object_files()):
+                try:
+                    with conn.begin_nested():
+                        conn.exec_driver_sql(st.text)
+                except DBAPIError:
+                    continue
     finally:
         engine.dispose()
 

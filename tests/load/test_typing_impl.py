@@ -58,7 +58,8 @@ def test_c_is_used_when_built_and_asked_for():
 
 _RECORDS = [r for r in generate(seed=11, escrows=2, inferences=12, epochs=1)]
 _BENT = st.one_of(st.none(), st.integers(-(2**64), 2**64), st.booleans(), st.text(max_size=4),
-                  st.sampled_from(["ab" * 32, "AB" * 32, "0", "07", "a\tb", "é", "x" * 129, "a\\b"]),
+                  st.sampled_from(["ab" * 32, "AB" * 32, "0", "07", "a\tb", "é", "x" * 129, "a\\b",
+                                   "m" * 257, "é" * 200, "f" * 513]),
                   st.floats(allow_nan=False, allow_infinity=False), st.just([1]), st.just({"a": 1}))
 
 

@@ -76,6 +76,18 @@ def test_a_healthz_object_is_a_failure_of_that_host(db_url, clean):
                _failures(db_url, f"%{ESCROW.slots[0]}%") + _failures(db_url, f"%/hosts/{FIRST}/%"))
 
 
+def test_a_healthz_version_name_past_its_bound_is_a_failure_of_that_host(db_url, clean):
+    """A name goes into the host's routes and into records: one of 100,000 characters is refused with the bound,
+    never requested or stored, and the next member serves the escrow."""
+    with hostile_devnet(SCN) as (net, proxy):
+        proxy.on(rf"^/hosts/{FIRST}/devshard/healthz$", json_answer([{"name": "v" * 100_000, "status": "ok"}]))
+        summary = _poll(db_url, net)
+    assert summary.escrows_failed == 0 and _captured(db_url) == clean
+    errors = [e for _, _, e, _ in _failures(db_url, f"%{ESCROW.slots[0]}%") + _failures(db_url, f"%/hosts/{FIRST}/%")]
+    assert any("the longest of 100000 characters: past the bounds (64 names of 256)" in e for e in errors)
+    assert all(len(e) < 2100 for e in errors)
+
+
 @pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
                                   b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\n"],
                          ids=["negative-length", "negative-chunk"])

@@ -67,7 +67,10 @@ def test_a_verifier_crash_keeps_no_digest_is_checked_again_and_alerts(db_url, co
         f"escrow {EID} (epoch 272) could not be verified: the verifier failed: IndexError: a verifier bug")
     monkeypatch.setattr(stage, "verify_bundle", real)
     mark_all_dirty(conn)
-    assert replay_dirty(conn).verified == 1  # no digest: checked again, though the evidence is the same
+    assert replay_dirty(conn).verified == 0  # the same evidence: it waits for its retry (retry_after)
+    conn.execute("UPDATE replay.escrow_verification SET retry_after = now() - interval '1 second'")
+    mark_all_dirty(conn)
+    assert replay_dirty(conn).verified == 1  # no digest: checked again once due, though the evidence is the same
     got = row(conn)
     assert (got["level"], got["failure"]) == ("settled", None) and got["evidence_digest"] is not None
     assert run_rule(conn, rule) == []

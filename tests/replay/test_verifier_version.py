@@ -10,7 +10,7 @@ from tests.support.verify_records import EID, records
 
 # every version with the source digest it was released with: a change to the checks' source fails the first test
 # until VERIFIER_VERSION is raised and the new digest pinned under it (never by re-pinning an old version)
-PINNED = {1: "3653d50da1ea4091", 2: "d784ee65f68d39b7"}
+PINNED = {1: "3653d50da1ea4091", 2: "d784ee65f68d39b7", 3: "55d5a8e8228f2ce9"}
 
 
 def test_the_version_is_raised_with_every_change_to_the_checks_source():
@@ -75,6 +75,17 @@ def test_a_row_of_a_newer_verifier_is_neither_marked_nor_rechecked_by_older_code
     assert vr.mark_stale_verifications(conn, vr.VERIFIER_VERSION + 2) == 1
 
 
+def _backoff_elapsed(conn) -> None:
+    """The crashed row's wait as if it had passed (the delays are minutes)."""
+    conn.execute("UPDATE replay.escrow_verification SET retry_after = now() - interval '1 second' "
+                 "WHERE retry_after IS NOT NULL")
+
+
+def _wait_seconds(conn) -> float | None:
+    return conn.execute("SELECT extract(epoch FROM retry_after - verified_at) FROM replay.escrow_verification "
+                        "WHERE escrow_id = %s", (EID,)).fetchone()[0]
+
+
 def test_a_crashed_row_is_retried_a_bounded_number_of_times_then_stays_failed(db_url, conn, tmp_path, monkeypatch):
     from indexer.replay import verification as stage
     from indexer.replay.run import replay_dirty
@@ -88,10 +99,12 @@ def test_a_crashed_row_is_retried_a_bounded_number_of_times_then_stays_failed(db
     _load(db_url, tmp_path)
     assert (_row(conn)["crashes"], _row(conn)["evidence_digest"]) == (1, None)
     for n in range(2, vr.MAX_CRASHES + 1):  # the escrow is final: only the crash marks it again
+        _backoff_elapsed(conn)
         assert replay_dirty(conn).verified == 1 and _row(conn)["crashes"] == n
     got = _row(conn)
     assert got["failure"] == (f"{stage.VERIFIER_FAILED}MemoryError: no room (crashed {vr.MAX_CRASHES} times in a "
                               f"row: not retried until its evidence or the verifier changes)")
+    assert got["retry_after"] is None
     assert replay_dirty(conn).verified == 0  # no more retries; the warning alert stays
     # a transient crash: the next pass checks the row again and it passes
     conn.execute("UPDATE replay.escrow_verification SET crashes = 1")
@@ -99,3 +112,43 @@ def test_a_crashed_row_is_retried_a_bounded_number_of_times_then_stays_failed(db
     assert replay_dirty(conn).verified == 1
     got = _row(conn)
     assert (got["level"], got["failure"], got["crashes"]) == ("settled", None, 0) and got["evidence_digest"]
+    assert (got["retry_after"], got["crash_digest"]) == (None, None)
+
+
+def test_a_crashed_row_waits_a_doubling_delay_before_each_retry(db_url, conn, tmp_path, monkeypatch):
+    """A verifier that raises on an escrow is not tried again on the next pass at once: it waits 5, 10, 20, 40
+    minutes (stored in retry_after, shown by api.escrow_verification), also when the escrow is replayed for another
+    reason with the same evidence."""
+    from indexer.replay import verification as stage
+    from indexer.replay.run import mark_all_dirty, replay_dirty
+
+    monkeypatch.setattr(stage, "verify_bundle", lambda bundle, recoveries=None, seen=None: 1 / 0)
+    _load(db_url, tmp_path)
+    waits = [_wait_seconds(conn)]
+    for n in range(2, vr.MAX_CRASHES):
+        assert vr.mark_stale_verifications(conn) == 0  # not due: not marked
+        mark_all_dirty(conn)
+        assert replay_dirty(conn).verified == 0 and _row(conn)["crashes"] == n - 1  # same evidence: it waits
+        _backoff_elapsed(conn)
+        assert replay_dirty(conn).verified == 1 and _row(conn)["crashes"] == n
+        waits.append(_wait_seconds(conn))
+    assert waits == [300, 600, 1200, 2400][:vr.MAX_CRASHES - 1]
+    shown = conn.execute("SELECT crashes, retry_after IS NOT NULL FROM api.escrow_verification WHERE escrow_id = %s",
+                         (EID,)).fetchone()
+    assert shown == (vr.MAX_CRASHES - 1, True)
+
+
+def test_a_crashed_row_with_new_evidence_is_checked_at_once(db_url, conn, tmp_path, monkeypatch):
+    from indexer.replay import verification as stage
+    from indexer.replay.run import mark_all_dirty, replay_dirty
+
+    monkeypatch.setattr(stage, "verify_bundle", lambda bundle, recoveries=None, seen=None: 1 / 0)
+    _load(db_url, tmp_path)
+    assert _row(conn)["crashes"] == 1 and _row(conn)["crash_digest"]
+    conn.execute("UPDATE replay.escrow_verification SET crash_digest = 'other evidence'")
+    mark_all_dirty(conn)
+    assert replay_dirty(conn).verified == 1 and _row(conn)["crashes"] == 2
+
+
+def test_the_retry_delays_double_and_stop_at_the_bound():
+    assert [vr.retry_delay(n) for n in range(0, vr.MAX_CRASHES + 2)] == [None, 300, 600, 1200, 2400, None, None]

@@ -211,3 +211,27 @@ def test_an_epoch_whose_exclusions_were_not_read_has_no_known_cap(db_url, tmp_pa
 def test_a_long_reason_is_cut_for_the_report():
     assert _clip("x" * 299) == "x" * 299
     assert _clip("y" * 400) == "y" * 299 + "…"
+
+
+def test_a_host_the_chain_had_as_inactive_is_not_in_the_list_and_is_added_back_had_it_passed(db_url, tmp_path, conn):
+    """The chain caps the weights of its ACTIVE hosts: a host whose status at the epoch's end was INACTIVE (the
+    downtime rule, during the epoch) is not in that list, though not excluded. The lights' list is then [100, 100,
+    100] (no cap), and the inactive host is priced as an excluded one is: the list with it added back, cap 128. A
+    status the indexer does not know is kept as given and is not ACTIVE either; a status not read counts as
+    ACTIVE."""
+    hosts = {f"gonka1light{k}": {"weight": 100, "status": "ACTIVE"} for k in range(3)}
+    hosts["gonka1idle"] = {"weight": 500, "status": "INACTIVE", "status_height": 6000}
+    load(db_url, tmp_path, _epoch(607, 800, hosts)
+         + _epoch(608, 800, {**hosts, "gonka1idle": {"weight": 500, "status": "SUSPENDED_FOR_TESTS"}})
+         + _epoch(609, 800, {**hosts, "gonka1idle": {"weight": 500}}), rules=False)
+    for epoch in (607, 608):
+        rows = _impact(conn, epoch)
+        idle = rows["gonka1idle"]
+        assert (idle["effective_weight"], idle["power_cap"], idle["reward_weight"]) == (500, 128, 128)
+        assert "which the chain had as " in idle["cap_evidence"]["list"]
+        assert all((rows[f"gonka1light{k}"]["power_cap"], rows[f"gonka1light{k}"]["reward_weight"]) == (None, 100)
+                   for k in range(3))
+    assert conn.execute("SELECT participant_status FROM api.restitution_impact WHERE epoch_index = 608 "
+                        "AND participant = 'gonka1idle'").fetchone()[0] == "SUSPENDED_FOR_TESTS"
+    rows = _impact(conn, 609)  # not read: ACTIVE, in the list [100, 100, 100, 500]: cap 128 for every host
+    assert (rows["gonka1idle"]["power_cap"], rows["gonka1light0"]["power_cap"]) == (128, 128)

@@ -371,3 +371,25 @@ def test_chain_exclusion_the_replay_does_not_reproduce_is_unknown(db_url, tmp_pa
     assert reason.startswith("invalidation SPRT: the chain excluded the host for statistical_invalidations but the "
                              "replayed test does not cross (max LLR ")
     assert "< H 4; without the disputable penalties " in reason
+
+
+def test_an_inactive_host_with_disputable_misses_is_undecided_not_cleared(db_url, tmp_path, conn):
+    """The chain had B INACTIVE at the epoch's end: its in-epoch downtime SPRT (not modelled) took it out of the
+    rewards. One of its misses is disputable and the settlement's downtime test passes with and without it, so
+    whether the disputable miss made B INACTIVE is unknown (NULL, with the reason), not "no restitution"; the same
+    host ACTIVE is cleared (false)."""
+    recs = []
+    for epoch, status in ((375, "INACTIVE"), (376, "ACTIVE")):
+        log = Log(f"95{epoch}", epoch=epoch)
+        iid = log.start(5, max_tokens=GOV + 1)
+        log.timeout(iid, "refused")
+        recs += [gov_snapshot(epoch=epoch), params(epoch), *log.records,
+                 summary(epoch, B, confirmation_weight=5000, inference_count=39, missed_requests=1, status=status)]
+        recs += [summary(epoch, f"gonka1other{k}", inference_count=10, missed_requests=0) for k in range(5)]
+    load(db_url, tmp_path, recs)
+    got = {e: one(conn, "SELECT disputable_missed, downtime_passes, downtime_passes_without_disputable, "
+                        "restitution_candidate, unknown_reason, participant_status FROM api.restitution_impact "
+                        "WHERE epoch_index = %s AND participant = %s", e, B) for e in (375, 376)}
+    assert got[375][:4] == (1, True, True, None) and got[375][5] == "INACTIVE"
+    assert got[375][4].startswith("participant status: the chain had the host INACTIVE at the epoch's end")
+    assert got[376][:5] == (1, True, True, False, None)

@@ -266,6 +266,22 @@ def _live_grants_standing_in(plan: Plan, names: list[str], extra: set[tuple], cl
     return out
 
 
+def _statuses_not_read(plan: Plan, cap, names: list[str], extra: set[tuple], clean: set[tuple]) -> set[tuple]:
+    """The rec.participant_epoch rows a clean run lacks, less those that are its rows with the status unknown: a cycle
+    that reaches the chain only after the node pruned the epoch's end height cannot read the status as of it, and
+    today's never stands in. Where some cycle read the epoch's parameters exactly (the end height was served), the
+    status was read too."""
+    k, status, height = names.index("epoch_index"), names.index("status"), names.index("status_height")
+    bare = {r[:status] + (None, None) + r[height + 1:] for r in clean}
+    out = set()
+    for r in extra:
+        if r[status] is not None or r not in bare:
+            out.add(r)
+        elif int(r[k]) in cap.exact_params:
+            _fail(plan, None, f"epoch {r[k]}: its end height was served, yet a participant's status is unknown: {r}")
+    return out
+
+
 def _verified_as_clean(plan: Plan, got: dict[str, set[tuple]], cols: dict[str, list[str]], full: set[str],
                        epoch_of: dict[str, int]) -> set[str]:
     """The captured escrows whose verification must be the clean run's: those of epochs where every participant's
@@ -328,6 +344,8 @@ def check_final(url: str, plan: Plan, clean: dict[str, set[tuple]], cols: dict[s
                 extra = {r for r in extra if not _open_epoch_row(r, names, clean[table], plan)}
             if table == "rec.warm_key":
                 extra = _live_grants_standing_in(plan, names, extra, clean[table])
+            if table == "rec.participant_epoch":
+                extra = _statuses_not_read(plan, cap, names, extra, clean[table])
             if extra:
                 near = sorted(r for r in clean[table] if r[k] in {e[k] for e in extra})
                 _fail(plan, None, f"{table} has rows a clean run does not: {sorted(extra)[:3]}; the clean run has "

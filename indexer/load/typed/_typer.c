@@ -37,6 +37,7 @@ typedef struct {
     Py_ssize_t name_len;
     int type;
     int required;
+    Py_ssize_t max_len;    /* a string's bound in bytes as written (0: none); past it the line is declined */
 } FieldSpec;
 
 typedef struct {
@@ -285,7 +286,9 @@ static int is_hex(const char *p, Py_ssize_t n) {
     return 1;
 }
 
-static int type_ok(int type, const Member *v) {
+static int type_ok(const FieldSpec *fs, const Member *v) {
+    int type = fs->type;
+    if (fs->max_len && v->vtype == V_STR && v->val_len > fs->max_len) return 0;
     switch (type) {
     case T_ID: return v->vtype == V_STR && v->val_len >= 1 && v->val_len <= 128;
     case T_U64: return v->vtype == V_NUM && !v->neg && v->mag <= MAX_I63;
@@ -343,7 +346,7 @@ static int take_line(const char *p, Py_ssize_t len, long long number, const char
             continue;
         }
         if (at[f]) return 0;  /* repeated */
-        if (!type_ok(ks->fields[f].type, &m[i])) return 0;
+        if (!type_ok(&ks->fields[f], &m[i])) return 0;
         at[f] = &m[i];
         hint = f + 1;
     }
@@ -574,7 +577,7 @@ static PyObject *configure(PyObject *self, PyObject *arg) {
         for (Py_ssize_t f = 0; f < nf; f++) {
             const char *fname; Py_ssize_t flen;
             FieldSpec *fs = &ks->fields[f];
-            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fseq, f), "s#ip", &fname, &flen, &fs->type, &fs->required)
+            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fseq, f), "s#ipn", &fname, &flen, &fs->type, &fs->required, &fs->max_len)
                 || flen >= (Py_ssize_t)sizeof fs->name) {
                 if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "field name too long");
                 Py_DECREF(fseq); Py_DECREF(seq); return NULL;

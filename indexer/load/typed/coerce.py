@@ -203,6 +203,22 @@ def c_obj(v, name):
     return _dumps(v)
 
 
+def within(v, name: str, max_len: int | None, max_items: int | None) -> None:
+    """Raise Invalid when a typed value is past its field's bound (indexer.records.BOUNDS): a string longer than
+    ``max_len`` characters, an array of more than ``max_items`` entries or with a longer string."""
+    if type(v) is str:
+        if max_len is not None and len(v) > max_len:
+            raise Invalid(f"field {name}: {len(v)} characters, more than the {max_len} allowed")
+        return
+    if type(v) is list:
+        if max_items is not None and len(v) > max_items:
+            raise Invalid(f"field {name}: {len(v)} entries, more than the {max_items} allowed")
+        if max_len is not None:
+            for i, item in enumerate(v):
+                if type(item) is str and len(item) > max_len:
+                    raise Invalid(f"field {name}[{i}]: {len(item)} characters, more than the {max_len} allowed")
+
+
 COERCERS = {ID: c_id, U64: c_u64, U64N: c_u64n, I64: c_i64, U32: c_u32, BOOL: c_bool, STR: c_str, HEX: c_hex,
             STRS: c_strs, VOTES: c_votes, REASON: c_reason, TS: c_ts,
             OBJ: c_obj}
@@ -215,6 +231,7 @@ class Coercer:
     def __init__(self, kind: Kind):
         self.kind = kind
         self.plan = [(f.name, COERCERS[f.type], f.required) for f in kind.fields]
+        self.bounds = {f.name: (f.max_len, f.max_items) for f in kind.fields if f.max_len or f.max_items}
         self.known = frozenset(["kind", *kind.columns])
 
     def __call__(self, obj: dict, exact: bool = False) -> tuple:
@@ -230,6 +247,8 @@ class Coercer:
                 row.append(None)
             else:
                 row.append(fn(v, name))
+                if name in self.bounds:
+                    within(v, name, *self.bounds[name])
         if obj.keys() <= self.known:
             row.append(None)
         else:

@@ -86,6 +86,10 @@ def _compile(kind: Kind, escape: bool = True, keyed: bool = False):
             cells.append("{NULL}")
             continue
         check = _CHECK[f.type].format(v=v)
+        if f.type in (STR, HEX) and f.max_len:  # past the bound: the general path names it (coerce.within)
+            check = f"({check} and len({v}) <= {f.max_len})"
+        if f.type == VOTES and f.max_items:
+            check = f"(type({v}) is list and len({v}) <= {f.max_items} and {check})"
         if f.type in DECIMAL_DIGITS and f.name not in kind.key and f.name not in kind.slot_fields:
             check = f"({check} or (type({v}) is str and DEC{DECIMAL_DIGITS[f.type]}({v})))"
         conds.append(check if f.required else f"({v} is None or {check})")

@@ -55,7 +55,8 @@ def _spec(name: str) -> tuple:
     assert len(kind.slot_fields) <= 1 and all(kind.field(k).type in (U32, U64) for k in kind.key[1:])
     refusal = ((at["input_tokens"], at["output_tokens"], at["response_payload"]) if name == "finish"
                else (-1, -1, -1))
-    return (name, tuple((f.name, _TYPE_CODES[f.type], f.required) for f in kind.fields),
+    # a string past its bound (in bytes here: at least its characters) is declined; the Python paths name it
+    return (name, tuple((f.name, _TYPE_CODES[f.type], f.required, f.max_len or 0) for f in kind.fields),
             at["escrow_id"], at[kind.key[1]], at[kind.key[2]] if len(kind.key) == 3 else -1,
             at[kind.slot_fields[0]] if kind.slot_fields else -1, refusal)
 

@@ -40,6 +40,8 @@ STRUCT_KINDS = ("start", "confirm_start", "finish", "validation", "validation_vo
 
 def _field_type(kind: Kind, f):
     typ = _TYPES[f.type]
+    if f.type in (STR, HEX) and f.max_len:  # past the bound: the general path names it (coerce.within)
+        typ = Annotated[str, msgspec.Meta(max_length=f.max_len)]
     if f.type in DECIMAL_DIGITS and f.name not in kind.key and f.name not in kind.slot_fields:
         # a canonical decimal string, as the fast path takes it
         typ = Union[typ, Annotated[str, msgspec.Meta(pattern=decimal_pattern(DECIMAL_DIGITS[f.type]))]]

@@ -12,6 +12,7 @@ import logging
 import time
 from typing import Any, Callable, Collection, Sequence
 
+from indexer.records import NAME_LEN
 from indexer.sources.gonka.http import Fetcher, FetchError
 from indexer.sources.gonka.rpcpayloads import (
     ERROR_HEADER, HTTP_SESSION_RETIRED, ConnectPayloads, PayloadShapeError, RpcNotServed, rpc_base,
@@ -23,6 +24,7 @@ from indexer.wire.schemas import version_key
 
 log = logging.getLogger(__name__)
 PAGE_NONCES = 64
+MAX_VERSIONS = 64  # protocol versions one host may name in healthz (a host runs one child per version)
 
 # which payload route a host speaks (DevshardHost.route): the HTTP GET route, Connect RPC after the HTTP route
 # answered 410 http_session_retired, or neither (retired, and no Connect service or no operator mode to attach with)
@@ -62,6 +64,11 @@ class DevshardHost:
                 raise FetchError(self.http.base_urls[0] + "/devshard/healthz",
                                  f"healthz: expected a JSON array, got a JSON {type(data).__name__}", transient=False)
             names = [v["name"] for v in data if isinstance(v, dict) and isinstance(v.get("name"), str) and v["name"]]
+            # a name goes into every route of the host and into records: bounded (indexer.records.BOUNDS)
+            if len(names) > MAX_VERSIONS or any(len(n) > NAME_LEN for n in names):
+                raise FetchError(self.http.base_urls[0] + "/devshard/healthz", f"healthz: {len(names)} names, the "
+                                 f"longest of {max(map(len, names))} characters: past the bounds ({MAX_VERSIONS} "
+                                 f"names of {NAME_LEN})", transient=False)
             if not names:
                 raise FetchError(self.http.base_urls[0] + "/devshard/healthz", "healthz: no protocol version named",
                                  transient=False)

@@ -15,7 +15,9 @@
   read at and ``params_exact = false``, and a later capture of an ended epoch replaces them where it can (an
   exact snapshot is never replaced by an inexact one: the load's upsert keeps it, indexer.load.statements);
 * once the epoch has ended: ``excluded_participants/E`` and ``epoch_performance_summary/E/{participant}`` for
-  every participant of the root group or of the exclusions: ``participant_epoch`` records; and each root-group
+  every participant of the root group or of the exclusions: ``participant_epoch`` records, with each one's
+  ``participant/{address}.status`` as of the end height, as the chain names it (a pruned height leaves it unknown:
+  the status changes within an epoch, so today's cannot stand in); and each root-group
   participant's warm keys (``grantees_by_message_type/{participant}/…MsgStartInference``): ``warm_key`` records,
   the keys its host signed the epoch's devshard messages with (what verification accepts besides the address).
   They are read as of the epoch's end height (``read_height``, ``read_exact = true``); once no node serves it
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
+from urllib.parse import quote
 
 from indexer.sources.gonka import identity
 from indexer.sources.gonka.chain import ChainRest, HeightPruned
@@ -45,7 +48,7 @@ READ_ERRORS = (FetchError, NormalizeError)
 @dataclass(frozen=True)
 class SnapshotFailure:
     epoch: int
-    what: str                     # 'root', 'model', 'params', 'excluded', 'participant', 'warm_keys'
+    what: str                     # 'root', 'model', 'params', 'excluded', 'participant', 'status', 'warm_keys'
     url: str
     error: str
     transient: bool
@@ -141,7 +144,7 @@ def capture_epoch(chain: ChainRest, epoch: int, *, ended: bool, mapper: Mapper =
             raw = cr.raw_confirmation_weights(sub_groups)
         except NormalizeError as exc:
             failed("model", exc, f"{root_url}?model_id=*")
-        out.records.extend(_participants(chain, epoch, weights, raw, mapper, failed, ok))
+        out.records.extend(_participants(chain, epoch, weights, raw, out.end_height, mapper, failed, ok))
         out.records.extend(_warm_keys(chain, epoch, sorted(weights), out.end_height, mapper, failed, ok))
     return out
 
@@ -220,7 +223,22 @@ def _epoch_params(chain: ChainRest, epoch: int, group, ended: bool, out: EpochCa
     return rec
 
 
-def _participants(chain: ChainRest, epoch: int, weights, raw, mapper: Mapper, failed, ok) -> list[dict]:
+def _status(chain: ChainRest, addr: str, at: int | None) -> dict:
+    """{status, status_height} of ``addr`` as of the epoch's end height ``at``; empty when that height is gone from
+    every node (the status changes within an epoch and is reset at the next one's start, so today's value cannot
+    stand in: unknown, not ACTIVE) or the epoch has no end height yet. Raises READ_ERRORS for a failed read."""
+    if at is None:
+        return {}
+    try:
+        data, served, _ = chain.get_at(f"/participant/{quote(addr, safe='')}", at)
+    except HeightPruned:
+        return {}
+    status = cr.participant_status(data, addr)
+    return {} if status is None else {"status": status, "status_height": served}
+
+
+def _participants(chain: ChainRest, epoch: int, weights, raw, at: int | None, mapper: Mapper, failed,
+                  ok) -> list[dict]:
     excluded: dict = {}
     try:
         excluded = cr.excluded_participants(chain.excluded_participants(epoch), epoch)
@@ -230,15 +248,24 @@ def _participants(chain: ChainRest, epoch: int, weights, raw, mapper: Mapper, fa
 
     def one(addr: str):
         try:
-            return addr, cr.performance_summary(chain.epoch_performance_summary(epoch, addr), epoch, addr), None
+            got = addr, cr.performance_summary(chain.epoch_performance_summary(epoch, addr), epoch, addr), None
         except READ_ERRORS as exc:
-            return addr, None, exc
+            got = addr, None, exc
+        try:
+            return (*got, _status(chain, addr, at), None)
+        except READ_ERRORS as exc:
+            return (*got, {}, exc)
 
-    summaries = {}
-    for addr, summary, exc in mapper(one, sorted({*weights, *excluded})):
+    summaries, statuses = {}, {}
+    for addr, summary, exc, status, status_exc in mapper(one, sorted({*weights, *excluded})):
         if exc is not None:
             failed("participant", exc, f"epoch_performance_summary/{epoch}/{addr}", participant=addr)
         else:
             ok("participant", addr)
             summaries[addr] = summary
-    return cr.participant_epoch_records(epoch, weights, summaries, excluded, raw)
+        if status_exc is not None:
+            failed("status", status_exc, f"participant/{addr}", participant=addr)
+        else:
+            ok("status", addr)
+            statuses[addr] = status
+    return cr.participant_epoch_records(epoch, weights, summaries, excluded, raw, statuses)

@@ -14,6 +14,7 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
+from indexer.records import URL_LEN
 from indexer.sources.gonka.fastclient import PermanentTransportError
 
 
@@ -29,6 +30,8 @@ def _shown(url: str) -> str:
 
 def check_host_url(url: str) -> str:
     """``url`` without a trailing slash if it can be a host's base URL, else :class:`UnsafeUrl`."""
+    if len(url) > URL_LEN:  # a peer's value: bounded before it is parsed, logged or fetched
+        raise UnsafeUrl(f"inference_url {_shown(url)!r}: {len(url)} characters, more than the {URL_LEN} allowed")
     parts = urlsplit(url)
     shown = _shown(url)
     if parts.scheme not in ("http", "https"):
