@@ -69,7 +69,19 @@ class DevshardHost:
         return self._versions
 
     def shard_detail(self, version: str, escrow_id: str) -> dict:
-        return self.http.get_json(f"/devshard/{version}/stats/shards/{escrow_id}")
+        """The shard detail of ``escrow_id``: its nonce (the log's tip) and host stats. An honest host names the
+        escrow it was asked for (``statsShardDetail`` sets ``EscrowID`` to the id of the route, gonka-ai/gonka
+        devshard/cmd/devshardd/session/stats.go @ 836162fc); an answer naming another escrow, or none, is a failure
+        of this host: its nonce and stats are another session's, and stored they would move this escrow's tip and
+        write host stats under whatever escrow id it names."""
+        path = f"/devshard/{version}/stats/shards/{escrow_id}"
+        data = self.http.get_json(path)
+        named = data.get("escrow_id") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or str(named) != str(escrow_id):
+            what = f"escrow {named}" if named is not None else "no escrow"
+            raise FetchError(self.http.base_urls[0] + path, f"shard detail: answers for {what}, asked for escrow "
+                             f"{escrow_id}", transient=False)
+        return data
 
     def diff_pages(self, version: str, escrow_id: str, ranges: Sequence[tuple[int, int]]) -> list[list | FetchError]:
         """The diff-log pages ``first..last`` of each range, pipelined on one connection (Fetcher.get_json_many):
