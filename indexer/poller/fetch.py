@@ -168,6 +168,21 @@ class EscrowFetcher:
             self.report_failure(f"escrow:{escrow_id}", exc.url, str(exc), True)
             return None
 
+    def _settled_tip(self, escrow_id: str, settled_tx: dict, tip: int | None, reporter: str | None) -> int | None:
+        """Where a settled escrow's log ends: the nonce its settlement names (the state a quorum of the group signed,
+        gonka-devshard.md §4.8), not the nonce one member's shard detail reports. A member reporting another nonce
+        would end the capture short of the settled log, marked final with its tail never read, or past it, never
+        complete: it is recorded against that member. A settlement without a nonce leaves the member's tip."""
+        named = settled_tx.get("nonce")
+        if named is None:
+            return tip
+        named = parse_u64(named, "nonce")
+        if tip is not None and tip != named and reporter is not None:
+            self.report_failure(f"host:{reporter}", f"escrow:{escrow_id}",
+                                f"shard detail of escrow {escrow_id} reports nonce {tip}, but its settlement names "
+                                f"nonce {named}: the log is read to the settlement's", False)
+        return named
+
     def _escrow(self, escrow_id: str, epoch: int) -> dict:
         """The chain's ``devshard_escrow/<id>`` from a node that puts it under ``epoch`` (the epoch whose creation
         events listed it): a node answering another epoch is recorded as failing and the next node is asked; if
@@ -201,9 +216,9 @@ class EscrowFetcher:
             version = versions[0]  # newest first
             group.version = version
 
-        detail = None
+        detail = reporter = None
         try:  # observability routes answer from the child the session is bound to, whatever version the URL names
-            detail, _ = group.call(lambda h: h.shard_detail(version, escrow_id))
+            detail, reporter = group.call(lambda h: h.shard_detail(version, escrow_id))
         except FetchError as exc:
             self.report_failure(f"escrow:{escrow_id}", exc.url, f"shard detail: {exc}", exc.transient)
             group.bad.clear()  # the log itself may still be served
@@ -216,6 +231,12 @@ class EscrowFetcher:
             esc["settled_height"] = settled_height
         settled = bool(esc.get("settled"))
         tip = parse_u64(detail["nonce"], "nonce") if detail and detail.get("nonce") is not None else None
+        settled_tx = None
+        if settled and settlement is not None and settlement.tx_hash:
+            # read before the log: the nonce it names ends the settled log, whatever one member's detail says
+            settled_tx = self._settlement_tx(escrow_id, settlement)
+            if settled_tx is not None:
+                tip = self._settled_tip(escrow_id, settled_tx, tip, reporter)
         if settled and tip is not None:
             # the settled session's nonce, which the settlement signs: the chain counts each slot's assigned
             # inferences up to it (devshardAssignedUpperBoundForSlot), an extra field like settled_height
@@ -265,13 +286,11 @@ class EscrowFetcher:
                 break
             emit(self._chunk(escrow_id, pending, nonce, False, diffs_n, txs_n, done, parts, untyped, awaited))
             pending, diffs_n, txs_n, parts, untyped, awaited = [], 0, 0, [], [], []
-        settled_tx = None
-        if complete:
-            if settled and settlement is not None and settlement.tx_hash:
-                settled_tx = self._settlement_tx(escrow_id, settlement)
-            extra = stats + ([settled_tx] if settled_tx else [])
-            untyped.extend(range(len(pending), len(pending) + len(extra)))
-            pending.extend(dumps_record_bytes(r) for r in extra)
+        # the host stats with the log's end; the settlement as soon as it is read (the chain's evidence, kept even
+        # while the hosts serve less of the log than it settled)
+        extra = (stats if complete else []) + ([settled_tx] if settled_tx else [])
+        untyped.extend(range(len(pending), len(pending) + len(extra)))
+        pending.extend(dumps_record_bytes(r) for r in extra)
         # a settled escrow whose settlement height or transaction is unknown is fetched again (cheaply: its log is
         # complete) until both are known: stored final without the height, it would keep its place out of the SPRT
         # order for good, and without the transaction its settled check could never be made; a transaction read

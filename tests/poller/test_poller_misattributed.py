@@ -71,3 +71,24 @@ def test_a_shard_detail_of_another_escrow_is_a_failure_of_that_member(db_url, cl
     said = _failures(db_url, f"host:{FIRST}")
     assert any(f"escrow {OTHER.escrow_id}" in e and f"asked for escrow {VICTIM.escrow_id}" in e for e in said), said
 
+
+@pytest.mark.parametrize("shift", [-3, 5], ids=["under", "over"])
+def test_a_member_misreporting_a_settled_escrow_s_nonce_does_not_decide_where_its_log_ends(db_url, clean, shift):
+    """The first member reports the settled victim's nonce 3 short of (or 5 past) the one its settlement names, and
+    serves the log as it is. The settlement (signed by a quorum of the group) decides where the log ends: short, the
+    escrow would be marked final with its tail never read; past, it would never be complete, and never final. The
+    log is read to the settlement's nonce, the member's claim recorded against it, and the rows are a clean run's."""
+    def detail(body, req):
+        body["nonce"] = int(body["nonce"]) + shift
+        return body
+
+    with hostile_devnet(SCN) as (net, proxy):
+        net.advance_epoch()
+        proxy.on(DETAIL, rewrite(detail))
+        summary = _poll(db_url, net)
+        assert proxy.hits[DETAIL] >= 1
+    assert summary.escrows_failed == 0
+    assert _state(db_url) == clean
+    said = _failures(db_url, f"host:{FIRST}")
+    want = f"reports nonce {VICTIM.last_nonce + shift}, but its settlement names nonce {VICTIM.last_nonce}"
+    assert any(want in e for e in said), said
