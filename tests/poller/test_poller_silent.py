@@ -1,0 +1,75 @@
+"""Hosts that accept connections and never answer (tests/support/hostile.py ``silent``): each costs the poller one
+request's attempts per cycle, like a host that trickles its answers costs one deadline, and is then skipped by every
+other escrow whose group holds it; a group none of whose members answers fails its escrow alone, in bounded time."""
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+from indexer.poller import poll_once
+from indexer.sources.gonka import RetryPolicy
+from tests.support.faultplan import scenario
+from tests.support.hostile import hostile_devnet, silent
+
+QUIET = dict(backoff_base=0.0002, backoff_max=0.002, timeout=0.5, attempts=2, deadline=5.0)
+SCN = scenario("a")
+
+
+def _poll(url: str, net, **kw):
+    return poll_once(url, net.chain_rest_url, net.rpc_url, policy=RetryPolicy(**QUIET), decode_workers=0,
+                     payload_workers=0, private_hosts=True, **kw)
+
+
+def _cursor(url: str, escrow_id: str) -> str | None:
+    with psycopg.connect(url) as c:
+        row = c.execute("SELECT cursor FROM net.cursor WHERE source = %s", (f"escrow:{escrow_id}",)).fetchone()
+    return row[0] if row else None
+
+
+def test_a_silent_member_costs_one_request_per_cycle(db_url):
+    """The member the second escrow asks first (a witness of the first) never answers: its first request times out
+    on each attempt, and then it is skipped, recorded, for the rest of the cycle; both escrows are captured."""
+    first, second = SCN.epochs[0].escrows[:2]
+    shared = second.slots[0]
+    assert shared in first.slots
+    name = SCN.hosts_by_address[shared].name
+    with hostile_devnet(SCN) as (net, proxy):
+        proxy.on(rf"^/hosts/{name}/", silent())
+        summary = _poll(db_url, net, escrow_workers=1)
+        asked = proxy.hits[rf"^/hosts/{name}/"]
+    assert summary.escrows_failed == 0
+    assert asked == QUIET["attempts"], asked
+    assert _cursor(db_url, first.escrow_id) == str(first.last_nonce)
+    assert _cursor(db_url, second.escrow_id) == str(second.last_nonce)
+    with psycopg.connect(db_url) as c:
+        rows = c.execute("SELECT url FROM net.failure WHERE source = %s AND error LIKE %s",
+                         (f"host:{shared}", "%skipped for the rest of the cycle%")).fetchall()
+    assert rows == [(f"escrow:{second.escrow_id}",)]
+
+
+def test_a_group_that_never_answers_fails_its_escrow_alone_in_bounded_time(db_url):
+    """Every member of the first escrow's group is silent: each costs one request's attempts, the escrow fails this
+    cycle (recorded on its ingest status), and every escrow whose group has an answering member is captured."""
+    victim = SCN.epochs[0].escrows[0]
+    names = [SCN.hosts_by_address[a].name for a in dict.fromkeys(victim.slots)]
+    others = [e for e in SCN.escrows.values() if e.epoch_index == victim.epoch_index and e is not victim
+              and set(e.slots) - set(victim.slots)]
+    with hostile_devnet(SCN) as (net, proxy):
+        for name in names:
+            proxy.on(rf"^/hosts/{name}/", silent())
+        t0 = time.monotonic()
+        summary = _poll(db_url, net, escrow_workers=1)  # one fetch thread: no two ask one member at once
+        elapsed = time.monotonic() - t0
+        asked = {name: proxy.hits[rf"^/hosts/{name}/"] for name in names}
+    assert summary.escrows_failed >= 1
+    assert all(n <= QUIET["attempts"] for n in asked.values()), asked
+    # one request's attempts per silent member, whichever escrow asked it (not one per escrow and member)
+    assert elapsed < len(names) * QUIET["attempts"] * QUIET["timeout"] + 30, elapsed
+    assert _cursor(db_url, victim.escrow_id) is None
+    for e in others:
+        assert _cursor(db_url, e.escrow_id) == str(e.last_nonce), e.escrow_id
+    with psycopg.connect(db_url) as c:
+        said = c.execute("SELECT last_error FROM api.ingest_status WHERE source = %s",
+                         (f"escrow:{victim.escrow_id}",)).fetchone()
+    assert said and "no member of the group answered" in said[0], said
