@@ -95,3 +95,25 @@ def test_with_every_node_behind_the_cycle_fails_before_it_writes(db_url, clean, 
         proxy.routes.clear()
         _poll(db_url, net)
     assert _stored(db_url) == clean
+
+
+def test_indexer_run_says_a_cycle_skipped_for_a_node_behind_in_one_line(db_url, monkeypatch, caplog):
+    """Under ``indexer run`` (the scheduled poll job), a cycle that met only nodes behind is one warning line, with
+    no traceback (nothing in the indexer to debug), and the job returns for the next cycle to ask again."""
+    from indexer.poller import schedule
+
+    jobs, failures = [], []
+    monkeypatch.setattr(schedule, "run_jobs", lambda given: jobs.extend(given))
+    with hostile_devnet(SCN) as (net, proxy):
+        net.advance_epoch()
+        _poll(db_url, net)
+        proxy.on(r"/chain-api/.*/epoch_info$", rewrite(_behind))
+        schedule.run_forever(db_url, [net.chain_rest_url], [net.rpc_url], on_failure=failures.append,
+                             policy=RetryPolicy(**FAST), decode_workers=0, payload_workers=0, private_hosts=True)
+        poll = next(fn for fn, _, job_id in jobs if job_id == "poll")
+        with caplog.at_level(logging.WARNING, logger="indexer.poller.schedule"):
+            poll()
+    said = [r for r in caplog.records if r.name == "indexer.poller.schedule"]
+    assert len(said) == 1 and said[0].exc_info is None
+    assert said[0].getMessage().startswith(f"poll cycle skipped: every chain node is behind epoch {SECOND}")
+    assert len(failures) == 1 and isinstance(failures[0], ChainBehind)
