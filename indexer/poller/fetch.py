@@ -123,7 +123,7 @@ class EscrowFetcher:
     def fetch(self, escrow_id: str, epoch: int, settlement: Settlement | None, after: int,
               emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone) -> None:
         """Fetch one escrow's metadata, log tail and host stats; hand chunks to ``emit``."""
-        data = self._escrow(escrow_id, epoch)
+        data = self._escrow(escrow_id, epoch, settlement)
         if data.get("found") is False:
             done.pruned = True  # the committing thread looks up what was stored of it
             return
@@ -183,26 +183,32 @@ class EscrowFetcher:
                                 f"nonce {named}: the log is read to the settlement's", False)
         return named
 
-    def _escrow(self, escrow_id: str, epoch: int) -> dict:
+    def _escrow(self, escrow_id: str, epoch: int, settlement: Settlement | None) -> dict:
         """The chain's ``devshard_escrow/<id>`` from a node that puts it under ``epoch`` (the epoch whose creation
-        events listed it): a node answering another epoch is recorded as failing and the next node is asked; if
-        every node does, the escrow fails this cycle (it would otherwise be stored under the wrong epoch)."""
+        events listed it) and, when the cycle's settlement search listed its settlement, shows it settled: a node
+        answering another epoch, or an escrow not yet settled (a node behind the one that answered the search,
+        whose record would take the stored escrow back to unsettled), is recorded as failing and the next node is
+        asked; if every node does, the escrow fails this cycle (a transient failure: the next cycle asks again)."""
         http = self.g.chain.http
-        said = None
+        why = ""
         for _ in range(len(http.base_urls)):
             data, node = self.g.chain.escrow_from(escrow_id)
             esc = data.get("escrow") if isinstance(data, dict) else None
             if data.get("found") is False or not isinstance(esc, dict):
                 return data
             said = esc.get("epoch_index")
-            if parse_u64(said, "epoch_index") == epoch:
+            if parse_u64(said, "epoch_index") != epoch:
+                why = f"epoch_index {said}, but epoch {epoch} listed its creation"
+            elif settlement is not None and esc.get("settled") is not True:
+                why = (f"not settled at this node, but tx_search lists its settlement at height {settlement.height} "
+                       f"(a node behind)")
+            else:
                 return data
-            self.report_failure("http", f"{node}{PREFIX}/devshard_escrow/{escrow_id}",
-                                f"escrow {escrow_id}: epoch_index {said}, but epoch {epoch} listed its creation",
+            self.report_failure("http", f"{node}{PREFIX}/devshard_escrow/{escrow_id}", f"escrow {escrow_id}: {why}",
                                 False)
             http.demote(node)  # the next read starts at another node
-        raise FetchError(f"escrow:{escrow_id}", f"every chain node puts escrow {escrow_id} under epoch {said}, "
-                         f"not {epoch} whose creation events listed it", transient=True)
+        raise FetchError(f"escrow:{escrow_id}", f"every chain node answers escrow {escrow_id} so: {why}",
+                         transient=True)
 
     def _escrow_log(self, escrow_id: str, epoch: int, version: str | None, after: int,
                     emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict,

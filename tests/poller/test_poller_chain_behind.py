@@ -117,3 +117,43 @@ def test_indexer_run_says_a_cycle_skipped_for_a_node_behind_in_one_line(db_url, 
     assert len(said) == 1 and said[0].exc_info is None
     assert said[0].getMessage().startswith(f"poll cycle skipped: every chain node is behind epoch {SECOND}")
     assert len(failures) == 1 and isinstance(failures[0], ChainBehind)
+
+
+@pytest.mark.parametrize("nodes", [2, 1])
+def test_a_node_answering_a_settled_escrow_as_not_yet_settled_is_failed_over(db_url, nodes):
+    """Within one epoch, node 0 lags a few blocks: the cycle's settlement search (RPC) lists the escrow settled, but
+    node 0's devshard_escrow still says settled false. Its stale record would take the stored escrow back to
+    unsettled (an amendment, a replay, the settled level gone until the next cycle); node 0 is recorded and node 1
+    read, and the stored escrow is unchanged. The escrow is fetched again here because its settlement transaction
+    was read over the REST only (the node's /tx keeps not finding it), so it is not final. With no other node, the
+    escrow fails this cycle (said on its ingest status) and is left as stored."""
+    victim = SCN.epochs[0].escrows[0].escrow_id
+    route = rf"^/nodes/0/chain-api/.*/devshard_escrow/{victim}$" if nodes > 1 else rf"/devshard_escrow/{victim}$"
+
+    def unsettled(data, req):
+        data["escrow"]["settled"] = False
+        return data
+
+    def stored():
+        with psycopg.connect(db_url) as c:
+            return c.execute("SELECT settled, revision FROM rec.escrow WHERE escrow_id = %s", (victim,)).fetchone()
+
+    with hostile_devnet(SCN) as (net, proxy):
+        net.app.options.lagging_rpc_txs = (victim,)
+        net.advance_epoch()
+        _poll(db_url, net, nodes=nodes)
+        before = stored()
+        assert before[0] is True
+        proxy.on(route, rewrite(unsettled))
+        summary = _poll(db_url, net, nodes=nodes)
+        assert proxy.hits[route] == 1
+    assert summary.escrows_failed == (nodes == 1)
+    assert stored() == before
+    with psycopg.connect(db_url) as c:
+        said = c.execute("SELECT url, error FROM net.failure WHERE error LIKE %s", (f"%escrow {victim}: not settled%",)
+                         ).fetchall()
+        status = c.execute("SELECT last_error FROM api.ingest_status WHERE source = %s", (f"escrow:{victim}",)
+                           ).fetchone()
+    assert len(said) == 1 and ("/nodes/0/chain-api/" in said[0][0] or nodes == 1), said
+    if nodes == 1:
+        assert status and f"every chain node answers escrow {victim} so: not settled at this node" in status[0]
