@@ -73,3 +73,36 @@ def test_a_group_that_never_answers_fails_its_escrow_alone_in_bounded_time(db_ur
         said = c.execute("SELECT last_error FROM api.ingest_status WHERE source = %s",
                          (f"escrow:{victim.escrow_id}",)).fetchone()
     assert said and "no member of the group answered" in said[0], said
+
+
+def test_a_member_silent_on_its_payload_route_costs_one_request_not_one_per_payload(db_url):
+    """The member that serves an escrow's log never answers its payload requests (pipelined, a batch of them on one
+    connection): the first request's attempts time out, and the rest of the batch is not sent again one by one
+    (each would cost its own attempts); the next member serves every payload."""
+    from indexer.devnet import Scenario, ScenarioConfig
+
+    scn = Scenario(ScenarioConfig(seed=11, epochs=2, escrows_per_epoch=4, inferences_per_escrow=30))
+    refusals: dict[str, dict[int, str]] = {}
+    for eid in scn.escrows:
+        for r in scn.tx_records(eid):
+            if r["kind"] == "finish" and r.get("response_payload") is not None and r["input_tokens"] == 0 \
+                    and r["output_tokens"] == 0:
+                refusals.setdefault(eid, {})[int(r["inference_id"])] = r["response_payload"]
+    victim = max(refusals, key=lambda e: len(refusals[e]))
+    assert len(refusals[victim]) >= 3
+    name = scn.hosts_by_address[scn.escrows[victim].slots[0]].name
+    route = rf"^/hosts/{name}/devshard/[^/]+/sessions/{victim}/payloads$"
+    with hostile_devnet(scn) as (net, proxy):
+        net.advance_to_last_epoch()
+        proxy.on(route, silent())
+        t0 = time.monotonic()
+        _poll(db_url, net, escrow_workers=1)
+        elapsed = time.monotonic() - t0
+        asked = proxy.hits[route]
+    assert asked <= QUIET["attempts"], asked
+    assert elapsed < len(refusals[victim]) * QUIET["attempts"] * QUIET["timeout"], elapsed
+    with psycopg.connect(db_url) as c:
+        stored = {int(i): p for i, p in c.execute(
+            "SELECT inference_id, response_payload FROM rec.finish_tx WHERE escrow_id = %s AND input_tokens = 0 "
+            "AND output_tokens = 0", (victim,))}
+    assert stored == refusals[victim]

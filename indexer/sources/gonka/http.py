@@ -183,6 +183,11 @@ class Fetcher:
             self.requests += sum(1 for f in firsts if f is not None)  # the unanswered are counted when sent again
         out: list[Any] = []
         for p, h, first in zip(params, headers, firsts):
+            if self.overran:  # the peer let a request run out of time: the rest are not sent one by one, each
+                # with its own attempts (a batch of N would cost N deadlines)
+                out.append(FetchError(base + path, "not asked: this peer let a request run out of time this cycle "
+                                      "(an answer past its deadline, or every attempt timed out)", transient=True))
+                continue
             try:
                 out.append(self.get_json_meta(path, p, h, permanent,
                                               first=None if first is None else (base, first))[0])
