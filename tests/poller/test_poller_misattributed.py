@@ -92,3 +92,21 @@ def test_a_member_misreporting_a_settled_escrow_s_nonce_does_not_decide_where_it
     said = _failures(db_url, f"host:{FIRST}")
     want = f"reports nonce {VICTIM.last_nonce + shift}, but its settlement names nonce {VICTIM.last_nonce}"
     assert any(want in e for e in said), said
+
+
+def test_a_diff_log_of_another_escrow_fails_the_signed_check_and_is_read_from_the_next_member(db_url, clean):
+    """The first member answers every diffs page of the victim with the other escrow's pages (same nonces, a real
+    log the user signed, for another escrow id): the user signed each diff over its own escrow's id, so the check
+    fails, the member is skipped (recorded), and the victim's log is read from the next member."""
+    route = rf"^/hosts/{FIRST_NAME}/devshard/[^/]+/sessions/{VICTIM.escrow_id}/diffs$"
+    with hostile_devnet(SCN) as (net, proxy):
+        net.advance_epoch()
+        proxy.on(route, rewrite(lambda data, req: data, target=lambda t: t.replace(
+            f"/hosts/{FIRST_NAME}/", f"/hosts/{OTHER_HOST}/").replace(f"/sessions/{VICTIM.escrow_id}/",
+                                                                         f"/sessions/{OTHER.escrow_id}/")))
+        summary = _poll(db_url, net)
+        assert proxy.hits[route] >= 1
+    assert summary.escrows_failed == 0
+    assert _state(db_url) == clean
+    said = _failures(db_url, f"host:{FIRST}")
+    assert any(f"escrow {VICTIM.escrow_id}" in e and "signed check failed" in e for e in said), said

@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 
 import psycopg
+import pytest
 
 from indexer.poller import poll_once
 from indexer.sources.gonka import RetryPolicy
 from tests.support.faultplan import scenario
-from tests.support.hostile import hostile_devnet, silent
+from tests.support.hostile import hostile_devnet, raw, silent
 
 QUIET = dict(backoff_base=0.0002, backoff_max=0.002, timeout=0.5, attempts=2, deadline=5.0)
 SCN = scenario("a")
@@ -106,3 +107,33 @@ def test_a_member_silent_on_its_payload_route_costs_one_request_not_one_per_payl
             "SELECT inference_id, response_payload FROM rec.finish_tx WHERE escrow_id = %s AND input_tokens = 0 "
             "AND output_tokens = 0", (victim,))}
     assert stored == refusals[victim]
+
+
+@pytest.mark.parametrize("where", ["host", "chain"])
+def test_a_peer_dropping_the_connection_mid_answer_is_retried_then_failed_over(db_url, where):
+    """A 200 whose Content-Length promises more than is sent before the connection closes, on every attempt: the
+    member asked first for the escrow's diffs (or chain node 0, for the escrow's record) fails after its attempts,
+    recorded, and the next member (node) serves it; nothing half-read is stored."""
+    escrow = SCN.epochs[0].escrows[0]
+    cut = raw(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+              b'[{"nonce": 1, "entry": ')
+    if where == "host":
+        route = rf"^/hosts/{SCN.hosts_by_address[escrow.slots[0]].name}/devshard/[^/]+/sessions/\d+/diffs$"
+    else:
+        route = rf"^/nodes/0/chain-api/.*/devshard_escrow/{escrow.escrow_id}$"
+    with hostile_devnet(SCN) as (net, proxy):
+        proxy.on(route, cut)
+        nodes = 2 if where == "chain" else 1
+        summary = poll_once(db_url, net.chain_rest_urls(nodes) if nodes > 1 else net.chain_rest_url,
+                            net.rpc_urls(nodes) if nodes > 1 else net.rpc_url, policy=RetryPolicy(**QUIET),
+                            decode_workers=0, payload_workers=0, private_hosts=True)
+        asked = proxy.hits[route]
+    assert summary.escrows_failed == 0
+    assert asked == QUIET["attempts"], asked
+    for e in SCN.epochs[0].escrows:
+        assert _cursor(db_url, e.escrow_id) == str(e.last_nonce)
+    with psycopg.connect(db_url) as c:
+        said = c.execute("SELECT url, error FROM net.failure WHERE url LIKE %s",
+                         ("%/devshard_escrow/%" if where == "chain" else "%/diffs%",)).fetchall()
+    assert len(said) == QUIET["attempts"] and all("RemoteProtocolError" in e or "incomplete" in e.lower()
+                                                  for _, e in said), said
