@@ -121,7 +121,7 @@ class Poller:
 
     def cycle(self) -> PollSummary:
         states = self.store.epoch_states()
-        info = self.epochs.current(max(states, default=None))  # a node behind the stored epochs is not read
+        info = self.epochs.current(states)  # a node behind the stored epochs is not read
         now = current_epoch(info)
         s = self.summary
         s.epoch = now

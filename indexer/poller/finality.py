@@ -97,18 +97,22 @@ class Epochs:
                 self.summary.epoch_states[epoch] = "final"
                 self.release(epoch)
 
-    def current(self, seen: int | None) -> dict:
-        """``epoch_info`` from a node that is not behind ``seen`` (the newest epoch with a stored state). A node whose
-        current epoch is older is recorded (``net.failure``, naming it) and asked last from then on: read as the
-        chain's present, its epoch would take the newer epochs' states back (an ended epoch ``open`` again, its
-        stable stats forgotten) and its stale answers would amend what newer blocks settled. With every node
-        behind, :class:`ChainBehind` ends the cycle before anything is read or written."""
+    def current(self, states: dict[int, str]) -> dict:
+        """``epoch_info`` from a node that is not behind the stored epochs (``states``: epoch → stored state). A node
+        whose current epoch has a stored state while a newer epoch has one too is behind (a node still syncing, a
+        load balancer's lagging node): read as the chain's present, its epoch would be ``open`` again, its stable
+        stats forgotten, and its stale answers would amend what newer blocks settled. It is recorded
+        (``net.failure``, naming it) and asked last from then on; with every node behind, :class:`ChainBehind` ends
+        the cycle before anything is read or written. An epoch the database has no state for is not judged: the
+        database may hold another network's epochs (a demo's devnet in the embedded database), and nothing stored
+        is taken back by it."""
+        seen = max(states, default=None)
         http = self.g.chain.http
         said = []
         for _ in range(len(http.base_urls)):
             info, node = self.g.chain.epoch_info_from()
             now = current_epoch(info)
-            if seen is None or now >= seen:
+            if seen is None or now >= seen or now not in states:
                 return info
             url = f"{node}{PREFIX}/epoch_info"
             http.distrust(node, FetchError(url, f"node behind: its current epoch is {now}, but epoch {seen} is "

@@ -157,3 +157,16 @@ def test_a_node_answering_a_settled_escrow_as_not_yet_settled_is_failed_over(db_
     assert len(said) == 1 and ("/nodes/0/chain-api/" in said[0][0] or nodes == 1), said
     if nodes == 1:
         assert status and f"every chain node answers escrow {victim} so: not settled at this node" in status[0]
+
+
+def test_epochs_of_another_network_in_the_database_do_not_make_a_node_behind(db_url):
+    """The database holds newer epochs the chain has never had (here: states planted far past the devnet's, as a
+    demo's devnet epochs stand in the embedded database a user then points at a real network): a node whose
+    current epoch has no stored state is not judged behind, and the cycle runs as usual."""
+    with psycopg.connect(db_url) as c:
+        c.execute("INSERT INTO net.epoch_state (epoch_index, state) VALUES (%s, 'open')", (SECOND + 100,))
+    with hostile_devnet(SCN) as (net, _):
+        summary = _poll(db_url, net)
+    assert summary.epoch == FIRST and summary.escrows == len(SCN.epochs[0].escrows)
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT count(*) FROM net.failure WHERE error LIKE 'node behind%%'").fetchone()[0] == 0
