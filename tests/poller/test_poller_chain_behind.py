@@ -170,3 +170,4 @@ def test_epochs_of_another_network_in_the_database_do_not_make_a_node_behind(db_
     assert summary.epoch == FIRST and summary.escrows == len(SCN.epochs[0].escrows)
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM net.failure WHERE error LIKE 'node behind%%'").fetchone()[0] == 0
+
