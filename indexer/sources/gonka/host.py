@@ -69,18 +69,16 @@ class DevshardHost:
         return self._versions
 
     def shard_detail(self, version: str, escrow_id: str) -> dict:
-        """The shard detail of ``escrow_id``: its nonce (the log's tip) and host stats. An honest host names the
-        escrow it was asked for (``statsShardDetail`` sets ``EscrowID`` to the id of the route, gonka-ai/gonka
-        devshard/cmd/devshardd/session/stats.go @ 836162fc); an answer naming another escrow, or none, is a failure
-        of this host: its nonce and stats are another session's, and stored they would move this escrow's tip and
-        write host stats under whatever escrow id it names."""
+        """The detail of ``escrow_id``: its nonce (the log's tip) and host stats. An honest host names the escrow asked
+        for (``EscrowID`` is the route's id, gonka-ai/gonka devshard/cmd/devshardd/session/stats.go @ 836162fc); one
+        naming another escrow, or none, fails here: its nonce and stats are another session's."""
         path = f"/devshard/{version}/stats/shards/{escrow_id}"
         data = self.http.get_json(path)
         named = data.get("escrow_id") if isinstance(data, dict) else None
-        if not isinstance(data, dict) or str(named) != str(escrow_id):
-            what = f"escrow {named}" if named is not None else "no escrow"
-            raise FetchError(self.http.base_urls[0] + path, f"shard detail: answers for {what}, asked for escrow "
-                             f"{escrow_id}", transient=False)
+        if named is None or str(named) != str(escrow_id):
+            raise FetchError(self.http.base_urls[0] + path, f"shard detail: answers for "
+                             f"{'no escrow' if named is None else f'escrow {named}'}, asked for escrow {escrow_id}",
+                             transient=False)
         return data
 
     def diff_pages(self, version: str, escrow_id: str, ranges: Sequence[tuple[int, int]]) -> list[list | FetchError]:
@@ -147,7 +145,6 @@ class DevshardHost:
                 out.append(PayloadShapeError(f"{self.http.base_urls[0]}{path}?inference_id={iid}",
                                              f"payload response: {exc}", status=200, transient=False))
         return out
-
 
     def payload_url(self, version: str, escrow_id: str, inference_id: int) -> str:
         """Where this host serves one payload, over the route it speaks (for failure rows naming the source)."""
