@@ -110,3 +110,28 @@ def test_a_diff_log_of_another_escrow_fails_the_signed_check_and_is_read_from_th
     assert _state(db_url) == clean
     said = _failures(db_url, f"host:{FIRST}")
     assert any(f"escrow {VICTIM.escrow_id}" in e and "signed check failed" in e for e in said), said
+
+
+@pytest.mark.parametrize("nonce", [str((1 << 64) - 1), str(1 << 63), "-1", "many"])
+def test_a_shard_detail_with_a_nonce_no_log_can_reach_is_a_failure_of_that_member(db_url, nonce):
+    """The first member reports an open escrow's nonce as a u64 past what any log (and a bigint column) can reach,
+    or as no unsigned integer at all: the member fails, recorded, and the detail is read from the next one. Taken,
+    the first would have failed the whole cycle when the watchdog stored it, the others the escrow, on every
+    cycle."""
+    def detail(body, req):
+        body["nonce"] = nonce
+        return body
+
+    with hostile_devnet(SCN) as (net, proxy):
+        proxy.on(DETAIL, rewrite(detail))
+        summary = _poll(db_url, net)
+        assert proxy.hits[DETAIL] >= 1
+    assert summary.escrows_failed == 0
+    with psycopg.connect(db_url) as c:
+        cursor = c.execute("SELECT cursor FROM net.cursor WHERE source = %s", (f"escrow:{VICTIM.escrow_id}",)
+                           ).fetchone()
+        progress = c.execute("SELECT source_position FROM net.progress WHERE source = %s",
+                             (f"escrow:{VICTIM.escrow_id}",)).fetchone()
+    assert cursor == (str(VICTIM.last_nonce),) and progress == (VICTIM.last_nonce,)
+    said = _failures(db_url, f"host:{FIRST}")
+    assert any("shard detail: nonce" in e for e in said), said
