@@ -222,12 +222,13 @@ class EscrowFetcher:
             version = versions[0]  # newest first
             group.version = version
 
-        detail = reporter = None
+        detail = reporter = unread = None
         try:  # observability routes answer from the child the session is bound to, whatever version the URL names
             detail, reporter = group.call(lambda h: h.shard_detail(version, escrow_id))
         except FetchError as exc:
             self.report_failure(f"escrow:{escrow_id}", exc.url, f"shard detail: {exc}", exc.transient)
             group.bad.clear()  # the log itself may still be served
+            unread = exc
         if guessed and detail:
             version = group.version = bound_version(detail, version)
         # a version without a wire table is recorded against this escrow and host, never decoded with another table
@@ -305,6 +306,10 @@ class EscrowFetcher:
                  and is_final(settled_tx))
         emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done, parts, untyped, awaited))
         done.nonce, done.final = nonce, final
+        if settled and unread is not None:
+            # what was read is committed (the chunk above); the escrow is failing all the same until a member gives
+            # its final host stats, also when its log was whole already and no page had to be asked
+            raise FetchError(f"escrow:{escrow_id}", f"host stats not read: {unread}", transient=unread.transient)
 
     @staticmethod
     def _chunk(escrow_id: str, lines: list[bytes], nonce: int, final: bool, diffs: int, txs: int,

@@ -137,3 +137,23 @@ def test_a_peer_dropping_the_connection_mid_answer_is_retried_then_failed_over(d
                          ("%/devshard_escrow/%" if where == "chain" else "%/diffs%",)).fetchall()
     assert len(said) == QUIET["attempts"] and all("RemoteProtocolError" in e or "incomplete" in e.lower()
                                                   for _, e in said), said
+
+
+def test_a_settled_escrow_whose_whole_log_is_stored_and_whose_group_is_down_is_failing(db_url):
+    """The escrow's log is stored whole up to its settlement's nonce, but it is not final (its settlement was read
+    over the REST only); then its whole group is down. Nothing of the log is left to ask, but its final host stats
+    cannot be read either: the escrow fails this cycle, said on its ingest status, as when its pages cannot be
+    read."""
+    victim = SCN.epochs[0].escrows[0]
+    with hostile_devnet(SCN) as (net, _):
+        net.app.options.lagging_rpc_txs = (victim.escrow_id,)
+        net.advance_epoch()
+        _poll(db_url, net)
+        assert _cursor(db_url, victim.escrow_id) == str(victim.last_nonce)
+        net.faults.down_hosts = set(victim.slots)
+        summary = _poll(db_url, net)
+    assert summary.escrows_failed == 1
+    with psycopg.connect(db_url) as c:
+        said = c.execute("SELECT last_error FROM api.ingest_status WHERE source = %s",
+                         (f"escrow:{victim.escrow_id}",)).fetchone()
+    assert said and said[0].startswith("host stats not read: no member of the group answered"), said
