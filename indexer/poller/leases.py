@@ -211,7 +211,7 @@ class Leases:
         self.touch()
         with self._lock:
             row = self._execute(_TAKE, {"r": resource, "h": self.holder, "s": self.seconds,
-                                             "since": self.since}).fetchone()
+                                        "since": self.since}).fetchone()
             if row is not None:
                 self.held.add(resource)
                 if row[0] is not None:
