@@ -120,7 +120,8 @@ class Poller:
             self._decoders.shutdown(wait=True)
 
     def cycle(self) -> PollSummary:
-        info = self.g.chain.epoch_info()
+        states = self.store.epoch_states()
+        info = self.epochs.current(states)  # a node behind the stored epochs is not read
         now = current_epoch(info)
         s = self.summary
         s.epoch = now
@@ -128,7 +129,6 @@ class Poller:
         if self._upgrades_asked != now:  # unknown upgrade heights: asked again when a new epoch starts
             resolve_upgrade_heights(self.g.chain, self.store.conn, self.store.fail)
             self._upgrades_asked = now
-        states = self.store.epoch_states()
         self.epochs.prune(now, states)
         todo = []
         for epoch in s.epochs:

@@ -123,7 +123,7 @@ class EscrowFetcher:
     def fetch(self, escrow_id: str, epoch: int, settlement: Settlement | None, after: int,
               emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone) -> None:
         """Fetch one escrow's metadata, log tail and host stats; hand chunks to ``emit``."""
-        data = self._escrow(escrow_id, epoch)
+        data = self._escrow(escrow_id, epoch, settlement)
         if data.get("found") is False:
             done.pruned = True  # the committing thread looks up what was stored of it
             return
@@ -168,26 +168,47 @@ class EscrowFetcher:
             self.report_failure(f"escrow:{escrow_id}", exc.url, str(exc), True)
             return None
 
-    def _escrow(self, escrow_id: str, epoch: int) -> dict:
+    def _settled_tip(self, escrow_id: str, settled_tx: dict, tip: int | None, reporter: str | None) -> int | None:
+        """Where a settled escrow's log ends: the nonce its settlement names (the state a quorum of the group signed,
+        gonka-devshard.md §4.8), not the nonce one member's shard detail reports. A member reporting another nonce
+        would end the capture short of the settled log, marked final with its tail never read, or past it, never
+        complete: it is recorded against that member. A settlement without a nonce leaves the member's tip."""
+        named = settled_tx.get("nonce")
+        if named is None:
+            return tip
+        named = parse_u64(named, "nonce")
+        if tip is not None and tip != named and reporter is not None:
+            self.report_failure(f"host:{reporter}", f"escrow:{escrow_id}",
+                                f"shard detail of escrow {escrow_id} reports nonce {tip}, but its settlement names "
+                                f"nonce {named}: the log is read to the settlement's", False)
+        return named
+
+    def _escrow(self, escrow_id: str, epoch: int, settlement: Settlement | None) -> dict:
         """The chain's ``devshard_escrow/<id>`` from a node that puts it under ``epoch`` (the epoch whose creation
-        events listed it): a node answering another epoch is recorded as failing and the next node is asked; if
-        every node does, the escrow fails this cycle (it would otherwise be stored under the wrong epoch)."""
+        events listed it) and, when the cycle's settlement search listed its settlement, shows it settled: a node
+        answering another epoch, or an escrow not yet settled (a node behind the one that answered the search,
+        whose record would take the stored escrow back to unsettled), is recorded as failing and the next node is
+        asked; if every node does, the escrow fails this cycle (a transient failure: the next cycle asks again)."""
         http = self.g.chain.http
-        said = None
+        why = ""
         for _ in range(len(http.base_urls)):
             data, node = self.g.chain.escrow_from(escrow_id)
             esc = data.get("escrow") if isinstance(data, dict) else None
             if data.get("found") is False or not isinstance(esc, dict):
                 return data
             said = esc.get("epoch_index")
-            if parse_u64(said, "epoch_index") == epoch:
+            if parse_u64(said, "epoch_index") != epoch:
+                why = f"epoch_index {said}, but epoch {epoch} listed its creation"
+            elif settlement is not None and esc.get("settled") is not True:
+                why = (f"not settled at this node, but tx_search lists its settlement at height {settlement.height} "
+                       f"(a node behind)")
+            else:
                 return data
-            self.report_failure("http", f"{node}{PREFIX}/devshard_escrow/{escrow_id}",
-                                f"escrow {escrow_id}: epoch_index {said}, but epoch {epoch} listed its creation",
+            self.report_failure("http", f"{node}{PREFIX}/devshard_escrow/{escrow_id}", f"escrow {escrow_id}: {why}",
                                 False)
             http.demote(node)  # the next read starts at another node
-        raise FetchError(f"escrow:{escrow_id}", f"every chain node puts escrow {escrow_id} under epoch {said}, "
-                         f"not {epoch} whose creation events listed it", transient=True)
+        raise FetchError(f"escrow:{escrow_id}", f"every chain node answers escrow {escrow_id} so: {why}",
+                         transient=True)
 
     def _escrow_log(self, escrow_id: str, epoch: int, version: str | None, after: int,
                     emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict,
@@ -201,12 +222,13 @@ class EscrowFetcher:
             version = versions[0]  # newest first
             group.version = version
 
-        detail = None
+        detail = reporter = unread = None
         try:  # observability routes answer from the child the session is bound to, whatever version the URL names
-            detail, _ = group.call(lambda h: h.shard_detail(version, escrow_id))
+            detail, reporter = group.call(lambda h: h.shard_detail(version, escrow_id))
         except FetchError as exc:
             self.report_failure(f"escrow:{escrow_id}", exc.url, f"shard detail: {exc}", exc.transient)
             group.bad.clear()  # the log itself may still be served
+            unread = exc
         if guessed and detail:
             version = group.version = bound_version(detail, version)
         # a version without a wire table is recorded against this escrow and host, never decoded with another table
@@ -216,6 +238,12 @@ class EscrowFetcher:
             esc["settled_height"] = settled_height
         settled = bool(esc.get("settled"))
         tip = parse_u64(detail["nonce"], "nonce") if detail and detail.get("nonce") is not None else None
+        settled_tx = None
+        if settled and settlement is not None and settlement.tx_hash:
+            # read before the log: the nonce it names ends the settled log, whatever one member's detail says
+            settled_tx = self._settlement_tx(escrow_id, settlement)
+            if settled_tx is not None:
+                tip = self._settled_tip(escrow_id, settled_tx, tip, reporter)
         if settled and tip is not None:
             # the settled session's nonce, which the settlement signs: the chain counts each slot's assigned
             # inferences up to it (devshardAssignedUpperBoundForSlot), an extra field like settled_height
@@ -265,13 +293,11 @@ class EscrowFetcher:
                 break
             emit(self._chunk(escrow_id, pending, nonce, False, diffs_n, txs_n, done, parts, untyped, awaited))
             pending, diffs_n, txs_n, parts, untyped, awaited = [], 0, 0, [], [], []
-        settled_tx = None
-        if complete:
-            if settled and settlement is not None and settlement.tx_hash:
-                settled_tx = self._settlement_tx(escrow_id, settlement)
-            extra = stats + ([settled_tx] if settled_tx else [])
-            untyped.extend(range(len(pending), len(pending) + len(extra)))
-            pending.extend(dumps_record_bytes(r) for r in extra)
+        # the host stats with the log's end; the settlement as soon as it is read (the chain's evidence, kept even
+        # while the hosts serve less of the log than it settled)
+        extra = (stats if complete else []) + ([settled_tx] if settled_tx else [])
+        untyped.extend(range(len(pending), len(pending) + len(extra)))
+        pending.extend(dumps_record_bytes(r) for r in extra)
         # a settled escrow whose settlement height or transaction is unknown is fetched again (cheaply: its log is
         # complete) until both are known: stored final without the height, it would keep its place out of the SPRT
         # order for good, and without the transaction its settled check could never be made; a transaction read
@@ -280,6 +306,10 @@ class EscrowFetcher:
                  and is_final(settled_tx))
         emit(self._chunk(escrow_id, pending, nonce, final, diffs_n, txs_n, done, parts, untyped, awaited))
         done.nonce, done.final = nonce, final
+        if settled and unread is not None:
+            # what was read is committed (the chunk above); the escrow is failing all the same until a member gives
+            # its final host stats, also when its log was whole already and no page had to be asked
+            raise FetchError(f"escrow:{escrow_id}", f"host stats not read: {unread}", transient=unread.transient)
 
     @staticmethod
     def _chunk(escrow_id: str, lines: list[bytes], nonce: int, final: bool, diffs: int, txs: int,

@@ -34,11 +34,19 @@ from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError, Gonka
 from indexer.sources.gonka.snapshots import EpochCapture, capture_epoch
 from indexer.wire.chain_records import epoch_info_parts
-from indexer.wire.normalize import NormalizeError, dumps_record_bytes, epoch_record, host_epoch_stats_record
+from indexer.sources.gonka.chain import PREFIX
+from indexer.wire.normalize import (NormalizeError, current_epoch, dumps_record_bytes, epoch_record,
+                                    host_epoch_stats_record)
 
 log = logging.getLogger(__name__)
 
 PRUNING_WINDOW = 2            # DevshardPruningThreshold: the chain keeps the current epoch and the two before
+
+
+class ChainBehind(FetchError):
+    """Every chain node reports a current epoch before the newest one the database has a state for: nodes still
+    syncing, or a load balancer's lagging node. Nothing is read from them this cycle, which fails (a transient
+    failure on ``chain``); the next cycle asks again."""
 
 
 class Epochs:
@@ -88,6 +96,31 @@ class Epochs:
                 self.store.error(f"epoch:{epoch}", msg)
                 self.summary.epoch_states[epoch] = "final"
                 self.release(epoch)
+
+    def current(self, states: dict[int, str]) -> dict:
+        """``epoch_info`` from a node that is not behind the stored epochs (``states``: epoch → stored state). A node
+        whose current epoch has a stored state while a newer epoch has one too is behind (a node still syncing, a
+        load balancer's lagging node): read as the chain's present, its epoch would be ``open`` again, its stable
+        stats forgotten, and its stale answers would amend what newer blocks settled. It is recorded
+        (``net.failure``, naming it) and asked last from then on; with every node behind, :class:`ChainBehind` ends
+        the cycle before anything is read or written. An epoch the database has no state for is not judged: the
+        database may hold another network's epochs (a demo's devnet in the embedded database), and nothing stored
+        is taken back by it."""
+        seen = max(states, default=None)
+        http = self.g.chain.http
+        said = []
+        for _ in range(len(http.base_urls)):
+            info, node = self.g.chain.epoch_info_from()
+            now = current_epoch(info)
+            if seen is None or now >= seen or now not in states:
+                return info
+            url = f"{node}{PREFIX}/epoch_info"
+            http.distrust(node, FetchError(url, f"node behind: its current epoch is {now}, but epoch {seen} is "
+                                                f"stored already (a node still syncing, or a lagging node behind a "
+                                                f"load balancer): not read this cycle", transient=True))
+            said.append(f"{url}: epoch {now}")
+        raise ChainBehind("chain", f"every chain node is behind epoch {seen}, the newest the database has a state "
+                                   f"for ({'; '.join(said)}): nothing is read from them this cycle", transient=True)
 
     # -- the epoch:<E> lease (several pollers) ----------------------------------------------------------
     def take(self, epoch: int) -> bool:

@@ -148,28 +148,51 @@ class Leases:
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Leases":
-        self._conn = psycopg.connect(self.url, autocommit=True)
-        # taken and released per escrow, a few hundred commits a cycle: none waits for the WAL flush. A server
-        # crash can lose only the last commits, in order (indexer.db.durability); the cycle's end flushes them all
-        # (Store.finish_cycle)
-        commit_without_flush_wait(self._conn)
+        self._conn = self._connect()
         self.since = self._conn.execute("SELECT now()").fetchone()[0]
         self._heartbeat = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
         self._heartbeat.start()
         return self
 
+    def _connect(self) -> psycopg.Connection:
+        # bounded: a server that cannot be reached fails the statement (or the release at close) instead of hanging
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        # taken and released per escrow, a few hundred commits a cycle: none waits for the WAL flush. A server
+        # crash can lose only the last commits, in order (indexer.db.durability); the cycle's end flushes them all
+        # (Store.finish_cycle)
+        commit_without_flush_wait(conn)
+        return conn
+
+    def _execute(self, query: str, params) -> psycopg.Cursor:
+        """``query`` on the lease connection (the caller holds ``_lock``). A connection the database dropped (a
+        restart, an idle-session timeout, a proxy in between) is opened again once and the statement run again:
+        each statement here is one autocommit statement that comes out the same when run twice (a take by the
+        same holder, a read, a release), so a drop never costs the cycle. A second failure is raised."""
+        try:
+            return self._conn.execute(query, params)
+        except psycopg.OperationalError as exc:
+            if not self._conn.broken:
+                raise
+            log.warning("lease connection lost (%s): opening it again", str(exc).splitlines()[0] if str(exc) else
+                        type(exc).__name__)
+            self._conn.close()
+            self._conn = self._connect()
+            return self._conn.execute(query, params)
+
     def close(self, *, failed: bool = False) -> None:
         """Release what is held (a cycle that ended normally), or abandon it (a failed cycle: others take over
-        without waiting for the expiry). A dropped connection leaves the leases to expire."""
+        without waiting for the expiry). A database that cannot be reached leaves the leases to expire."""
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join()
         try:
-            if self._conn is not None and not self._conn.broken and self.held:
+            if self._conn is not None and self.held:
                 with self._lock:
-                    self._conn.execute(_ABANDON if failed else _RELEASE, {"r": sorted(self.held), "h": self.holder})
+                    self._execute(_ABANDON if failed else _RELEASE, {"r": sorted(self.held), "h": self.holder})
                     with self._held:
                         self.held.clear()
+        except psycopg.OperationalError as exc:
+            log.warning("leases of %s not given back (%s): they expire", self.holder, exc)
         finally:
             if self._conn is not None:
                 self._conn.close()
@@ -191,8 +214,8 @@ class Leases:
     def take(self, resource: str) -> Take:
         self.touch()
         with self._lock:
-            row = self._conn.execute(_TAKE, {"r": resource, "h": self.holder, "s": self.seconds,
-                                             "since": self.since}).fetchone()
+            row = self._execute(_TAKE, {"r": resource, "h": self.holder, "s": self.seconds,
+                                        "since": self.since}).fetchone()
             if row is not None:
                 with self._held:
                     self.held.add(resource)
@@ -200,7 +223,7 @@ class Leases:
                     self.takeovers.append((resource, row[0]))
                     log.warning("lease %s taken over from %s (expired)", resource, row[0])
                 return Take("taken", taken_from=row[0])
-            status = self._conn.execute(_STATUS, {"r": [resource], "since": self.since}).fetchone()
+            status = self._execute(_STATUS, {"r": [resource], "since": self.since}).fetchone()
         if status is None or status[2] == "free":  # freed between the two statements: look again later
             return Take("held", holder=status[1] if status else None)
         return Take(status[2], holder=status[1])
@@ -209,7 +232,7 @@ class Leases:
         """resource → 'done', 'free' or 'held' (see :data:`_STATUS`)."""
         self.touch()
         with self._lock:
-            rows = self._conn.execute(_STATUS, {"r": sorted(resources), "since": self.since}).fetchall()
+            rows = self._execute(_STATUS, {"r": sorted(resources), "since": self.since}).fetchall()
         return {resource: state for resource, _, state in rows}
 
     def release(self, resources: Iterable[str]) -> None:
@@ -217,7 +240,7 @@ class Leases:
         with self._lock:
             mine = sorted(set(resources) & self.held)
             if mine:
-                self._conn.execute(_RELEASE, {"r": mine, "h": self.holder})
+                self._execute(_RELEASE, {"r": mine, "h": self.holder})
                 with self._held:
                     self.held.difference_update(mine)
 
@@ -225,7 +248,7 @@ class Leases:
         """The escrow's committed cursor and whether it is final, read after taking its lease (the cycle's own
         listing may be older than another poller's commits)."""
         with self._lock:
-            rows = dict(self._conn.execute(_ESCROW_CURSORS, ([f"escrow:{escrow_id}", f"escrow-final:{escrow_id}"],))
+            rows = dict(self._execute(_ESCROW_CURSORS, ([f"escrow:{escrow_id}", f"escrow-final:{escrow_id}"],))
                         .fetchall())
         return int(rows.get(f"escrow:{escrow_id}") or 0), f"escrow-final:{escrow_id}" in rows
 

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 from indexer.db.url import first_line, is_unreachable
 from indexer.poller.cycle import PollSummary, poll_once
+from indexer.poller.finality import ChainBehind
 from indexer.interval_jobs import Job, run_jobs
 from indexer.poller.leases import LeaseLost
 
@@ -50,6 +51,8 @@ def run_forever(url: str, chain_urls: Sequence[str], rpc_urls: Sequence[str], *,
             if state["lost"]:
                 log.warning("poll cycle failed: the database is unreachable (%s); retrying in %.0f s",
                             first_line(exc), interval)
+            elif isinstance(exc, ChainBehind):  # the chain's state, not a fault of ours: one line, no traceback
+                log.warning("poll cycle skipped: %s; retrying in %.0f s", first_line(exc), interval)
             else:
                 log.exception("poll cycle failed")
             if on_failure:

@@ -117,6 +117,27 @@ def trickle(data: bytes, every: float) -> Behaviour:
     return Trickle(data, every)
 
 
+class Silent:
+    """No answer at all: the request is read and the connection kept open, unanswered, until the client hangs up or
+    the server stops (a host that accepts connections and never answers)."""
+
+    def __call__(self, req: Request, conn: Peer) -> bool:
+        conn.sock.settimeout(0.1)  # to look at the stop event between reads; the client decides when to hang up
+        while not conn.stop.is_set():
+            try:
+                if not conn.sock.recv(65536):
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+        return False
+
+
+def silent() -> Behaviour:
+    return Silent()
+
+
 def rewrite(fn: Callable[[Any, Request], Any], target: Callable[[str], str] | None = None) -> Behaviour:
     """The upstream's answer with its JSON replaced by ``fn(json, request)`` (status and height header kept);
     ``target``: what the upstream is asked instead of the request target."""

@@ -82,9 +82,10 @@ class Gonka:
         if isinstance(host, FetchError):
             raise host
         if host is not None and host.http.overran:
-            # one deadline per cycle is all a host that trickles its answers may cost: not asked again this cycle
+            # one deadline per cycle is all a host that trickles its answers, or never answers, may cost: not asked
+            # again this cycle
             raise FetchError(host.http.base_urls[0], "skipped for the rest of the cycle: an answer outran its "
-                             "deadline", transient=True)
+                             "deadline, or every attempt of a request timed out", transient=True)
         return host
 
     def _vetted(self, address: str, fetcher: Fetcher) -> FetchError | None:

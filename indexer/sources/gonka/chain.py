@@ -136,6 +136,10 @@ class ChainRest:
         """``QueryEpochInfoResponse {block_height, params (the whole module Params), latest_epoch}``."""
         return self._get("/epoch_info")
 
+    def epoch_info_from(self) -> tuple[dict, str]:
+        """:meth:`epoch_info` and the base URL of the node that answered it (a caller that judges the answer)."""
+        return self.http.get_json_from(PREFIX + "/epoch_info")
+
     def applied_plan(self, name: str) -> dict:
         """cosmos-sdk x/upgrade ``QueryAppliedPlanRequest``: ``{"height": "<block the plan was applied at>"}``,
         "0" while the plan has not been applied."""

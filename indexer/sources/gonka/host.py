@@ -76,7 +76,22 @@ class DevshardHost:
         return self._versions
 
     def shard_detail(self, version: str, escrow_id: str) -> dict:
-        return self.http.get_json(f"/devshard/{version}/stats/shards/{escrow_id}")
+        """The detail of ``escrow_id``: its nonce (the log's tip) and host stats. An honest host names the escrow asked
+        for (``EscrowID`` is the route's id, gonka-ai/gonka devshard/cmd/devshardd/session/stats.go @ 836162fc); one
+        naming another escrow, or none, fails here: its nonce and stats are another session's; so does a nonce no
+        log reaches (not an integer in 0..2^63 - 1, what the nonces stored beside it hold)."""
+        path = f"/devshard/{version}/stats/shards/{escrow_id}"
+        data = self.http.get_json(path)
+        named = data.get("escrow_id") if isinstance(data, dict) else None
+        nonce = data.get("nonce") if isinstance(data, dict) else None
+        if named is None or str(named) != str(escrow_id):
+            why = f"answers for {'no escrow' if named is None else f'escrow {named}'}, asked for escrow {escrow_id}"
+        elif nonce is not None and not (isinstance(nonce, (int, str)) and not isinstance(nonce, bool)
+                                        and str(nonce).isascii() and str(nonce).isdigit() and int(nonce) < 1 << 63):
+            why = f"nonce {str(nonce)[:40]!r} is no log's nonce (an integer in 0..2^63 - 1)"
+        else:
+            return data
+        raise FetchError(self.http.base_urls[0] + path, f"shard detail: {why}", transient=False)
 
     def diff_pages(self, version: str, escrow_id: str, ranges: Sequence[tuple[int, int]]) -> list[list | FetchError]:
         """The diff-log pages ``first..last`` of each range, pipelined on one connection (Fetcher.get_json_many):
@@ -142,7 +157,6 @@ class DevshardHost:
                 out.append(PayloadShapeError(f"{self.http.base_urls[0]}{path}?inference_id={iid}",
                                              f"payload response: {exc}", status=200, transient=False))
         return out
-
 
     def payload_url(self, version: str, escrow_id: str, inference_id: int) -> str:
         """Where this host serves one payload, over the route it speaks (for failure rows naming the source)."""

@@ -130,7 +130,8 @@ class Fetcher:
         self.client = client or httpx.Client(timeout=self.policy.timeout)
         self.on_response, self.on_failure, self.name = on_response, on_failure, name
         self.requests = 0
-        self.overran = False  # an answer outran its deadline (a peer trickling bytes): see Gonka.host
+        self.overran = False  # an answer outran its deadline (a peer trickling bytes), or every attempt of a
+                              # request timed out (a peer that never answers): see Gonka.host
 
     def close(self) -> None:
         if self._own_client:
@@ -182,6 +183,11 @@ class Fetcher:
             self.requests += sum(1 for f in firsts if f is not None)  # the unanswered are counted when sent again
         out: list[Any] = []
         for p, h, first in zip(params, headers, firsts):
+            if self.overran:  # the peer let a request run out of time: the rest are not sent one by one, each
+                # with its own attempts (a batch of N would cost N deadlines)
+                out.append(FetchError(base + path, "not asked: this peer let a request run out of time this cycle "
+                                      "(an answer past its deadline, or every attempt timed out)", transient=True))
+                continue
             try:
                 out.append(self.get_json_meta(path, p, h, permanent,
                                               first=None if first is None else (base, first))[0])
@@ -269,6 +275,7 @@ class Fetcher:
         attempts = policy.attempts if attempts is None else attempts
         headers = self._authorized(base, headers)
         last: FetchError | None = None
+        timeouts = 0  # attempts that ended with no answer within the read timeout
         for attempt in range(attempts):
             wait = None
             try:
@@ -291,6 +298,7 @@ class Fetcher:
                 raise err from None
             except httpx.HTTPError as exc:  # timeouts, refused connections, broken keep-alive
                 last = FetchError(url, f"{type(exc).__name__}: {exc}", transient=True)
+                timeouts += isinstance(exc, httpx.TimeoutException)
             else:
                 shown = str(resp.url)
                 if resp.status_code == 200:
@@ -324,6 +332,9 @@ class Fetcher:
             if attempt + 1 < attempts:
                 policy.sleep(min(policy.retry_after_max, wait) if wait is not None else policy.backoff(attempt))
         assert last is not None
+        # a peer that let every attempt time out (it takes connections and never answers) has cost a deadline's
+        # worth already: like one that trickled past its deadline, it is not asked again this cycle (Gonka.host)
+        self.overran = self.overran or timeouts == attempts
         raise last
 
     def _authorized(self, base: str, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
