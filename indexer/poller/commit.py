@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from indexer.poller.awaited import remember
 from indexer.poller.decode import DecodeWorkerLost
-from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher, Settlement
+from indexer.poller.fetch import Cancelled, Chunk, EscrowDone, EscrowFetcher
+from indexer.poller.settled import Settlement
 from indexer.poller.leases import Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError

@@ -16,7 +16,7 @@ Per escrow, the diff log is read from the ``escrow:<id>`` cursor (last ingested 
 last state root checked against a second host. An escrow whose settled log is complete, and whose settlement
 height is known, gets an ``escrow-final:<id>`` cursor and is not fetched again. The settlements are read once at
 the cycle's start; an escrow that settles after that read (escrows settle all through an epoch) has its own
-settlement looked up when it is fetched (:meth:`indexer.poller.fetch.EscrowFetcher._settlement`), and stays not
+settlement looked up when it is fetched (:meth:`indexer.poller.settled.SettledReads._settlement`), and stays not
 final, fetched again next cycle, while that finds nothing. What is lost and what is recorded when a source is down for
 longer than the pruning window: see :mod:`indexer.poller`.
 

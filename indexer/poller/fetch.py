@@ -27,11 +27,11 @@ from indexer.load.prepare import prepare_batch
 from indexer.poller.awaited import Awaited
 from indexer.poller.decode import DecodePool, Decoded, LogRejected, decode_entries
 from indexer.poller.payloads import Asked, FailureReport, ask_members
+from indexer.poller.settled import Settlement, SettledReads
 from indexer.sources.gonka import FetchError, Gonka, HostGroup
 from indexer.sources.gonka.chain import PREFIX
 from indexer.sources.gonka.host import PAGE_NONCES
-from indexer.sources.gonka.settlements import is_final, read_settlement
-from indexer.wire.rpc import TxEvent
+from indexer.sources.gonka.settlements import is_final
 from indexer.wire.normalize import (NormalizeError, dumps_record_bytes, escrow_record, host_stats_records,
                                     parse_u64)
 from indexer.wire.schemas import SCHEMAS, schema_for
@@ -71,25 +71,6 @@ class EscrowDone:
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (member, why): logs that failed the signed check
 
 
-@dataclass(frozen=True)
-class Settlement:
-    """What an escrow's settlement event says (tx_search): its protocol version, the height it settled at and the
-    transaction that settled it. The height orders settlements, which is the order the chain applies each escrow's
-    results to its hosts' SPRT; the transaction carries what the settled check needs (a ``settlement`` record)."""
-    version: str
-    height: int | None
-    tx_hash: str = ""
-
-
-def settlements_from(events: list[TxEvent]) -> dict[str, Settlement]:
-    """escrow_id → its settlement, from ``devshard_escrow_settled`` events (tx_search): the protocol version of
-    ``state_root_and_protocol_version`` and the tx height."""
-    out = {}
-    for ev in events:
-        v = ev.attributes.get("state_root_and_protocol_version", "")
-        if ev.attributes.get("escrow_id") and v.startswith("v"):
-            out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height, ev.tx_hash)
-    return out
 
 
 def bound_version(detail: dict, guess: str) -> str:
@@ -109,7 +90,7 @@ class Cancelled(Exception):
     """The cycle is stopping: a fetch thread abandons its escrow (its committed cursor is where the rerun resumes)."""
 
 
-class EscrowFetcher:
+class EscrowFetcher(SettledReads):
     def __init__(self, gonka: Gonka, report_failure: FailureReport, *, validator: str, fetch_payloads: bool,
                  payload_pool: Executor | None, decoders: DecodePool | None, payload_concurrency: int = 1) -> None:
         self.g = gonka
@@ -123,7 +104,7 @@ class EscrowFetcher:
     def fetch(self, escrow_id: str, epoch: int, settlement: Settlement | None, after: int,
               emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone) -> None:
         """Fetch one escrow's metadata, log tail and host stats; hand chunks to ``emit``."""
-        data = self._escrow(escrow_id, epoch, settlement)
+        data, url = self._escrow(escrow_id, epoch, settlement)
         if data.get("found") is False:
             done.pruned = True  # the committing thread looks up what was stored of it
             return
@@ -137,53 +118,13 @@ class EscrowFetcher:
                           on_skip=lambda a, r, t: self.report_failure(f"host:{a}", f"escrow:{escrow_id}", r, t),
                           full_decode=False)
         try:
-            self._escrow_log(escrow_id, epoch, version, after, emit, done, data, group, settlement)
+            self._escrow_log(escrow_id, epoch, version, after, emit, done, data, url, group, settlement)
         finally:
             done.t_fetch += group.t_fetch
             done.t_decode += group.t_decode
 
-    def _settlement(self, escrow_id: str) -> Settlement | None:
-        """The settlement of an escrow the chain reports settled although the cycle's settlement search (read at
-        the cycle's start) did not list it: it settled since, as escrows do all through an epoch. Its own search;
-        None (said in net.failure) when that fails or finds nothing yet. An escrow settled without a known height
-        is not final (:meth:`_escrow_log`): its height orders the restitution's SPRT steps."""
-        try:
-            found = settlements_from(self.g.rpc.escrow_settled(escrow_id)).get(escrow_id)
-        except (FetchError, NormalizeError) as exc:
-            self.report_failure(f"escrow:{escrow_id}", getattr(exc, "url", "") or "tx_search",
-                                f"settlement height unknown: {exc}", getattr(exc, "transient", True))
-            return None
-        if found is None:
-            self.report_failure(f"escrow:{escrow_id}", "tx_search", "settled on chain, but tx_search has no "
-                                "settlement event for it yet: not final until its height is known", True)
-        return found
 
-    def _settlement_tx(self, escrow_id: str, settlement: Settlement) -> dict | None:
-        """The escrow's ``settlement`` record, read from its transaction (:mod:`indexer.sources.gonka.settlements`);
-        None (said in net.failure, with both reasons) while no node serves it: the escrow then stays pending and the
-        next cycle reads again, until it is read or the chain prunes the escrow (then it is recorded as lost)."""
-        try:
-            return read_settlement(self.g.rpc, self.g.chain, escrow_id, settlement.tx_hash, settlement.height)
-        except FetchError as exc:
-            self.report_failure(f"escrow:{escrow_id}", exc.url, str(exc), True)
-            return None
-
-    def _settled_tip(self, escrow_id: str, settled_tx: dict, tip: int | None, reporter: str | None) -> int | None:
-        """Where a settled escrow's log ends: the nonce its settlement names (the state a quorum of the group signed,
-        gonka-devshard.md §4.8), not the nonce one member's shard detail reports. A member reporting another nonce
-        would end the capture short of the settled log, marked final with its tail never read, or past it, never
-        complete: it is recorded against that member. A settlement without a nonce leaves the member's tip."""
-        named = settled_tx.get("nonce")
-        if named is None:
-            return tip
-        named = parse_u64(named, "nonce")
-        if tip is not None and tip != named and reporter is not None:
-            self.report_failure(f"host:{reporter}", f"escrow:{escrow_id}",
-                                f"shard detail of escrow {escrow_id} reports nonce {tip}, but its settlement names "
-                                f"nonce {named}: the log is read to the settlement's", False)
-        return named
-
-    def _escrow(self, escrow_id: str, epoch: int, settlement: Settlement | None) -> dict:
+    def _escrow(self, escrow_id: str, epoch: int, settlement: Settlement | None) -> tuple[dict, str]:
         """The chain's ``devshard_escrow/<id>`` from a node that puts it under ``epoch`` (the epoch whose creation
         events listed it) and, when the cycle's settlement search listed its settlement, shows it settled: a node
         answering another epoch, or an escrow not yet settled (a node behind the one that answered the search,
@@ -194,8 +135,9 @@ class EscrowFetcher:
         for _ in range(len(http.base_urls)):
             data, node = self.g.chain.escrow_from(escrow_id)
             esc = data.get("escrow") if isinstance(data, dict) else None
+            url = f"{node}{PREFIX}/devshard_escrow/{escrow_id}"
             if data.get("found") is False or not isinstance(esc, dict):
-                return data
+                return data, url
             said = esc.get("epoch_index")
             if parse_u64(said, "epoch_index") != epoch:
                 why = f"epoch_index {said}, but epoch {epoch} listed its creation"
@@ -203,15 +145,14 @@ class EscrowFetcher:
                 why = (f"not settled at this node, but tx_search lists its settlement at height {settlement.height} "
                        f"(a node behind)")
             else:
-                return data
-            self.report_failure("http", f"{node}{PREFIX}/devshard_escrow/{escrow_id}", f"escrow {escrow_id}: {why}",
-                                False)
+                return data, url
+            self.report_failure("http", url, f"escrow {escrow_id}: {why}", False)
             http.demote(node)  # the next read starts at another node
         raise FetchError(f"escrow:{escrow_id}", f"every chain node answers escrow {escrow_id} so: {why}",
                          transient=True)
 
     def _escrow_log(self, escrow_id: str, epoch: int, version: str | None, after: int,
-                    emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict,
+                    emit: Callable[[Chunk | EscrowDone], None], done: EscrowDone, data: dict, url: str,
                     group: HostGroup, settlement: Settlement | None) -> None:
         settled_height = settlement.height if settlement else None
         guessed = not version
@@ -233,7 +174,10 @@ class EscrowFetcher:
             version = group.version = bound_version(detail, version)
         # a version without a wire table is recorded against this escrow and host, never decoded with another table
         schema_for(version, escrow=escrow_id, host=group.primary)
-        esc = escrow_record(data, version)
+        try:
+            esc = escrow_record(data, version)
+        except NormalizeError as exc:  # a value past its bound, a malformed field: that node's answer, named
+            raise FetchError(url, f"escrow {escrow_id}: {exc}", transient=True) from None
         if settled_height is not None:  # an extra field of the record (rec.escrow.extra): the restitution's SPRT order
             esc["settled_height"] = settled_height
         settled = bool(esc.get("settled"))
@@ -243,7 +187,11 @@ class EscrowFetcher:
             # read before the log: the nonce it names ends the settled log, whatever one member's detail says
             settled_tx = self._settlement_tx(escrow_id, settlement)
             if settled_tx is not None:
-                tip = self._settled_tip(escrow_id, settled_tx, tip, reporter)
+                reported, tip = tip, self._settled_tip(escrow_id, settled_tx, tip, reporter)
+                if reported is not None and tip is not None and reported != tip:
+                    # that member's stats describe another state than the settled one: they come from a member
+                    # whose detail names the settled nonce, or the escrow stays failing (not final) until one does
+                    detail, unread = self._settled_detail(group, version, escrow_id, tip, reporter)
         if settled and tip is not None:
             # the settled session's nonce, which the settlement signs: the chain counts each slot's assigned
             # inferences up to it (devshardAssignedUpperBoundForSlot), an extra field like settled_height

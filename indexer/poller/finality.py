@@ -28,7 +28,8 @@ from dataclasses import replace
 from concurrent.futures import Executor
 from typing import Sequence
 
-from indexer.poller.fetch import EscrowDone, Settlement, settlements_from
+from indexer.poller.fetch import EscrowDone
+from indexer.poller.settled import Settlement, settlements_from
 from indexer.poller.leases import Leases
 from indexer.poller.store import Store
 from indexer.sources.gonka import FetchError, Gonka

@@ -171,3 +171,21 @@ def test_epochs_of_another_network_in_the_database_do_not_make_a_node_behind(db_
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM net.failure WHERE error LIKE 'node behind%%'").fetchone()[0] == 0
 
+
+
+def test_an_escrow_answer_past_a_bound_is_a_failure_naming_its_url(db_url):
+    """A node answers devshard_escrow with a 300-character model id (the bound is 256): the escrow fails this
+    cycle, and the failure names the node's URL and the bound."""
+    def long_model(data, req):
+        if isinstance(data, dict) and isinstance(data.get("escrow"), dict):
+            data["escrow"]["model_id"] = "m" * 300
+        return data
+
+    with hostile_devnet(SCN) as (net, proxy):
+        proxy.on(r"/chain-api/.*/devshard_escrow/[0-9]+$", rewrite(long_model))
+        summary = _poll(db_url, net)
+    assert summary.escrows_failed > 0
+    with psycopg.connect(db_url) as c:
+        rows = c.execute("SELECT url, error FROM net.failure WHERE error LIKE '%%more than the 256%%'").fetchall()
+    assert rows
+    assert all("/devshard_escrow/" in url and "model_id: 300 characters" in error for url, error in rows), rows

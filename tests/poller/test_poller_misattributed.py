@@ -94,6 +94,29 @@ def test_a_member_misreporting_a_settled_escrow_s_nonce_does_not_decide_where_it
     assert any(want in e for e in said), said
 
 
+def test_a_member_behind_the_settled_nonce_does_not_give_the_final_host_stats(db_url, clean):
+    """The first member reports the settled victim's nonce 3 short, with each counter one short (its view of the
+    session before the end): it is recorded as behind, its stats are not taken, and the final host stats come from
+    a member whose detail names the settled nonce: the rows are a clean run's."""
+    def behind(body, req):
+        body["nonce"] = int(body["nonce"]) - 3
+        for st in body["host_stats"].values():
+            for key, value in list(st.items()):
+                if isinstance(value, (int, str)) and str(value).isdigit() and int(value) > 0 and key != "slot_id":
+                    st[key] = int(value) - 1
+        return body
+
+    with hostile_devnet(SCN) as (net, proxy):
+        net.advance_epoch()
+        proxy.on(DETAIL, rewrite(behind))
+        summary = _poll(db_url, net)
+        assert proxy.hits[DETAIL] >= 1
+    said = _failures(db_url, f"host:{FIRST}")
+    assert any("but its settlement names nonce" in e for e in said), said
+    assert summary.escrows_failed == 0
+    assert _state(db_url) == clean
+
+
 def test_a_diff_log_of_another_escrow_fails_the_signed_check_and_is_read_from_the_next_member(db_url, clean):
     """The first member answers every diffs page of the victim with the other escrow's pages (same nonces, a real
     log the user signed, for another escrow id): the user signed each diff over its own escrow's id, so the check
