@@ -79,9 +79,10 @@ FROM (SELECT resource FROM net.lease WHERE holder = %(h)s AND released_at IS NUL
 WHERE l.resource = mine.resource
 RETURNING l.resource"""
 
-# of the leases a renewal skipped, the ones still this holder's (read without waiting for their locks)
+# of the leases a renewal skipped, the ones not lost: still this holder's, or released by it (a release commits
+# before the held set forgets it); read without waiting for their locks
 _STILL_MINE = """
-SELECT resource FROM net.lease WHERE holder = %(h)s AND released_at IS NULL AND resource = ANY(%(r)s)"""
+SELECT resource FROM net.lease WHERE holder = %(h)s AND resource = ANY(%(r)s)"""
 
 # the end of a fenced commit: its leases run a whole lease length from the moment it commits (the clock, not the
 # transaction's start), so a long commit never ends holding an expired lease
