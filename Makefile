@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv test test-python quick e2e demo bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml indexer/load/typed/_typer.c
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'

@@ -17,6 +17,7 @@ The kinds and their fields come from indexer.records (the same table the Python 
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 from types import ModuleType
 
@@ -80,9 +81,17 @@ def shift_rows_python(copy: bytes, offset: int, sid: bytes) -> bytes:
 
 TYPER_KINDS = frozenset(STRUCT_KINDS)
 _typer = choose(typing_impl())
-IMPL = "python" if _typer is None else "c"
 if _typer is not None:
-    _typer.configure([_spec(name) for name in STRUCT_KINDS])
+    try:
+        _typer.configure([_spec(name) for name in STRUCT_KINDS])
+    except (TypeError, ValueError) as exc:  # built from an older _typer.c (a checkout updated, not reinstalled)
+        if typing_impl().strip().lower() == "c":
+            raise ImportError(f"INDEXER_IMPL=c but the C block typer was built from another version of _typer.c "
+                              f"({exc}): rebuild it (make venv, or pip install -e .)") from exc
+        logging.getLogger(__name__).warning("the C block typer was built from another version of _typer.c (%s): "
+                                            "typing in Python until it is rebuilt (make venv)", exc)
+        _typer = None
+IMPL = "python" if _typer is None else "c"
 # type_block(block, first_line, resume_after, sid, fallback), or None: then every line takes the Python paths
 type_block = None if _typer is None else _typer.type_block
 # a typed part's rows renumbered and given their source (indexer.load.assemble)
