@@ -8,8 +8,8 @@ and its payload parsed into a ``rules.refusal_parse`` row (``indexer.refusals``)
 Both the NDJSON ingest's typing processes and the poller's decode processes pay it. The lines are the devnet's 0/0
 Finishes with their payloads, as the poller writes them. "Before" is ``--base-rev`` (default: the revision before
 the refusal parse was made cheaper), taken out of git into a temporary directory; each side runs in a process of its
-own with its tree first on ``sys.path`` (the C typer, unchanged between them, is copied from this tree). Figures
-are µs per refusal, best of ``--repeat`` passes:
+own with its tree first on ``sys.path`` (the C typer is copied from this tree where the revision's source is this
+one's, else built from the revision's own). Figures are µs per refusal, best of ``--repeat`` passes:
 
 * ``payload parse``: ``parse_response_payload`` of the stored payload alone;
 * ``parse row``: the ``rules.refusal_parse`` row (``indexer.refusals.store.parse_row``);
@@ -22,6 +22,7 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 from io import BytesIO
@@ -89,9 +90,22 @@ def refusal_lines(epochs: int, escrows: int, inferences: int) -> list[bytes]:
     return out
 
 
+def build_typer(source: Path) -> None:
+    """Compile a revision's ``_typer.c`` beside it, as setup.py does (-O2, the interpreter's headers)."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    out = source.with_name("_typer" + sysconfig.get_config_var("EXT_SUFFIX"))
+    done = subprocess.run([*cc, "-shared", "-fPIC", "-O2", f"-I{sysconfig.get_paths()['include']}", str(source),
+                           "-o", str(out)], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"the base revision's C typer ({source.name}) did not build: "
+                 f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
 def measure(tree: Path, lines_file: Path, repeat: int) -> dict[str, float]:
-    done = subprocess.run([sys.executable, "-c", _MEASURE, str(lines_file), str(repeat)], cwd=tree, check=True,
+    done = subprocess.run([sys.executable, "-c", _MEASURE, str(lines_file), str(repeat)], cwd=tree,
                           capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"measuring the tree at {tree} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -128,9 +142,13 @@ def main() -> None:
         base.mkdir()
         with tarfile.open(fileobj=BytesIO(_git("archive", rev, "indexer"))) as tar:
             extract_tree(tar, base)
-        for built in (ROOT / "indexer").rglob("_typer*.so"):
-            for source in base.rglob("_typer.c"):  # next to the C source, wherever that revision keeps it
-                shutil.copy2(built, source.parent / built.name)
+        ours = (ROOT / "indexer/load/typed/_typer.c").read_bytes()
+        for source in base.rglob("_typer.c"):  # wherever that revision keeps it: the C typer of its own source
+            if source.read_bytes() == ours:
+                for built in (ROOT / "indexer").rglob("_typer*.so"):
+                    shutil.copy2(built, source.parent / built.name)
+            else:
+                build_typer(source)
         lines_file = Path(tmp) / "refusals.ndjson"
         lines_file.write_bytes(b"\n".join(lines) + b"\n")
         before, after = measure(base, lines_file, args.repeat), measure(ROOT, lines_file, args.repeat)
