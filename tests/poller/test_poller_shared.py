@@ -29,7 +29,9 @@ def _scenario() -> Scenario:
 
 
 def _poller(url: str, net: DevnetServer, out: Path) -> subprocess.Popen:
-    env = dict(os.environ, GONKA_CHAIN_REST_URL=net.chain_rest_url, GONKA_RPC_URL=net.rpc_url, PYTHONPATH=str(ROOT))
+    # every connection of the poller names it (libpq's PGAPPNAME), so the test can tell when its backends are gone
+    env = dict(os.environ, GONKA_CHAIN_REST_URL=net.chain_rest_url, GONKA_RPC_URL=net.rpc_url, PYTHONPATH=str(ROOT),
+               PGAPPNAME=f"poller-{out.stem}")
     with open(out, "wb") as stdout:  # a file, not a pipe: nobody reads while the pollers run
         return subprocess.Popen([sys.executable, "-m", "indexer", "--database-url", url, "run", "--once",
                                  "--lease-seconds", str(LEASE_SECONDS), "--metrics-addr", "off", "--no-alerts",
@@ -111,8 +113,16 @@ def test_three_pollers_one_killed_end_like_one_clean_run(db_url, second_db_url, 
                         time.sleep(0.01)
                     holder, pid = victim
                     assert procs[pid].poll() is None
+                    backends = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                    assert watch.execute(backends, (f"poller-{outs[pid].stem}",)).fetchone()[0] > 0
                     procs[pid].send_signal(signal.SIGKILL)
                     assert procs[pid].wait(timeout=30) == -signal.SIGKILL
+                    # a statement it sent before it died (a release, a commit) still runs to its end on the server:
+                    # what it held is read once its backends have ended
+                    deadline = time.monotonic() + 60
+                    while watch.execute(backends, (f"poller-{outs[pid].stem}",)).fetchone()[0]:
+                        assert time.monotonic() < deadline, "the killed poller's backends never ended"
+                        time.sleep(0.01)
                     held = [r for (r,) in watch.execute("SELECT resource FROM net.lease WHERE holder = %s AND "
                                                         "released_at IS NULL ORDER BY 1", (holder,))]
                     released = watch.execute("SELECT count(*) FROM net.lease WHERE holder = %s AND resource LIKE "
