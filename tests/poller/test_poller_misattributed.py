@@ -55,20 +55,26 @@ def clean(pg_admin_url, template_db):
         return _state(url)
 
 
+def _clean_despite(db_url: str, route: str, rule, clean: dict) -> list[str]:
+    """Poll a devnet whose ``route`` answers go through ``rule`` (tests.support.hostile.rewrite): no escrow fails,
+    the rows are the clean run's; returns what was recorded against the first member."""
+    with hostile_devnet(SCN) as (net, proxy):
+        net.advance_epoch()
+        proxy.on(route, rule)
+        summary = _poll(db_url, net)
+        assert proxy.hits[route] >= 1
+    assert summary.escrows_failed == 0
+    assert _state(db_url) == clean
+    return _failures(db_url, f"host:{FIRST}")
+
+
 def test_a_shard_detail_of_another_escrow_is_a_failure_of_that_member(db_url, clean):
     """The first member answers the victim's shard detail with the other escrow's (a real one, served by its own
     group): its nonce, stats and id are not taken. The detail is read from the next member, the victim ends final
     with its own stats, and the other escrow's rows are the clean run's."""
-    with hostile_devnet(SCN) as (net, proxy):
-        net.advance_epoch()
-        proxy.on(DETAIL, rewrite(lambda data, req: data, target=lambda t: t.replace(
-            f"/hosts/{FIRST_NAME}/", f"/hosts/{OTHER_HOST}/").replace(f"/shards/{VICTIM.escrow_id}",
-                                                                         f"/shards/{OTHER.escrow_id}")))
-        summary = _poll(db_url, net)
-        assert proxy.hits[DETAIL] >= 1
-    assert summary.escrows_failed == 0
-    assert _state(db_url) == clean
-    said = _failures(db_url, f"host:{FIRST}")
+    said = _clean_despite(db_url, DETAIL, rewrite(lambda data, req: data, target=lambda t: t.replace(
+        f"/hosts/{FIRST_NAME}/", f"/hosts/{OTHER_HOST}/").replace(f"/shards/{VICTIM.escrow_id}",
+                                                                 f"/shards/{OTHER.escrow_id}")), clean)
     assert any(f"escrow {OTHER.escrow_id}" in e and f"asked for escrow {VICTIM.escrow_id}" in e for e in said), said
 
 
@@ -82,14 +88,7 @@ def test_a_member_misreporting_a_settled_escrow_s_nonce_does_not_decide_where_it
         body["nonce"] = int(body["nonce"]) + shift
         return body
 
-    with hostile_devnet(SCN) as (net, proxy):
-        net.advance_epoch()
-        proxy.on(DETAIL, rewrite(detail))
-        summary = _poll(db_url, net)
-        assert proxy.hits[DETAIL] >= 1
-    assert summary.escrows_failed == 0
-    assert _state(db_url) == clean
-    said = _failures(db_url, f"host:{FIRST}")
+    said = _clean_despite(db_url, DETAIL, rewrite(detail), clean)
     want = f"reports nonce {VICTIM.last_nonce + shift}, but its settlement names nonce {VICTIM.last_nonce}"
     assert any(want in e for e in said), said
 
@@ -106,15 +105,8 @@ def test_a_member_behind_the_settled_nonce_does_not_give_the_final_host_stats(db
                     st[key] = int(value) - 1
         return body
 
-    with hostile_devnet(SCN) as (net, proxy):
-        net.advance_epoch()
-        proxy.on(DETAIL, rewrite(behind))
-        summary = _poll(db_url, net)
-        assert proxy.hits[DETAIL] >= 1
-    said = _failures(db_url, f"host:{FIRST}")
+    said = _clean_despite(db_url, DETAIL, rewrite(behind), clean)
     assert any("but its settlement names nonce" in e for e in said), said
-    assert summary.escrows_failed == 0
-    assert _state(db_url) == clean
 
 
 def test_a_diff_log_of_another_escrow_fails_the_signed_check_and_is_read_from_the_next_member(db_url, clean):
@@ -122,16 +114,9 @@ def test_a_diff_log_of_another_escrow_fails_the_signed_check_and_is_read_from_th
     log the user signed, for another escrow id): the user signed each diff over its own escrow's id, so the check
     fails, the member is skipped (recorded), and the victim's log is read from the next member."""
     route = rf"^/hosts/{FIRST_NAME}/devshard/[^/]+/sessions/{VICTIM.escrow_id}/diffs$"
-    with hostile_devnet(SCN) as (net, proxy):
-        net.advance_epoch()
-        proxy.on(route, rewrite(lambda data, req: data, target=lambda t: t.replace(
-            f"/hosts/{FIRST_NAME}/", f"/hosts/{OTHER_HOST}/").replace(f"/sessions/{VICTIM.escrow_id}/",
-                                                                         f"/sessions/{OTHER.escrow_id}/")))
-        summary = _poll(db_url, net)
-        assert proxy.hits[route] >= 1
-    assert summary.escrows_failed == 0
-    assert _state(db_url) == clean
-    said = _failures(db_url, f"host:{FIRST}")
+    said = _clean_despite(db_url, route, rewrite(lambda data, req: data, target=lambda t: t.replace(
+        f"/hosts/{FIRST_NAME}/", f"/hosts/{OTHER_HOST}/").replace(f"/sessions/{VICTIM.escrow_id}/",
+                                                                 f"/sessions/{OTHER.escrow_id}/")), clean)
     assert any(f"escrow {VICTIM.escrow_id}" in e and "signed check failed" in e for e in said), said
 
 
