@@ -208,8 +208,18 @@ def performance_summary(data: Mapping[str, Any], epoch: int, participant: str) -
 
 
 def excluded_participants(data: Mapping[str, Any], epoch: int) -> dict[str, dict[str, Any]]:
-    """``excluded_participants/{E}`` → participant → {excluded_reason, excluded_height}."""
-    items = _obj(data, "excluded_participants").get("items") or []
+    """``excluded_participants/{E}`` → participant → {excluded_reason, excluded_height}.
+
+    ``QueryExcludedParticipantsResponse {repeated ExcludedParticipant items = 1;}`` (gonka-ai/gonka
+    inference-chain/proto/inference/inference/query.proto @ 063eef1b1ad7f7149e10498e3444fe212ddf253f), not paginated;
+    the gateway writes defaults, so ``items`` is always there (``[]`` for none; ``null`` is read as none too). An
+    answer without it (``{}``, a proxy's own object) is refused: read as "none excluded" it would drop every
+    exclusion of the epoch."""
+    data = _obj(data, "excluded_participants")
+    if "items" not in data:
+        keys = ", ".join(sorted(map(str, data)))[:200] or "none"
+        raise NormalizeError(f"excluded_participants/{epoch}: the answer has no items list (keys: {keys})")
+    items = data["items"] or []
     if not isinstance(items, list):
         raise NormalizeError("excluded_participants.items: expected an array")
     if len(items) > MAX_PARTICIPANTS:

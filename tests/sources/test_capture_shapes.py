@@ -6,11 +6,15 @@ import base64
 import csv
 
 import httpx
+import pytest
 
 from indexer.poller.settled import settlements_from
-from indexer.sources.gonka import CometRpc, Fetcher, RetryPolicy
+from indexer.sources.gonka import ChainRest, CometRpc, Fetcher, FetchError, RetryPolicy
+from indexer.sources.gonka.chain import PREFIX, gateway_error
+from indexer.wire import chain_records as cr
+from indexer.wire.normalize import NormalizeError
 from indexer.wire.rpc import tx_search_events
-from tests.support.mainnet_fixtures import FIXTURES
+from tests.support.mainnet_fixtures import FIXTURES, raw
 
 
 def _settled_rows() -> list[dict[str, str]]:
@@ -71,3 +75,75 @@ def test_the_settlement_search_reads_legacy_events_from_a_node():
                            client=httpx.Client(transport=httpx.MockTransport(handler))))
     got = settlements_from(rpc.escrows_settled(4213000))
     assert sorted(got) == sorted(r["escrow_id"] for r in rows) and {s.version for s in got.values()} == {"v1"}
+
+
+# --------------------------------------------------------------------------- chain REST error bodies and lists
+
+def _chain(answers: dict[str, list], failures: list | None = None) -> tuple[ChainRest, list[str]]:
+    """A ChainRest over nodes ``answers`` (host → responses in turn); what each was asked."""
+    asked: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        asked.append(req.url.host)
+        return answers[req.url.host].pop(0)
+
+    fetcher = Fetcher([f"http://{n}" for n in answers], name="chain",
+                      policy=RetryPolicy(attempts=1, sleep=lambda s: None),
+                      client=httpx.Client(transport=httpx.MockTransport(handler)),
+                      on_failure=lambda u, e, t: (failures if failures is not None else []).append((u, e, t)))
+    return ChainRest(fetcher), asked
+
+
+def test_a_gateway_error_body_served_with_200_is_a_failed_read_and_the_next_node_is_asked():
+    failures: list = []
+    chain, asked = _chain({"proxy": [httpx.Response(200, json={"code": 14, "message": "upstream\nconnect error",
+                                                               "details": []})],
+                           "node": [httpx.Response(200, content=raw("excluded_participants_366.json"))]}, failures)
+    excluded = cr.excluded_participants(chain.excluded_participants(366), 366)
+    assert asked == ["proxy", "node"] and len(excluded) == 7
+    assert [(u, e) for u, e, _ in failures] == [(
+        f"http://proxy{PREFIX}/excluded_participants/366",
+        f"HTTP 200 with an error body: gRPC code 14: upstream connect error (http://proxy{PREFIX}/excluded_participants/366)")]
+
+
+def test_an_older_gateway_error_body_served_with_200_fails_the_read():
+    chain, _ = _chain({"proxy": [httpx.Response(200, json={"error": "rpc error: code = NotFound", "code": 5})]})
+    with pytest.raises(FetchError, match=r"HTTP 200 with an error body: gRPC code 5: rpc error: code = NotFound") as e:
+        chain.epoch_performance_summary(366, "gonka1x")
+    assert e.value.status == 200 and e.value.transient
+
+
+def test_answers_that_only_look_like_error_bodies_are_data():
+    assert gateway_error({"code": 0, "message": ""}) is None
+    assert gateway_error({"code": True, "message": "x"}) is None
+    assert gateway_error({"code": 5, "message": "x", "items": []}) is None
+    assert gateway_error({"height": "0"}) is None and gateway_error([]) is None
+
+
+def test_an_excluded_participants_answer_without_its_list_is_refused_not_read_as_none_excluded():
+    with pytest.raises(NormalizeError, match=r"excluded_participants/366: the answer has no items list \(keys: none\)"):
+        cr.excluded_participants({}, 366)
+    with pytest.raises(NormalizeError, match=r"no items list \(keys: status\)"):
+        cr.excluded_participants({"status": "ok"}, 366)
+    assert cr.excluded_participants({"items": None}, 366) == {}  # an empty list served as null
+
+
+def test_an_epoch_capture_whose_exclusions_answer_has_no_list_names_the_failed_read():
+    """epoch 267 from its mainnet captures, the exclusions answered ``{}`` with 200: a failed ``excluded`` read
+    (the epoch stays unfinished and the read is asked again), never an epoch read as having no exclusions."""
+    from indexer.sources.gonka.snapshots import capture_epoch
+    from tests.sources.test_snapshots_capture import _node
+
+    base = _node([])
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == f"{PREFIX}/excluded_participants/267":
+            return httpx.Response(200, json={})
+        return base(req)
+
+    fetcher = Fetcher("http://node", policy=RetryPolicy(attempts=1, sleep=lambda s: None),
+                      client=httpx.Client(transport=httpx.MockTransport(handler)))
+    cap = capture_epoch(ChainRest(fetcher), 267, ended=True)
+    excluded = [f for f in cap.failures if f.what == "excluded"]
+    assert len(excluded) == 1 and "excluded_participants/267: the answer has no items list" in excluded[0].error
+    assert "snapshot:267:excluded" not in cap.succeeded and not cap.complete
