@@ -279,10 +279,12 @@ class Epochs:
 
         def one(addr: str) -> dict | None:
             try:
-                return host_epoch_stats_record(self.g.chain.host_epoch_stats(epoch, addr))
+                return host_epoch_stats_record(self.g.chain.host_epoch_stats(epoch, addr), epoch, addr)
             except FetchError as exc:
                 if exc.transient:
                     raise
                 return None
+            except NormalizeError as exc:  # another host's or epoch's stats: not taken, and asked again
+                raise FetchError(f"chain:devshard_host_epoch_stats/{epoch}/{addr}", str(exc)) from None
 
         return [rec for rec in self._pool.map(one, participants) if rec]

@@ -332,15 +332,23 @@ _STAT_FIELDS = ("missed", "invalid", "cost", "required_validations", "completed_
 _NEWER_STAT_FIELDS = ("validated", "finished")  # newer settlement stats (uint32), kept when a build sends them
 
 
-def host_epoch_stats_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
-    """F10 ``devshard_host_epoch_stats/{epoch}/{participant}`` → ``host_epoch_stats``; found:false → None."""
+def host_epoch_stats_record(data: Mapping[str, Any], epoch: int | None = None,
+                            participant: str | None = None) -> dict[str, Any] | None:
+    """F10 ``devshard_host_epoch_stats/{epoch}/{participant}`` → ``host_epoch_stats``; found:false → None. The chain
+    stores each entry with its participant and epoch (gonka-ai/gonka x/inference/keeper/devshard_host_stats.go @
+    23d3a46e), so one naming none, or not the ``participant`` / ``epoch`` asked, is refused (stored, it would count
+    one host's misses against another)."""
     st = _unwrap(data, "stats")
     if st is None:
         return None
+    got_epoch, got = parse_u64(st.get("epoch_index"), "epoch_index"), st.get("participant")
+    if not isinstance(got, str) or not got or participant not in (None, got) or epoch not in (None, got_epoch):
+        raise NormalizeError(f"devshard_host_epoch_stats/{epoch}/{participant}: answered for participant "
+                             f"{str(got)[:ADDRESS_LEN]!r}, epoch {got_epoch}")
     rec: dict[str, Any] = {
         "kind": "host_epoch_stats",
-        "epoch_index": parse_u64(st.get("epoch_index"), "epoch_index"),
-        "participant": st.get("participant") or "",
+        "epoch_index": got_epoch,
+        "participant": bounded(got, "participant", ADDRESS_LEN),
     }
     for key in (*_STAT_FIELDS, "escrow_count"):
         rec[key] = parse_u64(st.get(key, 0), key)  # proto3 JSON may omit zero counters

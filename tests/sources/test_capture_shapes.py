@@ -12,7 +12,7 @@ from indexer.poller.settled import settlements_from
 from indexer.sources.gonka import ChainRest, CometRpc, Fetcher, FetchError, RetryPolicy
 from indexer.sources.gonka.chain import PREFIX, gateway_error
 from indexer.wire import chain_records as cr
-from indexer.wire.normalize import NormalizeError
+from indexer.wire.normalize import NormalizeError, host_epoch_stats_record
 from indexer.wire.rpc import tx_search_events
 from tests.support.mainnet_fixtures import FIXTURES, raw
 
@@ -147,3 +147,50 @@ def test_an_epoch_capture_whose_exclusions_answer_has_no_list_names_the_failed_r
     excluded = [f for f in cap.failures if f.what == "excluded"]
     assert len(excluded) == 1 and "excluded_participants/267: the answer has no items list" in excluded[0].error
     assert "snapshot:267:excluded" not in cap.succeeded and not cap.complete
+
+
+# --------------------------------------------------------------------------- devshard_host_epoch_stats
+
+def _host_stats(participant, epoch="280") -> dict:
+    """``{"stats": DevshardHostEpochStats, "found": true}`` with the values of a real epoch-280 row (mainnet-e272
+    recent_devshard_host_stats.csv: gonka1007dch…rqv, missed 2, cost 4489710, 100/100 validations, 1 escrow)."""
+    return {"stats": {"participant": participant, "epoch_index": epoch, "missed": 2, "invalid": 0, "cost": "4489710",
+                      "required_validations": 100, "completed_validations": 100, "escrow_count": 1}, "found": True}
+
+
+HOST = "gonka1007dchuqgdnute4qam70kmn56j2vfw38mhyrqv"
+
+
+def test_host_epoch_stats_are_taken_only_for_the_participant_and_epoch_asked():
+    assert host_epoch_stats_record(_host_stats(HOST), 280, HOST) == {
+        "kind": "host_epoch_stats", "epoch_index": 280, "participant": HOST, "missed": 2, "invalid": 0,
+        "cost": 4489710, "required_validations": 100, "completed_validations": 100, "escrow_count": 1}
+    other = "gonka10mmdjau4dnj8krs7sh7t7635ttnmq9u3vqgz09"
+    with pytest.raises(NormalizeError, match=f"devshard_host_epoch_stats/280/{HOST}: answered for participant "
+                                             f"'{other}', epoch 280"):
+        host_epoch_stats_record(_host_stats(other), 280, HOST)
+    with pytest.raises(NormalizeError, match="answered for participant .*, epoch 279"):
+        host_epoch_stats_record(_host_stats(HOST, "279"), 280, HOST)
+    with pytest.raises(NormalizeError, match="answered for participant ''"):
+        host_epoch_stats_record(_host_stats(""))  # a record keyed by no participant would merge every such answer
+    assert host_epoch_stats_record({"stats": None, "found": False}, 280, HOST) is None
+
+
+def test_the_poller_does_not_take_another_hosts_stats_and_asks_again():
+    """Epochs.host_epoch_stats over a node answering participant A's read with B's stats: a transient failure naming
+    the read (the epoch stays open and the read is made again next cycle), never B's counters stored under B from
+    A's read or under A."""
+    from types import SimpleNamespace
+
+    from indexer.poller.finality import Epochs
+
+    other = "gonka10mmdjau4dnj8krs7sh7t7635ttnmq9u3vqgz09"
+    chain, _ = _chain({"node": [httpx.Response(200, json=_host_stats(other))]})
+    epochs = SimpleNamespace(summary=SimpleNamespace(epoch=281), g=SimpleNamespace(chain=chain),
+                             _pool=SimpleNamespace(map=map))
+    with pytest.raises(FetchError, match=f"answered for participant '{other}'") as e:
+        Epochs.host_epoch_stats(epochs, 280, [HOST])
+    assert e.value.transient and e.value.url == f"chain:devshard_host_epoch_stats/280/{HOST}"
+    chain, _ = _chain({"node": [httpx.Response(200, json=_host_stats(HOST))]})
+    epochs.g.chain = chain
+    assert [r["participant"] for r in Epochs.host_epoch_stats(epochs, 280, [HOST])] == [HOST]
