@@ -190,6 +190,7 @@ def _signed(value: Any, what: str) -> int:
     return parse_u64(value, what)
 
 
+_PAID_WEIGHT = "participant_reward_weight"
 _SUMMARY = ("inference_count", "missed_requests", "validated_inferences", "invalidated_inferences",
             "earned_coins", "rewarded_coins", "burned_coins")
 
@@ -204,7 +205,14 @@ def performance_summary(data: Mapping[str, Any], epoch: int, participant: str) -
         raise NormalizeError(f"epoch_performance_summary/{epoch}/{participant}: answered for {s['participant_id']}")
     if s.get("epoch_index") not in (None, "") and parse_u64(s["epoch_index"], "epoch_index") != epoch:
         raise NormalizeError(f"epoch_performance_summary/{epoch}/{participant}: answered epoch {s['epoch_index']}")
-    return {k: parse_u64(s.get(k, 0), k) for k in _SUMMARY}  # emitted as "0" by the gateway; absent = 0 too
+    out = {k: parse_u64(s.get(k, 0), k) for k in _SUMMARY}  # emitted as "0" by the gateway; absent = 0 too
+    # the weight the chain paid the epoch's reward on (field 11, gonka-ai/gonka inference-chain/proto/inference/
+    # inference/epoch_performance_summary.proto @ 6f627e5f08b85be27fe064ae2eb25962cf51b85d): kept as served, beside
+    # the weight the indexer derives (fn.reward_weight); absent on chains before it (unknown, not 0), and "0" in
+    # summaries stored before it existed
+    if s.get(_PAID_WEIGHT) not in (None, ""):
+        out[_PAID_WEIGHT] = parse_u64(s[_PAID_WEIGHT], _PAID_WEIGHT)
+    return out
 
 
 def excluded_participants(data: Mapping[str, Any], epoch: int) -> dict[str, dict[str, Any]]:

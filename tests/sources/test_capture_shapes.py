@@ -14,7 +14,7 @@ from indexer.sources.gonka.chain import PREFIX, gateway_error
 from indexer.wire import chain_records as cr
 from indexer.wire.normalize import NormalizeError, host_epoch_stats_record
 from indexer.wire.rpc import tx_search_events
-from tests.support.mainnet_fixtures import FIXTURES, raw
+from tests.support.mainnet_fixtures import FIXTURES, load, raw
 
 
 def _settled_rows() -> list[dict[str, str]]:
@@ -194,3 +194,30 @@ def test_the_poller_does_not_take_another_hosts_stats_and_asks_again():
     chain, _ = _chain({"node": [httpx.Response(200, json=_host_stats(HOST))]})
     epochs.g.chain = chain
     assert [r["participant"] for r in Epochs.host_epoch_stats(epochs, 280, [HOST])] == [HOST]
+
+
+# --------------------------------------------------------------------------- epoch_performance_summary
+
+SUMMARY_366 = "epoch_performance_summary_366_gonka1scskt6wpnjnumsah6kjphmdu87vjgvcxmn4rxv.json"
+PARTICIPANT_366 = "gonka1scskt6wpnjnumsah6kjphmdu87vjgvcxmn4rxv"
+
+
+def test_the_reward_weight_a_newer_chain_publishes_is_kept_and_stored(db_url, conn, tmp_path):
+    """The epoch-366 mainnet summary as a chain with ``participant_reward_weight`` (field 11) serves it: the weight
+    is read exactly (a u64 decimal string, here past 2^53) and stored with the participant's record; the real
+    capture, from before the field, gives no such weight (unknown, not 0)."""
+    from tests.support.helpers import ingest, write_lines
+
+    served = load(SUMMARY_366)
+    assert cr.performance_summary(served, 366, PARTICIPANT_366).get("participant_reward_weight") is None
+    served["epochPerformanceSummary"]["participant_reward_weight"] = "9007199254740993"
+    got = cr.performance_summary(served, 366, PARTICIPANT_366)
+    assert got["participant_reward_weight"] == 2**53 + 1
+    served["epochPerformanceSummary"]["participant_reward_weight"] = "-1"
+    with pytest.raises(NormalizeError, match="participant_reward_weight"):
+        cr.performance_summary(served, 366, PARTICIPANT_366)
+    (rec,) = cr.participant_epoch_records(366, {}, {PARTICIPANT_366: got}, {})
+    ingest(db_url, write_lines(tmp_path / "p.ndjson", [rec]))
+    stored = conn.execute("SELECT inference_count, extra->>'participant_reward_weight' FROM rec.participant_epoch "
+                          "WHERE epoch_index = 366 AND participant = %s", (PARTICIPANT_366,)).fetchone()
+    assert stored == (got["inference_count"], str(2**53 + 1))
