@@ -148,7 +148,7 @@ class Epochs:
         """The epoch's escrow ids from their creation events (tx_search), in id order."""
         created = self.g.rpc.escrows_created(epoch)
         ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
-        ids.sort(key=lambda x: int(x) if x.isdigit() else 0)
+        ids.sort(key=lambda x: int(x) if x.isascii() and x.isdigit() else 0)
         return ids
 
     def _lost(self, epoch: int, escrow_ids: Sequence[str], message: str) -> None:

@@ -185,7 +185,7 @@ def raw_confirmation_weights(sub_groups: list[Mapping[str, Any]]) -> dict[str, i
 
 def _signed(value: Any, what: str) -> int:
     """int64 fields (weights): a decimal string or number; the chain uses -1 for "not computed" in places."""
-    if isinstance(value, str) and value.startswith("-") and value[1:].isdigit():
+    if isinstance(value, str) and value.startswith("-") and value[1:].isascii() and value[1:].isdigit():
         return -int(value[1:])
     return parse_u64(value, what)
 
@@ -268,7 +268,7 @@ def participant_status(data: Mapping[str, Any], address: str) -> str | None:
     if isinstance(status, bool) or not isinstance(status, (int, str)):
         raise NormalizeError(f"participant/{address}: status is not an enum name or number")
     text = str(status).strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         text = PARTICIPANT_STATUSES.get(int(text), text)
     return bounded(text, "participant.status", STATUS_LEN)
 

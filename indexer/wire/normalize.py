@@ -179,12 +179,13 @@ def check_diff_escrow(escrow_id: str, nonce: int, owner: Any) -> None:
 
 
 def parse_u64(value: Any, what: str = "value") -> int:
-    """Chain REST u64 (decimal string) or Go JSON number → int. Floats and bools are refused."""
+    """Chain REST u64 (decimal string) or Go JSON number → int. Floats, bools and digits other than ASCII 0-9 (which
+    ``str.isdigit`` also takes: "²" would crash ``int``, "１２" read as 12) are refused."""
     if isinstance(value, bool) or isinstance(value, float):
         raise NormalizeError(f"{what}: expected an integer, got {type(value).__name__}")
     if isinstance(value, int):
         n = value
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         n = int(value.strip())
     else:
         raise NormalizeError(f"{what}: expected an unsigned integer, got {value!r}")
@@ -196,7 +197,7 @@ def parse_u64(value: Any, what: str = "value") -> int:
 def parse_i64(value: Any, what: str = "value") -> int:
     """Chain REST int64 (decimal string, maybe signed) or Go JSON number → int. Floats and bools are refused."""
     text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
-    if not (text.removeprefix("-").isdigit() and -(1 << 63) <= int(text) < 1 << 63):
+    if not (text.isascii() and text.removeprefix("-").isdigit() and -(1 << 63) <= int(text) < 1 << 63):
         raise NormalizeError(f"{what}: expected an int64, got {value!r}")
     return int(text)
 

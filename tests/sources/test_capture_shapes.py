@@ -221,3 +221,46 @@ def test_the_reward_weight_a_newer_chain_publishes_is_kept_and_stored(db_url, co
     stored = conn.execute("SELECT inference_count, extra->>'participant_reward_weight' FROM rec.participant_epoch "
                           "WHERE epoch_index = 366 AND participant = %s", (PARTICIPANT_366,)).fetchone()
     assert stored == (got["inference_count"], str(2**53 + 1))
+
+
+# --------------------------------------------------------------------------- digits
+
+@pytest.mark.parametrize("text", ["²", "-²", "１２", "٣"])
+def test_numbers_with_digits_other_than_ascii_are_refused_with_the_field_named(text):
+    """``str.isdigit`` is true of superscripts and other scripts' digits: ``int`` raises on "²" (a crash where a
+    peer's bad number must be a named failure) and reads "１２" as 12. The chain and Go only write ASCII digits."""
+    from indexer.sources.gonka.chain import served_height
+    from indexer.wire.diffs import diff_header_from_host_json
+    from indexer.wire.normalize import parse_i64, parse_u64
+    from indexer.wire.errors import WireDecodeError
+
+    with pytest.raises(NormalizeError, match="epoch_index"):
+        parse_u64(text, "epoch_index")
+    with pytest.raises(NormalizeError, match="refusal_timeout"):
+        parse_i64(text, "refusal_timeout")
+    with pytest.raises(NormalizeError, match="weight"):
+        cr.validation_weights({"validation_weights": [{"member_address": "gonka1a", "weight": text}]})
+    with pytest.raises(WireDecodeError, match="diff.nonce"):
+        diff_header_from_host_json({"diff": {"nonce": text}})
+    assert served_height({"Grpc-Metadata-X-Cosmos-Block-Height": text}) is None
+    status = cr.participant_status({"participant": {"address": "gonka1a", "status": text}}, "gonka1a")
+    assert status == text  # a value the indexer does not know, kept as given (never mapped to a status)
+
+
+def test_escrow_ids_and_height_headers_with_other_digits_do_not_crash_the_poller():
+    """A creation event naming escrow "²" (a peer's lie) sorts last instead of raising out of the epoch's listing; a
+    height header "²" is archived as no height."""
+    import threading
+    from types import SimpleNamespace
+
+    from indexer.poller.finality import Epochs
+    from indexer.poller.store import Store
+    from indexer.wire.rpc import TxEvent
+
+    created = [TxEvent(5, "H", "devshard_escrow_created", {"escrow_id": e}) for e in ("12", "²", "3")]
+    epochs = SimpleNamespace(g=SimpleNamespace(rpc=SimpleNamespace(escrows_created=lambda epoch: created)))
+    assert Epochs.listed_ids(epochs, 408) == ["²", "3", "12"]
+    store = SimpleNamespace(archive=True, _lock=threading.Lock(), archived=0, archive_budget=1 << 20,
+                            unarchived=[0, 0], responses=[])
+    Store.on_response(store, "http://node/x", 200, b"{}", {"x-cosmos-block-height": "²"})
+    assert store.responses == [("http://node/x", 200, None, b"{}")]

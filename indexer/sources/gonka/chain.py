@@ -63,7 +63,7 @@ def served_height(headers: Mapping[str, str]) -> int | None:
     """The height a response was served at (gateway metadata header, or the plain gRPC header)."""
     for key in ("Grpc-Metadata-X-Cosmos-Block-Height", HEIGHT_HEADER):
         value = headers.get(key)
-        if value is not None and str(value).isdigit():
+        if value is not None and str(value).isascii() and str(value).isdigit():
             return int(value)
     return None
 
