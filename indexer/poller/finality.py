@@ -148,7 +148,7 @@ class Epochs:
         """The epoch's escrow ids from their creation events (tx_search), in id order."""
         created = self.g.rpc.escrows_created(epoch)
         ids = list(dict.fromkeys(ev.attributes["escrow_id"] for ev in created if ev.attributes.get("escrow_id")))
-        ids.sort(key=lambda x: int(x) if x.isdigit() else 0)
+        ids.sort(key=lambda x: int(x) if x.isascii() and x.isdigit() else 0)
         return ids
 
     def _lost(self, epoch: int, escrow_ids: Sequence[str], message: str) -> None:
@@ -279,10 +279,12 @@ class Epochs:
 
         def one(addr: str) -> dict | None:
             try:
-                return host_epoch_stats_record(self.g.chain.host_epoch_stats(epoch, addr))
+                return host_epoch_stats_record(self.g.chain.host_epoch_stats(epoch, addr), epoch, addr)
             except FetchError as exc:
                 if exc.transient:
                     raise
                 return None
+            except NormalizeError as exc:  # another host's or epoch's stats: not taken, and asked again
+                raise FetchError(f"chain:devshard_host_epoch_stats/{epoch}/{addr}", str(exc)) from None
 
         return [rec for rec in self._pool.map(one, participants) if rec]

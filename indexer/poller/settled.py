@@ -22,14 +22,33 @@ class Settlement:
     tx_hash: str = ""
 
 
+# The settlement event's attribute that names the protocol version, newest chain first: ``state_root_and_protocol_version``
+# (gonka-ai/gonka inference-chain/x/inference/keeper/msg_server_settle_devshard_escrow.go @
+# 06b2589a16e291c750d68a024c83289b52fe479e); chains whose MsgSettleDevshardEscrow still named the field ``version``
+# (keeper/devshard_settlement.go @ 1529fbc1538e4066e50ee1177f73f474d46277fa checks ``msg.Version``) emit
+# ``block_height, block_time, version`` instead, as the epoch-272 mainnet events do (version "v1").
+VERSION_ATTRIBUTES = ("state_root_and_protocol_version", "version")
+
+
+def event_version(attributes: dict[str, str]) -> str:
+    """The protocol version a settlement event names, "" when it names none this reader knows (the hosts are then
+    asked which version the session is bound to, as for an unsettled escrow)."""
+    for key in VERSION_ATTRIBUTES:
+        value = (attributes.get(key) or "").split(":")[0].strip()
+        if value:
+            return value if value.startswith("v") else ""
+    return ""
+
+
 def settlements_from(events: list[TxEvent]) -> dict[str, Settlement]:
-    """escrow_id → its settlement, from ``devshard_escrow_settled`` events (tx_search): the protocol version of
-    ``state_root_and_protocol_version`` and the tx height."""
+    """escrow_id → its settlement, from ``devshard_escrow_settled`` events (tx_search): the protocol version the
+    event names (:func:`event_version`), the tx height and hash. An event is kept whatever its version attribute
+    says: its height orders the restitution and its transaction carries the settlement record."""
     out = {}
     for ev in events:
-        v = ev.attributes.get("state_root_and_protocol_version", "")
-        if ev.attributes.get("escrow_id") and v.startswith("v"):
-            out[ev.attributes["escrow_id"]] = Settlement(v.split(":")[0], ev.height, ev.tx_hash)
+        escrow_id = (ev.attributes.get("escrow_id") or "").strip()
+        if escrow_id:
+            out[escrow_id] = Settlement(event_version(ev.attributes), ev.height, ev.tx_hash)
     return out
 
 class SettledReads:

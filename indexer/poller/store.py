@@ -127,7 +127,7 @@ class Store(StoredReads):
                     self.unarchived[1] += len(body)
                     return
                 self.archived += len(body)
-                self.responses.append((url, status, int(h) if h and h.isdigit() else None, body))
+                self.responses.append((url, status, int(h) if h and h.isascii() and h.isdigit() else None, body))
 
     def on_failure(self, url: str, error: str, transient: bool, source: str = "http") -> None:
         self.fail(source, url, error, transient)

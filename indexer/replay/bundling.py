@@ -84,6 +84,18 @@ def settle_msg_bytes(row: dict) -> bytes:
     return st.encode_settle_msg(msg)
 
 
+def _count(value) -> int | None:
+    """A params integer as the gateway writes it: a JSON number for 32-bit fields, a decimal string for 64-bit ones
+    (``max_nonce`` is ``uint32`` in DevshardEscrowParams today, a string if it becomes 64-bit); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= _U64 else None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and int(value) <= _U64:
+        return int(value)
+    return None
+
+
 def _settlement(m: Material) -> tuple[bd.Settlement | None, str | None]:
     """The bundle's settlement, and a note when the approved versions or max_nonce were not captured."""
     row = m.settlement
@@ -92,8 +104,8 @@ def _settlement(m: Material) -> tuple[bd.Settlement | None, str | None]:
     note = None
     params = m.params if isinstance(m.params, dict) else {}
     versions = params.get("approved_versions")
-    max_nonce = params.get("max_nonce")
-    if not isinstance(versions, list) or not isinstance(max_nonce, int):
+    max_nonce = _count(params.get("max_nonce"))
+    if not isinstance(versions, list) or max_nonce is None:
         why = m.params_gap or (f"no devshard_escrow_params with them captured for epoch "
                                f"{m.escrow['epoch_index']}")
         note = f"the approved versions and max_nonce were not checked: {why}"

@@ -185,11 +185,12 @@ def raw_confirmation_weights(sub_groups: list[Mapping[str, Any]]) -> dict[str, i
 
 def _signed(value: Any, what: str) -> int:
     """int64 fields (weights): a decimal string or number; the chain uses -1 for "not computed" in places."""
-    if isinstance(value, str) and value.startswith("-") and value[1:].isdigit():
+    if isinstance(value, str) and value.startswith("-") and value[1:].isascii() and value[1:].isdigit():
         return -int(value[1:])
     return parse_u64(value, what)
 
 
+_PAID_WEIGHT = "participant_reward_weight"
 _SUMMARY = ("inference_count", "missed_requests", "validated_inferences", "invalidated_inferences",
             "earned_coins", "rewarded_coins", "burned_coins")
 
@@ -204,12 +205,29 @@ def performance_summary(data: Mapping[str, Any], epoch: int, participant: str) -
         raise NormalizeError(f"epoch_performance_summary/{epoch}/{participant}: answered for {s['participant_id']}")
     if s.get("epoch_index") not in (None, "") and parse_u64(s["epoch_index"], "epoch_index") != epoch:
         raise NormalizeError(f"epoch_performance_summary/{epoch}/{participant}: answered epoch {s['epoch_index']}")
-    return {k: parse_u64(s.get(k, 0), k) for k in _SUMMARY}  # emitted as "0" by the gateway; absent = 0 too
+    out = {k: parse_u64(s.get(k, 0), k) for k in _SUMMARY}  # emitted as "0" by the gateway; absent = 0 too
+    # the weight the chain paid the epoch's reward on (field 11, gonka-ai/gonka inference-chain/proto/inference/
+    # inference/epoch_performance_summary.proto @ 6f627e5f08b85be27fe064ae2eb25962cf51b85d): kept as served, beside
+    # the weight the indexer derives (fn.reward_weight); absent on chains before it (unknown, not 0), and "0" in
+    # summaries stored before it existed
+    if s.get(_PAID_WEIGHT) not in (None, ""):
+        out[_PAID_WEIGHT] = parse_u64(s[_PAID_WEIGHT], _PAID_WEIGHT)
+    return out
 
 
 def excluded_participants(data: Mapping[str, Any], epoch: int) -> dict[str, dict[str, Any]]:
-    """``excluded_participants/{E}`` → participant → {excluded_reason, excluded_height}."""
-    items = _obj(data, "excluded_participants").get("items") or []
+    """``excluded_participants/{E}`` → participant → {excluded_reason, excluded_height}.
+
+    ``QueryExcludedParticipantsResponse {repeated ExcludedParticipant items = 1;}`` (gonka-ai/gonka
+    inference-chain/proto/inference/inference/query.proto @ 063eef1b1ad7f7149e10498e3444fe212ddf253f), not paginated;
+    the gateway writes defaults, so ``items`` is always there (``[]`` for none; ``null`` is read as none too). An
+    answer without it (``{}``, a proxy's own object) is refused: read as "none excluded" it would drop every
+    exclusion of the epoch."""
+    data = _obj(data, "excluded_participants")
+    if "items" not in data:
+        keys = ", ".join(sorted(map(str, data)))[:200] or "none"
+        raise NormalizeError(f"excluded_participants/{epoch}: the answer has no items list (keys: {keys})")
+    items = data["items"] or []
     if not isinstance(items, list):
         raise NormalizeError("excluded_participants.items: expected an array")
     if len(items) > MAX_PARTICIPANTS:
@@ -250,7 +268,7 @@ def participant_status(data: Mapping[str, Any], address: str) -> str | None:
     if isinstance(status, bool) or not isinstance(status, (int, str)):
         raise NormalizeError(f"participant/{address}: status is not an enum name or number")
     text = str(status).strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         text = PARTICIPANT_STATUSES.get(int(text), text)
     return bounded(text, "participant.status", STATUS_LEN)
 

@@ -73,7 +73,7 @@ def _as_int(value: Any, what: str) -> int:
         raise WireDecodeError(f"{what}: expected an integer, got bool")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():
         return int(value)
     raise WireDecodeError(f"{what}: expected an integer, got {value!r}")
 

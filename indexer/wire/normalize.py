@@ -179,12 +179,13 @@ def check_diff_escrow(escrow_id: str, nonce: int, owner: Any) -> None:
 
 
 def parse_u64(value: Any, what: str = "value") -> int:
-    """Chain REST u64 (decimal string) or Go JSON number → int. Floats and bools are refused."""
+    """Chain REST u64 (decimal string) or Go JSON number → int. Floats, bools and digits other than ASCII 0-9 (which
+    ``str.isdigit`` also takes: "²" would crash ``int``, "１２" read as 12) are refused."""
     if isinstance(value, bool) or isinstance(value, float):
         raise NormalizeError(f"{what}: expected an integer, got {type(value).__name__}")
     if isinstance(value, int):
         n = value
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         n = int(value.strip())
     else:
         raise NormalizeError(f"{what}: expected an unsigned integer, got {value!r}")
@@ -196,7 +197,7 @@ def parse_u64(value: Any, what: str = "value") -> int:
 def parse_i64(value: Any, what: str = "value") -> int:
     """Chain REST int64 (decimal string, maybe signed) or Go JSON number → int. Floats and bools are refused."""
     text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
-    if not (text.removeprefix("-").isdigit() and -(1 << 63) <= int(text) < 1 << 63):
+    if not (text.isascii() and text.removeprefix("-").isdigit() and -(1 << 63) <= int(text) < 1 << 63):
         raise NormalizeError(f"{what}: expected an int64, got {value!r}")
     return int(text)
 
@@ -332,15 +333,23 @@ _STAT_FIELDS = ("missed", "invalid", "cost", "required_validations", "completed_
 _NEWER_STAT_FIELDS = ("validated", "finished")  # newer settlement stats (uint32), kept when a build sends them
 
 
-def host_epoch_stats_record(data: Mapping[str, Any]) -> dict[str, Any] | None:
-    """F10 ``devshard_host_epoch_stats/{epoch}/{participant}`` → ``host_epoch_stats``; found:false → None."""
+def host_epoch_stats_record(data: Mapping[str, Any], epoch: int | None = None,
+                            participant: str | None = None) -> dict[str, Any] | None:
+    """F10 ``devshard_host_epoch_stats/{epoch}/{participant}`` → ``host_epoch_stats``; found:false → None. The chain
+    stores each entry with its participant and epoch (gonka-ai/gonka x/inference/keeper/devshard_host_stats.go @
+    23d3a46e), so one naming none, or not the ``participant`` / ``epoch`` asked, is refused (stored, it would count
+    one host's misses against another)."""
     st = _unwrap(data, "stats")
     if st is None:
         return None
+    got_epoch, got = parse_u64(st.get("epoch_index"), "epoch_index"), st.get("participant")
+    if not isinstance(got, str) or not got or participant not in (None, got) or epoch not in (None, got_epoch):
+        raise NormalizeError(f"devshard_host_epoch_stats/{epoch}/{participant}: answered for participant "
+                             f"{str(got)[:ADDRESS_LEN]!r}, epoch {got_epoch}")
     rec: dict[str, Any] = {
         "kind": "host_epoch_stats",
-        "epoch_index": parse_u64(st.get("epoch_index"), "epoch_index"),
-        "participant": st.get("participant") or "",
+        "epoch_index": got_epoch,
+        "participant": bounded(got, "participant", ADDRESS_LEN),
     }
     for key in (*_STAT_FIELDS, "escrow_count"):
         rec[key] = parse_u64(st.get(key, 0), key)  # proto3 JSON may omit zero counters

@@ -225,3 +225,17 @@ def test_a_log_stored_without_its_signed_roots_is_checked_over_the_hosts_state_h
     assert (verification(conn)["level"], verification(conn)["failed_check"]) == ("settled", None)
     assert "not stored: its user signature does not pass" in conn.execute(
         "SELECT reason FROM rec.quarantine").fetchone()[0]
+
+
+def test_escrow_params_with_max_nonce_as_a_decimal_string_are_checked(db_url, conn, tmp_path):
+    """The gateway writes a 64-bit params field as a decimal string: such a max_nonce is the same limit, and the
+    approved versions and the nonce are checked against it, not left unchecked."""
+    params = epoch_params_record()
+    params["devshard_escrow_params"] = {**params["devshard_escrow_params"], "max_nonce": "1000"}
+    load(db_url, tmp_path, [r if r["kind"] != "epoch_params" else params for r in records()])
+    row = verification(conn)
+    assert (row["level"], row["failure"]) == ("settled", None)
+    params["devshard_escrow_params"]["max_nonce"] = "1"  # below the settled nonce: the chain would refuse it
+    load(db_url, tmp_path, [params], name="params.ndjson")
+    row = verification(conn)
+    assert row["level"] != "settled" and "nonce" in row["failure"] and "exceeds maximum 1" in row["failure"], row

@@ -137,3 +137,19 @@ def test_tx_search_pages_until_total():
     events = CometRpc(f).escrows_created(408)
     assert [e.attributes["escrow_id"] for e in events] == [str(i) for i in range(250)]
     assert len(seen) == 3
+
+
+def test_tx_search_pages_by_the_size_a_node_serves_when_it_caps_per_page():
+    """A node (or a proxy before it) that serves 30 txs a page when asked for 100 (CometBFT's default page size,
+    rpc/core/env.go validatePerPage) is read to total_count on its own pages, not stopped after total/100 of them."""
+    def handler(req):
+        page = int(req.url.params["page"])
+        txs = [{"hash": f"H{i}", "height": str(10 + i), "tx_result": {"code": 0, "events": [
+            {"type": "devshard_escrow_created", "attributes": [{"key": "escrow_id", "value": str(i)}]}]}}
+            for i in range((page - 1) * 30, min(page * 30, 75))]
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": -1, "result": {"txs": txs, "total_count": "75"}})
+
+    f, _, _, seen = _fetcher(handler)
+    events = CometRpc(f).escrows_created(408)
+    assert [e.attributes["escrow_id"] for e in events] == [str(i) for i in range(75)]
+    assert len(seen) == 3

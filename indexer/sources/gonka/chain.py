@@ -40,11 +40,30 @@ def _not_found(status: int, body: bytes) -> bool:
     return status == 404 or (status != 200 and b"not found" in body)
 
 
+_ERROR_KEYS = frozenset({"code", "message", "error", "details", "trailer"})
+
+
+def gateway_error(data: Any) -> str | None:
+    """Why a chain REST answer is a gRPC-gateway error body rather than data, or None. The gateway writes a failed
+    query as ``{"code": <gRPC code>, "message": …, "details": […]}`` (grpc-ecosystem/grpc-gateway runtime/errors.go
+    @ 6bd7daafc3c957cd2a16a770b37e39c8b72be3d4; ``{"error": …, "code": …}`` in older gateways, @
+    07b73580b8c458b36b3695d2d5af189257032370) with the HTTP status of the code, but a proxy in front of a node may
+    answer it with 200; no inference query response has only these keys, so such a body is an error whatever its
+    status (a read of it as data would take a missing list for an empty one)."""
+    if not isinstance(data, dict) or not data or not set(data) <= _ERROR_KEYS:
+        return None
+    code = data.get("code")
+    said = data.get("message") or data.get("error")
+    if isinstance(code, bool) or not isinstance(code, int) or code == 0 or not isinstance(said, str):
+        return None
+    return f"gRPC code {code}: {' '.join(said.split())[:300]}"
+
+
 def served_height(headers: Mapping[str, str]) -> int | None:
     """The height a response was served at (gateway metadata header, or the plain gRPC header)."""
     for key in ("Grpc-Metadata-X-Cosmos-Block-Height", HEIGHT_HEADER):
         value = headers.get(key)
-        if value is not None and str(value).isdigit():
+        if value is not None and str(value).isascii() and str(value).isdigit():
             return int(value)
     return None
 
@@ -52,6 +71,8 @@ def served_height(headers: Mapping[str, str]) -> int | None:
 class ChainRest:
     def __init__(self, fetcher: Fetcher) -> None:
         self.http = fetcher
+        if fetcher.error_body is None:
+            fetcher.error_body = gateway_error
         # (node, height, named a height): answers as of another height already recorded; a client lives one poll
         # cycle, so a node that ignores the height header is recorded once a cycle and height, not once a read
         self._unserved: set[tuple[str, int, bool]] = set()

@@ -104,6 +104,7 @@ def _shown(body: bytes, limit: int) -> str:
 
 ResponseHook = Callable[[str, int, bytes, Mapping[str, str]], None]
 FailureHook = Callable[[str, str, bool], None]
+ErrorBody = Callable[[Any], "str | None"]  # a 200 answer's JSON → why it is an error answer, or None
 
 
 class Fetcher:
@@ -129,6 +130,9 @@ class Fetcher:
         self._own_client = client is None
         self.client = client or httpx.Client(timeout=self.policy.timeout)
         self.on_response, self.on_failure, self.name = on_response, on_failure, name
+        # set by a client whose peers may answer an error with status 200 (ChainRest: a gRPC-gateway error body):
+        # such an answer is failed like a 5xx (retried, then the next base URL), never handed over as data
+        self.error_body: ErrorBody | None = None
         self.requests = 0
         self.overran = False  # an answer outran its deadline (a peer trickling bytes), or every attempt of a
                               # request timed out (a peer that never answers): see Gonka.host
@@ -308,8 +312,12 @@ class Fetcher:
                         keep(shown, resp, False)
                         last = FetchError(shown, f"truncated or invalid JSON: {exc}", status=200, transient=True)
                     else:
-                        keep(shown, resp, True)
-                        return data, resp.headers
+                        why = self.error_body(data) if self.error_body is not None else None
+                        if why is None:
+                            keep(shown, resp, True)
+                            return data, resp.headers
+                        keep(shown, resp, False)
+                        last = FetchError(shown, f"HTTP 200 with an error body: {why}", status=200, transient=True)
                 elif permanent is not None and permanent(resp.status_code, resp.content):
                     # an answer the caller expects and handles (a pruned height: live values stand in, flagged in
                     # the data), so not a source failure: no net.failure row; the caller records what it lacks
