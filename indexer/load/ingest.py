@@ -52,6 +52,8 @@ class BatchLoader:
     def __init__(self, conn: psycopg.Connection, source_id: int):
         self.conn, self.source_id = conn, source_id
         self.committed_line = 0  # the resume cursor this loader last committed
+        # source -> the line after which its next batch starts (its last committed batch's, or the resume cursor)
+        self.floors: dict[int, int] = {}
         self.slots = SlotCheck()
         self.router = EpochRouter()
         self.known = KnownNew()  # keys new without a probe (indexer.load.fresh)
@@ -87,6 +89,7 @@ class BatchLoader:
         self.router.forget()
         self.known.forget()
         self.made.clear()
+        self.floors.clear()
 
     def _commit_once(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         try:
@@ -148,13 +151,14 @@ class BatchLoader:
                         "ON CONFLICT (source_id, line) DO NOTHING", rejects)
                 out.quarantined += len(rejects)
             # open quarantine rows this batch's valid lines supersede are marked resolved (indexer.load.resolved)
-            resolved.resolve(self.conn, self.source_id, {k: kb.copy for k, kb in prepared.kinds.items()})
+            resolved.resolve(self.conn, self.source_id, {k: (kb.copy, kb.scope) for k, kb in prepared.kinds.items()},
+                             self.floors.get(self.source_id, 0), prepared.last_line)
             if self.staged:  # the stages hold nothing between batches (statements.stage_ddl: why by hand)
                 self.conn.execute("TRUNCATE " + ", ".join(sorted(self.staged)))
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
                               (prepared.last_line, self.source_id))
             marks.write(self.conn)
-        self.committed_line = prepared.last_line
+        self.committed_line = self.floors[self.source_id] = prepared.last_line
         self.known.committed(registered, written)
         self.made |= self.staged  # (a batch rolled back takes the stages it made with it)
         return out
@@ -247,6 +251,7 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
     loader.behind = behind
+    loader.floors[source_id] = resume_after
     if inp.epochs:  # every partition the file's escrows need, in one call, before the replay follower holds parents
         loader.router.ensure(conn, set(inp.epochs))
         conn.commit()
