@@ -152,10 +152,11 @@ def resolve(conn: psycopg.Connection, source_id: int, batch: dict[str, tuple[byt
     the batch's own quarantine rows and records are written). ``batch``: kind -> (the COPY text of its rows, its
     scope: escrow ids or epochs); the batch's lines are those after ``floor`` up to ``last``. Returns how many rows
     were resolved."""
-    if not batch or not conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM rec.quarantine WHERE resolved_at IS NULL)").fetchone()[0]:
+    if not conn.execute("SELECT EXISTS (SELECT 1 FROM rec.quarantine WHERE resolved_at IS NULL)").fetchone()[0]:
         return 0
-    read_keys(conn)
+    read_keys(conn)  # a batch of quarantined lines alone too: each row is read in the batch that wrote it
+    if not batch:
+        return 0
     done = _same_place(conn, source_id, {kind: copy for kind, (copy, _) in batch.items()}, floor, last)
     kinds = sorted(batch)
     params = {"source_id": source_id, "floor": floor, "last": last,
