@@ -27,7 +27,7 @@ from indexer.load.errors import IngestFailed, IngestInterrupted
 from indexer.load.fresh import KnownNew
 from indexer.load.marks import BatchMarks
 from indexer.load.partitions import ROUTED, EpochRouter, routed_column
-from indexer.load import resolved, signed_conflicts
+from indexer.load import pollstate, resolved, signed_conflicts
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
@@ -147,7 +147,10 @@ class BatchLoader:
                         marks.add("escrow", lost)
                         out.quarantined += len(lost)
             refusals.store(self.conn, prepared.parses)
-            if rejects := prepared.rejects + slot_rejects + signed_rejects:
+            # lines of the poller's state (an export's, indexer.load.pollstate) go to their tables, not quarantine
+            typed_out = pollstate.take(self.conn, prepared.rejects) if prepared.rejects else []
+            out.poller_state += len(prepared.rejects) - len(typed_out)
+            if rejects := typed_out + slot_rejects + signed_rejects:
                 with self.conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO rec.quarantine (source_id, line, kind, reason, raw) VALUES (%s,%s,%s,%s,%s) "
