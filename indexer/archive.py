@@ -156,7 +156,7 @@ def verify_archived(name: str) -> str | None:
     if entry["sha256"] != digest:
         raise InputError(f"{name}: sha256 {digest} differs from the {entry['sha256']} that {path.parent / MANIFEST} "
                          "recorded: the archived file was changed or damaged since it was written")
-    return entry["written_at"]
+    return entry.get("written_at")
 
 
 def _write_epoch(conn: psycopg.Connection, out: Path, manifest: dict, epoch: int) -> bool:
