@@ -8,7 +8,9 @@ still match the manifest, its partitions are dropped and its rows in the unparti
 after a crash anywhere finishes the job: a listed epoch whose file is intact and whose records have not changed
 is not written again, and an epoch already dropped has nothing left to list.
 
-Replay results and rule findings are not archived: `ingest` of the files replays and re-evaluates them.
+Replay results and rule findings are not archived: `ingest` of the files replays and re-evaluates them. Reading a
+listed file back is a restore: a record stored after the file was written (an amendment that came later) is newer,
+and its archived version is not applied but quarantined with the reason (verify_archived).
 """
 from __future__ import annotations
 
@@ -137,21 +139,24 @@ def check_files(out: Path, manifest: dict) -> list[str]:
     return problems
 
 
-def verify_archived(name: str) -> None:
+def verify_archived(name: str) -> str | None:
     """When ``name`` is a file that an archive manifest beside it lists, its sha256 must be the one written: a
     changed or damaged archive file is bad input, named, before any of it loads. (Costs one more read of such a
-    file; files no manifest lists are not read.)"""
+    file; files no manifest lists are not read.) Returns when the file was written (UTC, ISO 8601) for an archived
+    file, None for any other: loading it is a restore, which never applies an archived record over one stored
+    after that time (indexer.load.ingest.ingest_file)."""
     path = Path(name)
     if name == "-" or not (path.parent / MANIFEST).is_file():
-        return
+        return None
     manifest = _read_manifest(path.parent)
     entry = next((e for e in manifest["epochs"].values() if e.get("file") == path.name), None)
     if entry is None:
-        return
+        return None
     digest = _sha256(path)
     if entry["sha256"] != digest:
         raise InputError(f"{name}: sha256 {digest} differs from the {entry['sha256']} that {path.parent / MANIFEST} "
                          "recorded: the archived file was changed or damaged since it was written")
+    return entry.get("written_at")
 
 
 def _write_epoch(conn: psycopg.Connection, out: Path, manifest: dict, epoch: int) -> bool:

@@ -178,3 +178,42 @@ def test_records_changing_at_every_attempt_stop_the_archive_before_any_drop(load
         assert c.execute("SELECT to_regclass('part.rec_finish_tx_e400') IS NOT NULL").fetchone() == (True,)
         assert c.execute("SELECT max(output_tokens) FROM rec.finish_tx WHERE epoch_index = 400").fetchone() == (
             10_000_000 + archive_mod.RETRIES,)
+
+
+def _finish_row(url: str, finish: dict) -> tuple:
+    with psycopg.connect(url) as c:
+        return c.execute("SELECT output_tokens, revision FROM rec.finish_tx WHERE escrow_id = %s AND inference_id = %s",
+                         (str(finish["escrow_id"]), finish["inference_id"])).fetchone()
+
+
+@pytest.mark.parametrize("restored_first", [True, False], ids=["restored-then-amended", "amended-while-archived"])
+def test_a_restore_never_puts_back_a_record_older_than_the_stored_one(loaded, tmp_path, capsys, restored_first):
+    """A Finish amended after the archive was written (after a first restore, or while its epoch was out of the
+    database) is newer than the archived one: restoring the archive keeps it, and says which line it did not apply
+    (a quarantine row with the reason, a warning naming file and line); the rest restores, exit 0."""
+    from indexer.cli import main
+
+    out = tmp_path / "archive"
+    archive(loaded, 401, str(out))
+    path = out / epoch_file(400)
+    restore = ["--database-url", loaded, "ingest", "--no-progress", str(path)]
+    if restored_first:
+        assert main(restore) == 0
+        amended = _amend_a_finish(loaded, path, 400, 7)
+        assert _finish_row(loaded, amended) == (7, 2)
+    else:
+        finish = next(r for r in _records(path) if r["kind"] == "finish")
+        amended = finish | {"output_tokens": 7}
+        assert ingest(loaded, write_lines(tmp_path / "late.ndjson", [amended])).loaded == 1
+    capsys.readouterr()
+    assert main(restore) == 0
+    assert _finish_row(loaded, amended)[0] == 7  # not reverted
+    line = next(n for n, r in enumerate(_records(path), 1) if r["kind"] == "finish")
+    err = capsys.readouterr().err
+    assert "1 archived record(s) not restored" in err and f"{epoch_file(400)}:{line}:" in err
+    with psycopg.connect(loaded) as c:
+        reason, resolved = c.execute("SELECT reason, resolved_at FROM api.quarantine WHERE source LIKE %s",
+                                     (f"%{epoch_file(400)}",)).fetchone()
+        assert reason.startswith(f"archived finish [\"{amended['escrow_id']}\", {amended['inference_id']}] is older "
+                                 "than the stored record (revision") and resolved is None
+        assert c.execute("SELECT count(*) FROM rec.escrow WHERE epoch_index = 400").fetchone()[0] > 0  # the rest

@@ -157,6 +157,14 @@ def test_poller_bench_runs(pg_admin_url):
                      out.stdout, re.M), out.stdout
 
 
+def test_quarantine_bench_runs_and_resolves_the_open_keys_it_loads(pg_admin_url):
+    out = _run(["bench/quarantine_bench.py", "--open", "300", "--escrows", "10", "--starts", "5", "--batch", "40",
+                "--repeat", "1", "--database-url", pg_admin_url])
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^160 lines in batches of 40, 300 open quarantine rows: load [\d.]+ s, resolving \d+ ms "
+                     r"\(medians of 1\); afterwards 200 open, 100 resolved$", out.stdout, re.M), out.stdout
+
+
 def test_replay_bench_runs_and_finds_its_tables_identical(pg_admin_url):
     out = _run(["bench/replay_bench.py", "--escrows", "4", "--runs", "1", "--workers", "1", "2",
                 "--database-url", pg_admin_url])

@@ -67,9 +67,10 @@ def cmd_ingest(args, settings: Settings) -> int:
 
     from indexer.archive import verify_archived
 
+    archived = {}  # a restore: archive file -> when it was written
     for name in args.files:  # a missing, unreadable or damaged archive file is bad input before anything loads
         check_input(name)
-        verify_archived(name)
+        archived[name] = verify_archived(name)
     url = ready_database(args, settings)
     with psycopg.connect(url) as conn:  # the server's clock: which quarantine rows this command wrote
         started = conn.execute("SELECT clock_timestamp()").fetchone()[0]
@@ -77,11 +78,12 @@ def cmd_ingest(args, settings: Settings) -> int:
     with ReplayFollower(url) as follower:  # a long load's escrows are replayed while later batches load
         try:
             if args.no_progress or not console().is_terminal:
-                summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, on_batch=follower.batch)
+                summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, on_batch=follower.batch,
+                                       archived=archived)
             else:
                 with ingest_progress() as progress:
                     summary = ingest_paths(url, args.files, batch_lines=args.batch_lines, progress=progress,
-                                           on_batch=follower.batch)
+                                           on_batch=follower.batch, archived=archived)
         except InputError as exc:
             if getattr(exc, "partial", None) is None:
                 raise
@@ -97,6 +99,13 @@ def cmd_ingest(args, settings: Settings) -> int:
     if downstream.replay.held:
         error(held_escrows(downstream.replay.held))
         return EXIT_RUNTIME
+    if summary.kept_newer:  # a restore left newer stored records as they were: say which (not an input error)
+        warn(f"{summary.kept_newer} archived record(s) not restored: the stored ones were written after the archive; "
+             "see api.quarantine")
+        if not summary.quarantined:
+            with psycopg.connect(url) as conn:
+                for source, line, reason in quarantined.since(conn, started, QUARANTINE_SHOWN):
+                    warn(f"  {one_line(source)}:{line}: {one_line(reason, 300)}")
     if summary.quarantined and not args.allow_quarantine:
         warn(f"{summary.quarantined} line(s) quarantined; see api.quarantine")
         with psycopg.connect(url) as conn:

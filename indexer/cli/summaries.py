@@ -17,6 +17,8 @@ def print_ingest_summary(summary, downstream) -> None:
     replay, rules = downstream.replay, downstream.rules
     rows = [("files", summary.files), ("lines", summary.lines), ("loaded (new)", summary.loaded),
             ("amended", summary.amended), ("unchanged", summary.unchanged), ("quarantined", summary.quarantined),
+            ("archived records older than the stored ones (not restored)", summary.kept_newer),
+            ("poller state rows (an export's)", summary.poller_state),
             ("resumed past (already committed)", summary.skipped_resumed), ("escrows touched", replay.escrows),
             ("txs replayed", replay.txs), ("txs rejected by the state machine", replay.rejected),
             ("escrow logs verified (evidence new or changed)", replay.verified),

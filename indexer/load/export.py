@@ -1,6 +1,6 @@
 """`indexer export`: stored records back out as normalized NDJSON that `ingest` reads to the same records (and so
-the same replay and findings). The poller's bookkeeping (net.*: cursors, epoch finality) is not a record and is not
-exported."""
+the same replay and findings), followed by the poller's state of the same epochs (indexer.load.pollstate), so that
+a database rebuilt from the file polls on where this one stands."""
 from __future__ import annotations
 
 import gzip
@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 import psycopg
 
+from indexer.load import pollstate
 from indexer.records import KINDS, LOAD_ORDER
 
 
@@ -42,8 +43,8 @@ def export_records(url: str, path: str, epochs: tuple[int, int] | None = None) -
 
 
 def write_records(conn: psycopg.Connection, out, epochs: tuple[int, int] | None) -> dict[str, int]:
-    """Every record of the epochs (all with None) to `out` as NDJSON lines, kind by kind in load order; the count
-    of each kind. Also `indexer archive`'s writer, inside its snapshot."""
+    """Every record of the epochs (all with None) to `out` as NDJSON lines, kind by kind in load order, then the
+    poller's state of those epochs; the count of each kind. Also `indexer archive`'s writer, inside its snapshot."""
     counts: dict[str, int] = {}
     for name in LOAD_ORDER:
         sql, params = export_statement(name, epochs)
@@ -55,4 +56,5 @@ def write_records(conn: psycopg.Connection, out, epochs: tuple[int, int] | None)
                 out.write(line.encode() + b"\n")
                 n += 1
         counts[name] = n
+    counts.update(pollstate.write_state(conn, out, epochs))
     return counts

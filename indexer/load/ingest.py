@@ -27,7 +27,7 @@ from indexer.load.errors import IngestFailed, IngestInterrupted
 from indexer.load.fresh import KnownNew
 from indexer.load.marks import BatchMarks
 from indexer.load.partitions import ROUTED, EpochRouter, routed_column
-from indexer.load import resolved, signed_conflicts
+from indexer.load import pollstate, resolved, signed_conflicts
 from indexer.load.prepare import Prepared
 from indexer.load.probe import keys_may_exist
 from indexer.load.slots import SlotCheck
@@ -52,6 +52,11 @@ class BatchLoader:
     def __init__(self, conn: psycopg.Connection, source_id: int):
         self.conn, self.source_id = conn, source_id
         self.committed_line = 0  # the resume cursor this loader last committed
+        # source -> the line after which its next batch starts (its last committed batch's, or the resume cursor)
+        self.floors: dict[int, int] = {}
+        # a restore (an archive file read back): when the archive was written. A stored record written since then
+        # is newer than the archived one, which is then not applied (statements.upsert_statement)
+        self.archived_at: str | None = None
         self.slots = SlotCheck()
         self.router = EpochRouter()
         self.known = KnownNew()  # keys new without a probe (indexer.load.fresh)
@@ -87,6 +92,7 @@ class BatchLoader:
         self.router.forget()
         self.known.forget()
         self.made.clear()
+        self.floors.clear()
 
     def _commit_once(self, prepared: Prepared, source_lines: SourceLines) -> IngestSummary:
         try:
@@ -141,20 +147,24 @@ class BatchLoader:
                         marks.add("escrow", lost)
                         out.quarantined += len(lost)
             refusals.store(self.conn, prepared.parses)
-            if rejects := prepared.rejects + slot_rejects + signed_rejects:
+            # lines of the poller's state (an export's, indexer.load.pollstate) go to their tables, not quarantine
+            typed_out = pollstate.take(self.conn, prepared.rejects) if prepared.rejects else []
+            out.poller_state += len(prepared.rejects) - len(typed_out)
+            if rejects := typed_out + slot_rejects + signed_rejects:
                 with self.conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO rec.quarantine (source_id, line, kind, reason, raw) VALUES (%s,%s,%s,%s,%s) "
                         "ON CONFLICT (source_id, line) DO NOTHING", rejects)
                 out.quarantined += len(rejects)
             # open quarantine rows this batch's valid lines supersede are marked resolved (indexer.load.resolved)
-            resolved.resolve(self.conn, self.source_id, {k: kb.copy for k, kb in prepared.kinds.items()})
+            resolved.resolve(self.conn, self.source_id, {k: (kb.copy, kb.scope) for k, kb in prepared.kinds.items()},
+                             self.floors.get(self.source_id, 0), prepared.last_line)
             if self.staged:  # the stages hold nothing between batches (statements.stage_ddl: why by hand)
                 self.conn.execute("TRUNCATE " + ", ".join(sorted(self.staged)))
             self.conn.execute("UPDATE rec.source SET lines_committed = %s WHERE source_id = %s",
                               (prepared.last_line, self.source_id))
             marks.write(self.conn)
-        self.committed_line = prepared.last_line
+        self.committed_line = self.floors[self.source_id] = prepared.last_line
         self.known.committed(registered, written)
         self.made |= self.staged  # (a batch rolled back takes the stages it made with it)
         return out
@@ -214,14 +224,17 @@ class BatchLoader:
         return self.conn.transaction() if self.guarded else nullcontext()
 
     def _upsert(self, kind: str, out: IngestSummary, marks: BatchMarks, repeats_keys: bool) -> None:
-        row = self.conn.execute(upsert_statement(kind, repeats_keys), {"source_id": self.source_id}).fetchone()
-        # *_out: a tx kind's other txs of a key, quarantined (indexer.load.samekey)
-        inserted, amended, superseded, valid, dirty, reverify, staged_out, stored_out = row
+        row = self.conn.execute(upsert_statement(kind, repeats_keys),
+                                {"source_id": self.source_id, "archived_at": self.archived_at}).fetchone()
+        # *_out: a tx kind's other txs of a key, quarantined (indexer.load.samekey); kept: a restore's archived
+        # records older than the stored ones, not applied (quarantined with the reason)
+        inserted, amended, superseded, valid, dirty, reverify, staged_out, stored_out, kept = row
         marks.add(kind, dirty, reverify)
         out.loaded += inserted
         out.amended += amended + superseded
-        out.unchanged += valid - inserted - amended - superseded - staged_out
+        out.unchanged += valid - inserted - amended - superseded - staged_out - kept
         out.quarantined += staged_out + stored_out
+        out.kept_newer += kept
         out.by_kind[kind] += valid - staged_out
 
 
@@ -236,17 +249,22 @@ def _without_lines(copy: bytes, lines: set[int]) -> bytes:
 
 
 def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = BATCH_LINES,
-                on_progress=None, on_batch=None, behind: AnalyzeBehind | None = None) -> IngestSummary:
+                on_progress=None, on_batch=None, behind: AnalyzeBehind | None = None,
+                archived_at: str | None = None) -> IngestSummary:
     """Load one file. Its batches commit with ``synchronous_commit = off``: a commit returns before the server has
     flushed its WAL (a flush costs 1-28 ms a batch, on the connection the whole load waits for, and more while the
     replay follower commits too). Safe for a file: a batch's rows and its resume cursor are one
     transaction and the file is the durable copy, so a server crash can only lose the last batches whole, with
     their cursor, and the next run loads them again. The file's completion commits with the session's own setting
-    (synchronous by default), which flushes every batch before it: a load the command reports is durable."""
+    (synchronous by default), which flushes every batch before it: a load the command reports is durable.
+    ``archived_at``: the file is an archive written then (indexer.archive.verify_archived); a stored record written
+    since is newer than its archived version, which is then not applied."""
     durable = commit_without_flush_wait(conn)
     source_id, resume_after = register_source(conn, inp)
     loader = BatchLoader(conn, source_id)
     loader.behind = behind
+    loader.floors[source_id] = resume_after
+    loader.archived_at = archived_at
     if inp.epochs:  # every partition the file's escrows need, in one call, before the replay follower holds parents
         loader.router.ensure(conn, set(inp.epochs))
         conn.commit()
@@ -288,12 +306,13 @@ def _stored_cursor(conn: psycopg.Connection, source_id: int, known: int) -> int:
 
 
 def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, progress=None,
-                 on_batch=None) -> IngestSummary:
+                 on_batch=None, archived: dict[str, str | None] | None = None) -> IngestSummary:
     """Load the files in order. Every file is checked before the first loads; a file that turns out bad while
     loading (a corrupt gzip stream) raises InputError with ``partial`` set to what the earlier files loaded: their
     batches (and this file's batches before the bad spot) are committed and dirty, so the caller still replays them.
     ``on_batch(lines, escrows)`` is called just before each batch commits, with the escrows it touches (the
-    replay that follows the load keeps off them: indexer.replay.follow)."""
+    replay that follows the load keeps off them: indexer.replay.follow). ``archived``: name -> when the archive
+    it is part of was written (a restore: ingest_file's ``archived_at``)."""
     for name in names:
         check_input(name)
     start = time.perf_counter()
@@ -306,7 +325,8 @@ def ingest_paths(url: str, names: list[str], *, batch_lines: int = BATCH_LINES, 
                     task = progress.add_task(inp.uri, total=inp.size) if progress else None
                     hook = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
                     summary.add(ingest_file(conn, inp, batch_lines=batch_lines, on_progress=hook,
-                                            on_batch=on_batch, behind=behind))
+                                            on_batch=on_batch, behind=behind,
+                                            archived_at=(archived or {}).get(name)))
                     summary.files += 1
                 finally:
                     inp.cleanup()

@@ -111,15 +111,28 @@ WITH src AS (
 ), met AS (  -- keys that existed before this statement and whose content differs (for a tx kind: or another tx)
   SELECT s.line, {", ".join(f"s.{k}" for k in match)}, {", ".join(f"{v} AS {c}" for c, v in values.items())},
          {samekey.displaces(kind)} AS displaced, {samekey.stays(kind)} AS stays,
-         to_jsonb(t){" - 'epoch_index'" if routed else ""} AS previous{samekey.met_columns(kind)}
+         to_jsonb(t){" - 'epoch_index'" if routed else ""} AS previous, t.revision AS stored_revision,
+         coalesce(t.amended_at, t.loaded_at) AS stored_at{samekey.met_columns(kind)}
   FROM src s JOIN {table} t ON {key_eq}
   WHERE NOT EXISTS (SELECT 1 FROM ins i WHERE {not_inserted})
     AND {_row("t.", content)} IS DISTINCT FROM ({", ".join(values.values())})
     -- a later line of this same file already won (reloading a file must not replay its own amendments)
     AND ({samekey.displaces(kind)} OR {samekey.stays(kind)}
          OR NOT (t.source_id = %(source_id)s AND t.source_line > s.line)){keep}
-){samekey.other_txs(kind, stage, repeats_keys)}, changed AS (  -- what the update writes: not a tx kept out
-  SELECT * FROM met WHERE NOT stays                              -- because the stored one comes first
+){samekey.other_txs(kind, stage, repeats_keys)}, kept AS (  -- a restore: archived records older than the stored
+  SELECT * FROM met                                               -- one (stored after the archive was written)
+  WHERE NOT stays AND NOT displaced AND stored_at >= %(archived_at)s::timestamptz
+), kept_out AS (  -- each such line is not applied; its quarantine row says why, with the line
+  INSERT INTO rec.quarantine (source_id, line, kind, reason, raw)
+  SELECT %(source_id)s, k.line, '{kind.name}',
+         'archived {kind.name} ' || jsonb_build_array({", ".join("k." + c for c in key)})::text || ' is older than '
+           || 'the stored record (revision ' || k.stored_revision || ', stored ' || k.stored_at
+           || ', after the archive was written at ' || %(archived_at)s::timestamptz || '): the stored one is kept',
+         {samekey.record_json(kind, 's.')}::text
+  FROM kept k JOIN src s ON s.line = k.line ORDER BY k.line
+  ON CONFLICT (source_id, line) DO NOTHING
+), changed AS (  -- what the update writes: not a tx kept out because the stored one comes first, nor an older
+  SELECT * FROM met WHERE NOT stays AND line NOT IN (SELECT line FROM kept)  -- archived record
 ), history AS (  -- a displaced tx is not an amendment: its quarantine row keeps it (other_tx)
   INSERT INTO rec.amendment (kind, record_key, previous, source_id, line)
   SELECT '{kind.name}', jsonb_build_array({", ".join("c." + k for k in key)}), c.previous, %(source_id)s, c.line
@@ -143,7 +156,8 @@ SELECT (SELECT count(*) FROM ins) + (SELECT count(*) FROM upd WHERE displaced) A
              UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL) AS dirty,
        {_reverify(kind_name, scope_col)} AS reverify,
        (SELECT count(*) FILTER (WHERE staged) FROM other_tx) AS quarantined_staged,
-       (SELECT count(*) FILTER (WHERE NOT staged) FROM other_tx) AS quarantined_stored
+       (SELECT count(*) FILTER (WHERE NOT staged) FROM other_tx) AS quarantined_stored,
+       (SELECT count(*) FROM kept) AS kept_newer
 """
 
 

@@ -24,13 +24,16 @@ class IngestSummary:
     amended: int = 0
     unchanged: int = 0
     quarantined: int = 0
+    poller_state: int = 0  # rows of the poller's state an export carries (indexer.load.pollstate)
+    kept_newer: int = 0  # a restore's archived records not applied: the stored ones were written after the archive
     by_kind: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     epochs: set = field(default_factory=set)  # the epoch partitions escrow-keyed rows went to (what to ANALYZE)
     deferred_analyze: Deferred = field(default_factory=Deferred)  # skipped while autovacuum held them (quickstats)
 
     def add(self, other: "IngestSummary") -> None:
-        for name in ("lines", "skipped_resumed", "loaded", "amended", "unchanged", "quarantined"):
+        for name in ("lines", "skipped_resumed", "loaded", "amended", "unchanged", "quarantined", "kept_newer",
+                     "poller_state"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.by_kind.update(other.by_kind)
         self.epochs |= other.epochs

@@ -10,7 +10,8 @@ A poller (holder ``hostname:pid:random``) takes a lease with one statement: the 
 … WHERE`` only succeeds when the row is free (released before this cycle began), expired (the database clock
 judges: ``expires_at < now()``), or already ours. A heartbeat thread renews what the poller holds every
 ``seconds / 3``; finished work is released (``released_at``). A poller killed with SIGKILL releases nothing: its
-leases expire and another poller takes them over (``takeovers`` + 1, ``taken_from`` = the dead holder).
+leases expire and another poller takes them over (``takeovers`` + 1, ``taken_from`` = the dead holder, kept while
+the taker holds the lease, a take it runs again included).
 
 The heartbeat renews only while the poller makes progress (an HTTP answer or failure, a lease taken, looked at or
 released, a fenced commit) at least every ``stall_seconds``: a poller wedged with a live heartbeat thread would
@@ -54,7 +55,10 @@ ON CONFLICT (resource) DO UPDATE SET
     holder = excluded.holder, acquired_at = now(), renewed_at = now(), expires_at = excluded.expires_at,
     released_at = NULL,
     takeovers = l.takeovers + CASE WHEN l.released_at IS NULL AND l.holder <> excluded.holder THEN 1 ELSE 0 END,
-    taken_from = CASE WHEN l.released_at IS NULL AND l.holder <> excluded.holder THEN l.holder END
+    -- a take by the lease's own holder keeps whom it was taken from: the same take run again on a reopened
+    -- connection (Leases._execute) after the first run committed unseen must still report the takeover
+    taken_from = CASE WHEN l.released_at IS NULL AND l.holder <> excluded.holder THEN l.holder
+                      WHEN l.released_at IS NULL AND l.holder = excluded.holder THEN l.taken_from END
 WHERE (l.holder = excluded.holder AND l.released_at IS NULL)
    OR (l.released_at IS NULL AND l.expires_at < now())
    OR (l.released_at IS NOT NULL AND l.released_at < %(since)s)
@@ -219,8 +223,9 @@ class Leases:
                                         "since": self.since}).fetchone()
             if row is not None:
                 with self._held:
+                    again = resource in self.held  # held already: its takeover, if any, was counted then
                     self.held.add(resource)
-                if row[0] is not None:
+                if row[0] is not None and not again:
                     self.takeovers.append((resource, row[0]))
                     log.warning("lease %s taken over from %s (expired)", resource, row[0])
                 return Take("taken", taken_from=row[0])

@@ -146,7 +146,7 @@ def test_status_after_the_demo(demo_db_url):
 
 
 def test_escrows_per_evidence_level_and_those_that_failed(db_url, conn, tmp_path):
-    from tests.reports.test_restitution_db import small_escrow
+    from tests.support.restitution_kit import small_escrow
     from tests.support.rules_kit import load
 
     load(db_url, tmp_path, [r for e in ("8101", "8102", "8103") for r in small_escrow(e, 600, invalid=0, served=2)])

@@ -192,7 +192,7 @@ def test_a_failed_request_is_logged_as_one_line(server, caplog):
 
 
 def test_escrows_per_evidence_level_every_level_with_zero(db_url, tmp_path, server):
-    from tests.reports.test_restitution_db import small_escrow
+    from tests.support.restitution_kit import small_escrow
     from tests.support.rules_kit import load
 
     load(db_url, tmp_path, [r for e in ("8001", "8002", "8003") for r in small_escrow(e, 600, invalid=0, served=2)])

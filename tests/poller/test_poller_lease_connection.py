@@ -86,3 +86,45 @@ def test_a_statement_that_fails_on_a_live_connection_is_not_run_again(db_url):
         assert leases._conn.info.backend_pid == backend and not leases._conn.broken
     finally:
         leases.close()
+
+
+class _DropsAfterCommit:
+    """The lease connection, dropped by the server right after its next take committed, before the answer arrives:
+    the take ran, and the poller saw only the drop."""
+
+    def __init__(self, url: str, conn: psycopg.Connection) -> None:
+        self.url, self.conn = url, conn
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+    def execute(self, query, params=None):
+        out = self.conn.execute(query, params)
+        if "INSERT INTO net.lease" not in query:
+            return out
+        with psycopg.connect(self.url, autocommit=True) as c:
+            c.execute("SELECT pg_terminate_backend(%s, 5000)", (self.conn.info.backend_pid,))
+        return self.conn.execute("SELECT 1")  # raises: the connection is gone
+
+
+def test_a_takeover_run_again_on_a_reopened_connection_keeps_whom_it_was_taken_from(db_url):
+    dead = Leases(db_url, seconds=30, holder="dead:1:a").start()
+    assert dead.take("escrow:1").outcome == "taken"
+    dead._stop.set()  # killed: nothing given back, the lease left to expire
+    dead._conn.close()
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("UPDATE net.lease SET expires_at = now() - interval '1 second' WHERE resource = 'escrow:1'")
+    taker = Leases(db_url, seconds=30, holder="taker:2:b").start()
+    try:
+        taker._conn = _DropsAfterCommit(db_url, taker._conn)
+        got = taker.take("escrow:1")
+        assert not isinstance(taker._conn, _DropsAfterCommit)  # the take ran again on a new connection
+        assert got.outcome == "taken" and got.taken_from == "dead:1:a"
+        assert taker.takeovers == [("escrow:1", "dead:1:a")]
+        # taken again while held: the takeover is the same one, not counted twice
+        assert taker.take("escrow:1").outcome == "taken" and taker.takeovers == [("escrow:1", "dead:1:a")]
+        with psycopg.connect(db_url) as c:
+            assert c.execute("SELECT holder, takeovers, taken_from FROM net.lease WHERE resource = 'escrow:1'"
+                             ).fetchone() == ("taker:2:b", 1, "dead:1:a")
+    finally:
+        taker.close()

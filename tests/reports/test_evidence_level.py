@@ -19,7 +19,7 @@ from indexer.reports.restitution import collect, html_section, markdown, restitu
 from indexer.reports.restitution.collect import EpochCase
 from indexer.reports.restitution.proposal import build
 from indexer.verify.signatures import bech32_encode
-from tests.reports.test_restitution_db import REST_OF_366, X, params, small_escrow, summary
+from tests.support.restitution_kit import REST_OF_366, X, params, small_escrow, summary
 from tests.support.helpers import set_verification
 from tests.support.rules_kit import gov_snapshot, load
 

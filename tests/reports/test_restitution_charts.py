@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from indexer.reports.restitution import collect, html_section
 from indexer.reports.restitution.charts import CHAR, FONT, W, downtime_svg, sprt_svg
-from tests.reports.test_restitution_db import params, summary
+from tests.support.restitution_kit import params, summary
 from tests.reports.test_restitution_report import _e366
 from tests.support.rules_kit import B, GOV, Log, gov_snapshot, load
 

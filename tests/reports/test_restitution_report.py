@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 
 from indexer.reports.restitution import collect, html_section, markdown, restitution_summary, rows_csv
-from tests.support.rules_kit import load
-from tests.reports.test_restitution_db import REST_OF_366, X, gov_snapshot, params, small_escrow, summary
+from tests.support.rules_kit import gov_snapshot, load
+from tests.support.restitution_kit import REST_OF_366, X, params, small_escrow, summary
 
 ROOT = Path(__file__).resolve().parents[2]
 

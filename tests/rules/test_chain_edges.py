@@ -210,19 +210,12 @@ def test_an_epoch_reward_that_is_not_the_chains_error_stays_unknown(conn):
 def test_restitution_of_an_epoch_without_a_reward_is_zero_not_unknown(db_url, tmp_path, conn):
     # the e366 anchor host (crossed the SPRT only because of 5 disputable invalidations) in an epoch whose decay
     # rate the chain cannot compute: nobody was paid an epoch reward, so nothing is owed for it
-    from tests.reports.test_restitution_db import X, params, rest_of_epoch, small_escrow, summary
-    from tests.support.rules_kit import gov_snapshot, load
+    from tests.support.restitution_kit import X, e366_anchor, params
 
     epoch_params = params(366)
     epoch_params["bitcoin_reward_params"] = dict(epoch_params["bitcoin_reward_params"],
                                                  decay_rate={"value": "-5", "exponent": -4})
-    recs = [gov_snapshot(epoch=366), epoch_params,
-            summary(366, X, confirmation_weight=57537, weight=60000, raw_confirmation_weight=59000,
-                    inference_count=263, missed_requests=0, invalidated_inferences=25, validated_inferences=238,
-                    excluded_reason="statistical_invalidations", excluded_height=5652213), rest_of_epoch(366)]
-    conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
-                 "VALUES (366, 366, 'v0.2.12', 'test: the anchor epoch under v0.2.12')")
-    load(db_url, tmp_path, recs + small_escrow("9001", 366, invalid=25, served=238, disputable=5))
+    e366_anchor(db_url, tmp_path, epoch_params)
     cand, theo, amount, note = one(
         conn, "SELECT restitution_candidate, theoretical_epoch_reward, restitution_amount, "
               "evidence #>> '{reward,epoch_reward_chain_error}' FROM api.restitution_impact "
@@ -297,7 +290,7 @@ def test_a_model_without_trusted_voting_power_is_not_paid_on_a_guess(conn):
 def test_an_epoch_without_requests_runs_the_governance_p0_without_skipping(db_url, tmp_path, conn):
     # getDynamicP0 over no participant with requests: the sample gate returns the governance p0 and no skip;
     # CheckAndPunishForDowntime then passes a host with total 0. The view had no sums row and gave skip NULL
-    from tests.reports.test_restitution_db import params, summary
+    from tests.support.restitution_kit import params, summary
     from tests.support.rules_kit import gov_snapshot, load
 
     load(db_url, tmp_path, [gov_snapshot(epoch=377), params(377),
@@ -310,7 +303,7 @@ def test_an_epoch_without_requests_runs_the_governance_p0_without_skipping(db_ur
 def test_the_evidence_names_the_reward_terms_not_captured(db_url, tmp_path, conn):
     # CalculateParticipantBitcoinRewardsWithTransfers takes a negative CoinBalance (debt) off the reward coins, and
     # GetBitcoinSettleAmountsWithTransfers scales rewards down near the subsidy supply cap: the amount leaves both out
-    from tests.reports.test_restitution_db import params, summary
+    from tests.support.restitution_kit import params, summary
     from tests.support.rules_kit import gov_snapshot, load
 
     load(db_url, tmp_path, [gov_snapshot(epoch=378), params(378),
