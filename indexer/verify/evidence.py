@@ -25,6 +25,7 @@ from indexer.verify import (apply, apply_txs, diff, proto as pb, settlement as s
 from indexer.verify.bundle import Bundle, Penalty
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not-checked"
+MAX_QUOTE = 80  # characters of a value read from the bundle quoted in a reason
 LEVELS = ("none", "signed", "replayed", "settled")
 STATUS_NAMES = ("pending", "started", "finished", "challenged", "validated", "invalidated", "timed_out")
 RECORD_NUMBERS = ("executor_slot", "input_length", "max_tokens", "input_tokens", "output_tokens", "reserved_cost",
@@ -196,6 +197,9 @@ def check_settled(b: Bundle, session: _Recording) -> str:
         raise _Failed(msg.nonce, f"the settlement is for escrow {msg.escrow_id}, the diffs for {b.escrow_id!r}")
     if msg.nonce != final:
         raise _Failed(msg.nonce, f"the settlement is at nonce {msg.nonce}, the diffs end at nonce {final}")
+    if msg.version != b.protocol_version:  # the root hosts sign hashes the session's version (state/hash.go)
+        raise _Failed(final, f"the settlement's version {msg.version[:MAX_QUOTE]!r} is not the escrow's protocol "
+                             f"version {b.protocol_version!r}: the root it settles is not the replayed session's")
     if session.state.phase != sr.SETTLEMENT:
         raise _Failed(final, f"the final state is in phase {session.state.phase}, not settlement ({sr.SETTLEMENT})")
     if msg.state_root != session.root():
@@ -212,7 +216,8 @@ def check_settled(b: Bundle, session: _Recording) -> str:
     except st.SettlementError as exc:
         raise _Failed(final, f"the chain would refuse the settlement: {exc}",
                       unknown_signer=exc.unknown_signer) from None
-    where = f"{_transaction(s)} at height {s.height if s.height is not None else '(not given)'}"
+    # the height is the bundle's word: nothing in the transaction's bytes names the block it landed in
+    where = f"{_transaction(s)} at height {f'{s.height} (as stated)' if s.height is not None else '(not given)'}"
     if s.tx_raw is None:  # every check passed on a message nothing binds to the transaction the chain settled
         raise _Failed(None, NO_RAW_TX.format(tx=s.tx_hash or "(hash not given)")
                       + (f"; read from: {s.read_from}" if s.read_from else ""), NOT_CHECKED)
