@@ -1,0 +1,349 @@
+"""Tampered evidence bundles of the v4.1 release fixture (tests/verify/test_verify_bundle.py builds it): each kind is
+caught at its check (signed / replayed / settled) with its nonce and a reason that names it, and what the chain or
+the hosts themselves accept is not flagged. Where the chain's own code decides, the test cites it:
+
+- user signatures: gonka-ai/gonka @1924b248 ``devshard/signing/secp256k1.go`` ``Secp256k1Verifier.RecoverAddress``
+  (65 bytes, go-ethereum ``crypto.Ecrecover``: no low-s rule);
+- settlement: gonka-ai/gonka @1529fbc1 ``inference-chain/x/inference/keeper/devshard_settlement.go``
+  (``VerifyDevshardSettlement``: a repeated slot is an error, not a second vote; ``recoverCosmosAddress`` hands
+  ``v + 27`` to dcrd's ``RecoverCompact``, whose codes 27..34 take v 0..7, 4..7 flagging a compressed key).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+
+import pytest
+
+from indexer.verify import bundle as bd, proto as pb, settlement as st
+from indexer.verify.evidence import FAIL, verify_bundle
+from tests.support.verify_kit import HOSTS, KEYS, user_sign
+from tests.verify.test_verify_bundle import ESCROW_ID, ROOTS, make_bundle, settle_msg
+
+N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141  # the secp256k1 group order
+
+
+@pytest.fixture(scope="module")
+def good() -> bd.Bundle:
+    return make_bundle()
+
+
+def _high_s(signature: bytes) -> bytes:
+    """The other valid signature of the same message and key: s -> N - s, the recovery parity flipped."""
+    s = int.from_bytes(signature[32:64], "big")
+    return signature[:32] + (N - s).to_bytes(32, "big") + bytes((signature[64] ^ 1,))
+
+
+def _with_user_sig(good: bd.Bundle, nonce: int, change) -> bd.Bundle:
+    diffs = tuple(dataclasses.replace(d, user_sig=change(d.user_sig)) if d.nonce == nonce else d for d in good.diffs)
+    return dataclasses.replace(good, diffs=diffs)
+
+
+def _check(report, step: str, nonce: int | None, reason: str) -> None:
+    assert (report.failed_step, report.failed_nonce) == (step, nonce), report.failure
+    assert re.search(reason, report.failure), report.failure
+    assert dict((s.name, s.outcome) for s in report.steps)[step] == FAIL
+    order = ["signed", "replayed", "settled"]
+    assert report.level == (["none"] + order)[order.index(step)]
+
+
+# ---- the user's signature on a diff
+
+def test_a_malleated_high_s_user_signature_still_names_the_user_and_passes(good):
+    """Ecrecover accepts a high s (secp256k1.go @1924b248 asks only for 65 bytes): the hosts took this diff, and it
+    recovers to the creator over the very bytes served, so it is the user's diff."""
+    report = verify_bundle(_with_user_sig(good, 6, _high_s))
+    assert (report.level, report.ok) == ("settled", True), report.failure
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda s: s[:64] + b"\x1b", r"recovery byte v = 27, expected 0 or 1"),
+    (lambda s: s[:64] + b"\x1c", r"recovery byte v = 28, expected 0 or 1"),
+    (lambda s: s[:64] + bytes((s[64] + 4,)), r"recovery byte v = [45], expected 0 or 1"),
+    (lambda s: s[:64] + bytes((s[64] + 2,)), r"recovers to no key"),
+    (lambda s: s[:64], r"is 64 bytes, expected 65"),
+    (lambda s: s + s[-1:], r"is 66 bytes, expected 65"),
+    (lambda s: b"", r"is 0 bytes, expected 65"),
+])
+def test_a_reencoded_or_resized_user_signature_fails_signed_at_its_nonce(good, change, reason):
+    report = verify_bundle(_with_user_sig(good, 6, change))
+    _check(report, "signed", 6, r"^user signature: signature " + reason)
+
+
+def test_trailing_bytes_after_a_signed_diff_fail_signed_and_signed_ones_fail_the_replay(good):
+    d = good.diffs[4]
+    padded = dataclasses.replace(d, content=d.content + b"\x00")
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:4] + (padded,) + good.diffs[5:]))
+    _check(report, "signed", 5, "user signature recovers to gonka1")
+    # the user signed the padded bytes: a decoder that stopped at the message's end would take them; this one reads
+    # every byte, as Go's proto.Unmarshal does (a 0 tag is an error there too)
+    signed = bd.SignedDiff(5, d.content + b"\x00", user_sign(d.content + b"\x00"))
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:4] + (signed,) + good.diffs[5:]))
+    _check(report, "replayed", 5, "DiffContent unreadable: field number 0 at offset")
+
+
+def _resigned_content(nonce: int, parts: list[bytes]) -> bd.SignedDiff:
+    content = b"".join(parts)
+    return bd.SignedDiff(nonce, content, user_sign(content))
+
+
+def _parts(d: bd.SignedDiff) -> list[bytes]:
+    return [pb.f_uint(n, v) if w == pb.VARINT else pb.f_msg(n, v) for n, w, v in pb.fields(d.content)]
+
+
+def test_a_repeated_root_field_counts_its_last_value_as_protobuf_does(good):
+    """Protobuf takes the last of a repeated scalar or bytes field (Go's too): a signed diff carrying a false root
+    after the true one is replayed against the false one and fails; the other way round it is what the hosts read."""
+    d = good.diffs[6]
+    parts = _parts(d)
+    fake = pb.f_bytes(4, bytes(32))
+    last_fake = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:6] + (_resigned_content(7, parts + [fake]),)
+                                                  + good.diffs[7:]))
+    _check(last_fake, "replayed", 7, "recomputed post_state_root [0-9a-f]{64}, the diff signs 0{64}")
+    first_fake = [*parts[:-1], fake, parts[-1]]
+    assert parts[-1] == pb.f_bytes(4, ROOTS[7])
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:6] + (_resigned_content(7, first_fake),)
+                                               + good.diffs[7:]))
+    assert report.level == "settled", report.failure
+
+
+def test_a_field_outside_diff_content_is_refused_at_the_replay_with_its_number(good):
+    """No gateway of v4.1 writes field 6: the verifier does not guess what the diff meant, and says which field."""
+    d = good.diffs[2]
+    bad = _resigned_content(3, _parts(d) + [pb.f_uint(6, 1)])
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:2] + (bad,) + good.diffs[3:]))
+    _check(report, "replayed", 3, r"DiffContent: field 6 with wire type 0 is not in this module's table")
+
+
+def test_a_repeated_nonce_with_other_content_is_served_again(good):
+    other = _resigned_content(8, _parts(good.diffs[7]) + [pb.f_msg(2, pb.f_msg(8, b""))])  # a finalize added
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:8] + (other,) + good.diffs[8:]))
+    _check(report, "replayed", 8, "nonce 8 is served again after nonce 8")
+
+
+def test_a_gap_of_several_nonces_names_the_first_missing(good):
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:9] + good.diffs[12:]))
+    _check(report, "replayed", 10, "nonce 10 is missing: the next diff served is nonce 13")
+
+
+# ---- the settlement's host signatures
+
+def _with_signatures(msg: st.SettleMsg, signatures) -> bd.Bundle:
+    return make_bundle(dataclasses.replace(msg, signatures=list(signatures)))
+
+
+def _sig(slot: int, key_index: int | None = None, **signed) -> st.SlotSignature:
+    msg = settle_msg()
+    what = {"state_root": msg.state_root, "escrow_id": ESCROW_ID, "nonce": 34, **signed}
+    return st.SlotSignature(slot, st.sign_state(KEYS[slot if key_index is None else key_index], what["state_root"],
+                                                what["escrow_id"], what["nonce"]))
+
+
+@pytest.mark.parametrize("name, change", [
+    ("high s", _high_s),
+    ("v + 4 (dcrd's compressed-key code)", lambda s: s[:64] + bytes((s[64] + 4,))),
+])
+def test_a_host_signature_the_chain_accepts_reencoded_still_counts(name, change):
+    msg = settle_msg()
+    resigned = [dataclasses.replace(s, signature=change(s.signature)) if s.slot_id == 2 else s for s in msg.signatures]
+    report = verify_bundle(_with_signatures(msg, resigned))
+    assert (report.level, report.ok) == ("settled", True), report.failure
+    assert "4 slot signatures, quorum 4 of 5" in report.steps[2].detail
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda s: s[:64] + b"\x1b", r"failed to recover address for slot 2: signature recovery byte v = 27: the chain's "
+                                 r"compact code v \+ 27 is outside 27 \.\. 34"),
+    (lambda s: s[:64], "failed to recover address for slot 2: signature is 64 bytes, expected 65"),
+    (lambda s: s + b"\x00", "failed to recover address for slot 2: signature is 66 bytes, expected 65"),
+])
+def test_a_host_signature_the_chain_refuses_fails_settled(change, reason):
+    msg = settle_msg()
+    resigned = [dataclasses.replace(s, signature=change(s.signature)) if s.slot_id == 2 else s for s in msg.signatures]
+    _check(verify_bundle(_with_signatures(msg, resigned)), "settled", 34, "the chain would refuse the settlement: "
+           + reason)
+
+
+@pytest.mark.parametrize("kind, signatures, reason", [
+    # the chain stops at a repeated slot (an error, so one host cannot be counted twice by repeating its entry)
+    ("one slot twice", lambda: [_sig(0), _sig(1), _sig(2), _sig(2)], "duplicate signature for slot 2"),
+    ("one host's key for another slot", lambda: [_sig(0), _sig(1), _sig(2), _sig(3, key_index=0)],
+     f"signature for slot 3 recovered {HOSTS[0]}, expected {HOSTS[3]}"),
+    ("a slot outside the group", lambda: [_sig(0), _sig(1), _sig(2), st.SlotSignature(5, _sig(0).signature)],
+     "slot_id 5 out of range"),
+    ("a key outside the group", lambda: [_sig(0), _sig(1), _sig(2), _sig(3, key_index=5)],
+     r"signature for slot 3 recovered gonka1\w+, expected " + HOSTS[3]),
+    ("another nonce signed", lambda: [_sig(0), _sig(1), _sig(2), _sig(3, nonce=33)],
+     r"signature for slot 3 recovered gonka1\w+, expected " + HOSTS[3]),
+    ("another escrow signed", lambda: [_sig(0), _sig(1), _sig(2), _sig(3, escrow_id=125)],
+     r"signature for slot 3 recovered gonka1\w+, expected " + HOSTS[3]),
+    ("another root signed", lambda: [_sig(0), _sig(1), _sig(2), _sig(3, state_root=ROOTS[33])],
+     r"signature for slot 3 recovered gonka1\w+, expected " + HOSTS[3]),
+])
+def test_host_signatures_that_do_not_make_a_quorum_of_the_group_fail_settled(kind, signatures, reason):
+    report = verify_bundle(_with_signatures(settle_msg(), signatures()))
+    _check(report, "settled", 34, "the chain would refuse the settlement: " + reason)
+
+
+def test_the_quorum_counts_slots_so_a_host_holding_several_signs_for_each(good):
+    """The chain counts one vote per slot (VerifyDevshardSettlement's slotVotes): a host holding two slots signs
+    each with its one key and both count."""
+    doubled = dataclasses.replace(good, group=(good.group[0], dataclasses.replace(good.group[1], address=HOSTS[0]),
+                                               *good.group[2:]))
+    msg = settle_msg()
+    msg.signatures = [_sig(0), _sig(1, key_index=0), _sig(2), _sig(3)]
+    data = st.encode_settle_msg(msg)
+    # the replay refuses the group (slot 1's own receipts are signed by key 1): the settled check is read alone
+    escrow = st.Escrow(ESCROW_ID, msg.settler, 1_000_000, tuple(h.address for h in doubled.group), 1000)
+    check = st.verify_settlement(st.decode_settle_msg(data), escrow)
+    assert (check.votes, check.quorum, check.signers[1]) == (4, 4, HOSTS[0])
+
+
+# ---- the settlement's content against the final state
+
+def _consistent(msg: st.SettleMsg) -> st.SettleMsg:
+    """``msg`` with its root recomputed and co-signed again: what a lying settler with the hosts' keys would make."""
+    msg.state_root = st.settlement_root(msg)
+    msg.signatures = [st.SlotSignature(i, st.sign_state(KEYS[i], msg.state_root, ESCROW_ID, msg.nonce))
+                      for i in range(4)]
+    return msg
+
+
+def _stats_changed(msg: st.SettleMsg) -> st.SettleMsg:
+    msg.host_stats[0] = dataclasses.replace(msg.host_stats[0], cost=msg.host_stats[0].cost + 1)
+    return msg
+
+
+@pytest.mark.parametrize("kind, change, reason", [
+    ("rest hash", lambda m: dataclasses.replace(m, rest_hash=bytes(32)), "is not the replayed settlement root"),
+    ("fees", lambda m: dataclasses.replace(m, fees=m.fees + 1), "is not the replayed settlement root"),
+    ("host stats", _stats_changed, "is not the replayed settlement root"),
+    ("a slot's host stats left out", lambda m: dataclasses.replace(m, host_stats=m.host_stats[1:]),
+     "is not the replayed settlement root"),
+    ("another version", lambda m: dataclasses.replace(m, version="v4.2"),
+     r"the settlement's version 'v4\.2' is not the escrow's protocol version 'v4\.1'"),
+    ("an empty version", lambda m: dataclasses.replace(m, version=""),
+     r"the settlement's version '' is not the escrow's protocol version 'v4\.1'"),
+])
+def test_a_settlement_unlike_the_final_state_fails_settled_though_signed(kind, change, reason):
+    report = verify_bundle(make_bundle(_consistent(change(settle_msg()))))
+    _check(report, "settled", 34, reason)
+
+
+def test_a_settlement_whose_root_is_right_but_whose_parts_are_not_fails_the_chains_recomputation():
+    msg = dataclasses.replace(settle_msg(), rest_hash=bytes(32))  # the replayed root kept, its preimage changed
+    _check(verify_bundle(make_bundle(msg)), "settled", 34, "the chain would refuse the settlement: state_root mismatch")
+
+
+# ---- the bundle document
+
+def _doc(good) -> dict:
+    return json.loads(good.to_json())
+
+
+def test_a_key_given_twice_is_refused_wherever_it_is(good):
+    text = good.to_json()
+    twice = text.replace('"amount": 1000000', '"amount": 1, "amount": 1000000', 1)
+    with pytest.raises(bd.BundleError, match=r"^b\.json: key 'amount' appears twice in one object$"):
+        bd.parse_bundle(twice.encode(), "b.json")
+    nested = text.replace('"create_fee": ', '"create_fee": 5, "create_fee": ', 1)
+    with pytest.raises(bd.BundleError, match="key 'create_fee' appears twice"):
+        bd.parse_bundle(nested.encode(), "b.json")
+
+
+@pytest.mark.parametrize("where", ["$", "group[0]", "config", "diffs[3]", "settlement", "penalties[0]",
+                                   "penalties[0].limit_source"])
+def test_an_unknown_key_at_any_level_is_refused_with_its_path(good, where):
+    doc = _doc(good)
+    target = {"$": doc, "group[0]": doc["group"][0], "config": doc["config"], "diffs[3]": doc["diffs"][3],
+              "settlement": doc["settlement"], "penalties[0]": doc["penalties"][0],
+              "penalties[0].limit_source": doc["penalties"][0]["limit_source"]}[where]
+    target["verified"] = True
+    with pytest.raises(bd.BundleError, match=re.escape(f"b.json: {where}: unknown key 'verified'")):
+        bd.parse_bundle(json.dumps(doc).encode(), "b.json")
+
+
+@pytest.mark.parametrize("value, message", [
+    (str(1 << 64), "amount: integer outside 0 .. 2^64-1"),
+    ("-1", "amount: integer outside 0 .. 2^64-1"),
+    ("9" * 5000, "b.json: not a JSON document (Exceeds the limit"),
+    ("1e6", "non-integer number '1e6'"),
+    ('"1000000"', "amount: expected an integer, found str"),
+    ("true", "amount: expected an integer, found bool"),
+])
+def test_huge_or_mistyped_numbers_are_refused(good, value, message):
+    text = good.to_json().replace('"amount": 1000000', f'"amount": {value}', 1)
+    with pytest.raises(bd.BundleError, match=re.escape(message)):
+        bd.parse_bundle(text.encode(), "b.json")
+
+
+@pytest.mark.parametrize("path", [("escrow_id",), ("creator",), ("amount",), ("group",), ("config",), ("diffs",),
+                                  ("protocol_version",), ("group", 0, "address"), ("config", "token_price"),
+                                  ("diffs", 0, "user_sig"), ("settlement", "msg"), ("settlement", "max_nonce")])
+def test_a_missing_piece_is_refused_naming_it(good, path):
+    doc = _doc(good)
+    target = doc
+    for p in path[:-1]:
+        target = target[p]
+    del target[path[-1]]
+    with pytest.raises(bd.BundleError, match=re.escape(f"missing key {path[-1]!r}")):
+        bd.parse_bundle(json.dumps(doc).encode(), "b.json")
+
+
+# what a bundle states and no check can refute (printed as stated, never shown): the block height, the chain's
+# max_nonce, a seal timer this log never reaches, and a penalty's limit as governance set it, with its source
+STATED = {("settlement", "height"), ("settlement", "max_nonce"), ("config", "seal_grace_seconds"),
+          ("penalties", 0, "numbers", "governance_limit"), ("penalties", 0, "rule"),
+          *((("penalties", 0, "limit_source", k)) for k in ("parameter", "epoch", "height", "source"))}
+
+
+def _leaves(value, path=()):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path, value
+
+
+def _edited(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str) and value:
+        try:
+            data = bytearray(bd.base64.b64decode(value, validate=True))
+        except ValueError:
+            return value + "x"
+        data[len(data) // 2] ^= 1
+        return bd.base64.b64encode(bytes(data)).decode()
+    return None
+
+
+def test_an_edit_to_any_one_field_fails_or_is_a_field_the_bundle_only_states(good):
+    doc = _doc(good)
+    passed = set()
+    for path, value in _leaves(doc):
+        new = _edited(value)
+        if new is None:
+            continue
+        edited = copy.deepcopy(doc)
+        target = edited
+        for p in path[:-1]:
+            target = target[p]
+        target[path[-1]] = new
+        try:
+            report = verify_bundle(bd.parse_bundle(json.dumps(edited).encode(), "b.json"))
+        except bd.BundleError:
+            continue  # refused as a document: not believed either
+        if report.ok:
+            passed.add(path)
+    assert passed == STATED
+    detail = verify_bundle(good).steps[2].detail
+    assert detail.endswith("at height 777 (as stated)"), detail
+
