@@ -112,9 +112,10 @@ def _claimed_nonce(d) -> int:
 
 
 def check_signed(b: Bundle, memo: sig.Recoveries | None = None) -> str:
-    """Every diff's user signature recovers to the creator. The same for every protocol version: ``DiffContent`` has
-    no domain tag (gonka-ai/gonka ``devshard/types/signed_preimage.go`` @0d660980 tags only validation, vote and
-    timeout/error-miss vote preimages), so the user signs the served bytes as they are."""
+    """Every diff's user signature recovers to the creator, over bytes that are the deterministic encoding of the
+    diff (:func:`indexer.verify.diff.noncanonical`: what the hosts recover over). The same for every protocol
+    version: ``DiffContent`` has no domain tag (gonka-ai/gonka ``devshard/types/signed_preimage.go`` @0d660980 tags
+    only validation, vote and timeout/error-miss vote preimages)."""
     recover = sig.recover_address if memo is None else memo.address
     for position, d in enumerate(b.diffs):
         if memo is not None:
@@ -123,6 +124,10 @@ def check_signed(b: Bundle, memo: sig.Recoveries | None = None) -> str:
             diff.user_signer(d.content, d.user_sig, b.creator, recover)
         except diff.DiffError as exc:
             raise _Failed(_claimed_nonce(d), str(exc)) from None
+        problem = diff.noncanonical(d.content)
+        if problem is not None:
+            raise _Failed(_claimed_nonce(d), f"the user signed bytes the hosts would not take as this diff's: "
+                                             f"{problem} (they recover the signature over the deterministic encoding)")
     return f"{len(b.diffs)} diffs signed by the creator {b.creator}"
 
 

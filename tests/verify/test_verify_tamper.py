@@ -93,19 +93,51 @@ def _parts(d: bd.SignedDiff) -> list[bytes]:
     return [pb.f_uint(n, v) if w == pb.VARINT else pb.f_msg(n, v) for n, w, v in pb.fields(d.content)]
 
 
-def test_a_repeated_root_field_counts_its_last_value_as_protobuf_does(good):
-    """Protobuf takes the last of a repeated scalar or bytes field (Go's too): a signed diff carrying a false root
-    after the true one is replayed against the false one and fails; the other way round it is what the hosts read."""
-    d = good.diffs[6]
-    parts = _parts(d)
-    fake = pb.f_bytes(4, bytes(32))
-    last_fake = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:6] + (_resigned_content(7, parts + [fake]),)
-                                                  + good.diffs[7:]))
-    _check(last_fake, "replayed", 7, "recomputed post_state_root [0-9a-f]{64}, the diff signs 0{64}")
-    first_fake = [*parts[:-1], fake, parts[-1]]
-    assert parts[-1] == pb.f_bytes(4, ROOTS[7])
-    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:6] + (_resigned_content(7, first_fake),)
-                                               + good.diffs[7:]))
+def _tx_body_changed(parts: list[bytes], change) -> list[bytes]:
+    """``parts`` with the first tx's member body passed through ``change``."""
+    tx = next(p for p in parts if p[0] == 0x12)
+    (_, _, wrapper), = pb.fields(tx)  # the txs field: one DevshardTx
+    (number, _, body), = pb.fields(wrapper)
+    return [pb.f_msg(2, pb.f_msg(number, change(body))) if p is tx else p for p in parts]
+
+
+def _repeat_first(body: bytes) -> bytes:
+    first = pb.fields(body)[0]
+    return pb.f_uint(first[0], first[2]) + body if first[1] == pb.VARINT else pb.f_msg(first[0], first[2]) + body
+
+
+@pytest.mark.parametrize("kind, change, reason", [
+    ("a false root after the true one", lambda p: p + [pb.f_bytes(4, bytes(32))],
+     r"DiffContent: field 4 \(post_state_root\) is given twice"),
+    ("a false root before the true one", lambda p: [*p[:-1], pb.f_bytes(4, bytes(32)), p[-1]],
+     r"DiffContent: field 4 \(post_state_root\) is given twice"),
+    ("the escrow id before the txs", lambda p: [p[0], *p[-2:-1], *p[1:-2], p[-1]],
+     r"DiffContent: field 2 \(txs\) comes after field 3"),
+    ("the nonce padded to two bytes", lambda p: [b"\x08\x87\x00", *p[1:]],
+     r"DiffContent: a field at its default value is written, or a varint is longer than it needs"),
+    ("a tx field given twice", lambda p: _tx_body_changed(p, _repeat_first),
+     r"tx 0 \(validation\): field 1 \(inference_id\) is given twice"),
+    # inference_id 4 (two bytes), then validator_slot 0 written out
+    ("a tx field written at its default", lambda p: _tx_body_changed(p, lambda b: b[:2] + b"\x10\x00" + b[2:]),
+     r"tx 0 \(validation\): a field at its default value is written"),
+])
+def test_a_signature_over_another_encoding_of_the_diff_fails_signed(good, kind, change, reason):
+    """The hosts recover the user's signature over the deterministic encoding of the diff they parsed
+    (start_proof.go @b87a604a ``VerifyDiffUserSig``), never over the bytes sent: a diff the user signed in another
+    encoding (a field repeated, reordered, padded, a default written) is one they refuse, whichever value a reader
+    would take from it. Nonce 7 holds two validations."""
+    parts = _parts(good.diffs[6])
+    assert [p[0] for p in parts] == [0x08, 0x12, 0x12, 0x1a, 0x22] and parts[-1] == pb.f_bytes(4, ROOTS[7])
+    changed = _resigned_content(7, change(parts))
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:6] + (changed,) + good.diffs[7:]))
+    _check(report, "signed", 7, r"^the user signed bytes the hosts would not take as this diff's: " + reason)
+
+
+def test_the_deterministic_encoding_resigned_passes(good):
+    parts = _parts(good.diffs[6])
+    same = _resigned_content(7, parts)
+    assert same.content == good.diffs[6].content
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:6] + (same,) + good.diffs[7:]))
     assert report.level == "settled", report.failure
 
 
@@ -118,7 +150,8 @@ def test_a_field_outside_diff_content_is_refused_at_the_replay_with_its_number(g
 
 
 def test_a_repeated_nonce_with_other_content_is_served_again(good):
-    other = _resigned_content(8, _parts(good.diffs[7]) + [pb.f_msg(2, pb.f_msg(8, b""))])  # a finalize added
+    parts = _parts(good.diffs[7])
+    other = _resigned_content(8, [*parts[:-2], pb.f_msg(2, pb.f_msg(8, b"")), *parts[-2:]])  # a finalize added
     report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:8] + (other,) + good.diffs[8:]))
     _check(report, "replayed", 8, "nonce 8 is served again after nonce 8")
 
