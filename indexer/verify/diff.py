@@ -105,7 +105,10 @@ _MEMBERS = {number: (kind, "msg") for number, kind in _KINDS.items()}
 def _level_problem(data: bytes, schema: dict[int, tuple[str, str]], where: str) -> tuple[str | None, list]:
     """Why one message level is not what Go's deterministic marshal writes (fields in number order, a singular field
     once, defaults left out, varints as short as they go, repeated scalars packed), or None; and its fields. A level
-    that does not read, or holds a field outside ``schema``, is left to the decoder, which names the problem."""
+    that does not read, or holds a field outside ``schema`` or of another wire type, is left to the decoder, which
+    names the problem."""
+    if not isinstance(data, bytes):  # a varint where a message belongs
+        return None, []
     try:
         found = pb.fields(data)
     except pb.ProtoError:
