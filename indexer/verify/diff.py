@@ -221,10 +221,14 @@ def user_signer(content: bytes, user_sig: bytes, creator: str, recover: Recover 
     return signer
 
 
-def _signer(message: bytes, signature: bytes, where: str, recover: Recover) -> str:
+def _signer(message: bytes, signature: bytes, where: str, recover: Recover, proposer: bool = False) -> str:
+    """The address that signed; for a proposer's signature that recovers to no key, an
+    :class:`indexer.verify.signatures.Unrecovered` the session refuses only where it would check it."""
     try:
         return recover(message, signature)
     except sig.SignatureError as exc:
+        if proposer:
+            return sig.Unrecovered(f"proposer signature: {exc}")
         raise DiffError(f"{where}: {exc}") from None
 
 
@@ -259,7 +263,7 @@ def decode_tx(data: bytes, escrow_id: str, where: str = "tx", version: str | Non
                        "validation_vote": (_VOTE, sig.validation_vote_bytes)}[kind]
     msg = _defaults(schema, _flat(body, where, schema))
     proposer_sig = msg.pop("proposer_sig")  # the rest is exactly what the proposer signed
-    return {"kind": kind, **msg, "signer": _signer(builder(**msg), proposer_sig, where, recover)}
+    return {"kind": kind, **msg, "signer": _signer(builder(**msg), proposer_sig, where, recover, proposer=True)}
 
 
 def _defaults(schema: dict[int, tuple[str, str]], found: dict) -> dict:

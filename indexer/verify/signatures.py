@@ -155,6 +155,14 @@ def recover_address_as_chain(message: bytes, signature: bytes, hrp: str = HRP) -
     return recover_address(message, signature, hrp)
 
 
+class Unrecovered(str):
+    """Stands for the signer of a host-proposed tx whose signature recovers to no key; the text says why. It is never
+    an address, so no slot accepts it (:meth:`indexer.verify.apply_txs.TxRules._may_sign` refuses it with this
+    reason), while a tx the protocol passes over before it checks the signature (a repeated validation, a vote on a
+    resolved inference: gonka-ai/gonka @bb34d444 ``devshard/state/machine.go``, "after dedup") is passed over here
+    too, as the hosts do."""
+
+
 class Recoveries:
     """Addresses recovered before, each under a tag of the exact (message, signature) pair it came from, and the
     recoveries made through this memo. The caller vouches for the first ``prefix`` diffs of the log: they are the
