@@ -380,3 +380,45 @@ def test_an_edit_to_any_one_field_fails_or_is_a_field_the_bundle_only_states(goo
     detail = verify_bundle(good).steps[2].detail
     assert detail.endswith("at height 777 (as stated)"), detail
 
+
+
+@pytest.mark.parametrize("kind, member, reason", [
+    ("a member that is a varint", pb.f_uint(3, 5), r"a DevshardTx holds exactly one member, found \[\(3, 0\)\]"),
+    ("a vote that is a varint", pb.f_msg(4, pb.f_uint(1, 19) + pb.f_uint(3, 7)),
+     r"\(timeout\) vote: field 3 .*|field 3 with wire type 0"),
+])
+def test_a_tx_of_the_wrong_wire_types_is_refused_by_the_replay_never_a_crash(good, kind, member, reason):
+    """The encoding check reads only what it can (a message where one belongs) and leaves the rest to the decoder."""
+    parts = _parts(good.diffs[2])
+    bad = _resigned_content(3, [parts[0], pb.f_msg(2, member), *parts[2:]])
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:2] + (bad,) + good.diffs[3:]))
+    _check(report, "replayed", 3, reason)
+
+
+def _validation_sig_replaced(good: bd.Bundle, which: int, signature: bytes) -> bd.Bundle:
+    """Nonce 7 (two validations of inference 4 by slot 0) with validation ``which``'s proposer_sig replaced, the
+    diff signed again by the user."""
+    parts = _parts(good.diffs[6])
+    tx = parts[1 + which]
+    (_, _, wrapper), = pb.fields(tx)
+    (number, _, body), = pb.fields(wrapper)
+    fields = [pb.f_bytes(n, signature) if n == 4 else pb.f_uint(n, v) if w == pb.VARINT else pb.f_bytes(n, v)
+              for n, w, v in pb.fields(body)]
+    parts[1 + which] = pb.f_msg(2, pb.f_msg(number, b"".join(fields)))
+    return dataclasses.replace(good, diffs=good.diffs[:6] + (_resigned_content(7, parts),) + good.diffs[7:])
+
+
+@pytest.mark.parametrize("signature", [bytes(64) + b"\x00", b"short", KEYS[4].sign_recoverable(b"other")])
+def test_a_repeated_validation_is_passed_over_before_its_signature_as_the_hosts_do(good, signature):
+    """applyValidation returns on a repeat from the same address before it verifies the proposer signature
+    (gonka-ai/gonka @bb34d444 devshard/state/machine.go, "after dedup"): whatever the repeat's signature, the diff is
+    one the hosts applied, and the roots agree."""
+    report = verify_bundle(_validation_sig_replaced(good, 1, signature))
+    assert report.level == "settled", report.failure
+
+
+def test_a_validation_that_counts_with_a_signature_recovering_to_no_key_fails_the_replay(good):
+    report = verify_bundle(_validation_sig_replaced(good, 0, bytes(64) + b"\x00"))
+    _check(report, "replayed", 7, r"nonce 7 tx 0 \(validation\): slot 0: proposer signature: signature recovers to "
+                                  r"no key")
+    assert report.unknown_signer is None  # not a grant question: no listed grant could make it pass
