@@ -164,11 +164,11 @@ def check_replayed(b: Bundle, memo: sig.Recoveries | None = None,
             content = diff.read_diff_content(d.content, b.protocol_version)
         except (diff.DiffError, pb.ProtoError) as exc:
             raise _Failed(d.nonce, f"DiffContent unreadable: {exc}") from None
+        if content.nonce != expected:  # the signed nonce decides the order; a wrong listing is named after it
+            raise _order_problem(b, position, content.nonce, expected)
         if content.nonce != d.nonce:
             raise _Failed(content.nonce, f"the bundle lists this diff as nonce {d.nonce}, its signed content says "
                                          f"{content.nonce}")
-        if content.nonce != expected:
-            raise _order_problem(b, position, content.nonce, expected)
         try:
             # the replay ends at the first refusal, so no diff needs undoing: the cheap path
             txs = diff.decode_txs(content, b.escrow_id, b.protocol_version, recover)
