@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import random
 import re
 
 import pytest
@@ -422,3 +423,31 @@ def test_a_validation_that_counts_with_a_signature_recovering_to_no_key_fails_th
     _check(report, "replayed", 7, r"nonce 7 tx 0 \(validation\): slot 0: proposer signature: signature recovers to "
                                   r"no key")
     assert report.unknown_signer is None  # not a grant question: no listed grant could make it pass
+
+
+def test_a_diff_whose_signed_nonce_is_another_names_the_nonce_the_log_lacks(good):
+    """Nonce 31's content changed to say nonce 49 and signed again: the log lacks nonce 31 (the listing, which also
+    says 31, is not what is wrong)."""
+    parts = _parts(good.diffs[30])
+    moved = dataclasses.replace(_resigned_content(31, [pb.f_uint(1, 49), *parts[1:]]), nonce=31)
+    report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:30] + (moved,) + good.diffs[31:]))
+    _check(report, "replayed", 31, "nonce 31 is missing: the next diff served is nonce 49")
+
+
+def test_random_changes_to_signed_diffs_never_crash_and_name_the_changed_nonce(good):
+    """A seeded sweep of byte changes (set, insert, delete, splice) to one diff at a time, each signed again by the
+    user: every report comes back, a failure names the changed diff's nonce, and what passes is only what the hosts
+    would also take (a change inside the repeated validation of nonce 7, which they pass over)."""
+    rng = random.Random(20261206)
+    for _ in range(250):
+        k = rng.randrange(len(good.diffs))
+        d, content = good.diffs[k], bytearray(good.diffs[k].content)
+        at = rng.randrange(len(content) + 1)
+        end = min(len(content), at + rng.randrange(3))
+        content[at:end] = bytes(rng.randrange(256) for _ in range(rng.randrange(3)))
+        changed = bd.SignedDiff(d.nonce, bytes(content), user_sign(bytes(content)))
+        report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:k] + (changed,) + good.diffs[k + 1:]))
+        if report.failed_step is not None:
+            assert report.failed_step in ("signed", "replayed") and report.failed_nonce == d.nonce, report.failure
+        elif bytes(content) != d.content:
+            assert d.nonce == 7, bytes(content).hex()
