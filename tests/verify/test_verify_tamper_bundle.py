@@ -142,3 +142,14 @@ def test_the_standalone_verifier_names_each_kind_in_one_line(good, tmp_path):
             "'v4.1'") in done.stdout, done.stdout
     done = cli(tmp_path, good.to_json())
     assert done.returncode == 0 and "at height 777 (as stated)" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("version", ["", "v4.1 ", "V4.1", "v9"])
+def test_an_empty_or_unknown_protocol_version_is_not_replayed_and_says_why(good, version):
+    """The version string picks the rules and is hashed into every root: one this verifier has not ported (an empty
+    one, a near miss) is never replayed under another's rules, and never reported as passing."""
+    report = verify_bundle(dataclasses.replace(good, protocol_version=version))
+    assert [(s.name, s.outcome) for s in report.steps][:3] == [("signed", "pass"), ("replayed", "not-checked"),
+                                                                ("settled", "not-checked")]
+    assert (report.level, report.ok) == ("signed", False)
+    assert report.failure.startswith(f"protocol version {version!r} is not supported by this verifier")
