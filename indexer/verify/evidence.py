@@ -124,9 +124,9 @@ def check_signed(b: Bundle, memo: sig.Recoveries | None = None) -> str:
     diff (:func:`indexer.verify.diff.noncanonical`: what the hosts recover over) and that name this escrow (the
     hosts rebuild the signed message with their own escrow id: gonka-ai/gonka @b87a604a
     ``devshard/state/start_proof.go`` ``VerifyDiffUserSig``, so a diff signed for another escrow fails there as a
-    user signature). The same for every protocol
-    version: ``DiffContent`` has no domain tag (gonka-ai/gonka ``devshard/types/signed_preimage.go`` @0d660980 tags
-    only validation, vote and timeout/error-miss vote preimages)."""
+    user signature). The same for every protocol version: ``DiffContent`` has no domain tag (gonka-ai/gonka
+    ``devshard/types/signed_preimage.go`` @0d660980 tags only validation, vote and timeout/error-miss vote
+    preimages). Inside the prefix ``memo`` vouches for, the encoding and escrow checks are not made again."""
     recover = sig.recover_address if memo is None else memo.address
     for position, d in enumerate(b.diffs):
         if memo is not None:
@@ -135,6 +135,8 @@ def check_signed(b: Bundle, memo: sig.Recoveries | None = None) -> str:
             diff.user_signer(d.content, d.user_sig, b.creator, recover)
         except diff.DiffError as exc:
             raise _Failed(_claimed_nonce(d), str(exc)) from None
+        if memo is not None and position < memo.prefix:
+            continue  # the vouched prefix: these bytes passed this verifier's every check before (its memo's terms)
         owner = _signed_escrow(d.content)
         if owner and owner != b.escrow_id:
             raise _Failed(_claimed_nonce(d), f"the user signed this diff for escrow {owner[:MAX_QUOTE]!r}, not "

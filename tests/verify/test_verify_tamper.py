@@ -341,3 +341,17 @@ def test_random_changes_to_signed_diffs_never_crash_and_name_the_changed_nonce(g
             assert report.failed_step in ("signed", "replayed") and report.failed_nonce == d.nonce, report.failure
         elif bytes(content) != d.content:
             assert d.nonce == 7, bytes(content).hex()
+
+
+def test_the_encoding_check_is_made_once_per_diff_not_again_inside_a_vouched_prefix(good, monkeypatch):
+    """The stage's memo vouches for a prefix that passed this verifier's every check (indexer.replay.verify_memo): a
+    log verified again each poll cycle does not parse its old diffs again, only the new ones."""
+    from indexer.verify import diff, signatures as sig
+    calls = []
+    real = diff.noncanonical
+    monkeypatch.setattr(diff, "noncanonical", lambda data: calls.append(data) or real(data))
+    first = sig.Recoveries()
+    assert verify_bundle(good, first).ok and len(calls) == 34
+    calls.clear()
+    assert verify_bundle(good, sig.Recoveries(first.kept(), prefix=30)).ok
+    assert calls == [d.content for d in good.diffs[30:]]
