@@ -355,3 +355,14 @@ def test_the_encoding_check_is_made_once_per_diff_not_again_inside_a_vouched_pre
     calls.clear()
     assert verify_bundle(good, sig.Recoveries(first.kept(), prefix=30)).ok
     assert calls == [d.content for d in good.diffs[30:]]
+
+
+def test_an_unknown_field_in_a_settlements_host_stats_is_what_the_chain_ignores():
+    """ComputeDevshardHostStatsHash (devshard_settlement.go @1529fbc1) hashes fields 1-6 of each entry and gogoproto
+    skips a field it does not know: the settlement the chain took with one still settles here, the field kept."""
+    msg = settle_msg()
+    msg.host_stats[0] = dataclasses.replace(msg.host_stats[0], unknown=[(7, pb.VARINT, 5)])
+    bundle = make_bundle(msg)
+    assert st.decode_settle_msg(bundle.settlement.msg).host_stats[0].unknown == [(7, pb.VARINT, 5)]
+    report = verify_bundle(bundle)
+    assert (report.level, report.ok) == ("settled", True), report.failure

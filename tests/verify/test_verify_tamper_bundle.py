@@ -153,3 +153,13 @@ def test_an_empty_or_unknown_protocol_version_is_not_replayed_and_says_why(good,
                                                                 ("settled", "not-checked")]
     assert (report.level, report.ok) == ("signed", False)
     assert report.failure.startswith(f"protocol version {version!r} is not supported by this verifier")
+
+
+@pytest.mark.parametrize("change", ["dropped", "added"])
+def test_a_group_with_a_slot_dropped_or_added_fails_the_replay_at_the_first_nonce(good, change):
+    """A smaller group would lower the quorum: the slots are bound into every root (host stats and warm keys per
+    slot), so the replay fails before any settlement is counted."""
+    group = good.group[:4] if change == "dropped" else good.group + (dataclasses.replace(good.group[0], slot=5),)
+    report = verify_bundle(dataclasses.replace(good, group=group))
+    assert (report.failed_step, report.failed_nonce, report.level) == ("replayed", 1, "signed"), report.failure
+    assert re.match(r"recomputed post_state_root [0-9a-f]{64}, the diff signs [0-9a-f]{64}$", report.failure)
