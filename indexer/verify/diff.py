@@ -221,6 +221,30 @@ def user_signer(content: bytes, user_sig: bytes, creator: str, recover: Recover 
     return signer
 
 
+def check_user_signed(content: bytes, user_sig: bytes, creator: str, escrow_id: str,
+                      recover: Recover = sig.recover_address, encoding: bool = True) -> None:
+    """The signed check of one served diff, as the hosts make it (:class:`DiffError` with the reason): the user
+    signature over ``content`` recovers to ``creator`` (:func:`user_signer`); and, with ``encoding``, the content
+    names no other escrow and is the deterministic encoding of what it says (:func:`noncanonical`). The hosts rebuild
+    the signed message from the parsed diff with their own escrow id before they recover it (gonka-ai/gonka
+    @b87a604a ``devshard/state/start_proof.go`` ``VerifyDiffUserSig``), so a diff signed for another escrow, or in
+    another encoding, fails their user-signature check. Content that does not read is left to the replay."""
+    user_signer(content, user_sig, creator, recover)
+    if not encoding:
+        return
+    try:
+        owner = read_diff_content(content).escrow_id
+    except (DiffError, pb.ProtoError):
+        return
+    if owner and owner != escrow_id:
+        raise DiffError(f"the user signed this diff for escrow {owner[:80]!r}, not {escrow_id!r} (the hosts check "
+                        f"the signature over the diff with their own escrow id)")
+    problem = noncanonical(content)
+    if problem is not None:
+        raise DiffError(f"the user signed bytes the hosts would not take as this diff's: {problem} (they recover the "
+                        f"signature over the deterministic encoding)")
+
+
 def _signer(message: bytes, signature: bytes, where: str, recover: Recover, proposer: bool = False) -> str:
     """The address that signed; for a proposer's signature that recovers to no key, an
     :class:`indexer.verify.signatures.Unrecovered` the session refuses only where it would check it."""

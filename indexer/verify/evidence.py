@@ -111,41 +111,22 @@ def _claimed_nonce(d) -> int:
         return d.nonce
 
 
-def _signed_escrow(content: bytes) -> str:
-    """The escrow id inside signed content ("" when it has none or does not read: the replay then says why)."""
-    try:
-        return diff.read_diff_content(content).escrow_id
-    except (diff.DiffError, pb.ProtoError):
-        return ""
-
-
 def check_signed(b: Bundle, memo: sig.Recoveries | None = None) -> str:
-    """Every diff's user signature recovers to the creator, over bytes that are the deterministic encoding of the
-    diff (:func:`indexer.verify.diff.noncanonical`: what the hosts recover over) and that name this escrow (the
-    hosts rebuild the signed message with their own escrow id: gonka-ai/gonka @b87a604a
-    ``devshard/state/start_proof.go`` ``VerifyDiffUserSig``, so a diff signed for another escrow fails there as a
-    user signature). The same for every protocol version: ``DiffContent`` has no domain tag (gonka-ai/gonka
+    """Every diff passes the hosts' user-signature check (:func:`indexer.verify.diff.check_user_signed`: the
+    signature recovers to the creator, over bytes that are the deterministic encoding of a diff of this escrow). The
+    same for every protocol version: ``DiffContent`` has no domain tag (gonka-ai/gonka
     ``devshard/types/signed_preimage.go`` @0d660980 tags only validation, vote and timeout/error-miss vote
     preimages). Inside the prefix ``memo`` vouches for, the encoding and escrow checks are not made again."""
     recover = sig.recover_address if memo is None else memo.address
     for position, d in enumerate(b.diffs):
         if memo is not None:
             memo.at(position)
+        # inside the vouched prefix these bytes passed this verifier's every check before (its memo's terms)
+        vouched = memo is not None and position < memo.prefix
         try:
-            diff.user_signer(d.content, d.user_sig, b.creator, recover)
+            diff.check_user_signed(d.content, d.user_sig, b.creator, b.escrow_id, recover, encoding=not vouched)
         except diff.DiffError as exc:
             raise _Failed(_claimed_nonce(d), str(exc)) from None
-        if memo is not None and position < memo.prefix:
-            continue  # the vouched prefix: these bytes passed this verifier's every check before (its memo's terms)
-        owner = _signed_escrow(d.content)
-        if owner and owner != b.escrow_id:
-            raise _Failed(_claimed_nonce(d), f"the user signed this diff for escrow {owner[:MAX_QUOTE]!r}, not "
-                                             f"{b.escrow_id!r} (the hosts check the signature over the diff with "
-                                             f"their own escrow id)")
-        problem = diff.noncanonical(d.content)
-        if problem is not None:
-            raise _Failed(_claimed_nonce(d), f"the user signed bytes the hosts would not take as this diff's: "
-                                             f"{problem} (they recover the signature over the deterministic encoding)")
     return f"{len(b.diffs)} diffs signed by the creator {b.creator}"
 
 
