@@ -102,11 +102,13 @@ _BODIES = {**_PLAIN, "finish": _FINISH, "validation": _VALIDATION, "validation_v
 _MEMBERS = {number: (kind, "msg") for number, kind in _KINDS.items()}
 
 
-def _level_problem(data: bytes, schema: dict[int, tuple[str, str]], where: str) -> tuple[str | None, list]:
+def _level_problem(data: bytes, schema: dict[int, tuple[str, str]], where: str,
+                   rebuilt_from_fields: bool = False) -> tuple[str | None, list]:
     """Why one message level is not what Go's deterministic marshal writes (fields in number order, a singular field
     once, defaults left out, varints as short as they go, repeated scalars packed), or None; and its fields. A level
     that does not read, or holds a field outside ``schema`` or of another wire type, is left to the decoder, which
-    names the problem."""
+    names the problem; except, with ``rebuilt_from_fields``, a field outside ``schema``: the hosts build that
+    message anew from the fields they know (``BuildDiffContent``), so such a field was never in what they check."""
     if not isinstance(data, bytes):  # a varint where a message belongs
         return None, []
     try:
@@ -115,6 +117,8 @@ def _level_problem(data: bytes, schema: dict[int, tuple[str, str]], where: str) 
         return None, []
     rebuilt, last = [], 0
     for number, wire, value in found:
+        if number not in schema and rebuilt_from_fields:
+            return f"{where}: field {number} is not in the message the hosts rebuild", found
         if number not in schema:
             return None, []
         name, kind = schema[number]
@@ -151,7 +155,7 @@ def noncanonical(data: bytes) -> str | None:
     recover over that (gonka-ai/gonka @b87a604a ``devshard/state/start_proof.go`` ``VerifyDiffUserSig``), so a
     signature over other bytes of the same diff (a field repeated, reordered, padded) is one they refuse. Each tx and
     its member are checked the same way, down to timeout and error-miss votes."""
-    problem, found = _level_problem(data, _CONTENT, "DiffContent")
+    problem, found = _level_problem(data, _CONTENT, "DiffContent", rebuilt_from_fields=True)
     if problem:
         return problem
     for index, tx in enumerate(v for n, _, v in found if n == 2):
@@ -232,6 +236,10 @@ def check_user_signed(content: bytes, user_sig: bytes, creator: str, escrow_id: 
     user_signer(content, user_sig, creator, recover)
     if not encoding:
         return
+    problem = noncanonical(content)
+    if problem is not None:
+        raise DiffError(f"the user signed bytes the hosts would not take as this diff's: {problem} (they recover the "
+                        f"signature over the deterministic encoding)")
     try:
         owner = read_diff_content(content).escrow_id
     except (DiffError, pb.ProtoError):
@@ -239,10 +247,6 @@ def check_user_signed(content: bytes, user_sig: bytes, creator: str, escrow_id: 
     if owner and owner != escrow_id:
         raise DiffError(f"the user signed this diff for escrow {owner[:80]!r}, not {escrow_id!r} (the hosts check "
                         f"the signature over the diff with their own escrow id)")
-    problem = noncanonical(content)
-    if problem is not None:
-        raise DiffError(f"the user signed bytes the hosts would not take as this diff's: {problem} (they recover the "
-                        f"signature over the deterministic encoding)")
 
 
 def _signer(message: bytes, signature: bytes, where: str, recover: Recover, proposer: bool = False) -> str:

@@ -144,12 +144,14 @@ def test_the_deterministic_encoding_resigned_passes(good):
     assert report.level == "settled", report.failure
 
 
-def test_a_field_outside_diff_content_is_refused_at_the_replay_with_its_number(good):
-    """No gateway of v4.1 writes field 6: the verifier does not guess what the diff meant, and says which field."""
+def test_a_field_outside_diff_content_fails_signed_with_its_number(good):
+    """The hosts build DiffContent anew from the diff's nonce, txs, escrow id and root before they recover the
+    user's signature (BuildDiffContent, start_proof.go @b87a604a): a field 6 the user signed was never in what they
+    check, so the signature is not one they take."""
     d = good.diffs[2]
     bad = _resigned_content(3, _parts(d) + [pb.f_uint(6, 1)])
     report = verify_bundle(dataclasses.replace(good, diffs=good.diffs[:2] + (bad,) + good.diffs[3:]))
-    _check(report, "replayed", 3, r"DiffContent: field 6 with wire type 0 is not in this module's table")
+    _check(report, "signed", 3, r"DiffContent: field 6 is not in the message the hosts rebuild")
 
 
 def test_a_repeated_nonce_with_other_content_is_served_again(good):
