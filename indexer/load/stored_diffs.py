@@ -52,10 +52,12 @@ def signed_diff(escrow_id: str, nonce: int, content: str, user_sig: str | None, 
 
 def creator_signed(escrow_id: str, creator: str, content: str, user_sig: str | None, root: str | None,
                    state_hash: str | None) -> str | None:
-    """None when the record's user signature recovers to ``creator``, else why not (the signed check's reason)."""
+    """None when the record passes the signed check against ``creator`` (its user signature recovers to it, over a
+    diff of this escrow in the deterministic encoding: :func:`indexer.verify.diff.check_user_signed`), else why
+    not (the signed check's reason)."""
     try:
         d = signed_diff(escrow_id, 0, content, user_sig, root, state_hash)
-        diff.user_signer(d.content, d.user_sig, creator, sig.recover_address)
+        diff.check_user_signed(d.content, d.user_sig, creator, escrow_id, sig.recover_address)
     except (StoredDiffError, diff.DiffError) as exc:
         return str(exc)
     return None

@@ -88,8 +88,12 @@ def check_signed(escrow_id: str, creator: str, contents: Sequence[tuple[int, Any
     version: the user signs DiffContent with no domain tag. A diff served without the signed root (an omitempty
     field some builds' DiffToJSON leaves out) is checked over the ``state_hash`` the member serves, the root an
     honest host's diff was signed over; one served without a user signature, or without either root, fails: leaving a
-    field out never lets a diff past the check. (The stored ``signed_diff`` keeps what was served: its root stays null.)"""
-    for nonce, _, _, signed in contents:
+    field out never lets a diff past the check. A diff naming another escrow (in its signed content or beside it)
+    fails too, though its creator signed it: the member serving it is lying about this log. (The stored ``signed_diff`` keeps what was served: its root stays null.)"""
+    for nonce, _, owner, signed in contents:
+        if owner and str(owner) != escrow_id:  # another escrow's diff, which the same creator signed, is not this log
+            raise LogRejected(f"escrow {escrow_id} nonce {nonce}: signed check failed: the diff is for escrow "
+                              f"{str(owner)[:80]!r}")
         if not signed.post_state_root:
             signed = signed._replace(post_state_root=signed.state_hash)
         if not signed.whole and not signed.post_state_root:  # the stage says the same of such a stored diff

@@ -31,7 +31,7 @@ import psycopg
 from indexer.db.marks import ESCROW_MARK
 from indexer.verify.versions import ported_names
 
-VERIFIER_VERSION = 3  # raise it with every change to the files below (the pin test says when)
+VERIFIER_VERSION = 4  # raise it with every change to the files below (the pin test says when)
 MAX_CRASHES = 5
 RETRY_BASE_SECONDS = 300  # the wait after a first crash; doubled for each further crash in a row
 

@@ -83,6 +83,8 @@ class TxRules:
     def _may_sign(self, slot: int, signer: str) -> None:
         """The slot's address signed, or its warm key (bound once, then fixed for the session)."""
         cold = self._slot(slot)
+        if isinstance(signer, sig.Unrecovered):
+            raise ApplyError(f"slot {slot}: {signer}")
         if signer == cold:
             return
         bound = self.state.warm_keys.get(slot)

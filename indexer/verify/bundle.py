@@ -27,8 +27,8 @@ Layout (every byte string is standard base64 of the exact bytes served or broadc
                     "sum": [name, ...], "compare": "<=", "against": name, "holds": bool,
                     "limit_source": {"parameter": str, "epoch": int|null, "height": int|null, "source": str}}]}
 
-A bundle is untrusted input: :func:`load_bundle` bounds its size, refuses unknown formats and unknown keys, floats and
-out-of-range integers, and names the file and JSON path of the first problem in one line (:class:`BundleError`).
+A bundle is untrusted input: :func:`load_bundle` bounds its size, refuses unknown formats, unknown and repeated keys,
+floats and out-of-range integers, and names the file and JSON path of the first problem in one line (:class:`BundleError`).
 """
 from __future__ import annotations
 
@@ -219,12 +219,24 @@ def _refuse_float(text: str):
     raise BundleError(f"non-integer number {text[:40]!r}: chain numbers are integers")
 
 
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    """An object whose key appears twice is refused: JSON readers disagree on which value counts (Python's and jq
+    take the last, others the first), so a reader and this verifier could see two different bundles."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise BundleError(f"key {k[:MAX_TEXT]!r} appears twice in one object")
+        out[k] = v
+    return out
+
+
 def parse_bundle(data: bytes, where: str = "bundle") -> Bundle:
     """Read a bundle document (:class:`BundleError` naming ``where`` and the JSON path when it is unusable)."""
     if len(data) > MAX_BUNDLE_BYTES:
         raise BundleError(f"{where}: {len(data)} bytes, more than the {MAX_BUNDLE_BYTES} a bundle may have")
     try:
-        doc = json.loads(data, parse_float=_refuse_float, parse_constant=_refuse_float)
+        doc = json.loads(data, parse_float=_refuse_float, parse_constant=_refuse_float,
+                         object_pairs_hook=_refuse_duplicates)
     except BundleError as exc:
         raise BundleError(f"{where}: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:

@@ -94,6 +94,88 @@ _PLAIN = {"start": _START, "confirm_start": _CONFIRM, "force_height_sync_turn": 
           "height_ack": _HEIGHT_ACK}
 
 
+_CONTENT = {1: ("nonce", "u"), 2: ("txs", "rep"), 3: ("escrow_id", "s"), 4: ("post_state_root", "b"),
+            5: ("sealed_inference_ids", "packed")}
+_TIMEOUT = {1: ("inference_id", "u"), 2: ("reason", "u"), 3: ("votes", "rep")}
+_BODIES = {**_PLAIN, "finish": _FINISH, "validation": _VALIDATION, "validation_vote": _VOTE, "timeout": _TIMEOUT,
+           "error_miss": _ERROR_MISS}
+_MEMBERS = {number: (kind, "msg") for number, kind in _KINDS.items()}
+
+
+def _level_problem(data: bytes, schema: dict[int, tuple[str, str]], where: str,
+                   rebuilt_from_fields: bool = False) -> tuple[str | None, list]:
+    """Why one message level is not what Go's deterministic marshal writes (fields in number order, a singular field
+    once, defaults left out, varints as short as they go, repeated scalars packed), or None; and its fields. A level
+    that does not read, or holds a field outside ``schema`` or of another wire type, is left to the decoder, which
+    names the problem; except, with ``rebuilt_from_fields``, a field outside ``schema``: the hosts build that
+    message anew from the fields they know (``BuildDiffContent``), so such a field was never in what they check."""
+    if not isinstance(data, bytes):  # a varint where a message belongs
+        return None, []
+    try:
+        found = pb.fields(data)
+    except pb.ProtoError:
+        return None, []
+    rebuilt, last = [], 0
+    for number, wire, value in found:
+        if number not in schema and rebuilt_from_fields:
+            return f"{where}: field {number} is not in the message the hosts rebuild", found
+        if number not in schema:
+            return None, []
+        name, kind = schema[number]
+        if number < last:
+            return f"{where}: field {number} ({name}) comes after field {last}", found
+        if number == last and kind not in ("rep", "packed"):
+            return f"{where}: field {number} ({name}) is given twice", found
+        if number == last and kind == "packed":
+            return f"{where}: field {number} ({name}) is split over several runs", found
+        last = number
+        if kind == "packed" and wire == pb.VARINT:
+            return f"{where}: field {number} ({name}) is not packed", found
+        if kind == "packed":
+            try:
+                ids, pos = [], 0
+                while pos < len(value):
+                    item, pos = pb.read_uvarint(value, pos)
+                    ids.append(item)
+            except pb.ProtoError:
+                return None, []
+            rebuilt.append(pb.f_bytes(number, b"".join(pb.uvarint(i) for i in ids)))
+        elif wire == pb.VARINT:
+            rebuilt.append(pb.f_uint(number, value))
+        else:
+            rebuilt.append(pb.f_msg(number, value) if kind in ("rep", "msg") else pb.f_bytes(number, value))
+    if b"".join(rebuilt) != data:
+        return f"{where}: a field at its default value is written, or a varint is longer than it needs", found
+    return None, found
+
+
+def noncanonical(data: bytes) -> str | None:
+    """Why ``data``, a DiffContent the user signed, is not the deterministic encoding of what it says, or None. The
+    hosts never check a user signature over the bytes served: they re-marshal the parsed diff deterministically and
+    recover over that (gonka-ai/gonka @b87a604a ``devshard/state/start_proof.go`` ``VerifyDiffUserSig``), so a
+    signature over other bytes of the same diff (a field repeated, reordered, padded) is one they refuse. Each tx and
+    its member are checked the same way, down to timeout and error-miss votes."""
+    problem, found = _level_problem(data, _CONTENT, "DiffContent", rebuilt_from_fields=True)
+    if problem:
+        return problem
+    for index, tx in enumerate(v for n, _, v in found if n == 2):
+        where = f"tx {index}"
+        problem, members = _level_problem(tx, _MEMBERS, where)
+        if problem or len(members) != 1:
+            return problem
+        number, _, body = members[0]
+        kind = _KINDS[number]
+        problem, fields = _level_problem(body, _BODIES.get(kind, {}), f"{where} ({kind})") if kind in _BODIES \
+            else (None, [])
+        if problem:
+            return problem
+        for vote in (v for n, _, v in fields if _BODIES[kind].get(n, ("", ""))[0] == "votes"):
+            problem, _ = _level_problem(vote, _TIMEOUT_VOTE, f"{where} ({kind}) vote")
+            if problem:
+                return problem
+    return None
+
+
 def read_diff_content(data: bytes, version: str | None = None) -> DiffContent:
     """The served ``DiffContent``; with ``version``, a field 5 that version's proto lacks is refused."""
     return content_of(pb.fields(data), version)
@@ -143,10 +225,38 @@ def user_signer(content: bytes, user_sig: bytes, creator: str, recover: Recover 
     return signer
 
 
-def _signer(message: bytes, signature: bytes, where: str, recover: Recover) -> str:
+def check_user_signed(content: bytes, user_sig: bytes, creator: str, escrow_id: str,
+                      recover: Recover = sig.recover_address, encoding: bool = True) -> None:
+    """The signed check of one served diff, as the hosts make it (:class:`DiffError` with the reason): the user
+    signature over ``content`` recovers to ``creator`` (:func:`user_signer`); and, with ``encoding``, the content
+    names no other escrow and is the deterministic encoding of what it says (:func:`noncanonical`). The hosts rebuild
+    the signed message from the parsed diff with their own escrow id before they recover it (gonka-ai/gonka
+    @b87a604a ``devshard/state/start_proof.go`` ``VerifyDiffUserSig``), so a diff signed for another escrow, or in
+    another encoding, fails their user-signature check. Content that does not read is left to the replay."""
+    user_signer(content, user_sig, creator, recover)
+    if not encoding:
+        return
+    problem = noncanonical(content)
+    if problem is not None:
+        raise DiffError(f"the user signed bytes the hosts would not take as this diff's: {problem} (they recover the "
+                        f"signature over the deterministic encoding)")
+    try:
+        owner = read_diff_content(content).escrow_id
+    except (DiffError, pb.ProtoError):
+        return
+    if owner and owner != escrow_id:
+        raise DiffError(f"the user signed this diff for escrow {owner[:80]!r}, not {escrow_id!r} (the hosts check "
+                        f"the signature over the diff with their own escrow id)")
+
+
+def _signer(message: bytes, signature: bytes, where: str, recover: Recover, proposer: bool = False) -> str:
+    """The address that signed; for a proposer's signature that recovers to no key, an
+    :class:`indexer.verify.signatures.Unrecovered` the session refuses only where it would check it."""
     try:
         return recover(message, signature)
     except sig.SignatureError as exc:
+        if proposer:
+            return sig.Unrecovered(f"proposer signature: {exc}")
         raise DiffError(f"{where}: {exc}") from None
 
 
@@ -181,7 +291,7 @@ def decode_tx(data: bytes, escrow_id: str, where: str = "tx", version: str | Non
                        "validation_vote": (_VOTE, sig.validation_vote_bytes)}[kind]
     msg = _defaults(schema, _flat(body, where, schema))
     proposer_sig = msg.pop("proposer_sig")  # the rest is exactly what the proposer signed
-    return {"kind": kind, **msg, "signer": _signer(builder(**msg), proposer_sig, where, recover)}
+    return {"kind": kind, **msg, "signer": _signer(builder(**msg), proposer_sig, where, recover, proposer=True)}
 
 
 def _defaults(schema: dict[int, tuple[str, str]], found: dict) -> dict:

@@ -25,6 +25,7 @@ from indexer.verify import (apply, apply_txs, diff, proto as pb, settlement as s
 from indexer.verify.bundle import Bundle, Penalty
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not-checked"
+MAX_QUOTE = 80  # characters of a value read from the bundle quoted in a reason
 LEVELS = ("none", "signed", "replayed", "settled")
 STATUS_NAMES = ("pending", "started", "finished", "challenged", "validated", "invalidated", "timed_out")
 RECORD_NUMBERS = ("executor_slot", "input_length", "max_tokens", "input_tokens", "output_tokens", "reserved_cost",
@@ -111,15 +112,19 @@ def _claimed_nonce(d) -> int:
 
 
 def check_signed(b: Bundle, memo: sig.Recoveries | None = None) -> str:
-    """Every diff's user signature recovers to the creator. The same for every protocol version: ``DiffContent`` has
-    no domain tag (gonka-ai/gonka ``devshard/types/signed_preimage.go`` @0d660980 tags only validation, vote and
-    timeout/error-miss vote preimages), so the user signs the served bytes as they are."""
+    """Every diff passes the hosts' user-signature check (:func:`indexer.verify.diff.check_user_signed`: the
+    signature recovers to the creator, over bytes that are the deterministic encoding of a diff of this escrow). The
+    same for every protocol version: ``DiffContent`` has no domain tag (gonka-ai/gonka
+    ``devshard/types/signed_preimage.go`` @0d660980 tags only validation, vote and timeout/error-miss vote
+    preimages). Inside the prefix ``memo`` vouches for, the encoding and escrow checks are not made again."""
     recover = sig.recover_address if memo is None else memo.address
     for position, d in enumerate(b.diffs):
         if memo is not None:
             memo.at(position)
+        # inside the vouched prefix these bytes passed this verifier's every check before (its memo's terms)
+        vouched = memo is not None and position < memo.prefix
         try:
-            diff.user_signer(d.content, d.user_sig, b.creator, recover)
+            diff.check_user_signed(d.content, d.user_sig, b.creator, b.escrow_id, recover, encoding=not vouched)
         except diff.DiffError as exc:
             raise _Failed(_claimed_nonce(d), str(exc)) from None
     return f"{len(b.diffs)} diffs signed by the creator {b.creator}"
@@ -158,11 +163,11 @@ def check_replayed(b: Bundle, memo: sig.Recoveries | None = None,
             content = diff.read_diff_content(d.content, b.protocol_version)
         except (diff.DiffError, pb.ProtoError) as exc:
             raise _Failed(d.nonce, f"DiffContent unreadable: {exc}") from None
+        if content.nonce != expected:  # the signed nonce decides the order; a wrong listing is named after it
+            raise _order_problem(b, position, content.nonce, expected)
         if content.nonce != d.nonce:
             raise _Failed(content.nonce, f"the bundle lists this diff as nonce {d.nonce}, its signed content says "
                                          f"{content.nonce}")
-        if content.nonce != expected:
-            raise _order_problem(b, position, content.nonce, expected)
         try:
             # the replay ends at the first refusal, so no diff needs undoing: the cheap path
             txs = diff.decode_txs(content, b.escrow_id, b.protocol_version, recover)
@@ -196,6 +201,9 @@ def check_settled(b: Bundle, session: _Recording) -> str:
         raise _Failed(msg.nonce, f"the settlement is for escrow {msg.escrow_id}, the diffs for {b.escrow_id!r}")
     if msg.nonce != final:
         raise _Failed(msg.nonce, f"the settlement is at nonce {msg.nonce}, the diffs end at nonce {final}")
+    if msg.version != b.protocol_version:  # the root hosts sign hashes the session's version (state/hash.go)
+        raise _Failed(final, f"the settlement's version {msg.version[:MAX_QUOTE]!r} is not the escrow's protocol "
+                             f"version {b.protocol_version!r}: the root it settles is not the replayed session's")
     if session.state.phase != sr.SETTLEMENT:
         raise _Failed(final, f"the final state is in phase {session.state.phase}, not settlement ({sr.SETTLEMENT})")
     if msg.state_root != session.root():
@@ -212,7 +220,8 @@ def check_settled(b: Bundle, session: _Recording) -> str:
     except st.SettlementError as exc:
         raise _Failed(final, f"the chain would refuse the settlement: {exc}",
                       unknown_signer=exc.unknown_signer) from None
-    where = f"{_transaction(s)} at height {s.height if s.height is not None else '(not given)'}"
+    # the height is the bundle's word: nothing in the transaction's bytes names the block it landed in
+    where = f"{_transaction(s)} at height {f'{s.height} (as stated)' if s.height is not None else '(not given)'}"
     if s.tx_raw is None:  # every check passed on a message nothing binds to the transaction the chain settled
         raise _Failed(None, NO_RAW_TX.format(tx=s.tx_hash or "(hash not given)")
                       + (f"; read from: {s.read_from}" if s.read_from else ""), NOT_CHECKED)

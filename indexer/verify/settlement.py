@@ -17,8 +17,9 @@ vouches for (on chain: an authz grant for ``/inference.inference.MsgStartInferen
 What each host signs at settlement is therefore the settlement-phase root (phase byte 0x02) of the final state, its
 escrow id as a decimal string and the settled nonce: the same ``StateSignatureContent`` hosts co-sign per nonce, so
 the co-signatures of the last diff (whose state has drained into the Settlement phase) are the ones that settle.
-Only signatures with v ∈ {0, 1} are accepted here, as devshard signers produce them; the chain itself adds 27 and
-hands the byte to dcrd's compact recovery.
+Each signature's recovery byte is read as the chain reads it (it adds 27 and hands the byte to dcrd's compact
+recovery: :func:`indexer.verify.signatures.recover_address_as_chain`), so a settlement the chain accepted with a
+re-encoded recovery byte is not refused here.
 """
 from __future__ import annotations
 
@@ -233,7 +234,7 @@ def verify_settlement(m: SettleMsg, escrow: Escrow,
         if s.slot_id >= len(escrow.slots):
             raise SettlementError(f"slot_id {s.slot_id} out of range")
         try:
-            recovered = sig.recover_address(signed, s.signature)
+            recovered = sig.recover_address_as_chain(signed, s.signature)
         except sig.SignatureError as exc:
             raise SettlementError(f"failed to recover address for slot {s.slot_id}: {exc}") from None
         expected = escrow.slots[s.slot_id]

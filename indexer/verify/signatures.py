@@ -122,8 +122,10 @@ def recover_pubkey(message: bytes, signature: bytes) -> bytes:
     """Compressed public key that made ``signature`` (65 bytes ``r ‖ s ‖ v``) over sha256(``message``)."""
     if len(signature) != 65:
         raise SignatureError(f"signature is {len(signature)} bytes, expected 65 (r ‖ s ‖ v)")
-    if signature[64] not in (0, 1):
-        raise SignatureError(f"signature recovery byte v = {signature[64]}, expected 0 or 1")
+    # go-ethereum's Ecrecover takes recovery ids 0..3 (2 and 3: r is an x coordinate past the group order, which
+    # an honest signature all but never has, so such a signature recovers to no key or to another one)
+    if signature[64] > 3:
+        raise SignatureError(f"signature recovery byte v = {signature[64]}, expected 0 or 1 (a recovery id 0 .. 3)")
     try:
         key = coincurve.PublicKey.from_signature_and_message(signature, message,
                                                              hasher=lambda m: hashlib.sha256(m).digest())
@@ -135,6 +137,30 @@ def recover_pubkey(message: bytes, signature: bytes) -> bytes:
 def recover_address(message: bytes, signature: bytes, hrp: str = HRP) -> str:
     """Address of the key that signed ``message`` (the bytes, unhashed) with ``signature``."""
     return _address(recover_pubkey(message, signature), hrp)  # compressed already: no second parse
+
+
+def recover_address_as_chain(message: bytes, signature: bytes, hrp: str = HRP) -> str:
+    """:func:`recover_address` with the recovery byte read as the chain reads a settlement's host signatures
+    (gonka-ai/gonka @1529fbc1 ``inference-chain/x/inference/keeper/devshard_settlement.go``,
+    ``recoverCosmosAddress``): it hands ``v + 27`` (a byte) to dcrd's ``ecdsa.RecoverCompact``, whose codes 27..34
+    are a recovery id 0..3 with a flag for a compressed key at +4. The address is always made from the compressed
+    key, so ``v`` 4..7 settles exactly as ``v - 4``: a settlement signed so was accepted, and is counted here too.
+    Any other ``v`` (27, 28, ...) the chain refuses, and so does this. A high ``s`` is accepted by both (neither
+    dcrd's recovery nor libsecp256k1's asks for a low ``s``): it recovers the signer's key."""
+    if len(signature) == 65 and 4 <= signature[64] <= 7:
+        signature = signature[:64] + bytes((signature[64] - 4,))
+    elif len(signature) == 65 and signature[64] > 7:
+        raise SignatureError(f"signature recovery byte v = {signature[64]}: the chain's compact code v + 27 is "
+                             f"outside 27 .. 34")
+    return recover_address(message, signature, hrp)
+
+
+class Unrecovered(str):
+    """Stands for the signer of a host-proposed tx whose signature recovers to no key; the text says why. It is never
+    an address, so no slot accepts it (:meth:`indexer.verify.apply_txs.TxRules._may_sign` refuses it with this
+    reason), while a tx the protocol passes over before it checks the signature (a repeated validation, a vote on a
+    resolved inference: gonka-ai/gonka @bb34d444 ``devshard/state/machine.go``, "after dedup") is passed over here
+    too, as the hosts do."""
 
 
 class Recoveries:

@@ -4,12 +4,16 @@ content kept in rec.amendment); without a creator to check against, the choice i
 (indexer.load.signed_conflicts). The v4.1 release fixture (tests/support/verify_records.py) reaches ``settled``."""
 from __future__ import annotations
 
+import base64
+
 import psycopg
 import pytest
 
 from indexer.load.signed_conflicts import MAX_REASON
 from indexer.load.stored_diffs import signed_diff
 from tests.support.helpers import ingest, write_lines
+from indexer.verify import proto as pb
+from tests.support.verify_kit import user_sign
 from tests.support.verify_records import EID, _flip, _fork, records, signed_diff_records
 
 GOOD = next(r for r in signed_diff_records() if r["nonce"] == 10)
@@ -43,8 +47,26 @@ def quarantine(conn) -> list[tuple]:
                         "USING (source_id) ORDER BY q.source_id, q.line").fetchall()
 
 
+
+
+def _resigned(rec: dict, change) -> dict:
+    """``rec`` with its content's fields passed through ``change`` and signed again by the creator."""
+    parts = [pb.f_uint(n, v) if w == pb.VARINT else pb.f_msg(n, v)
+             for n, w, v in pb.fields(base64.b64decode(rec["content"]))]
+    content = b"".join(change(parts))
+    return dict(rec, content=base64.b64encode(content).decode(), user_sig=user_sign(content).hex())
+
+
+# the creator's own signature over a diff the hosts would refuse as signed (start_proof.go @b87a604a
+# VerifyDiffUserSig rebuilds the message with their escrow id, in the deterministic encoding)
+OTHER_ESCROW = _resigned(GOOD, lambda parts: [pb.f_str(3, "125") if p[0] == 0x1a else p for p in parts])
+TWICE = _resigned(GOOD, lambda parts: [*parts[:-1], pb.f_bytes(4, bytes(32)), parts[-1]])
+
 # a bad record -> what the quarantine reason says of it
 BADS = {"flipped bit": (BAD, "user signature recovers to gonka1"),
+        "signed for another escrow": (OTHER_ESCROW, "the user signed this diff for escrow '125', not '124'"),
+        "signed in another encoding": (TWICE, "the user signed bytes the hosts would not take as this diff's: "
+                                             "DiffContent: field 4 (post_state_root) is given twice"),
         "content not base64": (dict(GOOD, content="not base64!"), "content is not base64"),
         "no user signature": (dict(GOOD, user_sig=None), "no user signature captured")}
 

@@ -281,7 +281,8 @@ def _resigned(nonce: int, content: bytes) -> bd.SignedDiff:
     ("create fee above the amount", "replayed", None, "the session cannot open: create devshard fee 2000000 exceeds"),
     ("unreadable content", "replayed", 3, "DiffContent unreadable: truncated varint"),
     ("listed under another nonce", "replayed", 5, "the bundle lists this diff as nonce 99, its signed content says 5"),
-    ("diff for another escrow", "replayed", 1, "diff is for escrow '999', not '124'"),
+    # the hosts rebuild the signed message with their own escrow id (start_proof.go @b87a604a VerifyDiffUserSig)
+    ("diff for another escrow", "signed", 1, "the user signed this diff for escrow '999', not '124'"),
     ("refused tx", "replayed", 2, r"refused by the session rules: nonce 2 tx 0 \(finish\): finish needs Started"),
     ("unreadable settlement", "settled", None, "MsgSettleDevshardEscrow unreadable: truncated varint"),
     ("settled before settlement phase", "settled", 28, "the final state is in phase 0, not settlement"),

@@ -8,7 +8,7 @@ import json
 import coincurve
 import pytest
 
-from indexer.verify import apply, diff, proto as pb
+from indexer.verify import apply, diff, proto as pb, signatures as sig
 from tests.support.verify_kit import (ESCROW, USER, VECTORS, diff_content, error_miss, script, session, user_sign, v5,
                                       wire_tx)
 
@@ -85,13 +85,20 @@ def _content(*txs, escrow=ESCROW):
     (pb.f_msg(1, pb.f_uint(10, 1)), r"tx 0 \(start\): field 10 is not in this module's table"),
     (pb.f_msg(1, pb.f_bytes(1, b"x")), r"\(start\): field 1 \(inference_id\) has wire type 2"),
     (pb.f_msg(1, pb.f_bytes(3, b"\xff")), r"field 3 \(model\) is not UTF-8"),
-    (pb.f_msg(3, pb.f_uint(1, 1) + pb.f_bytes(6, b"short")), r"\(finish\): signature is 5 bytes"),
     (pb.f_msg(4, pb.f_uint(1, 1) + pb.f_uint(9, 1)), r"\(timeout\): field 9 with wire type 0"),
     (pb.f_msg(4, pb.f_msg(3, pb.f_uint(1, 0)) + pb.f_uint(2, 2)), r"\(timeout\): signature is 0 bytes"),
 ])
 def test_malformed_txs_are_refused_with_nonce_and_index(tx, message):
     with pytest.raises(diff.DiffError, match=message):
         diff.decode_txs(_content(tx), ESCROW)
+
+
+def test_a_proposer_signature_that_recovers_to_no_key_is_refused_where_the_session_checks_it():
+    """The hosts check a proposer's signature only where the tx takes effect (a repeated validation is passed over
+    first, machine.go "after dedup"), so the decode keeps the reason and the session refuses it there."""
+    tx, = diff.decode_txs(_content(pb.f_msg(3, pb.f_uint(1, 1) + pb.f_bytes(6, b"short"))), ESCROW)
+    assert isinstance(tx["signer"], sig.Unrecovered)
+    assert tx["signer"] == "proposer signature: signature is 5 bytes, expected 65 (r ‖ s ‖ v)"
 
 
 def test_reveal_seed_is_ignored_finalize_and_negative_times_decode():
