@@ -1,0 +1,278 @@
+"""Every host's payout recomputed against the chain's, the published audit's figures, and the counterfactual
+restitution pays: the epoch without the disputable penalties as the chain would have settled it.
+
+Chain code read: gonka-ai/gonka inference-chain/x/inference/keeper/bitcoin_rewards.go, the stored revision with
+CalculateParticipantBitcoinRewardsWithTransfers (and @577203ba for the older one): one list of effective weights of
+the ACTIVE hosts is capped together (ApplyPowerCappingForWeights), a host whose status is not ACTIVE gets no reward
+(and no work coins), the downtime test zeroes a weight after the cap, the denominator is the sum of full weights, and
+the share is big.Int (weight x reward) / total, truncated.
+
+Real captures: tests/cases/fixtures/mainnet/rewards_e265_e267/ (gonkalabs/GRC-e267-kimi_shortfall @ 9e372ae7
+output/raw_chain/, copied in /work/shared/data/mainnet-e267). The audit's figures: RESTITUTION_REPORT.md,
+BROADER_REVIEW.md and output/case3_broader_victim_count_recheck.csv of the same repository and commit."""
+from __future__ import annotations
+
+import json
+
+from indexer.reports.restitution import collect, markdown
+from tests.reports.test_reward_weight import DATA, PREFIX, epoch_records
+from tests.support.rules_kit import Log, gov_snapshot, load
+
+# the five rows the chain paid nothing although the captured weights, confirmation weights and downtime counts give
+# them a share: the capture holds no participant status, and only a status other than ACTIVE pays nothing there
+NOT_ACTIVE = {(265, "gonka1cuwejs77gectp3n32wg8q27hlsa4m3hqspf4ww"),
+              (265, "gonka1famtxh54kad6ylwtm60j6d7h6unpc08d4vdqnk"),
+              (265, "gonka1j7x6dv42xehe9e5au4ku3wvzwtqlegfjhlvzj6"),
+              (265, "gonka1ujnc662v6g69jm6fgxnr79a2m7ehzeut059239"),
+              (267, "gonka1j7x6dv42xehe9e5au4ku3wvzwtqlegfjhlvzj6")}
+J7X6 = "gonka1j7x6dv42xehe9e5au4ku3wvzwtqlegfjhlvzj6"
+MYU0 = "gonka1myu058axjs62mc3e7na9krwvqpfl9z3gtcw9es"
+
+
+def _records(status: dict | None = None) -> list[dict]:
+    recs = epoch_records(265) + epoch_records(267)
+    for r in recs:
+        if r["kind"] == "participant_epoch" and status and (r["epoch_index"], r["participant"]) in status:
+            r["status"] = status[(r["epoch_index"], r["participant"])]
+    return recs
+
+
+def _v0212(conn):
+    conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
+                 "VALUES (265, 267, 'v0.2.12', 'test: mainnet epochs 265-267 ran v0.2.12')")
+
+
+def test_every_host_of_epochs_265_and_267_is_paid_what_the_rule_gives(db_url, tmp_path, conn):
+    _v0212(conn)
+    load(db_url, tmp_path, _records(), rules=False)
+    rows = conn.execute("SELECT epoch_index, participant, chain_rewarded_coins, payout_by_rule, "
+                        "payout_by_rule_matches, downtime_passes, reward_weight, weight FROM api.restitution_impact "
+                        "WHERE epoch_index IN (265, 267) ORDER BY 1, 2").fetchall()
+    assert len(rows) == 102 and all(r[3] is not None for r in rows)
+    unpaid = [r for r in rows if r[2] == 0]
+    assert len(unpaid) == 17
+    # 12 of the 17: the rule pays nothing too, confirmation PoC left them no confirmed weight (one of them also
+    # fails the downtime test: 562 of 1,536 missed)
+    assert sum(1 for r in unpaid if r[4]) == 12 and all(r[6] == 0 for r in unpaid if r[4])
+    assert [(r[0], r[1]) for r in unpaid if r[5] is False] == [(265, "gonka1zsvl7ujlc8z3a35v2q6e3nml7ftyk23v76jqgl")]
+    # the other 5: ACTIVE as far as the capture shows (no status was captured, no exclusion), downtime passed,
+    # a positive capped weight; the chain paid them nothing, which it does only to a status other than ACTIVE. The
+    # audit shows the cause for gonka1j7x6…: a failed confirmation PoC in both epochs (RESTITUTION_REPORT.md)
+    wrong = {(r[0], r[1]) for r in rows if not r[4]}
+    assert wrong == NOT_ACTIVE
+    assert all(r[3] > 0 and r[5] is True and r[6] > 0 for r in rows if (r[0], r[1]) in NOT_ACTIVE)
+    # every host the chain paid: to the ngonka
+    assert all(r[4] for r in rows if r[2] > 0)
+    (case,) = collect(db_url, (267, 267))
+    text = markdown(case)
+    assert "Of the 3 hosts the chain paid nothing, the rule gives nothing to 2." in text
+    assert f"| `{J7X6}` | 53,103,177,018 |" in text
+
+
+def test_a_status_read_as_not_active_accounts_for_every_payout(db_url, tmp_path, conn):
+    # what the poller records from participant/{address}.status at the epoch's end: with the five hosts read as
+    # INVALID the rule gives every one of the 102 rows exactly what the chain paid, zeros included
+    _v0212(conn)
+    load(db_url, tmp_path, _records({k: "INVALID" for k in NOT_ACTIVE}), rules=False)
+    rows = conn.execute("SELECT payout_by_rule_matches, chain_rewarded_coins, payout_by_rule FROM "
+                        "api.restitution_impact WHERE epoch_index IN (265, 267)").fetchall()
+    assert len(rows) == 102 and all(r[0] for r in rows)
+    assert sum(r[1] for r in rows) == sum(r[2] for r in rows)
+
+
+def test_the_audits_figures_against_ours(db_url, tmp_path, conn):
+    """The audit's restitution (a confirmation PoC that should have passed) is the full-weight share: with the
+    confirmation weight at the raw total, the v0.2.12 rule pays the full weight. Two differences, both explained:
+    the audit's epoch-267 reward is 284,661,946,392,228 where the chain's is 284,661,946,392,231 (exp(decay)^266
+    from the fixed table, PowInt32, truncated: every one of the 85 payouts confirms it), and the audit rounds a
+    share to the nearest ngonka where the chain truncates (big.Int Div)."""
+    _v0212(conn)
+    load(db_url, tmp_path, _records(), rules=False)
+    full = dict(((e, p), (f, c)) for e, p, f, c in conn.execute(
+        "SELECT epoch_index, participant, reward_if_full_weight, chain_rewarded_coins FROM api.restitution_impact "
+        "WHERE epoch_index IN (265, 267)").fetchall())
+    assert conn.execute("SELECT fn.theoretical_epoch_reward(267, 323000000000000, -0.000475, 1)").fetchone()[0] \
+        == 284_661_946_392_231
+    # 19,518 / 541,415 x the reward: the audit's 10,262.057515369 GONKA, the same after truncation with either reward
+    assert full[(267, J7X6)][0] == 10_262_057_515_369 == 19518 * 284_661_946_392_228 // 541415 + 1
+    assert 19518 * 284_661_946_392_231 * 10 // 541415 == 102_620_575_153_691  # .1 past the integer: no rounding issue
+    # epoch 265: 66,311 / 904,177: the audit's 20,896.527179100 GONKA exactly
+    assert full[(265, J7X6)][0] == 20_896_527_179_100
+    # 13,184 / 904,177: the exact quotient is ...514.90; the chain truncates to ...514, the audit rounds to ...515
+    assert full[(265, MYU0)][0] == 4_154_662_338_514
+    assert 13184 * 284_932_503_735_694 * 100 // 904177 == 415_466_233_851_490
+    # the v0.2.12 rule with the confirmation weight at the raw total pays the full weight
+    assert conn.execute("SELECT reward_weight FROM fn.reward_weight(19518, 65716, 65716, NULL, 'v0.2.12')"
+                        ).fetchone()[0] == 19518
+    # the audit's "full-weight reward gap" of the epoch-267 Kimi non-voters (6 decimals of GONKA): ours, to the ngonka
+    gaps = {"gonka17gpuntq09zsaqtmpe544gc32tk4424dwv5t34f": "5737.771988",
+            "gonka1zktn8j65wlys8a8e38hqhf4y3x6m4x04zskkrx": "2961.159336",
+            "gonka168rtjfkszuhcggg4dfyse4yh7xn9zwfglnkns2": "5.257740",
+            "gonka1kx9mca3xm8u8ypzfuhmxey66u0ufxhs7nm6wc5": "6.835062"}
+    for who, gonka in gaps.items():
+        f, paid = full[(267, who)]
+        assert f"{(f - paid) // 1000:,}".replace(",", "") == gonka.replace(".", "")
+    # the audit's zero-reward rows are the chain's: rewarded_coins 0 in its own summary files
+    for e, who in ((267, J7X6), (265, J7X6), (265, MYU0)):
+        summary = json.loads((DATA / f"{PREFIX}epoch_performance_summary_{e}_{who}.json").read_text())
+        assert summary["epochPerformanceSummary"]["rewarded_coins"] == "0" == str(full[(e, who)][1])
+
+
+# ------------------------------------------------------------------ the counterfactual on hand-built epochs
+
+V1, V2 = "gonka1valid1", "gonka1valid2"
+BITCOIN = {"initial_epoch_reward": "323000000000000", "decay_rate": {"value": "-475", "exponent": -6},
+           "genesis_epoch": "1"}
+
+
+def _dec(value: str, exponent: int) -> dict:
+    return {"value": value, "exponent": exponent}
+
+
+def _params(epoch: int, total: int) -> dict:
+    return {"kind": "epoch_params", "epoch_index": epoch, "total_weight": total, "bitcoin_reward_params": BITCOIN,
+            "confirmation_weight_scales": {}, "params_exact": True,
+            "validation_params": {"false_positive_rate": _dec("5", -2), "bad_participant_invalidation_rate":
+                                  _dec("1", -1), "invalidation_h_threshold": _dec("4", 0),
+                                  "binom_test_p0": _dec("1", -1)}}
+
+
+def _host(epoch: int, who: str, weight: int, **fields) -> dict:
+    return {"kind": "participant_epoch", "epoch_index": epoch, "participant": who, "weight": weight,
+            "confirmation_weight": weight, "inference_count": 263, "missed_requests": 0, **fields}
+
+
+def _sprt_flip(escrow_id: str, epoch: int, host: str) -> list[dict]:
+    """`host` (slot 0) executes 263: 25 invalidated, 5 of them 0/0 refusals with no payload (disputable). The SPRT
+    crosses H = 4 with them (LLR 4.46, the epoch-366 anchor) and not without."""
+    log = Log(escrow_id, epoch=epoch, slots=[host, V1, V1, V2, V2])
+    for k in range(25):
+        iid = log.refusal(0) if k < 5 else log.served(0)
+        log.invalidate(iid, challenger=1, voters=(3,))
+    for _ in range(238):
+        log.served(0)
+    return log.records
+
+
+def _reward(conn, epoch: int) -> int:
+    return int(conn.execute("SELECT fn.theoretical_epoch_reward(%s, 323000000000000, -0.000475, 1)",
+                            (epoch,)).fetchone()[0])
+
+
+def _impact(conn, epoch: int) -> dict[str, dict]:
+    cur = conn.execute("SELECT participant, restitution_candidate, reward_weight, power_cap, reward_if_passed, "
+                       "restitution_amount, payout_by_rule, cap_shift_without_disputable, theoretical_epoch_reward, "
+                       "evidence -> 'reward' -> 'power_cap' AS cap, reward_weight_error "
+                       "FROM api.restitution_impact WHERE epoch_index = %s", (epoch,))
+    names = [d.name for d in cur.description]
+    return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+
+
+def test_two_hosts_excluded_by_disputable_invalidations_are_restored_together(db_url, tmp_path, conn):
+    # ACTIVE [100, 100, 400]: 3 hosts, limit 0.40, k=2: 400 > 240, cap IntPart(0.4 x 200 / 0.6) = 133. X and Y
+    # (300 each) were excluded only by disputable invalidations: X for statistical_invalidations, Y left INVALID.
+    # Without the penalties both are ACTIVE in the one list: [100, 100, 300, 300, 400], limit 0.30, k=4: 400 > 360,
+    # cap IntPart(0.3 x 800 / 0.7) = 342, so X and Y are not capped. Each alone would give [100, 100, 300, 400],
+    # k=2: 300 > 240, cap IntPart(0.3 x 200 / 0.4) = 150: what pricing each host on its own (the earlier rule) paid
+    E, X, Y = 700, "gonka1hostX", "gonka1hostY"
+    reward = _reward(conn, 700)
+    recs = [gov_snapshot(epoch=E), _params(E, 1200),
+            _host(E, "gonka1light0", 100, rewarded_coins=100 * reward // 1200),
+            _host(E, "gonka1light1", 100, rewarded_coins=100 * reward // 1200),
+            _host(E, "gonka1heavy", 400, rewarded_coins=133 * reward // 1200),
+            _host(E, X, 300, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0,
+                  excluded_reason="statistical_invalidations"),
+            _host(E, Y, 300, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0, status="INVALID")]
+    load(db_url, tmp_path, recs + _sprt_flip("9701", E, X) + _sprt_flip("9702", E, Y))
+    rows = _impact(conn, E)
+    for who, other in ((X, Y), (Y, X)):
+        r = rows[who]
+        assert (r["restitution_candidate"], r["power_cap"], r["reward_weight"]) == (True, 342, 300)
+        assert r["restitution_amount"] == r["reward_if_passed"] == 300 * reward // 1200
+        assert r["payout_by_rule"] == 0 and r["cap"]["restored_hosts"] == [other]
+    # the heavy host was paid on 133; with X and Y back it would have been paid on 342: the restitution changes what
+    # it would have got, said in cap_shift_without_disputable (not paid, not recovered)
+    heavy = rows["gonka1heavy"]
+    assert heavy["payout_by_rule"] == 133 * reward // 1200 and heavy["cap"]["as_paid"]["cap"] == 133
+    assert heavy["cap_shift_without_disputable"] == 342 * reward // 1200 - 133 * reward // 1200 > 0
+    assert heavy["restitution_amount"] in (None, 0) and heavy["cap"]["restored_hosts"] == [X, Y]
+    assert rows["gonka1light0"]["cap_shift_without_disputable"] == 0
+    (case,) = collect(db_url, (E, E))
+    text = markdown(case)
+    assert "Restituting changes what others would have got" in text
+    assert f"| `gonka1heavy` | {heavy['cap_shift_without_disputable']:,} |" in text
+
+
+def test_the_cap_binds_only_after_restitution(db_url, tmp_path, conn):
+    # ACTIVE [100, 100, 100]: limit 0.40, no cap. X (500), excluded by disputable invalidations alone, restored:
+    # [100, 100, 100, 500], limit 0.30, k=3: 500 > 240, cap IntPart(0.3 x 300 / 0.7) = 128: X is owed 128 shares
+    E, X = 701, "gonka1hostX"
+    reward = _reward(conn, 701)
+    recs = [gov_snapshot(epoch=E), _params(E, 800),
+            *(_host(E, f"gonka1light{k}", 100, rewarded_coins=100 * reward // 800) for k in range(3)),
+            _host(E, X, 500, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0,
+                  excluded_reason="statistical_invalidations")]
+    load(db_url, tmp_path, recs + _sprt_flip("9711", E, X))
+    rows = _impact(conn, E)
+    assert (rows[X]["power_cap"], rows[X]["reward_weight"]) == (128, 128)
+    assert rows[X]["restitution_amount"] == 128 * reward // 800
+    for k in range(3):
+        light = rows[f"gonka1light{k}"]
+        assert light["cap"]["as_paid"] == {"applies": False, "paid_weight": 100}
+        assert (light["power_cap"], light["cap_shift_without_disputable"], light["payout_by_rule"]) == \
+            (128, 0, 100 * reward // 800)
+
+
+def test_an_undecided_exclusion_leaves_the_cap_it_would_move_unknown(db_url, tmp_path, conn):
+    # Z was excluded for statistical_invalidations and has a disputable invalidation, but the replayed SPRT never
+    # crosses (3 of 263): whether it would have been ACTIVE without them is undecided. With it the cap of the
+    # ACTIVE [100, 100, 400] moves (133 without, 342 with Z and X back), so X's figure is unknown, not either one
+    E, X, Z = 702, "gonka1hostX", "gonka1hostZ"
+    log = Log("9722", epoch=E, slots=[Z, V1, V1, V2, V2])
+    for k in range(3):
+        iid = log.refusal(0) if k == 0 else log.served(0)
+        log.invalidate(iid, challenger=1, voters=(3,))
+    for _ in range(260):
+        log.served(0)
+    recs = [gov_snapshot(epoch=E), _params(E, 1200), _host(E, "gonka1light0", 100), _host(E, "gonka1light1", 100),
+            _host(E, "gonka1heavy", 400),
+            _host(E, X, 300, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0,
+                  excluded_reason="statistical_invalidations"),
+            _host(E, Z, 300, invalidated_inferences=3, validated_inferences=260, rewarded_coins=0,
+                  excluded_reason="statistical_invalidations")]
+    load(db_url, tmp_path, recs + _sprt_flip("9721", E, X) + log.records)
+    rows = _impact(conn, E)
+    assert rows[Z]["restitution_candidate"] is None
+    x = rows[X]
+    assert x["restitution_candidate"] is True and x["reward_weight"] is None and x["restitution_amount"] is None
+    assert f"whether {Z} would have been ACTIVE without the disputable penalties is undecided" \
+        in x["reward_weight_error"]
+    assert x["cap"]["undecided_hosts"] == [Z]
+
+
+def test_a_host_the_chain_paid_is_owed_only_what_it_was_not_paid(db_url, tmp_path, conn):
+    # the replayed SPRT crosses only with the disputable invalidations, but the chain neither excluded the host nor
+    # left it INVALID: it paid it in full. Owed: reward_if_passed less what it was paid = 0 (it was paid twice before)
+    E, X = 703, "gonka1hostX"
+    reward = _reward(conn, 703)
+    recs = [gov_snapshot(epoch=E), _params(E, 1000), _host(E, "gonka1rest", 700, rewarded_coins=700 * reward // 1000),
+            _host(E, X, 300, invalidated_inferences=25, validated_inferences=238,
+                  rewarded_coins=300 * reward // 1000 - 5)]
+    load(db_url, tmp_path, recs + _sprt_flip("9731", E, X))
+    x = _impact(conn, E)[X]
+    assert x["restitution_candidate"] is True and x["reward_if_passed"] == 300 * reward // 1000
+    assert x["restitution_amount"] == 5  # only the part the chain did not pay
+
+
+def test_zero_total_weight_and_a_host_alone(db_url, tmp_path, conn):
+    reward = _reward(conn, 705)
+    recs = [_params(704, 0), _host(704, "gonka1zero", 0, rewarded_coins=0),
+            _params(705, 900), _host(705, "gonka1alone", 900, rewarded_coins=reward)]
+    load(db_url, tmp_path, recs, rules=False)
+    zero = _impact(conn, 704)["gonka1zero"]
+    # the chain: no valid weight pays nothing, and a zero denominator pays nothing (totalPoCWeightBeforeDowntime > 0)
+    assert (zero["reward_weight"], zero["reward_if_passed"], zero["payout_by_rule"]) == (0, 0, 0)
+    alone = _impact(conn, 705)["gonka1alone"]
+    # one positive weight: no cap (positiveCount <= 1); the whole reward, 900 x R / 900
+    assert (alone["power_cap"], alone["reward_weight"], alone["payout_by_rule"]) == (None, 900, reward)
+    assert alone["cap_shift_without_disputable"] == 0
