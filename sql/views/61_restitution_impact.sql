@@ -149,10 +149,7 @@ WITH pair AS (
          -- test has its weight zeroed after the cap, every other host its share on paid_weight
          CASE WHEN excluded_reason IS NOT NULL OR participant_status <> 'ACTIVE' OR weight <= 0 THEN 0
               WHEN downtime_passes = false THEN 0
-              WHEN downtime_passes THEN paid_share END AS payout_by_rule,
-         CASE WHEN in_cap_list AND effective_weight > 0 AND paid_weight IS NOT NULL AND reward_weight IS NOT NULL
-                   AND total_weight IS NOT NULL AND theoretical_epoch_reward IS NOT NULL
-              THEN fn.reward_share(theoretical_epoch_reward, reward_weight, total_weight) - paid_share END AS cap_shift
+              WHEN downtime_passes THEN paid_share END AS payout_by_rule
   FROM (SELECT w.*,  -- the share on the weight as paid, for a host that passed
                CASE WHEN paid_weight IS NOT NULL AND total_weight IS NOT NULL AND theoretical_epoch_reward IS NOT NULL
                     THEN fn.reward_share(theoretical_epoch_reward, paid_weight, total_weight) END AS paid_share
@@ -322,7 +319,7 @@ SELECT epoch_index, participant,
                      'paid_weight', paid_weight) END,
                  'restored_rule', CASE WHEN restored_hosts IS NOT NULL THEN 'without the disputable penalties the '
                    || 'hosts in restored_hosts would have been ACTIVE, in the one list the chain caps, so the cap '
-                   || 'here is over that list; for a host the chain paid, cap_shift_without_disputable is what that '
+                   || 'here is over that list; for a host the chain paid, reward_shift_without_disputable is what that '
                    || 'would have changed in its reward (the denominator, the sum of full weights, does not change, '
                    || 'so nothing else moves): neither paid nor recovered by a restitution' END,
                  'error', power_cap_error),
@@ -345,5 +342,11 @@ SELECT epoch_index, participant,
        disputable_evidence_level AS evidence_level,
        payout_by_rule,
        chain_rewarded_coins = payout_by_rule AS payout_by_rule_matches,
-       cap_shift AS cap_shift_without_disputable
+       -- a host the restitution pays nothing: what it would have been paid without the disputable penalties of
+       -- the epoch (the cap moved by restored hosts; the downtime test on the p0 their removed misses lower) less
+       -- what the rule paid it; its own outcome does not flip, so this is the others' restitution acting on it
+       CASE WHEN candidate IS NOT TRUE AND in_cap_list AND payout_by_rule IS NOT NULL
+                 AND downtime_passes_without IS NOT NULL AND reward_if_passed IS NOT NULL
+            THEN CASE WHEN downtime_passes_without THEN reward_if_passed ELSE 0 END - payout_by_rule
+            END AS reward_shift_without_disputable
 FROM delegated;

@@ -13,10 +13,11 @@ BROADER_REVIEW.md and output/case3_broader_victim_count_recheck.csv of the same 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 from indexer.reports.restitution import collect, markdown
 from tests.reports.test_reward_weight import DATA, PREFIX, epoch_records
-from tests.support.rules_kit import Log, gov_snapshot, load
+from tests.support.rules_kit import GOV, B, Log, gov_snapshot, load
 
 # the five rows the chain paid nothing although the captured weights, confirmation weights and downtime counts give
 # them a share: the capture holds no participant status, and only a status other than ACTIVE pays nothing there
@@ -161,7 +162,7 @@ def _reward(conn, epoch: int) -> int:
 
 def _impact(conn, epoch: int) -> dict[str, dict]:
     cur = conn.execute("SELECT participant, restitution_candidate, reward_weight, power_cap, reward_if_passed, "
-                       "restitution_amount, payout_by_rule, cap_shift_without_disputable, theoretical_epoch_reward, "
+                       "restitution_amount, payout_by_rule, reward_shift_without_disputable, theoretical_epoch_reward, "
                        "evidence -> 'reward' -> 'power_cap' AS cap, reward_weight_error "
                        "FROM api.restitution_impact WHERE epoch_index = %s", (epoch,))
     names = [d.name for d in cur.description]
@@ -191,16 +192,16 @@ def test_two_hosts_excluded_by_disputable_invalidations_are_restored_together(db
         assert r["restitution_amount"] == r["reward_if_passed"] == 300 * reward // 1200
         assert r["payout_by_rule"] == 0 and r["cap"]["restored_hosts"] == [other]
     # the heavy host was paid on 133; with X and Y back it would have been paid on 342: the restitution changes what
-    # it would have got, said in cap_shift_without_disputable (not paid, not recovered)
+    # it would have got, said in reward_shift_without_disputable (not paid, not recovered)
     heavy = rows["gonka1heavy"]
     assert heavy["payout_by_rule"] == 133 * reward // 1200 and heavy["cap"]["as_paid"]["cap"] == 133
-    assert heavy["cap_shift_without_disputable"] == 342 * reward // 1200 - 133 * reward // 1200 > 0
+    assert heavy["reward_shift_without_disputable"] == 342 * reward // 1200 - 133 * reward // 1200 > 0
     assert heavy["restitution_amount"] in (None, 0) and heavy["cap"]["restored_hosts"] == [X, Y]
-    assert rows["gonka1light0"]["cap_shift_without_disputable"] == 0
+    assert rows["gonka1light0"]["reward_shift_without_disputable"] == 0
     (case,) = collect(db_url, (E, E))
     text = markdown(case)
     assert "Restituting changes what others would have got" in text
-    assert f"| `gonka1heavy` | {heavy['cap_shift_without_disputable']:,} |" in text
+    assert f"| `gonka1heavy` | {heavy['reward_shift_without_disputable']:,} |" in text
 
 
 def test_the_cap_binds_only_after_restitution(db_url, tmp_path, conn):
@@ -219,7 +220,7 @@ def test_the_cap_binds_only_after_restitution(db_url, tmp_path, conn):
     for k in range(3):
         light = rows[f"gonka1light{k}"]
         assert light["cap"]["as_paid"] == {"applies": False, "paid_weight": 100}
-        assert (light["power_cap"], light["cap_shift_without_disputable"], light["payout_by_rule"]) == \
+        assert (light["power_cap"], light["reward_shift_without_disputable"], light["payout_by_rule"]) == \
             (128, 0, 100 * reward // 800)
 
 
@@ -275,4 +276,37 @@ def test_zero_total_weight_and_a_host_alone(db_url, tmp_path, conn):
     alone = _impact(conn, 705)["gonka1alone"]
     # one positive weight: no cap (positiveCount <= 1); the whole reward, 900 x R / 900
     assert (alone["power_cap"], alone["reward_weight"], alone["payout_by_rule"]) == (None, 900, reward)
-    assert alone["cap_shift_without_disputable"] == 0
+    assert alone["reward_shift_without_disputable"] == 0
+
+
+def test_misses_removed_elsewhere_can_fail_a_host_that_passed(db_url, tmp_path, conn):
+    # getDynamicP0 (bitcoin_rewards.go) over 5 hosts and 1,000 requests: 81 missed -> floor(81,000 / 1,000) + 20 =
+    # 101 permille -> the 0.20 table. B's 2 refused timeouts over the limit are disputable: without them 79 missed ->
+    # 99 -> the 0.10 table. H (30 of 200 missed, none disputable) passes at 0.20 and fails at 0.10: the others'
+    # restitution would have cost H its whole reward, which the row says (and nothing pays or recovers)
+    E, H = 706, "gonka1hostH"
+    reward = _reward(conn, E)
+    log = Log("9761", epoch=E)
+    for _ in range(2):
+        iid = log.start(5, max_tokens=GOV + 1)
+        log.timeout(iid, "refused")
+    share = 100 * reward // 500
+    recs = [gov_snapshot(epoch=E), _params(E, 500),
+            _host(E, H, 100, inference_count=170, missed_requests=30, rewarded_coins=share),
+            _host(E, B, 100, inference_count=149, missed_requests=51, rewarded_coins=0),
+            *(_host(E, f"gonka1other{k}", 100, inference_count=200, rewarded_coins=share) for k in range(3))]
+    load(db_url, tmp_path, recs + log.records)
+    assert conn.execute("SELECT fn.missed_stat_test(30, 200, 0.2), fn.missed_stat_test(30, 200, 0.1)").fetchone() \
+        == (True, False)
+    r = conn.execute("SELECT downtime_passes, downtime_passes_without_disputable, disputable_missed, downtime_p0, "
+                     "evidence #>> '{downtime,p0_without_disputable}', restitution_candidate, payout_by_rule, "
+                     "reward_shift_without_disputable, restitution_amount FROM api.restitution_impact "
+                     "WHERE epoch_index = %s AND participant = %s", (E, H)).fetchone()
+    assert r[:5] == (True, False, 0, Decimal("0.200"), "0.100")
+    # (its SPRT has no replayed escrow here, so its own candidacy stays undecided: nothing is owed to it anyway)
+    assert r[5] is None and r[6] == share and r[7] == -share and r[8] is None
+    b = conn.execute("SELECT disputable_missed, downtime_passes, downtime_passes_without_disputable "
+                     "FROM api.restitution_impact WHERE epoch_index = %s AND participant = %s", (E, B)).fetchone()
+    assert b == (2, False, False)  # 49 of 200 still fails at 0.10: nothing owed to B either
+    text = markdown(collect(db_url, (E, E))[0])
+    assert f"| `{H}` | -{share:,} |" in text

@@ -176,12 +176,13 @@ def _payout_check(case: EpochCase) -> list[str]:
                           "ACTIVE (not captured for them), or their downtime test differs.")
             lines += [""] + _table(["participant", "the rule gives (ngonka)"],
                                    [[code(r["participant"]), fmt(r["payout_by_rule"])] for r in odd])
-    shifted = [r for r in case.rows if r["cap_shift_without_disputable"]]
+    shifted = [r for r in case.rows if r["reward_shift_without_disputable"]]
     if shifted:
         lines += ["", "Restituting changes what others would have got: without the disputable penalties the hosts "
-                  "they excluded would have been ACTIVE, which moves the power cap. Neither paid nor recovered:"]
+                  "they excluded would have been ACTIVE, which moves the power cap, and the misses removed lower the "
+                  "downtime test's dynamic p0, which can fail a host that passed. Neither paid nor recovered:"]
         lines += [""] + _table(["participant", "change of its reward (ngonka)"],
-                               [[code(r["participant"]), fmt(r["cap_shift_without_disputable"])] for r in shifted])
+                               [[code(r["participant"]), fmt(r["reward_shift_without_disputable"])] for r in shifted])
     return lines + [""]
 
 
