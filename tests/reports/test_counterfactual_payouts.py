@@ -310,3 +310,52 @@ def test_misses_removed_elsewhere_can_fail_a_host_that_passed(db_url, tmp_path, 
     assert b == (2, False, False)  # 49 of 200 still fails at 0.10: nothing owed to B either
     text = markdown(collect(db_url, (E, E))[0])
     assert f"| `{H}` | -{share:,} |" in text
+
+
+def test_a_host_whose_only_penalties_are_disputable_is_owed_its_whole_share(db_url, tmp_path, conn):
+    # 10 invalidations of 60, every one a 0/0 refusal with no payload (disputable): LLR 10 ln 2 + 50 ln(0.9/0.95)
+    # = 4.23 >= H = 4, excluded; without them no invalidation at all. Beside an ACTIVE 700 (2 hosts, limit 0.50:
+    # no cap binds at 300), owed the whole share on 300
+    E, X = 707, "gonka1hostX"
+    reward = _reward(conn, E)
+    log = Log("9771", epoch=E, slots=[X, V1, V1, V2, V2])
+    for _ in range(10):
+        log.invalidate(log.refusal(0), challenger=1, voters=(3,))
+    for _ in range(50):
+        log.served(0)
+    recs = [gov_snapshot(epoch=E), _params(E, 1000), _host(E, "gonka1rest", 700, rewarded_coins=700 * reward // 1000),
+            _host(E, X, 300, inference_count=60, invalidated_inferences=10, validated_inferences=50,
+                  rewarded_coins=0, excluded_reason="statistical_invalidations")]
+    load(db_url, tmp_path, recs + log.records)
+    r = conn.execute("SELECT invalid, disputable_invalid, sprt_crossed, sprt_crossed_without_disputable, "
+                     "sprt_max_llr_without_disputable, restitution_candidate, restitution_amount, payout_by_rule "
+                     "FROM api.restitution_impact WHERE epoch_index = %s AND participant = %s", (E, X)).fetchone()
+    assert r[:4] == (10, 10, True, False) and r[4] <= 0
+    assert (r[5], r[6], r[7]) == (True, 300 * reward // 1000, 0)
+
+
+def test_a_downtime_flip_does_not_pay_a_host_the_sprt_still_excludes(db_url, tmp_path, conn):
+    # penalties pulling both ways: 40 disputable misses (refused timeouts over the limit, escrow 9782) fail the
+    # downtime test (40 of 303 at p0 0.10) and without them it passes; 25 invalidations that are not disputable
+    # (escrow 9781, settled first) cross the SPRT with or without the misses -> the host still fails a test: nothing
+    # owed
+    E = 708
+    log = Log("9781", epoch=E, slots=[B, V1, V1, V2, V2])
+    for _ in range(25):
+        log.invalidate(log.served(0), challenger=1, voters=(3,))
+    for _ in range(238):
+        log.served(0)
+    late = Log("9782", epoch=E)
+    for _ in range(40):
+        late.timeout(late.start(5, max_tokens=GOV + 1), "refused")
+    recs = [gov_snapshot(epoch=E), _params(E, 1000), _host(E, "gonka1rest", 700),
+            _host(E, B, 300, inference_count=263, missed_requests=40, invalidated_inferences=25,
+                  validated_inferences=238, rewarded_coins=0, excluded_reason="statistical_invalidations")]
+    load(db_url, tmp_path, recs + log.records + late.records)
+    r = conn.execute("SELECT disputable_missed, disputable_invalid, downtime_passes, "
+                     "downtime_passes_without_disputable, sprt_crossed, sprt_crossed_without_disputable, "
+                     "restitution_candidate, flipped_test, restitution_amount FROM api.restitution_impact "
+                     "WHERE epoch_index = %s AND participant = %s", (E, B)).fetchone()
+    assert r[:2] == (40, 0)
+    assert r[2:6] == (False, True, True, True)
+    assert (r[6], r[7], r[8]) == (True, "downtime", 0)
