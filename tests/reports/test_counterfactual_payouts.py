@@ -17,7 +17,7 @@ from decimal import Decimal
 
 from indexer.reports.restitution import collect, markdown
 from tests.reports.test_reward_weight import DATA, PREFIX, epoch_records
-from tests.support.rules_kit import GOV, B, Log, gov_snapshot, load
+from tests.support.rules_kit import GOV, MINIMAX, MODEL, B, Log, gov_snapshot, load
 
 # the five rows the chain paid nothing although the captured weights, confirmation weights and downtime counts give
 # them a share: the capture holds no participant status, and only a status other than ACTIVE pays nothing there
@@ -359,3 +359,31 @@ def test_a_downtime_flip_does_not_pay_a_host_the_sprt_still_excludes(db_url, tmp
     assert r[:2] == (40, 0)
     assert r[2:6] == (False, True, True, True)
     assert (r[6], r[7], r[8]) == (True, "downtime", 0)
+
+
+def test_disputable_invalidations_in_two_models_are_removed_together(db_url, tmp_path, conn):
+    # the chain keeps one SPRT per host and epoch over every model's settlements. X: escrow 9791 (one model) 14
+    # invalid of 132, escrow 9792 (another model) 13 of 131, 2 disputable in each. With all: LLR 3.32 after the
+    # first, 27 ln 2 + 236 ln(0.9/0.95) = 5.95 after the second (crossed). Without one model's 2 it still crosses
+    # (25 of 263: 4.46); without all 4: 2.96, not crossed. The counterfactual removes them together: a flip
+    E, X = 709, "gonka1hostX"
+    reward = _reward(conn, E)
+    recs = [gov_snapshot(epoch=E), gov_snapshot(epoch=E, model=MINIMAX), _params(E, 1000),
+            _host(E, "gonka1rest", 700, rewarded_coins=700 * reward // 1000),
+            _host(E, X, 300, invalidated_inferences=27, validated_inferences=236, rewarded_coins=0,
+                  excluded_reason="statistical_invalidations")]
+    for escrow_id, model, invalid, served in (("9791", MODEL, 14, 118), ("9792", MINIMAX, 13, 118)):
+        log = Log(escrow_id, epoch=E, model=model, slots=[X, V1, V1, V2, V2])
+        for k in range(invalid):
+            log.invalidate(log.refusal(0) if k < 2 else log.served(0), challenger=1, voters=(3,))
+        for _ in range(served):
+            log.served(0)
+        recs += log.records
+    load(db_url, tmp_path, recs)
+    r = conn.execute("SELECT disputable_invalid, sprt_crossed, sprt_crossed_without_disputable, "
+                     "evidence -> 'sprt_escrows', restitution_candidate, restitution_amount "
+                     "FROM api.restitution_impact WHERE epoch_index = %s AND participant = %s", (E, X)).fetchone()
+    assert r == (4, True, False, ["9791", "9792"], True, 300 * reward // 1000)
+    one_model = conn.execute("SELECT crossed FROM fn.sprt_steps(ARRAY[14, 11]::bigint[], ARRAY[118, 120]::bigint[], "
+                             "0.05, 0.10, 4)").fetchone()[0]
+    assert one_model is True  # either model's two alone would not have changed the outcome
