@@ -387,3 +387,20 @@ def test_disputable_invalidations_in_two_models_are_removed_together(db_url, tmp
     one_model = conn.execute("SELECT crossed FROM fn.sprt_steps(ARRAY[14, 11]::bigint[], ARRAY[118, 120]::bigint[], "
                              "0.05, 0.10, 4)").fetchone()[0]
     assert one_model is True  # either model's two alone would not have changed the outcome
+
+
+def test_what_was_paid_unknown_leaves_the_amount_unknown(db_url, tmp_path, conn):
+    # the replayed SPRT flips, but neither rewarded_coins nor the downtime counts were captured (and no exclusion):
+    # whether the chain paid the host is not known, so what is still owed is not known either (NULL, with why)
+    E, X = 710, "gonka1hostX"
+    recs = [gov_snapshot(epoch=E), _params(E, 1000),
+            {"kind": "participant_epoch", "epoch_index": E, "participant": "gonka1rest", "weight": 700,
+             "confirmation_weight": 700},
+            {"kind": "participant_epoch", "epoch_index": E, "participant": X, "weight": 300,
+             "confirmation_weight": 300}]
+    load(db_url, tmp_path, recs + _sprt_flip("9801", E, X))
+    r = conn.execute("SELECT restitution_candidate, reward_if_passed, payout_by_rule, restitution_amount, "
+                     "unknown_reason FROM api.restitution_impact WHERE epoch_index = %s AND participant = %s",
+                     (E, X)).fetchone()
+    assert r[0] is True and r[1] == 300 * _reward(conn, E) // 1000 and r[2] is None and r[3] is None
+    assert "what the chain paid the host is not known" in r[4]
