@@ -134,8 +134,9 @@ def _power_cap(case: EpochCase) -> list[str]:
     lines = []
     if over:
         lines += ["Power cap: the chain caps the effective weights of the epoch's ACTIVE hosts "
-                  "(ApplyPowerCappingForWeights; for a host it excluded, the list with that host added back) before "
-                  "it pays; the amounts here are paid on the capped weight.", ""]
+                  "(ApplyPowerCappingForWeights) before it pays; the amounts here are paid on the capped weight of "
+                  "the epoch without the disputable penalties (the hosts they excluded back in the list, and a host "
+                  "the chain excluded with itself added back).", ""]
         lines += _table(["participant", "effective weight", "cap", "reward weight"],
                         [[code(r["participant"]), fmt(r["effective_weight"]), fmt(r["power_cap"]),
                           fmt(r["reward_weight"])] for r in over]) + [""]
