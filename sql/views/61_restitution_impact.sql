@@ -89,7 +89,7 @@ WITH pair AS (
   -- (certain = false); a host with none known is not
   SELECT epoch_index, participant, effective_weight, sprt_flips IS TRUE AS certain
   FROM priced
-  WHERE in_cap_list IS FALSE AND effective_weight > 0
+  WHERE in_cap_list IS FALSE AND (effective_weight > 0 OR effective_weight IS NULL)  -- unknown: the cap is unknown
     AND (sprt_flips OR (sprt_flips IS NULL AND disputable_invalid > 0))
     AND (excluded_reason = 'statistical_invalidations'
          OR (excluded_reason IS NULL AND participant_status = 'INVALID'))
@@ -105,6 +105,8 @@ WITH pair AS (
          o.restored_hosts, o.undecided_hosts,
          CASE WHEN q.effective_weight IS NULL THEN NULL
               WHEN k.epoch_cap_error IS NOT NULL THEN k.epoch_cap_error
+              WHEN o.unknown_host IS NOT NULL THEN 'the effective weight of ' || o.unknown_host || ', which the '
+                || 'disputable penalties excluded (it would have been ACTIVE without them), is unknown'
               WHEN x.error IS NOT NULL THEN x.error
               WHEN o.undecided_hosts IS NOT NULL AND y.error IS NOT NULL THEN y.error
               WHEN o.undecided_hosts IS NOT NULL AND (x.capped, x.cap) IS DISTINCT FROM (y.capped, y.cap)
@@ -118,7 +120,8 @@ WITH pair AS (
     SELECT COALESCE(array_agg(r.effective_weight ORDER BY r.participant) FILTER (WHERE r.certain), '{}') AS certain_w,
            COALESCE(array_agg(r.effective_weight ORDER BY r.participant) FILTER (WHERE NOT r.certain), '{}') AS maybe_w,
            array_agg(r.participant ORDER BY r.participant) FILTER (WHERE r.certain) AS restored_hosts,
-           array_agg(r.participant ORDER BY r.participant) FILTER (WHERE NOT r.certain) AS undecided_hosts
+           array_agg(r.participant ORDER BY r.participant) FILTER (WHERE NOT r.certain) AS undecided_hosts,
+           min(r.participant) FILTER (WHERE r.effective_weight IS NULL) AS unknown_host
     FROM restorable r WHERE r.epoch_index = q.epoch_index AND r.participant <> q.participant) o
   CROSS JOIN LATERAL (
     SELECT k.cap_list || o.certain_w || CASE WHEN NOT q.in_cap_list AND q.effective_weight > 0

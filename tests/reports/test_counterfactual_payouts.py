@@ -404,3 +404,29 @@ def test_what_was_paid_unknown_leaves_the_amount_unknown(db_url, tmp_path, conn)
                      (E, X)).fetchone()
     assert r[0] is True and r[1] == 300 * _reward(conn, E) // 1000 and r[2] is None and r[3] is None
     assert "what the chain paid the host is not known" in r[4]
+
+
+def test_a_restored_host_of_unknown_weight_leaves_the_cap_unknown(db_url, tmp_path, conn):
+    # chain v0.2.12 needs each host's raw confirmation weight; Y's was not captured, so its effective weight is
+    # unknown. Y would have been ACTIVE without the disputable invalidations (its SPRT flips), so the list X is
+    # priced on holds an unknown weight: X's figure is unknown, naming Y (not priced as if Y were absent)
+    E, X, Y = 711, "gonka1hostX", "gonka1hostY"
+    conn.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
+                 "VALUES (711, 711, 'v0.2.12', 'test')")
+    raw = {"raw_confirmation_weight": 300}
+    recs = [gov_snapshot(epoch=E), _params(E, 1200), _host(E, "gonka1light0", 100, raw_confirmation_weight=100),
+            _host(E, "gonka1light1", 100, raw_confirmation_weight=100),
+            _host(E, "gonka1heavy", 400, raw_confirmation_weight=400),
+            _host(E, X, 300, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0,
+                  excluded_reason="statistical_invalidations", **raw),
+            _host(E, Y, 300, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0,
+                  excluded_reason="statistical_invalidations")]
+    load(db_url, tmp_path, recs + _sprt_flip("9811", E, X) + _sprt_flip("9812", E, Y))
+    rows = _impact(conn, E)
+    assert rows[Y]["reward_weight_error"] == "no raw confirmation weight captured for the host (its rows in the " \
+        "model sub-groups of epoch_group_data)"
+    x = rows[X]
+    assert x["restitution_candidate"] is True and x["reward_weight"] is None and x["restitution_amount"] is None
+    assert x["reward_weight_error"] == (f"power cap: the effective weight of {Y}, which the disputable penalties "
+                                        "excluded (it would have been ACTIVE without them), is unknown")
+    assert rows["gonka1heavy"]["reward_shift_without_disputable"] is None
