@@ -430,3 +430,18 @@ def test_a_restored_host_of_unknown_weight_leaves_the_cap_unknown(db_url, tmp_pa
     assert x["reward_weight_error"] == (f"power cap: the effective weight of {Y}, which the disputable penalties "
                                         "excluded (it would have been ACTIVE without them), is unknown")
     assert rows["gonka1heavy"]["reward_shift_without_disputable"] is None
+
+
+def test_a_reward_and_weight_at_the_integer_limits(db_url, tmp_path, conn):
+    # initial reward 2^64 - 1 with decay rate 0 (exp(0) = 1 in the chain's table): the epoch reward is 2^64 - 1; one
+    # host of weight 2^63 - 1 alone: big.Int (2^63 - 1) x (2^64 - 1) / (2^63 - 1) = 2^64 - 1 exactly, a uint64 the
+    # chain pays; nothing is capped or rounded on the way
+    u64, i63 = 2**64 - 1, 2**63 - 1
+    params = _params(712, i63)
+    params["bitcoin_reward_params"] = {"initial_epoch_reward": str(u64), "decay_rate": "0", "genesis_epoch": "1"}
+    load(db_url, tmp_path, [params, _host(712, "gonka1max", i63, inference_count=i63 - 1, missed_requests=1,
+                                          rewarded_coins=u64)], rules=False)
+    r = conn.execute("SELECT theoretical_epoch_reward, reward_weight, reward_if_passed, payout_by_rule, "
+                     "payout_by_rule_matches, downtime_passes FROM api.restitution_impact "
+                     "WHERE epoch_index = 712").fetchone()
+    assert r == (u64, i63, u64, u64, True, True)
