@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from indexer.reports.restitution import collect, markdown
 from tests.reports.test_reward_weight import DATA, PREFIX, epoch_records
 from tests.support.rules_kit import load
 
 # the five rows the chain paid nothing although the captured weights, confirmation weights and downtime counts give
-# them a share: the capture holds no participant status, and only a status other than ACTIVE pays nothing there
+# them a share: the capture holds neither excluded_participants nor a participant status, and only a host excluded
+# or of a status other than ACTIVE is paid nothing there. The audit shows a failed confirmation PoC for
+# gonka1j7x6… in both epochs; the chain excludes such a host with reason failed_confirmation_poc (5 of the 7
+# exclusions of the epoch-366 capture, tests/cases/fixtures/mainnet/excluded_participants_366.json)
 NOT_ACTIVE = {(265, "gonka1cuwejs77gectp3n32wg8q27hlsa4m3hqspf4ww"),
               (265, "gonka1famtxh54kad6ylwtm60j6d7h6unpc08d4vdqnk"),
               (265, "gonka1j7x6dv42xehe9e5au4ku3wvzwtqlegfjhlvzj6"),
@@ -29,11 +34,11 @@ J7X6 = "gonka1j7x6dv42xehe9e5au4ku3wvzwtqlegfjhlvzj6"
 MYU0 = "gonka1myu058axjs62mc3e7na9krwvqpfl9z3gtcw9es"
 
 
-def _records(status: dict | None = None) -> list[dict]:
+def _records(extra: dict | None = None) -> list[dict]:
     recs = epoch_records(265) + epoch_records(267)
     for r in recs:
-        if r["kind"] == "participant_epoch" and status and (r["epoch_index"], r["participant"]) in status:
-            r["status"] = status[(r["epoch_index"], r["participant"])]
+        if r["kind"] == "participant_epoch" and extra and (r["epoch_index"], r["participant"]) in extra:
+            r.update(extra[(r["epoch_index"], r["participant"])])
     return recs
 
 
@@ -55,9 +60,9 @@ def test_every_host_of_epochs_265_and_267_is_paid_what_the_rule_gives(db_url, tm
     # fails the downtime test: 562 of 1,536 missed)
     assert sum(1 for r in unpaid if r[4]) == 12 and all(r[6] == 0 for r in unpaid if r[4])
     assert [(r[0], r[1]) for r in unpaid if r[5] is False] == [(265, "gonka1zsvl7ujlc8z3a35v2q6e3nml7ftyk23v76jqgl")]
-    # the other 5: ACTIVE as far as the capture shows (no status was captured, no exclusion), downtime passed,
-    # a positive capped weight; the chain paid them nothing, which it does only to a status other than ACTIVE. The
-    # audit shows the cause for gonka1j7x6…: a failed confirmation PoC in both epochs (RESTITUTION_REPORT.md)
+    # the other 5: ACTIVE as far as the capture shows (no exclusions or status captured), downtime passed, a
+    # positive capped weight; the chain paid them nothing, which it does only to a host excluded or not ACTIVE
+    # (NOT_ACTIVE above)
     wrong = {(r[0], r[1]) for r in rows if not r[4]}
     assert wrong == NOT_ACTIVE
     assert all(r[3] > 0 and r[5] is True and r[6] > 0 for r in rows if (r[0], r[1]) in NOT_ACTIVE)
@@ -69,11 +74,13 @@ def test_every_host_of_epochs_265_and_267_is_paid_what_the_rule_gives(db_url, tm
     assert f"| `{J7X6}` | 53,103,177,018 |" in text
 
 
-def test_a_status_read_as_not_active_accounts_for_every_payout(db_url, tmp_path, conn):
-    # what the poller records from participant/{address}.status at the epoch's end: with the five hosts read as
-    # INVALID the rule gives every one of the 102 rows exactly what the chain paid, zeros included
+@pytest.mark.parametrize("extra", [{"excluded_reason": "failed_confirmation_poc"}, {"status": "INVALID"}])
+def test_an_exclusion_or_status_read_for_them_accounts_for_every_payout(db_url, tmp_path, conn, extra):
+    # what the poller records from excluded_participants/{E} (or participant/{address}.status at the epoch's end):
+    # with the five hosts excluded, or read as INVALID, the rule gives every one of the 102 rows exactly what the
+    # chain paid, zeros included
     _v0212(conn)
-    load(db_url, tmp_path, _records({k: "INVALID" for k in NOT_ACTIVE}), rules=False)
+    load(db_url, tmp_path, _records({k: extra for k in NOT_ACTIVE}), rules=False)
     rows = conn.execute("SELECT payout_by_rule_matches, chain_rewarded_coins, payout_by_rule FROM "
                         "api.restitution_impact WHERE epoch_index IN (265, 267)").fetchall()
     assert len(rows) == 102 and all(r[0] for r in rows)
