@@ -167,6 +167,11 @@ WITH pair AS (
            CASE WHEN inactive_not_reproduced THEN 'participant status: the chain had the host INACTIVE at the '
              || 'epoch''s end (its in-epoch downtime test, InactiveLLR, which the indexer does not model), and '
              || disputable_missed || ' of its misses are disputable: whether they made it INACTIVE is not shown' END,
+           CASE WHEN (downtime_flips OR sprt_flips)
+                     AND excluded_reason NOT IN ('statistical_invalidations', 'failed_confirmation_poc')
+             THEN 'the chain excluded the host for ' || left(excluded_reason, 100) || ', which the indexer does '
+               || 'not know to follow from the disputable penalties or not: whether it would have been paid is not '
+               || 'known' END,
            CASE WHEN (downtime_flips OR sprt_flips) AND chain_rewarded_coins IS NULL AND payout_by_rule IS NULL
              THEN 'what the chain paid the host is not known (no rewarded_coins captured, and the rule''s payout '
                || 'needs the downtime test and the reward weight), so what is still owed is not known' END,
@@ -189,6 +194,9 @@ WITH pair AS (
          -- least 0; either unknown: unknown (greatest() would skip a NULL)
          CASE WHEN candidate = false THEN 0
               WHEN candidate AND (downtime_passes_without = false OR sprt_crossed_without) THEN 0
+              -- excluded for a reason the disputable penalties do not cause: excluded (paid nothing) without them
+              WHEN candidate AND excluded_reason = 'failed_confirmation_poc' THEN 0
+              WHEN candidate AND excluded_reason <> 'statistical_invalidations' THEN NULL
               WHEN candidate AND downtime_passes_without AND sprt_crossed_without = false
                 THEN CASE WHEN reward_if_passed - paid_before < 0 THEN 0 ELSE reward_if_passed - paid_before END
               END AS amount
@@ -269,6 +277,9 @@ SELECT epoch_index, participant,
          'counts_match_chain', CASE WHEN summary_captured THEN chain_missed IS NOT DISTINCT FROM replay_missed
              AND chain_invalid IS NOT DISTINCT FROM replay_invalid END,
          'downtime_null_reason', downtime_null_reason,
+         'exclusion', CASE WHEN excluded_reason = 'failed_confirmation_poc' AND (downtime_flips OR sprt_flips)
+           THEN 'excluded for failed_confirmation_poc, which the disputable penalties do not cause: it would have been '
+             || 'excluded, and paid nothing, without them (restitution_amount 0)' END,
          'downtime', jsonb_build_object('missed', downtime_missed, 'total', downtime_total,
                                         'missed_without_disputable', downtime_missed_without,
                                         'p0', downtime_p0, 'p0_without_disputable', downtime_p0_without,

@@ -341,3 +341,25 @@ def test_a_reward_and_weight_at_the_integer_limits(db_url, tmp_path, conn):
                      "payout_by_rule_matches, downtime_passes FROM api.restitution_impact "
                      "WHERE epoch_index = 712").fetchone()
     assert r == (u64, i63, u64, u64, True, True)
+
+
+def test_a_host_excluded_for_another_reason_is_owed_nothing_or_undecided(db_url, tmp_path, conn):
+    # X's SPRT crosses only with its disputable invalidations, but the chain excluded it for failed_confirmation_poc,
+    # which they do not cause: without them it is still excluded and paid nothing, so nothing is owed. Y's reason is
+    # one the indexer does not know: undecided, with the reason
+    E, X, Y = 713, "gonka1hostX", "gonka1hostY"
+    recs = [gov_snapshot(epoch=E), _params(E, 1300), _host(E, "gonka1rest", 700),
+            _host(E, X, 300, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0,
+                  excluded_reason="failed_confirmation_poc"),
+            _host(E, Y, 300, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0,
+                  excluded_reason="a_future_reason")]
+    load(db_url, tmp_path, recs + _sprt_flip("9821", E, X) + _sprt_flip("9822", E, Y))
+    got = {r[0]: r[1:] for r in conn.execute(
+        "SELECT participant, restitution_candidate, restitution_amount, evidence ->> 'exclusion', unknown_reason "
+        "FROM api.restitution_impact WHERE epoch_index = %s AND participant IN (%s, %s)", (E, X, Y)).fetchall()}
+    assert got[X][:2] == (True, 0) and "it would have been excluded, and paid nothing, without them" in got[X][2]
+    assert got[Y][:2] == (True, None)
+    assert got[Y][3].startswith("the chain excluded the host for a_future_reason, which the indexer does not know")
+    # neither is restored to the list the chain caps: their weights are not in the rest's counterfactual cap
+    assert conn.execute("SELECT evidence #> '{reward,power_cap,restored_hosts}' FROM api.restitution_impact "
+                        "WHERE epoch_index = %s AND participant = 'gonka1rest'", (E,)).fetchone()[0] is None
