@@ -172,6 +172,11 @@ WITH pair AS (
              THEN 'the chain excluded the host for ' || left(excluded_reason, 100) || ', which the indexer does '
                || 'not know to follow from the disputable penalties or not: whether it would have been paid is not '
                || 'known' END,
+           CASE WHEN (downtime_flips OR sprt_flips) AND excluded_reason IS NULL
+                     AND participant_status NOT IN ('ACTIVE', 'INVALID', 'INACTIVE')
+             THEN 'the chain had the host as ' || left(participant_status, 100) || ' at the epoch''s end, a status '
+               || 'the indexer does not know to follow from the disputable penalties or not: whether it would have '
+               || 'been paid is not known' END,
            CASE WHEN (downtime_flips OR sprt_flips) AND chain_rewarded_coins IS NULL AND payout_by_rule IS NULL
              THEN 'what the chain paid the host is not known (no rewarded_coins captured, and the rule''s payout '
                || 'needs the downtime test and the reward weight), so what is still owed is not known' END,
@@ -197,6 +202,11 @@ WITH pair AS (
               -- excluded for a reason the disputable penalties do not cause: excluded (paid nothing) without them
               WHEN candidate AND excluded_reason = 'failed_confirmation_poc' THEN 0
               WHEN candidate AND excluded_reason <> 'statistical_invalidations' THEN NULL
+              -- INACTIVE at the end comes from the in-epoch downtime test; with no disputable miss it stays, unpaid
+              WHEN candidate AND excluded_reason IS NULL AND participant_status = 'INACTIVE' AND disputable_missed = 0
+                THEN 0
+              WHEN candidate AND excluded_reason IS NULL
+                   AND participant_status NOT IN ('ACTIVE', 'INVALID', 'INACTIVE') THEN NULL
               WHEN candidate AND downtime_passes_without AND sprt_crossed_without = false
                 THEN CASE WHEN reward_if_passed - paid_before < 0 THEN 0 ELSE reward_if_passed - paid_before END
               END AS amount
@@ -279,7 +289,11 @@ SELECT epoch_index, participant,
          'downtime_null_reason', downtime_null_reason,
          'exclusion', CASE WHEN excluded_reason = 'failed_confirmation_poc' AND (downtime_flips OR sprt_flips)
            THEN 'excluded for failed_confirmation_poc, which the disputable penalties do not cause: it would have been '
-             || 'excluded, and paid nothing, without them (restitution_amount 0)' END,
+             || 'excluded, and paid nothing, without them (restitution_amount 0)'
+           WHEN excluded_reason IS NULL AND participant_status = 'INACTIVE' AND disputable_missed = 0
+                AND (downtime_flips OR sprt_flips)
+           THEN 'INACTIVE at the epoch''s end (the in-epoch downtime test) with no disputable miss: it would have been '
+             || 'INACTIVE, and paid nothing, without the disputable penalties (restitution_amount 0)' END,
          'downtime', jsonb_build_object('missed', downtime_missed, 'total', downtime_total,
                                         'missed_without_disputable', downtime_missed_without,
                                         'p0', downtime_p0, 'p0_without_disputable', downtime_p0_without,

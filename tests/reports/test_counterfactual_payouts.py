@@ -363,3 +363,20 @@ def test_a_host_excluded_for_another_reason_is_owed_nothing_or_undecided(db_url,
     # neither is restored to the list the chain caps: their weights are not in the rest's counterfactual cap
     assert conn.execute("SELECT evidence #> '{reward,power_cap,restored_hosts}' FROM api.restitution_impact "
                         "WHERE epoch_index = %s AND participant = 'gonka1rest'", (E,)).fetchone()[0] is None
+
+
+def test_a_host_left_inactive_or_of_an_unknown_status_is_owed_nothing_or_undecided(db_url, tmp_path, conn):
+    # X's replayed SPRT crosses only with its disputable invalidations, but the chain had it INACTIVE (its in-epoch
+    # downtime test) and it has no disputable miss: INACTIVE without them too, paid nothing, owed nothing. Y was
+    # RAMPING, a status the indexer does not know to follow from the penalties or not: undecided
+    E, X, Y = 714, "gonka1hostX", "gonka1hostY"
+    recs = [gov_snapshot(epoch=E), _params(E, 1300), _host(E, "gonka1rest", 700),
+            _host(E, X, 300, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0, status="INACTIVE"),
+            _host(E, Y, 300, invalidated_inferences=25, validated_inferences=238, rewarded_coins=0, status="RAMPING")]
+    load(db_url, tmp_path, recs + _sprt_flip("9831", E, X) + _sprt_flip("9832", E, Y))
+    got = {r[0]: r[1:] for r in conn.execute(
+        "SELECT participant, restitution_candidate, restitution_amount, evidence ->> 'exclusion', unknown_reason "
+        "FROM api.restitution_impact WHERE epoch_index = %s AND participant IN (%s, %s)", (E, X, Y)).fetchall()}
+    assert got[X][:2] == (True, 0) and got[X][2].startswith("INACTIVE at the epoch's end")
+    assert got[Y][:2] == (True, None)
+    assert got[Y][3].startswith("the chain had the host as RAMPING at the epoch's end")
