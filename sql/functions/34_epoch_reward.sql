@@ -123,7 +123,11 @@ END $$;
 
 -- fn.reward_share(reward, weight, total_weight): a host's share of the epoch reward as
 -- CalculateParticipantBitcoinRewards pays it (all versions): big.Int (weight * reward) / total_weight, truncated,
--- capped at max uint64. total_weight is the sum of full (pre-CPoC, pre-downtime) weights; 0 pays nothing.
+-- capped at max uint64. total_weight is the sum of full (pre-CPoC, pre-downtime) weights; 0 pays nothing. A quotient
+-- past uint64 needs a weight above that sum, which the chain never passes; there the revisions part (max uint64 in
+-- keeper/bitcoin_rewards.go @577203ba, MaxInt64 in the stored revision with
+-- CalculateParticipantBitcoinRewardsWithTransfers), and api.restitution_impact never prices such a weight: its
+-- capped figures require the captured weights to sum to total_weight.
 CREATE OR REPLACE FUNCTION fn.reward_share(reward numeric, weight bigint, total_weight bigint)
 RETURNS numeric LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
   SELECT CASE WHEN total_weight <= 0 OR weight <= 0 THEN 0

@@ -81,37 +81,84 @@ WITH pair AS (
   LEFT JOIN LATERAL (SELECT f.error FROM net.snapshot_failure f WHERE f.epoch_index = l.epoch_index
                        AND f.what = 'status' ORDER BY f.source LIMIT 1) xs ON true
   CROSS JOIN LATERAL fn.power_cap(l.cap_list, l.cap_chain_version) c
+), restorable AS (
+  -- hosts outside the list the chain capped because of an SPRT crossing the disputable invalidations caused:
+  -- excluded for statistical_invalidations (or left INVALID) with sprt_flips. Without the disputable penalties they
+  -- would all have been ACTIVE together, so each one's weight is in every other host's counterfactual list
+  -- (certain); a host with disputable invalidations whose flip is undecided (sprt_flips NULL) may or may not be
+  -- (certain = false); a host with none known is not
+  SELECT epoch_index, participant, effective_weight, sprt_flips IS TRUE AS certain
+  FROM priced
+  WHERE in_cap_list IS FALSE AND (effective_weight > 0 OR effective_weight IS NULL)  -- unknown: the cap is unknown
+    AND (sprt_flips OR (sprt_flips IS NULL AND disputable_invalid > 0))
+    AND (excluded_reason = 'statistical_invalidations'
+         OR (excluded_reason IS NULL AND participant_status = 'INVALID'))
+    AND (excluded_reason = 'statistical_invalidations'
+         OR (excluded_reason IS NULL AND participant_status = 'INVALID'))
 ), capped AS (
-  -- the cap on the list the host's reward is computed over: the epoch's, or for a host the chain excluded, the
-  -- epoch's list with the host added back (had it passed it would have been ACTIVE, which can lower the cap)
-  SELECT q.*,
-         CASE WHEN q.in_cap_list OR NOT q.effective_weight > 0 THEN k.epoch_cap_rule ELSE x.rule END AS cap_rule,
-         CASE WHEN q.in_cap_list OR NOT q.effective_weight > 0 THEN k.epoch_capped ELSE x.capped END AS cap_applies,
-         CASE WHEN q.in_cap_list OR NOT q.effective_weight > 0 THEN k.epoch_cap ELSE x.cap END AS power_cap,
+  -- the cap of the epoch without the disputable penalties: the chain's list, the restorable hosts added (all of them
+  -- at once: the chain caps one list), and for a host outside the list the host itself (had it passed it would have
+  -- been ACTIVE). Where an undecided host would change that cap, the cap is unknown. paid_*: the cap as the chain
+  -- applied it (the epoch's list), which is what it paid the hosts in the list on
+  SELECT q.*, x.rule AS cap_rule, x.capped AS cap_applies, x.cap AS power_cap,
+         k.epoch_capped AS paid_cap_applies, k.epoch_cap AS paid_cap, k.epoch_cap_error AS paid_cap_error,
+         o.restored_hosts, o.undecided_hosts,
          CASE WHEN q.effective_weight IS NULL THEN NULL
               WHEN k.epoch_cap_error IS NOT NULL THEN k.epoch_cap_error
-              WHEN NOT q.in_cap_list AND q.effective_weight > 0 THEN x.error END AS power_cap_error
+              WHEN o.unknown_host IS NOT NULL THEN 'the effective weight of ' || o.unknown_host || ', which the '
+                || 'disputable penalties excluded (it would have been ACTIVE without them), is unknown'
+              WHEN x.error IS NOT NULL THEN x.error
+              WHEN o.undecided_hosts IS NOT NULL AND y.error IS NOT NULL THEN y.error
+              WHEN o.undecided_hosts IS NOT NULL AND (x.capped, x.cap) IS DISTINCT FROM (y.capped, y.cap)
+                THEN 'whether ' || array_to_string(o.undecided_hosts, ', ') || ' would have been ACTIVE without the '
+                  || 'disputable penalties is undecided, and the cap differs: '
+                  || CASE WHEN y.capped THEN y.cap::text ELSE 'none' END || ' with, '
+                  || CASE WHEN x.capped THEN x.cap::text ELSE 'none' END || ' without' END AS power_cap_error
   FROM priced q
   JOIN epoch_caps k ON k.epoch_index = q.epoch_index
-  CROSS JOIN LATERAL fn.power_cap(CASE WHEN NOT q.in_cap_list AND q.effective_weight > 0
-                                       THEN k.cap_list || q.effective_weight END, q.chain_version) x
+  CROSS JOIN LATERAL (
+    SELECT COALESCE(array_agg(r.effective_weight ORDER BY r.participant) FILTER (WHERE r.certain), '{}') AS certain_w,
+           COALESCE(array_agg(r.effective_weight ORDER BY r.participant) FILTER (WHERE NOT r.certain), '{}') AS maybe_w,
+           array_agg(r.participant ORDER BY r.participant) FILTER (WHERE r.certain) AS restored_hosts,
+           array_agg(r.participant ORDER BY r.participant) FILTER (WHERE NOT r.certain) AS undecided_hosts,
+           min(r.participant) FILTER (WHERE r.effective_weight IS NULL) AS unknown_host
+    FROM restorable r WHERE r.epoch_index = q.epoch_index AND r.participant <> q.participant) o
+  CROSS JOIN LATERAL (
+    SELECT k.cap_list || o.certain_w || CASE WHEN NOT q.in_cap_list AND q.effective_weight > 0
+                                             THEN ARRAY[q.effective_weight] ELSE '{}'::bigint[] END AS cf_list) l
+  CROSS JOIN LATERAL fn.power_cap(l.cf_list, q.chain_version) x
+  CROSS JOIN LATERAL fn.power_cap(CASE WHEN cardinality(o.maybe_w) > 0 THEN l.cf_list || o.maybe_w END,
+                                  q.chain_version) y
 ), weighed AS (
   SELECT c.*,
          -- the weight the chain pays on: the effective weight, at most the cap (a weight <= 0 pays nothing,
-         -- whatever the cap)
+         -- whatever the cap); reward_weight without the disputable penalties, paid_weight as the chain paid (a host
+         -- outside its list was paid on nothing)
          CASE WHEN effective_weight <= 0 THEN 0
               WHEN power_cap_error IS NULL AND cap_applies THEN least(effective_weight, power_cap)
               WHEN power_cap_error IS NULL THEN effective_weight END AS reward_weight,
+         CASE WHEN NOT in_cap_list OR effective_weight <= 0 THEN 0
+              WHEN paid_cap_error IS NULL AND paid_cap_applies THEN least(effective_weight, paid_cap)
+              WHEN paid_cap_error IS NULL THEN effective_weight END AS paid_weight,
          COALESCE(effective_weight_error,
                   CASE WHEN effective_weight > 0 THEN 'power cap: ' || power_cap_error END) AS reward_weight_error
   FROM capped c
 ), paid AS (
   SELECT w.*,
          CASE WHEN reward_weight IS NOT NULL AND total_weight IS NOT NULL AND theoretical_epoch_reward IS NOT NULL
-              THEN fn.reward_share(theoretical_epoch_reward, reward_weight, total_weight) END AS reward_if_passed
-  FROM weighed w
+              THEN fn.reward_share(theoretical_epoch_reward, reward_weight, total_weight) END AS reward_if_passed,
+         -- what the chain's rule paid the host in the epoch as it happened (CalculateParticipantBitcoinRewards): a
+         -- host excluded, of a status other than ACTIVE or of weight <= 0 gets nothing, a host failing the downtime
+         -- test has its weight zeroed after the cap, every other host its share on paid_weight
+         CASE WHEN excluded_reason IS NOT NULL OR participant_status <> 'ACTIVE' OR weight <= 0 THEN 0
+              WHEN downtime_passes = false THEN 0
+              WHEN downtime_passes THEN paid_share END AS payout_by_rule
+  FROM (SELECT w.*,  -- the share on the weight as paid, for a host that passed
+               CASE WHEN paid_weight IS NOT NULL AND total_weight IS NOT NULL AND theoretical_epoch_reward IS NOT NULL
+                    THEN fn.reward_share(theoretical_epoch_reward, paid_weight, total_weight) END AS paid_share
+        FROM weighed w) w
 ), judged AS (
-  SELECT q.*,
+  SELECT q.*, COALESCE(chain_rewarded_coins, payout_by_rule) AS paid_before,
          -- a flip in either test decides; otherwise a test that could not be evaluated leaves the answer unknown
          CASE WHEN downtime_flips OR sprt_flips THEN true
               WHEN downtime_flips IS NULL OR sprt_flips IS NULL OR inactive_not_reproduced THEN NULL
@@ -120,6 +167,19 @@ WITH pair AS (
            CASE WHEN inactive_not_reproduced THEN 'participant status: the chain had the host INACTIVE at the '
              || 'epoch''s end (its in-epoch downtime test, InactiveLLR, which the indexer does not model), and '
              || disputable_missed || ' of its misses are disputable: whether they made it INACTIVE is not shown' END,
+           CASE WHEN (downtime_flips OR sprt_flips)
+                     AND excluded_reason NOT IN ('statistical_invalidations', 'failed_confirmation_poc')
+             THEN 'the chain excluded the host for ' || left(excluded_reason, 100) || ', which the indexer does '
+               || 'not know to follow from the disputable penalties or not: whether it would have been paid is not '
+               || 'known' END,
+           CASE WHEN (downtime_flips OR sprt_flips) AND excluded_reason IS NULL
+                     AND participant_status NOT IN ('ACTIVE', 'INVALID', 'INACTIVE')
+             THEN 'the chain had the host as ' || left(participant_status, 100) || ' at the epoch''s end, a status '
+               || 'the indexer does not know to follow from the disputable penalties or not: whether it would have '
+               || 'been paid is not known' END,
+           CASE WHEN (downtime_flips OR sprt_flips) AND chain_rewarded_coins IS NULL AND payout_by_rule IS NULL
+             THEN 'what the chain paid the host is not known (no rewarded_coins captured, and the rule''s payout '
+               || 'needs the downtime test and the reward weight), so what is still owed is not known' END,
            CASE WHEN downtime_flips IS NULL THEN 'downtime test: ' || COALESCE(downtime_null_reason,
              'not evaluable with or without the disputable penalties') END,
            CASE WHEN sprt_flips IS NULL AND exclusion_not_reproduced THEN 'invalidation SPRT: the chain excluded '
@@ -135,16 +195,28 @@ WITH pair AS (
   SELECT j.*,
          -- paid only when the host passes both tests without the disputable penalties (a flip in one test does
          -- not pay a host the other test still fails)
+         -- not paid twice: less what the host was paid (the chain's rewarded_coins, else the rule's payout), at
+         -- least 0; either unknown: unknown (greatest() would skip a NULL)
          CASE WHEN candidate = false THEN 0
               WHEN candidate AND (downtime_passes_without = false OR sprt_crossed_without) THEN 0
-              WHEN candidate AND downtime_passes_without AND sprt_crossed_without = false THEN reward_if_passed
+              -- excluded for a reason the disputable penalties do not cause: excluded (paid nothing) without them
+              WHEN candidate AND excluded_reason = 'failed_confirmation_poc' THEN 0
+              WHEN candidate AND excluded_reason <> 'statistical_invalidations' THEN NULL
+              -- INACTIVE at the end comes from the in-epoch downtime test; with no disputable miss it stays, unpaid
+              WHEN candidate AND excluded_reason IS NULL AND participant_status = 'INACTIVE' AND disputable_missed = 0
+                THEN 0
+              WHEN candidate AND excluded_reason IS NULL
+                   AND participant_status NOT IN ('ACTIVE', 'INVALID', 'INACTIVE') THEN NULL
+              WHEN candidate AND downtime_passes_without AND sprt_crossed_without = false
+                THEN CASE WHEN reward_if_passed - paid_before < 0 THEN 0 ELSE reward_if_passed - paid_before END
               END AS amount
   FROM judged j
 ), delegated AS (
   SELECT o.*,
          -- the amount if the host delegated one model: its reward weight less delegation_share of it
-         CASE WHEN amount > 0 THEN fn.reward_share(theoretical_epoch_reward,
-                fn.delegated_reward_weight(reward_weight, delegation_share), total_weight) END
+         CASE WHEN amount > 0 THEN (SELECT CASE WHEN d.owed < 0 THEN 0 ELSE d.owed END
+                FROM (SELECT fn.reward_share(theoretical_epoch_reward, fn.delegated_reward_weight(reward_weight,
+                             delegation_share), total_weight) - paid_before AS owed) d) END
            AS amount_if_delegating
   FROM owed o
 )
@@ -168,8 +240,9 @@ SELECT epoch_index, participant,
        -- the power cap (fn.power_cap) lowered this host's weight; NULL when the capped weight is unknown
        reward_weight < effective_weight AS power_cap_may_bind,
        -- the rule checked against the chain: for a host the chain paid, the payout equals reward_if_passed
-       CASE WHEN chain_rewarded_coins > 0 AND reward_if_passed IS NOT NULL
-            THEN chain_rewarded_coins = reward_if_passed END AS payout_matches_rule,
+       -- (a host the chain paid was ACTIVE and passed the downtime test: its payout is the share on paid_weight)
+       CASE WHEN chain_rewarded_coins > 0 AND paid_share IS NOT NULL
+            THEN chain_rewarded_coins = paid_share END AS payout_matches_rule,
        CASE WHEN sprt_flips AND downtime_flips THEN 'sprt_and_downtime' WHEN sprt_flips THEN 'sprt'
             WHEN downtime_flips THEN 'downtime' END AS flipped_test,
        CASE WHEN summary_captured THEN 'chain' ELSE 'replay' END AS counts_source,
@@ -214,6 +287,13 @@ SELECT epoch_index, participant,
          'counts_match_chain', CASE WHEN summary_captured THEN chain_missed IS NOT DISTINCT FROM replay_missed
              AND chain_invalid IS NOT DISTINCT FROM replay_invalid END,
          'downtime_null_reason', downtime_null_reason,
+         'exclusion', CASE WHEN excluded_reason = 'failed_confirmation_poc' AND (downtime_flips OR sprt_flips)
+           THEN 'excluded for failed_confirmation_poc, which the disputable penalties do not cause: it would have been '
+             || 'excluded, and paid nothing, without them (restitution_amount 0)'
+           WHEN excluded_reason IS NULL AND participant_status = 'INACTIVE' AND disputable_missed = 0
+                AND (downtime_flips OR sprt_flips)
+           THEN 'INACTIVE at the epoch''s end (the in-epoch downtime test) with no disputable miss: it would have been '
+             || 'INACTIVE, and paid nothing, without the disputable penalties (restitution_amount 0)' END,
          'downtime', jsonb_build_object('missed', downtime_missed, 'total', downtime_total,
                                         'missed_without_disputable', downtime_missed_without,
                                         'p0', downtime_p0, 'p0_without_disputable', downtime_p0_without,
@@ -260,6 +340,16 @@ SELECT epoch_index, participant,
                  'applies', CASE WHEN power_cap_error IS NULL THEN cap_applies END,
                  'rule', CASE WHEN power_cap_error IS NULL THEN cap_rule END,
                  'lowered_by', CASE WHEN reward_weight < effective_weight THEN effective_weight - reward_weight END,
+                 'restored_hosts', to_jsonb(restored_hosts),
+                 'undecided_hosts', to_jsonb(undecided_hosts),
+                 'as_paid', CASE WHEN in_cap_list AND paid_cap_error IS NULL THEN jsonb_build_object(
+                     'applies', paid_cap_applies, 'cap', CASE WHEN paid_cap_applies THEN paid_cap END,
+                     'paid_weight', paid_weight) END,
+                 'restored_rule', CASE WHEN restored_hosts IS NOT NULL THEN 'without the disputable penalties the '
+                   || 'hosts in restored_hosts would have been ACTIVE, in the one list the chain caps, so the cap '
+                   || 'here is over that list; for a host the chain paid, reward_shift_without_disputable is what that '
+                   || 'would have changed in its reward (the denominator, the sum of full weights, does not change, '
+                   || 'so nothing else moves): neither paid nor recovered by a restitution' END,
                  'error', power_cap_error),
              'error', COALESCE(reward_error, reward_weight_error),
              'epoch_reward_chain_error', reward_chain_error,
@@ -277,5 +367,14 @@ SELECT epoch_index, participant,
              'not_included', jsonb_build_array('work coins', 'collateral slash', 'reputation reset'))
        )) AS evidence,
        -- the weakest verification level among the escrows of the disputable penalties counted here (NULL: none)
-       disputable_evidence_level AS evidence_level
+       disputable_evidence_level AS evidence_level,
+       payout_by_rule,
+       chain_rewarded_coins = payout_by_rule AS payout_by_rule_matches,
+       -- a host the restitution pays nothing: what it would have been paid without the disputable penalties of
+       -- the epoch (the cap moved by restored hosts; the downtime test on the p0 their removed misses lower) less
+       -- what the rule paid it; its own outcome does not flip, so this is the others' restitution acting on it
+       CASE WHEN candidate IS NOT TRUE AND in_cap_list AND payout_by_rule IS NOT NULL
+                 AND downtime_passes_without IS NOT NULL AND reward_if_passed IS NOT NULL
+            THEN CASE WHEN downtime_passes_without THEN reward_if_passed ELSE 0 END - payout_by_rule
+            END AS reward_shift_without_disputable
 FROM delegated;

@@ -17,7 +17,8 @@ SELECT epoch_index, participant, inference_count, missed, invalid, validated, di
        params_height, params_changed_by_next_epoch, exclusion_matches_sprt, evidence, reward_if_passed,
        restitution_amount, weight_basis, unknown_reason, exclusion_not_reproduced, weight, raw_confirmation_weight,
        zero_confirmation_weight, reward_if_full_weight, chain_rewarded_coins, payout_matches_rule,
-       power_cap_may_bind, effective_weight, power_cap, reward_weight, reward_weight_error, delegation_share, restitution_amount_if_delegating, delegation_status, evidence_level
+       power_cap_may_bind, effective_weight, power_cap, reward_weight, reward_weight_error, delegation_share, restitution_amount_if_delegating, delegation_status, evidence_level,
+       payout_by_rule, payout_by_rule_matches, reward_shift_without_disputable
 FROM api.restitution_impact WHERE epoch_index = %(epoch)s
 ORDER BY restitution_candidate IS NOT TRUE, restitution_amount DESC NULLS LAST, participant"""
 

@@ -134,8 +134,9 @@ def _power_cap(case: EpochCase) -> list[str]:
     lines = []
     if over:
         lines += ["Power cap: the chain caps the effective weights of the epoch's ACTIVE hosts "
-                  "(ApplyPowerCappingForWeights; for a host it excluded, the list with that host added back) before "
-                  "it pays; the amounts here are paid on the capped weight.", ""]
+                  "(ApplyPowerCappingForWeights) before it pays; the amounts here are paid on the capped weight of "
+                  "the epoch without the disputable penalties (the hosts they excluded back in the list, and a host "
+                  "the chain excluded with itself added back).", ""]
         lines += _table(["participant", "effective weight", "cap", "reward weight"],
                         [[code(r["participant"]), fmt(r["effective_weight"]), fmt(r["power_cap"]),
                           fmt(r["reward_weight"])] for r in over]) + [""]
@@ -164,8 +165,25 @@ def _payout_check(case: EpochCase) -> list[str]:
                      "debt deduction, or a chain version whose rule differs): their figures here are not the "
                      "chain's.")
         lines += [""] + _table(["participant", "chain paid (ngonka)", "the rule gives (ngonka)"],
-                               [[code(r["participant"]), fmt(r["chain_rewarded_coins"]), fmt(r["reward_if_passed"])]
+                               [[code(r["participant"]), fmt(r["chain_rewarded_coins"]), fmt(r["payout_by_rule"])]
                                 for r in wrong])
+    unpaid = [r for r in case.rows if r["chain_rewarded_coins"] == 0 and r["payout_by_rule_matches"] is not None]
+    if unpaid:
+        odd = [r for r in unpaid if not r["payout_by_rule_matches"]]
+        lines += ["", f"Of the {len(unpaid)} hosts the chain paid nothing, the rule gives nothing to "
+                  f"{len(unpaid) - len(odd)}."]
+        if odd:
+            lines[-1] += (" For the others the rule pays a share: the chain had them in another status than "
+                          "ACTIVE (not captured for them), or their downtime test differs.")
+            lines += [""] + _table(["participant", "the rule gives (ngonka)"],
+                                   [[code(r["participant"]), fmt(r["payout_by_rule"])] for r in odd])
+    shifted = [r for r in case.rows if r["reward_shift_without_disputable"]]
+    if shifted:
+        lines += ["", "Restituting changes what others would have got: without the disputable penalties the hosts "
+                  "they excluded would have been ACTIVE, which moves the power cap, and the misses removed lower the "
+                  "downtime test's dynamic p0, which can fail a host that passed. Neither paid nor recovered:"]
+        lines += [""] + _table(["participant", "change of its reward (ngonka)"],
+                               [[code(r["participant"]), fmt(r["reward_shift_without_disputable"])] for r in shifted])
     return lines + [""]
 
 

@@ -19,8 +19,10 @@ NOT_CLAIMED = (
     "reward weight less delegation_share per model delegated, and a delegatee gains it; the indexer does not "
     "capture the epoch's transfers (\"Delegation\" gives the amount if the host delegated one model).",
     "The power cap is applied as the chain version in force applies it to the ACTIVE hosts' effective weights "
-    "(fn.power_cap); for a host the chain excluded it is recomputed with that host back in the list. What restoring "
-    "an excluded host would have changed in other hosts' payouts (a lower cap for them) is not claimed.",
+    "(fn.power_cap), over the epoch without the disputable penalties: every host they excluded is back in the list "
+    "together, and a host the chain excluded is priced with itself back in it. What that would have changed in "
+    "other hosts' payouts (a moved cap; a downtime test failed on the lower dynamic p0) is shown per host "
+    "(reward_shift_without_disputable), neither paid nor recovered.",
     "confirmation_weight is the last value the chain stored; confirmation rounds after an exclusion may not have "
     "updated it. Before chain v0.2.12 the reward weight rule is not reproduced (the amount is then unknown).",
     "Work coins, the collateral slash and the reputation reset that came with an exclusion are not included.",
