@@ -7,7 +7,8 @@ key field that does not type). Null means not read yet: the rows quarantined bef
 new rows until the batch reads them (indexer.load.resolved.read_keys, once per row). Two partial indexes over the
 open rows: one by kind and first key value (the batch's escrows or epochs), one for the rows whose key is not read;
 and the index of open rows by source gains the line, so that a matched row is found again by its whole key however
-many rows of its source are open.
+many rows of its source are open. `kind` is indexed now, so it compares as bytes like every indexed identifier
+(migration 0049): our views are dropped for the ALTER and re-created by `indexer migrate` at the end.
 
 Revision ID: 0061_quarantine_key
 Revises: 0057_quarantine_status
@@ -21,7 +22,7 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = """
-ALTER TABLE rec.quarantine ADD COLUMN record_key text[];
+ALTER TABLE rec.quarantine ALTER COLUMN kind TYPE text COLLATE "C", ADD COLUMN record_key text[] COLLATE "C";
 COMMENT ON COLUMN rec.quarantine.record_key IS
   'the key of the record the line names, each key field as text the way the typer stores it; empty when the line '
   'names no storable key; null until read (indexer.load.resolved)';
@@ -33,7 +34,15 @@ CREATE INDEX ix_quarantine_open ON rec.quarantine (source_id, line) WHERE resolv
 """
 
 
+def _remove_views() -> None:
+    from indexer.db import replaceable
+    from indexer.db.schema import replaceable_object_files
+
+    replaceable.remove_our_views(op.get_bind(), replaceable_object_files())
+
+
 def upgrade() -> None:
+    _remove_views()
     op.execute(UPGRADE)
 
 
@@ -43,3 +52,5 @@ def downgrade() -> None:
     op.execute("DROP INDEX rec.ix_quarantine_key_unread")
     op.execute("DROP INDEX rec.ix_quarantine_open_key")
     op.execute("ALTER TABLE rec.quarantine DROP COLUMN record_key")
+    _remove_views()
+    op.execute('ALTER TABLE rec.quarantine ALTER COLUMN kind TYPE text COLLATE "default"')
