@@ -93,8 +93,6 @@ WITH pair AS (
     AND (sprt_flips OR (sprt_flips IS NULL AND disputable_invalid > 0))
     AND (excluded_reason = 'statistical_invalidations'
          OR (excluded_reason IS NULL AND participant_status = 'INVALID'))
-    AND (excluded_reason = 'statistical_invalidations'
-         OR (excluded_reason IS NULL AND participant_status = 'INVALID'))
 ), capped AS (
   -- the cap of the epoch without the disputable penalties: the chain's list, the restorable hosts added (all of them
   -- at once: the chain caps one list), and for a host outside the list the host itself (had it passed it would have
