@@ -1,6 +1,6 @@
 """Two signed_diff records of one diff that differ: the one the creator signed is kept whichever is loaded first, the
-other is quarantined with a reason naming its file, line, escrow and nonce (or, stored, replaced with its previous
-content kept in rec.amendment); without a creator to check against, the choice is still the same in either order
+other is quarantined with a reason naming its file, line, escrow and nonce (a stored one is replaced, with its
+previous content kept in rec.amendment, and quarantined under its own file and line); without a creator to check against, the choice is still the same in either order
 (indexer.load.signed_conflicts). The v4.1 release fixture (tests/support/verify_records.py) reaches ``settled``."""
 from __future__ import annotations
 
@@ -58,8 +58,12 @@ def test_a_diff_the_creator_did_not_sign_never_replaces_one_he_did(db_url, conn,
         load(db_url, tmp_path, name, recs)
     assert stored(conn) == (GOOD["content"], GOOD["user_sig"])
     assert level(conn) == ("settled", None)
-    if bad_first:  # the stored bad record is replaced; its content is kept as history
-        assert quarantine(conn) == []
+    if bad_first:  # the stored bad record is replaced and quarantined where it came from; its content is history
+        [(line, kind, reason, uri)] = quarantine(conn)
+        assert (line, kind, uri) == (1, "signed_diff", str(tmp_path / "bad.ndjson"))
+        assert reason.startswith(f"{uri}:1: signed_diff escrow {EID} nonce 10 was stored, then replaced: its user "
+                                 f"signature does not pass ({why}"), reason
+        assert f"; kept the record at {tmp_path / 'all.ndjson'}:" in reason, reason
         previous = conn.execute("SELECT previous->>'content' FROM rec.amendment WHERE kind = 'signed_diff' "
                                 "AND record_key = %s::jsonb", (f'["{EID}", 10]',)).fetchone()
         assert previous == (bad["content"],)
@@ -93,12 +97,11 @@ def test_without_the_creator_the_same_record_is_kept_in_either_order(db_url, con
     load(db_url, tmp_path, "second.ndjson", pair[1:])
     kept = min((GOOD, BAD), key=_signed)
     assert stored(conn) == (kept["content"], kept["user_sig"])
-    reasons = [r[2] for r in quarantine(conn)]
-    if kept is pair[0]:  # the second file's line lost
-        assert len(reasons) == 1 and "the escrow's creator is not loaded, so no signature could be checked" \
-            in reasons[0], reasons
-    else:
-        assert reasons == []
+    # the one not kept is quarantined under its own file and line, whether it came first (stored, then replaced)
+    # or second
+    [(line, _, reason, uri)] = quarantine(conn)
+    assert (line, uri) == (1, str(tmp_path / ("second.ndjson" if kept is pair[0] else "first.ndjson")))
+    assert "the escrow's creator is not loaded, so no signature could be checked" in reason, reason
 
 
 def test_two_records_the_creator_both_signed_keep_the_same_one_in_either_order(db_url, second_db_url, tmp_path):
