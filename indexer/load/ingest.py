@@ -140,6 +140,10 @@ class BatchLoader:
                     if moved and (lost := self.slots.recheck_stored(self.conn, sorted(moved))):
                         marks.add("escrow", lost)
                         out.quarantined += len(lost)
+                    # signed diffs chosen between before their creator was known are chosen again by signature
+                    if changed := signed_conflicts.recheck_stored(self.conn, sorted(kb.scope)):
+                        marks.add("signed_diff", changed)
+                        out.quarantined += len(changed)
             refusals.store(self.conn, prepared.parses)
             if rejects := prepared.rejects + slot_rejects + signed_rejects:
                 with self.conn.cursor() as cur:

@@ -172,11 +172,105 @@ def _decide(escrow_id: str, creator: str | None, candidates: list[_Evidence]) ->
     return min(passing or candidates, key=lambda c: c.key), failures
 
 
+# the open quarantine rows of lines that lost while their escrow's creator was not loaded (the reason _why gives)
+UNCHECKED = "the escrow's creator is not loaded, so no signature could be checked"
+_UNCHECKED = """
+SELECT q.source_id, q.line, q.raw, s.uri FROM rec.quarantine q JOIN rec.source s USING (source_id)
+WHERE q.resolved_at IS NULL AND q.kind = 'signed_diff' AND strpos(q.reason, %(marker)s) > 0
+ORDER BY q.source_id, q.line
+"""
+# the stored record replaced by a line read back from the quarantine, its previous content kept as history
+_REPLACE = """
+WITH old AS (
+  SELECT to_jsonb(t) - 'epoch_index' AS previous FROM rec.signed_diff t
+  WHERE t.escrow_id = %(escrow_id)s AND t.nonce = %(nonce)s
+), history AS (
+  INSERT INTO rec.amendment (kind, record_key, previous, source_id, line)
+  SELECT 'signed_diff', jsonb_build_array(%(escrow_id)s::text, %(nonce)s::bigint), previous, %(source_id)s, %(line)s
+  FROM old
+)
+UPDATE rec.signed_diff SET (content, user_sig, post_state_root, state_hash, source_host, extra, source_id, source_line,
+                            revision, amended_at) =
+  (%(content)s, %(user_sig)s, %(post_state_root)s, %(state_hash)s, %(source_host)s, %(extra)s, %(source_id)s,
+   %(line)s, revision + 1, now())
+WHERE escrow_id = %(escrow_id)s AND nonce = %(nonce)s
+"""
+_RESOLVE = """
+UPDATE rec.quarantine q SET resolved_at = now(), resolved_source_id = e.source_id, resolved_line = e.source_line
+FROM rec.escrow e WHERE e.escrow_id = %(escrow_id)s AND q.source_id = %(source_id)s AND q.line = %(line)s
+"""
+
+
+def recheck_stored(conn: psycopg.Connection, escrow_ids: list[str]) -> list[str]:
+    """After escrow records were written (caller's transaction): the diffs of those escrows whose records were
+    chosen between while the creator was not loaded are chosen between again, with the signature. A line read back
+    from the quarantine that wins replaces the stored record (history in rec.amendment; its quarantine row is marked
+    resolved by the escrow's line) and the stored one is quarantined under its own file and line. Returns the
+    escrows whose stored diffs changed (for the caller to mark). One query while no such line is open."""
+    wanted, waiting = set(escrow_ids), {}
+    for source_id, line, raw, uri in conn.execute(_UNCHECKED, {"marker": UNCHECKED}).fetchall():
+        rec = _record(raw)
+        if rec is not None and rec["escrow_id"] in wanted:
+            waiting.setdefault((rec["escrow_id"], rec["nonce"]), []).append((source_id, line, rec, f"{uri}:{line}"))
+    if not waiting:
+        return []
+    creators = _creators(conn, [k[0] for k in waiting])
+    stored = {(r[0], r[1]): r for r in _stored(conn, sorted(waiting))}
+    changed = []
+    for (escrow_id, nonce), lost in sorted(waiting.items()):
+        creator = creators.get(escrow_id)
+        if not creator or (escrow_id, nonce) not in stored:
+            continue
+        _, _, *signed, where, row = stored[(escrow_id, nonce)]
+        candidates: list[_Evidence] = []
+        _add(candidates, escrow_id, tuple(signed), where, None, row)
+        for source_id, line, rec, at in lost:
+            c = _Evidence(_key(escrow_id, tuple(rec.get(f) for f in SIGNED)), tuple(rec.get(f) for f in SIGNED), at,
+                          [], row=(source_id, line, rec))
+            if all(c.key != other.key for other in candidates):
+                candidates.append(c)
+        kept, failures = _decide(escrow_id, creator, candidates)
+        if kept.stored:
+            continue
+        old = next(c for c in candidates if c.stored)
+        why = _why(creator, failures.get(id(old)))
+        source_id, line, rec = kept.row
+        log.warning("signed_diff escrow %s nonce %s: the stored record from %s is replaced by the one at %s, "
+                    "chosen again now that its escrow's creator is loaded (%s)", escrow_id, nonce, old.where,
+                    kept.where, why)
+        extra = {k: v for k, v in rec.items() if k != "kind" and k not in KINDS["signed_diff"].columns}
+        conn.execute(_REPLACE, {"escrow_id": escrow_id, "nonce": nonce, "source_id": source_id, "line": line,
+                                "source_host": rec.get("source_host"), "extra": orjson.dumps(extra).decode() if extra
+                                else None, **{f: rec.get(f) for f in SIGNED}})
+        conn.execute(_RESOLVE, {"escrow_id": escrow_id, "source_id": source_id, "line": line})
+        conn.execute("INSERT INTO rec.quarantine (source_id, line, kind, reason, raw) VALUES (%s, %s, %s, %s, %s) "
+                     "ON CONFLICT (source_id, line) DO NOTHING", _displaced(old, escrow_id, nonce, why,
+                                                                            "the record at " + kept.where))
+        changed.append(escrow_id)
+    return changed
+
+
+def _record(raw: str | None) -> dict | None:
+    """A quarantined signed_diff line read back: the record, with its key as the loader types it, or None."""
+    try:
+        rec = orjson.loads(raw or "")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("escrow_id"), (str, int)):
+        return None
+    try:
+        nonce = int(rec.get("nonce"))
+    except (TypeError, ValueError):
+        return None
+    if not all(rec.get(f) is None or isinstance(rec.get(f), str) for f in (*SIGNED, "source_host")):
+        return None
+    return {**rec, "escrow_id": str(rec["escrow_id"]), "nonce": nonce}
+
+
 def _why(creator: str | None, failure: str | None) -> str:
     """Why a record was not kept."""
     if creator is None:
-        return ("the escrow's creator is not loaded, so no signature could be checked: of records whose signed "
-                "bytes differ, the one whose bytes sort first is kept")
+        return (f"{UNCHECKED}: of records whose signed bytes differ, the one whose bytes sort first is kept")
     if failure is not None:
         return f"its user signature does not pass ({failure})"
     return "the creator signed both: of records whose signed bytes differ, the one whose bytes sort first is kept"
