@@ -33,12 +33,12 @@ from dataclasses import dataclass
 import orjson
 import psycopg
 
-from indexer.load.samekey import record_json
+from indexer.load.samekey import SIGNED_EVIDENCE, record_json
 from indexer.load.typed import printable
 from indexer.records import KINDS
 from indexer.load.stored_diffs import StoredDiffError, creator_signed, signed_diff as stored_diff
 
-SIGNED = ("content", "user_sig", "post_state_root", "state_hash")
+SIGNED = SIGNED_EVIDENCE
 MAX_REASON = 600
 log = logging.getLogger(__name__)
 

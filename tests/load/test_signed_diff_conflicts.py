@@ -120,11 +120,31 @@ def test_two_records_the_creator_both_signed_keep_the_same_one_in_either_order(d
     assert kept[0] == kept[1]
 
 
-def test_the_same_diff_from_another_host_is_no_conflict(db_url, conn, tmp_path):
-    load(db_url, tmp_path, "all.ndjson", records())
-    _, summary = load(db_url, tmp_path, "other.ndjson", [dict(GOOD, source_host="http://host-b.example:8080")])
-    assert (summary.quarantined, summary.amended) == (0, 1)
+def host(conn, nonce: int = 10) -> str:
+    return conn.execute("SELECT source_host FROM rec.signed_diff WHERE escrow_id = %s AND nonce = %s",
+                        (EID, nonce)).fetchone()[0]
+
+
+@pytest.mark.parametrize("least_first", [True, False], ids=["least host first", "least host last"])
+def test_the_same_diff_from_another_host_is_no_conflict_and_the_least_host_names_it(db_url, conn, tmp_path,
+                                                                                     least_first):
+    other = "http://host-0.example:8080"  # sorts before the fixture's host-a
+    recs = [records(), [dict(GOOD, source_host=other)]]
+    summaries = [load(db_url, tmp_path, f"{i}.ndjson", part)[1] for i, part in enumerate(recs[::-1] if least_first
+                                                                                          else recs)]
+    assert summaries[1].quarantined == 0
+    assert summaries[1].amended == (0 if least_first else 1)  # a host that sorts after the stored one changes nothing
+    assert host(conn) == other
     assert level(conn) == ("settled", None)
+
+
+def test_lines_of_one_diff_from_several_hosts_in_one_batch_keep_the_least_host(db_url, conn, tmp_path):
+    recs = records()
+    at = recs.index(GOOD)
+    recs[at:at + 1] = [dict(GOOD, source_host="http://host-c.example"), GOOD, dict(GOOD, source_host=None)]
+    _, summary = load(db_url, tmp_path, "hosts.ndjson", recs)
+    assert summary.quarantined == 0
+    assert host(conn) == GOOD["source_host"]  # host-a; a line naming no host names none
 
 
 def test_a_reason_quoting_a_long_file_name_stays_one_bounded_line(db_url, conn, tmp_path):
