@@ -40,9 +40,12 @@ SIGNED_EVIDENCE = ("content", "user_sig", "post_state_root", "state_hash")
 
 def src_order(kind: Kind) -> str:
     """ORDER BY after the key for the batch's one row per key: the lowest nonce, then the last line (a signed
-    diff: the least host that served it first, as :func:`merged` keeps across batches)."""
+    diff: the least host that served it first, as :func:`merged` keeps across batches; an epoch's parameters: the
+    exact reading, then the highest height, as the upsert keeps them across batches)."""
     if kind.name == "signed_diff":
         return "source_host NULLS LAST, line DESC"
+    if kind.name == "epoch_params":  # the reading that stays across batches (indexer.load.statements.KEEP_STORED)
+        return "params_exact IS TRUE DESC, params_height DESC NULLS LAST, line DESC"
     return "diff_nonce, line DESC" if kind.name in NONCE_KINDS else "line DESC"
 
 
@@ -60,7 +63,8 @@ def src(kind: Kind, stage: str, columns: list[str], merge: bool) -> str:
             values.append(c)
             continue
         part = tx + (", response_hash" if (kind.name, c) == ("finish", "response_payload") else "")
-        values.append(f"first_value({c}) OVER (PARTITION BY {part} ORDER BY {c} IS NULL, line DESC) AS {c}")
+        first = "settled IS NOT TRUE, " if (kind.name, c) == ("escrow", "settled") else ""  # as merged() keeps it
+        values.append(f"first_value({c}) OVER (PARTITION BY {part} ORDER BY {first}{c} IS NULL, line DESC) AS {c}")
     return (f"SELECT DISTINCT ON ({keys}) line, {', '.join(values)}, extra FROM {stage} "
             f"ORDER BY {keys}, {src_order(kind)}")
 
@@ -84,6 +88,10 @@ def merged(kind: Kind, column: str) -> str:
         return f"CASE WHEN {same} THEN least(t.source_host, s.source_host) ELSE s.source_host END"
     if kind.name in WHOLE_READINGS or (column != "extra" and kind.field(column).required):
         return f"s.{column}"
+    if (kind.name, column) == ("escrow", "settled"):
+        # the chain never unsettles an escrow: a reading that says settled stays, whichever is loaded last (an
+        # earlier reading, or a node behind, says false)
+        return "CASE WHEN t.settled OR s.settled THEN true ELSE coalesce(s.settled, t.settled) END"
     if column == "extra":  # unknown fields: the union, the incoming record's values first
         keep = "CASE WHEN t.extra IS NULL THEN s.extra WHEN s.extra IS NULL THEN t.extra ELSE t.extra || s.extra END"
     elif kind.name == "finish" and column == "response_payload":

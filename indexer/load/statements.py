@@ -53,7 +53,12 @@ def stage_ddl(kind: Kind) -> str:
 # as of the epoch's end (read_exact) against a later live reading. This works row by row: a live row under another
 # grantee is still stored, and readers take a participant with any exact row from its exact rows only
 # (indexer.replay.material, Store.exactly_granted).
-KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT TRUE",
+# Of two readings equally exact, the one read at the higher params_height is the later state of the chain and stays
+# whichever is loaded last (a reading without a height never replaces one with it); a batch's own lines of one epoch
+# are chosen the same way (indexer.load.samekey.src_order).
+KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT TRUE"
+                               " OR (t.params_exact IS TRUE) = (s.params_exact IS TRUE) AND t.params_height IS NOT NULL"
+                               " AND (s.params_height IS NULL OR t.params_height > s.params_height)",
                "warm_key": "t.read_exact IS TRUE AND s.read_exact IS NOT TRUE"}
 
 
