@@ -9,6 +9,7 @@ per batch:
   up           the upsert; unchanged rows are not touched (no dead tuples, no dirty marks)
   dirty        escrows (or epochs) whose records changed, for the replay / rules stages, returned to the loader,
                which marks them with the batch's other marks as the batch's last writes (indexer.load.marks)
+  raced        keys a concurrent transaction inserted while the statement waited: the batch is loaded again
 """
 from __future__ import annotations
 
@@ -148,7 +149,11 @@ SELECT (SELECT count(*) FROM ins) + (SELECT count(*) FROM upd WHERE displaced) A
              UNION SELECT {scope_col} FROM upd WHERE {scope_col} IS NOT NULL) AS dirty,
        {_reverify(kind_name, scope_col)} AS reverify,
        (SELECT count(*) FILTER (WHERE staged) FROM other_tx) AS quarantined_staged,
-       (SELECT count(*) FILTER (WHERE NOT staged) FROM other_tx) AS quarantined_stored
+       (SELECT count(*) FILTER (WHERE NOT staged) FROM other_tx) AS quarantined_stored,
+       -- keys neither inserted here nor stored as this statement sees the table: a concurrent transaction inserted
+       -- them and committed while `ins` waited on it, so `met` missed them (the loader loads the batch again)
+       (SELECT count(*) FROM src s WHERE NOT EXISTS (SELECT 1 FROM ins i WHERE {not_inserted})
+          AND NOT EXISTS (SELECT 1 FROM {table} t WHERE {key_eq})) AS raced
 """
 
 
