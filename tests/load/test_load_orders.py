@@ -4,7 +4,8 @@ One rich record set is loaded by `indexer ingest` (in process) into fresh databa
 and every `api` view is compared row for row with one load of the set in escrow order. The set: synthetic escrows
 of two epochs in the adversarial mix with a share of their txs perturbed (replay rejections), the epochs'
 parameters, participant outcomes and warm keys, partial records that a later record of the same key completes (a
-Finish without its payload, an escrow without its settlement flag), second txs of a key at a higher nonce (the same-
+Finish without its payload, an escrow without its settlement flag), earlier readings (an escrow not yet settled, an
+epoch's live parameters beside its exact ones), second txs of a key at a higher nonce (the same-
 key rule quarantines them), and the release fixture's signed, settled escrow with two altered diffs (the creator's
 signature decides; one sorts before the genuine bytes, one after) and some diffs served again by a second host.
 
@@ -62,6 +63,10 @@ def _records() -> list[dict]:
             partial.append({k: v for k, v in r.items() if k != "response_payload"})
         elif r["kind"] == "escrow" and rng.random() < 0.5:
             partial.append({k: v for k, v in r.items() if k not in ("settled", "validation_rate")})
+    # earlier readings: an escrow before its settlement, an epoch's live parameters (the exact reading stays)
+    partial += [dict(r, settled=False) for r in out if r["kind"] == "escrow" and rng.random() < 0.5]
+    partial += [dict(r, params_exact=False, params_height=500, validation_params={"binom_test_p0": "0.5"})
+                for r in out if r["kind"] == "epoch_params"]
     # a second tx of one key at a higher nonce (the lower one stays, whichever is loaded first)
     txs = [r for r in out if r["kind"] in ("start", "finish", "timeout", "validation")]
     later = [dict(r, diff_nonce=r["diff_nonce"] + 7) for r in rng.sample(txs, 8)]
