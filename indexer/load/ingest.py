@@ -40,6 +40,7 @@ from indexer.sources.ndjson import InputError, InputFile, block_lines, check_inp
 log = logging.getLogger(__name__)
 
 BATCH_LINES = 50_000
+KEY_RACE_ATTEMPTS = 5  # loads of one batch that meet a key written concurrently before the load fails
 PREPARE_WORKERS = 2
 
 
@@ -73,15 +74,19 @@ class BatchLoader:
         range is rare, and only then are the offending lines looked up."""
         what = f"batch ending at line {prepared.last_line}"
         try:
-            out = retrying_deadlocks(self.conn, lambda: self._commit_once(prepared, source_lines), what)
-        except _KeyRace:
-            # a concurrent writer inserted a key first: the batch again, each direct write in a savepoint (_guard)
-            log.info("%s: a key was written concurrently; loading the batch again, key by key", what)
-            self.guarded = True
-            try:
-                out = retrying_deadlocks(self.conn, lambda: self._commit_once(prepared, source_lines), what)
-            finally:
-                self.guarded = False
+            for attempt in range(1, KEY_RACE_ATTEMPTS + 1):
+                try:
+                    out = retrying_deadlocks(self.conn, lambda: self._commit_once(prepared, source_lines), what)
+                    break
+                except _KeyRace:
+                    if attempt == KEY_RACE_ATTEMPTS:
+                        raise
+                    # a concurrent writer inserted a key first: the batch again (that writer has committed by
+                    # now), each direct write in a savepoint (_guard)
+                    log.info("%s: a key was written concurrently; loading the batch again, key by key", what)
+                    self.guarded = True
+        finally:
+            self.guarded = False
         if self.behind is not None:
             self.behind.batch(out.epochs)
         return out
@@ -146,6 +151,10 @@ class BatchLoader:
                     if moved and (lost := self.slots.recheck_stored(self.conn, sorted(moved))):
                         marks.add("escrow", lost)
                         out.quarantined += len(lost)
+                    # signed diffs chosen between before their creator was known are chosen again by signature
+                    if changed := signed_conflicts.recheck_stored(self.conn, sorted(kb.scope)):
+                        marks.add("signed_diff", changed)
+                        out.quarantined += len(changed)
             refusals.store(self.conn, prepared.parses)
             # lines of the poller's state (an export's, indexer.load.pollstate) go to their tables, not quarantine
             typed_out = pollstate.take(self.conn, prepared.rejects) if prepared.rejects else []
@@ -228,7 +237,9 @@ class BatchLoader:
                                 {"source_id": self.source_id, "archived_at": self.archived_at}).fetchone()
         # *_out: a tx kind's other txs of a key, quarantined (indexer.load.samekey); kept: a restore's archived
         # records older than the stored ones, not applied (quarantined with the reason)
-        inserted, amended, superseded, valid, dirty, reverify, staged_out, stored_out, kept = row
+        inserted, amended, superseded, valid, dirty, reverify, staged_out, stored_out, kept, raced = row
+        if raced:  # keys a concurrent transaction committed while this statement waited: merged only by a retry
+            raise _KeyRace(f"{raced} {kind} key(s) written by a concurrent load while this one waited")
         marks.add(kind, dirty, reverify)
         out.loaded += inserted
         out.amended += amended + superseded
@@ -239,7 +250,8 @@ class BatchLoader:
 
 
 class _KeyRace(Exception):
-    """A direct write met a key that a concurrent writer inserted after the probe: the batch rolled back."""
+    """A direct write met a key that a concurrent writer inserted after the probe, or an upsert one it inserted and
+    committed while the upsert waited (unseen by the statement, so not merged): the batch rolled back."""
 
 
 def _without_lines(copy: bytes, lines: set[int]) -> bytes:
@@ -285,6 +297,9 @@ def ingest_file(conn: psycopg.Connection, inp: InputFile, *, batch_lines: int = 
     except TypingWorkerLost as exc:
         raise IngestFailed(inp.uri, max(loader.committed_line, resume_after), exc,
                            f"a typing process died twice on lines {exc.first}-{exc.last}") from exc
+    except _KeyRace as exc:  # the batch rolled back each time; what committed before it stays
+        raise IngestFailed(inp.uri, max(loader.committed_line, resume_after), exc,
+                           f"concurrent loads wrote the batch's keys first in {KEY_RACE_ATTEMPTS} attempt(s)") from exc
     except psycopg.errors.DiskFull as exc:  # the batch rolled back; what committed before it stays
         raise IngestFailed(inp.uri, max(loader.committed_line, resume_after), exc,
                            "the database server's disk is full") from exc

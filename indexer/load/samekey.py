@@ -14,7 +14,9 @@ amendment replaces the values it carries, it does not erase the others (null is 
 or "cleared"). A stored ``response_payload`` is kept only while the Finish's ``response_hash`` is the one it was
 served under. Kinds in :data:`WHOLE_READINGS` are one reading as a whole (a signed diff, a settlement transaction,
 an epoch's parameter snapshot read at one height): mixing two readings' fields would make evidence no source ever
-published, so a later one replaces the stored one whole.
+published, so a later one replaces the stored one whole. The one exception is the host a signed diff was served by:
+the same evidence from several hosts keeps the least host name, so that which host is named does not depend on
+which was loaded last.
 """
 from __future__ import annotations
 
@@ -32,8 +34,18 @@ def record_json(kind: Kind, alias: str = "") -> str:
     return f"(jsonb_strip_nulls(jsonb_build_object('kind', '{kind.name}', {pairs})) || coalesce({alias}extra, '{{}}'))"
 
 
+# a signed diff's evidence: two records of one diff that carry the same are one reading, whichever host served it
+SIGNED_EVIDENCE = ("content", "user_sig", "post_state_root", "state_hash")
+
+
 def src_order(kind: Kind) -> str:
-    """ORDER BY after the key for the batch's one row per key: the lowest nonce, then the last line."""
+    """ORDER BY after the key for the batch's one row per key: the lowest nonce, then the last line (a signed
+    diff: the least host that served it first, as :func:`merged` keeps across batches; an epoch's parameters: the
+    exact reading, then the highest height, as the upsert keeps them across batches)."""
+    if kind.name == "signed_diff":
+        return "source_host NULLS LAST, line DESC"
+    if kind.name == "epoch_params":  # the reading that stays across batches (indexer.load.statements.KEEP_STORED)
+        return "params_exact IS TRUE DESC, params_height DESC NULLS LAST, line DESC"
     return "diff_nonce, line DESC" if kind.name in NONCE_KINDS else "line DESC"
 
 
@@ -51,7 +63,8 @@ def src(kind: Kind, stage: str, columns: list[str], merge: bool) -> str:
             values.append(c)
             continue
         part = tx + (", response_hash" if (kind.name, c) == ("finish", "response_payload") else "")
-        values.append(f"first_value({c}) OVER (PARTITION BY {part} ORDER BY {c} IS NULL, line DESC) AS {c}")
+        first = "settled IS NOT TRUE, " if (kind.name, c) == ("escrow", "settled") else ""  # as merged() keeps it
+        values.append(f"first_value({c}) OVER (PARTITION BY {part} ORDER BY {first}{c} IS NULL, line DESC) AS {c}")
     return (f"SELECT DISTINCT ON ({keys}) line, {', '.join(values)}, extra FROM {stage} "
             f"ORDER BY {keys}, {src_order(kind)}")
 
@@ -68,8 +81,17 @@ def stays(kind: Kind) -> str:
 
 def merged(kind: Kind, column: str) -> str:
     """SQL: the value ``column`` takes when s amends t (s's when it has one, else t's where the kind allows it)."""
+    if (kind.name, column) == ("signed_diff", "source_host"):
+        # the same diff served by several hosts: the least host names it, in any load order (a record with other
+        # evidence replaces the stored one whole, its host with it)
+        same = " AND ".join(f"t.{c} IS NOT DISTINCT FROM s.{c}" for c in SIGNED_EVIDENCE)
+        return f"CASE WHEN {same} THEN least(t.source_host, s.source_host) ELSE s.source_host END"
     if kind.name in WHOLE_READINGS or (column != "extra" and kind.field(column).required):
         return f"s.{column}"
+    if (kind.name, column) == ("escrow", "settled"):
+        # the chain never unsettles an escrow: a reading that says settled stays, whichever is loaded last (an
+        # earlier reading, or a node behind, says false)
+        return "CASE WHEN t.settled OR s.settled THEN true ELSE coalesce(s.settled, t.settled) END"
     if column == "extra":  # unknown fields: the union, the incoming record's values first
         keep = "CASE WHEN t.extra IS NULL THEN s.extra WHEN s.extra IS NULL THEN t.extra ELSE t.extra || s.extra END"
     elif kind.name == "finish" and column == "response_payload":

@@ -9,6 +9,7 @@ per batch:
   up           the upsert; unchanged rows are not touched (no dead tuples, no dirty marks)
   dirty        escrows (or epochs) whose records changed, for the replay / rules stages, returned to the loader,
                which marks them with the batch's other marks as the batch's last writes (indexer.load.marks)
+  raced        keys a concurrent transaction inserted while the statement waited: the batch is loaded again
 """
 from __future__ import annotations
 
@@ -53,7 +54,12 @@ def stage_ddl(kind: Kind) -> str:
 # as of the epoch's end (read_exact) against a later live reading. This works row by row: a live row under another
 # grantee is still stored, and readers take a participant with any exact row from its exact rows only
 # (indexer.replay.material, Store.exactly_granted).
-KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT TRUE",
+# Of two readings equally exact, the one read at the higher params_height is the later state of the chain and stays
+# whichever is loaded last (a reading without a height never replaces one with it); a batch's own lines of one epoch
+# are chosen the same way (indexer.load.samekey.src_order).
+KEEP_STORED = {"epoch_params": "t.params_exact IS TRUE AND s.params_exact IS NOT TRUE"
+                               " OR (t.params_exact IS TRUE) = (s.params_exact IS TRUE) AND t.params_height IS NOT NULL"
+                               " AND (s.params_height IS NULL OR t.params_height > s.params_height)",
                "warm_key": "t.read_exact IS TRUE AND s.read_exact IS NOT TRUE"}
 
 
@@ -157,7 +163,11 @@ SELECT (SELECT count(*) FROM ins) + (SELECT count(*) FROM upd WHERE displaced) A
        {_reverify(kind_name, scope_col)} AS reverify,
        (SELECT count(*) FILTER (WHERE staged) FROM other_tx) AS quarantined_staged,
        (SELECT count(*) FILTER (WHERE NOT staged) FROM other_tx) AS quarantined_stored,
-       (SELECT count(*) FROM kept) AS kept_newer
+       (SELECT count(*) FROM kept) AS kept_newer,
+       -- keys neither inserted here nor stored as this statement sees the table: a concurrent transaction inserted
+       -- them and committed while `ins` waited on it, so `met` missed them (the loader loads the batch again)
+       (SELECT count(*) FROM src s WHERE NOT EXISTS (SELECT 1 FROM ins i WHERE {not_inserted})
+          AND NOT EXISTS (SELECT 1 FROM {table} t WHERE {key_eq})) AS raced
 """
 
 

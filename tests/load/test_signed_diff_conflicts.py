@@ -1,6 +1,6 @@
 """Two signed_diff records of one diff that differ: the one the creator signed is kept whichever is loaded first, the
-other is quarantined with a reason naming its file, line, escrow and nonce (or, stored, replaced with its previous
-content kept in rec.amendment); without a creator to check against, the choice is still the same in either order
+other is quarantined with a reason naming its file, line, escrow and nonce (a stored one is replaced, with its
+previous content kept in rec.amendment, and quarantined under its own file and line); without a creator to check against, the choice is still the same in either order
 (indexer.load.signed_conflicts). The v4.1 release fixture (tests/support/verify_records.py) reaches ``settled``."""
 from __future__ import annotations
 
@@ -80,8 +80,12 @@ def test_a_diff_the_creator_did_not_sign_never_replaces_one_he_did(db_url, conn,
         load(db_url, tmp_path, name, recs)
     assert stored(conn) == (GOOD["content"], GOOD["user_sig"])
     assert level(conn) == ("settled", None)
-    if bad_first:  # the stored bad record is replaced; its content is kept as history
-        assert quarantine(conn) == []
+    if bad_first:  # the stored bad record is replaced and quarantined where it came from; its content is history
+        [(line, kind, reason, uri)] = quarantine(conn)
+        assert (line, kind, uri) == (1, "signed_diff", str(tmp_path / "bad.ndjson"))
+        assert reason.startswith(f"{uri}:1: signed_diff escrow {EID} nonce 10 was stored, then replaced: its user "
+                                 f"signature does not pass ({why}"), reason
+        assert f"; kept the record at {tmp_path / 'all.ndjson'}:" in reason, reason
         previous = conn.execute("SELECT previous->>'content' FROM rec.amendment WHERE kind = 'signed_diff' "
                                 "AND record_key = %s::jsonb", (f'["{EID}", 10]',)).fetchone()
         assert previous == (bad["content"],)
@@ -115,12 +119,11 @@ def test_without_the_creator_the_same_record_is_kept_in_either_order(db_url, con
     load(db_url, tmp_path, "second.ndjson", pair[1:])
     kept = min((GOOD, BAD), key=_signed)
     assert stored(conn) == (kept["content"], kept["user_sig"])
-    reasons = [r[2] for r in quarantine(conn)]
-    if kept is pair[0]:  # the second file's line lost
-        assert len(reasons) == 1 and "the escrow's creator is not loaded, so no signature could be checked" \
-            in reasons[0], reasons
-    else:
-        assert reasons == []
+    # the one not kept is quarantined under its own file and line, whether it came first (stored, then replaced)
+    # or second
+    [(line, _, reason, uri)] = quarantine(conn)
+    assert (line, uri) == (1, str(tmp_path / ("second.ndjson" if kept is pair[0] else "first.ndjson")))
+    assert "the escrow's creator is not loaded, so no signature could be checked" in reason, reason
 
 
 def test_two_records_the_creator_both_signed_keep_the_same_one_in_either_order(db_url, second_db_url, tmp_path):
@@ -139,11 +142,31 @@ def test_two_records_the_creator_both_signed_keep_the_same_one_in_either_order(d
     assert kept[0] == kept[1]
 
 
-def test_the_same_diff_from_another_host_is_no_conflict(db_url, conn, tmp_path):
-    load(db_url, tmp_path, "all.ndjson", records())
-    _, summary = load(db_url, tmp_path, "other.ndjson", [dict(GOOD, source_host="http://host-b.example:8080")])
-    assert (summary.quarantined, summary.amended) == (0, 1)
+def host(conn, nonce: int = 10) -> str:
+    return conn.execute("SELECT source_host FROM rec.signed_diff WHERE escrow_id = %s AND nonce = %s",
+                        (EID, nonce)).fetchone()[0]
+
+
+@pytest.mark.parametrize("least_first", [True, False], ids=["least host first", "least host last"])
+def test_the_same_diff_from_another_host_is_no_conflict_and_the_least_host_names_it(db_url, conn, tmp_path,
+                                                                                     least_first):
+    other = "http://host-0.example:8080"  # sorts before the fixture's host-a
+    recs = [records(), [dict(GOOD, source_host=other)]]
+    summaries = [load(db_url, tmp_path, f"{i}.ndjson", part)[1] for i, part in enumerate(recs[::-1] if least_first
+                                                                                          else recs)]
+    assert summaries[1].quarantined == 0
+    assert summaries[1].amended == (0 if least_first else 1)  # a host that sorts after the stored one changes nothing
+    assert host(conn) == other
     assert level(conn) == ("settled", None)
+
+
+def test_lines_of_one_diff_from_several_hosts_in_one_batch_keep_the_least_host(db_url, conn, tmp_path):
+    recs = records()
+    at = recs.index(GOOD)
+    recs[at:at + 1] = [dict(GOOD, source_host="http://host-c.example"), GOOD, dict(GOOD, source_host=None)]
+    _, summary = load(db_url, tmp_path, "hosts.ndjson", recs)
+    assert summary.quarantined == 0
+    assert host(conn) == GOOD["source_host"]  # host-a; a line naming no host names none
 
 
 def test_a_reason_quoting_a_long_file_name_stays_one_bounded_line(db_url, conn, tmp_path):

@@ -88,9 +88,10 @@ def test_changed_evidence_or_verifier_is_checked_again(db_url, conn, tmp_path, m
 
     load(db_url, tmp_path, records())
     digest = conn.execute("SELECT evidence_digest FROM replay.escrow_verification").fetchone()[0]
-    load(db_url, tmp_path, [{**signed_diff_records()[0], "source_host": "http://host-b.example"}], "b.ndjson")
+    # the same diff from a host whose name sorts first: it names the diff now (indexer.load.samekey)
+    load(db_url, tmp_path, [{**signed_diff_records()[0], "source_host": "http://host-0.example"}], "b.ndjson")
     row = verification(conn)
-    assert row["source_host"] == f"{SOURCE}, http://host-b.example" and row["level"] == "settled"
+    assert row["source_host"] == f"http://host-0.example, {SOURCE}" and row["level"] == "settled"
     assert conn.execute("SELECT evidence_digest FROM replay.escrow_verification").fetchone()[0] != digest
     monkeypatch.setattr(stage, "VERIFIER_VERSION", stage.VERIFIER_VERSION + 1)  # a fix, its version raised
     monkeypatch.setattr(stage, "VERIFIER", stage.VERIFIER.replace("verifier ", "verifier 1", 1))

@@ -14,6 +14,7 @@ SLOW = {
     "tests/test_bench.py::test_rules_bench_runs": "2.9 s",
     "tests/load/test_reliability_concurrent.py::test_two_concurrent_ingests_match_a_serial_run": "28 s",
     "tests/load/test_concurrent_split_ingest.py::test_six_concurrent_ingests_of_split_files_end_as_one_load": "10.6 s",
+    "tests/load/test_load_orders.py": "14 loads of one record set in other orders, 1.5-4.5 s each (~45 s)",
     "tests/poller/test_poller_shared.py::test_three_pollers_one_killed_end_like_one_clean_run": "16 s",
     "tests/poller/test_poller_faults.py::test_fault_scenario": "50 seeded scenarios, 2-15 s each",
     "tests/poller/test_poller_faults.py::test_group_that_never_answers": "10 s",
