@@ -40,6 +40,7 @@ with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR at i
 from indexer.db import embedded_system as system
 from indexer.db.embedded_system import SYSTEM_DIR, SYSTEM_USER, EmbeddedError  # noqa: F401 - re-exported
 from indexer.db.roles import READER_ROLE
+from indexer.settings import drop_libpq_variables
 
 SUPERUSER = "postgres"
 DATABASE = "indexer"
@@ -77,6 +78,7 @@ class EmbeddedCluster:
 
     def running_url(self, database: str = DATABASE) -> str | None:
         """The superuser's URL when the server is running, without starting it (None when it is not)."""
+        drop_libpq_variables()
         with self._lock():
             if not self.is_running():
                 return None
@@ -103,6 +105,7 @@ class EmbeddedCluster:
     # -- internals --------------------------------------------------------------------------
     def _ensure(self) -> int:
         """Initialise, start, upgrade and open the reader login as needed; the port the server listens on."""
+        drop_libpq_variables()
         with self._lock():
             if not self.in_home:
                 self._prepare_system_layout()
