@@ -3,12 +3,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# A Python path of the user's shell would put another copy of the packages (or another Python's) before the venv's.
+unexport PYTHONPATH PYTHONHOME
+
+# pip settings a shell may export that change where or what `pip install` installs (user site, --target, --prefix,
+# --root, no dependencies, hashes or binaries only, no build isolation): the venv's install must not follow them.
+# Where packages come from (index, find-links, proxy, certificates, cache) is the user's and kept; PIP_USER=0 also
+# overrides `user = true` in a pip.conf.
+PIP := env -u PIP_TARGET -u PIP_PREFIX -u PIP_ROOT -u PIP_NO_DEPS -u PIP_REQUIRE_HASHES -u PIP_ONLY_BINARY \
+  -u PIP_NO_BINARY -u PIP_NO_BUILD_ISOLATION -u PIP_CONSTRAINT -u PIP_REQUIREMENT -u PIP_EDITABLE_MODE \
+  -u PIP_IGNORE_INSTALLED -u PIP_DRY_RUN -u PIP_SRC PIP_USER=0 $(BIN)/python -m pip
+
 .PHONY: venv test test-python quick e2e demo bench clean
 
+# A venv without a working pip (Debian's python3.11 without the python3.11-venv package leaves one, and fails) is
+# made again rather than used; a failed creation leaves no venv behind that the next run would take as made.
 $(STAMP): pyproject.toml indexer/load/typed/_typer.c
-	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	@$(BIN)/python -m pip --version >/dev/null 2>&1 || $(PY) -m venv --clear $(VENV) \
+	  || python3 -m venv --clear $(VENV) || { rm -rf $(VENV); echo "make: could not create $(VENV) with $(PY) or" \
+	  "python3: install Python 3.11 with its venv module (Debian/Ubuntu: apt-get install python3.11-venv), or name" \
+	  "one with make PY=/path/to/python3.11" >&2; exit 1; }
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -39,8 +55,17 @@ e2e: $(STAMP)
 	$(BIN)/python -m pytest -ra tests/reports/test_report_browser.py tests/test_deploy.py $(PYTEST_ARGS)
 	cd deploy && promtool check config prometheus/prometheus.yml && promtool test rules prometheus/tests/indexer_test.yml
 
+# The demo writes the devnet's records into its database: a DATABASE_URL the shell exports for other programs is not
+# taken as that database (the embedded server is); `make demo DATABASE_URL=postgresql://...` chooses one.
+ifeq ($(origin DATABASE_URL),environment)
+DEMO_ENV := env -u DATABASE_URL
+endif
 demo: $(STAMP)
-	$(BIN)/indexer demo
+ifeq ($(origin DATABASE_URL),environment)
+	@echo "make demo: DATABASE_URL is set in the environment and not used: the demo runs on the embedded PostgreSQL" \
+	  "(make demo DATABASE_URL=... runs it on that database)" >&2
+endif
+	$(DEMO_ENV) $(BIN)/indexer demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest_bench.py

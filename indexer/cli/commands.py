@@ -246,8 +246,9 @@ def cmd_demo(args, settings: Settings) -> int:
 
         from indexer.cli.invocation import self_command
 
+        home = shlex.quote(str(settings.indexer_home.resolve()))
         return run_demo(ready_database(args, settings), args, embedded=True,
-                        start_over=f"{self_command()} db stop && rm -rf {shlex.quote(str(settings.indexer_home.resolve()))}")
+                        start_over=f"{self_command()} db stop && rm -rf {home}")
     return run_demo(ready_database(args, settings), args)
 
 
