@@ -233,6 +233,7 @@ SLOW = {
      "test_an_origin_that_drops_pipelined_requests_gets_one_at_a_time_after_the_first_timeout"): "1.0 s",
     "tests/test_archive.py": "6 tests, 9 s",
     "tests/test_bench.py::test_startup_bench_runs": "2.3 s",
+    "tests/test_hermetic.py::test_a_session_started_from_a_configured_shell_is_clean": "a pytest session, 6 s",
     ("tests/test_messages.py::"
      "test_a_full_disk_names_the_file_and_the_last_committed_line_like_a_lost_connection"): "1.5 s",
     "tests/test_messages.py::test_archive_rerun_names_an_archived_file_that_was_deleted": "1.6 s",
