@@ -27,9 +27,9 @@ def run_demo(url: str, args, *, embedded: bool = False, start_over: str = "give 
     elif (stored := _stored_epochs(url)) is not None:
         # a second `make demo`: the devnet starts over at its first epoch, behind what is stored, and the poller
         # rightly refuses a chain behind the database; the stored findings are shown instead
-        say(f"demo: the database already holds epochs {stored[0]}..{stored[1]} (an earlier run); the devnet, which "
-            f"starts over at its first epoch, is not polled into it again. The findings below are the stored ones. "
-            f"To start over: {start_over}")
+        say(f"demo: the database already holds epochs {stored[0]}..{stored[1]} (an earlier demo, or data of its "
+            f"own): the devnet, which starts at its first epoch, is not polled into it. The findings below are the "
+            f"stored ones. To start over: {start_over}")
     else:
         _poll_devnet(url, epochs=args.epochs, seed=args.seed)
     print_report(collect(url), console())
