@@ -10,9 +10,9 @@ unexport PYTHONPATH PYTHONHOME
 # --root, no dependencies, hashes or binaries only, no build isolation): the venv's install must not follow them.
 # Where packages come from (index, find-links, proxy, certificates, cache) is the user's and kept; PIP_USER=0 also
 # overrides `user = true` in a pip.conf.
-PIP := env -u PIP_TARGET -u PIP_PREFIX -u PIP_ROOT -u PIP_NO_DEPS -u PIP_REQUIRE_HASHES -u PIP_ONLY_BINARY \
-  -u PIP_NO_BINARY -u PIP_NO_BUILD_ISOLATION -u PIP_CONSTRAINT -u PIP_REQUIREMENT -u PIP_EDITABLE_MODE \
-  -u PIP_IGNORE_INSTALLED -u PIP_DRY_RUN -u PIP_SRC PIP_USER=0 $(BIN)/python -m pip
+unexport PIP_TARGET PIP_PREFIX PIP_ROOT PIP_NO_DEPS PIP_REQUIRE_HASHES PIP_ONLY_BINARY PIP_NO_BINARY \
+  PIP_NO_BUILD_ISOLATION PIP_CONSTRAINT PIP_REQUIREMENT PIP_EDITABLE_MODE PIP_IGNORE_INSTALLED PIP_DRY_RUN PIP_SRC
+export PIP_USER := 0
 
 .PHONY: venv test test-python quick e2e demo bench clean
 
@@ -23,8 +23,8 @@ $(STAMP): pyproject.toml indexer/load/typed/_typer.c
 	  || python3 -m venv --clear $(VENV) || { rm -rf $(VENV); echo "make: could not create $(VENV) with $(PY) or" \
 	  "python3: install Python 3.11 with its venv module (Debian/Ubuntu: apt-get install python3.11-venv), or name" \
 	  "one with make PY=/path/to/python3.11" >&2; exit 1; }
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
