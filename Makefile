@@ -3,10 +3,26 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# A Python path of the user's shell would put another copy of the packages (or another Python's) before the venv's.
+unexport PYTHONPATH PYTHONHOME
+
+# pip settings a shell may export that change where or what `pip install` installs (user site, --target, --prefix,
+# --root, no dependencies, hashes or binaries only, no build isolation): the venv's install must not follow them.
+# Where packages come from (index, find-links, proxy, certificates, cache) is the user's and kept; PIP_USER=0 also
+# overrides `user = true` in a pip.conf.
+unexport PIP_TARGET PIP_PREFIX PIP_ROOT PIP_NO_DEPS PIP_REQUIRE_HASHES PIP_ONLY_BINARY PIP_NO_BINARY \
+  PIP_NO_BUILD_ISOLATION PIP_CONSTRAINT PIP_REQUIREMENT PIP_EDITABLE_MODE PIP_IGNORE_INSTALLED PIP_DRY_RUN PIP_SRC
+export PIP_USER := 0
+
 .PHONY: venv test test-python quick e2e demo bench clean
 
+# A venv without a working pip (Debian's python3.11 without the python3.11-venv package leaves one, and fails) is
+# made again rather than used; a failed creation leaves no venv behind that the next run would take as made.
 $(STAMP): pyproject.toml indexer/load/typed/_typer.c
-	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	@$(BIN)/python -m pip --version >/dev/null 2>&1 || $(PY) -m venv --clear $(VENV) \
+	  || python3 -m venv --clear $(VENV) || { rm -rf $(VENV); echo "make: could not create $(VENV) with $(PY) or" \
+	  "python3: install Python 3.11 with its venv module (Debian/Ubuntu: apt-get install python3.11-venv), or name" \
+	  "one with make PY=/path/to/python3.11" >&2; exit 1; }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $(STAMP)
@@ -39,8 +55,17 @@ e2e: $(STAMP)
 	$(BIN)/python -m pytest -ra tests/reports/test_report_browser.py tests/test_deploy.py $(PYTEST_ARGS)
 	cd deploy && promtool check config prometheus/prometheus.yml && promtool test rules prometheus/tests/indexer_test.yml
 
+# The demo writes the devnet's records into its database: a DATABASE_URL the shell exports for other programs is not
+# taken as that database (the embedded server is); `make demo DATABASE_URL=postgresql://...` chooses one.
+ifeq ($(origin DATABASE_URL),environment)
+DEMO_ENV := env -u DATABASE_URL
+endif
 demo: $(STAMP)
-	$(BIN)/indexer demo
+ifeq ($(origin DATABASE_URL),environment)
+	@echo "make demo: DATABASE_URL is set in the environment and not used: the demo runs on the embedded PostgreSQL" \
+	  "(make demo DATABASE_URL=... runs it on that database)" >&2
+endif
+	$(DEMO_ENV) $(BIN)/indexer demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest_bench.py

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, MutableMapping
 
 # name -> (default shown to users, meaning)
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -45,6 +45,21 @@ def typing_impl() -> str:
     indexer.load.typed.native is imported, in the CLI's process and in every worker process alike (as psycopg reads
     PSYCOPG_IMPL)."""
     return os.environ.get("INDEXER_IMPL", VARIABLES["INDEXER_IMPL"][0])
+
+
+def drop_libpq_variables(environ: MutableMapping[str, str] | None = None) -> list[str]:
+    """Remove libpq's variables (PGHOST, PGSSLMODE, PGOPTIONS, PGHOSTADDR, PGSERVICE, …: every ``PG…`` name) from
+    the environment, and return the names removed.
+
+    Called once a process talks to the embedded server, which is the indexer's own: a user's variables are meant
+    for their other servers, and libpq would otherwise apply every one the URL does not name (PGHOSTADDR sends the
+    connection to another address, PGSSLMODE=require or PGOPTIONS read-only stop it). Removed from the process
+    environment, they reach neither libpq here nor the worker processes and server binaries started after."""
+    env = os.environ if environ is None else environ
+    names = sorted(name for name in env if name.startswith("PG"))
+    for name in names:
+        del env[name]
+    return names
 
 
 DEFAULT_VALIDATOR = "gonka1indexer"

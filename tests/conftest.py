@@ -15,12 +15,21 @@ import pytest
 from indexer.db import migrate
 from indexer.db.scratch import scratch_database
 from indexer.db.url import libpq_url
+from indexer.settings import VARIABLES, drop_libpq_variables
 from tests.support import slow_tests
 from tests.support.partition_kit import three_epochs  # noqa: F401 - a fixture of the partition tests
 
+# The indexer's settings in the developer's shell are for their own deployment (a DATABASE_URL, operator keys, alert
+# webhooks that post to a real channel): tests set what they test, so none reaches them or the processes they start.
+# INDEXER_IMPL stays: `make test-python` runs tests on the Python typing paths with it. libpq's PG* variables go too
+# unless TEST_DATABASE_URL names the developer's own server, which they may be needed for.
+for _name in set(VARIABLES) - {"INDEXER_IMPL"}:
+    os.environ.pop(_name, None)
+if not os.environ.get("TEST_DATABASE_URL"):
+    drop_libpq_variables()
 # `indexer run` serves /metrics on 127.0.0.1:9464 by default; test processes (and other suites on this machine) would
 # fight over it, so every `indexer run` a test starts binds a free port instead
-os.environ.setdefault("INDEXER_METRICS_ADDR", "127.0.0.1:0")
+os.environ["INDEXER_METRICS_ADDR"] = "127.0.0.1:0"
 
 
 def _docker_answers() -> bool:

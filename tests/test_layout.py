@@ -150,8 +150,8 @@ def test_the_schema_files_are_read_from_the_top_level_folders_in_a_checkout():
 # tests/support/, data in tests/cases/; tests/ itself holds conftest.py, the tests of top-level modules
 # (indexer/<module>.py) and the checks of the whole project listed here.
 WHOLE_PROJECT = {
-    "test_bench", "test_deploy", "test_docs", "test_interface", "test_layout", "test_messages", "test_packaging",
-    "test_safe_extract", "test_slow_marks", "test_smoke_db",
+    "test_bench", "test_deploy", "test_docs", "test_hermetic", "test_interface", "test_layout", "test_makefile",
+    "test_messages", "test_packaging", "test_safe_extract", "test_slow_marks", "test_smoke_db",
 }
 
 

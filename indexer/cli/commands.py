@@ -249,8 +249,16 @@ def write_proposal(cases, args) -> int:
 def cmd_demo(args, settings: Settings) -> int:
     from indexer.cli.demo import run_demo
 
-    return run_demo(ready_database(args, settings), args,
-                    embedded=args.database_url is None and not settings.database_url)
+    embedded = args.database_url is None and not settings.database_url
+    if embedded:
+        import shlex
+
+        from indexer.cli.invocation import self_command
+
+        home = shlex.quote(str(settings.indexer_home.resolve()))
+        return run_demo(ready_database(args, settings), args, embedded=True,
+                        start_over=f"{self_command()} db stop && rm -rf {home}")
+    return run_demo(ready_database(args, settings), args)
 
 
 def cmd_run(args, settings: Settings) -> int:

@@ -10,8 +10,10 @@ import psycopg
 from indexer.cli.output import EXIT_OK, console, say
 
 
-def run_demo(url: str, args, *, embedded: bool = False) -> int:
-    """``embedded``: the database is the embedded server, so the closing hint logs in as the read-only reader."""
+def run_demo(url: str, args, *, embedded: bool = False, start_over: str = "give it an empty database") -> int:
+    """``embedded``: the database is the embedded server, so the closing hint logs in as the read-only reader.
+    ``start_over``: how the user gets an empty database again, named when the devnet is not polled into one that
+    holds epochs already."""
     from indexer.reports.findings import collect, print_report
 
     if args.sample:
@@ -22,6 +24,12 @@ def run_demo(url: str, args, *, embedded: bool = False) -> int:
         with psycopg.connect(url) as conn:
             process_changes(conn, url, deferred_analyze=summary.deferred_analyze)
         say(f"demo: {summary.lines} records from {args.sample} ({summary.loaded} new)")
+    elif (stored := _stored_epochs(url)) is not None:
+        # a second `make demo`: the devnet starts over at its first epoch, behind what is stored, and the poller
+        # rightly refuses a chain behind the database; the stored findings are shown instead
+        say(f"demo: the database already holds epochs {stored[0]}..{stored[1]} (an earlier demo, or data of its "
+            f"own): the devnet, which starts at its first epoch, is not polled into it. The findings below are the "
+            f"stored ones. To start over: {start_over}")
     else:
         _poll_devnet(url, epochs=args.epochs, seed=args.seed)
     print_report(collect(url), console())
@@ -41,6 +49,13 @@ def run_demo(url: str, args, *, embedded: bool = False) -> int:
     # last: the hosts whose epoch outcome the disputable penalties flipped (api.restitution_impact)
     say(restitution_summary(restitution_cases(url)))
     return EXIT_OK
+
+
+def _stored_epochs(url: str) -> tuple[int, int] | None:
+    """The first and last epoch the database holds, None when it holds none."""
+    with psycopg.connect(url) as conn:
+        first, last = conn.execute("SELECT min(epoch_index), max(epoch_index) FROM api.epochs").fetchone()
+    return None if first is None else (first, last)
 
 
 def _poll_devnet(url: str, *, epochs: int, seed: int) -> None:

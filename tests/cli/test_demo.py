@@ -49,3 +49,25 @@ def test_demo_polls_the_devnet_and_finds_every_rule_family(db_url, tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "settled" in checked.stdout and "penalty" in checked.stdout
     assert "check one without trusting this database: " in run.stdout + run.stderr  # the demo shows how
+
+
+def test_a_second_demo_on_the_same_database_shows_the_stored_findings(db_url):
+    """The devnet starts over at its first epoch, behind what the first demo stored: the second demo does not poll it
+    (the poller would refuse a chain behind the database), says so, and prints the stored findings."""
+    def demo():
+        return subprocess.run([sys.executable, "-m", "indexer", "demo", "--database-url", db_url, "--epochs", "1"],
+                              capture_output=True, text=True, timeout=240)
+
+    def stored():
+        with psycopg.connect(db_url) as conn:
+            return conn.execute("SELECT count(*), max(epoch_index) FROM rec.escrow").fetchone()
+
+    first = demo()
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = stored()
+    second = demo()
+    assert second.returncode == 0, second.stderr[-2000:]
+    out = second.stdout + second.stderr
+    assert "demo: the database already holds epochs " in out and "To start over: give it an empty database" in out
+    assert "Disputable penalties by rule family" in out and "devnet on" not in out
+    assert stored() == before

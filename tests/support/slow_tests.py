@@ -22,6 +22,7 @@ SLOW = {
     "tests/poller/test_poller_kill.py::test_kill_9_mid_cycle_then_rerun_equals_clean_run": "9 s",
     "tests/reports/test_restitution_report.py::test_cli_writes_files": "8.6 s",
     "tests/cli/test_demo.py::test_demo_polls_the_devnet_and_finds_every_rule_family": "7.4 s",
+    "tests/cli/test_demo.py::test_a_second_demo_on_the_same_database_shows_the_stored_findings": "two demos, 11 s",
     "tests/cli/test_reliability_interrupt.py::test_sigint_after_a_committed_batch_is_one_clear_line_and_exit_130":
         "6.8 s",
     "tests/sources/test_quarantine.py::test_cli_exits_2_on_quarantine_unless_allowed": "6.6 s",
@@ -103,6 +104,8 @@ SLOW = {
      "test_root_starts_a_checkout_in_a_private_directory_without_opening_it"): "2.8 s",
     "tests/db/test_embedded_first_run.py::test_the_port_survives_a_stop_and_moves_only_when_taken": "2.0 s",
     "tests/db/test_embedded_first_run.py::test_the_reader_login_reads_api_and_nothing_else": "5.2 s",
+    "tests/db/test_embedded_setups.py::test_libpq_variables_do_not_reach_the_embedded_server": "7.9 s",
+    "tests/db/test_embedded_setups.py::test_the_server_starts_under_a_long_or_unusual_path": "2 servers, 4-6 s",
     "tests/db/test_migrations.py::test_reader_role_exists_and_a_second_database_migrates_with_it_present": "1.9 s",
     "tests/db/test_migrations.py::test_reader_role_selects_api_and_nothing_else": "0.8 s",
     "tests/db/test_reliability_migrate.py::test_a_users_view_in_the_way_fails_the_migration_with_its_name": "0.9 s",
@@ -231,6 +234,7 @@ SLOW = {
      "test_an_origin_that_drops_pipelined_requests_gets_one_at_a_time_after_the_first_timeout"): "1.0 s",
     "tests/test_archive.py": "6 tests, 9 s",
     "tests/test_bench.py::test_startup_bench_runs": "2.3 s",
+    "tests/test_hermetic.py::test_a_session_started_from_a_configured_shell_is_clean": "a pytest session, 6 s",
     ("tests/test_messages.py::"
      "test_a_full_disk_names_the_file_and_the_last_committed_line_like_a_lost_connection"): "1.5 s",
     "tests/test_messages.py::test_archive_rerun_names_an_archived_file_that_was_deleted": "1.6 s",
