@@ -202,6 +202,8 @@ class EmbeddedCluster:
 
     def _initdb(self) -> None:
         ids = self._server_ids()
+        if not self.in_home:  # the server user's, as it is now (its ids when the directory was made may be gone)
+            system.make_dir(self.data_dir, 0o700, ids)
         system.make_dir(self.pgdata, 0o700, ids if self.as_root else None)
         pwfile = self.data_dir / ".initdb-password"  # read by initdb (the server user), removed right after
         fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -39,9 +40,28 @@ def server_ids(user: str = SYSTEM_USER) -> tuple[int, int]:
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
-        _create_user(user)
-        entry = pwd.getpwnam(user)
+        with _accounts_lock():  # two first runs at once (make quick's workers, two commands): one creates the user
+            try:
+                entry = pwd.getpwnam(user)
+            except KeyError:
+                _create_user(user)
+                entry = pwd.getpwnam(user)
     return entry.pw_uid, entry.pw_gid
+
+
+@contextmanager
+def _accounts_lock():
+    """Held while the server user is looked up again and created: processes of this package take turns, so a second
+    one finds the user the first made instead of failing on useradd's "already exists"."""
+    import fcntl
+
+    SYSTEM_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(SYSTEM_DIR / ".accounts.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _create_user(user: str) -> None:

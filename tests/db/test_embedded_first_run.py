@@ -169,6 +169,29 @@ def test_the_system_user_is_created_without_usr_sbin_on_path(monkeypatch):
 
 
 @as_root
+def test_first_runs_at_once_share_the_system_user_they_create():
+    import pwd
+
+    user = f"idxc{secrets.token_hex(4)}"
+    # each process imports, says so, and waits for the word to look the user up: the lookups start together
+    code = ("import sys; from indexer.db.embedded_system import server_ids; print('ready', flush=True); "
+            f"sys.stdin.readline(); print(*server_ids({user!r}))")
+    try:
+        runs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(6)]
+        assert [run.stdout.readline() for run in runs] == ["ready\n"] * len(runs)
+        for run in runs:
+            run.stdin.write("go\n")
+            run.stdin.flush()
+        results = [run.communicate(timeout=120) + (run.returncode,) for run in runs]
+        assert all(rc == 0 for _, _, rc in results), [err for _, err, _ in results]
+        entry = pwd.getpwnam(user)
+        assert {out.strip() for out, _, _ in results} == {f"{entry.pw_uid} {entry.pw_gid}"}
+    finally:
+        subprocess.run(["/usr/sbin/userdel", user], capture_output=True)
+
+
+@as_root
 def test_a_failing_useradd_is_a_clear_error():
     with pytest.raises(EmbeddedError, match="creating the system user 'no such user!' .* failed"):
         system.server_ids("no such user!")
