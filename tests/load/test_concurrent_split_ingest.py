@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
 from indexer.db.scratch import scratch_database
 from indexer.synth import generate
+from tests.support.api_views import api_rows, dirty_marks
 from tests.support.helpers import write_lines
 from tests.support.verify_records import records
 
@@ -58,22 +58,8 @@ def _ingest(url: str, path: Path, *options: str) -> subprocess.Popen:
 
 
 def _views(url: str) -> dict[str, list]:
-    out = {}
     with psycopg.connect(url) as c:
-        views = [r[0] for r in c.execute("SELECT table_name FROM information_schema.views "
-                                         "WHERE table_schema = 'api' ORDER BY 1") if r[0] not in SKIP_VIEWS]
-        for view in views:
-            columns = [name for name, kind in c.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'api' "
-                "AND table_name = %s ORDER BY ordinal_position", (view,))
-                if kind != "timestamp with time zone" and name not in SKIP_COLUMNS]
-            rows = c.execute(sql.SQL("SELECT {} FROM api.{}").format(
-                sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(name)) for name in columns),
-                sql.Identifier(view))).fetchall()
-            out[view] = sorted(rows, key=lambda row: [(v is None, v or "") for v in row])
-        out["marks"] = [c.execute(f"SELECT count(*) FROM {t}").fetchone() for t in
-                        ("replay.dirty_escrow", "rules.dirty_epoch", "rules.dirty_escrow")]
-    return out
+        return {**api_rows(c, SKIP_VIEWS, SKIP_COLUMNS), "marks": dirty_marks(c)}
 
 
 def test_six_concurrent_ingests_of_split_files_end_as_one_load(pg_admin_url, template_db, tmp_path):

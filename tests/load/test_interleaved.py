@@ -10,6 +10,7 @@ from indexer.load.partitions import EpochRouter
 from indexer.load.prepare import group_by_escrow, prepare_batch
 from indexer.load.probe import keys_may_exist
 from indexer.synth import generate
+from tests.support.api_views import interleaved
 from tests.support.helpers import db_state, escrow, ingest, tx, write_lines
 
 H = "ab" * 32
@@ -18,20 +19,6 @@ COMPARED = ["rec.start_tx", "rec.confirm_start_tx", "rec.finish_tx", "rec.valida
             "rec.timeout_tx", "rec.error_miss_tx", "rec.host_stats", "rec.escrow", "rec.amendment",
             "replay.inference"]
 BY_LINE = {"loaded_at", "amended_at", "replayed_at", "marked_at", "source_line", "line"}
-
-
-def _interleaved(records: list[dict]) -> list[dict]:
-    """The records of each escrow in their order, taken one escrow after another in turn (round robin)."""
-    head = [r for r in records if "escrow_id" not in r]
-    queues: dict[str, list[dict]] = {}
-    for r in records:
-        if "escrow_id" in r:
-            queues.setdefault(r["escrow_id"], []).append(r)
-    out, at = list(head), 0
-    while any(at < len(q) for q in queues.values()):
-        out.extend(q[at] for q in queues.values() if at < len(q))
-        at += 1
-    return out
 
 
 def test_group_by_escrow_keeps_every_row_and_spans_each_escrow():
@@ -58,7 +45,7 @@ def test_interleaved_stream_over_epochs_loads_as_the_escrow_order(tmp_path, pg_a
     records = list(generate(seed=5, escrows=6, inferences=40, epochs=3, hosts=10))
     assert len({r["epoch_index"] for r in records if r["kind"] == "escrow"}) == 3
     states = []
-    for name, order in (("escrow", records), ("interleaved", _interleaved(records))):
+    for name, order in (("escrow", records), ("interleaved", interleaved(records))):
         with scratch_database(pg_admin_url, "indexer_t", template=template_db) as url:
             # small batches: each spans escrows of several epochs
             summary = ingest(url, write_lines(tmp_path / f"{name}.ndjson", order), batch_lines=200)

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from indexer.cli import main
 from indexer.db.scratch import scratch_database
 from indexer.synth import generate, perturb
+from tests.support.api_views import api_rows, dirty_marks, interleaved
 from tests.support.helpers import write_lines
 from tests.support.verify_records import _flip as flipped, records as signed_escrow
 
@@ -90,20 +90,6 @@ def _escrow_order(records: list[dict]) -> list[dict]:
     return head + [r for e in by_escrow for r in by_escrow[e]]
 
 
-def _interleaved(records: list[dict]) -> list[dict]:
-    """Epoch-level records first, then one record of each escrow in turn (many escrows open at once)."""
-    head = [r for r in records if "escrow_id" not in r]
-    queues: dict[str, list[dict]] = {}
-    for r in records:
-        if "escrow_id" in r:
-            queues.setdefault(r["escrow_id"], []).append(r)
-    out, at = list(head), 0
-    while any(at < len(q) for q in queues.values()):
-        out.extend(q[at] for q in queues.values() if at < len(q))
-        at += 1
-    return out
-
-
 EPOCH_LEVEL = ("epoch", "model_snapshot", "epoch_params", "participant_epoch", "warm_key")
 
 
@@ -125,26 +111,14 @@ def ingest_cli(url: str, *paths: Path, batch: int = BATCH) -> int:
 def views(url: str) -> dict[str, list]:
     """Every api view's rows (as text, sorted) but the skipped views and columns, the open quarantine, and how many
     dirty marks are left (none, after a command)."""
-    out = {}
     with psycopg.connect(url) as c:
-        names = [r[0] for r in c.execute("SELECT table_name FROM information_schema.views "
-                                         "WHERE table_schema = 'api' ORDER BY 1") if r[0] not in SKIP_VIEWS]
-        for view in names:
-            columns = [name for name, kind in c.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'api' "
-                "AND table_name = %s ORDER BY ordinal_position", (view,))
-                if kind != "timestamp with time zone" and name not in SKIP_COLUMNS]
-            rows = c.execute(sql.SQL("SELECT {} FROM api.{}").format(
-                sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(name)) for name in columns),
-                sql.Identifier(view))).fetchall()
-            out[view] = sorted(rows, key=lambda row: [(v is None, v or "") for v in row])
+        out = api_rows(c, SKIP_VIEWS, SKIP_COLUMNS)
         # the open quarantine by what was quarantined: the file and line it was in differs by the split, a line
         # that repeats a quarantined one is quarantined again at its own place (so distinct records), and a row a
         # later record resolved is the history of a load that met the records in that order
         out["quarantine"] = sorted(c.execute(
             "SELECT DISTINCT kind, raw::jsonb::text FROM rec.quarantine WHERE resolved_at IS NULL").fetchall())
-        out["marks"] = [c.execute(f"SELECT count(*) FROM {t}").fetchone() for t in
-                        ("replay.dirty_escrow", "rules.dirty_epoch", "rules.dirty_escrow")]
+        out["marks"] = dirty_marks(c)
     return out
 
 
@@ -193,7 +167,7 @@ def _partials_apart(recs: list[dict], partial_first: bool) -> list[list[dict]]:
 
 
 SEQUENTIAL = {
-    "interleaved": lambda r: [_interleaved(r)],
+    "interleaved": lambda r: [interleaved(r)],
     "shuffled": lambda r: [_shuffled(r)],
     "split in three inside escrows": lambda r: _split(_escrow_order(r), 0.31, 0.67),
     "shuffled split in four": lambda r: _split(_shuffled(r), 0.2, 0.45, 0.8),
@@ -203,9 +177,9 @@ SEQUENTIAL = {
                                                         [x for x in r if x["kind"] in EPOCH_LEVEL]],
     "the signed log before its escrow": lambda r: [[x for x in r if x["kind"] == "signed_diff"],
                                                    [x for x in r if x["kind"] != "signed_diff"]],
-    "interleaved in batches of 7": lambda r: [_interleaved(r)],
+    "interleaved in batches of 7": lambda r: [interleaved(r)],
     "the same file twice": lambda r: [_escrow_order(r), _escrow_order(r)],
-    "every line twice in one file": lambda r: [[x for x in _interleaved(r) for _ in (0, 1)]],
+    "every line twice in one file": lambda r: [[x for x in interleaved(r) for _ in (0, 1)]],
 }
 
 
@@ -220,7 +194,7 @@ def test_orders_and_splits_give_the_same_views(pg_admin_url, template_db, tmp_pa
 
 
 def test_two_concurrent_commands_of_overlapping_halves(pg_admin_url, template_db, tmp_path, recs, reference):
-    order = _interleaved(recs)
+    order = interleaved(recs)
     third = len(order) // 3
     halves = [write_lines(tmp_path / "a.ndjson", order[: 2 * third]), write_lines(tmp_path / "b.ndjson", order[third:])]
     barrier, codes = threading.Barrier(2), {}
