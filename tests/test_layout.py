@@ -219,3 +219,20 @@ def test_misplaced_tests_are_named(tmp_path):
         "tests/test_stray.py: move it to tests/<package>/ of the package it tests, or list it in WHOLE_PROJECT"
         " (tests/test_layout.py) if it checks the whole project",
     ]
+
+
+def test_every_name_a_test_imports_from_the_tests_exists():
+    """Imports inside a test function run only when that test does: a helper moved to tests/support must not leave
+    one behind that names its old module."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parent
+    missing = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tests":
+                module = importlib.import_module(node.module)
+                missing += [f"{path.relative_to(root.parent)}:{node.lineno}: {node.module}.{alias.name}"
+                            for alias in node.names if not hasattr(module, alias.name) and not (
+                                hasattr(module, "__path__") and importlib.util.find_spec(f"{node.module}.{alias.name}"))]
+    assert not missing

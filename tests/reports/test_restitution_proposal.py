@@ -88,8 +88,8 @@ def test_cli_proposes_the_demo_restitution_and_refuses_bad_usage(demo_db_url, tm
 def test_cli_writes_the_proposal(db_url, tmp_path):
     import psycopg
 
-    from tests.support.rules_kit import Log, load
-    from tests.reports.test_restitution_db import V1, V2, gov_snapshot, params, rest_of_epoch, summary
+    from tests.support.restitution_kit import V1, V2, params, rest_of_epoch, summary
+    from tests.support.rules_kit import Log, gov_snapshot, load
 
     log = Log("9401", epoch=366, slots=[A, V1, V1, V2, V2])
     for k in range(25):
