@@ -10,7 +10,7 @@ from typing import Any
 
 from indexer.reports.restitution.charts import downtime_svg, sprt_svg
 from indexer.reports.restitution.collect import EpochCase
-from indexer.reports.restitution.verdicts import SETTLED, level_label
+from indexer.reports.restitution.verdicts import SETTLED, level_label, one_line
 
 NGONKA = Decimal(10) ** 9
 VARIANTS = ("current", "issue_2078", "tokenize_2093", "narrow_prompt_ge_limit", "hardened_sibling")
@@ -77,7 +77,8 @@ def restitution_summary(cases: list[EpochCase]) -> str:
                    f"(H {fmt(r['sprt_threshold'])}) without {r['disputable_invalid']} disputable invalidation(s)")
         else:
             why = f"downtime test fails → passes without {r['disputable_missed']} disputable miss(es)"
-        lines += [f"  epoch {epoch} {r['participant']}", f"    {why}",
+        # the participant is a peer's choice: one line, bounded, no terminal control characters
+        lines += [f"  epoch {epoch} {one_line(r['participant'], 200)}", f"    {why}",
                   f"    to restitute: {gonka(r['restitution_amount'])} GONKA ({fmt(r['restitution_amount'])} ngonka)",
                   f"    evidence level: {level_label(r['evidence_level'])}"]
     return "\n".join(lines + tail)
@@ -134,5 +135,7 @@ def html_block(cases: list[EpochCase]) -> str:
     """:func:`html_section` with its chart data embedded as JSON (``<script id="restitution-data">``), ready to place
     in a page."""
     fragment, data = html_section(cases)
-    payload = json.dumps(data).replace("</", "<\\/")  # no "</script>" inside the data
+    # no "<" at all inside the script element: "</script>" would end it, and "<!--<script>" would make the
+    # parser read past the real "</script>" (HTML's script data escape states); JSON reads \u003c as "<"
+    payload = json.dumps(data).replace("<", "\\u003c")
     return fragment + f'<script type="application/json" id="restitution-data">{payload}</script>'

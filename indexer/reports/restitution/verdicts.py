@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from indexer.alerts.messages import plain
+
 LIMIT_SOURCES = {"model_args": "epoch snapshot, model args", "escrow": "escrow max_model_len"}
 PROMPT_SOURCES = {"sibling": "signed input tokens of a sibling Finish with the same prompt",
                   "error_text": "the executor's own vLLM error message",
@@ -140,8 +142,10 @@ _RECORDS = "the tx records the penalty was derived from contradict the escrow's 
 
 
 def one_line(text: Any, most: int) -> str:
-    """A peer-influenced text on one line, cut at ``most`` characters with an ellipsis."""
-    flat = " ".join(str(text).split())
+    """A peer-influenced text on one line, cut at ``most`` characters with an ellipsis; control characters (a
+    terminal escape sequence), line separators and bidirectional overrides left after the whitespace is collapsed
+    are shown as U+FFFD (the alerts' rule), so the text can neither drive a terminal nor reorder a report line."""
+    flat = plain(" ".join(str(text).split()))
     return flat if len(flat) <= most else flat[:most - 1] + "…"
 
 
