@@ -80,8 +80,13 @@ def check_database_url(url: str, origin: str) -> str:
         raise ConfigError(f"{origin} is set but empty: give a postgresql:// URL, or unset it to use the embedded "
                           "PostgreSQL")
     if not url.startswith(_SCHEMES):
-        scheme = url.split("://", 1)[0] if "://" in url else url[:20]
-        raise ConfigError(f"{origin} is not a PostgreSQL URL (scheme {scheme!r}); expected postgresql://…")
+        # only the scheme is shown, bounded: a libpq "key=value" string has no scheme and may hold password=
+        scheme = repr(url.split("://", 1)[0][:20]) if "://" in url else "none"
+        raise ConfigError(f"{origin} is not a PostgreSQL URL (scheme {scheme}); expected postgresql://…")
+    authority = url.split("://", 1)[1].split("/", 1)[0]
+    if authority.count("@") > 1:
+        # libpq splits at the first "@" and names the rest of the password as the host in its error
+        raise ConfigError(f"{origin}: the user or password holds an unencoded '@' (write it as %40)")
     return url
 
 

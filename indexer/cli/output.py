@@ -29,34 +29,47 @@ def say(text: str) -> None:
     sys.stderr.flush()
 
 
-# userinfo in any URL of a message (https://user:pass@node/): a last guard, the clients already strip it
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+# userinfo in any URL of a message (https://user:pass@node/), up to the last "@" before the host (a password may
+# hold an unencoded "@"), and a libpq ``password=`` keyword or query parameter: a last guard, the clients already
+# strip them
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s]*@")
+_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)(?!\*\*\*)('(?:[^'\\]|\\.)*'|[^\s&]+)")
 
 
 def redact_text(text: str) -> str:
-    return _USERINFO.sub(r"\1***@", text)
+    return _PASSWORD.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
-# C0 and C1 control characters (an escape sequence from a peer's error text would drive the terminal)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0 and C1 control characters (an escape sequence from a peer's error text would drive the terminal), and the
+# invisible ones that reorder or hide text: zero-width, line and paragraph separators, bidirectional overrides
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+MESSAGE_LIMIT = 2000  # characters of one error or warning line (a peer's text inside it may be of any length)
+
+
+def _shown(char: str) -> str:
+    code = ord(char)
+    return "\\n" if char == "\n" else f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def one_line(text: object, limit: int = 200) -> str:
-    """Data from the database or a peer, safe on one terminal line: control characters shown as escapes, at most
-    ``limit`` characters (``…`` marks a cut)."""
-    flat = _CONTROL.sub(lambda m: "\\n" if m.group() == "\n" else f"\\x{ord(m.group()):02x}", str(text))
+    """Data from the database or a peer, safe on one terminal line: control and invisible characters shown as
+    escapes, at most ``limit`` characters (``…`` marks a cut)."""
+    flat = _CONTROL.sub(lambda m: _shown(m.group()), str(text))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 # A message is one logical line: soft_wrap leaves the wrapping to the terminal, so a log file or a pipe gets it whole
-# (Rich would otherwise break it at the console's width, 80 columns when stderr is not a terminal).
+# (Rich would otherwise break it at the console's width, 80 columns when stderr is not a terminal). Messages carry
+# peers' text (a node's error, a file's line): credentials redacted first, then one bounded line.
 def error(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[red]error:[/] {escape(redact_text(text))}", highlight=False, soft_wrap=True)
+    console().print(f"[red]error:[/] {escape(one_line(redact_text(text), MESSAGE_LIMIT))}", highlight=False,
+                    soft_wrap=True)
 
 
 def warn(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[yellow]{escape(text)}[/]", highlight=False, soft_wrap=True)
+    console().print(f"[yellow]{escape(one_line(redact_text(text), MESSAGE_LIMIT))}[/]", highlight=False,
+                    soft_wrap=True)
