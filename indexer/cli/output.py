@@ -5,6 +5,7 @@ Rich is imported on first use only: a command that prints one plain line (most c
 not pay ~70 ms to import it."""
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from functools import cache
@@ -56,6 +57,19 @@ def one_line(text: object, limit: int = 200) -> str:
     escapes, at most ``limit`` characters (``…`` marks a cut)."""
     flat = _CONTROL.sub(lambda m: _shown(m.group()), str(text))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+LOG_LIMIT = 4000  # characters of one log message (its traceback, when there is one, follows whole)
+
+
+class LogLine(logging.Formatter):
+    """Every log record as one line: a message carries peers' text (a host's error, an alert's summary, a node's
+    answer), so credentials are redacted, control and invisible characters shown as escapes and the length bounded,
+    whichever module logged it; a traceback still follows on its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = one_line(redact_text(record.message), LOG_LIMIT)
+        return super().formatMessage(record)
 
 
 # A message is one logical line: soft_wrap leaves the wrapping to the terminal, so a log file or a pipe gets it whole

@@ -39,3 +39,29 @@ def test_a_failure_with_a_peers_text_is_one_bounded_line(tmp_path, monkeypatch, 
     for bad in ("\x1b", "\x07", "\r", "\u202e", "\u200b", "pa@ss", "hunter2"):
         assert bad not in err, repr(bad)
     assert "\\x1b[2J" in err and "\\u202e" in err and len(err) < 2_100
+
+
+def test_every_log_line_of_a_command_is_one_redacted_bounded_line(tmp_path):
+    """Whatever module logs a peer's text (a host's error, a node's answer), the CLI's log handler writes one line:
+    run in a process of its own, where the CLI's logging set-up is the only one."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import logging, sys\n"
+        "from indexer.cli import commands, main\n"
+        "def noisy(args, settings):\n"
+        "    logging.getLogger('indexer.sources.gonka.host').warning('host %s: %s', 'gonka1x', sys.argv[1])\n"
+        "    return 0\n"
+        "commands.cmd_status = noisy\n"
+        "sys.exit(main(['status']))\n")
+    text = f"GET postgresql://u:pw-secret@db/x password=hunter2 {HOSTILE}"
+    res = subprocess.run([sys.executable, "-c", script, text], capture_output=True, timeout=60,
+                         env={**os.environ, "INDEXER_HOME": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    err = res.stderr.decode()
+    assert len(err.splitlines()) == 1 and err.startswith("WARNING host gonka1x: GET postgresql://***@db/x")
+    for bad in ("\x1b", "\x07", "\r", "\u202e", "\u200b", "pw-secret", "hunter2"):
+        assert bad not in err, repr(bad)
+    assert len(err) < 4_100
