@@ -123,3 +123,29 @@ def test_markdown_and_csv_with_a_hostile_participant(db_url, tmp_path):
     assert {r["participant"][:12] for r in rows} == {"'=HYPERLINK(", PEER[:12]}
     cut = next(r["participant"] for r in rows if r["participant"].startswith("gonka1"))
     assert len(cut) <= 30_000 and cut.endswith("…")  # a spreadsheet cell holds 32,767 characters
+
+
+def test_html_page_shows_hostile_values_as_text_that_cannot_reorder_the_page():
+    from html.parser import HTMLParser
+
+    from indexer.reports.html import Page, render_page
+
+    who = '</td><script>alert(1)</script>"\'&\u202eevil\u2066\x00'
+    p = Page(epochs=[7], hosts_by_epoch={7: (1, 1)}, rules_by_epoch={7: {who: 1}}, matrix={(who, 7): (1, 0)},
+             penalties=[(7, who, who, 3, who, who, who, {"error": who}, "signed", who, 2, who)], total_penalties=1,
+             limits=[(7, who, 4096, who, True, who)], levels=[(who, 1)], failures=[(7, who, who, 2, who)])
+    page = render_page(p)
+    for bad in ("<script>alert", "</td><script", "\u202e", "\u2066", "\x00"):
+        assert bad not in page, repr(bad)
+
+    class Scripts(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.scripts = 0
+
+        def handle_starttag(self, tag, attrs):
+            self.scripts += tag == "script"
+
+    parser = Scripts()
+    parser.feed(page)
+    assert parser.scripts == 1  # the page's own

@@ -5,6 +5,7 @@ number came from; then, when its escrow's log is verified below settled, what th
 column), never cut into the prose."""
 from __future__ import annotations
 
+import html
 import json
 from typing import Any, Mapping
 
@@ -147,6 +148,13 @@ def one_line(text: Any, most: int) -> str:
     are shown as U+FFFD (the alerts' rule), so the text can neither drive a terminal nor reorder a report line."""
     flat = plain(" ".join(str(text).split()))
     return flat if len(flat) <= most else flat[:most - 1] + "…"
+
+
+def html_text(value: Any) -> str:
+    """A data value as HTML text or an attribute value: escaped (quotes too), and control, line-separator and
+    bidirectional-override characters shown as U+FFFD, so a participant cannot reorder the table cell or line it is
+    in (html.escape leaves U+202E as it is)."""
+    return html.escape(plain(str(value)), quote=True)
 
 
 def level_label(level: str | None) -> str:
