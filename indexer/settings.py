@@ -7,7 +7,7 @@ two in step.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, MutableMapping
 
@@ -90,19 +90,23 @@ def check_database_url(url: str, origin: str) -> str:
     return url
 
 
+# Fields that may hold a credential (a password, userinfo, a webhook path, a bot token) are left out of the repr, so
+# printing or logging the settings (or a traceback that shows them) never shows one.
+
+
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None
+    database_url: str | None = field(default=None, repr=False)
     indexer_home: Path = Path("./.indexer")
-    chain_rest_urls: tuple[str, ...] = ()
-    rpc_urls: tuple[str, ...] = ()
+    chain_rest_urls: tuple[str, ...] = field(default=(), repr=False)
+    rpc_urls: tuple[str, ...] = field(default=(), repr=False)
     validator_address: str = DEFAULT_VALIDATOR
     operator_address: str | None = None
     operator_key_file: Path | None = None
     operator_member: str | None = None
-    alert_webhooks: tuple[str, ...] = ()
-    alert_slack_webhooks: tuple[str, ...] = ()
-    alert_telegram_token: str | None = None
+    alert_webhooks: tuple[str, ...] = field(default=(), repr=False)
+    alert_slack_webhooks: tuple[str, ...] = field(default=(), repr=False)
+    alert_telegram_token: str | None = field(default=None, repr=False)
     alert_telegram_chats: tuple[str, ...] = ()
     alert_telegram_api: str = "https://api.telegram.org"
     metrics_addr: str = "127.0.0.1:9464"

@@ -61,7 +61,7 @@ def _headers(idempotency_key: str) -> dict:
 
 @dataclass
 class Webhook:
-    url: str
+    url: str = field(repr=False)  # may carry a token (?token=…): the repr shows the name only
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,7 +77,7 @@ class Webhook:
 
 @dataclass
 class Slack:
-    url: str  # an incoming-webhook URL: the path is the credential
+    url: str = field(repr=False)  # an incoming-webhook URL: the path is the credential
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -93,7 +93,7 @@ class Slack:
 
 @dataclass
 class Telegram:
-    token: str
+    token: str = field(repr=False)
     chat_id: str
     api_url: str = "https://api.telegram.org"
     name: str = field(init=False)
