@@ -25,8 +25,10 @@ def console() -> "Console":
 
 
 def say(text: str) -> None:
-    """One plain line to stderr (no markup interpretation, no Rich import)."""
-    sys.stderr.write(text + "\n")
+    """Plain lines to stderr (no markup interpretation, no Rich import). They may quote stored data (an escrow id, a
+    participant): control and invisible characters other than the line breaks of the text itself are shown as
+    escapes, so no peer's escape sequence reaches the terminal."""
+    sys.stderr.write(_CONTROL.sub(lambda m: m.group() if m.group() == "\n" else _shown(m.group()), text) + "\n")
     sys.stderr.flush()
 
 

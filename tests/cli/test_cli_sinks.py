@@ -65,3 +65,12 @@ def test_every_log_line_of_a_command_is_one_redacted_bounded_line(tmp_path):
     for bad in ("\x1b", "\x07", "\r", "\u202e", "\u200b", "pw-secret", "hunter2"):
         assert bad not in err, repr(bad)
     assert len(err) < 4_100
+
+
+def test_plain_lines_keep_their_own_line_breaks_but_no_peers_escape_sequences(capsys):
+    """say() prints summaries that quote stored data (the demo's escrow id, a participant in the restitution lines)."""
+    from indexer.cli.output import say
+
+    say("check one: indexer evidence 9\x1b]0;pwned\x07\u202e 3\n  epoch 7 gonka1\x1b[2J")
+    err = capsys.readouterr().err
+    assert err == "check one: indexer evidence 9\\x1b]0;pwned\\x07\\u202e 3\n  epoch 7 gonka1\\x1b[2J\n"
