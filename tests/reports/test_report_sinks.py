@@ -149,3 +149,18 @@ def test_html_page_shows_hostile_values_as_text_that_cannot_reorder_the_page():
     parser = Scripts()
     parser.feed(page)
     assert parser.scripts == 1  # the page's own
+
+
+def test_html_page_bounds_a_megabyte_value_and_keeps_the_filter_matching():
+    import re
+
+    from indexer.reports.html import Page, render_page
+
+    who = "gonka1" + "q" * 1_000_000
+    p = Page(epochs=[7], hosts_by_epoch={7: (1, 1)}, rules_by_epoch={7: {"r": 1}}, matrix={(who, 7): (1, 0)},
+             penalties=[(7, who, "9", 3, "invalid", "r", "over_limit", {}, "settled", None, None, None)],
+             total_penalties=1)
+    page = render_page(p)
+    assert len(page) < 100_000 and "q" * 1000 not in page
+    option = re.search(r'<select id="f-host"><option value="">all hosts</option><option value="([^"]*)"', page)[1]
+    assert option.endswith("…") and f'<tr data-host="{option}"' in page and f'data-host="{option}" data-epoch' in page

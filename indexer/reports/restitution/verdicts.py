@@ -150,11 +150,16 @@ def one_line(text: Any, most: int) -> str:
     return flat if len(flat) <= most else flat[:most - 1] + "…"
 
 
-def html_text(value: Any) -> str:
-    """A data value as HTML text or an attribute value: escaped (quotes too), and control, line-separator and
+HTML_LIMIT = 1000  # characters of one data value on the HTML page (it may appear in several places: cell, filter)
+
+
+def html_text(value: Any, most: int = HTML_LIMIT) -> str:
+    """A data value as HTML text or an attribute value: escaped (quotes too), control, line-separator and
     bidirectional-override characters shown as U+FFFD, so a participant cannot reorder the table cell or line it is
-    in (html.escape leaves U+202E as it is)."""
-    return html.escape(plain(str(value)), quote=True)
+    in (html.escape leaves U+202E as it is), and cut at ``most`` characters with an ellipsis (the same cut wherever
+    the value appears, so a filter's value still matches its rows)."""
+    text = plain(str(value))
+    return html.escape(text if len(text) <= most else text[:most - 1] + "…", quote=True)
 
 
 def level_label(level: str | None) -> str:
