@@ -119,8 +119,13 @@ def test_markdown_and_csv_with_a_hostile_participant(db_url, tmp_path):
             header = cells(line)
         else:
             assert cells(line) == header, line[:200]
+    from decimal import Decimal
+
+    case.rows = [dict(r, sprt_max_llr=Decimal("-5"), missed=-5) for r in case.rows]
     rows = list(csv.DictReader(io.StringIO(rows_csv(case))))
     assert {r["participant"][:12] for r in rows} == {"'=HYPERLINK(", PEER[:12]}
+    # numbers stay numbers: only text a spreadsheet would read as a formula gets the apostrophe
+    assert {(r["sprt_max_llr"], r["missed"]) for r in rows} == {("-5", "-5")}
     cut = next(r["participant"] for r in rows if r["participant"].startswith("gonka1"))
     assert len(cut) <= 30_000 and cut.endswith("…")  # a spreadsheet cell holds 32,767 characters
 
