@@ -7,8 +7,8 @@ Every field of a body comes from chain data or a rule (a participant or model id
   3,000 characters, and the top-level ``text`` is kept to the same length.
 * Telegram (``sendMessage`` without ``parse_mode``): the text is plain, nothing is interpreted, so nothing is
   escaped; a message is limited to 4,096 characters.
-* Both: control, line-separator and bidirectional-override characters are shown as U+FFFD, so a value cannot start
-  a line that looks like another alert or reorder the text around it.
+* Both: control, line-separator, bidirectional-override and zero-width characters are shown as U+FFFD, so a value
+  cannot start a line that looks like another alert, reorder the text around it or pass for another address.
 
 Lengths are counted in UTF-16 code units (at least the number of characters, whichever way a service counts) and
 every cut happens between escaped characters, ending with an ellipsis. The webhook body is JSON (serialised by
@@ -24,7 +24,10 @@ RULE_LIMIT = 100       # a rule name is a file name: short, but bounded anyway
 KEY_LIMIT = 300        # an alert key in the context line
 ELLIPSIS = "…"
 
-_UNSAFE = re.compile("[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0/C1 controls, line and paragraph separators, bidi marks, embeddings, overrides and isolates, and the invisible
+# characters that make one address look like another (zero-width space/joiners, word joiner, invisible operators,
+# byte-order mark)
+_UNSAFE = re.compile("[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 _SLACK = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 

@@ -103,3 +103,13 @@ def test_hostile_values_on_the_wire(conn, db_url):
         assert orjson.loads(orjson.dumps(by_path["/hook"])) == by_path["/hook"]
     finally:
         receiver.close()
+
+
+def test_an_address_with_invisible_characters_cannot_pass_for_another():
+    """gonka1abc<ZWSP>def looks like gonka1abcdef in a chat: every invisible character is shown as U+FFFD."""
+    invisible = "\u200b\u200c\u200d\u2060\ufeff\u061c"
+    body = _body(summary=f"disputable penalty for gonka1abc{invisible}def", key=f"probe:gonka1{invisible}")
+    slack, tg = slack_message(body), telegram_message("-100", body)
+    for text in [*_slack_texts(slack), tg["text"]]:
+        assert not any(c in text for c in invisible), repr(text)
+    assert "gonka1abc" + "\ufffd" * len(invisible) + "def" in tg["text"]
