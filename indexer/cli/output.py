@@ -40,7 +40,9 @@ _PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)(?!\*\*\*)('(?:[^'\\]|\\.)*'|[^\
 
 
 def redact_text(text: str) -> str:
-    return _PASSWORD.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+    from indexer.db.url import scrub  # the passwords of the database URLs in use, in whatever form libpq quoted
+
+    return _PASSWORD.sub(r"\1***", _USERINFO.sub(r"\1***@", scrub(text)))
 
 
 # C0 and C1 control characters (an escape sequence from a peer's error text would drive the terminal), and the
@@ -80,12 +82,12 @@ class LogLine(logging.Formatter):
 def error(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[red]error:[/] {escape(one_line(redact_text(text), MESSAGE_LIMIT))}", highlight=False,
+    console().print(f"[red]error:[/] {escape(one_line(redact_text(text.rstrip()), MESSAGE_LIMIT))}", highlight=False,
                     soft_wrap=True)
 
 
 def warn(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[yellow]{escape(one_line(redact_text(text), MESSAGE_LIMIT))}[/]", highlight=False,
+    console().print(f"[yellow]{escape(one_line(redact_text(text.rstrip()), MESSAGE_LIMIT))}[/]", highlight=False,
                     soft_wrap=True)

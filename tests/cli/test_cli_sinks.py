@@ -74,3 +74,24 @@ def test_plain_lines_keep_their_own_line_breaks_but_no_peers_escape_sequences(ca
     say("check one: indexer evidence 9\x1b]0;pwned\x07\u202e 3\n  epoch 7 gonka1\x1b[2J")
     err = capsys.readouterr().err
     assert err == "check one: indexer evidence 9\\x1b]0;pwned\\x07\\u202e 3\n  epoch 7 gonka1\\x1b[2J\n"
+
+
+@pytest.mark.parametrize("url", ["postgresql://u:SECRET%zzPW@127.0.0.1:1/db", "postgresql://u:SECRETPW@[::1/db",
+                                 "postgresql://u@127.0.0.1:1/db?password=SECRET%zz"])
+def test_libpq_quoting_a_url_it_cannot_parse_never_shows_its_password(url, tmp_path, monkeypatch, capsys):
+    """libpq's error quotes the URL, or the password alone ('invalid percent-encoded token: "SECRET%zzPW"'), where
+    no URL pattern finds it."""
+    monkeypatch.setenv("INDEXER_HOME", str(tmp_path))
+    assert main(["--database-url", url, "status"]) != 0
+    err = capsys.readouterr().err
+    assert "SECRET" not in err and err.startswith("error: ") and len(err.splitlines()) == 1, err
+
+
+def test_the_readiness_body_and_log_never_show_the_password_libpq_quoted(caplog):
+    from indexer.observe.metrics import DatabaseReader
+
+    reader = DatabaseReader("postgresql://u:SECRET%zzPW@127.0.0.1:1/db", max_lag=60)
+    with caplog.at_level("WARNING", logger="indexer.observe.metrics"):
+        ready, body = reader.readiness()
+    assert not ready and body["database"].startswith("unreachable: ")
+    assert "SECRET" not in body["database"] and "SECRET" not in caplog.text and caplog.text
