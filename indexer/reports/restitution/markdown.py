@@ -12,13 +12,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
+from indexer.reports.restitution.cells import MAX_CELL, code, fenced, md, pipe_safe
+from indexer.reports.restitution.cells import csv_cell as _csv_cell
 from indexer.reports.restitution.collect import EpochCase
 from indexer.reports.restitution.render import NOT_CLAIMED, fmt, gonka, role
-from indexer.reports.restitution.verdicts import SETTLED, level_label, one_line, raw_json, sentence
+from indexer.reports.restitution.verdicts import SETTLED, level_label, raw_json, sentence
 
 CSV_COLUMNS = ("epoch_index", "participant", "outcome", "role", "flipped_test", "amount_gonka", "amount_ngonka",
                "reward_if_passed_ngonka", "weight_basis", "missed", "invalid", "disputable_missed",
@@ -27,37 +28,9 @@ CSV_COLUMNS = ("epoch_index", "participant", "outcome", "role", "flipped_test", 
                "unknown_reason", "confirmation_weight", "weight", "raw_confirmation_weight", "total_weight",
                "theoretical_epoch_reward", "chain_version", "params_exact", "disputable_penalties",
                "disputable_evidence_json", "delegation_status", "amount_if_delegating_ngonka", "evidence_level")
-MAX_CELL = 30_000  # a spreadsheet cell holds 32,767 characters; longer evidence is referred to the Markdown
-ID_LIMIT = 200      # characters of an identifier (participant, escrow, inference) in the Markdown
-TEXT_LIMIT = 2_000  # characters of one data text in the Markdown prose (the raw evidence block stays whole)
-# CommonMark's backslash escapes: emphasis, code, links and images, raw HTML and entities (&#x202e; would decode to
-# a bidi override), headings, tables, GFM strikethrough
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#~&])")
-_UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
-
-
-def md(text: Any, most: int = TEXT_LIMIT) -> str:
-    """Text from the data, safe in Markdown prose and table cells: one line, no control or bidi characters
-    (:func:`one_line`), at most ``most`` characters before escaping."""
-    return _MD_SPECIAL.sub(r"\\\1", one_line(text, most))
-
-
-def code(text: Any) -> str:
-    """An identifier in inline code: one line, bounded, backticks in it replaced (they would end the span). A ``|``
-    stays as it is here (a code span shows a backslash literally); :func:`_table` escapes it in a table cell."""
-    return "`" + one_line(str(text).replace("`", "'"), ID_LIMIT) + "`"
-
-
-def fenced(text: str, lang: str = "json") -> list[str]:
-    fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
-    return [fence + lang, text, fence]
-
-
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    # a "|" not escaped yet (one inside a code span) would end the cell: GFM reads "\\|" as "|" even in code
-    return out + ["| " + " | ".join(_UNESCAPED_PIPE.sub(r"\\|", c if isinstance(c, str) else fmt(c)) for c in r)
-                  + " |" for r in rows]
+    return out + ["| " + " | ".join(pipe_safe(c if isinstance(c, str) else fmt(c)) for c in r) + " |" for r in rows]
 
 
 def outcome(row: dict[str, Any]) -> str:
@@ -359,18 +332,6 @@ def markdown(case: EpochCase) -> str:
     lines += ["## What this report does not claim", ""] + [f"- {t}" for t in NOT_CLAIMED] + [""]
     lines += _variants(case)
     return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def _csv_cell(value: Any) -> Any:
-    """A CSV cell: numbers as they are; text that a spreadsheet would read as a formula with a leading apostrophe,
-    and text longer than a cell holds cut at MAX_CELL characters with an ellipsis (a peer chose the value)."""
-    if value is None:
-        return ""
-    if isinstance(value, str) and len(value) > MAX_CELL:
-        value = value[:MAX_CELL - 1] + "…"
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
 
 
 def _penalty_cells(case: EpochCase, participant: str) -> tuple[str, str]:
