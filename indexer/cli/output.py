@@ -78,7 +78,8 @@ class LogLine(logging.Formatter):
 
 # A message is one logical line: soft_wrap leaves the wrapping to the terminal, so a log file or a pipe gets it whole
 # (Rich would otherwise break it at the console's width, 80 columns when stderr is not a terminal). Messages carry
-# peers' text (a node's error, a file's line): credentials redacted first, then one bounded line.
+# peers' text (a node's error, a file's line): credentials redacted first, then one bounded line, shown as it is
+# (markup escaped, no ":emoji:" codes replaced).
 def _message(text: str) -> str:
     """An error or warning as one line: credentials redacted, line breaks and tabs (a driver's multi-line error)
     folded into spaces, other control and invisible characters shown as escapes, bounded; a leading indent kept."""
@@ -89,10 +90,10 @@ def _message(text: str) -> str:
 def error(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[red]error:[/] {escape(_message(text))}", highlight=False, soft_wrap=True)
+    console().print(f"[red]error:[/] {escape(_message(text))}", highlight=False, soft_wrap=True, emoji=False)
 
 
 def warn(text: str) -> None:
     from rich.markup import escape
 
-    console().print(f"[yellow]{escape(_message(text))}[/]", highlight=False, soft_wrap=True)
+    console().print(f"[yellow]{escape(_message(text))}[/]", highlight=False, soft_wrap=True, emoji=False)

@@ -125,7 +125,8 @@ def print_report(f: Findings, console: Console) -> None:
                              "failure": failure})
             console.print(f"  [cyan]{_v(rule)}[/] epoch {_v(epoch)} escrow {_v(escrow)} inference "
                           f"{_v(inference)}: {_v(host)} {_v(penalty)}, verdict {_v(verdict)}\n"
-                          f"    {escape(_bounded(said))}", soft_wrap=True, highlight=False)
+                          f"    {escape(_bounded(said))}", soft_wrap=True, highlight=False,
+                          emoji=False)  # data such as ":thumbs_up:" stays as it is
     if not f.rules:
         console.print("[green]no disputable penalties in range[/]")
 

@@ -95,3 +95,15 @@ def test_the_readiness_body_and_log_never_show_the_password_libpq_quoted(caplog)
         ready, body = reader.readiness()
     assert not ready and body["database"].startswith("unreachable: ")
     assert "SECRET" not in body["database"] and "SECRET" not in caplog.text and caplog.text
+
+
+def test_an_error_shows_emoji_codes_as_written(tmp_path, monkeypatch, capsys):
+    from indexer.cli import commands
+
+    def fails(args, settings):
+        raise RuntimeError("host gonka1:thumbs_up: answered :warning:")
+
+    monkeypatch.setenv("INDEXER_HOME", str(tmp_path))
+    monkeypatch.setattr(commands, "cmd_status", fails)
+    assert main(["status"]) == 1
+    assert capsys.readouterr().err == "error: RuntimeError: host gonka1:thumbs_up: answered :warning:\n"

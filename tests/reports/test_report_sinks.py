@@ -169,3 +169,12 @@ def test_html_page_bounds_a_megabyte_value_and_keeps_the_filter_matching():
     assert len(page) < 100_000 and "q" * 1000 not in page
     option = re.search(r'<select id="f-host"><option value="">all hosts</option><option value="([^"]*)"', page)[1]
     assert option.endswith("…") and f'<tr data-host="{option}"' in page and f'data-host="{option}" data-epoch' in page
+
+
+def test_terminal_report_shows_emoji_codes_in_data_as_written():
+    """Rich replaces ":thumbs_up:" in a printed string by 👍: a participant or escrow id must read as stored."""
+    f = Findings(epochs=[], hosts=[], rules=[(7, "r", "v", "p", 1)], verdicts=[],
+                 samples=[(7, ":pile_of_poo:", 3, "gonka1:thumbs_up:", "invalid", "r", "v", {}, "settled", None,
+                           None, None)])
+    out = _terminal(f)
+    assert "escrow :pile_of_poo:" in out and "gonka1:thumbs_up:" in out and "👍" not in out
