@@ -3,7 +3,8 @@
 Every field of a body comes from chain data or a rule (a participant or model id is whatever a peer chose), so:
 
 * Slack (incoming webhooks, ``mrkdwn``): ``&``, ``<`` and ``>`` are the only control characters (``<!channel>``,
-  ``<!here>``, ``<http://x|label>``) and are sent as ``&amp;``, ``&lt;``, ``&gt;``; a section's text is limited to
+  ``<!here>``, ``<http://x|label>``) and are sent as ``&amp;``, ``&lt;``, ``&gt;``; the text objects are
+  ``verbatim`` (no bare URL, ``#channel`` or ``@here`` made a link or mention); a section's text is limited to
   3,000 characters, and the top-level ``text`` is kept to the same length.
 * Telegram (``sendMessage`` without ``parse_mode``): the text is plain, nothing is interpreted, so nothing is
   escaped; a message is limited to 4,096 characters.
@@ -67,9 +68,11 @@ def slack_message(body: dict) -> dict:
     head = f"[{_head(body)}] {fit(plain(body.get('rule')), RULE_LIMIT, slack_escape)}"
     summary = fit(plain(body.get("summary")), SLACK_TEXT_LIMIT - units(head) - 6, slack_escape)
     key = fit(plain(body.get("alert_key")), KEY_LIMIT, slack_escape)
+    # verbatim: Slack does not turn a bare URL, "#channel" or "@here" in the data into a link or a mention
+    section = {"type": "mrkdwn", "text": f"*{head}*\n{summary}", "verbatim": True}
     return {"text": f"{head}: {summary}",
-            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{head}*\n{summary}"}},
-                       {"type": "context", "elements": [{"type": "mrkdwn", "text": key}]}]}
+            "blocks": [{"type": "section", "text": section},
+                       {"type": "context", "elements": [{"type": "mrkdwn", "text": key, "verbatim": True}]}]}
 
 
 def telegram_message(chat_id: str, body: dict) -> dict:
