@@ -7,7 +7,7 @@ two in step.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, MutableMapping
 
@@ -80,24 +80,33 @@ def check_database_url(url: str, origin: str) -> str:
         raise ConfigError(f"{origin} is set but empty: give a postgresql:// URL, or unset it to use the embedded "
                           "PostgreSQL")
     if not url.startswith(_SCHEMES):
-        scheme = url.split("://", 1)[0] if "://" in url else url[:20]
-        raise ConfigError(f"{origin} is not a PostgreSQL URL (scheme {scheme!r}); expected postgresql://…")
+        # only the scheme is shown, bounded: a libpq "key=value" string has no scheme and may hold password=
+        scheme = repr(url.split("://", 1)[0][:20]) if "://" in url else "none"
+        raise ConfigError(f"{origin} is not a PostgreSQL URL (scheme {scheme}); expected postgresql://…")
+    authority = url.split("://", 1)[1].split("/", 1)[0]
+    if authority.count("@") > 1:
+        # libpq splits at the first "@" and names the rest of the password as the host in its error
+        raise ConfigError(f"{origin}: the user or password holds an unencoded '@' (write it as %40)")
     return url
+
+
+# Fields that may hold a credential (a password, userinfo, a webhook path, a bot token) are left out of the repr, so
+# printing or logging the settings (or a traceback that shows them) never shows one.
 
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None
+    database_url: str | None = field(default=None, repr=False)
     indexer_home: Path = Path("./.indexer")
-    chain_rest_urls: tuple[str, ...] = ()
-    rpc_urls: tuple[str, ...] = ()
+    chain_rest_urls: tuple[str, ...] = field(default=(), repr=False)
+    rpc_urls: tuple[str, ...] = field(default=(), repr=False)
     validator_address: str = DEFAULT_VALIDATOR
     operator_address: str | None = None
     operator_key_file: Path | None = None
     operator_member: str | None = None
-    alert_webhooks: tuple[str, ...] = ()
-    alert_slack_webhooks: tuple[str, ...] = ()
-    alert_telegram_token: str | None = None
+    alert_webhooks: tuple[str, ...] = field(default=(), repr=False)
+    alert_slack_webhooks: tuple[str, ...] = field(default=(), repr=False)
+    alert_telegram_token: str | None = field(default=None, repr=False)
     alert_telegram_chats: tuple[str, ...] = ()
     alert_telegram_api: str = "https://api.telegram.org"
     metrics_addr: str = "127.0.0.1:9464"

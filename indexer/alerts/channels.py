@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 import orjson
@@ -31,6 +31,23 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
+def _secrets(url: str) -> list[str]:
+    """The parts of a URL a receiver (or a proxy before it) may echo back without the rest: the whole URL, its path
+    with the query, the path and the query (a Slack webhook's path and a ``?token=`` query are credentials), each as
+    written, percent-decoded and percent-encoded, longest first. Parts shorter than 8 characters ("/", "/hook") are
+    no secret and would mangle unrelated text."""
+    parts = urlsplit(url)
+    pieces = {url, parts.path + ("?" + parts.query if parts.query else ""), parts.path, parts.query}
+    pieces |= {unquote(p) for p in pieces} | {quote(p, safe="/:?=&") for p in pieces}
+    return sorted((p for p in pieces if len(p) >= 8), key=len, reverse=True)
+
+
+def _scrub(text: str, secrets: list[str], shown: str) -> str:
+    for secret in secrets:
+        text = text.replace(secret, shown)
+    return text
+
+
 def check_url(url: str, what: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -44,7 +61,7 @@ def _headers(idempotency_key: str) -> dict:
 
 @dataclass
 class Webhook:
-    url: str
+    url: str = field(repr=False)  # may carry a token (?token=…): the repr shows the name only
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -55,12 +72,12 @@ class Webhook:
         return post(client, self.url, orjson.dumps(body), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
-        return text.replace(self.url, self.name)
+        return _scrub(text, _secrets(self.url), self.name)
 
 
 @dataclass
 class Slack:
-    url: str  # an incoming-webhook URL: the path is the credential
+    url: str = field(repr=False)  # an incoming-webhook URL: the path is the credential
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,12 +88,12 @@ class Slack:
         return post(client, self.url, orjson.dumps(slack_message(body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
-        return text.replace(self.url, self.name)
+        return _scrub(text, _secrets(self.url), self.name)
 
 
 @dataclass
 class Telegram:
-    token: str
+    token: str = field(repr=False)
     chat_id: str
     api_url: str = "https://api.telegram.org"
     name: str = field(init=False)
@@ -91,7 +108,8 @@ class Telegram:
                     orjson.dumps(telegram_message(self.chat_id, body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
-        return text.replace(self.token, "<token>")
+        return _scrub(text, sorted({self.token, unquote(self.token), quote(self.token, safe="")}, key=len,
+                                   reverse=True), "<token>")
 
 
 def build_channels(webhooks=(), slack=(), telegram_token: str | None = None, telegram_chats=(),

@@ -27,9 +27,11 @@ import httpx
 import psycopg
 
 from indexer.alerts.channels import Channel
+from indexer.alerts.messages import KEY_LIMIT, fit, plain
 from indexer.alerts.posting import DeadlineExceeded
 
 log = logging.getLogger(__name__)
+ERROR_LIMIT = 300  # characters of a failed attempt's error (the receiver's answer is read up to 4 KiB)
 
 
 def utcnow() -> datetime:
@@ -176,11 +178,13 @@ def _attempt(conn: psycopg.Connection, channel: Channel, client: httpx.Client, l
         answer = channel.send(client, body, key, backoff.deadline)
         status = answer.status
         if not 200 <= status < 300:
-            error = f"HTTP {status}: {answer.text[:200]}"
+            error = f"HTTP {status}: {answer.text}"
     except (httpx.HTTPError, DeadlineExceeded) as exc:
         error = f"{type(exc).__name__}: {exc}"
     if error is not None:
-        error = channel.scrub(error)
+        # the receiver's answer is a peer's text: credentials it echoed scrubbed (before the cut, which could split
+        # one), then one line without control characters (a forged log line, a terminal escape) and bounded
+        error = fit(plain(" ".join(channel.scrub(error).split())), ERROR_LIMIT)
     finished = clock()
     if error is None:
         outcome, state, next_at = "delivered", "delivered", finished
@@ -196,5 +200,5 @@ def _attempt(conn: psycopg.Connection, channel: Channel, client: httpx.Client, l
                      "delivered_at = CASE WHEN %s THEN %s::timestamptz END WHERE delivery_id = %s",
                      (state, error, next_at, state == "delivered", finished, delivery_id))
     if error is not None:
-        log.warning("alert delivery %s to %s, attempt %s: %s", key, name, attempt, error)
+        log.warning("alert delivery %s to %s, attempt %s: %s", fit(plain(key), KEY_LIMIT), name, attempt, error)
     return outcome

@@ -18,6 +18,7 @@ from typing import Sequence
 import psycopg
 from psycopg.types.json import Jsonb
 
+from indexer.alerts.messages import KEY_LIMIT, SLACK_TEXT_LIMIT, fit, plain
 from indexer.alerts.rules import Alert, Rule, evaluate_rules
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,8 @@ def _notify(cur: psycopg.Cursor, row: tuple, channels: Sequence[str], now: datet
                     (notification_id, now, list(channels)))
     cur.execute("UPDATE alert.state SET notified_status = status, notified_summary = summary, last_notified_at = %s "
                 "WHERE alert_key = %s", (now, key))
-    log.info("alert %s %s: %s", key, status, summary)
+    # the key and summary carry a peer's values (a participant, a model id): one bounded line in the log
+    log.info("alert %s %s: %s", fit(plain(key), KEY_LIMIT), status, fit(plain(summary), SLACK_TEXT_LIMIT))
 
 
 def silence(conn: psycopg.Connection, target: str, duration: timedelta, reason: str = "",

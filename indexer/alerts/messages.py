@@ -3,12 +3,13 @@
 Every field of a body comes from chain data or a rule (a participant or model id is whatever a peer chose), so:
 
 * Slack (incoming webhooks, ``mrkdwn``): ``&``, ``<`` and ``>`` are the only control characters (``<!channel>``,
-  ``<!here>``, ``<http://x|label>``) and are sent as ``&amp;``, ``&lt;``, ``&gt;``; a section's text is limited to
+  ``<!here>``, ``<http://x|label>``) and are sent as ``&amp;``, ``&lt;``, ``&gt;``; the text objects are
+  ``verbatim`` (no bare URL, ``#channel`` or ``@here`` made a link or mention); a section's text is limited to
   3,000 characters, and the top-level ``text`` is kept to the same length.
 * Telegram (``sendMessage`` without ``parse_mode``): the text is plain, nothing is interpreted, so nothing is
   escaped; a message is limited to 4,096 characters.
-* Both: control, line-separator and bidirectional-override characters are shown as U+FFFD, so a value cannot start
-  a line that looks like another alert or reorder the text around it.
+* Both: control, line-separator, bidirectional-override and zero-width characters are shown as U+FFFD, so a value
+  cannot start a line that looks like another alert, reorder the text around it or pass for another address.
 
 Lengths are counted in UTF-16 code units (at least the number of characters, whichever way a service counts) and
 every cut happens between escaped characters, ending with an ellipsis. The webhook body is JSON (serialised by
@@ -24,7 +25,10 @@ RULE_LIMIT = 100       # a rule name is a file name: short, but bounded anyway
 KEY_LIMIT = 300        # an alert key in the context line
 ELLIPSIS = "…"
 
-_UNSAFE = re.compile("[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0/C1 controls, line and paragraph separators, bidi marks, embeddings, overrides and isolates, and the invisible
+# characters that make one address look like another (zero-width space/joiners, word joiner, invisible operators,
+# byte-order mark)
+_UNSAFE = re.compile("[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 _SLACK = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
@@ -64,9 +68,11 @@ def slack_message(body: dict) -> dict:
     head = f"[{_head(body)}] {fit(plain(body.get('rule')), RULE_LIMIT, slack_escape)}"
     summary = fit(plain(body.get("summary")), SLACK_TEXT_LIMIT - units(head) - 6, slack_escape)
     key = fit(plain(body.get("alert_key")), KEY_LIMIT, slack_escape)
+    # verbatim: Slack does not turn a bare URL, "#channel" or "@here" in the data into a link or a mention
+    section = {"type": "mrkdwn", "text": f"*{head}*\n{summary}", "verbatim": True}
     return {"text": f"{head}: {summary}",
-            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{head}*\n{summary}"}},
-                       {"type": "context", "elements": [{"type": "mrkdwn", "text": key}]}]}
+            "blocks": [{"type": "section", "text": section},
+                       {"type": "context", "elements": [{"type": "mrkdwn", "text": key, "verbatim": True}]}]}
 
 
 def telegram_message(chat_id: str, body: dict) -> dict:

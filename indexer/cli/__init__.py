@@ -10,12 +10,14 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from indexer.cli.output import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUNTIME, error, warn
+    from indexer.cli.output import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUNTIME, LogLine, error, warn
     from indexer.cli.parser import build_parser
     from indexer.settings import ConfigError, Settings
 
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(LogLine("%(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     if not args.verbose:  # psycopg's "error ignored in rollback" while unwinding a failure we report ourselves
         logging.getLogger("psycopg").setLevel(logging.ERROR)
     from indexer.cli import commands

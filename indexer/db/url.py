@@ -10,13 +10,13 @@ def resolve_database_url(explicit: str | None = None, settings: Settings | None 
     """--database-url (``explicit``) wins over DATABASE_URL (checked by Settings); with neither, the embedded
     cluster under INDEXER_HOME (started if needed). ``settings`` defaults to the environment's."""
     if explicit is not None:
-        return libpq_url(check_database_url(explicit, "--database-url"))
+        return remember(libpq_url(check_database_url(explicit, "--database-url")))
     settings = settings or Settings.from_env()
     if settings.database_url:
-        return libpq_url(settings.database_url)
+        return remember(libpq_url(settings.database_url))
     from indexer.db.embedded import EmbeddedCluster
 
-    return EmbeddedCluster(settings.indexer_home).url()
+    return remember(EmbeddedCluster(settings.indexer_home).url())
 
 
 def embedded_finder(explicit: str | None = None, settings: Settings | None = None) -> Callable[[], str | None] | None:
@@ -45,8 +45,37 @@ def is_unreachable(exc: BaseException) -> bool:
     return False
 
 
+# Passwords of the database URLs in use. libpq quotes a URL it cannot parse whole in its error ('invalid percent-
+# encoded token: "pa%zzss"', '... in URI: "postgresql://u:pw@[::1/db"'), so a message about the database can carry
+# the password in a form no URL pattern finds: every message about it goes through scrub().
+_SECRETS: set[str] = set()
+SECRET_MIN = 4  # shorter "passwords" are not searched for: replacing them would garble every message
+
+
+def remember(url: str) -> str:
+    """Note the password of ``url`` (the userinfo's and any ``password=`` parameter's, as written and
+    percent-decoded) for :func:`scrub`; returns ``url``. Parsed by hand: the URL may be one urlsplit refuses."""
+    import re
+    from urllib.parse import unquote
+
+    authority = re.split(r"[/?#]", url.split("://", 1)[1], maxsplit=1)[0] if "://" in url else ""
+    userinfo = authority.rpartition("@")[0]
+    found = [userinfo.partition(":")[2]] + re.findall(r"(?i)(?:^|[?&])password=([^&#]*)", url)
+    for secret in found:
+        _SECRETS.update(s for s in (secret, unquote(secret)) if len(s) >= SECRET_MIN)
+    return url
+
+
+def scrub(text: str) -> str:
+    """``text`` with every remembered database password replaced by ***."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
 def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    """The first line of an error about the database, any password of a URL in use removed."""
+    return scrub((str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
 
 def libpq_url(url: str) -> str:

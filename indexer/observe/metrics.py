@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from indexer.alerts.rules import load_rules
+from indexer.db.url import first_line, remember
 from indexer.observe import health
 from indexer.records import KINDS
 
@@ -81,7 +82,7 @@ class DatabaseReader:
     refresh connects again."""
 
     def __init__(self, url: str, max_lag: float, rules: Sequence[str] = (), max_age: float = MAX_AGE) -> None:
-        self.url, self.max_lag, self.rules, self.max_age = url, max_lag, list(rules), max_age
+        self.url, self.max_lag, self.rules, self.max_age = remember(url), max_lag, list(rules), max_age
         self._lock = threading.Lock()
         self._conn: psycopg.Connection | None = None
         self._last: Snapshot | None = None
@@ -117,7 +118,7 @@ class DatabaseReader:
     def retarget(self, url: str) -> None:
         """Read `url` from the next refresh on (the embedded server came back on another port)."""
         with self._lock:
-            self.url, self._last = url, None
+            self.url, self._last = remember(url), None
             self._drop()
 
     def _refresh(self) -> Snapshot:
@@ -136,7 +137,7 @@ class DatabaseReader:
                     "firing": conn.execute(_FIRING, (self.rules,)).fetchall()}
         except psycopg.Error as exc:
             self._drop()
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            reason = first_line(exc)  # libpq may quote the URL, password and all
             log.warning("metrics: database unreachable: %s", reason)
             body["database"] = "unreachable: " + reason
             return Snapshot(started, False, False, body)

@@ -85,9 +85,16 @@ INSERT INTO net.failure_pruned AS p (source_kind, failures, last_pruned_at)
 SELECT source_kind, count(*), now() FROM gone GROUP BY source_kind
 ON CONFLICT (source_kind) DO UPDATE SET failures = p.failures + excluded.failures, last_pruned_at = now()"""
 
+ERROR_LIMIT = 2000  # characters of an error text stored (net.failure, net.cursor.last_error)
 ARCHIVE_CYCLE_BYTES = 512 * 1024 * 1024  # the most one cycle archives in net.raw_response (bodies, bytes)
 ARCHIVE_DAYS = 14.0                       # net.raw_response and net.failure keep this many days (pruned at each
                                           # cycle's end)
+
+
+def _text(value: str | None, limit: int | None = ERROR_LIMIT) -> str | None:
+    """A peer's text for a text column: NUL (which PostgreSQL refuses in text, failing the whole transaction and,
+    as queued rows are kept for the next one, every later one) shown as U+FFFD, cut at ``limit`` characters."""
+    return None if value is None else value.replace("\x00", "\ufffd")[:limit]
 
 
 class Store(StoredReads):
@@ -160,9 +167,11 @@ class Store(StoredReads):
         Reads that succeeded resolve their earlier failure (the row goes, the source's error clears)."""
         for f in failures:
             subject = f.model_id or f.participant or ""
-            conn.execute(_CURSOR_FAILED, (f.source, f"epoch {f.epoch} {f.what} {subject} on {f.host}: {f.error}"[:2000]))
-            conn.execute(_SNAPSHOT_FAILURE, {"source": f.source, "e": f.epoch, "what": f.what, "m": f.model_id,
-                                             "p": f.participant, "h": f.host, "u": f.url, "err": f.error[:2000],
+            said = f"epoch {f.epoch} {f.what} {subject} on {f.host}: {f.error}"
+            conn.execute(_CURSOR_FAILED, (f.source, _text(said)))
+            conn.execute(_SNAPSHOT_FAILURE, {"source": f.source, "e": f.epoch, "what": f.what,
+                                             "m": _text(f.model_id, None), "p": _text(f.participant, None),
+                                             "h": _text(f.host, None), "u": f.url, "err": _text(f.error),
                                              "t": f.transient})
         if succeeded:
             resolved = conn.execute("DELETE FROM net.snapshot_failure WHERE source = ANY(%s) RETURNING source",
@@ -177,7 +186,7 @@ class Store(StoredReads):
         """``last_error`` of each source (api.ingest_status), in one transaction."""
         def body(conn: psycopg.Connection) -> None:
             with conn.cursor() as cur:
-                cur.executemany(_CURSOR_ERROR, [(source, message[:2000], retry_seconds) for source in sources])
+                cur.executemany(_CURSOR_ERROR, [(source, _text(message), retry_seconds) for source in sources])
         self._in_transaction(self.conn, body)
 
     def finish_cycle(self, url: str, error: str | None) -> None:
@@ -196,7 +205,7 @@ class Store(StoredReads):
             if conn is self.conn:
                 flush_at_commit(conn, self.durable)  # a fresh connection has its own setting
             if message is not None:
-                conn.execute(_CURSOR_ERROR, ("chain", message[:2000], 60.0))
+                conn.execute(_CURSOR_ERROR, ("chain", _text(message), 60.0))
             if self.archive_days is not None:
                 conn.execute("DELETE FROM net.raw_response WHERE fetched_at < now() - make_interval(secs => %s)",
                              (self.archive_days * 86400.0,))
@@ -351,7 +360,7 @@ class Store(StoredReads):
             if failures:
                 with conn.cursor() as cur:
                     cur.executemany("INSERT INTO net.failure (source, url, error, transient) VALUES (%s,%s,%s,%s)",
-                                    [(s, u, e[:2000], t) for s, u, e, t in failures])
+                                    [(s, _text(u, None), _text(e), t) for s, u, e, t in failures])
         except BaseException:
             with self._lock:
                 self.responses[:0], self.failures[:0] = responses, failures

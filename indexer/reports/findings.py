@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from indexer.reports.restitution.verdicts import REASON_LIMIT, sentence
+from indexer.reports.restitution.verdicts import REASON_LIMIT, one_line, sentence
 
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 
@@ -65,9 +65,14 @@ def collect(url: str, epochs: tuple[int, int] | None = None) -> Findings:
         )
 
 
+CELL_LIMIT = 200  # characters of one data value in a table cell or a report line (a peer chose the value)
+
+
 def _bounded(text: str, most: int = 600) -> str:
-    """Text a terminal line can carry: whole when short, else cut at the last space before ``most`` characters (a
-    data value may be of any length; the whole evidence stays in api.disputable_penalties)."""
+    """Text a terminal line can carry: one line without control characters (:func:`one_line`), whole when short,
+    else cut at the last space before ``most`` characters (a data value may be of any length; the whole evidence
+    stays in api.disputable_penalties)."""
+    text = one_line(text, len(str(text)) + 1)
     if len(text) <= most:
         return text
     cut = text.rfind(" ", 0, most)
@@ -75,8 +80,14 @@ def _bounded(text: str, most: int = 600) -> str:
 
 
 def _cell(value) -> Text:
-    """A table cell shown as the data is: model ids, participants and evidence may contain Rich markup ([/])."""
-    return Text("—" if value is None else str(value))
+    """A table cell shown as the data is, never as Rich markup (model ids and participants may contain [/]), on one
+    line and bounded, with control characters (a terminal escape sequence from a peer) shown as U+FFFD."""
+    return Text("—" if value is None else one_line(value, CELL_LIMIT))
+
+
+def _v(value) -> str:
+    """A data value inside a line printed with markup: escaped for Rich, one line, bounded, no control characters."""
+    return escape(one_line(value, CELL_LIMIT))
 
 
 def print_report(f: Findings, console: Console) -> None:
@@ -112,9 +123,10 @@ def print_report(f: Findings, console: Console) -> None:
             said = sentence({"rule": rule, "penalty": penalty, "verdict": verdict, "evidence": evidence,
                              "evidence_level": level, "failed_check": check, "failed_nonce": nonce,
                              "failure": failure})
-            console.print(f"  [cyan]{escape(str(rule))}[/] epoch {epoch} escrow {escape(str(escrow))} inference "
-                          f"{inference}: {escape(str(host))} {escape(str(penalty))}, verdict {escape(str(verdict))}\n"
-                          f"    {escape(_bounded(said))}", soft_wrap=True, highlight=False)
+            console.print(f"  [cyan]{_v(rule)}[/] epoch {_v(epoch)} escrow {_v(escrow)} inference "
+                          f"{_v(inference)}: {_v(host)} {_v(penalty)}, verdict {_v(verdict)}\n"
+                          f"    {escape(_bounded(said))}", soft_wrap=True, highlight=False,
+                          emoji=False)  # data such as ":thumbs_up:" stays as it is
     if not f.rules:
         console.print("[green]no disputable penalties in range[/]")
 
@@ -126,15 +138,16 @@ def _print_evidence(f: Findings, console: Console) -> None:
         for col in ("epoch", "evidence level", "penalties", "hosts"):
             t.add_column(col)
         for epoch, level, n, hosts in f.levels:
-            t.add_row(_cell(epoch), Text(level if level == "settled" else f"{level} (below settled)",
-                                         style=None if level == "settled" else "bold yellow"), _cell(n), _cell(hosts))
+            shown = level if level == "settled" else f"{level} (below settled)"
+            style = None if level == "settled" else "bold yellow"
+            t.add_row(_cell(epoch), Text(one_line(shown, CELL_LIMIT), style=style), _cell(n), _cell(hosts))
         console.print(t)
     more = f.failures[0][5] if f.failures else 0
     for epoch, escrow, check, nonce, reason, _ in f.failures:
         at = f" at nonce {nonce}" if nonce is not None else ""
-        line = f"escrow {escrow} (epoch {epoch}) failed the {check} check{at}: {reason or 'no reason recorded'}"
-        console.print(Text("verification failed: ", style="bold red") + Text(_bounded(" ".join(line.split()),
-                                                                                       REASON_LIMIT + 100)),
+        line = (f"escrow {one_line(escrow, CELL_LIMIT)} (epoch {epoch}) failed the {one_line(check, 40)} check{at}: "
+                f"{reason or 'no reason recorded'}")
+        console.print(Text("verification failed: ", style="bold red") + Text(_bounded(line, REASON_LIMIT + 100)),
                       soft_wrap=True, highlight=False)
     if more > 0:
         console.print(f"  … and {more} more escrow(s) that failed a check (api.escrow_verification)")

@@ -13,7 +13,7 @@ from decimal import Decimal
 import psycopg
 
 from indexer.reports.restitution.render import gonka, level_cell
-from indexer.reports.restitution.verdicts import REASON_LIMIT, evidence_note, one_line
+from indexer.reports.restitution.verdicts import REASON_LIMIT, evidence_note, html_text, one_line
 
 _WHERE = "WHERE (%(lo)s::bigint IS NULL OR epoch_index BETWEEN %(lo)s AND %(hi)s)"
 MAX_ROWS = 5000  # evidence rows on the page; the rest are counted and left to api.disputable_penalties
@@ -78,7 +78,7 @@ def collect_page(url: str, epochs: tuple[int, int] | None = None) -> Page:
 
 
 def _e(v) -> str:
-    return html.escape("—" if v is None else str(v))
+    return html_text("—" if v is None else v)
 
 
 def _gnk(ngonka) -> str:
@@ -173,7 +173,7 @@ def _penalty_rows(p: Page) -> str:
                     f'<td>{_e(host)}</td>'
                     f'<td>{_e(escrow)}</td><td>{_e(inference)}</td><td>{_e(penalty)}</td><td>{_e(rule)}</td>'
                     f'<td>{_e(verdict)}</td>{level_cell(level)}<td><details><summary>evidence</summary>'
-                    + (f'<p class="note">{html.escape(note)}</p>' if note else "")
+                    + (f'<p class="note">{html_text(note)}</p>' if note else "")
                     + f'<pre>{html.escape(ev)}</pre></details></td></tr>')
     return "".join(rows)
 

@@ -175,3 +175,27 @@ def test_two_workers_never_send_one_delivery_at_the_same_time(db, db_url, receiv
         holder.execute("SELECT 1 FROM alert.delivery FOR UPDATE")
         assert deliver_due(db_url, {hook.name: hook}, backoff=BACKOFF, clock=Clock()).attempted == 0
     assert deliver_due(db_url, {hook.name: hook}, backoff=BACKOFF, clock=Clock()).delivered == 1
+
+
+def test_a_receivers_answer_is_stored_and_logged_as_one_scrubbed_bounded_line(db, db_url, receiver, caplog):
+    """A proxy before Slack or a webhook may echo the request's path (the Slack credential, a ?token= query) in its
+    error page, with line breaks and terminal escapes that would forge a log line."""
+    slack = Slack(receiver.url + "/services/T000/B000/secretslackpath")
+    hook = Webhook(receiver.url + "/hook?token=s3cret-webhook-token")
+    telegram = Telegram("123456:secret-bot-token", "-100200", api_url=receiver.url)
+    channels = {c.name: c for c in (slack, hook, telegram)}
+    receiver.answer = lambda path: (f"{'x' * 20} no route for POST {path}\r\n\x1b[2J"
+                                    "alert delivery ok\u202e\n" + "y" * 5000).encode()
+    receiver.status = 404
+    db.execute("INSERT INTO public.probe (k) VALUES ('x\nINFO forged line')")
+    evaluate(db, [PROBE], list(channels), POLICY, now=T0)
+    with caplog.at_level("WARNING", logger="indexer.alerts.delivery"):
+        deliver_due(db_url, channels, backoff=BACKOFF, clock=Clock())
+    errors = [r[4] for r in _deliveries(db)]
+    assert len(errors) == 3 and all(e.startswith("HTTP 404: xxx") for e in errors)
+    logged = [r.getMessage() for r in caplog.records if "alert delivery" in r.getMessage()]
+    assert len(logged) == 3
+    for text in errors + logged:
+        assert "secret" not in text and "s3cret" not in text
+        assert not any(c in text for c in "\n\r\x1b\u202e"), repr(text)
+    assert all(len(e) <= 300 and e.endswith("…") for e in errors)

@@ -133,3 +133,14 @@ def test_several_rules_and_no_channel_still_keep_state_and_outbox(db):
     db.execute("INSERT INTO public.probe (k, severity) VALUES ('z', 'loud')")
     s = _eval(db, timedelta(minutes=1))
     assert "severity 'loud'" in s.skipped["probe"]
+
+
+def test_an_alert_is_logged_as_one_bounded_line_whatever_its_values(db, caplog):
+    """The key and summary carry a participant a peer chose: a line break would forge a log line, a megabyte would
+    flood the log."""
+    db.execute("INSERT INTO public.probe (k, v) VALUES (%s, %s)",
+               ("x\nINFO alert probe:y resolved: all good\x1b[2J", "\u202e" + "z" * 1_000_000))
+    with caplog.at_level("INFO", logger="indexer.alerts.engine"):
+        _eval(db, timedelta(0))
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("alert ")]
+    assert not any(c in line for c in "\n\r\x1b\u202e") and len(line) < 4000 and line.endswith("…")

@@ -103,3 +103,20 @@ def test_hostile_values_on_the_wire(conn, db_url):
         assert orjson.loads(orjson.dumps(by_path["/hook"])) == by_path["/hook"]
     finally:
         receiver.close()
+
+
+def test_an_address_with_invisible_characters_cannot_pass_for_another():
+    """gonka1abc<ZWSP>def looks like gonka1abcdef in a chat: every invisible character is shown as U+FFFD."""
+    invisible = "\u200b\u200c\u200d\u2060\ufeff\u061c"
+    body = _body(summary=f"disputable penalty for gonka1abc{invisible}def", key=f"probe:gonka1{invisible}")
+    slack, tg = slack_message(body), telegram_message("-100", body)
+    for text in [*_slack_texts(slack), tg["text"]]:
+        assert not any(c in text for c in invisible), repr(text)
+    assert "gonka1abc" + "\ufffd" * len(invisible) + "def" in tg["text"]
+
+
+def test_slack_text_objects_are_verbatim_so_bare_mentions_and_urls_stay_text():
+    """Without "verbatim", Slack links a bare URL and "#channel" and parses some "@here"-like mentions in mrkdwn."""
+    message = slack_message(_body(summary="gonka1x @here see http://phish.example #general"))
+    objects = [message["blocks"][0]["text"], *message["blocks"][1]["elements"]]
+    assert all(o["type"] == "mrkdwn" and o["verbatim"] is True for o in objects)

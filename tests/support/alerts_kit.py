@@ -36,8 +36,10 @@ class Received:
 
 @dataclass
 class Receiver:
-    """status: what to answer (None: drop the connection without answering, like a receiver that is down)."""
+    """status: what to answer (None: drop the connection without answering, like a receiver that is down);
+    answer: the body it answers with (a callable gets the request's path, like a proxy that echoes it)."""
     status: int | None = 200
+    answer: object = b"ok"
     requests: list[Received] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -52,10 +54,11 @@ class Receiver:
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
+                answer = receiver.answer(self.path) if callable(receiver.answer) else receiver.answer
                 self.send_response(status)
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(b"ok")
+                self.wfile.write(answer)
 
             def log_message(self, *a) -> None:
                 pass

@@ -6,9 +6,10 @@ floats only place shapes). The SVGs scale with their viewBox, so every font size
 a 375 px wide phone column."""
 from __future__ import annotations
 
-import html
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any
+
+from indexer.reports.restitution.verdicts import html_text
 
 W, H = 480, 260            # viewBox of every chart
 LEFT, RIGHT, TOP, BOTTOM = 58, 14, 58, 48
@@ -19,7 +20,7 @@ LABELS = {"current": "current", "without_disputable": "without disputable penalt
 
 
 def _e(v: Any) -> str:
-    return html.escape(str(v), quote=True)
+    return html_text(v)
 
 
 def _dec(v: Decimal, places: int = 2) -> str:

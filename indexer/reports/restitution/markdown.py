@@ -12,10 +12,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
+from indexer.reports.restitution.cells import MAX_CELL, code, fenced, md, pipe_safe
+from indexer.reports.restitution.cells import csv_cell as _csv_cell
 from indexer.reports.restitution.collect import EpochCase
 from indexer.reports.restitution.render import NOT_CLAIMED, fmt, gonka, role
 from indexer.reports.restitution.verdicts import SETTLED, level_label, raw_json, sentence
@@ -27,28 +28,9 @@ CSV_COLUMNS = ("epoch_index", "participant", "outcome", "role", "flipped_test", 
                "unknown_reason", "confirmation_weight", "weight", "raw_confirmation_weight", "total_weight",
                "theoretical_epoch_reward", "chain_version", "params_exact", "disputable_penalties",
                "disputable_evidence_json", "delegation_status", "amount_if_delegating_ngonka", "evidence_level")
-MAX_CELL = 30_000  # a spreadsheet cell holds 32,767 characters; longer evidence is referred to the Markdown
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#])")
-
-
-def md(text: Any) -> str:
-    """Text from the data, safe in Markdown prose and table cells (one line)."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
-
-
-def code(text: Any) -> str:
-    """An identifier in inline code: backticks in it are replaced (they would end the span)."""
-    return "`" + " ".join(str(text).replace("`", "'").split()) + "`"
-
-
-def fenced(text: str, lang: str = "json") -> list[str]:
-    fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
-    return [fence + lang, text, fence]
-
-
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    return out + ["| " + " | ".join(c if isinstance(c, str) else fmt(c) for c in r) + " |" for r in rows]
+    return out + ["| " + " | ".join(pipe_safe(c if isinstance(c, str) else fmt(c)) for c in r) + " |" for r in rows]
 
 
 def outcome(row: dict[str, Any]) -> str:
@@ -350,14 +332,6 @@ def markdown(case: EpochCase) -> str:
     lines += ["## What this report does not claim", ""] + [f"- {t}" for t in NOT_CLAIMED] + [""]
     lines += _variants(case)
     return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def _csv_cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
 
 
 def _penalty_cells(case: EpochCase, participant: str) -> tuple[str, str]:

@@ -3,14 +3,13 @@
 decimals truncated (1 GONKA = 10^9 ngonka; never rounds a payment up)."""
 from __future__ import annotations
 
-import html
 import json
 from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
 from indexer.reports.restitution.charts import downtime_svg, sprt_svg
 from indexer.reports.restitution.collect import EpochCase
-from indexer.reports.restitution.verdicts import SETTLED, level_label
+from indexer.reports.restitution.verdicts import SETTLED, html_text, level_label, one_line
 
 NGONKA = Decimal(10) ** 9
 VARIANTS = ("current", "issue_2078", "tokenize_2093", "narrow_prompt_ge_limit", "hardened_sibling")
@@ -77,7 +76,8 @@ def restitution_summary(cases: list[EpochCase]) -> str:
                    f"(H {fmt(r['sprt_threshold'])}) without {r['disputable_invalid']} disputable invalidation(s)")
         else:
             why = f"downtime test fails → passes without {r['disputable_missed']} disputable miss(es)"
-        lines += [f"  epoch {epoch} {r['participant']}", f"    {why}",
+        # the participant is a peer's choice: one line, bounded, no terminal control characters
+        lines += [f"  epoch {epoch} {one_line(r['participant'], 200)}", f"    {why}",
                   f"    to restitute: {gonka(r['restitution_amount'])} GONKA ({fmt(r['restitution_amount'])} ngonka)",
                   f"    evidence level: {level_label(r['evidence_level'])}"]
     return "\n".join(lines + tail)
@@ -86,7 +86,7 @@ def restitution_summary(cases: list[EpochCase]) -> str:
 def level_cell(level: str | None) -> str:
     """An evidence level as a table cell of the HTML page: marked (class "below") when not settled."""
     mark = "" if level == SETTLED else ' class="below"'
-    return f'<td{mark} data-level="{html.escape(level or "")}">{html.escape(level_label(level))}</td>'
+    return f'<td{mark} data-level="{html_text(level or "")}">{html_text(level_label(level))}</td>'
 
 
 def _downtime_flips(r: dict[str, Any]) -> bool:
@@ -108,7 +108,7 @@ def html_section(cases: list[EpochCase]) -> tuple[str, dict[str, Any]]:
         parts.append(f"<h3>Epoch {case.epoch}</h3><div class=\"scroll\"><table><tr><th>participant</th><th>role</th>"
                      "<th>to restitute (GONKA)</th><th>to restitute (ngonka)</th><th>evidence level</th></tr>")
         for r in case.candidates:
-            parts.append(f"<tr><td>{html.escape(r['participant'])}</td><td>{html.escape(role(r))}</td>"
+            parts.append(f"<tr><td>{html_text(r['participant'])}</td><td>{html_text(role(r))}</td>"
                          f"<td>{gonka(r['restitution_amount'])}</td><td>{fmt(r['restitution_amount'])}</td>"
                          f"{level_cell(r['evidence_level'])}</tr>")
         parts.append("</table></div>")
@@ -119,11 +119,11 @@ def html_section(cases: list[EpochCase]) -> tuple[str, dict[str, Any]]:
                 **{k: [[e, str(v)] for e, v in s] for k, s in series.items()}}
             if series:
                 parts.append(f"<figure><figcaption>Invalidation SPRT: LLR after each settlement, "
-                             f"{html.escape(r['participant'])}</figcaption>"
+                             f"{html_text(r['participant'])}</figcaption>"
                              f"{sprt_svg(series, r['sprt_threshold'], r['participant'])}</figure>")
             if _downtime_flips(r):
                 parts.append(f"<figure><figcaption>Downtime test: miss rate against p0, "
-                             f"{html.escape(r['participant'])}</figcaption>{downtime_svg(r)}</figure>")
+                             f"{html_text(r['participant'])}</figcaption>{downtime_svg(r)}</figure>")
     if len(parts) == 1:
         parts.append("<p>No host's epoch outcome flips without the disputable penalties.</p>")
     parts.append("</section>")
@@ -134,5 +134,7 @@ def html_block(cases: list[EpochCase]) -> str:
     """:func:`html_section` with its chart data embedded as JSON (``<script id="restitution-data">``), ready to place
     in a page."""
     fragment, data = html_section(cases)
-    payload = json.dumps(data).replace("</", "<\\/")  # no "</script>" inside the data
+    # no "<" at all inside the script element: "</script>" would end it, and "<!--<script>" would make the
+    # parser read past the real "</script>" (HTML's script data escape states); JSON reads \u003c as "<"
+    payload = json.dumps(data).replace("<", "\\u003c")
     return fragment + f'<script type="application/json" id="restitution-data">{payload}</script>'

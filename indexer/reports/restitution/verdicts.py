@@ -5,8 +5,11 @@ number came from; then, when its escrow's log is verified below settled, what th
 column), never cut into the prose."""
 from __future__ import annotations
 
+import html
 import json
 from typing import Any, Mapping
+
+from indexer.alerts.messages import plain
 
 LIMIT_SOURCES = {"model_args": "epoch snapshot, model args", "escrow": "escrow max_model_len"}
 PROMPT_SOURCES = {"sibling": "signed input tokens of a sibling Finish with the same prompt",
@@ -140,9 +143,23 @@ _RECORDS = "the tx records the penalty was derived from contradict the escrow's 
 
 
 def one_line(text: Any, most: int) -> str:
-    """A peer-influenced text on one line, cut at ``most`` characters with an ellipsis."""
-    flat = " ".join(str(text).split())
+    """A peer-influenced text on one line, cut at ``most`` characters with an ellipsis; control characters (a
+    terminal escape sequence), line separators and bidirectional overrides left after the whitespace is collapsed
+    are shown as U+FFFD (the alerts' rule), so the text can neither drive a terminal nor reorder a report line."""
+    flat = plain(" ".join(str(text).split()))
     return flat if len(flat) <= most else flat[:most - 1] + "…"
+
+
+HTML_LIMIT = 1000  # characters of one data value on the HTML page (it may appear in several places: cell, filter)
+
+
+def html_text(value: Any, most: int = HTML_LIMIT) -> str:
+    """A data value as HTML text or an attribute value: escaped (quotes too), control, line-separator and
+    bidirectional-override characters shown as U+FFFD, so a participant cannot reorder the table cell or line it is
+    in (html.escape leaves U+202E as it is), and cut at ``most`` characters with an ellipsis (the same cut wherever
+    the value appears, so a filter's value still matches its rows)."""
+    text = plain(str(value))
+    return html.escape(text if len(text) <= most else text[:most - 1] + "…", quote=True)
 
 
 def level_label(level: str | None) -> str:
