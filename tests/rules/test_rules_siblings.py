@@ -164,3 +164,43 @@ def test_reference_f5_error_miss_through_sibling_6150(db_url, tmp_path, conn, si
         assert got == [(408, "1971", 6149, "gonka1hostB", 5, "missed", "error_miss_sibling", "over_limit", "6150")]
     else:
         assert got == []
+
+
+def test_hardened_rule_needs_a_signed_prompt_count_that_shows_the_request_fits(db_url, tmp_path, conn):
+    # The hardened rule accepts an error-miss only on a sibling whose signed input_tokens, with THIS request's
+    # max_tokens, shows the request fits (interface.md §3 `fits`: P + M <= limit and P < limit). A sibling that billed
+    # output with input_tokens 0 (a billed client fault) signed no count of the prompt: it still qualifies today,
+    # but what the hardened rule says is unknown, never true.
+    log = Log()
+    c = {}
+
+    def case(name, *siblings, max_tokens=4096):
+        h = new_hash()
+        rid = log.refusal(5, h, max_tokens=max_tokens, payload=CF)
+        for input_tokens, sibling_max_tokens in siblings:
+            log.served(6, h, input_tokens=input_tokens, output_tokens=50, max_tokens=sibling_max_tokens)
+        log.error_miss(rid)
+        c[name] = rid
+
+    case("zero_input_sibling", (0, 4096))
+    case("zero_input_and_fitting", (0, 4096), (1000, 4096))
+    case("zero_input_and_over", (0, 4096), (GOV - 4095, 4096))
+    # the sibling's own max_tokens is not what is checked: 395904 + 4096 (this request) fits, + 8192 would not
+    case("this_requests_max_tokens", (GOV - 4096, 8192))
+    case("sibling_small_but_request_max_tokens_over", (1000, 1), max_tokens=GOV + 1)
+    # a prompt of the whole limit leaves no room to generate, whatever max_tokens says
+    case("prompt_at_limit_max_tokens_0", (GOV, 4096), max_tokens=0)
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+
+    got = by_id(conn, "api.sibling_findings", "sibling_input_tokens, accepted_current_rule, accepted_hardened_rule")
+    assert {k: got[rid] for k, rid in c.items()} == {
+        "zero_input_sibling": (0, True, None),
+        "zero_input_and_fitting": (1000, True, True),
+        "zero_input_and_over": (GOV - 4095, True, False),
+        "this_requests_max_tokens": (GOV - 4096, True, True),
+        "sibling_small_but_request_max_tokens_over": (1000, True, False),
+        "prompt_at_limit_max_tokens_0": (GOV, True, False),
+    }
+    disputable = by_id(conn, "api.disputable_penalties", "rule", "rule = 'error_miss_sibling'")
+    assert {k for k, rid in c.items() if rid in disputable} == set(c) - {"zero_input_and_fitting",
+                                                                          "this_requests_max_tokens"}
