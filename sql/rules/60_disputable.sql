@@ -1,7 +1,8 @@
 -- Penalties the rules would not uphold, one row per penalty, in three families:
 --   invalidated_context_refusal  an Invalidated 0/0 context-length (or unknown-payload) refusal not shown to fit
 --   error_miss_sibling           an error-miss on an unbilled client fault that only today's sibling rule admits
---                                (or that not even today's rule admits)
+--                                (or that not even today's rule admits), or whose refusal is not shown to fit
+--                                (siblings' signed counts disagree, and the largest shows it over the limit)
 --   timeout_over_limit           a refused/execution timeout on a request shown over the limit by signed tokens
 -- detected_at survives re-evaluation: one MERGE keyed like the table updates a finding only when it changed, so it
 -- keeps the time it was first seen, and deletes the epochs' findings no longer found. A finding depends on its
@@ -79,7 +80,10 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
   -- qualifying sibling, and a payload we do not have cannot show the miss deserved: the same benefit of the doubt
   -- that the invalidated family above gives an 'unknown' refusal.
   WHERE sf.epoch_index = ANY(%(epochs)s) AND sf.applied AND sf.client_fault_basis IS NOT NULL
-    AND (sf.accepted_current_rule IS NOT TRUE OR sf.accepted_hardened_rule IS NOT TRUE)
+    -- accepted by both rules on a sibling whose count fits, yet another signed count shows the request over: not
+    -- shown to fit, so the miss is disputable too (cr uses the largest count; a refusal counts only when it fits)
+    AND (sf.accepted_current_rule IS NOT TRUE OR sf.accepted_hardened_rule IS NOT TRUE
+         OR cr.verdict IS DISTINCT FROM 'fits')
     AND (NOT %(scoped)s OR sf.escrow_id = ANY(%(escrows)s))
   UNION ALL
   SELECT i.epoch_index, i.escrow_id, i.inference_id, i.executor_address, i.executor_slot, 'missed',

@@ -204,3 +204,26 @@ def test_hardened_rule_needs_a_signed_prompt_count_that_shows_the_request_fits(d
     disputable = by_id(conn, "api.disputable_penalties", "rule", "rule = 'error_miss_sibling'")
     assert {k for k, rid in c.items() if rid in disputable} == set(c) - {"zero_input_and_fitting",
                                                                           "this_requests_max_tokens"}
+
+
+def test_error_miss_disputable_when_a_larger_signed_count_shows_the_request_over(db_url, tmp_path, conn):
+    # Two served siblings of one prompt signed different counts (tokenizers differ by a few tokens at the limit):
+    # 395900 + 4096 fits, 395905 + 4096 does not. The hardened rule accepts on the first, but the request is not shown
+    # to fit: the refusal's verdict (the largest signed count, api.context_refusals) is over_limit, and a refusal
+    # counts against the host only when it fits. With both counts fitting, the miss stands.
+    log = Log()
+    c = {}
+    for name, counts in {"conflict": (GOV - 4100, GOV - 4095), "both_fit": (GOV - 4100, GOV - 4096)}.items():
+        h = new_hash()
+        c[name] = log.refusal(5, h, payload=CF)
+        for n in counts:
+            log.served(6, h, input_tokens=n, output_tokens=50)
+        log.error_miss(c[name])
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+
+    assert by_id(conn, "api.sibling_findings", "sibling_input_tokens, accepted_current_rule, accepted_hardened_rule") \
+        == {c["conflict"]: (GOV - 4100, True, True), c["both_fit"]: (GOV - 4100, True, True)}
+    assert by_id(conn, "api.context_refusals", "verdict, prompt_tokens") == {
+        c["conflict"]: ("over_limit", GOV - 4095), c["both_fit"]: ("fits", GOV - 4096)}
+    assert by_id(conn, "api.disputable_penalties", "participant, penalty, rule, verdict") == {
+        c["conflict"]: (B, "missed", "error_miss_sibling", "over_limit")}
