@@ -1,0 +1,85 @@
+"""Unknown stays unknown: a signed request without max_tokens, and a limit that is not in force for the request's
+epoch and model, never become zero, `fits` or an accepted error-miss (interface.md §3, gonka-devshard.md §2.5, §2.6).
+NDJSON in, api views out; governance is 400000 where a snapshot is given."""
+from __future__ import annotations
+
+from tests.support.rules_kit import (B, GOV, MINIMAX, Log, by_id, fam3, fam6_at_least, gov_snapshot, load, new_hash,
+                                     snapshot, stored)
+
+
+def _without_max_tokens(log: Log, iid: int) -> None:
+    """Drop max_tokens from the Start of `iid`, as a record that did not capture it."""
+    start = next(r for r in log.records if r["kind"] == "start" and r["inference_id"] == iid)
+    del start["max_tokens"]
+
+
+def test_a_request_without_max_tokens_is_never_shown_to_fit(db_url, tmp_path, conn):
+    log = Log()
+    c = {}
+    # an exact prompt count far below the limit: without max_tokens the sum is unknown, so not `fits`
+    c["exact_small"] = log.refusal(5, payload=stored(fam3(100_000, 1000)))
+    # ... but a prompt of the whole limit is over whatever max_tokens is
+    c["exact_at_limit"] = log.refusal(5, payload=stored(fam3(500_000, GOV)))
+    # a served sibling's count: the same
+    h = new_hash()
+    c["sibling_small"] = log.refusal(5, h, payload=stored(fam6_at_least(GOV, 4096)))
+    log.served(6, h, input_tokens=1000, output_tokens=50)
+    log.error_miss(c["sibling_small"])
+    for iid in c.values():
+        _without_max_tokens(log, iid)
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+
+    assert by_id(conn, "api.context_refusals", "max_tokens, prompt_tokens, verdict") == {
+        c["exact_small"]: (None, 1000, "undetermined"),
+        c["exact_at_limit"]: (None, GOV, "over_limit"),
+        c["sibling_small"]: (None, 1000, "undetermined"),
+    }
+    assert by_id(conn, "api.inferences", "max_tokens", f"inference_id = {c['exact_small']}") == \
+        {c["exact_small"]: None}
+    # today's rule admits the error-miss on the sibling; whether the hardened one would is unknown, so it is disputable
+    assert by_id(conn, "api.sibling_findings", "max_tokens, accepted_current_rule, accepted_hardened_rule") == \
+        {c["sibling_small"]: (None, True, None)}
+    assert by_id(conn, "api.disputable_penalties", "participant, penalty, rule, verdict") == \
+        {c["sibling_small"]: (B, "missed", "error_miss_sibling", "undetermined")}
+
+
+def test_a_timeout_without_max_tokens_is_shown_over_only_by_a_prompt_at_the_limit(db_url, tmp_path, conn):
+    log = Log()
+    c = {}
+    for name, sibling_input in {"sibling_below": GOV - 1, "sibling_at_limit": GOV}.items():
+        h = new_hash()
+        log.served(6, h, input_tokens=sibling_input, output_tokens=10)
+        c[name] = log.start(5, h)
+        log.timeout(c[name], "refused")
+        _without_max_tokens(log, c[name])
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+    assert by_id(conn, "api.disputable_penalties", "rule, verdict, (evidence ? 'max_tokens')") == {
+        c["sibling_at_limit"]: ("timeout_over_limit", "over_limit", False)}
+
+
+def test_the_limit_in_force_is_the_requests_own_epoch_and_model(db_url, tmp_path, conn):
+    # epoch 407 governs 400000 and epoch 409 300000 for the model; epoch 408 has a snapshot of another model only.
+    # The same refusal (395904 + 4096 == 400000) fits in 407, is over in 409 and undetermined in 408: never judged
+    # against a neighbouring epoch's or another model's limit.
+    logs = {epoch: Log(f"e{epoch}", epoch=epoch, first_nonce=1000 * (epoch - 400)) for epoch in (407, 408, 409)}
+    iid = {epoch: log.refusal(5, payload=stored(fam3(100_000, GOV - 4096))) for epoch, log in logs.items()}
+    records = [gov_snapshot(epoch=407), gov_snapshot(300_000, epoch=409), snapshot(["--max-model-len", "900000"],
+                                                                                  epoch=408, model=MINIMAX)]
+    load(db_url, tmp_path, records + [r for log in logs.values() for r in log.records])
+    assert by_id(conn, "api.context_refusals", "epoch_index, governance_limit, limit_source, verdict") == {
+        iid[407]: (407, GOV, "model_args", "fits"),
+        iid[408]: (408, None, None, "undetermined"),
+        iid[409]: (409, 300_000, "model_args", "over_limit"),
+    }
+
+
+def test_a_sibling_error_miss_without_a_limit_in_force_is_unknown(db_url, tmp_path, conn):
+    log = Log()
+    h = new_hash()
+    rid = log.refusal(5, h, payload=stored(fam6_at_least(GOV, 4096)))
+    log.served(6, h, input_tokens=1000, output_tokens=50)
+    log.error_miss(rid)
+    load(db_url, tmp_path, [snapshot(["--max-model-len", "400000"], model=MINIMAX)] + log.records)
+    assert by_id(conn, "api.sibling_findings", "governance_limit, accepted_current_rule, accepted_hardened_rule") == \
+        {rid: (None, True, None)}
+    assert by_id(conn, "api.disputable_penalties", "rule, verdict") == {rid: ("error_miss_sibling", "undetermined")}
