@@ -83,3 +83,16 @@ def test_a_sibling_error_miss_without_a_limit_in_force_is_unknown(db_url, tmp_pa
     assert by_id(conn, "api.sibling_findings", "governance_limit, accepted_current_rule, accepted_hardened_rule") == \
         {rid: (None, True, None)}
     assert by_id(conn, "api.disputable_penalties", "rule, verdict") == {rid: ("error_miss_sibling", "undetermined")}
+
+
+def test_a_governance_limit_read_again_changes_the_epochs_verdicts(db_url, tmp_path, conn):
+    # epoch 408's snapshot first read as 400000, then as 395000 (the args amended): the epoch is judged again against
+    # the new limit, and a limit removed from the args leaves it unknown, not the old value
+    log = Log()
+    iid = log.refusal(5, payload=stored(fam3(100_000, GOV - 4096)))  # + 4096 == 400000
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+    assert by_id(conn, "api.context_refusals", "governance_limit, verdict") == {iid: (GOV, "fits")}
+    load(db_url, tmp_path, [gov_snapshot(395_000)], name="amended.ndjson")
+    assert by_id(conn, "api.context_refusals", "governance_limit, verdict") == {iid: (395_000, "over_limit")}
+    load(db_url, tmp_path, [snapshot(["--kv-cache-dtype", "fp8"])], name="removed.ndjson")
+    assert by_id(conn, "api.context_refusals", "governance_limit, verdict") == {iid: (None, "undetermined")}
