@@ -68,7 +68,9 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
            'sibling_output_tokens', sf.sibling_output_tokens, 'sibling_status', sf.sibling_status,
            'max_tokens', sf.max_tokens, 'governance_limit', sf.governance_limit,
            'accepted_current_rule', sf.accepted_current_rule, 'accepted_hardened_rule', sf.accepted_hardened_rule,
-           'refusal_kind', cr.refusal_kind))
+           'refusal_kind', cr.refusal_kind,
+           -- the count the refusal's verdict used (the largest signed sibling count, when one served)
+           'refusal_prompt_tokens', cr.prompt_tokens, 'refusal_prompt_tokens_source', cr.prompt_tokens_source))
   FROM rules.sibling_finding sf
   JOIN replay.inference i ON i.escrow_id = sf.escrow_id AND i.inference_id = sf.inference_id
                          AND i.epoch_index = sf.epoch_index AND i.epoch_index = ANY(%(parts)s)

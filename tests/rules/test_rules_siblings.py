@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from indexer.reports.restitution.verdicts import sentence
 from tests.support.helpers import tx
 from tests.support.rules_kit import (B, GOV, Log, by_id, escrow, fam6_at_least, gov_snapshot, load, new_hash, rows,
                                      snapshot, stored)
@@ -227,3 +228,10 @@ def test_error_miss_disputable_when_a_larger_signed_count_shows_the_request_over
         c["conflict"]: ("over_limit", GOV - 4095), c["both_fit"]: ("fits", GOV - 4096)}
     assert by_id(conn, "api.disputable_penalties", "participant, penalty, rule, verdict") == {
         c["conflict"]: (B, "missed", "error_miss_sibling", "over_limit")}
+    # the evidence names the count that shows it over, and the restitution sentence says why it is disputable
+    penalty = dict(zip(("rule", "verdict", "evidence"), rows(
+        conn, "SELECT rule, verdict, evidence FROM api.disputable_penalties")[0]))
+    ev = penalty["evidence"]
+    assert (ev["sibling_input_tokens"], ev["refusal_prompt_tokens"], ev["refusal_prompt_tokens_source"]) == \
+        (GOV - 4100, GOV - 4095, "sibling")
+    assert "not shown to fit: prompt 395,905 + max_tokens 4,096 = 400,001 > governance limit 400,000" in sentence(penalty)
