@@ -234,4 +234,5 @@ def test_error_miss_disputable_when_a_larger_signed_count_shows_the_request_over
     ev = penalty["evidence"]
     assert (ev["sibling_input_tokens"], ev["refusal_prompt_tokens"], ev["refusal_prompt_tokens_source"]) == \
         (GOV - 4100, GOV - 4095, "sibling")
-    assert "not shown to fit: prompt 395,905 + max_tokens 4,096 = 400,001 > governance limit 400,000" in sentence(penalty)
+    assert "not shown to fit: prompt 395,905 + max_tokens 4,096 = 400,001 > governance limit 400,000" \
+        in sentence(penalty)

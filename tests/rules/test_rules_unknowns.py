@@ -4,7 +4,7 @@ NDJSON in, api views out; governance is 400000 where a snapshot is given."""
 from __future__ import annotations
 
 from tests.support.rules_kit import (B, GOV, MINIMAX, Log, by_id, fam3, fam6_at_least, gov_snapshot, load, new_hash,
-                                     snapshot, stored)
+                                     rows, snapshot, stored)
 
 
 def _without_max_tokens(log: Log, iid: int) -> None:
@@ -96,3 +96,58 @@ def test_a_governance_limit_read_again_changes_the_epochs_verdicts(db_url, tmp_p
     assert by_id(conn, "api.context_refusals", "governance_limit, verdict") == {iid: (395_000, "over_limit")}
     load(db_url, tmp_path, [snapshot(["--kv-cache-dtype", "fp8"])], name="removed.ndjson")
     assert by_id(conn, "api.context_refusals", "governance_limit, verdict") == {iid: (None, "undetermined")}
+
+
+def test_a_prompt_served_in_another_escrow_or_model_is_no_sibling(db_url, tmp_path, conn):
+    # the same prompt hash served by the DeepSeek escrow (limit 400000) proves nothing for the MiniMax escrow (180000):
+    # a sibling is another inference of the same escrow (gonka-devshard.md §2.4), of its one model and tokenizer
+    h = new_hash()
+    deepseek = Log("ds", first_nonce=1000)
+    deepseek.served(6, h, input_tokens=1000, output_tokens=50)
+    deepseek.served(7, h, input_tokens=GOV - 4095, output_tokens=50)
+    minimax = Log("mm", model=MINIMAX, first_nonce=5000)
+    refusal = minimax.refusal(5, h, payload=stored(fam6_at_least(180_000, 4096)))
+    minimax.error_miss(refusal)
+    timeout = minimax.start(5, h)
+    minimax.timeout(timeout, "refused")
+    load(db_url, tmp_path, [gov_snapshot(), gov_snapshot(180_000, model=MINIMAX)] + deepseek.records
+         + minimax.records)
+    assert by_id(conn, "api.context_refusals", "governance_limit, prompt_tokens_source, verdict") == \
+        {refusal: (180_000, "error_text", "over_limit")}
+    assert by_id(conn, "api.sibling_findings", "sibling_inference_id, accepted_current_rule, accepted_hardened_rule") \
+        == {refusal: (None, False, False)}
+    # the error-miss no sibling admits is disputable; the timeout is not shown over by another escrow's count
+    assert by_id(conn, "api.disputable_penalties", "rule") == {refusal: "error_miss_sibling"}
+
+
+def test_a_finish_the_state_machine_rejected_is_no_signed_count(db_url, tmp_path, conn):
+    # A sibling's input_tokens counts because its executor signed a Finish the escrow applied. A Finish the replay
+    # rejected (on a Pending record, or naming a slot that is not the executor's) is no such count: it must neither
+    # show a refusal fits (the invalidation would then stand) nor show a timed-out request over the limit.
+    log = Log()
+    h = new_hash()
+    refusal = log.refusal(5, h)                  # no payload: the prompt is unknown
+    log.invalidate(refusal)
+    pending = log.start(6, h)                    # never confirmed: its Finish cannot apply
+    log.finish(pending, 1000, 50)
+    h2 = new_hash()
+    started = log.start(6, h2)
+    log.confirm(started)
+    log.finish(started, GOV, 50, slot=7)         # the wrong executor slot: rejected, the record stays Started
+    timeout = log.start(5, h2)
+    log.timeout(timeout, "refused")
+    h3 = new_hash()
+    error_missed = log.refusal(5, h3, payload=stored(fam6_at_least(GOV, 4096)))
+    rejected_sibling = log.start(6, h3)
+    log.finish(rejected_sibling, 1000, 50)       # Pending again: no sibling for today's rule either
+    log.error_miss(error_missed)
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+
+    assert {r[0] for r in rows(conn, "SELECT inference_id FROM api.replay_rejections WHERE kind = 'finish'")} == \
+        {pending, started, rejected_sibling}
+    assert by_id(conn, "api.context_refusals", "prompt_tokens_source, verdict") == {
+        refusal: ("input_length", "undetermined"), error_missed: ("error_text", "over_limit")}
+    assert by_id(conn, "api.sibling_findings", "sibling_inference_id, accepted_current_rule") == \
+        {error_missed: (None, False)}
+    assert by_id(conn, "api.disputable_penalties", "rule, verdict") == {
+        refusal: ("invalidated_context_refusal", "undetermined"), error_missed: ("error_miss_sibling", "over_limit")}
