@@ -151,3 +151,16 @@ def test_a_finish_the_state_machine_rejected_is_no_signed_count(db_url, tmp_path
         {error_missed: (None, False)}
     assert by_id(conn, "api.disputable_penalties", "rule, verdict") == {
         refusal: ("invalidated_context_refusal", "undetermined"), error_missed: ("error_miss_sibling", "over_limit")}
+
+
+def test_a_rejected_finish_makes_no_raised_limit_suspect(db_url, tmp_path, conn):
+    # a Finish naming slot 9 (host D) for a record that slot 6 (C) executes is rejected: D served nothing, so D is no
+    # suspect and D's invalid votes keep their weight in the tally without suspects
+    log = Log()
+    started = log.start(6)
+    log.confirm(started)
+    log.finish(started, 399_000, 1001, slot=9)   # 400001 > 400000, but not applied
+    served = log.served(11, input_tokens=399_000, output_tokens=1001)   # E: applied, a suspect
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+    assert rows(conn, "SELECT participant, inference_id, observed_tokens FROM api.raised_limit_suspects") == \
+        [("gonka1hostE", served, GOV + 1)]
