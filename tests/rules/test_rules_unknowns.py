@@ -3,8 +3,8 @@ epoch and model, never become zero, `fits` or an accepted error-miss (interface.
 NDJSON in, api views out; governance is 400000 where a snapshot is given."""
 from __future__ import annotations
 
-from tests.support.rules_kit import (B, GOV, MINIMAX, Log, by_id, fam3, fam6_at_least, gov_snapshot, load, new_hash,
-                                     rows, snapshot, stored)
+from tests.support.rules_kit import (B, GOV, MINIMAX, Log, by_id, fam3, fam4, fam6_at_least, gov_snapshot, load,
+                                     new_hash, rows, snapshot, stored)
 
 
 def _without_max_tokens(log: Log, iid: int) -> None:
@@ -164,3 +164,17 @@ def test_a_rejected_finish_makes_no_raised_limit_suspect(db_url, tmp_path, conn)
     load(db_url, tmp_path, [gov_snapshot()] + log.records)
     assert rows(conn, "SELECT participant, inference_id, observed_tokens FROM api.raised_limit_suspects") == \
         [("gonka1hostE", served, GOV + 1)]
+
+
+def test_a_rejected_zero_zero_finish_is_no_refusal(db_url, tmp_path, conn):
+    # a 0/0 Finish naming slot 9 (host D) for a record that slot 6 (C) executes is rejected: it is no refusal of the
+    # record, and the limit its text states (600000) is no one's evidence of a raised limit
+    log = Log()
+    started = log.start(6)
+    log.confirm(started)
+    log.finish(started, 0, 0, stored(fam4(600_000, 597_000, 4096)), slot=9)
+    refusal = log.refusal(5, payload=stored(fam4(600_000, 597_000, 4096)))   # B's own: applied, a suspect
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+    assert by_id(conn, "api.context_refusals", "executor_address, verdict") == {refusal: (B, "over_limit")}
+    assert rows(conn, "SELECT participant, evidence_kind, inference_id FROM api.raised_limit_suspects") == \
+        [(B, "stated_limit_above", refusal)]
