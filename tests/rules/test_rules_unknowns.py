@@ -178,3 +178,18 @@ def test_a_rejected_zero_zero_finish_is_no_refusal(db_url, tmp_path, conn):
     assert by_id(conn, "api.context_refusals", "executor_address, verdict") == {refusal: (B, "over_limit")}
     assert rows(conn, "SELECT participant, evidence_kind, inference_id FROM api.raised_limit_suspects") == \
         [(B, "stated_limit_above", refusal)]
+
+
+def test_the_gateways_estimate_excuses_nothing_in_the_narrow_variant(db_url, tmp_path, conn):
+    # narrow_prompt_ge_limit excuses a penalty only on a prompt count at or over the limit (exact or a lower bound,
+    # docs/restitution.md); input_length is the gateway's estimate, recorded and never decisive
+    log = Log()
+    estimate_over = log.refusal(5, input_length=GOV + 10)                          # no payload, no sibling
+    counted_at_limit = log.refusal(4, payload=stored(fam3(500_000, GOV)))          # the executor's exact count
+    for iid in (estimate_over, counted_at_limit):
+        log.invalidate(iid)
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+    assert by_id(conn, "api.policy_penalties", "prompt_tokens_source, excused_issue_2078, excused_tokenize_2093, "
+                                               "excused_narrow_prompt_ge_limit") == {
+        estimate_over: ("input_length", True, False, False),
+        counted_at_limit: ("error_text", True, True, True)}
