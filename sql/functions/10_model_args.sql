@@ -1,7 +1,9 @@
 -- fn.max_model_len(args): the --max-model-len that vLLM would run with, given model args as governance set them.
 -- Both '--max-model-len N' and '--max-model-len=N'; the last occurrence wins (argparse). vLLM's parser
 -- (FlexibleArgumentParser) turns '_' into '-' in an option's name before argparse sees it, so '--max_model_len' and
--- any mix of '_' and '-' name the same flag. Values as vLLM's human_readable_int reads them (fn.parse_token_count).
+-- any mix of '_' and '-' name the same flag. Values as vLLM's human_readable_int reads them (fn.parse_token_count);
+-- 0 is unknown, as the escrow's max_model_len 0 that #1763 freezes from these args (a limit of 0 would show every
+-- request over it).
 -- Also reports how often the flag occurs and whether both forms occur (the MergeModelArgs loophole, #1911).
 
 -- fn.parse_token_count(v): a count as vLLM's human_readable_int parses it, NULL where vLLM would not start:
@@ -38,12 +40,12 @@ BEGIN
     flag := replace(split_part(tok, '=', 1), '_', '-');
     IF flag = '--max-model-len' AND strpos(tok, '=') = 0 THEN
       occurrences := occurrences + 1; two_token := true;
-      args_limit := CASE WHEN i < n THEN fn.parse_token_count(args[i + 1]) END;
+      args_limit := CASE WHEN i < n THEN NULLIF(fn.parse_token_count(args[i + 1]), 0) END;
       i := i + 2;
       CONTINUE;
     ELSIF flag = '--max-model-len' THEN
       occurrences := occurrences + 1; one_token := true;
-      args_limit := fn.parse_token_count(substr(tok, strpos(tok, '=') + 1));
+      args_limit := NULLIF(fn.parse_token_count(substr(tok, strpos(tok, '=') + 1)), 0);
     END IF;
     i := i + 1;
   END LOOP;

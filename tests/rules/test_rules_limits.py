@@ -37,6 +37,8 @@ ARGS_CASES = {
     21: (["--max-model-len", "9223372036854775807"], 9223372036854775807, 1, False, False),
     22: (["--max-model-len", "9223372036854775808"], None, 1, False, False),
     23: (["--max-model-len", "0400000"], 400000, 1, False, False),
+    # 0 is unknown (the escrow's max_model_len 0 likewise), never a limit that shows every request over it
+    24: (["--max-model-len", "400000", "--max-model-len=0"], None, 2, True, True),
 }
 
 
