@@ -82,9 +82,12 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
   -- qualifying sibling, and a payload we do not have cannot show the miss deserved: the same benefit of the doubt
   -- that the invalidated family above gives an 'unknown' refusal.
   WHERE sf.epoch_index = ANY(%(epochs)s) AND sf.applied AND sf.client_fault_basis IS NOT NULL
-    -- accepted by both rules on a sibling whose count fits, yet another signed count shows the request over: not
-    -- shown to fit, so the miss is disputable too (cr uses the largest count; a refusal counts only when it fits)
-    AND (sf.accepted_current_rule IS NOT TRUE OR sf.accepted_hardened_rule IS NOT TRUE
+    -- The miss stands only when today's rule accepts it, the hardened rule does not reject it, and the refusal is
+    -- shown to fit (cr: the largest signed count; a refusal counts only when it fits). So both rules accepting on a
+    -- sibling whose count fits, while another signed count shows the request over, leaves it disputable; and a
+    -- hardened acceptance that is unknown (a sibling that signed input_tokens 0) decides nothing when the refusal's
+    -- own evidence shows it fits, and leaves it disputable otherwise (the verdict is then not 'fits').
+    AND (sf.accepted_current_rule IS NOT TRUE OR sf.accepted_hardened_rule IS FALSE
          OR cr.verdict IS DISTINCT FROM 'fits')
     AND (NOT %(scoped)s OR sf.escrow_id = ANY(%(escrows)s))
   UNION ALL

@@ -8,8 +8,8 @@ import pytest
 
 from indexer.reports.restitution.verdicts import sentence
 from tests.support.helpers import tx
-from tests.support.rules_kit import (B, GOV, Log, by_id, escrow, fam6_at_least, gov_snapshot, load, new_hash, rows,
-                                     snapshot, stored)
+from tests.support.rules_kit import (B, GOV, Log, by_id, escrow, fam3, fam6_at_least, gov_snapshot, load, new_hash,
+                                     rows, snapshot, stored)
 
 CF = stored(fam6_at_least(GOV, 4096))  # an unbilled pure client fault (a context refusal) for the error-missed Finish
 
@@ -171,19 +171,21 @@ def test_hardened_rule_needs_a_signed_prompt_count_that_shows_the_request_fits(d
     # The hardened rule accepts an error-miss only on a sibling whose signed input_tokens, with THIS request's
     # max_tokens, shows the request fits (interface.md §3 `fits`: P + M <= limit and P < limit). A sibling that billed
     # output with input_tokens 0 (a billed client fault) signed no count of the prompt: it still qualifies today,
-    # but what the hardened rule says is unknown, never true.
+    # but what the hardened rule says is unknown, never true. An unknown hardened acceptance leaves the miss
+    # disputable unless other evidence shows the request fits (the executor's own exact count).
     log = Log()
     c = {}
 
-    def case(name, *siblings, max_tokens=4096):
+    def case(name, *siblings, max_tokens=4096, payload=CF):
         h = new_hash()
-        rid = log.refusal(5, h, max_tokens=max_tokens, payload=CF)
+        rid = log.refusal(5, h, max_tokens=max_tokens, payload=payload)
         for input_tokens, sibling_max_tokens in siblings:
             log.served(6, h, input_tokens=input_tokens, output_tokens=50, max_tokens=sibling_max_tokens)
         log.error_miss(rid)
         c[name] = rid
 
     case("zero_input_sibling", (0, 4096))
+    case("zero_input_text_fits", (0, 4096), payload=stored(fam3(100_000, GOV - 4096)))
     case("zero_input_and_fitting", (0, 4096), (1000, 4096))
     case("zero_input_and_over", (0, 4096), (GOV - 4095, 4096))
     # the sibling's own max_tokens is not what is checked: 395904 + 4096 (this request) fits, + 8192 would not
@@ -196,6 +198,7 @@ def test_hardened_rule_needs_a_signed_prompt_count_that_shows_the_request_fits(d
     got = by_id(conn, "api.sibling_findings", "sibling_input_tokens, accepted_current_rule, accepted_hardened_rule")
     assert {k: got[rid] for k, rid in c.items()} == {
         "zero_input_sibling": (0, True, None),
+        "zero_input_text_fits": (0, True, None),
         "zero_input_and_fitting": (1000, True, True),
         "zero_input_and_over": (GOV - 4095, True, False),
         "this_requests_max_tokens": (GOV - 4096, True, True),
@@ -204,7 +207,8 @@ def test_hardened_rule_needs_a_signed_prompt_count_that_shows_the_request_fits(d
     }
     disputable = by_id(conn, "api.disputable_penalties", "rule", "rule = 'error_miss_sibling'")
     assert {k for k, rid in c.items() if rid in disputable} == set(c) - {"zero_input_and_fitting",
-                                                                          "this_requests_max_tokens"}
+                                                                          "this_requests_max_tokens",
+                                                                          "zero_input_text_fits"}
 
 
 def test_error_miss_disputable_when_a_larger_signed_count_shows_the_request_over(db_url, tmp_path, conn):
