@@ -1,8 +1,7 @@
 -- Siblings (gonka-devshard.md §2.4): the other inferences of the same escrow whose Start signed the same non-empty
 -- prompt hash, with their signed Finish counts: only a Finish the escrow applied (replay.inference.finished_nonce is
 -- its nonce). A Finish the state machine rejected (on a Pending record, or naming a slot that is not the executor's)
--- is no executor's signed count, so it must neither show a request fits nor show it over the limit. A sibling signed
--- the same model in its Start: another model's count is another tokenizer's, under another limit. A sibling's
+-- is no executor's signed count, so it must neither show a request fits nor show it over the limit. A sibling's
 -- input_tokens is a signed count of the prompt that the rules trust above the executor's text and the gateway's
 -- estimate (interface.md §3, prompt_tokens_source).
 -- Both functions are single SQL SELECTs over the tables, STABLE and not STRICT, so the planner inlines them into the
@@ -33,10 +32,6 @@ LANGUAGE sql STABLE AS $$
         = sibling_finishes.escrow_id || '/' || sibling_finishes.prompt_hash
     AND sibling_start.prompt_hash = sibling_finishes.prompt_hash AND sibling_finishes.prompt_hash <> ''
     AND sibling_start.inference_id <> sibling_finishes.inference_id
-    AND sibling_start.model IS NOT DISTINCT FROM (SELECT own.model FROM rec.start_tx own
-                                                  WHERE own.escrow_id = sibling_finishes.escrow_id
-                                                    AND own.inference_id = sibling_finishes.inference_id
-                                                    AND own.epoch_index = ANY(sibling_finishes.epochs))
 $$;
 
 -- fn.largest_sibling(escrow_id, prompt_hash, inference_id, epochs): the sibling Finish that served the prompt

@@ -193,20 +193,3 @@ def test_the_gateways_estimate_excuses_nothing_in_the_narrow_variant(db_url, tmp
                                                "excused_narrow_prompt_ge_limit") == {
         estimate_over: ("input_length", True, False, False),
         counted_at_limit: ("error_text", True, True, True)}
-
-
-def test_a_start_for_another_model_is_no_sibling(db_url, tmp_path, conn):
-    # a Start in the same escrow that signed another model for the same prompt hash: its count is another tokenizer's
-    # and its limit another model's, so it is no sibling, neither for a prompt count nor for the sibling rules
-    log = Log()
-    h = new_hash()
-    refusal = log.refusal(5, h, payload=stored(fam6_at_least(GOV, 4096)))
-    other = log.served(6, h, input_tokens=1000, output_tokens=50)
-    log.error_miss(refusal)
-    next(r for r in log.records if r["kind"] == "start" and r["inference_id"] == other)["model"] = MINIMAX
-    load(db_url, tmp_path, [gov_snapshot()] + log.records)
-    assert by_id(conn, "api.inferences", "request_model", f"inference_id = {other}") == {other: MINIMAX}
-    assert by_id(conn, "api.context_refusals", "prompt_tokens_source, verdict") == \
-        {refusal: ("error_text", "over_limit")}
-    assert by_id(conn, "api.sibling_findings", "sibling_inference_id, accepted_current_rule, accepted_hardened_rule") \
-        == {refusal: (None, False, False)}
