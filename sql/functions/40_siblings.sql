@@ -1,6 +1,9 @@
 -- Siblings (gonka-devshard.md §2.4): the other inferences of the same escrow whose Start signed the same non-empty
--- prompt hash, with their signed Finish counts. A sibling's input_tokens is a signed count of the prompt that the
--- rules trust above the executor's text and the gateway's estimate (interface.md §3, prompt_tokens_source).
+-- prompt hash, with their signed Finish counts: only a Finish the escrow applied (replay.inference.finished_nonce is
+-- its nonce). A Finish the state machine rejected (on a Pending record, or naming a slot that is not the executor's)
+-- is no executor's signed count, so it must neither show a request fits nor show it over the limit. A sibling's
+-- input_tokens is a signed count of the prompt that the rules trust above the executor's text and the gateway's
+-- estimate (interface.md §3, prompt_tokens_source).
 -- Both functions are single SQL SELECTs over the tables, STABLE and not STRICT, so the planner inlines them into the
 -- calling query: a LATERAL call becomes a probe of the hash index on escrow_id || '/' || prompt_hash (migration 0016:
 -- the one expression below is what the index holds; the column equalities keep the result exact). `epochs` names the
@@ -19,6 +22,10 @@ LANGUAGE sql STABLE AS $$
   JOIN rec.finish_tx sibling_finish ON sibling_finish.escrow_id = sibling_start.escrow_id
                                    AND sibling_finish.inference_id = sibling_start.inference_id
                                    AND sibling_finish.epoch_index = ANY(sibling_finishes.epochs)
+  JOIN replay.inference sibling_record ON sibling_record.escrow_id = sibling_finish.escrow_id
+                                      AND sibling_record.inference_id = sibling_finish.inference_id
+                                      AND sibling_record.epoch_index = ANY(sibling_finishes.epochs)
+                                      AND sibling_record.finished_nonce = sibling_finish.diff_nonce
   WHERE sibling_start.escrow_id = sibling_finishes.escrow_id
     AND sibling_start.epoch_index = ANY(sibling_finishes.epochs)
     AND sibling_start.escrow_id || '/' || sibling_start.prompt_hash

@@ -1,4 +1,4 @@
--- One verdict per 0/0 Finish against the governance limit. Prompt tokens from the most trusted evidence:
+-- One verdict per applied 0/0 Finish against the governance limit. Prompt tokens from the most trusted evidence:
 -- sibling (signed input_tokens of another Finish of the same prompt in the escrow; the largest, fn.largest_sibling,
 -- so any served count that shows the request cannot fit protects the host) > error_text (the executor's own vLLM
 -- message, possibly a lower bound) > input_length (the gateway's estimate: recorded, never decisive).
@@ -15,10 +15,15 @@ WITH zero AS (
   FROM rules.escrow_limit el
   CROSS JOIN LATERAL (  -- probe each escrow's 0/0 Finishes (OFFSET 0 keeps the planner from flattening this into
                         -- a walk over every epoch's refusals: it underestimates input = 0 AND output = 0)
-    SELECT escrow_id, inference_id, response_payload IS NOT NULL AS has_payload FROM rec.finish_tx
+    SELECT escrow_id, inference_id, diff_nonce, response_payload IS NOT NULL AS has_payload FROM rec.finish_tx
     WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
       AND input_tokens = 0 AND output_tokens = 0
     OFFSET 0) f
+  -- only a Finish the escrow applied: one the state machine rejected (say, naming a slot that is not the executor's)
+  -- is no refusal by the record's executor, and the limit its text states is no one's
+  JOIN replay.inference applied ON applied.escrow_id = f.escrow_id AND applied.inference_id = f.inference_id
+                               AND applied.epoch_index = el.epoch_index AND applied.epoch_index = ANY(%(parts)s)
+                               AND applied.finished_nonce = f.diff_nonce
   LEFT JOIN rec.start_tx s ON s.escrow_id = f.escrow_id AND s.inference_id = f.inference_id  -- once per refusal
                           AND s.epoch_index = el.epoch_index AND s.epoch_index = ANY(%(parts)s)
   WHERE el.escrow_id = ANY(%(escrows)s)

@@ -2,7 +2,11 @@
 -- (gonka-devshard.md §2.4, §3.5 pt 6). A verifier rejects an error-miss on an unbilled pure client fault unless a
 -- sibling qualifies, so, with client_fault := fn.is_client_fault_finish of the error-missed Finish:
 --   accepted_current_rule  := NOT client_fault OR a sibling qualifies
---   accepted_hardened_rule := NOT client_fault OR (a sibling qualifies AND sibling.input_tokens + max_tokens <= limit)
+--   accepted_hardened_rule := NOT client_fault OR (a sibling qualifies AND its count shows the request fits)
+-- where a count shows the request fits when NOT fn.shown_over_limit(sibling.input_tokens, max_tokens, limit): the
+-- proposal's sibling.input_tokens + max_tokens <= limit, with max_tokens the error-missed request's own (the sibling's
+-- does not matter) and, as in every verdict, a prompt of the whole limit never fitting. A sibling whose input_tokens
+-- is 0 (a billed client fault) signed no count of the prompt: its check is unknown, never a pass.
 -- A sibling qualifies by its status *at the error-miss's nonce*: Finished (not yet challenged or timed out) or
 -- Validated, and it must have served (output_tokens > 0). Billed client faults and non-client-fault bodies are
 -- plain misses under both rules (client_fault is false). A 0/0 Finish without payload has client_fault NULL: the
@@ -43,12 +47,12 @@ SELECT j.escrow_id, j.inference_id, j.epoch_index, j.diff_nonce, COALESCE(j.appl
        j.governance_limit, j.max_tokens,
        CASE WHEN j.has_finish THEN NOT j.client_fault OR candidate.sibling_inference_id IS NOT NULL END,
        CASE WHEN j.has_finish THEN NOT j.client_fault
-                                   OR (candidate.sibling_inference_id IS NOT NULL
-                                       AND candidate.input_tokens::numeric + j.max_tokens <= j.governance_limit) END,
+                                   OR (candidate.sibling_inference_id IS NOT NULL AND candidate.shows_fit) END,
        %(version)s
 FROM judged j
 LEFT JOIN LATERAL (
-  SELECT sibling.sibling_inference_id, sibling.input_tokens, sibling.output_tokens, sibling_record.status
+  SELECT sibling.sibling_inference_id, sibling.input_tokens, sibling.output_tokens, sibling_record.status,
+         NOT fn.shown_over_limit(NULLIF(sibling.input_tokens, 0), j.max_tokens, j.governance_limit) AS shows_fit
   FROM fn.sibling_finishes(j.escrow_id, j.prompt_hash, j.inference_id, %(parts)s::bigint[]) sibling
   JOIN replay.inference sibling_record ON sibling_record.escrow_id = j.escrow_id
                                       AND sibling_record.inference_id = sibling.sibling_inference_id
@@ -59,8 +63,8 @@ LEFT JOIN LATERAL (
     AND (sibling_record.timed_out_nonce IS NULL OR sibling_record.timed_out_nonce > j.diff_nonce)
     AND (sibling_record.challenged_nonce IS NULL OR sibling_record.challenged_nonce > j.diff_nonce
          OR (sibling_record.status = 'Validated' AND sibling_record.resolved_nonce <= j.diff_nonce))
-  -- one that passes the hardened rule if any (it decides both rules), else the smallest served prompt
-  ORDER BY (sibling.input_tokens::numeric + j.max_tokens <= j.governance_limit) DESC NULLS LAST, sibling.input_tokens,
-           sibling.sibling_inference_id
+  -- one that passes the hardened rule if any (it decides both rules), else one that fails it, else the smallest
+  -- served prompt
+  ORDER BY shows_fit DESC NULLS LAST, sibling.input_tokens, sibling.sibling_inference_id
   LIMIT 1
 ) candidate ON true;

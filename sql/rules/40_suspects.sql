@@ -13,9 +13,14 @@ SELECT el.epoch_index, e.slots[f.executor_slot + 1], el.model_id, 'served_above_
 FROM rules.escrow_limit el
 JOIN rec.escrow e ON e.escrow_id = el.escrow_id
 CROSS JOIN LATERAL (  -- per escrow, and only escrows whose largest Finish (10_limits) served above the limit
-  SELECT inference_id, executor_slot, input_tokens::numeric + output_tokens AS served FROM rec.finish_tx
+  SELECT inference_id, executor_slot, diff_nonce, input_tokens::numeric + output_tokens AS served FROM rec.finish_tx
   WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
     AND input_tokens::numeric + output_tokens > el.governance_limit) f
+-- only a Finish the escrow applied: one the state machine rejected (say, naming a slot that is not the executor's)
+-- shows nothing about the host its slot names
+JOIN replay.inference applied ON applied.escrow_id = el.escrow_id AND applied.inference_id = f.inference_id
+                             AND applied.epoch_index = el.epoch_index AND applied.epoch_index = ANY(%(parts)s)
+                             AND applied.finished_nonce = f.diff_nonce
 WHERE el.epoch_index = ANY(%(epochs)s) AND el.max_served_tokens >= el.governance_limit  -- >=: capped at 2^63 - 1
   AND (NOT %(scoped)s OR el.escrow_id = ANY(%(escrows)s))
   AND f.executor_slot < cardinality(e.slots)

@@ -1,7 +1,8 @@
 -- Penalties the rules would not uphold, one row per penalty, in three families:
 --   invalidated_context_refusal  an Invalidated 0/0 context-length (or unknown-payload) refusal not shown to fit
 --   error_miss_sibling           an error-miss on an unbilled client fault that only today's sibling rule admits
---                                (or that not even today's rule admits)
+--                                (or that not even today's rule admits), or whose refusal is not shown to fit
+--                                (siblings' signed counts disagree, and the largest shows it over the limit)
 --   timeout_over_limit           a refused/execution timeout on a request shown over the limit by signed tokens
 -- detected_at survives re-evaluation: one MERGE keyed like the table updates a finding only when it changed, so it
 -- keeps the time it was first seen, and deletes the epochs' findings no longer found. A finding depends on its
@@ -67,7 +68,9 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
            'sibling_output_tokens', sf.sibling_output_tokens, 'sibling_status', sf.sibling_status,
            'max_tokens', sf.max_tokens, 'governance_limit', sf.governance_limit,
            'accepted_current_rule', sf.accepted_current_rule, 'accepted_hardened_rule', sf.accepted_hardened_rule,
-           'refusal_kind', cr.refusal_kind))
+           'refusal_kind', cr.refusal_kind,
+           -- the count the refusal's verdict used (the largest signed sibling count, when one served)
+           'refusal_prompt_tokens', cr.prompt_tokens, 'refusal_prompt_tokens_source', cr.prompt_tokens_source))
   FROM rules.sibling_finding sf
   JOIN replay.inference i ON i.escrow_id = sf.escrow_id AND i.inference_id = sf.inference_id
                          AND i.epoch_index = sf.epoch_index AND i.epoch_index = ANY(%(parts)s)
@@ -79,7 +82,13 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
   -- qualifying sibling, and a payload we do not have cannot show the miss deserved: the same benefit of the doubt
   -- that the invalidated family above gives an 'unknown' refusal.
   WHERE sf.epoch_index = ANY(%(epochs)s) AND sf.applied AND sf.client_fault_basis IS NOT NULL
-    AND (sf.accepted_current_rule IS NOT TRUE OR sf.accepted_hardened_rule IS NOT TRUE)
+    -- The miss stands only when today's rule accepts it, the hardened rule does not reject it, and the refusal is
+    -- shown to fit (cr: the largest signed count; a refusal counts only when it fits). So both rules accepting on a
+    -- sibling whose count fits, while another signed count shows the request over, leaves it disputable; and a
+    -- hardened acceptance that is unknown (a sibling that signed input_tokens 0) decides nothing when the refusal's
+    -- own evidence shows it fits, and leaves it disputable otherwise (the verdict is then not 'fits').
+    AND (sf.accepted_current_rule IS NOT TRUE OR sf.accepted_hardened_rule IS FALSE
+         OR cr.verdict IS DISTINCT FROM 'fits')
     AND (NOT %(scoped)s OR sf.escrow_id = ANY(%(escrows)s))
   UNION ALL
   SELECT i.epoch_index, i.escrow_id, i.inference_id, i.executor_address, i.executor_slot, 'missed',

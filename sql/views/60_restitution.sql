@@ -50,8 +50,10 @@ SELECT p.*,
        (is_refusal_finish AND refusal_verdict <> 'fits') OR is_over_limit_timeout AS excused_issue_2078,
        -- tokenize_2093: excused only where a count shows prompt + max_tokens > limit (verdict over_limit)
        (is_refusal_finish AND refusal_verdict = 'over_limit') OR is_over_limit_timeout AS excused_tokenize_2093,
-       -- narrow_prompt_ge_limit: excused only by a prompt at or over the limit (a lower bound >= limit shows it)
-       COALESCE((is_refusal_finish AND prompt_tokens >= governance_limit)
+       -- narrow_prompt_ge_limit: excused only by a prompt count at or over the limit (a lower bound >= limit shows
+       -- it); the gateway's estimate (prompt_tokens_source input_length) is recorded, never decisive
+       COALESCE((is_refusal_finish AND prompt_tokens_source IN ('sibling', 'error_text')
+                 AND prompt_tokens >= governance_limit)
                 OR (is_over_limit_timeout AND timeout_sibling_input_tokens >= governance_limit), false)
            AS excused_narrow_prompt_ge_limit,
        -- hardened_sibling: an error-miss miss that the sibling rule with sibling input + max_tokens <= limit rejects

@@ -3,7 +3,7 @@ Finishes) only spare work: suspects are sought only in escrows that served above
 sibling is probed only if the escrow's largest input could show it over the limit. They never hide a finding."""
 from __future__ import annotations
 
-from tests.support.rules_kit import B, D, GOV, Log, gov_snapshot, load, new_hash, rows
+from tests.support.rules_kit import B, D, GOV, Log, by_id, fam6_at_least, gov_snapshot, load, new_hash, rows, stored
 
 
 def _timeout(log, name, ids, max_tokens=4096, sibling_input=None, reason="refused"):
@@ -76,3 +76,21 @@ def test_counts_at_the_top_of_their_range_add_without_stopping_the_rules(db_url,
         (ids["served_past"], None), (ids["sibling"], None)]
     verdicts = dict(rows(conn, "SELECT inference_id, verdict FROM api.disputable_penalties"))
     assert verdicts.get(ids["timeout"]) == "over_limit"
+
+
+def test_the_sibling_rules_at_the_top_of_the_range(db_url, tmp_path, conn):
+    # sibling input_tokens + this request's max_tokens, both up to 2^63 - 1, against a limit of 2^63 - 1: exact sums,
+    # never an overflow or a float
+    log = Log("top", max_model_len=TOP)
+    c = {}
+    for name, (sibling_input, max_tokens) in {"over": (1, TOP), "fits": (1, TOP - 1), "big_prompt_fits": (TOP - 5, 5),
+                                              "big_prompt_over": (TOP - 5, 6)}.items():
+        h = new_hash()
+        c[name] = log.refusal(5, h, max_tokens=max_tokens, payload=stored(fam6_at_least(GOV, 4096)))
+        log.served(6, h, input_tokens=sibling_input, output_tokens=1)
+        log.error_miss(c[name])
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+    got = by_id(conn, "api.sibling_findings", "accepted_current_rule, accepted_hardened_rule")
+    assert {k: got[i] for k, i in c.items()} == {"over": (True, False), "fits": (True, True),
+                                                  "big_prompt_fits": (True, True), "big_prompt_over": (True, False)}
+    assert set(by_id(conn, "api.disputable_penalties", "rule")) == {c["over"], c["big_prompt_over"]}

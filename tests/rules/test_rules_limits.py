@@ -25,6 +25,20 @@ ARGS_CASES = {
     13: (["--trust-remote-code", "--max-model-len"], None, 1, False, False),
     # near-miss spellings are not the flag
     14: (["--max-model-length", "100", "--max-model-len", "400000", "---max-model-len", "7"], 400000, 1, False, False),
+    # vLLM reads '_' in an option's name as '-' (FlexibleArgumentParser): the same flag, in either form
+    15: (["--max_model_len", "180000"], 180000, 1, False, False),
+    16: (["--max-model-len", "400000", "--max_model_len=600000"], 600000, 2, True, True),
+    17: (["--max-model_len=500000", "--max-model-len", "400000"], 400000, 2, True, True),
+    # values as human_readable_int reads them: a decimal suffix is a double product truncated, a binary suffix takes
+    # whole numbers only (vLLM refuses '1.5K' and '1.5': unknown), and a value past bigint is unknown, never capped
+    18: (["--max-model-len", "4.1m"], 4099999, 1, False, False),
+    19: (["--max-model-len=1.5K"], None, 1, False, False),
+    20: (["--max-model-len", "400000.5"], None, 1, False, False),
+    21: (["--max-model-len", "9223372036854775807"], 9223372036854775807, 1, False, False),
+    22: (["--max-model-len", "9223372036854775808"], None, 1, False, False),
+    23: (["--max-model-len", "0400000"], 400000, 1, False, False),
+    # 0 is unknown (the escrow's max_model_len 0 likewise), never a limit that shows every request over it
+    24: (["--max-model-len", "400000", "--max-model-len=0"], None, 2, True, True),
 }
 
 

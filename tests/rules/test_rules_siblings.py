@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from indexer.reports.restitution.verdicts import sentence
 from tests.support.helpers import tx
-from tests.support.rules_kit import (B, GOV, Log, by_id, escrow, fam6_at_least, gov_snapshot, load, new_hash, rows,
-                                     snapshot, stored)
+from tests.support.rules_kit import (B, GOV, Log, by_id, escrow, fam3, fam6_at_least, gov_snapshot, load, new_hash,
+                                     rows, snapshot, stored)
 
 CF = stored(fam6_at_least(GOV, 4096))  # an unbilled pure client fault (a context refusal) for the error-missed Finish
 
@@ -164,3 +165,78 @@ def test_reference_f5_error_miss_through_sibling_6150(db_url, tmp_path, conn, si
         assert got == [(408, "1971", 6149, "gonka1hostB", 5, "missed", "error_miss_sibling", "over_limit", "6150")]
     else:
         assert got == []
+
+
+def test_hardened_rule_needs_a_signed_prompt_count_that_shows_the_request_fits(db_url, tmp_path, conn):
+    # The hardened rule accepts an error-miss only on a sibling whose signed input_tokens, with THIS request's
+    # max_tokens, shows the request fits (interface.md §3 `fits`: P + M <= limit and P < limit). A sibling that billed
+    # output with input_tokens 0 (a billed client fault) signed no count of the prompt: it still qualifies today,
+    # but what the hardened rule says is unknown, never true. An unknown hardened acceptance leaves the miss
+    # disputable unless other evidence shows the request fits (the executor's own exact count).
+    log = Log()
+    c = {}
+
+    def case(name, *siblings, max_tokens=4096, payload=CF):
+        h = new_hash()
+        rid = log.refusal(5, h, max_tokens=max_tokens, payload=payload)
+        for input_tokens, sibling_max_tokens in siblings:
+            log.served(6, h, input_tokens=input_tokens, output_tokens=50, max_tokens=sibling_max_tokens)
+        log.error_miss(rid)
+        c[name] = rid
+
+    case("zero_input_sibling", (0, 4096))
+    case("zero_input_text_fits", (0, 4096), payload=stored(fam3(100_000, GOV - 4096)))
+    case("zero_input_and_fitting", (0, 4096), (1000, 4096))
+    case("zero_input_and_over", (0, 4096), (GOV - 4095, 4096))
+    # the sibling's own max_tokens is not what is checked: 395904 + 4096 (this request) fits, + 8192 would not
+    case("this_requests_max_tokens", (GOV - 4096, 8192))
+    case("sibling_small_but_request_max_tokens_over", (1000, 1), max_tokens=GOV + 1)
+    # a prompt of the whole limit leaves no room to generate, whatever max_tokens says
+    case("prompt_at_limit_max_tokens_0", (GOV, 4096), max_tokens=0)
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+
+    got = by_id(conn, "api.sibling_findings", "sibling_input_tokens, accepted_current_rule, accepted_hardened_rule")
+    assert {k: got[rid] for k, rid in c.items()} == {
+        "zero_input_sibling": (0, True, None),
+        "zero_input_text_fits": (0, True, None),
+        "zero_input_and_fitting": (1000, True, True),
+        "zero_input_and_over": (GOV - 4095, True, False),
+        "this_requests_max_tokens": (GOV - 4096, True, True),
+        "sibling_small_but_request_max_tokens_over": (1000, True, False),
+        "prompt_at_limit_max_tokens_0": (GOV, True, False),
+    }
+    disputable = by_id(conn, "api.disputable_penalties", "rule", "rule = 'error_miss_sibling'")
+    assert {k for k, rid in c.items() if rid in disputable} == set(c) - {"zero_input_and_fitting",
+                                                                          "this_requests_max_tokens",
+                                                                          "zero_input_text_fits"}
+
+
+def test_error_miss_disputable_when_a_larger_signed_count_shows_the_request_over(db_url, tmp_path, conn):
+    # Two served siblings of one prompt signed different counts (tokenizers differ by a few tokens at the limit):
+    # 395900 + 4096 fits, 395905 + 4096 does not. The hardened rule accepts on the first, but the request is not shown
+    # to fit: the refusal's verdict (the largest signed count, api.context_refusals) is over_limit, and a refusal
+    # counts against the host only when it fits. With both counts fitting, the miss stands.
+    log = Log()
+    c = {}
+    for name, counts in {"conflict": (GOV - 4100, GOV - 4095), "both_fit": (GOV - 4100, GOV - 4096)}.items():
+        h = new_hash()
+        c[name] = log.refusal(5, h, payload=CF)
+        for n in counts:
+            log.served(6, h, input_tokens=n, output_tokens=50)
+        log.error_miss(c[name])
+    load(db_url, tmp_path, [gov_snapshot()] + log.records)
+
+    assert by_id(conn, "api.sibling_findings", "sibling_input_tokens, accepted_current_rule, accepted_hardened_rule") \
+        == {c["conflict"]: (GOV - 4100, True, True), c["both_fit"]: (GOV - 4100, True, True)}
+    assert by_id(conn, "api.context_refusals", "verdict, prompt_tokens") == {
+        c["conflict"]: ("over_limit", GOV - 4095), c["both_fit"]: ("fits", GOV - 4096)}
+    assert by_id(conn, "api.disputable_penalties", "participant, penalty, rule, verdict") == {
+        c["conflict"]: (B, "missed", "error_miss_sibling", "over_limit")}
+    # the evidence names the count that shows it over, and the restitution sentence says why it is disputable
+    penalty = dict(zip(("rule", "verdict", "evidence"), rows(
+        conn, "SELECT rule, verdict, evidence FROM api.disputable_penalties")[0]))
+    ev = penalty["evidence"]
+    assert (ev["sibling_input_tokens"], ev["refusal_prompt_tokens"], ev["refusal_prompt_tokens_source"]) == \
+        (GOV - 4100, GOV - 4095, "sibling")
+    assert "not shown to fit: prompt 395,905 + max_tokens 4,096 = 400,001 > governance limit 400,000" \
+        in sentence(penalty)

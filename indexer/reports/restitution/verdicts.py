@@ -110,7 +110,18 @@ def _error_miss(verdict: str | None, ev: Mapping[str, Any]) -> str:
     return (f"Error-miss counted as a miss on an unbilled client fault ({ev.get('refusal_kind') or 'unknown'}, "
             f"basis {ev.get('client_fault_basis') or 'unknown'}): sibling inference "
             f"{_n(ev.get('sibling_inference_id'))}'s signed input {_sum(s, m)} {_compare(s, m, lim)} {_limit(ev)}"
-            + (f"; {' and '.join(rules)}" if rules else "") + f" (verdict {verdict or 'unknown'}).")
+            + (f"; {' and '.join(rules)}" if rules else "") + f" (verdict {verdict or 'unknown'})."
+            + _error_miss_not_shown_to_fit(verdict, ev))
+
+
+def _error_miss_not_shown_to_fit(verdict: str | None, ev: Mapping[str, Any]) -> str:
+    """Why an error-miss both sibling rules admit is disputable: the refusal's own count shows it over."""
+    if verdict != "over_limit" or not (ev.get("accepted_current_rule") and ev.get("accepted_hardened_rule")):
+        return ""
+    p, m = ev.get("refusal_prompt_tokens"), ev.get("max_tokens")
+    source = PROMPT_SOURCES.get(str(ev.get("refusal_prompt_tokens_source")), "unknown")
+    return (f" Yet the refusal is not shown to fit: prompt {_sum(p, m)} {_compare(p, m, ev.get('governance_limit'))} "
+            f"{_limit(ev)} (prompt tokens from {source}).")
 
 
 def _arithmetic(penalty: Mapping[str, Any]) -> str:
