@@ -87,7 +87,22 @@ def check_database_url(url: str, origin: str) -> str:
     if authority.count("@") > 1:
         # libpq splits at the first "@" and names the rest of the password as the host in its error
         raise ConfigError(f"{origin}: the user or password holds an unencoded '@' (write it as %40)")
+    _check_libpq_parses(url, origin)
     return url
+
+
+def _check_libpq_parses(url: str, origin: str) -> None:
+    """Refuse a URL libpq cannot parse (an IPv6 host without its "]", a bad %-escape, a query parameter without
+    "="), as a configuration error naming ``origin``: found at connect time it was a runtime failure. libpq's reason
+    is kept without the quoted part of the URL it ends with, which may be the password."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict("postgresql://" + url.split("://", 1)[1])  # the dialect prefixes are libpq's URL too
+    except ProgrammingError as exc:
+        reason = (str(exc).strip().splitlines() or ["?"])[0].split(': "', 1)[0]
+        raise ConfigError(f"{origin} cannot be parsed as a PostgreSQL URL: {reason[:200]}") from None
 
 
 # Fields that may hold a credential (a password, userinfo, a webhook path, a bot token) are left out of the repr, so
