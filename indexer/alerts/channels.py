@@ -8,6 +8,7 @@ Telegram bot token are credentials), only the host and a short digest that tells
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote, unquote, urlsplit
@@ -17,6 +18,7 @@ import orjson
 
 from indexer.alerts.messages import slack_message, telegram_message
 from indexer.alerts.posting import Answer, post
+from indexer.settings import check_http_url
 
 
 class Channel(Protocol):
@@ -25,6 +27,9 @@ class Channel(Protocol):
     def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer: ...
 
     def scrub(self, text: str) -> str: ...
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9:_-]+")
 
 
 def _digest(secret: str) -> str:
@@ -49,10 +54,8 @@ def _scrub(text: str, secrets: list[str], shown: str) -> str:
 
 
 def check_url(url: str, what: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{what} is not an http(s) URL: {parts.scheme or '?'}://{parts.hostname or '?'}/…")
-    return url
+    """The URL when the HTTP client can send to it (:func:`indexer.settings.check_http_url`), else ValueError."""
+    return check_http_url(url, what)
 
 
 def _headers(idempotency_key: str) -> dict:
@@ -65,7 +68,7 @@ class Webhook:
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
-        check_url(self.url, "alert webhook")
+        check_url(self.url, "alert webhook (--webhook, INDEXER_ALERT_WEBHOOKS)")
         self.name = f"webhook:{urlsplit(self.url).hostname}#{_digest(self.url)}"
 
     def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer:
@@ -81,7 +84,7 @@ class Slack:
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
-        check_url(self.url, "Slack webhook")
+        check_url(self.url, "Slack webhook (--slack-webhook, INDEXER_ALERT_SLACK_WEBHOOKS)")
         self.name = f"slack#{_digest(self.url)}"
 
     def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer:
@@ -99,7 +102,10 @@ class Telegram:
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
-        check_url(self.api_url, "Telegram API URL")
+        check_url(self.api_url, "Telegram API URL (INDEXER_ALERT_TELEGRAM_API)")
+        if not _TOKEN.fullmatch(self.token or ""):  # the token is a path segment of every request's URL
+            raise ValueError("INDEXER_ALERT_TELEGRAM_TOKEN is not a bot token (only letters, digits, ':', '_' and "
+                             "'-'; the value is not shown)")
         self.api_url = self.api_url.rstrip("/")
         self.name = f"telegram:{self.chat_id}#{_digest(self.token)}"
 

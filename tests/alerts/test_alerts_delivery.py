@@ -199,3 +199,28 @@ def test_a_receivers_answer_is_stored_and_logged_as_one_scrubbed_bounded_line(db
         assert "secret" not in text and "s3cret" not in text
         assert not any(c in text for c in "\n\r\x1b\u202e"), repr(text)
     assert all(len(e) <= 300 and e.endswith("…") for e in errors)
+
+
+def test_a_channel_url_the_client_refuses_is_that_channels_failed_attempt_not_the_passs_end(db, db_url, receiver,
+                                                                                            caplog):
+    """A URL past the configuration checks that httpx refuses at send time (InvalidURL and UnicodeError are no
+    httpx.HTTPError) fails that channel's attempt with one scrubbed line; the other channels are still delivered."""
+    good = Webhook(receiver.url + "/hook")
+    bad_port = Webhook(receiver.url + "/a?token=s3cret-one")
+    bad_port.url = "http://127.0.0.1:abc/a?token=s3cret-one"
+    bad_host = Webhook(receiver.url + "/b?token=s3cret-two")
+    bad_host.url = "http://" + "a" * 64 + ".example/b?token=s3cret-two"  # a DNS label is at most 63 characters
+    channels = {c.name: c for c in (bad_port, good, bad_host)}
+    db.execute("INSERT INTO public.probe (k) VALUES ('x')")
+    evaluate(db, [PROBE], list(channels), POLICY, now=T0)
+    with caplog.at_level("WARNING", logger="indexer.alerts.delivery"):
+        s = deliver_due(db_url, channels, backoff=BACKOFF, clock=Clock())
+    assert (s.attempted, s.delivered, s.retrying) == (3, 1, 2)
+    assert [r.path for r in receiver.requests] == ["/hook"]
+    rows = {r[1]: r for r in _deliveries(db)}
+    assert rows[good.name][2:4] == ("delivered", 1)
+    assert rows[bad_port.name][2:4] == ("pending", 1) and rows[bad_port.name][4].startswith("InvalidURL: ")
+    assert rows[bad_host.name][2:4] == ("pending", 1) and rows[bad_host.name][4].startswith("UnicodeError: ")
+    logged = [r.getMessage() for r in caplog.records]
+    for text in [rows[bad_port.name][4], rows[bad_host.name][4], *logged]:
+        assert "s3cret" not in text and "\n" not in text, text
