@@ -2,11 +2,14 @@
 
 Every channel is sent the same ``Idempotency-Key`` header on every attempt of one notification (Slack and Telegram
 ignore it; a receiver behind a proxy that dedupes can use it). A channel's *name* is what the outbox and
-``api.alert_deliveries`` record: it never contains the URL's path, query or a token (a Slack webhook URL and a
-Telegram bot token are credentials), only the host and a short digest that tells two URLs apart.
+``api.alert_deliveries`` record: it never contains the URL's userinfo, path, query or a token (a Slack webhook URL
+and a Telegram bot token are credentials), only the host and a short digest that tells two URLs apart. What a
+receiver answers is scrubbed of the same credentials, and of a URL's ``user:password@``, before it is stored or
+logged.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -47,6 +50,21 @@ def _secrets(url: str) -> list[str]:
     return sorted((p for p in pieces if len(p) >= 8), key=len, reverse=True)
 
 
+def _userinfo(url: str) -> list[str]:
+    """The credentials in a URL's userinfo (``https://user:pass@host``), as a receiver or a proxy may echo them: the
+    userinfo, its user and its password, each as written and percent-decoded, and the Basic authorization httpx
+    sends for them (base64 of user:password), longest first. Parts shorter than 4 characters are not searched for
+    (as database passwords: replacing them would garble every message)."""
+    userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    if not userinfo:
+        return []
+    user, _, password = userinfo.partition(":")
+    pieces = {userinfo, user, password}
+    pieces |= {unquote(p) for p in pieces}
+    pieces.add(base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode())
+    return sorted((p for p in pieces if len(p) >= 4), key=len, reverse=True)
+
+
 def _scrub(text: str, secrets: list[str], shown: str) -> str:
     for secret in secrets:
         text = text.replace(secret, shown)
@@ -75,7 +93,7 @@ class Webhook:
         return post(client, self.url, orjson.dumps(body), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
-        return _scrub(text, _secrets(self.url), self.name)
+        return _scrub(_scrub(text, _secrets(self.url), self.name), _userinfo(self.url), "***")
 
 
 @dataclass
@@ -91,7 +109,7 @@ class Slack:
         return post(client, self.url, orjson.dumps(slack_message(body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
-        return _scrub(text, _secrets(self.url), self.name)
+        return _scrub(_scrub(text, _secrets(self.url), self.name), _userinfo(self.url), "***")
 
 
 @dataclass
@@ -114,8 +132,9 @@ class Telegram:
                     orjson.dumps(telegram_message(self.chat_id, body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
-        return _scrub(text, sorted({self.token, unquote(self.token), quote(self.token, safe="")}, key=len,
+        text = _scrub(text, sorted({self.token, unquote(self.token), quote(self.token, safe="")}, key=len,
                                    reverse=True), "<token>")
+        return _scrub(text, _userinfo(self.api_url), "***")  # a proxy's https://user:pass@ in the API URL
 
 
 def build_channels(webhooks=(), slack=(), telegram_token: str | None = None, telegram_chats=(),

@@ -224,3 +224,37 @@ def test_a_channel_url_the_client_refuses_is_that_channels_failed_attempt_not_th
     logged = [r.getMessage() for r in caplog.records]
     for text in [rows[bad_port.name][4], rows[bad_host.name][4], *logged]:
         assert "s3cret" not in text and "\n" not in text, text
+
+
+def test_credentials_in_a_channel_urls_userinfo_are_scrubbed_like_the_bot_token(db, db_url, receiver, caplog):
+    """https://user:pass@host: httpx sends them as Basic authorization; a proxy that echoes the header, the URL or
+    the pair in its error page must not put them in the deliveries table or the log."""
+    import base64
+
+    at = receiver.url.replace("http://", "")
+    slack = Slack(f"http://sl-user:s3cret-sl@{at}/services/T/B/x")
+    hook = Webhook(f"http://wh-user:s3cret%2Dwh@{at}/hook")
+    telegram = Telegram("1:t", "-100", api_url=f"http://tg-user:s3cret-tg@{at}")
+    channels = {c.name: c for c in (slack, hook, telegram)}
+
+    def echo(path):  # the request's own Authorization header, the pair in it, the user and the password alone
+        auth = receiver.requests[-1].headers["Authorization"]
+        pair = base64.b64decode(auth.split()[1]).decode()
+        return f"denied {auth} for {pair} (user {pair.split(':')[0]}, password {pair.split(':')[1]})".encode()
+
+    receiver.answer = echo
+    receiver.status = 401
+    db.execute("INSERT INTO public.probe (k) VALUES ('x')")
+    evaluate(db, [PROBE], list(channels), POLICY, now=T0)
+    with caplog.at_level("WARNING", logger="indexer.alerts.delivery"):
+        deliver_due(db_url, channels, backoff=BACKOFF, clock=Clock())
+    assert {r.headers["Authorization"].split()[0] for r in receiver.requests} == {"Basic"}  # the userinfo was sent
+    basics = [base64.b64encode(pair.encode()).decode()
+              for pair in ("sl-user:s3cret-sl", "wh-user:s3cret-wh", "tg-user:s3cret-tg")]
+    errors = [r[4] for r in _deliveries(db)]
+    dump = str(db.execute("SELECT array_agg(t::text) FROM alert.delivery_attempt t").fetchone()[0])
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 3 and all(e.startswith("HTTP 401: denied Basic ***") for e in errors), errors
+    for text in [*errors, dump, *logged]:
+        assert "s3cret" not in text and not any(b in text for b in basics), text
+        assert not any(user in text for user in ("sl-user", "wh-user", "tg-user")), text
