@@ -2,10 +2,13 @@
 
 Every field of a body comes from chain data or a rule (a participant or model id is whatever a peer chose), so:
 
-* Slack (incoming webhooks, ``mrkdwn``): ``&``, ``<`` and ``>`` are the only control characters (``<!channel>``,
-  ``<!here>``, ``<http://x|label>``) and are sent as ``&amp;``, ``&lt;``, ``&gt;``; the text objects are
-  ``verbatim`` (no bare URL, ``#channel`` or ``@here`` made a link or mention); a section's text is limited to
-  3,000 characters, and the top-level ``text`` is kept to the same length.
+* Slack (incoming webhooks, Block Kit): every text object is ``plain_text`` with ``emoji: false``, so ``*bold*``,
+  ``_italic_``, ``~strike~``, backticks, quotes and ``:emoji:`` in the data stay characters, and no bare URL,
+  ``#channel`` or ``@here`` becomes a link or mention (``verbatim`` exists only for mrkdwn objects, none are sent);
+  the top-level ``text`` (the notification's fallback) is sent with ``mrkdwn: false``. ``&``, ``<`` and ``>``
+  are Slack's control characters in every text (``<!channel>``, ``<http://x|label>``) and are sent as ``&amp;``,
+  ``&lt;``, ``&gt;``. A section's text is limited to 3,000 characters (the top-level ``text`` too), a header's
+  to 150.
 * Telegram (``sendMessage`` without ``parse_mode``): the text is plain, nothing is interpreted, so nothing is
   escaped; a message is limited to 4,096 characters.
 * Both: control, line-separator, bidirectional-override and zero-width characters are shown as U+FFFD, so a value
@@ -64,15 +67,24 @@ def _head(body: dict) -> str:
     return "RESOLVED" if body.get("status") == "resolved" else plain(body.get("severity")).upper()[:10]
 
 
+def _slack_plain(text: str, empty: str) -> dict:
+    """A ``plain_text`` object: Slack applies no mrkdwn to it, so ``*``, ``_``, ``~``, backticks and ``> `` in the
+    data stay characters and no link or mention is parsed; ``emoji: false`` keeps ``:thumbs_up:`` text too. Slack
+    still reads &, < and > as its control characters in every text object, so the text comes escaped. A text object
+    may not be empty."""
+    return {"type": "plain_text", "text": text or empty, "emoji": False}
+
+
 def slack_message(body: dict) -> dict:
-    head = f"[{_head(body)}] {fit(plain(body.get('rule')), RULE_LIMIT, slack_escape)}"
+    head = f"[{_head(body)}] {fit(plain(body.get('rule')), RULE_LIMIT, slack_escape)}"  # <= 111 of a header's 150
     summary = fit(plain(body.get("summary")), SLACK_TEXT_LIMIT - units(head) - 6, slack_escape)
     key = fit(plain(body.get("alert_key")), KEY_LIMIT, slack_escape)
-    # verbatim: Slack does not turn a bare URL, "#channel" or "@here" in the data into a link or a mention
-    section = {"type": "mrkdwn", "text": f"*{head}*\n{summary}", "verbatim": True}
-    return {"text": f"{head}: {summary}",
-            "blocks": [{"type": "section", "text": section},
-                       {"type": "context", "elements": [{"type": "mrkdwn", "text": key, "verbatim": True}]}]}
+    # every text object is plain_text (a header block shows the head in bold without mrkdwn); the top-level text is
+    # the notification's fallback, sent with mrkdwn off for the same reason
+    return {"text": f"{head}: {summary}", "mrkdwn": False,
+            "blocks": [{"type": "header", "text": _slack_plain(head, "alert")},
+                       {"type": "section", "text": _slack_plain(summary, "(no summary)")},
+                       {"type": "context", "elements": [_slack_plain(key, "(no key)")]}]}
 
 
 def telegram_message(chat_id: str, body: dict) -> dict:

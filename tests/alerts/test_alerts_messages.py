@@ -1,5 +1,5 @@
-"""Issue 37 item 5: data in an alert (participant, model id, summary) cannot spoof a Slack or Telegram message, and no
-message exceeds its service's limit, whatever the data; the webhook carries the values unchanged as JSON."""
+"""Issue 37 item 5: data in an alert (participant, model id, summary) cannot spoof or format a Slack or Telegram
+message, and no message exceeds its service's limit, whatever the data; the webhook carries the values as JSON."""
 from __future__ import annotations
 
 import html
@@ -36,6 +36,7 @@ def _slack_texts(message):
 
 
 def _check_slack(message):
+    assert all(units(b["text"]["text"]) <= 150 for b in message["blocks"] if b["type"] == "header")
     for text in _slack_texts(message):
         assert units(text) <= SLACK_TEXT_LIMIT
         assert "<" not in text and ">" not in text  # no link, mention or special command can start
@@ -46,14 +47,14 @@ def test_slack_escapes_mentions_and_links():
     message = slack_message(_body(summary="host <!channel> <http://evil.example|click> & co", key="probe:<!here>"))
     _check_slack(message)
     assert message["text"] == "[CRITICAL] probe: host &lt;!channel&gt; &lt;http://evil.example|click&gt; &amp; co"
-    assert message["blocks"][1]["elements"][0]["text"] == "probe:&lt;!here&gt;"
+    assert message["blocks"][2]["elements"][0]["text"] == "probe:&lt;!here&gt;"
 
 
 def test_a_20006_character_participant_is_cut_under_each_limit():
     huge = "gonka1" + "<" * 20000
     slack = slack_message(_body(summary=f"disputable penalty for {huge}"))
     _check_slack(slack)
-    assert slack["blocks"][0]["text"]["text"].endswith("&lt;" + ELLIPSIS)  # cut between escapes, marked
+    assert slack["blocks"][1]["text"]["text"].endswith("&lt;" + ELLIPSIS)  # cut between escapes, marked
     tg = telegram_message("-100", _body(summary=huge, key="probe:" + huge))
     assert units(tg["text"]) <= TELEGRAM_TEXT_LIMIT and ELLIPSIS in tg["text"]
 
@@ -115,8 +116,21 @@ def test_an_address_with_invisible_characters_cannot_pass_for_another():
     assert "gonka1abc" + "\ufffd" * len(invisible) + "def" in tg["text"]
 
 
-def test_slack_text_objects_are_verbatim_so_bare_mentions_and_urls_stay_text():
-    """Without "verbatim", Slack links a bare URL and "#channel" and parses some "@here"-like mentions in mrkdwn."""
-    message = slack_message(_body(summary="gonka1x @here see http://phish.example #general"))
-    objects = [message["blocks"][0]["text"], *message["blocks"][1]["elements"]]
-    assert all(o["type"] == "mrkdwn" and o["verbatim"] is True for o in objects)
+def test_slack_text_objects_are_plain_text_so_mrkdwn_emoji_mentions_and_urls_in_the_data_stay_text():
+    """In mrkdwn, *x*, _x_, ~x~, `x` and :emoji: in a peer's value formatted (even verbatim); a bare URL,
+    "#channel" and "@here" were made links or mentions without verbatim. plain_text with emoji off does neither."""
+    summary = "gonka1*a*_b_~c~`d` :thumbs_up: > quote @here see http://phish.example #general"
+    message = slack_message(_body(summary=summary, key="probe:*k*_:fire:_", rule="rule_*x*"))
+    header, section, context = message["blocks"]
+    assert [header["type"], section["type"], context["type"]] == ["header", "section", "context"]
+    objects = [header["text"], section["text"], *context["elements"]]
+    assert all(o == {"type": "plain_text", "text": o["text"], "emoji": False} for o in objects), objects
+    assert [o["text"] for o in objects] == ["[CRITICAL] rule_*x*", summary.replace(">", "&gt;"), "probe:*k*_:fire:_"]
+    assert message["mrkdwn"] is False and message["text"] == "[CRITICAL] rule_*x*: " + summary.replace(">", "&gt;")
+    assert "mrkdwn" not in str(message["blocks"]) and units(header["text"]["text"]) <= 150
+
+
+def test_slack_text_objects_are_never_empty():
+    """Slack refuses a text object without text (the whole message is lost)."""
+    message = slack_message(_body(summary="", key=""))
+    assert all(t for t in _slack_texts(message))
