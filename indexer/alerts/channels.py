@@ -19,7 +19,7 @@ from urllib.parse import quote, unquote, urlsplit
 import httpx
 import orjson
 
-from indexer.alerts.messages import slack_message, telegram_message
+from indexer.alerts.messages import slack_message, telegram_message, webhook_body
 from indexer.alerts.posting import Answer, post
 from indexer.settings import check_http_url
 
@@ -90,7 +90,7 @@ class Webhook:
         self.name = f"webhook:{urlsplit(self.url).hostname}#{_digest(self.url)}"
 
     def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer:
-        return post(client, self.url, orjson.dumps(body), _headers(idempotency_key), deadline)
+        return post(client, self.url, orjson.dumps(webhook_body(body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
         return _scrub(_scrub(text, _secrets(self.url), self.name), _userinfo(self.url), "***")

@@ -16,7 +16,9 @@ Every field of a body comes from chain data or a rule (a participant or model id
 
 Lengths are counted in UTF-16 code units (at least the number of characters, whichever way a service counts) and
 every cut happens between escaped characters, ending with an ellipsis. The webhook body is JSON (serialised by
-orjson, which escapes it) and carries the values unchanged.
+orjson, which escapes it) and carries the values unchanged up to a bound: a string (a value, or a key of
+``details``) at most 4,096 units, a list or object in ``details`` at most 256 items; what was cut is listed by path
+under ``"truncated"``, a key absent when nothing was.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ TELEGRAM_TEXT_LIMIT = 4096
 RULE_LIMIT = 100       # a rule name is a file name: short, but bounded anyway
 KEY_LIMIT = 300        # an alert key in the context line
 ELLIPSIS = "…"
+WEBHOOK_VALUE_LIMIT = 4096  # units of one string in a webhook body (as a Telegram message: a summary fits whole)
+WEBHOOK_ITEMS_LIMIT = 256   # items of one list or object in a webhook body's details (as records' ARGS, MAX_SLOTS)
 
 # C0/C1 controls, line and paragraph separators, bidi marks, embeddings, overrides and isolates, and the invisible
 # characters that make one address look like another (zero-width space/joiners, word joiner, invisible operators,
@@ -92,3 +96,38 @@ def telegram_message(chat_id: str, body: dict) -> dict:
     key = fit(plain(body.get("alert_key")), KEY_LIMIT)
     summary = fit(plain(body.get("summary")), TELEGRAM_TEXT_LIMIT - units(head) - units(key) - 3)
     return {"chat_id": chat_id, "text": f"{head}: {summary}\n{key}", "disable_web_page_preview": True}
+
+
+def webhook_body(body: dict) -> dict:
+    """The body for the generic webhook: the notification's values as they are, bounded. A longer string keeps its
+    first WEBHOOK_VALUE_LIMIT units (with an ellipsis), a longer list or object in ``details`` its first
+    WEBHOOK_ITEMS_LIMIT items; ``"truncated"`` lists the path of each value cut (``participant``, ``details.v``,
+    ``details.list[3]``), and is absent when nothing was, so a body of short values is sent as it was."""
+    cut: list[str] = []
+    out = {key: _bounded(value, key, cut) for key, value in body.items()}
+    if cut:
+        out["truncated"] = [fit(path, KEY_LIMIT) for path in cut[:WEBHOOK_ITEMS_LIMIT]]
+    return out
+
+
+def _bounded(value: object, path: str, cut: list[str]) -> object:
+    if isinstance(value, str):
+        short = fit(value, WEBHOOK_VALUE_LIMIT)
+        if short != value:
+            cut.append(path)
+        return short
+    if isinstance(value, (dict, list)):
+        items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+        if len(items) > WEBHOOK_ITEMS_LIMIT:
+            cut.append(path)
+            items = items[:WEBHOOK_ITEMS_LIMIT]
+        if isinstance(value, list):
+            return [_bounded(v, f"{path}[{i}]", cut) for i, v in items]
+        out = {}
+        for key, v in items:
+            short = fit(str(key), WEBHOOK_VALUE_LIMIT)
+            if short != key:
+                cut.append(f"{path}.{short}")
+            out[short] = _bounded(v, f"{path}.{short}", cut)
+        return out
+    return value

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from indexer.alerts.channels import Slack, Telegram, Webhook
 from indexer.alerts.delivery import deliver_due
 from indexer.alerts.engine import Policy, evaluate
-from indexer.alerts.messages import (ELLIPSIS, SLACK_TEXT_LIMIT, TELEGRAM_TEXT_LIMIT, fit, slack_escape,
-                                     slack_message, telegram_message, units)
+from indexer.alerts.messages import (ELLIPSIS, SLACK_TEXT_LIMIT, TELEGRAM_TEXT_LIMIT, WEBHOOK_ITEMS_LIMIT,
+                                     WEBHOOK_VALUE_LIMIT, fit, slack_escape, slack_message, telegram_message, units,
+                                     webhook_body)
 from tests.support.alerts_kit import PROBE, Receiver, make_probe
 
 HOSTILE = ["<!channel>", "<!here>", "<http://evil.example|click>", "&amp;", "a&b<c>d", "*bold* _it_ `code`",
@@ -100,8 +101,11 @@ def test_hostile_values_on_the_wire(conn, db_url):
         by_path = {r.path: r.body for r in receiver.delivered()}
         _check_slack(by_path["/services/T/B/x"])
         assert units(by_path["/bot1:t/sendMessage"]["text"]) <= TELEGRAM_TEXT_LIMIT
-        assert by_path["/hook"]["participant"] == participant  # the webhook's JSON carries the value unchanged
-        assert orjson.loads(orjson.dumps(by_path["/hook"])) == by_path["/hook"]
+        hook_body = by_path["/hook"]  # the webhook's JSON carries the value unescaped, cut at its bound
+        assert hook_body["participant"] == participant[:WEBHOOK_VALUE_LIMIT - 1] + ELLIPSIS
+        assert hook_body["details"]["v"] == hook_body["participant"] and hook_body["alert_key"] == "probe:<!here>"
+        assert sorted(hook_body["truncated"]) == ["details.v", "participant", "summary"]
+        assert orjson.loads(orjson.dumps(hook_body)) == hook_body
     finally:
         receiver.close()
 
@@ -134,3 +138,21 @@ def test_slack_text_objects_are_never_empty():
     """Slack refuses a text object without text (the whole message is lost)."""
     message = slack_message(_body(summary="", key=""))
     assert all(t for t in _slack_texts(message))
+
+
+def test_the_webhook_body_bounds_every_string_and_collection_and_says_what_it_cut():
+    short = _body(summary="s" * WEBHOOK_VALUE_LIMIT)  # exactly at the bound: kept whole
+    short["details"] = {"list": [1, "x", None, {"k": True}], "n": 2 ** 63 - 1}
+    assert orjson.dumps(webhook_body(short)) == orjson.dumps(short)  # short values: the same bytes
+    body = _body(summary="s" * 5000, key="probe:" + "k" * 5000)
+    body["details"] = {"list": ["y" * 9000] + list(range(400)), "k" * 5000: "z", "map": {str(i): i for i in range(300)}}
+    out = webhook_body(body)
+    assert out["summary"] == "s" * (WEBHOOK_VALUE_LIMIT - 1) + ELLIPSIS and units(out["alert_key"]) == 4096
+    assert out["details"]["list"][0].endswith(ELLIPSIS) and len(out["details"]["list"]) == WEBHOOK_ITEMS_LIMIT
+    assert len(out["details"]["map"]) == WEBHOOK_ITEMS_LIMIT and out["details"]["map"]["255"] == 255
+    long_key = "k" * (WEBHOOK_VALUE_LIMIT - 1) + ELLIPSIS
+    assert out["details"][long_key] == "z"
+    assert out["truncated"][:4] == ["alert_key", "summary", "details.list", "details.list[0]"]
+    assert out["truncated"][5:] == ["details.map"] and out["truncated"][4].startswith("details.kkk")
+    assert all(units(p) <= 300 for p in out["truncated"])
+    assert body["summary"] == "s" * 5000  # the stored notification is not changed
