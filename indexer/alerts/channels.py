@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -76,6 +77,16 @@ def check_url(url: str, what: str) -> str:
     return check_http_url(url, what)
 
 
+def _json(body: dict) -> bytes:
+    """The body as JSON: orjson, or the standard library's encoder when a number is past 64 bits (a rule's numeric
+    sum in ``details``), which orjson refuses: such a notification is sent with its number as it is instead of
+    failing every attempt and ending the delivery pass."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def _headers(idempotency_key: str) -> dict:
     return {"Content-Type": "application/json", "Idempotency-Key": idempotency_key}
 
@@ -90,7 +101,7 @@ class Webhook:
         self.name = f"webhook:{urlsplit(self.url).hostname}#{_digest(self.url)}"
 
     def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer:
-        return post(client, self.url, orjson.dumps(webhook_body(body)), _headers(idempotency_key), deadline)
+        return post(client, self.url, _json(webhook_body(body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
         return _scrub(_scrub(text, _secrets(self.url), self.name), _userinfo(self.url), "***")

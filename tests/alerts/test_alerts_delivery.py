@@ -258,3 +258,20 @@ def test_credentials_in_a_channel_urls_userinfo_are_scrubbed_like_the_bot_token(
     for text in [*errors, dump, *logged]:
         assert "s3cret" not in text and not any(b in text for b in basics), text
         assert not any(user in text for user in ("sl-user", "wh-user", "tg-user")), text
+
+
+def test_a_number_past_64_bits_in_details_is_sent_as_it_is(db, db_url, receiver):
+    """orjson refuses an integer past 64 bits (a custom rule's numeric sum): the send raised TypeError, which ended
+    the pass and left the delivery leased, on every pass."""
+    from pathlib import Path
+
+    from indexer.alerts.rules import Rule
+
+    big = Rule("big", Path("big.sql"), "SELECT 'big:' || k AS alert_key, severity, participant, epoch_index, "
+                                       "'big' AS summary, jsonb_build_object('n', '1180591620717411303424'::numeric) "
+                                       "AS details FROM public.probe")
+    hook = Webhook(receiver.url)
+    db.execute("INSERT INTO public.probe (k) VALUES ('x')")
+    evaluate(db, [big], [hook.name], POLICY, now=T0)
+    assert deliver_due(db_url, {hook.name: hook}, backoff=BACKOFF, clock=Clock()).delivered == 1
+    assert receiver.requests[0].body["details"] == {"n": 2 ** 70}
