@@ -140,10 +140,16 @@ def _check_libpq_parses(url: str, origin: str) -> None:
     from psycopg.conninfo import conninfo_to_dict
 
     try:
-        conninfo_to_dict("postgresql://" + url.split("://", 1)[1])  # the dialect prefixes are libpq's URL too
+        params = conninfo_to_dict("postgresql://" + url.split("://", 1)[1])  # the dialect prefixes are libpq's too
     except ProgrammingError as exc:
         reason = (str(exc).strip().splitlines() or ["?"])[0].split(': "', 1)[0]
         raise ConfigError(f"{origin} cannot be parsed as a PostgreSQL URL: {reason[:200]}") from None
+    # libpq parses any port and refuses it only when connecting; one host's port each, comma-separated. The value is
+    # not shown: in postgresql://user:password/db (the "@" forgotten) the password is the "port".
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError(f"{origin} cannot be parsed as a PostgreSQL URL: a port is not a number from 1 to "
+                              "65535 (the value is not shown)")
 
 
 # Fields that may hold a credential (a password, userinfo, a webhook path, a bot token) are left out of the repr, so
