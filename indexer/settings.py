@@ -75,6 +75,47 @@ def split_urls(value: str | None) -> tuple[str, ...]:
     return tuple(u.strip().rstrip("/") for u in (value or "").split(",") if u.strip())
 
 
+def check_http_url(url: str, origin: str) -> str:
+    """``url`` when it is an http(s) URL the HTTP client can send to, else a :class:`ConfigError` naming ``origin``.
+    Found at send time, such a URL failed every delivery of its channel. The message shows the scheme and host at
+    most: the rest (userinfo, a webhook's path, a ?token= query) may be a credential."""
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an IPv6 host without its "]", or no IP address between the brackets
+        raise ConfigError(f"{origin} is not a usable URL: its host is invalid (unmatched brackets, a bad IPv6 "
+                          "address; the URL is not shown: it may hold a credential)") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{origin} is not an http(s) URL: {parts.scheme or '?'}://{parts.hostname or '?'}/…")
+    shown = f"{parts.scheme}://{parts.hostname}/…"
+    try:
+        parts.port
+    except ValueError:
+        raise ConfigError(f"{origin} is not a usable URL: {shown} has a port that is no number from 0 to 65535") \
+            from None
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL:
+        raise ConfigError(f"{origin} is not a usable URL: {shown} has a host or character the HTTP client refuses "
+                          "(a space, a control character, an invalid IPv6 address)") from None
+    try:
+        parts.hostname.encode("idna")
+    except UnicodeError:
+        raise ConfigError(f"{origin} is not a usable URL: its host name cannot be encoded (a label over 63 "
+                          "characters, an empty label)") from None
+    return url
+
+
+def _http_urls(value: str | None, name: str) -> tuple[str, ...]:
+    urls = split_urls(value)
+    for i, url in enumerate(urls, 1):
+        check_http_url(url, name if len(urls) == 1 else f"{name} (item {i})")
+    return urls
+
+
 def check_database_url(url: str, origin: str) -> str:
     if not url.strip():
         raise ConfigError(f"{origin} is set but empty: give a postgresql:// URL, or unset it to use the embedded "
@@ -87,7 +128,28 @@ def check_database_url(url: str, origin: str) -> str:
     if authority.count("@") > 1:
         # libpq splits at the first "@" and names the rest of the password as the host in its error
         raise ConfigError(f"{origin}: the user or password holds an unencoded '@' (write it as %40)")
+    _check_libpq_parses(url, origin)
     return url
+
+
+def _check_libpq_parses(url: str, origin: str) -> None:
+    """Refuse a URL libpq cannot parse (an IPv6 host without its "]", a bad %-escape, a query parameter without
+    "="), as a configuration error naming ``origin``: found at connect time it was a runtime failure. libpq's reason
+    is kept without the quoted part of the URL it ends with, which may be the password."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict("postgresql://" + url.split("://", 1)[1])  # the dialect prefixes are libpq's too
+    except ProgrammingError as exc:
+        reason = (str(exc).strip().splitlines() or ["?"])[0].split(': "', 1)[0]
+        raise ConfigError(f"{origin} cannot be parsed as a PostgreSQL URL: {reason[:200]}") from None
+    # libpq parses any port and refuses it only when connecting; one host's port each, comma-separated. The value is
+    # not shown: in postgresql://user:password/db (the "@" forgotten) the password is the "port".
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError(f"{origin} cannot be parsed as a PostgreSQL URL: a port is not a number from 1 to "
+                              "65535 (the value is not shown)")
 
 
 # Fields that may hold a credential (a password, userinfo, a webhook path, a bot token) are left out of the repr, so
@@ -127,12 +189,13 @@ class Settings:
             operator_address=env.get("GONKA_OPERATOR_ADDRESS") or None,
             operator_key_file=Path(key_file).expanduser() if key_file else None,
             operator_member=env.get("GONKA_OPERATOR_MEMBER") or None,
-            alert_webhooks=split_urls(env.get("INDEXER_ALERT_WEBHOOKS")),
-            alert_slack_webhooks=split_urls(env.get("INDEXER_ALERT_SLACK_WEBHOOKS")),
+            alert_webhooks=_http_urls(env.get("INDEXER_ALERT_WEBHOOKS"), "INDEXER_ALERT_WEBHOOKS"),
+            alert_slack_webhooks=_http_urls(env.get("INDEXER_ALERT_SLACK_WEBHOOKS"), "INDEXER_ALERT_SLACK_WEBHOOKS"),
             alert_telegram_token=env.get("INDEXER_ALERT_TELEGRAM_TOKEN") or None,
             alert_telegram_chats=tuple(c.strip() for c in (env.get("INDEXER_ALERT_TELEGRAM_CHATS") or "").split(",")
                                        if c.strip()),
-            alert_telegram_api=env.get("INDEXER_ALERT_TELEGRAM_API") or "https://api.telegram.org",
+            alert_telegram_api=check_http_url(env.get("INDEXER_ALERT_TELEGRAM_API") or "https://api.telegram.org",
+                                          "INDEXER_ALERT_TELEGRAM_API"),
             metrics_addr=env.get("INDEXER_METRICS_ADDR") or "127.0.0.1:9464",
             ready_max_lag=_seconds(env.get("INDEXER_READY_MAX_LAG"), 900.0, "INDEXER_READY_MAX_LAG"),
             lease_seconds=_seconds(env.get("INDEXER_LEASE_SECONDS"), 60.0, "INDEXER_LEASE_SECONDS"),

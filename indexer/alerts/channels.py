@@ -2,12 +2,17 @@
 
 Every channel is sent the same ``Idempotency-Key`` header on every attempt of one notification (Slack and Telegram
 ignore it; a receiver behind a proxy that dedupes can use it). A channel's *name* is what the outbox and
-``api.alert_deliveries`` record: it never contains the URL's path, query or a token (a Slack webhook URL and a
-Telegram bot token are credentials), only the host and a short digest that tells two URLs apart.
+``api.alert_deliveries`` record: it never contains the URL's userinfo, path, query or a token (a Slack webhook URL
+and a Telegram bot token are credentials), only the host and a short digest that tells two URLs apart. What a
+receiver answers is scrubbed of the same credentials, and of a URL's ``user:password@``, before it is stored or
+logged.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote, unquote, urlsplit
@@ -15,8 +20,9 @@ from urllib.parse import quote, unquote, urlsplit
 import httpx
 import orjson
 
-from indexer.alerts.messages import slack_message, telegram_message
+from indexer.alerts.messages import slack_message, telegram_message, webhook_body
 from indexer.alerts.posting import Answer, post
+from indexer.settings import check_http_url
 
 
 class Channel(Protocol):
@@ -25,6 +31,9 @@ class Channel(Protocol):
     def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer: ...
 
     def scrub(self, text: str) -> str: ...
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9:_-]+")
 
 
 def _digest(secret: str) -> str:
@@ -42,6 +51,21 @@ def _secrets(url: str) -> list[str]:
     return sorted((p for p in pieces if len(p) >= 8), key=len, reverse=True)
 
 
+def _userinfo(url: str) -> list[str]:
+    """The credentials in a URL's userinfo (``https://user:pass@host``), as a receiver or a proxy may echo them: the
+    userinfo, its user and its password, each as written and percent-decoded, and the Basic authorization httpx
+    sends for them (base64 of user:password), longest first. Parts shorter than 4 characters are not searched for
+    (as database passwords: replacing them would garble every message)."""
+    userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    if not userinfo:
+        return []
+    user, _, password = userinfo.partition(":")
+    pieces = {userinfo, user, password}
+    pieces |= {unquote(p) for p in pieces}
+    pieces.add(base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode())
+    return sorted((p for p in pieces if len(p) >= 4), key=len, reverse=True)
+
+
 def _scrub(text: str, secrets: list[str], shown: str) -> str:
     for secret in secrets:
         text = text.replace(secret, shown)
@@ -49,10 +73,18 @@ def _scrub(text: str, secrets: list[str], shown: str) -> str:
 
 
 def check_url(url: str, what: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{what} is not an http(s) URL: {parts.scheme or '?'}://{parts.hostname or '?'}/…")
-    return url
+    """The URL when the HTTP client can send to it (:func:`indexer.settings.check_http_url`), else ValueError."""
+    return check_http_url(url, what)
+
+
+def _json(body: dict) -> bytes:
+    """The body as JSON: orjson, or the standard library's encoder when a number is past 64 bits (a rule's numeric
+    sum in ``details``), which orjson refuses: such a notification is sent with its number as it is instead of
+    failing every attempt and ending the delivery pass."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _headers(idempotency_key: str) -> dict:
@@ -65,14 +97,14 @@ class Webhook:
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
-        check_url(self.url, "alert webhook")
+        check_url(self.url, "alert webhook (--webhook, INDEXER_ALERT_WEBHOOKS)")
         self.name = f"webhook:{urlsplit(self.url).hostname}#{_digest(self.url)}"
 
     def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer:
-        return post(client, self.url, orjson.dumps(body), _headers(idempotency_key), deadline)
+        return post(client, self.url, _json(webhook_body(body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
-        return _scrub(text, _secrets(self.url), self.name)
+        return _scrub(_scrub(text, _secrets(self.url), self.name), _userinfo(self.url), "***")
 
 
 @dataclass
@@ -81,14 +113,14 @@ class Slack:
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
-        check_url(self.url, "Slack webhook")
+        check_url(self.url, "Slack webhook (--slack-webhook, INDEXER_ALERT_SLACK_WEBHOOKS)")
         self.name = f"slack#{_digest(self.url)}"
 
     def send(self, client: httpx.Client, body: dict, idempotency_key: str, deadline: float) -> Answer:
         return post(client, self.url, orjson.dumps(slack_message(body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
-        return _scrub(text, _secrets(self.url), self.name)
+        return _scrub(_scrub(text, _secrets(self.url), self.name), _userinfo(self.url), "***")
 
 
 @dataclass
@@ -99,7 +131,10 @@ class Telegram:
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
-        check_url(self.api_url, "Telegram API URL")
+        check_url(self.api_url, "Telegram API URL (INDEXER_ALERT_TELEGRAM_API)")
+        if not _TOKEN.fullmatch(self.token or ""):  # the token is a path segment of every request's URL
+            raise ValueError("INDEXER_ALERT_TELEGRAM_TOKEN is not a bot token (only letters, digits, ':', '_' and "
+                             "'-'; the value is not shown)")
         self.api_url = self.api_url.rstrip("/")
         self.name = f"telegram:{self.chat_id}#{_digest(self.token)}"
 
@@ -108,8 +143,9 @@ class Telegram:
                     orjson.dumps(telegram_message(self.chat_id, body)), _headers(idempotency_key), deadline)
 
     def scrub(self, text: str) -> str:
-        return _scrub(text, sorted({self.token, unquote(self.token), quote(self.token, safe="")}, key=len,
+        text = _scrub(text, sorted({self.token, unquote(self.token), quote(self.token, safe="")}, key=len,
                                    reverse=True), "<token>")
+        return _scrub(text, _userinfo(self.api_url), "***")  # a proxy's https://user:pass@ in the API URL
 
 
 def build_channels(webhooks=(), slack=(), telegram_token: str | None = None, telegram_chats=(),

@@ -32,6 +32,11 @@ from indexer.alerts.posting import DeadlineExceeded
 
 log = logging.getLogger(__name__)
 ERROR_LIMIT = 300  # characters of a failed attempt's error (the receiver's answer is read up to 4 KiB)
+# What a send raises when it fails: a network or protocol error (httpx.HTTPError), a URL the client refuses
+# (httpx.InvalidURL and UnicodeError, from a host name that cannot be encoded, are no HTTPError), a stream used
+# wrongly, the deadline. Each is that channel's failed attempt, retried like any other: it must not end the channel's
+# thread and the pass (the delivery stays leased, the other channels' results are lost) or the `indexer run` loop.
+_SEND_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, UnicodeError, DeadlineExceeded)
 
 
 def utcnow() -> datetime:
@@ -179,7 +184,7 @@ def _attempt(conn: psycopg.Connection, channel: Channel, client: httpx.Client, l
         status = answer.status
         if not 200 <= status < 300:
             error = f"HTTP {status}: {answer.text}"
-    except (httpx.HTTPError, DeadlineExceeded) as exc:
+    except _SEND_ERRORS as exc:
         error = f"{type(exc).__name__}: {exc}"
     if error is not None:
         # the receiver's answer is a peer's text: credentials it echoed scrubbed (before the cut, which could split

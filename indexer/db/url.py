@@ -92,15 +92,17 @@ def sqlalchemy_url(url: str) -> str:
 
 def redact(url: str) -> str:
     """The URL with any password replaced by ***, for printing: the userinfo's and a ``password=`` query
-    parameter's (libpq takes either)."""
+    parameter's (libpq takes either). The host part is kept as written: libpq's several hosts
+    (``h1:5432,h2:5433``) are no port urlsplit can read. A URL that cannot be split at all is not shown."""
     import re
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # unmatched IPv6 brackets: refused as configuration before any message shows it
+        return "(a database URL that cannot be parsed)"
     query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    if parts.password is not None:
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else ""))
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if ":" in userinfo:
+        parts = parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{hosts}")
     return urlunsplit(parts._replace(query=query))

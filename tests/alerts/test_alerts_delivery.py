@@ -199,3 +199,79 @@ def test_a_receivers_answer_is_stored_and_logged_as_one_scrubbed_bounded_line(db
         assert "secret" not in text and "s3cret" not in text
         assert not any(c in text for c in "\n\r\x1b\u202e"), repr(text)
     assert all(len(e) <= 300 and e.endswith("…") for e in errors)
+
+
+def test_a_channel_url_the_client_refuses_is_that_channels_failed_attempt_not_the_passs_end(db, db_url, receiver,
+                                                                                            caplog):
+    """A URL past the configuration checks that httpx refuses at send time (InvalidURL and UnicodeError are no
+    httpx.HTTPError) fails that channel's attempt with one scrubbed line; the other channels are still delivered."""
+    good = Webhook(receiver.url + "/hook")
+    bad_port = Webhook(receiver.url + "/a?token=s3cret-one")
+    bad_port.url = "http://127.0.0.1:abc/a?token=s3cret-one"
+    bad_host = Webhook(receiver.url + "/b?token=s3cret-two")
+    bad_host.url = "http://" + "a" * 64 + ".example/b?token=s3cret-two"  # a DNS label is at most 63 characters
+    channels = {c.name: c for c in (bad_port, good, bad_host)}
+    db.execute("INSERT INTO public.probe (k) VALUES ('x')")
+    evaluate(db, [PROBE], list(channels), POLICY, now=T0)
+    with caplog.at_level("WARNING", logger="indexer.alerts.delivery"):
+        s = deliver_due(db_url, channels, backoff=BACKOFF, clock=Clock())
+    assert (s.attempted, s.delivered, s.retrying) == (3, 1, 2)
+    assert [r.path for r in receiver.requests] == ["/hook"]
+    rows = {r[1]: r for r in _deliveries(db)}
+    assert rows[good.name][2:4] == ("delivered", 1)
+    assert rows[bad_port.name][2:4] == ("pending", 1) and rows[bad_port.name][4].startswith("InvalidURL: ")
+    assert rows[bad_host.name][2:4] == ("pending", 1) and rows[bad_host.name][4].startswith("UnicodeError: ")
+    logged = [r.getMessage() for r in caplog.records]
+    for text in [rows[bad_port.name][4], rows[bad_host.name][4], *logged]:
+        assert "s3cret" not in text and "\n" not in text, text
+
+
+def test_credentials_in_a_channel_urls_userinfo_are_scrubbed_like_the_bot_token(db, db_url, receiver, caplog):
+    """https://user:pass@host: httpx sends them as Basic authorization; a proxy that echoes the header, the URL or
+    the pair in its error page must not put them in the deliveries table or the log."""
+    import base64
+
+    at = receiver.url.replace("http://", "")
+    slack = Slack(f"http://sl-user:s3cret-sl@{at}/services/T/B/x")
+    hook = Webhook(f"http://wh-user:s3cret%2Dwh@{at}/hook")
+    telegram = Telegram("1:t", "-100", api_url=f"http://tg-user:s3cret-tg@{at}")
+    channels = {c.name: c for c in (slack, hook, telegram)}
+
+    def echo(path):  # the request's own Authorization header, the pair in it, the user and the password alone
+        auth = receiver.requests[-1].headers["Authorization"]
+        pair = base64.b64decode(auth.split()[1]).decode()
+        return f"denied {auth} for {pair} (user {pair.split(':')[0]}, password {pair.split(':')[1]})".encode()
+
+    receiver.answer = echo
+    receiver.status = 401
+    db.execute("INSERT INTO public.probe (k) VALUES ('x')")
+    evaluate(db, [PROBE], list(channels), POLICY, now=T0)
+    with caplog.at_level("WARNING", logger="indexer.alerts.delivery"):
+        deliver_due(db_url, channels, backoff=BACKOFF, clock=Clock())
+    assert {r.headers["Authorization"].split()[0] for r in receiver.requests} == {"Basic"}  # the userinfo was sent
+    basics = [base64.b64encode(pair.encode()).decode()
+              for pair in ("sl-user:s3cret-sl", "wh-user:s3cret-wh", "tg-user:s3cret-tg")]
+    errors = [r[4] for r in _deliveries(db)]
+    dump = str(db.execute("SELECT array_agg(t::text) FROM alert.delivery_attempt t").fetchone()[0])
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 3 and all(e.startswith("HTTP 401: denied Basic ***") for e in errors), errors
+    for text in [*errors, dump, *logged]:
+        assert "s3cret" not in text and not any(b in text for b in basics), text
+        assert not any(user in text for user in ("sl-user", "wh-user", "tg-user")), text
+
+
+def test_a_number_past_64_bits_in_details_is_sent_as_it_is(db, db_url, receiver):
+    """orjson refuses an integer past 64 bits (a custom rule's numeric sum): the send raised TypeError, which ended
+    the pass and left the delivery leased, on every pass."""
+    from pathlib import Path
+
+    from indexer.alerts.rules import Rule
+
+    big = Rule("big", Path("big.sql"), "SELECT 'big:' || k AS alert_key, severity, participant, epoch_index, "
+                                       "'big' AS summary, jsonb_build_object('n', '1180591620717411303424'::numeric) "
+                                       "AS details FROM public.probe")
+    hook = Webhook(receiver.url)
+    db.execute("INSERT INTO public.probe (k) VALUES ('x')")
+    evaluate(db, [big], [hook.name], POLICY, now=T0)
+    assert deliver_due(db_url, {hook.name: hook}, backoff=BACKOFF, clock=Clock()).delivered == 1
+    assert receiver.requests[0].body["details"] == {"n": 2 ** 70}

@@ -1,5 +1,5 @@
-"""Issue 37 item 5: data in an alert (participant, model id, summary) cannot spoof a Slack or Telegram message, and no
-message exceeds its service's limit, whatever the data; the webhook carries the values unchanged as JSON."""
+"""Issue 37 item 5: data in an alert (participant, model id, summary) cannot spoof or format a Slack or Telegram
+message, and no message exceeds its service's limit, whatever the data; the webhook carries the values as JSON."""
 from __future__ import annotations
 
 import html
@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from indexer.alerts.channels import Slack, Telegram, Webhook
 from indexer.alerts.delivery import deliver_due
 from indexer.alerts.engine import Policy, evaluate
-from indexer.alerts.messages import (ELLIPSIS, SLACK_TEXT_LIMIT, TELEGRAM_TEXT_LIMIT, fit, slack_escape,
-                                     slack_message, telegram_message, units)
+from indexer.alerts.messages import (ELLIPSIS, SLACK_TEXT_LIMIT, TELEGRAM_TEXT_LIMIT, WEBHOOK_ITEMS_LIMIT,
+                                     WEBHOOK_VALUE_LIMIT, fit, slack_escape, slack_message, telegram_message, units,
+                                     webhook_body)
 from tests.support.alerts_kit import PROBE, Receiver, make_probe
 
 HOSTILE = ["<!channel>", "<!here>", "<http://evil.example|click>", "&amp;", "a&b<c>d", "*bold* _it_ `code`",
@@ -36,6 +37,7 @@ def _slack_texts(message):
 
 
 def _check_slack(message):
+    assert all(units(b["text"]["text"]) <= 150 for b in message["blocks"] if b["type"] == "header")
     for text in _slack_texts(message):
         assert units(text) <= SLACK_TEXT_LIMIT
         assert "<" not in text and ">" not in text  # no link, mention or special command can start
@@ -46,14 +48,14 @@ def test_slack_escapes_mentions_and_links():
     message = slack_message(_body(summary="host <!channel> <http://evil.example|click> & co", key="probe:<!here>"))
     _check_slack(message)
     assert message["text"] == "[CRITICAL] probe: host &lt;!channel&gt; &lt;http://evil.example|click&gt; &amp; co"
-    assert message["blocks"][1]["elements"][0]["text"] == "probe:&lt;!here&gt;"
+    assert message["blocks"][2]["elements"][0]["text"] == "probe:&lt;!here&gt;"
 
 
 def test_a_20006_character_participant_is_cut_under_each_limit():
     huge = "gonka1" + "<" * 20000
     slack = slack_message(_body(summary=f"disputable penalty for {huge}"))
     _check_slack(slack)
-    assert slack["blocks"][0]["text"]["text"].endswith("&lt;" + ELLIPSIS)  # cut between escapes, marked
+    assert slack["blocks"][1]["text"]["text"].endswith("&lt;" + ELLIPSIS)  # cut between escapes, marked
     tg = telegram_message("-100", _body(summary=huge, key="probe:" + huge))
     assert units(tg["text"]) <= TELEGRAM_TEXT_LIMIT and ELLIPSIS in tg["text"]
 
@@ -99,8 +101,11 @@ def test_hostile_values_on_the_wire(conn, db_url):
         by_path = {r.path: r.body for r in receiver.delivered()}
         _check_slack(by_path["/services/T/B/x"])
         assert units(by_path["/bot1:t/sendMessage"]["text"]) <= TELEGRAM_TEXT_LIMIT
-        assert by_path["/hook"]["participant"] == participant  # the webhook's JSON carries the value unchanged
-        assert orjson.loads(orjson.dumps(by_path["/hook"])) == by_path["/hook"]
+        hook_body = by_path["/hook"]  # the webhook's JSON carries the value unescaped, cut at its bound
+        assert hook_body["participant"] == participant[:WEBHOOK_VALUE_LIMIT - 1] + ELLIPSIS
+        assert hook_body["details"]["v"] == hook_body["participant"] and hook_body["alert_key"] == "probe:<!here>"
+        assert sorted(hook_body["truncated"]) == ["details.v", "participant", "summary"]
+        assert orjson.loads(orjson.dumps(hook_body)) == hook_body
     finally:
         receiver.close()
 
@@ -115,8 +120,39 @@ def test_an_address_with_invisible_characters_cannot_pass_for_another():
     assert "gonka1abc" + "\ufffd" * len(invisible) + "def" in tg["text"]
 
 
-def test_slack_text_objects_are_verbatim_so_bare_mentions_and_urls_stay_text():
-    """Without "verbatim", Slack links a bare URL and "#channel" and parses some "@here"-like mentions in mrkdwn."""
-    message = slack_message(_body(summary="gonka1x @here see http://phish.example #general"))
-    objects = [message["blocks"][0]["text"], *message["blocks"][1]["elements"]]
-    assert all(o["type"] == "mrkdwn" and o["verbatim"] is True for o in objects)
+def test_slack_text_objects_are_plain_text_so_mrkdwn_emoji_mentions_and_urls_in_the_data_stay_text():
+    """In mrkdwn, *x*, _x_, ~x~, `x` and :emoji: in a peer's value formatted (even verbatim); a bare URL,
+    "#channel" and "@here" were made links or mentions without verbatim. plain_text with emoji off does neither."""
+    summary = "gonka1*a*_b_~c~`d` :thumbs_up: > quote @here see http://phish.example #general"
+    message = slack_message(_body(summary=summary, key="probe:*k*_:fire:_", rule="rule_*x*"))
+    header, section, context = message["blocks"]
+    assert [header["type"], section["type"], context["type"]] == ["header", "section", "context"]
+    objects = [header["text"], section["text"], *context["elements"]]
+    assert all(o == {"type": "plain_text", "text": o["text"], "emoji": False} for o in objects), objects
+    assert [o["text"] for o in objects] == ["[CRITICAL] rule_*x*", summary.replace(">", "&gt;"), "probe:*k*_:fire:_"]
+    assert message["mrkdwn"] is False and message["text"] == "[CRITICAL] rule_*x*: " + summary.replace(">", "&gt;")
+    assert "mrkdwn" not in str(message["blocks"]) and units(header["text"]["text"]) <= 150
+
+
+def test_slack_text_objects_are_never_empty():
+    """Slack refuses a text object without text (the whole message is lost)."""
+    message = slack_message(_body(summary="", key=""))
+    assert all(t for t in _slack_texts(message))
+
+
+def test_the_webhook_body_bounds_every_string_and_collection_and_says_what_it_cut():
+    short = _body(summary="s" * WEBHOOK_VALUE_LIMIT)  # exactly at the bound: kept whole
+    short["details"] = {"list": [1, "x", None, {"k": True}], "n": 2 ** 63 - 1}
+    assert orjson.dumps(webhook_body(short)) == orjson.dumps(short)  # short values: the same bytes
+    body = _body(summary="s" * 5000, key="probe:" + "k" * 5000)
+    body["details"] = {"list": ["y" * 9000] + list(range(400)), "k" * 5000: "z", "map": {str(i): i for i in range(300)}}
+    out = webhook_body(body)
+    assert out["summary"] == "s" * (WEBHOOK_VALUE_LIMIT - 1) + ELLIPSIS and units(out["alert_key"]) == 4096
+    assert out["details"]["list"][0].endswith(ELLIPSIS) and len(out["details"]["list"]) == WEBHOOK_ITEMS_LIMIT
+    assert len(out["details"]["map"]) == WEBHOOK_ITEMS_LIMIT and out["details"]["map"]["255"] == 255
+    long_key = "k" * (WEBHOOK_VALUE_LIMIT - 1) + ELLIPSIS
+    assert out["details"][long_key] == "z"
+    assert out["truncated"][:4] == ["alert_key", "summary", "details.list", "details.list[0]"]
+    assert out["truncated"][5:] == ["details.map"] and out["truncated"][4].startswith("details.kkk")
+    assert all(units(p) <= 300 for p in out["truncated"])
+    assert body["summary"] == "s" * 5000  # the stored notification is not changed

@@ -17,6 +17,36 @@ def test_an_unencoded_at_in_the_password_is_refused_without_showing_it(url, tmp_
     assert "%40" in err and "ss@" not in err and "p@" not in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("url, reason", [("postgresql://u:pw-s3cret@[::1/db", "IPv6 host"),
+                                         ("postgresql://u:pw%zzs3cret@h/db", "percent-encoded"),
+                                         ("postgres://u:pw-s3cret@h/db?sslmode", "query parameter"),
+                                         ("postgresql://u:pw-s3cret@h:abc/db", "port"),
+                                         ("postgresql://u:pw-s3cret@127.0.0.1:99999/db", "port"),
+                                         ("postgresql://u:pw-s3cret/db", "port")])  # the "@" forgotten
+@pytest.mark.parametrize("via", ["DATABASE_URL", "--database-url"])
+def test_a_url_libpq_cannot_parse_is_a_configuration_error_naming_the_variable(url, reason, via, tmp_path,
+                                                                               monkeypatch, capsys):
+    """Found at connect time it was a runtime failure (exit 1, "ProgrammingError: ..."); it is the user's setting."""
+    monkeypatch.setenv("INDEXER_HOME", str(tmp_path))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    if via == "DATABASE_URL":
+        monkeypatch.setenv("DATABASE_URL", url)
+    assert main(["--database-url", url, "status"] if via != "DATABASE_URL" else ["status"]) == 2
+    err = capsys.readouterr().err
+    assert f"{via} cannot be parsed as a PostgreSQL URL" in err and reason in err, err
+    assert "s3cret" not in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "pgdata").exists()  # the embedded cluster was not started instead
+
+
+def test_libpqs_several_hosts_are_shown_redacted_not_a_python_port_error(tmp_path, monkeypatch, capsys):
+    """h1:1,h2:1 is a libpq URL urlsplit cannot read a port from: redacting it raised ValueError (exit 1)."""
+    monkeypatch.setenv("INDEXER_HOME", str(tmp_path))
+    assert main(["--database-url", "postgresql://u:pw-s3cret@127.0.0.1:1,127.0.0.2:1/db", "status"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot connect to postgresql://" in err and "127.0.0.1:1,127.0.0.2:1/db" in err, err
+    assert "s3cret" not in err and len(err.splitlines()) == 1
+
+
 def test_a_libpq_keyword_string_is_refused_without_showing_its_password(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INDEXER_HOME", str(tmp_path))
     monkeypatch.setenv("DATABASE_URL", "password=s3cr3t-value host=db user=x")
