@@ -1,6 +1,7 @@
 """The limit a record is judged against is limit(rec.model) (gonka-devshard.md §2.4): the model its Start signed, which
 the replay does not hold to the escrow's model (indexer.replay.machine checks no model), so a Start of another model
-is an applied record. A model the epoch's snapshot has no limit for leaves the limit unknown."""
+is an applied record. A model the epoch's snapshot has no limit for leaves the limit unknown, and an unknown limit
+leaves the suspects' weight in a challenge unknown (api.challenges), never 0."""
 from __future__ import annotations
 
 from tests.support.rules_kit import GOV, MINIMAX, MODEL, Log, by_id, gov_snapshot, load, rows
@@ -56,3 +57,24 @@ def test_each_record_is_judged_against_its_own_models_limit(db_url, tmp_path, co
     assert rows(conn, "SELECT inference_id, rule, evidence->>'governance_limit' FROM api.disputable_penalties "
                       "WHERE rule = 'timeout_over_limit'") == [(refused, "timeout_over_limit", str(MINIMAX_GOV))]
 
+
+def test_an_unknown_limit_leaves_the_suspect_weight_unknown(db_url, tmp_path, conn):
+    cols = "outcome, suspect_invalid_weight, suspect_voters, outcome_without_suspects"
+    known = Log("known")              # MODEL has a limit in epoch 408
+    k = known.served(12)
+    known.invalidate(k)
+    unlisted = start_of(known, UNLISTED, 10)   # a record of a model the snapshot has no limit for
+    known.confirm(unlisted)
+    known.finish(unlisted, 1000, 100)
+    known.invalidate(unlisted)
+    bare = Log("bare", epoch=409)     # no snapshot for epoch 409: the escrow's model has no known limit
+    b = bare.served(12)
+    bare.invalidate(b)
+    load(db_url, tmp_path, [gov_snapshot()] + known.records + bare.records)
+
+    got = {(r[0], r[1]): r[2:] for r in rows(conn, f"SELECT escrow_id, inference_id, {cols} FROM api.challenges")}
+    assert got == {
+        ("known", k): ("Invalidated", 0, None, "Invalidated"),
+        ("known", unlisted): ("Invalidated", None, None, None),
+        ("bare", b): ("Invalidated", None, None, None),
+    }
