@@ -25,8 +25,9 @@ from indexer import refusals
 
 log = logging.getLogger(__name__)
 
-RULE_VERSION = 2  # 2: vLLM spellings of --max-model-len; siblings from applied Finishes only; the hardened sibling
-#                   check and error-misses not shown to fit (sql/rules/30, 60)
+RULE_VERSION = 3  # 2: vLLM spellings of --max-model-len; siblings from applied Finishes only; the hardened sibling
+#                   check and error-misses not shown to fit (sql/rules/30, 60); 3: each record judged against the
+#                   limit of its Start's model (fn.record_limit); an unknown limit leaves the suspect weight NULL
 EPOCHS_PER_CLAIM = 8
 # Connections that evaluate claims at once when the caller gives a URL. The rules are SQL: each claim's statements
 # run in its connection's server process, so two claims of different epochs use both cores of a small machine,

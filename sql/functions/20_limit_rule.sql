@@ -8,3 +8,20 @@ CREATE FUNCTION fn.shown_over_limit(prompt bigint, max_tokens bigint, lim bigint
 LANGUAGE sql IMMUTABLE AS $$
   SELECT max_tokens > lim OR prompt >= lim OR prompt::numeric + max_tokens > lim
 $$;
+
+-- fn.record_limit: the governance limit a record is judged against, limit(rec.model) of gonka-devshard.md §2.4 —
+-- the model its Start signed (the escrow's model when the Start names none). For the escrow's own model, the
+-- escrow's limit (10_limits: its frozen max_model_len, else the snapshot's args); for another model, that model's
+-- --max-model-len in the epoch's snapshot (the escrow's max_model_len was frozen from the escrow's model, not this
+-- one). A model the snapshot has no limit for leaves the limit unknown (NULL). One row, always; inlined.
+CREATE FUNCTION fn.record_limit(escrow_model text, escrow_lim bigint, escrow_source text, epoch bigint,
+                                start_model text)
+RETURNS TABLE (model_id text, governance_limit bigint, limit_source text)
+LANGUAGE sql STABLE AS $$
+  SELECT own.model_id,
+         CASE WHEN own.escrows THEN escrow_lim ELSE m.args_limit END,
+         CASE WHEN own.escrows THEN escrow_source WHEN m.args_limit IS NOT NULL THEN 'model_args' END
+  FROM (SELECT COALESCE(NULLIF(start_model, ''), escrow_model) AS model_id,
+               NULLIF(start_model, '') IS NULL OR start_model IS NOT DISTINCT FROM escrow_model AS escrows) own
+  LEFT JOIN rules.model_limit m ON m.epoch_index = epoch AND m.model_id = own.model_id AND NOT own.escrows
+$$;

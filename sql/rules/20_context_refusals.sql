@@ -10,8 +10,8 @@ INSERT INTO rules.context_refusal (escrow_id, inference_id, epoch_index, model_i
                                    max_tokens, input_length, prompt_tokens, prompt_tokens_source,
                                    prompt_is_lower_bound, verdict, evidence, rule_version)
 WITH zero AS (
-  SELECT f.escrow_id, f.inference_id, f.has_payload, el.epoch_index, el.model_id, el.governance_limit,
-         el.limit_source, s.max_tokens, s.input_length, s.prompt_hash
+  SELECT f.escrow_id, f.inference_id, f.has_payload, el.epoch_index, lim.model_id, lim.governance_limit,
+         lim.limit_source, s.max_tokens, s.input_length, s.prompt_hash
   FROM rules.escrow_limit el
   CROSS JOIN LATERAL (  -- probe each escrow's 0/0 Finishes (OFFSET 0 keeps the planner from flattening this into
                         -- a walk over every epoch's refusals: it underestimates input = 0 AND output = 0)
@@ -26,6 +26,8 @@ WITH zero AS (
                                AND applied.finished_nonce = f.diff_nonce
   LEFT JOIN rec.start_tx s ON s.escrow_id = f.escrow_id AND s.inference_id = f.inference_id  -- once per refusal
                           AND s.epoch_index = el.epoch_index AND s.epoch_index = ANY(%(parts)s)
+  -- the limit of the record's own model (its Start's), not necessarily the escrow's
+  CROSS JOIN LATERAL fn.record_limit(el.model_id, el.governance_limit, el.limit_source, el.epoch_index, s.model) lim
   WHERE el.escrow_id = ANY(%(escrows)s)
 ), chosen AS (
   SELECT z.*, parse.refusal_kind, parse.error_code, parse.reported_limit, parse.reported_prompt_tokens,

@@ -19,13 +19,14 @@ INSERT INTO rules.sibling_finding (escrow_id, inference_id, epoch_index, error_m
                                    sibling_status, governance_limit, max_tokens, accepted_current_rule,
                                    accepted_hardened_rule, rule_version)
 WITH error_miss AS (
-  SELECT m.escrow_id, m.inference_id, m.diff_nonce, el.epoch_index, el.governance_limit
+  SELECT m.escrow_id, m.inference_id, m.diff_nonce, el.epoch_index, el.model_id, el.governance_limit AS escrow_lim,
+         el.limit_source
   FROM rules.escrow_limit el
   JOIN rec.error_miss_tx m ON m.escrow_id = el.escrow_id AND m.epoch_index = el.epoch_index
                          AND m.epoch_index = ANY(%(parts)s)
   WHERE el.escrow_id = ANY(%(escrows)s)
 ), judged AS (
-  SELECT em.*, s.max_tokens, s.prompt_hash, f.inference_id IS NOT NULL AS has_finish,
+  SELECT em.*, lim.governance_limit, s.max_tokens, s.prompt_hash, f.inference_id IS NOT NULL AS has_finish,
          COALESCE(f.output_tokens > 0, false) AS billed,
          fn.is_client_fault_finish(f.input_tokens, f.output_tokens, f.response_payload IS NOT NULL,
                                    parse.is_client_fault) AS client_fault,
@@ -33,6 +34,8 @@ WITH error_miss AS (
   FROM error_miss em
   LEFT JOIN rec.start_tx s ON s.escrow_id = em.escrow_id AND s.inference_id = em.inference_id
                           AND s.epoch_index = em.epoch_index AND s.epoch_index = ANY(%(parts)s)
+  -- the limit of the record's own model (its Start's), not necessarily the escrow's
+  CROSS JOIN LATERAL fn.record_limit(em.model_id, em.escrow_lim, em.limit_source, em.epoch_index, s.model) lim
   LEFT JOIN rec.finish_tx f ON f.escrow_id = em.escrow_id AND f.inference_id = em.inference_id
                            AND f.epoch_index = em.epoch_index AND f.epoch_index = ANY(%(parts)s)
   LEFT JOIN rules.refusal_parse parse ON parse.escrow_id = em.escrow_id AND parse.inference_id = em.inference_id

@@ -1,27 +1,40 @@
 -- Hosts with behavioural evidence of a local limit above governance (#1911 loophole): they served more tokens
 -- than the governance limit allows, stated a higher limit in their own refusal, or voted invalid on a refusal
--- shown over the limit. Every row is one escrow's evidence, so an epoch re-evaluated for a few changed escrows
+-- shown over the limit. Each is judged against the limit of its record's own model (fn.record_limit), and a row
+-- names that model. Every row is one escrow's evidence, so an epoch re-evaluated for a few changed escrows
 -- (%(scoped)s: indexer.rules.run) rewrites only their rows; a whole epoch rewrites all of them.
 DELETE FROM rules.suspect
 WHERE epoch_index = ANY(%(epochs)s) AND (NOT %(scoped)s OR escrow_id = ANY(%(escrows)s));
 
 INSERT INTO rules.suspect (epoch_index, participant, model_id, evidence_kind, observed_tokens, governance_limit,
                            escrow_id, inference_id, rule_version)
-SELECT el.epoch_index, e.slots[f.executor_slot + 1], el.model_id, 'served_above_limit',
+SELECT el.epoch_index, e.slots[f.executor_slot + 1], f.model_id, 'served_above_limit',
        fn.bigint_or_null(f.served),  -- past bigint: unknown, not capped
-       el.governance_limit, el.escrow_id, f.inference_id, %(version)s
+       f.governance_limit, el.escrow_id, f.inference_id, %(version)s
 FROM rules.escrow_limit el
 JOIN rec.escrow e ON e.escrow_id = el.escrow_id
-CROSS JOIN LATERAL (  -- per escrow, and only escrows whose largest Finish (10_limits) served above the limit
-  SELECT inference_id, executor_slot, diff_nonce, input_tokens::numeric + output_tokens AS served FROM rec.finish_tx
-  WHERE escrow_id = el.escrow_id AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
-    AND input_tokens::numeric + output_tokens > el.governance_limit) f
+CROSS JOIN LATERAL (  -- per escrow: each Finish above the limit of its record's own model (its Start's)
+  SELECT f.inference_id, f.executor_slot, f.diff_nonce, f.input_tokens::numeric + f.output_tokens AS served,
+         lim.model_id, lim.governance_limit
+  FROM rec.finish_tx f
+  LEFT JOIN rec.start_tx s ON s.escrow_id = f.escrow_id AND s.inference_id = f.inference_id
+                          AND s.epoch_index = el.epoch_index AND s.epoch_index = ANY(%(parts)s)
+  CROSS JOIN LATERAL fn.record_limit(el.model_id, el.governance_limit, el.limit_source, el.epoch_index, s.model) lim
+  WHERE f.escrow_id = el.escrow_id AND f.epoch_index = el.epoch_index AND f.epoch_index = ANY(%(parts)s)
+    AND f.input_tokens::numeric + f.output_tokens > lim.governance_limit) f
 -- only a Finish the escrow applied: one the state machine rejected (say, naming a slot that is not the executor's)
 -- shows nothing about the host its slot names
 JOIN replay.inference applied ON applied.escrow_id = el.escrow_id AND applied.inference_id = f.inference_id
                              AND applied.epoch_index = el.epoch_index AND applied.epoch_index = ANY(%(parts)s)
                              AND applied.finished_nonce = f.diff_nonce
-WHERE el.epoch_index = ANY(%(epochs)s) AND el.max_served_tokens >= el.governance_limit  -- >=: capped at 2^63 - 1
+WHERE el.epoch_index = ANY(%(epochs)s)
+  -- only escrows whose largest Finish (10_limits) served above the escrow's limit, or that hold a Start of another
+  -- model (judged against that model's limit, which the escrow's bound says nothing about); >=: capped at 2^63 - 1
+  AND (el.max_served_tokens >= el.governance_limit
+       OR EXISTS (SELECT FROM rec.start_tx other
+                  WHERE other.escrow_id = el.escrow_id AND other.epoch_index = el.epoch_index
+                    AND other.epoch_index = ANY(%(parts)s)
+                    AND NULLIF(other.model, '') IS NOT NULL AND other.model IS DISTINCT FROM el.model_id))
   AND (NOT %(scoped)s OR el.escrow_id = ANY(%(escrows)s))
   AND f.executor_slot < cardinality(e.slots)
 UNION ALL

@@ -3,6 +3,9 @@
 -- recorded (replay.vote, protocol order): applied weights, plus votes cast after the real tally had resolved
 -- (without the suspects it might not have), invalid checked first after each vote. Without a suspect
 -- challenger there is no challenge at all: the record would have stayed Finished.
+-- Suspects count for the challenged record's own model (its Start's, fn.record_limit). When that model's limit is
+-- unknown, so is who served or stated above it: the suspects' weight, voters and the outcome without them are then
+-- unknown (NULL), never 0 and the unchanged outcome.
 -- A row depends on its escrow's records and on the epoch's set of suspects: with %(scoped)s (that set unchanged by
 -- 40, indexer.rules.run) only the changed escrows' rows are rewritten, else the whole epoch's.
 DELETE FROM rules.challenge
@@ -23,12 +26,20 @@ WITH challenged AS (
     FROM replay.inference WHERE escrow_id = e.escrow_id AND epoch_index = ANY(%(epochs)s)
     OFFSET 0) i
   WHERE %(scoped)s AND e.escrow_id = ANY(%(escrows)s) AND i.challenged_nonce IS NOT NULL
+), judged AS (  -- each challenged record's model and whether its limit is known
+  SELECT ch.escrow_id, ch.inference_id, ch.epoch_index, ch.challenger_slot, ch.vote_threshold, lim.model_id,
+         lim.governance_limit IS NOT NULL AS limit_known
+  FROM challenged ch
+  LEFT JOIN rules.escrow_limit el ON el.escrow_id = ch.escrow_id
+  LEFT JOIN rec.start_tx s ON s.escrow_id = ch.escrow_id AND s.inference_id = ch.inference_id
+                          AND s.epoch_index = ch.epoch_index AND s.epoch_index = ANY(%(parts)s)
+  CROSS JOIN LATERAL fn.record_limit(ch.model_id, el.governance_limit, el.limit_source, ch.epoch_index, s.model) lim
 ), suspects AS (
   SELECT DISTINCT epoch_index, model_id, participant FROM rules.suspect WHERE epoch_index = ANY(%(epochs)s)
 ), weighted AS (
   SELECT v.escrow_id, v.inference_id, v.ordinal, v.kind, v.slot, v.address, v.weight, v.valid, v.effect,
          ch.vote_threshold, ch.challenger_slot, sp.participant IS NOT NULL AS suspect
-  FROM challenged ch
+  FROM judged ch
   JOIN replay.vote v ON v.escrow_id = ch.escrow_id AND v.inference_id = ch.inference_id AND v.effect <> 'no_weight'
   LEFT JOIN suspects sp ON sp.epoch_index = ch.epoch_index AND sp.model_id IS NOT DISTINCT FROM ch.model_id
                        AND sp.participant = v.address
@@ -63,14 +74,16 @@ SELECT ch.escrow_id, ch.inference_id, ch.epoch_index,
                                            WHERE parse.escrow_id = ch.escrow_id
                                              AND parse.inference_id = ch.inference_id)),
                 true),
-       COALESCE(t.suspect_invalid_weight, 0), t.suspect_voters,
-       CASE WHEN t.challenger_suspect THEN 'Finished'
+       CASE WHEN ch.limit_known THEN COALESCE(t.suspect_invalid_weight, 0) END,
+       CASE WHEN ch.limit_known THEN t.suspect_voters END,
+       CASE WHEN NOT ch.limit_known THEN NULL
+            WHEN t.challenger_suspect THEN 'Finished'
             WHEN t.invalidated_at_step IS NOT NULL
                  AND (t.validated_at_step IS NULL OR t.invalidated_at_step <= t.validated_at_step) THEN 'Invalidated'
             WHEN t.validated_at_step IS NOT NULL THEN 'Validated'
             ELSE 'Challenged' END,
        %(version)s
-FROM challenged ch
+FROM judged ch
 LEFT JOIN tallied t ON t.escrow_id = ch.escrow_id AND t.inference_id = ch.inference_id
 LEFT JOIN rec.finish_tx f ON f.escrow_id = ch.escrow_id AND f.inference_id = ch.inference_id
                          AND f.epoch_index = ch.epoch_index AND f.epoch_index = ANY(%(parts)s);

@@ -11,7 +11,7 @@ MERGE INTO rules.disputable existing
 USING (
 WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown over the limit, found from the compact
                                           -- timeout txs so that only these read their replayed record
-  SELECT t.escrow_id, t.inference_id, el.epoch_index, s.max_tokens, s.input_length, el.governance_limit, el.limit_source,
+  SELECT t.escrow_id, t.inference_id, el.epoch_index, s.max_tokens, s.input_length, lim.governance_limit, lim.limit_source,
          sib.sibling_inference_id, sib.sibling_input_tokens
   FROM rules.escrow_limit el
   CROSS JOIN LATERAL (  -- per escrow (OFFSET 0: not a hash join over every epoch's timeouts)
@@ -21,18 +21,20 @@ WITH timeout_over_limit AS MATERIALIZED (  -- refused/execution timeouts shown o
     OFFSET 0) t
   CROSS JOIN LATERAL (  -- each timeout's Start, probed (OFFSET 0: one epoch's partition is small enough that the
                         -- planner would hash all of it, which costs more than the few probes)
-    SELECT escrow_id, inference_id, max_tokens, input_length, prompt_hash FROM rec.start_tx
+    SELECT escrow_id, inference_id, max_tokens, input_length, prompt_hash, model FROM rec.start_tx
     WHERE escrow_id = t.escrow_id AND inference_id = t.inference_id
       AND epoch_index = el.epoch_index AND epoch_index = ANY(%(parts)s)
     OFFSET 0) s
+  -- the limit of the record's own model (its Start's), not necessarily the escrow's
+  CROSS JOIN LATERAL fn.record_limit(el.model_id, el.governance_limit, el.limit_source, el.epoch_index, s.model) lim
   LEFT JOIN LATERAL (
     SELECT largest.sibling_inference_id, largest.sibling_input_tokens
     FROM fn.largest_sibling(s.escrow_id, s.prompt_hash, s.inference_id, %(parts)s::bigint[]) largest
     -- no probe when even the escrow's largest input (10_limits) could not show it over the limit (OFFSET 0 keeps
     -- this a gate in front of the probe, not a filter the join applies after it)
-    WHERE fn.shown_over_limit(el.max_input_tokens, s.max_tokens, el.governance_limit) OFFSET 0) sib ON true
+    WHERE fn.shown_over_limit(el.max_input_tokens, s.max_tokens, lim.governance_limit) OFFSET 0) sib ON true
   WHERE el.epoch_index = ANY(%(epochs)s) AND (NOT %(scoped)s OR el.escrow_id = ANY(%(escrows)s))
-    AND fn.shown_over_limit(sib.sibling_input_tokens, s.max_tokens, el.governance_limit)
+    AND fn.shown_over_limit(sib.sibling_input_tokens, s.max_tokens, lim.governance_limit)
 ), found AS (
   SELECT cr.epoch_index, cr.escrow_id, cr.inference_id, cr.executor_address AS participant, cr.executor_slot,
          'invalid' AS penalty, 'invalidated_context_refusal' AS rule, cr.verdict,
