@@ -76,8 +76,15 @@ def derivation(rule: str, verdict: str, evidence: dict, status: str, inference_i
                       limit_source=limit_source)
 
 
-def _limit_source(conn: psycopg.Connection, escrow_id: str, epoch: int | None) -> dict:
-    row = conn.execute("SELECT limit_source FROM rules.escrow_limit WHERE escrow_id = %s", (escrow_id,)).fetchone()
+def _limit_source(conn: psycopg.Connection, escrow_id: str, inference_id: int, epoch: int | None) -> dict:
+    """Where the limit a finding used came from: fn.record_limit, the limit of the record's own model (its Start's;
+    the escrow's model, and so the escrow's source, when the Start names none or the same one)."""
+    row = conn.execute(
+        "SELECT lim.limit_source FROM rules.escrow_limit el "
+        "LEFT JOIN rec.start_tx s ON s.escrow_id = el.escrow_id AND s.inference_id = %s "
+        "AND s.epoch_index = el.epoch_index "
+        "CROSS JOIN LATERAL fn.record_limit(el.model_id, el.governance_limit, el.limit_source, el.epoch_index, "
+        "s.model) lim WHERE el.escrow_id = %s", (inference_id, escrow_id)).fetchone()
     source = row[0] if row else None
     height = None
     if source == "model_args":
@@ -111,7 +118,6 @@ def build_evidence(conn: psycopg.Connection, escrow_id: str, inference_id: int |
             "SELECT 1 FROM replay.inference WHERE escrow_id = %s AND inference_id = %s",
             (escrow_id, inference_id)).fetchone() is None:
         raise EvidenceError(f"escrow {escrow_id}: no inference {inference_id} in its replay")
-    limit_source = _limit_source(conn, escrow_id, material.escrow["epoch_index"])
     rows = conn.execute(
         "SELECT d.rule, d.verdict, d.evidence, i.status, d.inference_id FROM rules.disputable d "
         "JOIN replay.inference i ON i.escrow_id = d.escrow_id AND i.inference_id = d.inference_id "
@@ -119,6 +125,7 @@ def build_evidence(conn: psycopg.Connection, escrow_id: str, inference_id: int |
         (escrow_id, inference_id, inference_id)).fetchall()
     penalties = []
     for rule, verdict, evidence, status, inference in rows:
+        limit_source = _limit_source(conn, escrow_id, inference, material.escrow["epoch_index"])
         made = derivation(rule, verdict, evidence or {}, status, inference, limit_source)
         if isinstance(made, str):
             notes.append(f"{rule}: inference {inference}: not in the bundle: {made}")

@@ -4,7 +4,7 @@ is an applied record. A model the epoch's snapshot has no limit for leaves the l
 leaves the suspects' weight in a challenge unknown (api.challenges), never 0."""
 from __future__ import annotations
 
-from tests.support.rules_kit import GOV, MINIMAX, MODEL, Log, by_id, gov_snapshot, load, rows
+from tests.support.rules_kit import EPOCH, GOV, MINIMAX, MODEL, Log, by_id, gov_snapshot, load, rows
 
 MINIMAX_GOV = 200_000
 UNLISTED = "unlisted/model-without-snapshot"
@@ -78,3 +78,19 @@ def test_an_unknown_limit_leaves_the_suspect_weight_unknown(db_url, tmp_path, co
         ("known", unlisted): ("Invalidated", None, None, None),
         ("bare", b): ("Invalidated", None, None, None),
     }
+
+
+def test_an_evidence_bundle_names_the_limit_of_the_records_own_model(db_url, tmp_path, conn):
+    from indexer.rules.evidence import _limit_source
+
+    log = Log("frozen", max_model_len=GOV)   # the escrow froze MODEL's limit: its own records name max_model_len
+    own = log.start(3, max_tokens=GOV + 1)
+    log.timeout(own, "refused")
+    foreign = start_of(log, MINIMAX, 11, max_tokens=MINIMAX_GOV + 1)   # MINIMAX's limit is its snapshot's args
+    log.timeout(foreign, "refused")
+    load(db_url, tmp_path, [gov_snapshot(), gov_snapshot(MINIMAX_GOV, model=MINIMAX)] + log.records)
+
+    assert rows(conn, "SELECT inference_id, evidence->>'governance_limit' FROM api.disputable_penalties "
+                      "ORDER BY inference_id") == [(own, str(GOV)), (foreign, str(MINIMAX_GOV))]
+    assert _limit_source(conn, "frozen", own, EPOCH)["parameter"] == "max_model_len"
+    assert _limit_source(conn, "frozen", foreign, EPOCH)["parameter"] == "model_args --max-model-len"
