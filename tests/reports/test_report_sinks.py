@@ -8,6 +8,7 @@ import io
 from rich.console import Console
 
 from indexer.reports.findings import Findings, print_report
+from tests.reports.test_restitution_report import _e366
 
 ESC = "\x1b[31mRED\x1b]0;pwned\x07\x1b[2J"  # colour, window title, clear screen
 BIDI = "\u202eevil\u2066"
@@ -71,23 +72,6 @@ def test_html_block_data_never_opens_a_script_escape():
 # a participant a peer chose: pipes and backticks, control and bidi characters, an HTML entity of a bidi override,
 # GFM strikethrough, a heading on a new line, and a megabyte
 PEER = "gonka1|x`y\x1b[2J\u202e<b>&#x202e;~~s~~\n# h " + "z" * 1_000_000
-
-
-def _e366(db_url, tmp_path):
-    import psycopg
-
-    from tests.support.restitution_kit import REST_OF_366, X, params, small_escrow, summary
-    from tests.support.rules_kit import gov_snapshot, load
-
-    recs = [gov_snapshot(epoch=366), params(366),
-            summary(366, X, confirmation_weight=57537, weight=60000, raw_confirmation_weight=59000,
-                    inference_count=263, missed_requests=0, invalidated_inferences=25, validated_inferences=238,
-                    excluded_reason="statistical_invalidations"),
-            summary(366, "gonka1bystander", **REST_OF_366, inference_count=50, missed_requests=0)]
-    with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("INSERT INTO chain.version_override (first_epoch, last_epoch, chain_version, reason) "
-                  "VALUES (366, 366, 'v0.2.12', 'test')")
-    load(db_url, tmp_path, recs + small_escrow("9001", 366, invalid=25, served=238, disputable=5))
 
 
 def test_markdown_and_csv_with_a_hostile_participant(db_url, tmp_path):
