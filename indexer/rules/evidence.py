@@ -76,22 +76,30 @@ def derivation(rule: str, verdict: str, evidence: dict, status: str, inference_i
                       limit_source=limit_source)
 
 
-def _limit_source(conn: psycopg.Connection, escrow_id: str, inference_id: int, epoch: int | None) -> dict:
-    """Where the limit a finding used came from: fn.record_limit, the limit of the record's own model (its Start's;
-    the escrow's model, and so the escrow's source, when the Start names none or the same one)."""
-    row = conn.execute(
-        "SELECT lim.limit_source FROM rules.escrow_limit el "
-        "LEFT JOIN rec.start_tx s ON s.escrow_id = el.escrow_id AND s.inference_id = %s "
-        "AND s.epoch_index = el.epoch_index "
-        "CROSS JOIN LATERAL fn.record_limit(el.model_id, el.governance_limit, el.limit_source, el.epoch_index, "
-        "s.model) lim WHERE el.escrow_id = %s", (inference_id, escrow_id)).fetchone()
-    source = row[0] if row else None
-    height = None
-    if source == "model_args":
-        found = conn.execute("SELECT params_height FROM rec.epoch_params WHERE epoch_index = %s", (epoch,)).fetchone()
-        height = found[0] if found else None
-    out = {"parameter": LIMIT_PARAMETER.get(source), "epoch": epoch, "height": height, "source": source}
+def _limit_source(source: str | None, epoch: int | None, params_height: int | None) -> dict:
+    """Where the limit a finding used came from, as the bundle states it (the height only for the snapshot's args)."""
+    out = {"parameter": LIMIT_PARAMETER.get(source), "epoch": epoch,
+           "height": params_height if source == "model_args" else None, "source": source}
     return {k: v for k, v in out.items() if v is not None}
+
+
+def findings(conn: psycopg.Connection, escrow_id: str, inference_id: int | None, epoch: int | None) -> list[tuple]:
+    """The escrow's disputable findings (of ``inference_id`` when given): rule, verdict, evidence, status,
+    inference id, and where the limit it used came from: fn.record_limit, the limit of the model the record's Start
+    signed (the escrow's source when that is the escrow's model), with the epoch's snapshot height."""
+    rows = conn.execute(
+        "SELECT d.rule, d.verdict, d.evidence, i.status, d.inference_id, lim.limit_source, p.params_height "
+        "FROM rules.disputable d "
+        "JOIN replay.inference i ON i.escrow_id = d.escrow_id AND i.inference_id = d.inference_id "
+        "LEFT JOIN rules.escrow_limit el ON el.escrow_id = d.escrow_id "
+        "LEFT JOIN rec.start_tx s ON s.escrow_id = d.escrow_id AND s.inference_id = d.inference_id "
+        "AND s.epoch_index = el.epoch_index "
+        "LEFT JOIN LATERAL fn.record_limit(el.model_id, el.governance_limit, el.limit_source, el.epoch_index, "
+        "s.model) lim ON el.escrow_id IS NOT NULL "
+        "LEFT JOIN rec.epoch_params p ON p.epoch_index = %s "
+        "WHERE d.escrow_id = %s AND (%s::bigint IS NULL OR d.inference_id = %s) ORDER BY d.inference_id, d.rule",
+        (epoch, escrow_id, inference_id, inference_id)).fetchall()
+    return [(*row[:5], _limit_source(row[5], epoch, row[6])) for row in rows]
 
 
 def build_evidence(conn: psycopg.Connection, escrow_id: str, inference_id: int | None = None) -> Evidence:
@@ -118,14 +126,9 @@ def build_evidence(conn: psycopg.Connection, escrow_id: str, inference_id: int |
             "SELECT 1 FROM replay.inference WHERE escrow_id = %s AND inference_id = %s",
             (escrow_id, inference_id)).fetchone() is None:
         raise EvidenceError(f"escrow {escrow_id}: no inference {inference_id} in its replay")
-    rows = conn.execute(
-        "SELECT d.rule, d.verdict, d.evidence, i.status, d.inference_id FROM rules.disputable d "
-        "JOIN replay.inference i ON i.escrow_id = d.escrow_id AND i.inference_id = d.inference_id "
-        "WHERE d.escrow_id = %s AND (%s::bigint IS NULL OR d.inference_id = %s) ORDER BY d.inference_id, d.rule",
-        (escrow_id, inference_id, inference_id)).fetchall()
+    rows = findings(conn, escrow_id, inference_id, material.escrow["epoch_index"])
     penalties = []
-    for rule, verdict, evidence, status, inference in rows:
-        limit_source = _limit_source(conn, escrow_id, inference, material.escrow["epoch_index"])
+    for rule, verdict, evidence, status, inference, limit_source in rows:
         made = derivation(rule, verdict, evidence or {}, status, inference, limit_source)
         if isinstance(made, str):
             notes.append(f"{rule}: inference {inference}: not in the bundle: {made}")

@@ -81,7 +81,7 @@ def test_an_unknown_limit_leaves_the_suspect_weight_unknown(db_url, tmp_path, co
 
 
 def test_an_evidence_bundle_names_the_limit_of_the_records_own_model(db_url, tmp_path, conn):
-    from indexer.rules.evidence import _limit_source
+    from indexer.rules.evidence import findings
 
     log = Log("frozen", max_model_len=GOV)   # the escrow froze MODEL's limit: its own records name max_model_len
     own = log.start(3, max_tokens=GOV + 1)
@@ -92,5 +92,6 @@ def test_an_evidence_bundle_names_the_limit_of_the_records_own_model(db_url, tmp
 
     assert rows(conn, "SELECT inference_id, evidence->>'governance_limit' FROM api.disputable_penalties "
                       "ORDER BY inference_id") == [(own, str(GOV)), (foreign, str(MINIMAX_GOV))]
-    assert _limit_source(conn, "frozen", own, EPOCH)["parameter"] == "max_model_len"
-    assert _limit_source(conn, "frozen", foreign, EPOCH)["parameter"] == "model_args --max-model-len"
+    sources = {row[4]: row[5] for row in findings(conn, "frozen", None, EPOCH)}
+    assert sources[own]["parameter"] == "max_model_len"
+    assert sources[foreign]["parameter"] == "model_args --max-model-len"
