@@ -35,7 +35,7 @@ WEBHOOK_ITEMS_LIMIT = 256   # items of one list or object in a webhook body's de
 # C0/C1 controls, line and paragraph separators, bidi marks, embeddings, overrides and isolates, and the invisible
 # characters that make one address look like another (zero-width space/joiners, word joiner, invisible operators,
 # byte-order mark)
-_UNSAFE = re.compile("[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+UNSAFE = re.compile("[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 _SLACK = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
@@ -45,7 +45,7 @@ def units(text: str) -> int:
 
 
 def plain(value: object) -> str:
-    return _UNSAFE.sub("\ufffd", "" if value is None else str(value))
+    return UNSAFE.sub("\ufffd", "" if value is None else str(value))
 
 
 def slack_escape(text: str) -> str:

@@ -11,6 +11,8 @@ import sys
 from functools import cache
 from typing import TYPE_CHECKING
 
+from indexer.alerts.messages import UNSAFE
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -46,8 +48,8 @@ def redact_text(text: str) -> str:
 
 
 # C0 and C1 control characters (an escape sequence from a peer's error text would drive the terminal), and the
-# invisible ones that reorder or hide text: zero-width, line and paragraph separators, bidirectional overrides
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# invisible ones that reorder or hide text: the alerts' set (zero-width, line and paragraph separators, bidi)
+_CONTROL = UNSAFE
 MESSAGE_LIMIT = 2000  # characters of one error or warning line (a peer's text inside it may be of any length)
 
 
