@@ -3,12 +3,11 @@ merges into that row as it would into one committed before: the batch is loaded 
 committed, rather than the record being counted unchanged and lost (its statement's snapshot cannot see the row)."""
 from __future__ import annotations
 
-import time
-
 import psycopg
+import pytest
 
 from tests.support.helpers import escrow, ingest, tx, write_lines
-from tests.support.locks import Background
+from tests.support.locks import Background, waits_on_a_lock
 
 H = "ab" * 32
 PAYLOAD = '{"events": ["data: [DONE]"]}'
@@ -17,17 +16,6 @@ PAYLOAD = '{"events": ["data: [DONE]"]}'
 def _finish(inference_id: int, **kw) -> dict:
     return tx("finish", inference_id, 3 * inference_id + 1, executor_slot=1, input_tokens=0, output_tokens=0,
               response_hash=H, **kw)
-
-
-def _a_backend_waits_on_a_lock(url: str, seconds: float = 60) -> None:
-    """Return once a backend of the database waits on a lock; fail after ``seconds`` (the server is another
-    process: polled, with a deadline)."""
-    deadline = time.monotonic() + seconds
-    with psycopg.connect(url, autocommit=True) as c:
-        while not c.execute("SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-                            "AND wait_event_type = 'Lock'").fetchone():
-            assert time.monotonic() < deadline, "no backend ever waited on a lock"
-            time.sleep(0.01)
 
 
 def _other_writer(db_url, conn, tmp_path) -> psycopg.Connection:
@@ -44,17 +32,24 @@ def _other_writer(db_url, conn, tmp_path) -> psycopg.Connection:
     return other
 
 
-def test_a_key_inserted_concurrently_while_the_upsert_waits_is_merged_into(db_url, conn, tmp_path):
+def _load_meeting_a_concurrent_key(db_url, conn, tmp_path) -> tuple:
+    """A load whose batch amends inference 1's Finish (so it is upserted) and brings inference 2's with its payload,
+    started while another writer holds inference 2's Finish uncommitted, which commits once the load's upsert waits
+    on it: the file and the load (running in the background)."""
     other = _other_writer(db_url, conn, tmp_path)
-    # this batch amends inference 1's Finish (so it is upserted) and brings inference 2's with its payload
     path = write_lines(tmp_path / "second.ndjson", [_finish(1, response_payload=PAYLOAD),
                                                     _finish(2, response_payload=PAYLOAD)])
     loading = Background(lambda: ingest(db_url, path))
     try:
-        _a_backend_waits_on_a_lock(db_url)
+        waits_on_a_lock(db_url)
         other.commit()
     finally:
         other.close()
+    return path, loading
+
+
+def test_a_key_inserted_concurrently_while_the_upsert_waits_is_merged_into(db_url, conn, tmp_path):
+    _, loading = _load_meeting_a_concurrent_key(db_url, conn, tmp_path)
     summary = loading.result()
     assert conn.execute("SELECT inference_id, response_payload FROM rec.finish_tx ORDER BY 1").fetchall() == [
         (1, PAYLOAD), (2, PAYLOAD)]
@@ -67,23 +62,13 @@ def test_a_batch_that_keeps_meeting_concurrent_keys_fails_naming_its_file_and_li
     from indexer.load.errors import IngestFailed
 
     monkeypatch.setattr(loading, "KEY_RACE_ATTEMPTS", 1)  # the first race is the last allowed
-    other = _other_writer(db_url, conn, tmp_path)
-    path = write_lines(tmp_path / "second.ndjson", [_finish(1, response_payload=PAYLOAD),
-                                                    _finish(2, response_payload=PAYLOAD)])
-    loading_ = Background(lambda: ingest(db_url, path))
-    try:
-        _a_backend_waits_on_a_lock(db_url)
-        other.commit()
-    finally:
-        other.close()
-    try:
-        loading_.result()
-    except IngestFailed as exc:
-        assert str(exc) == (f"{path}: concurrent loads wrote the batch's keys first in 1 attempt(s) after line 0 was "
-                            f"committed (1 finish key(s) written by a concurrent load while this one waited); run "
-                            f"the same command again to resume from there")
-    else:
-        raise AssertionError("the load did not fail")
+    path, load = _load_meeting_a_concurrent_key(db_url, conn, tmp_path)
+    with pytest.raises(IngestFailed) as failed:
+        load.result()
+    assert str(failed.value) == (
+        f"{path}: concurrent loads wrote the batch's keys first in 1 attempt(s) after line 0 was "
+        f"committed (1 finish key(s) written by a concurrent load while this one waited); run "
+        f"the same command again to resume from there")
     # nothing of the batch was committed; a rerun loads it
     assert conn.execute("SELECT response_payload FROM rec.finish_tx WHERE inference_id = 1").fetchone() == (None,)
     ingest(db_url, path)

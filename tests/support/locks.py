@@ -13,13 +13,14 @@ import time
 import psycopg
 
 
-def waits_on_a_lock(url: str, pid: int, seconds: float = 60) -> None:
-    """Return once backend ``pid`` waits on a lock; fail after ``seconds``."""
+def waits_on_a_lock(url: str, pid: int | None = None, seconds: float = 60) -> None:
+    """Return once backend ``pid`` (any backend of the database with None) waits on a lock; fail after ``seconds``
+    (the server is another process: polled, with a deadline)."""
     deadline = time.monotonic() + seconds
     with psycopg.connect(url, autocommit=True) as c:
-        while not c.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
-                            (pid,)).fetchone():
-            assert time.monotonic() < deadline, f"backend {pid} never waited on a lock"
+        while not c.execute("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                            "(pid = %s OR %s::int IS NULL AND datname = current_database())", (pid, pid)).fetchone():
+            assert time.monotonic() < deadline, f"{'backend %d' % pid if pid else 'no backend'} never waited on a lock"
             time.sleep(0.01)
 
 
