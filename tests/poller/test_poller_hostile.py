@@ -304,3 +304,11 @@ def test_a_host_at_the_operator_s_own_node_cannot_cut_the_poller_off_its_chain(d
     with psycopg.connect(db_url) as c:
         said = c.execute("SELECT error FROM net.failure WHERE source = %s", (f"escrow:{ESCROW.escrow_id}",)).fetchone()
     assert said and "no member of the group answered" in said[0], said  # read from the chain, then its hosts refused
+
+
+def test_a_stopped_proxy_leaves_no_thread_accepting() -> None:
+    """Stopping the proxy ends its accept thread: one left blocked in ``accept()`` made every stop wait out its
+    join's timeout (5 s) and lived on for the rest of the run."""
+    proxy = Hostile().start()
+    proxy.stop()
+    assert [t.name for t in proxy._threads if t.is_alive()] == []

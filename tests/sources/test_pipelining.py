@@ -19,6 +19,7 @@ import pytest
 
 from indexer.sources.gonka.fastclient import FastClient
 from indexer.sources.gonka.http import Fetcher, FetchError, RetryPolicy
+from tests.support.listeners import close_listener
 
 
 class BatchOnlyServer:
@@ -45,7 +46,7 @@ class BatchOnlyServer:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
     def close(self) -> None:
-        self.sock.close()
+        close_listener(self.sock)
 
 
 def test_a_run_of_diff_pages_is_asked_for_at_once_and_read_to_the_end_of_the_log() -> None:
@@ -106,7 +107,7 @@ class OneAtATimeServer:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(target), target))
 
     def close(self) -> None:
-        self.sock.close()
+        close_listener(self.sock)
 
 
 def test_an_origin_that_drops_pipelined_requests_gets_one_at_a_time_after_the_first_timeout() -> None:

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from indexer.alerts.rules import Rule
+from tests.support.listeners import close_listener
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -134,4 +135,4 @@ class Dripping:
 
     def close(self) -> None:
         self.stop.set()
-        self.sock.close()
+        close_listener(self.sock)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
+from tests.support.listeners import close_listener
+
 MAX_REQUEST = 64 * 1024
 
 
@@ -180,7 +182,7 @@ class Hostile:
 
     def stop(self) -> None:
         self._stop.set()
-        self._sock.close()
+        close_listener(self._sock)
         with self._lock:
             conns = list(self._conns)
         for c in conns:
