@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,8 @@ def test_the_demo_hint_runs_as_printed(tmp_path):
         assert res.returncode == 0, res.stderr
         hint = next(line for line in (res.stdout + res.stderr).splitlines() if "query the views yourself" in line)
         inner = hint.split('"$(', 1)[1].split(')"', 1)[0]
-        assert inner == f"{script} db url --reader"  # the embedded server: the hint logs in as the reader
+        # the embedded server: the hint logs in as the reader, the script's path quoted for the shell as needed
+        assert shlex.split(inner) == [str(script), "db", "url", "--reader"]
         url = subprocess.run(inner, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=300)
         assert url.returncode == 0 and url.stdout.startswith("postgresql://indexer_reader:"), url.stderr
